@@ -1,0 +1,70 @@
+/* ck/layout.h - the layout algebra: which part of a tensor each rank holds.
+ *
+ * Sharding follows torch.chunk and DTensor: a dim of n elements cut into p parts has
+ * chunks of c = ceil(n / p) elements; part i covers [min(i*c, n), min((i+1)*c, n)),
+ * so trailing parts may be short or empty and nothing is padded. When several mesh
+ * dims shard the same tensor dim, they apply in mesh-dim order, each cutting the
+ * range that the previous ones left (DTensor's nested sharding).
+ *
+ * A box is the part of the global tensor a shard covers: an offset and a length per
+ * tensor dim. All tensors are row-major, so a box is stored as a row-major array of
+ * its own elements. A 0-D tensor has ndim 0 and one element.
+ */
+#ifndef CK_LAYOUT_H
+#define CK_LAYOUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ck/types.h"
+
+typedef struct ck_box {
+    int ndim;
+    uint64_t off[CK_MAX_NDIM];
+    uint64_t len[CK_MAX_NDIM];
+} ck_box;
+
+/* torch.chunk of n elements into parts, part idx: its offset and length. */
+void ck_chunk(uint64_t n, uint64_t parts, uint64_t idx, uint64_t *off, uint64_t *len);
+
+/* Checks that placements fit the tensor (S(d) with d < ndim) and the mesh, that the
+ * shape is sane (numel * itemsize fits in 63 bits), and names the tensor in errors. */
+int ck_layout_check(const char *tensor, int ndim, const uint64_t *shape, size_t itemsize,
+                    const ck_mesh *mesh, const ck_placement *pl, ck_err *err);
+
+/* The box that the rank at coord holds. */
+void ck_shard_box(int ndim, const uint64_t *shape, const ck_mesh *mesh,
+                  const ck_placement *pl, const uint32_t *coord, ck_box *out);
+
+/* The box of the whole tensor. */
+void ck_box_full(int ndim, const uint64_t *shape, ck_box *out);
+uint64_t ck_box_numel(const ck_box *b);   /* 1 for ndim 0 */
+bool ck_box_equal(const ck_box *a, const ck_box *b);
+/* true and *out when a and b share at least one element; false otherwise. */
+bool ck_box_intersect(const ck_box *a, const ck_box *b, ck_box *out);
+
+/* Contiguous runs: the elements of `sub` (which lies inside both `src` and `dst`)
+ * as maximal runs that are contiguous in the row-major storage of src and of dst.
+ * Each run gives the element offset inside src's storage, inside dst's storage,
+ * and the number of elements. Trailing dims that both boxes cover fully are merged
+ * so that e.g. a dim-0 slice of a row-major tensor is a single run.
+ *
+ *   ck_runs it;
+ *   ck_runs_init(&it, &sub, &src, &dst);
+ *   uint64_t s, d, n;
+ *   while (ck_runs_next(&it, &s, &d, &n)) copy(n elements from s to d);
+ */
+typedef struct ck_runs {
+    int ndim;                    /* dims after merging; the last is the run dim */
+    uint64_t count[CK_MAX_NDIM]; /* iteration extent per outer dim */
+    uint64_t idx[CK_MAX_NDIM];
+    uint64_t src_stride[CK_MAX_NDIM], dst_stride[CK_MAX_NDIM];
+    uint64_t src_base, dst_base;
+    uint64_t run;                /* elements per run */
+    bool done;
+} ck_runs;
+
+void ck_runs_init(ck_runs *it, const ck_box *sub, const ck_box *src, const ck_box *dst);
+bool ck_runs_next(ck_runs *it, uint64_t *src_off, uint64_t *dst_off, uint64_t *n);
+
+#endif

@@ -1,0 +1,75 @@
+/* ck/types.h - dtypes, device meshes and placements.
+ *
+ * These are the nouns of the checkpoint model (docs/FORMAT.md): a tensor has a dtype,
+ * a global shape, and one placement per dimension of the mesh it was saved on.
+ */
+#ifndef CK_TYPES_H
+#define CK_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ck/error.h"
+
+#define CK_MAX_NDIM      8    /* tensor dims */
+#define CK_MAX_MESH_DIMS 4    /* mesh dims */
+#define CK_MESH_NAME_MAX 32   /* bytes of a mesh dim name, with the NUL */
+#define CK_MAX_WORLD     (1u << 20)
+
+/* The on-disk codes are part of the format: never renumber. */
+typedef enum ck_dtype {
+    CK_F32 = 1, CK_BF16 = 2, CK_F16 = 3, CK_F64 = 4, CK_I64 = 5,
+    CK_I32 = 6, CK_I16 = 7, CK_I8 = 8, CK_U8 = 9, CK_BOOL = 10,
+} ck_dtype;
+#define CK_DTYPE_MAX CK_BOOL
+
+/* Bytes per element, or 0 for a code that is not a dtype. */
+size_t ck_dtype_size(int dtype);
+/* "f32", "bf16", ... or NULL for an unknown code. */
+const char *ck_dtype_name(int dtype);
+/* Parses a name ("f32", also "float32", "bfloat16", "float16", "float64", "int64",
+ * "int32", "int16", "int8", "uint8"). */
+int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err);
+
+typedef struct ck_mesh {
+    int ndim;                                          /* 1..CK_MAX_MESH_DIMS */
+    uint32_t size[CK_MAX_MESH_DIMS];                   /* each >= 1 */
+    char name[CK_MAX_MESH_DIMS][CK_MESH_NAME_MAX];     /* "" when unnamed */
+} ck_mesh;
+
+/* Parses "2x8", "4", "2x2x2". names is NULL or a comma list with one name per dim
+ * ("replicate,shard"); names are [A-Za-z0-9_-]+. Errors name the bad spec. */
+int ck_mesh_parse(const char *shape, const char *names, ck_mesh *out, ck_err *err);
+/* Writes "2x8" into buf. Returns the length that snprintf would. */
+int ck_mesh_format(const ck_mesh *m, char *buf, size_t len);
+/* Number of ranks: the product of the sizes. */
+uint64_t ck_mesh_world(const ck_mesh *m);
+/* Row-major rank <-> coordinate, as torch's DeviceMesh(arange(world).view(shape)). */
+void ck_mesh_coord(const ck_mesh *m, uint64_t rank, uint32_t *coord);
+uint64_t ck_mesh_rank(const ck_mesh *m, const uint32_t *coord);
+bool ck_mesh_equal(const ck_mesh *a, const ck_mesh *b);
+
+typedef enum ck_place_kind { CK_REPLICATE = 0, CK_SHARD = 1 } ck_place_kind;
+
+typedef struct ck_placement {
+    uint8_t kind;   /* ck_place_kind */
+    uint8_t dim;    /* tensor dim, for CK_SHARD */
+} ck_placement;
+
+/* Parses "R,S(0)" (one entry per mesh dim; spaces allowed). An S(d) is checked
+ * against tensor_ndim when tensor_ndim >= 0. */
+int ck_placements_parse(const char *s, int mesh_ndim, int tensor_ndim,
+                        ck_placement *out, ck_err *err);
+/* Writes "R,S(0)" into buf. */
+int ck_placements_format(const ck_placement *p, int mesh_ndim, char *buf, size_t len);
+/* The default placement of ckpt-synth and of FSDP: S(0) on the last mesh dim, R
+ * on the others. */
+void ck_placements_default(int mesh_ndim, ck_placement *out);
+
+/* Parses a byte size: "4096", "64K", "64KiB", "1MiB", "1MB", "2G", "2GiB", "1GB"
+ * (K/M/G/T alone and KiB/MiB/GiB/TiB are powers of 1024; KB/MB/GB/TB of 1000).
+ * Rejects negative, fractional, overflowing or empty input. */
+int ck_size_parse(const char *s, uint64_t *out, ck_err *err);
+
+#endif
