@@ -1,0 +1,122 @@
+/* ck/ckpt.h - the checkpoint model and the read side of the core.
+ *
+ * A checkpoint (docs/FORMAT.md) is a directory ROOT/NAME holding one immutable LMDB
+ * manifest and the data files its shards point into. ck_open() reads the manifest
+ * read-only, validating every record it decodes: a record that is short, carries an
+ * unknown major version, or points outside its file is reported as -EBADMSG (or
+ * -EPROTONOSUPPORT for a version) with a message naming the record, never trusted.
+ *
+ * A ck_ckpt is used by one thread at a time.
+ */
+#ifndef CK_CKPT_H
+#define CK_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ck/error.h"
+#include "ck/layout.h"
+#include "ck/types.h"
+
+#define CK_FORMAT_MAJOR 1
+#define CK_FORMAT_MINOR 0
+#define CK_MAGIC "LIBSHARD"          /* 8 bytes, first field of the checkpoint record */
+
+#define CK_NAME_MAX    256            /* checkpoint, tensor and blob names, with the NUL */
+#define CK_FILE_NAME_MAX 64
+#define CK_ALIGN       4096u          /* extents and data file sizes are multiples */
+#define CK_HASH_LEN    32             /* SHA-256 */
+#define CK_BLOB_MAX    (64u << 20)    /* a blob is metadata, not a tensor */
+#define CK_MANIFEST    "manifest.mdb"
+#define CK_CATALOG     "catalog.mdb"
+#define CK_PENDING     ".pending"
+
+typedef struct ck_info {
+    char name[CK_NAME_MAX];
+    uint16_t major, minor;           /* format version of the manifest */
+    uint64_t step;
+    uint64_t time_ns;                /* commit time, CLOCK_REALTIME */
+    ck_mesh mesh;
+    uint32_t block_size;             /* hash block of the data files */
+    bool hashed;                     /* false: saved with --no-hash */
+    uint64_t n_tensors, n_shards;
+    uint32_t n_files, n_blobs;
+    uint64_t data_bytes;             /* sum of data file sizes */
+    uint64_t tensor_bytes;           /* sum of the tensors' full sizes */
+} ck_info;
+
+typedef struct ck_tensor {
+    char name[CK_NAME_MAX];
+    uint32_t id;                     /* key of its shards */
+    ck_dtype dtype;
+    int ndim;
+    uint64_t shape[CK_MAX_NDIM];
+    ck_placement pl[CK_MAX_MESH_DIMS];
+    uint32_t n_shards;
+} ck_tensor;
+
+typedef struct ck_extent {
+    uint32_t file;
+    uint64_t off;                    /* byte offset in the file, CK_ALIGN-aligned */
+    uint64_t len;                    /* bytes */
+} ck_extent;
+
+typedef struct ck_shard {
+    uint32_t tensor;                 /* ck_tensor.id */
+    uint32_t idx;
+    uint32_t coord[CK_MAX_MESH_DIMS];/* the mesh coordinate of the rank that wrote it */
+    ck_box box;                      /* the part of the tensor, row-major in extents */
+    uint32_t n_extents;
+    ck_extent *ext;                  /* the shard's bytes, in order */
+} ck_shard;
+
+typedef struct ck_file {
+    char name[CK_FILE_NAME_MAX];     /* relative to the checkpoint directory */
+    uint64_t size;
+    uint32_t rank;                   /* the rank that wrote it */
+} ck_file;
+
+typedef struct ck_ckpt ck_ckpt;
+
+/* Checks that name can be a checkpoint (or tensor/blob) name on disk: 1..255 bytes of
+ * [A-Za-z0-9._-], not starting with '.'. Never a path. */
+int ck_name_check(const char *what, const char *name, ck_err *err);
+
+/* Opens ROOT/NAME. -ENOENT when there is no such checkpoint. */
+int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err);
+/* Opens the checkpoint in directory dir (committed or under .pending). */
+int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err);
+void ck_close(ck_ckpt *ck);
+
+const ck_info *ck_get_info(const ck_ckpt *ck);
+const char *ck_dir(const ck_ckpt *ck);
+
+/* Calls fn for each tensor in name order; a non-zero return from fn stops the walk
+ * and is returned. */
+int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
+                    ck_err *err);
+int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err);
+
+/* The shards of a tensor, in index order, in one allocation: free with free(). */
+int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, ck_err *err);
+
+const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id);
+/* Path of a data file: dir/name. */
+int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len);
+/* The recorded SHA-256 of a block of a data file. -ENOENT when unhashed. */
+int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
+                ck_err *err);
+
+/* Calls fn for each blob in name order. data is valid during the call. */
+int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, size_t len,
+                                         void *arg), void *arg, ck_err *err);
+/* A copy of a blob's bytes (malloc'd). */
+int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err);
+
+/* Reads len bytes starting at byte off of a shard's data into dst, through its
+ * extents, with io_uring. */
+int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
+                  ck_err *err);
+
+#endif

@@ -1,0 +1,117 @@
+/* ck/engine.h - the one interface through which the core touches files.
+ *
+ * As SQLite's VFS, every file operation of a save or a load goes through an engine:
+ * the real one (POSIX calls plus io_uring for data) or a fault-injecting one that
+ * wraps it. Because a save is a sequence of engine operations, a test can stop it
+ * dead, or make it fail, at every operation index and then check what is left on
+ * disk, instead of only where someone thought to look.
+ *
+ * Data moves through queues (ck_ioq): one io_uring each, owned by one thread.
+ * Everything else is synchronous. Calls return 0 (or an fd / a count) or -errno.
+ */
+#ifndef CK_ENGINE_H
+#define CK_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+typedef struct ck_engine ck_engine;
+typedef struct ck_ioq ck_ioq;
+
+typedef struct ck_io {
+    int fd;
+    bool write;         /* false: read */
+    int buf_index;      /* >= 0: a buffer registered with ck_ioq_open; -1: none */
+    void *buf;
+    uint32_t len;
+    uint64_t off;
+    uint64_t user;      /* returned in the completion */
+} ck_io;
+
+typedef struct ck_io_done {
+    uint64_t user;
+    int res;            /* bytes moved, or -errno */
+} ck_io_done;
+
+struct ck_engine_ops {
+    int (*open)(ck_engine *e, const char *path, int flags, unsigned mode);
+    int (*close)(ck_engine *e, int fd);
+    int (*fallocate)(ck_engine *e, int fd, uint64_t len);
+    int (*fsync)(ck_engine *e, int fd);
+    int (*mkdir)(ck_engine *e, const char *path, unsigned mode);
+    /* rename that fails with -EEXIST when `to` exists (renameat2 RENAME_NOREPLACE) */
+    int (*rename)(ck_engine *e, const char *from, const char *to);
+    int (*unlink)(ck_engine *e, const char *path);
+    int (*rmdir)(ck_engine *e, const char *path);
+    int (*link)(ck_engine *e, const char *from, const char *to);
+    /* A durable step done by other code (an LMDB commit): `what` names it. The real
+     * engine does nothing; a fault engine may fail or crash here. */
+    int (*step)(ck_engine *e, const char *what);
+
+    int (*ioq_open)(ck_engine *e, unsigned depth, const struct iovec *bufs,
+                    unsigned nbufs, ck_ioq **out);
+    int (*ioq_submit)(ck_ioq *q, const ck_io *ios, unsigned n);
+    /* Waits until at least min_done completions are available (0: don't wait). */
+    int (*ioq_reap)(ck_ioq *q, ck_io_done *out, unsigned max, unsigned min_done);
+    void (*ioq_close)(ck_ioq *q);
+    void (*destroy)(ck_engine *e);
+};
+
+struct ck_engine {
+    const struct ck_engine_ops *ops;
+};
+
+/* The real engine: POSIX calls and io_uring. Shared by all threads; it has no state
+ * besides its queues. Never destroy it. */
+ck_engine *ck_engine_default(void);
+
+/* Opens a data file for O_DIRECT I/O when the file system allows it, else buffered.
+ * *direct says which. `flags` are O_RDONLY / O_WRONLY|O_CREAT|O_EXCL and the like. */
+int ck_engine_open_data(ck_engine *e, const char *path, int flags, unsigned mode, bool *direct);
+
+/* Opens path (a directory or file) read-only and fsyncs it. */
+int ck_engine_fsync_path(ck_engine *e, const char *path);
+
+/* Runs n I/Os through q and waits for all of them. Short transfers are continued
+ * (ios[] is updated in place); a read that meets end-of-file is -EBADMSG (the file
+ * is shorter than the manifest says). `what` names the file(s) in messages. */
+struct ck_err;
+int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what,
+               struct ck_err *err);
+
+/* ---- fault injection (tests and the daemon's --inject-fault) ---- */
+
+typedef enum ck_fault_kind {
+    CK_FAULT_NONE = 0,
+    CK_FAULT_EIO,      /* the N-th operation fails with -EIO */
+    CK_FAULT_ENOSPC,   /* the N-th operation fails with -ENOSPC */
+    CK_FAULT_SHORT,    /* the first data write at or after N moves only half its bytes */
+    CK_FAULT_FSYNC,    /* the first fsync at or after N fails with -EIO */
+    CK_FAULT_CRASH,    /* operation N and all after it do nothing and fail (-ECANCELED):
+                          the process "died" and left the disk as it was */
+} ck_fault_kind;
+
+typedef struct ck_fault {
+    ck_fault_kind kind;
+    uint64_t at;       /* 0-based operation index */
+} ck_fault;
+
+/* Parses "eio@17", "enospc@3", "short@0", "fsync@0", "crash@42". */
+int ck_fault_parse(const char *s, ck_fault *out);
+
+/* Wraps inner. Every call counts as one operation, each data I/O in a queue
+ * submission too. Thread-safe. */
+int ck_engine_fault_new(ck_engine *inner, ck_fault fault, ck_engine **out);
+/* Operations counted so far, and whether the fault has fired. */
+uint64_t ck_engine_fault_ops(ck_engine *e);
+bool ck_engine_fault_fired(ck_engine *e);
+
+static inline void ck_engine_destroy(ck_engine *e)
+{
+    if (e && e->ops->destroy)
+        e->ops->destroy(e);
+}
+
+#endif

@@ -1,0 +1,71 @@
+/* ck/save.h - writing a checkpoint and committing it atomically.
+ *
+ *   ck_save *s;
+ *   ck_save_begin(&s, root, "step-00001200", 1200, &mesh, &opts, &err);
+ *   ck_save_tensor(s, "layers.0.w", CK_F32, 2, shape, placements, &err);
+ *   for each rank r: ck_save_shard(s, "layers.0.w", r, local_bytes, &err);
+ *   ck_save_blob(s, "rng", state, len, &err);
+ *   ck_save_commit(s, &stats, &err);   // durable and visible, or nothing visible
+ *
+ * Shards are offered per rank, as every rank of a mesh saves its local shard; of the
+ * replicas of a shard only the one the plan names (ck/plan.h) is written, and the
+ * others' offers are ignored. The data goes to ROOT/.pending/NAME.XXXXXX/, the
+ * manifest last; a rename publishes the directory as ROOT/NAME (docs/FORMAT.md,
+ * "Commit protocol"). On any error, or when ck_save_abort is called, the pending
+ * directory is removed and no earlier checkpoint is touched.
+ */
+#ifndef CK_SAVE_H
+#define CK_SAVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ck/ckpt.h"
+#include "ck/writer.h"
+
+typedef struct ck_save_opts {
+    ck_engine *engine;          /* NULL: the default engine */
+    uint32_t block_size;        /* 0: CK_BLOCK_SIZE_DEFAULT */
+    uint32_t io_size;           /* 0: CK_IO_SIZE_DEFAULT */
+    uint64_t mem_limit;         /* buffer bytes of the writer; 0: 64 MiB */
+    unsigned hash_threads;      /* 0: one per online CPU */
+    bool no_hash;
+    bool no_catalog;            /* don't record the commit in ROOT/catalog.mdb */
+    void (*log)(void *arg, const char *msg);
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    void *cb_arg;
+} ck_save_opts;
+
+typedef struct ck_save_stats {
+    uint64_t tensor_bytes;      /* logical bytes of the shards written */
+    uint64_t file_bytes;        /* bytes of the data files */
+    double write_seconds;       /* the data path: writes, hashes, fsyncs */
+    double total_seconds;       /* with manifest, rename and catalog */
+    bool direct;
+} ck_save_stats;
+
+typedef struct ck_save ck_save;
+
+int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t step,
+                  const ck_mesh *mesh, const ck_save_opts *opts, ck_err *err);
+/* Declares a tensor. Names are unique ([A-Za-z0-9._-], see ck_name_check). */
+int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
+                   const uint64_t *shape, const ck_placement *pl, ck_err *err);
+/* Offers rank's local shard of a tensor: the row-major bytes of its box. data must
+ * stay valid until commit returns. */
+int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *data,
+                  ck_err *err);
+/* The same with the bytes produced on demand (streams, bounded memory). */
+int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
+                       void *arg, ck_err *err);
+/* true when rank writes its shard of tensor (it is the chosen replica and the shard
+ * is not empty), so callers can skip producing bytes that will be ignored. */
+bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank);
+/* A named byte string (step counters, RNG state, data position), copied. */
+int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err);
+/* Writes, fsyncs, commits, records in the catalog, and frees s in every case. */
+int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err);
+/* Frees s and removes what it wrote. */
+void ck_save_abort(ck_save *s);
+
+#endif
