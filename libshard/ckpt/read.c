@@ -6,19 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "manifest.h"
+#include "ckpt_int.h"
 
-struct ck_ckpt {
-    char dir[PATH_MAX];
-    char mpath[PATH_MAX];        /* the manifest, for messages */
-    MDB_env *env;
-    MDB_txn *txn;                /* one read transaction for the handle's lifetime */
-    MDB_dbi db_tensors, db_shards, db_files, db_hashes, db_blobs;
-    ck_info info;
-    ck_file *files;
-    ck_engine *engine;
-    int *fds;                    /* data files, opened on first read */
-};
 
 int ck_name_check(const char *what, const char *name, ck_err *err)
 {
@@ -115,10 +104,11 @@ static int load_files(ck_ckpt *ck, ck_err *err)
     uint32_t n = ck->info.n_files;
     ck->files = calloc(n ? n : 1, sizeof *ck->files);
     ck->fds = malloc((n ? n : 1) * sizeof *ck->fds);
-    if (!ck->files || !ck->fds)
+    ck->dfds = malloc((n ? n : 1) * sizeof *ck->dfds);
+    if (!ck->files || !ck->fds || !ck->dfds)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
-        ck->fds[i] = -1;
+        ck->fds[i] = ck->dfds[i] = -1;
     for (uint32_t i = 0; i < n; i++) {
         uint8_t key[4];
         ck_be32(key, i);
@@ -213,16 +203,19 @@ void ck_close(ck_ckpt *ck)
 {
     if (!ck)
         return;
-    if (ck->fds)
-        for (uint32_t i = 0; i < ck->info.n_files; i++)
-            if (ck->fds[i] >= 0)
-                ck->engine->ops->close(ck->engine, ck->fds[i]);
+    for (uint32_t i = 0; ck->fds && ck->dfds && i < ck->info.n_files; i++) {
+        if (ck->fds[i] >= 0)
+            ck->engine->ops->close(ck->engine, ck->fds[i]);
+        if (ck->dfds[i] >= 0)
+            ck->engine->ops->close(ck->engine, ck->dfds[i]);
+    }
     if (ck->txn)
         mdb_txn_abort(ck->txn);
     if (ck->env)
         mdb_env_close(ck->env);
     free(ck->files);
     free(ck->fds);
+    free(ck->dfds);
     free(ck);
 }
 
@@ -236,7 +229,7 @@ const char *ck_dir(const ck_ckpt *ck)
     return ck->dir;
 }
 
-static int decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor *t,
+int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor *t,
                          ck_err *err)
 {
     memset(t, 0, sizeof *t);
@@ -294,7 +287,7 @@ int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void 
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         ck_tensor t;
-        if ((r = decode_tensor(ck, &k, &v, &t, err)) < 0 || (r = fn(&t, arg)) != 0)
+        if ((r = ck__decode_tensor(ck, &k, &v, &t, err)) < 0 || (r = fn(&t, arg)) != 0)
             break;
     }
     if (r == 0 && rc != MDB_NOTFOUND)
@@ -313,12 +306,10 @@ int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err)
         return ck_err_set(err, -ENOENT, "%s: no tensor named '%s'", ck->dir, name);
     if (rc != MDB_SUCCESS)
         return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
-    return decode_tensor(ck, &k, &v, out, err);
+    return ck__decode_tensor(ck, &k, &v, out, err);
 }
 
-/* Decodes one shard record of tensor t into s, its extents into ext (room for
- * max_ext). Checks it against the tensor, the mesh and the data files. */
-static int decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_val *v,
+int ck__decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_val *v,
                         ck_shard *s, ck_err *err)
 {
     char what[CK_NAME_MAX + 40];
@@ -417,7 +408,7 @@ int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, 
             goto out;
         }
         arr[i].ext = ext;
-        if ((r = decode_shard(ck, t, idx, &v, &arr[i], err)) < 0)
+        if ((r = ck__decode_shard(ck, t, idx, &v, &arr[i], err)) < 0)
             goto out;
         ext += arr[i].n_extents;
     }
@@ -540,21 +531,30 @@ int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err 
     return 0;
 }
 
-/* Data reads use buffered I/O into caller memory, which need not be aligned; the bulk
- * load path (ck_load) reads O_DIRECT into aligned buffers. */
-static int data_fd(ck_ckpt *ck, uint32_t id, ck_err *err)
+/* The descriptor to read file id with: O_DIRECT for aligned transfers when the file
+ * system allows it (the bulk of a load, without polluting the page cache), buffered
+ * for the unaligned rest. */
+#define NO_DIRECT INT_MIN   /* the file system refused O_DIRECT for this file */
+
+static int data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
 {
-    if (ck->fds[id] >= 0)
-        return ck->fds[id];
+    int *slot = direct ? &ck->dfds[id] : &ck->fds[id];
+    if (*slot >= 0 || *slot == NO_DIRECT)
+        return *slot;
     char path[PATH_MAX];
     if (ck_file_path(ck, id, path, sizeof path) < 0)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", ck->dir);
-    int fd = ck->engine->ops->open(ck->engine, path, O_RDONLY, 0);
+    bool is_direct = false;
+    int fd = direct ? ck_engine_open_data(ck->engine, path, O_RDONLY, 0, &is_direct)
+                    : ck->engine->ops->open(ck->engine, path, O_RDONLY, 0);
     if (fd < 0)
         return ck_err_set(err, fd == -ENOENT ? -EBADMSG : fd, "%s: %s", path,
                           fd == -ENOENT ? "data file is missing" : strerror(-fd));
-    ck->fds[id] = fd;
-    return fd;
+    if (direct && !is_direct) {
+        ck->engine->ops->close(ck->engine, fd);
+        return *slot = NO_DIRECT;
+    }
+    return *slot = fd;
 }
 
 int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
@@ -567,13 +567,12 @@ int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, vo
         return ck_err_set(err, -EINVAL, "read of [%llu, +%llu) outside shard %u (%llu bytes)",
                           (unsigned long long)off, (unsigned long long)len, s->idx,
                           (unsigned long long)total);
-    /* Build the list of file reads, then run them through one ring. */
-    enum { BATCH = 64, IO_MAX = 1u << 20 };
+    enum { BATCH = 64, IO_MAX = 1u << 20, ALIGN = 4096 };
     ck_ioq *q;
     int r = ck->engine->ops->ioq_open(ck->engine, BATCH, NULL, 0, &q);
     if (r < 0)
         return ck_err_set(err, r, "io_uring: %s", strerror(-r));
-    uint64_t pos = 0;   /* byte position in the shard of the current extent's start */
+    uint64_t pos = 0;   /* shard byte offset of the current extent's start */
     uint8_t *d = dst;
     ck_io ios[BATCH];
     unsigned nio = 0;
@@ -583,24 +582,31 @@ int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, vo
             pos += e->len;
             continue;
         }
-        int fd = data_fd(ck, e->file, err);
-        if (fd < 0) {
-            r = fd;
-            break;
-        }
         uint64_t in = off - pos, n = e->len - in < len ? e->len - in : len;
-        for (uint64_t done = 0; done < n;) {
+        for (uint64_t done = 0; done < n && r >= 0;) {
+            uint64_t foff = e->off + in + done;
             uint32_t chunk = (uint32_t)(n - done < IO_MAX ? n - done : IO_MAX);
+            bool aligned = ((uintptr_t)d % ALIGN) == 0 && foff % ALIGN == 0;
+            if (aligned && chunk % ALIGN)
+                chunk -= chunk % ALIGN;   /* the aligned body now, the tail buffered */
+            if (chunk == 0) {
+                aligned = false;
+                chunk = (uint32_t)(n - done < IO_MAX ? n - done : IO_MAX);
+            }
+            int fd = aligned ? data_fd(ck, e->file, true, err) : NO_DIRECT;
+            if (fd == NO_DIRECT)
+                fd = data_fd(ck, e->file, false, err);
+            if (fd < 0) {
+                r = fd;
+                break;
+            }
             ios[nio++] = (ck_io){ .fd = fd, .write = false, .buf_index = -1, .buf = d,
-                                  .len = chunk, .off = e->off + in + done,
-                                  .user = ((uint64_t)e->file << 32) };
+                                  .len = chunk, .off = foff };
             d += chunk;
             done += chunk;
             if (nio == BATCH) {
                 r = ck_ioq_run(ck->engine, q, ios, nio, ck->files[e->file].name, err);
                 nio = 0;
-                if (r < 0)
-                    break;
             }
         }
         off += n;
@@ -608,7 +614,7 @@ int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, vo
         pos += e->len;
     }
     if (r >= 0 && nio > 0)
-        r = ck_ioq_run(ck->engine, q, ios, nio, "data file", err);
+        r = ck_ioq_run(ck->engine, q, ios, nio, ck->dir, err);
     ck->engine->ops->ioq_close(q);
     return r < 0 ? r : 0;
 }

@@ -1,0 +1,28 @@
+/* sh/optim.h - AdamW over the local shards, with f32 state.
+ *
+ * Created after fully_shard, so that it holds the sharded parameters (FSDP2: "create
+ * the optimizer after sharding"). Its state is allocated at creation, shard-sized.
+ */
+#ifndef SH_OPTIM_H
+#define SH_OPTIM_H
+
+#include "sh/module.h"
+
+typedef struct sh_adamw sh_adamw;
+
+typedef struct sh_adamw_opts {
+    float lr, beta1, beta2, eps, weight_decay;
+} sh_adamw_opts;
+
+/* torch.optim.AdamW's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 1e-2. */
+void sh_adamw_opts_default(sh_adamw_opts *o);
+
+/* -EINVAL, naming the parameter, when some parameter under root is not sharded or not
+ * materialized yet. */
+int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_err *err);
+/* One step for every parameter that has a gradient. */
+int sh_adamw_step(sh_adamw *o, ck_err *err);
+long sh_adamw_step_count(const sh_adamw *o);
+void sh_adamw_free(sh_adamw *o);
+
+#endif

@@ -1,0 +1,54 @@
+/* sh/world.h - the process's place in the job, and the library's memory counters.
+ *
+ * Errors follow the checkpoint core's convention (ck/error.h): functions return 0 or a
+ * negative errno-style code, and fill a ck_err whose message names the module,
+ * parameter, tensor or rank involved.
+ *
+ * There is no hidden global state: everything the library keeps lives in the sh_world
+ * that sh_init returns, and in the objects made from it.
+ */
+#ifndef SH_WORLD_H
+#define SH_WORLD_H
+
+#include <stdint.h>
+
+#include "ck/error.h"
+
+typedef struct sh_world sh_world;
+typedef struct sh_comm sh_comm;
+
+/* Joins the job: initializes MPI unless the program already did, and works under
+ * shardrun, plain mpirun, or srun (a program started alone is a world of one).
+ * Where RANK / WORLD_SIZE / LOCAL_RANK are set (shardrun, torchrun habits) they are
+ * checked against MPI's view and a disagreement is an error that shows both. */
+int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err);
+
+/* Frees the world; finalizes MPI only when sh_init initialized it. Every comm, mesh
+ * and module made from the world must be freed first. */
+void sh_finalize(sh_world *w);
+
+int sh_world_rank(const sh_world *w);
+int sh_world_size(const sh_world *w);
+int sh_world_local_rank(const sh_world *w);   /* rank among the ranks of this host */
+int sh_world_local_size(const sh_world *w);
+sh_comm *sh_world_comm(sh_world *w);          /* all ranks */
+
+/* Bytes the library holds, by kind. PARAM: sharded parameters, unsharded parameters
+ * and post-forward shards; GRAD: sharded and unsharded gradients; OPTIM: optimizer
+ * state; COMM: flat collective buffers (transient). */
+typedef enum sh_mem_kind {
+    SH_MEM_PARAM, SH_MEM_GRAD, SH_MEM_OPTIM, SH_MEM_COMM, SH_MEM_KINDS
+} sh_mem_kind;
+
+typedef struct sh_mem_stats {
+    uint64_t cur[SH_MEM_KINDS];
+    uint64_t peak[SH_MEM_KINDS];
+    uint64_t state_cur;    /* PARAM + GRAD + OPTIM now */
+    uint64_t state_peak;   /* the peak of that sum (not the sum of the peaks) */
+} sh_mem_stats;
+
+void sh_mem_get(const sh_world *w, sh_mem_stats *out);
+/* Peaks restart from the current values. */
+void sh_mem_reset_peak(sh_world *w);
+
+#endif

@@ -1,0 +1,145 @@
+/* comm_mpi.c - the CPU backend: MPI's nonblocking collectives. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int mpi_type(ck_dtype dt, MPI_Datatype *out)
+{
+    switch (dt) {
+    case CK_F32: *out = MPI_FLOAT; return 0;
+    case CK_F64: *out = MPI_DOUBLE; return 0;
+    case CK_I32: *out = MPI_INT32_T; return 0;
+    case CK_I64: *out = MPI_INT64_T; return 0;
+    case CK_BF16:
+    case CK_F16: *out = MPI_UINT16_T; return 0;
+    default: return -EINVAL;
+    }
+}
+
+static int mpi_op(sh_world *w, ck_dtype dt, sh_reduce_op op, MPI_Op *out)
+{
+    switch (dt) {
+    case CK_BF16: *out = op == SH_SUM ? w->op_sum_bf16 : w->op_max_bf16; return 0;
+    case CK_F16: *out = op == SH_SUM ? w->op_sum_f16 : w->op_max_f16; return 0;
+    default: *out = op == SH_SUM ? MPI_SUM : MPI_MAX; return 0;
+    }
+}
+
+static int mpi_fail(sh_comm *c, const char *what, int code, ck_err *err)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, msg, &len);
+    return ck_err_set(err, -EIO, "%s on %s (rank %d of %d): %s", what, c->name, c->rank,
+                      c->size, msg);
+}
+
+#define TYPE_OR_FAIL(dt, t, what)                                                       \
+    do {                                                                                \
+        if (mpi_type(dt, &t))                                                           \
+            return ck_err_set(err, -EINVAL, "%s on %s: dtype %s is not supported",      \
+                              what, c->name, ck_dtype_name(dt) ? ck_dtype_name(dt) : "?"); \
+    } while (0)
+
+static int m_all_gather(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
+                        sh_work *w, ck_err *err)
+{
+    MPI_Datatype t;
+    TYPE_OR_FAIL(dt, t, w->what);
+    int rc = MPI_Iallgather(send, (int)count, t, recv, (int)count, t, c->mpi, &w->req);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
+}
+
+static int m_reduce_scatter(sh_comm *c, const void *send, void *recv, size_t count,
+                            ck_dtype dt, sh_reduce_op op, sh_work *w, ck_err *err)
+{
+    MPI_Datatype t;
+    MPI_Op o;
+    TYPE_OR_FAIL(dt, t, w->what);
+    mpi_op(c->world, dt, op, &o);
+    int rc = MPI_Ireduce_scatter_block(send, recv, (int)count, t, o, c->mpi, &w->req);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
+}
+
+static int m_all_reduce(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
+                        sh_reduce_op op, sh_work *w, ck_err *err)
+{
+    MPI_Datatype t;
+    MPI_Op o;
+    TYPE_OR_FAIL(dt, t, w->what);
+    mpi_op(c->world, dt, op, &o);
+    int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, o,
+                            c->mpi, &w->req);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
+}
+
+static int m_broadcast(sh_comm *c, void *buf, size_t count, ck_dtype dt, int root,
+                       sh_work *w, ck_err *err)
+{
+    MPI_Datatype t;
+    TYPE_OR_FAIL(dt, t, w->what);
+    int rc = MPI_Ibcast(buf, (int)count, t, root, c->mpi, &w->req);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
+}
+
+static int m_gather(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
+                    int root, sh_work *w, ck_err *err)
+{
+    MPI_Datatype t;
+    TYPE_OR_FAIL(dt, t, w->what);
+    int rc = MPI_Igather(send, (int)count, t, recv, (int)count, t, root, c->mpi, &w->req);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
+}
+
+static int m_barrier(sh_comm *c, sh_work *w, ck_err *err)
+{
+    int rc = MPI_Ibarrier(c->mpi, &w->req);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
+}
+
+static int m_wait(sh_work *w, ck_err *err)
+{
+    int rc = MPI_Wait(&w->req, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(w->comm, w->what, rc, err);
+}
+
+static int m_split(sh_comm *c, int color, int key, const char *name, sh_comm **out,
+                   ck_err *err)
+{
+    sh_comm *n = calloc(1, sizeof *n);
+    if (!n)
+        return ck_err_set(err, -ENOMEM, "splitting %s: out of memory", c->name);
+    int rc = MPI_Comm_split(c->mpi, color, key, &n->mpi);
+    if (rc != MPI_SUCCESS) {
+        free(n);
+        return mpi_fail(c, "split", rc, err);
+    }
+    MPI_Comm_set_errhandler(n->mpi, MPI_ERRORS_RETURN);
+    n->ops = c->ops;
+    n->world = c->world;
+    MPI_Comm_rank(n->mpi, &n->rank);
+    MPI_Comm_size(n->mpi, &n->size);
+    snprintf(n->name, sizeof n->name, "%s", name);
+    *out = n;
+    return 0;
+}
+
+static void m_destroy(sh_comm *c)
+{
+    MPI_Comm_free(&c->mpi);
+    free(c);
+}
+
+const sh_comm_ops sh_mpi_ops = {
+    .all_gather = m_all_gather,
+    .reduce_scatter = m_reduce_scatter,
+    .all_reduce = m_all_reduce,
+    .broadcast = m_broadcast,
+    .gather = m_gather,
+    .barrier = m_barrier,
+    .wait = m_wait,
+    .split = m_split,
+    .destroy = m_destroy,
+};

@@ -1,0 +1,197 @@
+/* internal.h - the training library's private structures.
+ *
+ * The comm backend is a table of operations (sh_comm_ops) so that a NCCL backend for
+ * CUDA tensors slots in beside the MPI one without touching the FSDP code, which only
+ * calls the sh_* collectives and the kernels/ functions.
+ */
+#ifndef SH_INTERNAL_H
+#define SH_INTERNAL_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "flat.h"
+#include "sh/sh.h"
+
+/* ---- comm backend ---- */
+
+typedef struct sh_comm_ops {
+    int (*all_gather)(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
+                      sh_work *w, ck_err *err);
+    int (*reduce_scatter)(sh_comm *c, const void *send, void *recv, size_t count,
+                          ck_dtype dt, sh_reduce_op op, sh_work *w, ck_err *err);
+    int (*all_reduce)(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
+                      sh_reduce_op op, sh_work *w, ck_err *err);
+    int (*broadcast)(sh_comm *c, void *buf, size_t count, ck_dtype dt, int root,
+                     sh_work *w, ck_err *err);
+    int (*gather)(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
+                  int root, sh_work *w, ck_err *err);
+    int (*barrier)(sh_comm *c, sh_work *w, ck_err *err);
+    int (*wait)(sh_work *w, ck_err *err);
+    /* A sub-communicator of the ranks with the same color, ordered by key. */
+    int (*split)(sh_comm *c, int color, int key, const char *name, sh_comm **out,
+                 ck_err *err);
+    void (*destroy)(sh_comm *c);
+} sh_comm_ops;
+
+struct sh_comm {
+    const sh_comm_ops *ops;
+    sh_world *world;
+    int rank, size;
+    char name[64];
+    MPI_Comm mpi;          /* the MPI backend's handle; a NCCL backend adds its own */
+};
+
+struct sh_work {
+    sh_comm *comm;
+    const char *what;      /* "all-gather", ... for error messages */
+    MPI_Request req;
+};
+
+extern const sh_comm_ops sh_mpi_ops;
+
+int sh_comm_split(sh_comm *c, int color, int key, const char *name, sh_comm **out,
+                  ck_err *err);
+void sh_comm_free(sh_comm *c);
+
+/* ---- world ---- */
+
+struct sh_world {
+    int rank, size, local_rank, local_size;
+    bool owns_mpi;
+    sh_comm *comm;
+    MPI_Op op_sum_bf16, op_sum_f16, op_max_bf16, op_max_f16;
+    sh_mem_stats mem;
+};
+
+/* Counted allocations: every byte of parameters, gradients, optimizer state and
+ * collective buffers goes through these, so the counters are exact. */
+void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero);
+void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes);
+
+/* ---- mesh ---- */
+
+struct sh_mesh {
+    sh_world *world;
+    ck_mesh desc;
+    uint32_t coord[CK_MAX_MESH_DIMS];
+    sh_comm *comm[CK_MAX_MESH_DIMS];
+};
+
+/* ---- modules and FSDP groups ---- */
+
+typedef struct sh_group sh_group;
+
+struct sh_param {
+    sh_module *owner;
+    char name[256];              /* full name */
+    int ndim;
+    int64_t shape[CK_MAX_NDIM];
+    size_t numel, rows, row_elems;   /* rows: dim 0 (1 for 0-D) */
+    sh_init_spec init;
+    sh_group *group;             /* NULL: not sharded */
+    bool materialized;
+    /* The local f32 shard: rows [shard_row, shard_row + shard_rows) of dim 0. For a
+     * parameter outside any group it is the whole tensor. */
+    float *shard;
+    size_t shard_row, shard_rows, shard_numel;
+    /* The unsharded parameter in param_dtype: storage only while unsharded. For a
+     * parameter outside any group it aliases `shard`. */
+    sh_tensor value;
+    float *grad_full;            /* unsharded f32 gradient, NULL when none */
+    float *grad_shard;           /* sharded f32 gradient, NULL when none */
+};
+
+struct sh_module {
+    sh_world *world;
+    sh_module *parent;
+    char name[256];              /* full name */
+    sh_forward_fn forward;
+    sh_backward_fn backward;
+    void *user;
+    sh_module **child;
+    int nchild;
+    sh_param **param;
+    int nparam;
+    sh_group *group;             /* set by fully_shard */
+};
+
+typedef enum group_state {
+    GS_SHARDED,                  /* only the shards exist */
+    GS_POSTFWD,                  /* resharded to the smaller post-forward world */
+    GS_UNSHARDING,               /* all-gather in flight */
+    GS_UNSHARDED,
+} group_state;
+
+/* One FSDP root's bookkeeping: its groups and the orders of the last forward. */
+typedef struct sh_fsdp_root {
+    sh_group **groups;           /* every group under the root, root's group last */
+    int ngroups;
+    sh_group **fwd_order, **prev_fwd_order;   /* pre-forward order, this / last pass */
+    int nfwd, nprev_fwd;
+    sh_group **post_fwd_order;   /* post-forward order of this pass (backward prefetch) */
+    int npost_fwd;
+} sh_fsdp_root;
+
+struct sh_group {
+    sh_module *module;
+    sh_mesh *mesh;
+    sh_fsdp_opts opts;
+    sh_param **param;
+    int nparam;
+    ck_dtype pdt, rdt;           /* resolved param and reduce dtypes */
+    sh_comm *shard_comm, *rep_comm;  /* rep_comm NULL on a 1-D mesh */
+    int W, r, R;                 /* shard world, shard rank, replicas */
+    bool reshard_after_forward;  /* resolved at lazy init (root: false when unset) */
+    int pf_world;                /* >1: reshard to this many ranks after forward */
+    sh_comm *pf_comm;
+    /* Flat layouts at the shard world, per dtype: f32 (shards, gradients), param
+     * dtype (all-gather), reduce dtype (reduce-scatter); and at the post-forward world
+     * in param dtype. Slots are measured in bytes of their dtype. */
+    k_seg *seg_f32, *seg_p, *seg_r, *seg_pf;
+    size_t slot_f32, slot_p, slot_r, slot_pf, slot_elems;
+    group_state state;
+    bool in_backward;
+    bool sync;                   /* requires_gradient_sync */
+    sh_work *ag_work;
+    void *ag_in, *ag_out;        /* this rank's slot and the gathered slots (param
+                                    dtype) while UNSHARDING */
+    size_t ag_in_bytes, ag_out_bytes;
+    bool ag_from_pf;             /* gathering the post-forward shards */
+    void *pf_shard;              /* post-forward shard (param dtype) */
+    /* In-flight gradient reduction, finished at the end of backward. */
+    sh_work *rs_work, *ar_work;
+    void *rs_in;                 /* the chunk-cat slots, reduce dtype */
+    void *rs_out;                /* this rank's reduced slot (reduce dtype) */
+    bool rs_pending;
+    bool fwd_set, bwd_set;       /* explicit prefetch lists given */
+    sh_group **fwd_prefetch, **bwd_prefetch;
+    int nfwd_prefetch, nbwd_prefetch;
+    sh_fsdp_root *root;          /* set on the root group at lazy init */
+    bool is_root;
+    int post_fwd_index;          /* index in the root's post_fwd_order, -1 if none */
+};
+
+/* Visits every module under root (root first, pre-order). */
+typedef int (*sh_module_visit_fn)(sh_module *m, void *arg, ck_err *err);
+int sh_module_walk(sh_module *root, sh_module_visit_fn fn, void *arg, ck_err *err);
+
+/* The FSDP root group above m (m's own when m is the root), or NULL. */
+sh_group *sh_fsdp_root_group(sh_module *m);
+/* FSDP's pieces that module.c's hooks call. */
+int sh_fsdp_pre_forward(sh_group *g, ck_err *err);
+int sh_fsdp_post_forward(sh_group *g, ck_err *err);
+int sh_fsdp_pre_backward(sh_group *g, ck_err *err);
+int sh_fsdp_post_backward(sh_group *g, ck_err *err);
+int sh_fsdp_finish_backward(sh_group *root, ck_err *err);
+void sh_group_free(sh_group *g);
+
+/* The optimizer's parameters and f32 state, for the state dict. */
+int sh_adamw_num_params(const sh_adamw *o);
+sh_param *sh_adamw_param(const sh_adamw *o, int i);
+float *sh_adamw_exp_avg(const sh_adamw *o, int i);
+float *sh_adamw_exp_avg_sq(const sh_adamw *o, int i);
+void sh_param_free_storage(sh_param *p);
+
+#endif

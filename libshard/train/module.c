@@ -1,0 +1,301 @@
+/* module.c - the module tree, parameters, materialization, and the hooks that
+ * sh_module_forward / sh_module_backward run around the callbacks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int grow(void **arr, int n, size_t elem)
+{
+    void *p = realloc(*arr, (size_t)(n + 1) * elem);
+    if (!p)
+        return -ENOMEM;
+    *arr = p;
+    return 0;
+}
+
+int sh_module_new(sh_world *w, sh_module *parent, const char *name, sh_forward_fn forward,
+                  sh_backward_fn backward, void *user, sh_module **out, ck_err *err)
+{
+    *out = NULL;
+    sh_module *m = calloc(1, sizeof *m);
+    if (!m)
+        return ck_err_set(err, -ENOMEM, "module '%s': out of memory", name);
+    m->world = w;
+    m->parent = parent;
+    m->forward = forward;
+    m->backward = backward;
+    m->user = user;
+    int len;
+    if (!parent)
+        len = snprintf(m->name, sizeof m->name, "%s", "");
+    else if (parent->name[0])
+        len = snprintf(m->name, sizeof m->name, "%s.%s", parent->name, name);
+    else
+        len = snprintf(m->name, sizeof m->name, "%s", name);
+    if (len >= (int)sizeof m->name) {
+        free(m);
+        return ck_err_set(err, -ENAMETOOLONG, "module name '%s' is too long", name);
+    }
+    if (parent) {
+        if (parent->group) {
+            free(m);
+            return ck_err_set(err, -EINVAL, "module '%s' cannot get a child '%s' after "
+                              "fully_shard", parent->name, name);
+        }
+        if (grow((void **)&parent->child, parent->nchild, sizeof *parent->child)) {
+            free(m);
+            return ck_err_set(err, -ENOMEM, "module '%s': out of memory", name);
+        }
+        parent->child[parent->nchild++] = m;
+    }
+    *out = m;
+    return 0;
+}
+
+void sh_param_free_storage(sh_param *p)
+{
+    sh_world *w = p->owner->world;
+    if (p->group)
+        sh_free(w, SH_MEM_PARAM, p->value.data, p->value.cap);
+    p->value.data = NULL;
+    p->value.cap = 0;
+    sh_free(w, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
+    sh_free(w, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
+    sh_free(w, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
+    p->shard = p->grad_full = p->grad_shard = NULL;
+    p->materialized = false;
+}
+
+void sh_module_free(sh_module *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->nchild; i++)
+        sh_module_free(m->child[i]);
+    /* The group first: it may hold buffers of in-flight collectives. */
+    sh_group_free(m->group);
+    for (int i = 0; i < m->nparam; i++) {
+        sh_param_free_storage(m->param[i]);
+        free(m->param[i]);
+    }
+    free(m->param);
+    free(m->child);
+    free(m);
+}
+
+const char *sh_module_name(const sh_module *m) { return m->name; }
+sh_world *sh_module_world(const sh_module *m) { return m->world; }
+int sh_module_num_children(const sh_module *m) { return m->nchild; }
+sh_module *sh_module_child(const sh_module *m, int i) { return m->child[i]; }
+
+int sh_module_walk(sh_module *root, sh_module_visit_fn fn, void *arg, ck_err *err)
+{
+    int rc = fn(root, arg, err);
+    for (int i = 0; !rc && i < root->nchild; i++)
+        rc = sh_module_walk(root->child[i], fn, arg, err);
+    return rc;
+}
+
+int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
+                 sh_init_spec init, sh_param **out, ck_err *err)
+{
+    *out = NULL;
+    if (ndim < 0 || ndim > CK_MAX_NDIM)
+        return ck_err_set(err, -EINVAL, "parameter '%s' of module '%s': %d dims (max %d)",
+                          name, m->name, ndim, CK_MAX_NDIM);
+    if (m->group)
+        return ck_err_set(err, -EINVAL, "parameter '%s' added to module '%s' after "
+                          "fully_shard", name, m->name);
+    sh_param *p = calloc(1, sizeof *p);
+    if (!p)
+        return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory", name);
+    p->owner = m;
+    int len = m->name[0] ? snprintf(p->name, sizeof p->name, "%s.%s", m->name, name)
+                         : snprintf(p->name, sizeof p->name, "%s", name);
+    if (len >= (int)sizeof p->name) {
+        free(p);
+        return ck_err_set(err, -ENAMETOOLONG, "parameter name '%s' is too long", name);
+    }
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            free(p);
+            return ck_err_set(err, -EINVAL, "parameter '%s': negative size in dim %d",
+                              p->name, d);
+        }
+        p->shape[d] = shape[d];
+        p->numel *= (size_t)shape[d];
+    }
+    p->rows = ndim ? (size_t)shape[0] : 1;
+    p->row_elems = 1;
+    for (int d = 1; d < ndim; d++)
+        p->row_elems *= (size_t)shape[d];
+    p->init = init;
+    p->value.dtype = CK_F32;
+    p->value.device = SH_META;
+    p->value.ndim = ndim;
+    memcpy(p->value.shape, p->shape, sizeof p->shape);
+    p->value.numel = p->numel;
+    if (grow((void **)&m->param, m->nparam, sizeof *m->param)) {
+        free(p);
+        return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory", p->name);
+    }
+    m->param[m->nparam++] = p;
+    *out = p;
+    return 0;
+}
+
+const char *sh_param_name(const sh_param *p) { return p->name; }
+int sh_param_ndim(const sh_param *p) { return p->ndim; }
+const int64_t *sh_param_shape(const sh_param *p) { return p->shape; }
+
+static int materialize(sh_module *m, void *arg, ck_err *err)
+{
+    (void)arg;
+    for (int i = 0; i < m->nparam; i++) {
+        sh_param *p = m->param[i];
+        if (p->materialized)
+            continue;
+        uint64_t off = 0, len = p->rows;
+        if (p->group)
+            ck_chunk(p->rows, (uint64_t)p->group->W, (uint64_t)p->group->r, &off, &len);
+        p->shard_row = off;
+        p->shard_rows = len;
+        p->shard_numel = p->shard_rows * p->row_elems;
+        if (p->shard_numel) {
+            p->shard = sh_alloc(m->world, SH_MEM_PARAM, p->shard_numel * sizeof(float), true);
+            if (!p->shard)
+                return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory for its "
+                                  "%zu-element shard", p->name, p->shard_numel);
+        }
+        p->materialized = true;
+        p->value.device = SH_CPU;
+        if (!p->group) {
+            /* An unsharded parameter is its own full value. */
+            p->value.data = p->shard;
+            p->value.dtype = CK_F32;
+        }
+    }
+    return 0;
+}
+
+int sh_module_to_empty(sh_module *root, sh_device dev, ck_err *err)
+{
+    if (dev == SH_CUDA)
+        return ck_err_set(err, -ENOTSUP, "module '%s': to_empty on CUDA needs the GPU "
+                          "backend, which this build lacks", root->name);
+    if (dev != SH_CPU)
+        return ck_err_set(err, -EINVAL, "module '%s': to_empty needs a real device",
+                          root->name);
+    return sh_module_walk(root, materialize, NULL, err);
+}
+
+static int reset(sh_module *m, void *arg, ck_err *err)
+{
+    uint64_t seed = *(const uint64_t *)arg;
+    for (int i = 0; i < m->nparam; i++) {
+        sh_param *p = m->param[i];
+        if (!p->materialized)
+            return ck_err_set(err, -EINVAL, "parameter '%s' is on META: call "
+                              "sh_module_to_empty before reset_parameters", p->name);
+        sh_init_fill(&p->init, seed, p->name, p->shard_row * p->row_elems, p->shard,
+                     p->shard_numel);
+    }
+    return 0;
+}
+
+int sh_module_reset_parameters(sh_module *root, uint64_t seed, ck_err *err)
+{
+    return sh_module_walk(root, reset, &seed, err);
+}
+
+int sh_param_value(sh_param *p, sh_tensor **out, ck_err *err)
+{
+    *out = NULL;
+    if (!p->materialized)
+        return ck_err_set(err, -EPERM, "parameter '%s' is on META: call sh_module_to_empty "
+                          "first", p->name);
+    if (p->group && p->group->state != GS_UNSHARDED)
+        return ck_err_set(err, -EPERM,
+                          "parameter '%s' is sharded (rank %d holds rows %zu..%zu only): "
+                          "run module '%s' through sh_module_forward / sh_module_backward "
+                          "so that FSDP's hooks unshard it", p->name,
+                          p->owner->world->rank, p->shard_row, p->shard_row + p->shard_rows,
+                          p->group->module->name);
+    *out = &p->value;
+    return 0;
+}
+
+int sh_param_grad(sh_param *p, float **out, ck_err *err)
+{
+    *out = NULL;
+    if (!p->materialized)
+        return ck_err_set(err, -EPERM, "parameter '%s' is on META", p->name);
+    if (p->group && !(p->group->in_backward && p->group->state == GS_UNSHARDED))
+        return ck_err_set(err, -EPERM,
+                          "gradient of parameter '%s' requested outside backward: run "
+                          "module '%s' through sh_module_backward", p->name,
+                          p->group->module->name);
+    if (!p->grad_full && p->numel) {
+        p->grad_full = sh_alloc(p->owner->world, SH_MEM_GRAD, p->numel * sizeof(float), true);
+        if (!p->grad_full)
+            return ck_err_set(err, -ENOMEM, "gradient of '%s': out of memory", p->name);
+    }
+    *out = p->grad_full;
+    return 0;
+}
+
+int sh_module_forward(sh_module *m, const sh_tensor *in, sh_tensor *out, ck_err *err)
+{
+    sh_group *g = m->group;
+    int rc = g ? sh_fsdp_pre_forward(g, err) : 0;
+    if (rc)
+        return ck_err_set(err, rc, "before forward of module '%s'", m->name);
+    const sh_tensor *arg = in;
+    sh_tensor cast_in = SH_TENSOR_INIT;
+    if (g && g->opts.mp.cast_forward_inputs && g->opts.mp.param_dtype && in &&
+        in->dtype != g->pdt) {
+        rc = sh_tensor_resize(&cast_in, g->pdt, in->ndim, in->shape, err);
+        if (!rc)
+            rc = sh_cast(cast_in.data, g->pdt, in->data, in->dtype, in->numel, err);
+        arg = &cast_in;
+    }
+    if (!rc && m->forward)
+        rc = m->forward(m, arg, out, m->user, err);
+    sh_tensor_free(&cast_in);
+    if (rc)
+        return ck_err_set(err, rc, "forward of module '%s'", m->name);
+    if (g) {
+        rc = sh_fsdp_post_forward(g, err);
+        if (!rc && g->opts.mp.output_dtype && out)
+            rc = sh_tensor_cast(out, g->opts.mp.output_dtype, err);
+        if (rc)
+            return ck_err_set(err, rc, "after forward of module '%s'", m->name);
+    }
+    return 0;
+}
+
+int sh_module_backward(sh_module *m, const sh_tensor *grad_out, sh_tensor *grad_in,
+                       ck_err *err)
+{
+    sh_group *g = m->group;
+    int rc = g ? sh_fsdp_pre_backward(g, err) : 0;
+    if (rc)
+        return ck_err_set(err, rc, "before backward of module '%s'", m->name);
+    if (m->backward) {
+        rc = m->backward(m, grad_out, grad_in, m->user, err);
+        if (rc)
+            return ck_err_set(err, rc, "backward of module '%s'", m->name);
+    }
+    if (g) {
+        rc = sh_fsdp_post_backward(g, err);
+        if (!rc && g->is_root)
+            rc = sh_fsdp_finish_backward(g, err);
+        if (rc)
+            return ck_err_set(err, rc, "after backward of module '%s'", m->name);
+    }
+    return 0;
+}

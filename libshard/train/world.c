@@ -1,0 +1,165 @@
+/* world.c - joining the job (sh_init) and the memory counters. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cast_elem.h"
+#include "internal.h"
+
+/* Reductions MPI has no type for: bf16 and f16 travel as MPI_UINT16_T with these ops,
+ * widening each pair to f32 and rounding the result once, as NCCL does. */
+#define HALF_OP(fn, to_f32, from_f32, combine)                                          \
+    static void fn(void *in, void *inout, int *len, MPI_Datatype *dt)                   \
+    {                                                                                   \
+        (void)dt;                                                                       \
+        const uint16_t *a = in;                                                         \
+        uint16_t *b = inout;                                                            \
+        for (int i = 0; i < *len; i++) {                                                \
+            float x = to_f32(a[i]), y = to_f32(b[i]);                                   \
+            b[i] = from_f32(combine(x, y));                                             \
+        }                                                                               \
+    }
+#define ADD(x, y) ((x) + (y))
+#define MAX(x, y) ((x) > (y) || (y) != (y) ? (x) : (y))
+HALF_OP(sum_bf16, k_bf16_to_f32_elem, k_f32_to_bf16_elem, ADD)
+HALF_OP(sum_f16, k_f16_to_f32_elem, k_f32_to_f16_elem, ADD)
+HALF_OP(max_bf16, k_bf16_to_f32_elem, k_f32_to_bf16_elem, MAX)
+HALF_OP(max_f16, k_f16_to_f32_elem, k_f32_to_f16_elem, MAX)
+
+/* An env var as an int, or -1 when unset or not a number. */
+static int env_int(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end || v < 0 || v > (1 << 30) ? -1 : (int)v;
+}
+
+/* A launcher's view that disagrees with MPI's means two launchers were nested or a
+ * script exported stale variables: training would silently mis-shard, so stop. */
+static int check_env(const char *name, int mpi_value, const char *what, ck_err *err)
+{
+    int v = env_int(name);
+    if (v >= 0 && v != mpi_value)
+        return ck_err_set(err, -EINVAL,
+                          "%s=%d but MPI says this process's %s is %d: the launcher's "
+                          "environment does not match the MPI job", name, v, what,
+                          mpi_value);
+    return 0;
+}
+
+int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err)
+{
+    *out = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return ck_err_set(err, -EIO, "MPI_Init_thread failed");
+    }
+    sh_world *w = calloc(1, sizeof *w);
+    if (!w)
+        return ck_err_set(err, -ENOMEM, "sh_init: out of memory");
+    w->owns_mpi = !inited;
+    MPI_Comm world, local;
+    MPI_Comm_dup(MPI_COMM_WORLD, &world);
+    MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(world, &w->rank);
+    MPI_Comm_size(world, &w->size);
+    /* Ranks sharing memory are the ranks of this host, whatever the launcher. */
+    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &w->local_rank);
+    MPI_Comm_size(local, &w->local_size);
+    MPI_Comm_free(&local);
+    MPI_Op_create(sum_bf16, 1, &w->op_sum_bf16);
+    MPI_Op_create(sum_f16, 1, &w->op_sum_f16);
+    MPI_Op_create(max_bf16, 1, &w->op_max_bf16);
+    MPI_Op_create(max_f16, 1, &w->op_max_f16);
+
+    sh_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        MPI_Comm_free(&world);
+        sh_finalize(w);
+        return ck_err_set(err, -ENOMEM, "sh_init: out of memory");
+    }
+    c->ops = &sh_mpi_ops;
+    c->world = w;
+    c->mpi = world;
+    c->rank = w->rank;
+    c->size = w->size;
+    snprintf(c->name, sizeof c->name, "world");
+    w->comm = c;
+
+    int rc = check_env("RANK", w->rank, "rank", err);
+    if (!rc)
+        rc = check_env("WORLD_SIZE", w->size, "world size", err);
+    if (!rc)
+        rc = check_env("LOCAL_RANK", w->local_rank, "local rank", err);
+    if (rc) {
+        ck_err_set(err, rc, "rank %d", w->rank);
+        sh_finalize(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+void sh_finalize(sh_world *w)
+{
+    if (!w)
+        return;
+    sh_comm_free(w->comm);
+    MPI_Op_free(&w->op_sum_bf16);
+    MPI_Op_free(&w->op_sum_f16);
+    MPI_Op_free(&w->op_max_bf16);
+    MPI_Op_free(&w->op_max_f16);
+    if (w->owns_mpi)
+        MPI_Finalize();
+    free(w);
+}
+
+int sh_world_rank(const sh_world *w) { return w->rank; }
+int sh_world_size(const sh_world *w) { return w->size; }
+int sh_world_local_rank(const sh_world *w) { return w->local_rank; }
+int sh_world_local_size(const sh_world *w) { return w->local_size; }
+sh_comm *sh_world_comm(sh_world *w) { return w->comm; }
+
+void sh_mem_get(const sh_world *w, sh_mem_stats *out) { *out = w->mem; }
+
+void sh_mem_reset_peak(sh_world *w)
+{
+    memcpy(w->mem.peak, w->mem.cur, sizeof w->mem.peak);
+    w->mem.state_peak = w->mem.state_cur;
+}
+
+void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
+{
+    if (bytes == 0)
+        return NULL;
+    void *p = zero ? calloc(1, bytes) : malloc(bytes);
+    if (!p)
+        return NULL;
+    sh_mem_stats *m = &w->mem;
+    m->cur[kind] += bytes;
+    if (m->cur[kind] > m->peak[kind])
+        m->peak[kind] = m->cur[kind];
+    if (kind != SH_MEM_COMM) {
+        m->state_cur += bytes;
+        if (m->state_cur > m->state_peak)
+            m->state_peak = m->state_cur;
+    }
+    return p;
+}
+
+void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    free(p);
+    w->mem.cur[kind] -= bytes;
+    if (kind != SH_MEM_COMM)
+        w->mem.state_cur -= bytes;
+}

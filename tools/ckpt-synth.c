@@ -1,0 +1,287 @@
+/* ckpt-synth - writes a synthetic checkpoint, as if every rank of a mesh saved.
+ *
+ * Every element comes from the formula in ck/synth.h, so any test can recompute any
+ * byte of the result, of an export or of a reshard. It streams: bytes are generated
+ * block by block as the writer asks, so memory stays bounded whatever the size. It
+ * prints the write throughput, so it doubles as a storage benchmark.
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck/ckpt.h"
+#include "ck/save.h"
+#include "ck/synth.h"
+#include "tool.h"
+
+static const char *prog = "ckpt-synth";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: ckpt-synth ROOT --name NAME --mesh SHAPE --tensors N --bytes SIZE [options]\n"
+"\n"
+"Writes a committed checkpoint ROOT/NAME whose tensor i is named t{i}, is 2-D, and\n"
+"holds at element k (row-major) the low itemsize bytes of\n"
+"splitmix64(seed ^ (i << 40) ^ k), little-endian.\n"
+"\n"
+"  --name NAME          checkpoint name ([A-Za-z0-9._-])\n"
+"  --mesh SHAPE         mesh the ranks form, e.g. 2x4\n"
+"  --dims NAMES         mesh dim names, e.g. replicate,shard\n"
+"  --placements P       one per mesh dim, e.g. 'R,S(0)' (default: S(0) on the last\n"
+"                       mesh dim, R on the others)\n"
+"  --tensors N          number of tensors\n"
+"  --bytes SIZE         total bytes of the full tensors (KiB/MiB/GiB or KB/MB/GB)\n"
+"  --dtype T            f32 (default), bf16, f16, f64, i64, i32, i16, i8, u8, bool\n"
+"  --uneven             sizes that do not divide by the shard count; some shards empty\n"
+"  --seed S             formula seed (default 0)\n"
+"  --step N             training step recorded in the checkpoint (default 0)\n"
+"  --no-hash            do not record SHA-256 block hashes\n"
+"  --block-size SIZE    hash block (default 4MiB)\n"
+"  --hash-threads N     hash workers (default: one per CPU)\n"
+"  --json               print the result as JSON\n"
+"  -h, --help           this text\n"
+"\n"
+"Exit status: 0 written, 2 usage or I/O error.\n");
+}
+
+typedef struct opts {
+    const char *root, *name, *mesh, *dims, *placements;
+    uint64_t tensors, bytes, seed, step;
+    ck_dtype dtype;
+    bool uneven, no_hash, json;
+    uint32_t block_size;
+    unsigned hash_threads;
+} opts;
+
+static int parse(int argc, char **argv, opts *o)
+{
+    enum { O_NAME = 256, O_MESH, O_DIMS, O_PL, O_TENSORS, O_BYTES, O_DTYPE, O_UNEVEN, O_SEED,
+           O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON };
+    static const struct option lo[] = {
+        { "name", 1, 0, O_NAME }, { "mesh", 1, 0, O_MESH }, { "dims", 1, 0, O_DIMS },
+        { "placements", 1, 0, O_PL }, { "tensors", 1, 0, O_TENSORS }, { "bytes", 1, 0, O_BYTES },
+        { "dtype", 1, 0, O_DTYPE }, { "uneven", 0, 0, O_UNEVEN }, { "seed", 1, 0, O_SEED },
+        { "step", 1, 0, O_STEP }, { "no-hash", 0, 0, O_NOHASH }, { "block-size", 1, 0, O_BLOCK },
+        { "hash-threads", 1, 0, O_HT }, { "json", 0, 0, O_JSON }, { "help", 0, 0, 'h' },
+        { 0, 0, 0, 0 },
+    };
+    *o = (opts){ .dtype = CK_F32 };
+    ck_err err = { 0 };
+    int c;
+    uint64_t v;
+    char *end;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case O_NAME: o->name = optarg; break;
+        case O_MESH: o->mesh = optarg; break;
+        case O_DIMS: o->dims = optarg; break;
+        case O_PL: o->placements = optarg; break;
+        case O_UNEVEN: o->uneven = true; break;
+        case O_NOHASH: o->no_hash = true; break;
+        case O_JSON: o->json = true; break;
+        case O_TENSORS:
+        case O_SEED:
+        case O_STEP:
+        case O_HT:
+            errno = 0;
+            v = strtoull(optarg, &end, 0);
+            if (errno || *end || optarg[0] == '-' || !optarg[0]) {
+                tool_error(prog, "--%s: '%s' is not a number", lo[c - O_NAME].name, optarg);
+                return -EINVAL;
+            }
+            if (c == O_TENSORS) o->tensors = v;
+            else if (c == O_SEED) o->seed = v;
+            else if (c == O_STEP) o->step = v;
+            else o->hash_threads = (unsigned)(v > 256 ? 256 : v);
+            break;
+        case O_BYTES:
+        case O_BLOCK:
+            if (ck_size_parse(optarg, &v, &err) < 0) {
+                tool_error(prog, "--%s: %s", c == O_BYTES ? "bytes" : "block-size", ck_err_msg(&err));
+                return -EINVAL;
+            }
+            if (c == O_BYTES) {
+                o->bytes = v;
+            } else if (v < 4096 || v > (256u << 20) || (v & (v - 1))) {
+                tool_error(prog, "--block-size: %s is not a power of two in 4KiB..256MiB", optarg);
+                return -EINVAL;
+            } else {
+                o->block_size = (uint32_t)v;
+            }
+            break;
+        case O_DTYPE:
+            if (ck_dtype_parse(optarg, &o->dtype, &err) < 0) {
+                tool_error(prog, "--dtype: %s", ck_err_msg(&err));
+                return -EINVAL;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            exit(EXIT_OK);
+        default:
+            usage(stderr);
+            return -EINVAL;
+        }
+    }
+    if (optind != argc - 1) {
+        tool_error(prog, optind >= argc ? "missing ROOT" : "unexpected argument '%s'",
+                   argv[optind + (optind < argc)]);
+        return -EINVAL;
+    }
+    o->root = argv[optind];
+    const char *miss = !o->name ? "--name" : !o->mesh ? "--mesh" : !o->tensors ? "--tensors"
+                     : !o->bytes ? "--bytes" : NULL;
+    if (miss) {
+        tool_error(prog, "%s is required (and non-zero); see --help", miss);
+        return -EINVAL;
+    }
+    if (o->tensors > 1000000) {
+        tool_error(prog, "--tensors %llu: at most 1000000", (unsigned long long)o->tensors);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Shape of tensor i: 2-D, about bytes/itemsize elements. Dims sharded into p parts
+ * divide evenly, or with --uneven deliberately do not: even tensors get a short last
+ * shard, odd ones p-1 rows so that the last shard of each group is empty. */
+static void shape_of(const opts *o, uint64_t i, const uint64_t parts[2], uint64_t shape[2])
+{
+    uint64_t per = o->bytes / o->tensors + (i < o->bytes % o->tensors ? 1 : 0);
+    uint64_t elems = per / ck_dtype_size(o->dtype);
+    if (elems == 0)
+        elems = 1;
+    uint64_t cols = 1;
+    while (cols * cols * 4 <= elems && cols < 4096)
+        cols *= 2;
+    uint64_t rows = elems / cols;
+    if (!o->uneven) {
+        rows = rows / parts[0] * parts[0];
+        cols = cols / parts[1] * parts[1];
+        if (rows == 0)
+            rows = parts[0];
+        if (cols == 0)
+            cols = parts[1];
+    } else {
+        if (parts[0] > 1 && i % 2 == 1) {
+            rows = parts[0] - 1;
+            cols = elems / rows ? elems / rows : 1;
+        } else if (parts[0] > 1 && rows % parts[0] == 0) {
+            rows += 1;
+        }
+        if (parts[1] > 1 && cols % parts[1] == 0)
+            cols += 1;
+    }
+    shape[0] = rows;
+    shape[1] = cols;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (parse(argc, argv, &o) < 0)
+        return EXIT_USAGE;
+    ck_err err = { 0 };
+    ck_mesh mesh;
+    ck_placement pl[CK_MAX_MESH_DIMS];
+    if (ck_mesh_parse(o.mesh, o.dims, &mesh, &err) < 0 ||
+        (o.placements ? ck_placements_parse(o.placements, mesh.ndim, 2, pl, &err)
+                      : (ck_placements_default(mesh.ndim, pl), 0)) < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
+        return EXIT_USAGE;
+    }
+    uint64_t parts[2] = { 1, 1 };
+    for (int d = 0; d < mesh.ndim; d++)
+        if (pl[d].kind == CK_SHARD)
+            parts[pl[d].dim] *= mesh.size[d];
+    uint64_t world = ck_mesh_world(&mesh);
+
+    tool_progress prog_line;
+    tool_progress_init(&prog_line, prog, "ckpt-synth: writing");
+    ck_save_opts so = { .block_size = o.block_size, .no_hash = o.no_hash,
+                        .hash_threads = o.hash_threads, .log = tool_log,
+                        .progress = tool_progress_update, .cb_arg = &prog_line };
+    ck_save *s;
+    int r = ck_save_begin(&s, o.root, o.name, o.step, &mesh, &so, &err);
+    if (r < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
+        return tool_exit_code(r);
+    }
+    /* One generator per written shard: it lives until the commit has drained it. */
+    ck_synth_src *srcs = NULL;
+    size_t nsrc = 0, cap = 0;
+    char name[32];
+    for (uint64_t i = 0; i < o.tensors && r == 0; i++) {
+        uint64_t shape[2];
+        shape_of(&o, i, parts, shape);
+        snprintf(name, sizeof name, "t%llu", (unsigned long long)i);
+        if ((r = ck_save_tensor(s, name, o.dtype, 2, shape, pl, &err)) < 0)
+            break;
+        for (uint64_t rank = 0; rank < world && r == 0; rank++) {
+            if (!ck_save_writes(s, name, rank))
+                continue;
+            if (nsrc == cap) {
+                cap = cap ? cap * 2 : 256;
+                ck_synth_src *p = realloc(srcs, cap * sizeof *p);
+                if (!p) {
+                    r = -ENOMEM;
+                    break;
+                }
+                srcs = p;
+            }
+            ck_synth_src *g = &srcs[nsrc];
+            *g = (ck_synth_src){ .seed = o.seed, .tensor = (uint32_t)i,
+                                 .itemsize = ck_dtype_size(o.dtype), .ndim = 2,
+                                 .shape = { shape[0], shape[1] } };
+            uint32_t coord[CK_MAX_MESH_DIMS];
+            ck_mesh_coord(&mesh, rank, coord);
+            ck_shard_box(2, shape, &mesh, pl, coord, &g->box);
+            nsrc++;
+        }
+    }
+    /* Register fills only after the array stops moving. */
+    for (size_t j = 0, k = 0; r == 0 && k < o.tensors; k++) {
+        snprintf(name, sizeof name, "t%llu", (unsigned long long)k);
+        for (uint64_t rank = 0; rank < world && r == 0; rank++) {
+            if (!ck_save_writes(s, name, rank))
+                continue;
+            r = ck_save_shard_fill(s, name, rank, ck_synth_fill, &srcs[j++], &err);
+        }
+    }
+    if (r < 0) {
+        tool_error(prog, "%s", r == -ENOMEM ? "out of memory" : ck_err_msg(&err));
+        ck_save_abort(s);
+        free(srcs);
+        return tool_exit_code(r);
+    }
+    ck_save_stats st;
+    r = ck_save_commit(s, &st, &err);
+    tool_progress_done(&prog_line);
+    free(srcs);
+    if (r < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
+        return tool_exit_code(r);
+    }
+    double gbs = st.write_seconds > 0 ? (double)st.file_bytes / st.write_seconds / 1e9 : 0;
+    if (o.json) {
+        json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:b, s:b}",
+                              "name", o.name, "mesh", o.mesh, "tensors", (json_int_t)o.tensors,
+                              "tensor_bytes", (json_int_t)st.tensor_bytes,
+                              "file_bytes", (json_int_t)st.file_bytes,
+                              "write_seconds", st.write_seconds, "total_seconds", st.total_seconds,
+                              "write_gbps", gbs, "hashed", !o.no_hash, "direct", st.direct);
+        json_dumpf(j, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+        json_decref(j);
+    } else {
+        char a[32];
+        printf("%s: committed %s/%s: %llu tensors, %s on mesh %s\n", prog, o.root, o.name,
+               (unsigned long long)o.tensors, tool_bytes(st.file_bytes, a, sizeof a), o.mesh);
+        printf("%s: write %.3f s, %.2f GB/s (%s, %s); commit total %.3f s\n", prog,
+               st.write_seconds, gbs, o.no_hash ? "no hashing" : "SHA-256 on",
+               st.direct ? "O_DIRECT" : "buffered", st.total_seconds);
+    }
+    return EXIT_OK;
+}
