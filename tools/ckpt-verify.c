@@ -1,0 +1,219 @@
+/* ckpt-verify - checks checkpoints: structure always, every data byte with --deep.
+ *
+ * It reports every problem it finds, each naming the tensor, shard or file, and
+ * never writes to what it reads.
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck/catalog.h"
+#include "ck/verify.h"
+#include "tool.h"
+
+static const char *prog = "ckpt-verify";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: ckpt-verify ROOT [NAME] [--deep] [--threads N] [--json]\n"
+"\n"
+"Checks checkpoint NAME of ROOT, or every committed checkpoint of ROOT: the format\n"
+"version is known, every record decodes, data files exist with their recorded sizes,\n"
+"extents lie inside their files and never overlap, each shard is where its\n"
+"placements put it, and every element of every tensor is covered by exactly one\n"
+"shard. Without NAME it also reports incomplete saves left under ROOT/.pending.\n"
+"\n"
+"  --deep        also re-read every data block and compare its SHA-256 with the\n"
+"                manifest (in parallel); a mismatch names the tensors it holds\n"
+"  --threads N   hash threads for --deep (default: one per CPU)\n"
+"  --json        machine-readable output\n"
+"  -h, --help    this text\n"
+"\n"
+"Exit status: 0 every checkpoint is good, 1 a problem was found (or an incomplete\n"
+"save lies under .pending), 2 usage or I/O error.\n");
+}
+
+typedef struct ctx {
+    bool json;
+    json_t *problems;        /* of the checkpoint being checked */
+    const char *name;
+    tool_progress prog_line;
+} ctx;
+
+static void on_problem(void *arg, const char *msg)
+{
+    ctx *c = arg;
+    if (c->json) {
+        json_array_append_new(c->problems, json_string(msg));
+    } else {
+        tool_progress_done(&c->prog_line);
+        printf("%s: %s\n", c->name, msg);
+    }
+}
+
+static void on_progress(void *arg, uint64_t done, uint64_t total)
+{
+    tool_progress_update(&((ctx *)arg)->prog_line, done, total);
+}
+
+/* Verifies one checkpoint; returns its exit code. */
+static int verify_one(const char *root, const char *name, bool deep, unsigned threads,
+                      ctx *c, json_t *out)
+{
+    ck_err err = { 0 };
+    ck_ckpt *ck;
+    c->name = name;
+    c->problems = json_array();
+    json_t *j = json_pack("{s:s}", "name", name);
+    int code = EXIT_OK;
+    int r = ck_open(root, name, &ck, &err);
+    if (r == -ENOENT) {
+        /* Maybe it never got past .pending: say so rather than "no such". */
+        ck_scan sc;
+        bool pending = false;
+        if (ck_root_scan(root, &sc, NULL) == 0) {
+            size_t n = strlen(name);
+            for (size_t i = 0; i < sc.n_pending && !pending; i++)
+                pending = !strncmp(sc.pending[i], name, n) && sc.pending[i][n] == '.';
+            ck_scan_free(&sc);
+        }
+        if (pending) {
+            ck_err_clear(&err);
+            ck_err_set(&err, -EBADMSG, "%s is an incomplete save under %s/%s: it was never "
+                       "committed", name, root, CK_PENDING);
+            r = -EBADMSG;
+        }
+    }
+    if (r < 0) {
+        code = tool_exit_code(r);
+        if (c->json)
+            json_array_append_new(c->problems, json_string(ck_err_msg(&err)));
+        else
+            tool_error(prog, "%s", ck_err_msg(&err));
+    } else {
+        ck_verify_result res;
+        tool_progress_init(&c->prog_line, prog, "ckpt-verify: hashing");
+        ck_verify_opts o = { .deep = deep, .threads = threads, .problem = on_problem,
+                             .progress = on_progress, .cb_arg = c };
+        r = ck_verify(ck, &o, &res, &err);
+        tool_progress_done(&c->prog_line);
+        ck_close(ck);
+        if (r < 0) {
+            code = EXIT_USAGE;
+            tool_error(prog, "%s: %s", name, ck_err_msg(&err));
+        } else {
+            code = res.problems ? EXIT_BAD : EXIT_OK;
+            double gbs = res.deep_seconds > 0 ? (double)res.bytes_hashed / res.deep_seconds / 1e9 : 0;
+            json_object_set_new(j, "tensors", json_integer((json_int_t)res.tensors));
+            json_object_set_new(j, "shards", json_integer((json_int_t)res.shards));
+            json_object_set_new(j, "files", json_integer((json_int_t)res.files));
+            if (deep) {
+                json_object_set_new(j, "blocks_hashed", json_integer((json_int_t)res.blocks_hashed));
+                json_object_set_new(j, "bytes_hashed", json_integer((json_int_t)res.bytes_hashed));
+                json_object_set_new(j, "deep_seconds", json_real(res.deep_seconds));
+                json_object_set_new(j, "deep_gbps", json_real(gbs));
+                json_object_set_new(j, "unhashed", json_boolean(res.unhashed));
+            }
+            if (!c->json) {
+                char b[32];
+                printf("%s: %s: %llu tensors, %llu shards, %llu files", name,
+                       res.problems ? "BAD" : "ok", (unsigned long long)res.tensors,
+                       (unsigned long long)res.shards, (unsigned long long)res.files);
+                if (deep && res.unhashed)
+                    printf("; no hashes recorded (saved with --no-hash): data not checked");
+                else if (deep)
+                    printf("; %llu blocks (%s) re-hashed in %.2f s, %.2f GB/s",
+                           (unsigned long long)res.blocks_hashed,
+                           tool_bytes(res.bytes_hashed, b, sizeof b), res.deep_seconds, gbs);
+                if (res.problems)
+                    printf("; %llu problem%s", (unsigned long long)res.problems,
+                           res.problems == 1 ? "" : "s");
+                printf("\n");
+            }
+        }
+    }
+    json_object_set_new(j, "ok", json_boolean(code == EXIT_OK));
+    json_object_set_new(j, "problems", c->problems);
+    json_array_append_new(out, j);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        { "deep", 0, 0, 'd' }, { "threads", 1, 0, 't' }, { "json", 0, 0, 'j' },
+        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+    };
+    bool deep = false;
+    ctx c = { 0 };
+    unsigned threads = 0;
+    int opt;
+    char *end;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (opt) {
+        case 'd': deep = true; break;
+        case 'j': c.json = true; break;
+        case 't':
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || *end || !optarg[0] || optarg[0] == '-' || v > 256) {
+                tool_error(prog, "--threads: '%s' is not a number in 0..256", optarg);
+                return EXIT_USAGE;
+            }
+            threads = (unsigned)v;
+            break;
+        case 'h': usage(stdout); return EXIT_OK;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    int nargs = argc - optind;
+    if (nargs < 1 || nargs > 2) {
+        tool_error(prog, nargs < 1 ? "missing ROOT (see --help)" : "too many arguments");
+        return EXIT_USAGE;
+    }
+    const char *root = argv[optind];
+    json_t *out = json_array();
+    int code = EXIT_OK;
+    json_t *pending = json_array();
+    if (nargs == 2) {
+        code = verify_one(root, argv[optind + 1], deep, threads, &c, out);
+    } else {
+        ck_err err = { 0 };
+        ck_scan sc;
+        if (ck_root_scan(root, &sc, &err) < 0) {
+            tool_error(prog, "%s", ck_err_msg(&err));
+            json_decref(out);
+            json_decref(pending);
+            return EXIT_USAGE;
+        }
+        for (size_t i = 0; i < sc.n_committed; i++) {
+            int rc = verify_one(root, sc.committed[i], deep, threads, &c, out);
+            if (rc > code)
+                code = rc;
+        }
+        for (size_t i = 0; i < sc.n_pending; i++) {
+            json_array_append_new(pending, json_string(sc.pending[i]));
+            if (!c.json)
+                printf("%s/%s/%s: incomplete save (never committed; ckptd removes it at start, "
+                       "or a save is running now)\n", root, CK_PENDING, sc.pending[i]);
+            if (code < EXIT_BAD)
+                code = EXIT_BAD;
+        }
+        if (!c.json && sc.n_committed == 0)
+            printf("%s: no committed checkpoints\n", root);
+        ck_scan_free(&sc);
+    }
+    if (c.json) {
+        json_t *j = json_pack("{s:s, s:b, s:o, s:o}", "root", root, "ok", code == EXIT_OK,
+                              "checkpoints", out, "pending", pending);
+        json_dumpf(j, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+        json_decref(j);
+    } else {
+        json_decref(out);
+        json_decref(pending);
+    }
+    return code;
+}
