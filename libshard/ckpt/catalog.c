@@ -302,3 +302,59 @@ int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
     ck_scan_free(&sc);
     return r;
 }
+
+/* Removes dir and the plain files in it: a pending save holds nothing deeper. */
+static int remove_pending_dir(const char *dir, ck_err *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return ck_err_set(err, -errno, "%s: %s", dir, strerror(errno));
+    struct dirent *de;
+    char path[PATH_MAX];
+    int r = 0;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (unlink(path) < 0 && r == 0)
+            r = ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (r == 0 && rmdir(dir) < 0)
+        r = ck_err_set(err, -errno, "%s: %s", dir, strerror(errno));
+    return r;
+}
+
+int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
+                    void *arg, ck_err *err)
+{
+    ck_scan sc;
+    int r = ck_root_scan(root, &sc, err);
+    if (r < 0)
+        return r;
+    size_t n = 0;
+    char path[PATH_MAX];
+    for (size_t i = 0; i < sc.n_pending && r == 0; i++) {
+        snprintf(path, sizeof path, "%s/%s/%s", root, CK_PENDING, sc.pending[i]);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            r = remove_pending_dir(path, err);
+        else
+            r = unlink(path) < 0 ? ck_err_set(err, -errno, "%s: %s", path, strerror(errno)) : 0;
+        if (r == 0) {
+            n++;
+            if (log) {
+                char msg[PATH_MAX + 64];
+                snprintf(msg, sizeof msg, "removed incomplete save %s", path);
+                log(arg, msg);
+            }
+        }
+    }
+    ck_scan_free(&sc);
+    if (removed)
+        *removed = n;
+    if (r < 0)
+        return r;
+    ck_rebuild_report rep;
+    return ck_catalog_rebuild(root, &rep, log, arg, err);
+}

@@ -34,8 +34,10 @@ struct ck_ioq {
 
 enum verdict { PASS, FAIL, SHORTEN };
 
-/* Counts one operation and decides its fate. *err gets the error for FAIL. */
-static enum verdict judge(fault_engine *fe, bool is_write, bool is_fsync, int *err)
+/* Counts one operation and decides its fate. *err gets the error for FAIL. A short
+ * write needs 8 KiB or more, so that half of it stays 4 KiB-aligned for O_DIRECT. */
+static enum verdict judge(fault_engine *fe, bool is_write, uint32_t write_len, bool is_fsync,
+                          int *err)
 {
     enum verdict v = PASS;
     pthread_mutex_lock(&fe->mu);
@@ -55,7 +57,7 @@ static enum verdict judge(fault_engine *fe, bool is_write, bool is_fsync, int *e
             v = FAIL, *err = -ECANCELED, fe->fired = fe->crashed = true;
             break;
         case CK_FAULT_SHORT:
-            if (is_write)
+            if (is_write && write_len >= 8192)
                 v = SHORTEN, fe->fired = true;
             break;
         case CK_FAULT_FSYNC:
@@ -76,7 +78,7 @@ static enum verdict judge(fault_engine *fe, bool is_write, bool is_fsync, int *e
 #define GUARD(e)                                                     \
     do {                                                             \
         int err_ = 0;                                                \
-        if (judge(FE(e), false, false, &err_) == FAIL)               \
+        if (judge(FE(e), false, 0, false, &err_) == FAIL)               \
             return err_;                                             \
     } while (0)
 
@@ -89,7 +91,7 @@ static int f_open(ck_engine *e, const char *path, int flags, unsigned mode)
 static int f_close(ck_engine *e, int fd)
 {
     int err = 0;
-    if (judge(FE(e), false, false, &err) == FAIL) {
+    if (judge(FE(e), false, 0, false, &err) == FAIL) {
         /* The descriptor is released either way, as a dead process's would be. */
         FE(e)->inner->ops->close(FE(e)->inner, fd);
         return err;
@@ -106,7 +108,7 @@ static int f_fallocate(ck_engine *e, int fd, uint64_t len)
 static int f_fsync(ck_engine *e, int fd)
 {
     int err = 0;
-    if (judge(FE(e), false, true, &err) == FAIL)
+    if (judge(FE(e), false, 0, true, &err) == FAIL)
         return err;
     return FE(e)->inner->ops->fsync(FE(e)->inner, fd);
 }
@@ -183,7 +185,7 @@ static int f_ioq_submit(ck_ioq *q, const ck_io *ios, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         ck_io io = ios[i];
         int err = 0;
-        enum verdict v = judge(q->fe, io.write, false, &err);
+        enum verdict v = judge(q->fe, io.write, io.write ? io.len : 0, false, &err);
         int r;
         if (v == FAIL) {
             r = push_fake(q, io.user, err);

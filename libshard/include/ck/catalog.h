@@ -52,4 +52,10 @@ typedef struct ck_rebuild_report {
 int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
                        void (*log)(void *arg, const char *msg), void *arg, ck_err *err);
 
+/* Recovery at start (ckptd runs it): removes the leftovers of incomplete saves under
+ * ROOT/.pending (each logged), then reconciles the catalog with the directories. Never
+ * touches a committed checkpoint. Must not run while a save to ROOT is in progress. */
+int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
+                    void *arg, ck_err *err);
+
 #endif

@@ -87,7 +87,7 @@ typedef enum ck_fault_kind {
     CK_FAULT_NONE = 0,
     CK_FAULT_EIO,      /* the N-th operation fails with -EIO */
     CK_FAULT_ENOSPC,   /* the N-th operation fails with -ENOSPC */
-    CK_FAULT_SHORT,    /* the first data write at or after N moves only half its bytes */
+    CK_FAULT_SHORT,    /* the first data write of >= 8 KiB at or after N moves half its bytes */
     CK_FAULT_FSYNC,    /* the first fsync at or after N fails with -EIO */
     CK_FAULT_CRASH,    /* operation N and all after it do nothing and fail (-ECANCELED):
                           the process "died" and left the disk as it was */
