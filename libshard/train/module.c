@@ -27,10 +27,9 @@ int sh_module_new(sh_world *w, sh_module *parent, const char *name, sh_forward_f
     m->forward = forward;
     m->backward = backward;
     m->user = user;
+    /* torch's naming: the root's own name prefixes none of its descendants. */
     int len;
-    if (!parent)
-        len = snprintf(m->name, sizeof m->name, "%s", "");
-    else if (parent->name[0])
+    if (parent && parent->parent)
         len = snprintf(m->name, sizeof m->name, "%s.%s", parent->name, name);
     else
         len = snprintf(m->name, sizeof m->name, "%s", name);
@@ -112,8 +111,8 @@ int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
     if (!p)
         return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory", name);
     p->owner = m;
-    int len = m->name[0] ? snprintf(p->name, sizeof p->name, "%s.%s", m->name, name)
-                         : snprintf(p->name, sizeof p->name, "%s", name);
+    int len = m->parent ? snprintf(p->name, sizeof p->name, "%s.%s", m->name, name)
+                        : snprintf(p->name, sizeof p->name, "%s", name);
     if (len >= (int)sizeof p->name) {
         free(p);
         return ck_err_set(err, -ENAMETOOLONG, "parameter name '%s' is too long", name);

@@ -40,7 +40,7 @@ int th_finish(sh_world *w, int status)
 {
     int s = status;
     ck_err err = {0};
-    if (sh_broadcast(sh_world_comm(w), &s, 1, CK_I32, 0, NULL, &err))
+    if (sh_all_reduce(sh_world_comm(w), &s, &s, 1, CK_I32, SH_MAX, NULL, &err))
         th_die(w, "broadcasting the verdict", &err);
     sh_finalize(w);
     return s;

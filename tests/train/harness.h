@@ -10,8 +10,8 @@ sh_world *th_init(int *argc, char ***argv);
 /* A 1-D mesh of the world, or the 2-D "replicate x shard" mesh named by --mesh RxS
  * in argv. Exits 1 with the error on failure. */
 sh_mesh *th_mesh(sh_world *w, int argc, char **argv);
-/* Every rank returns rank 0's status (so a failed bound fails every rank's exit code
- * the same way); finalizes the world. */
+/* Every rank returns the largest status of any rank (a failure anywhere fails every
+ * rank the same way; 77, skip, wins over 1); finalizes the world. */
 int th_finish(sh_world *w, int status);
 /* Prints "rank R: what: message" and exits 1 (tests only). */
 void th_die(sh_world *w, const char *what, const ck_err *err);

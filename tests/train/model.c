@@ -157,8 +157,8 @@ static int grow_acts(float **a, float **b, int *cap, size_t na, size_t nb, int B
     return *a && *b ? 0 : -ENOMEM;
 }
 
-static int block_forward_cb(sh_module *m, const sh_tensor *in, sh_tensor *out, void *user,
-                            ck_err *err)
+int tm_block_forward(sh_module *m, const sh_tensor *in, sh_tensor *out, void *user,
+                     ck_err *err)
 {
     (void)m;
     tm_block *s = user;
@@ -321,7 +321,7 @@ int tm_build(sh_world *w, const tm_dims *dims, tm_model *m, ck_err *err)
         snprintf(name, sizeof name, "%d", b);
         tm_block *s = &m->bstate[b];
         s->dims = d;
-        rc = sh_module_new(w, m->blocks, name, block_forward_cb, block_backward_cb, s,
+        rc = sh_module_new(w, m->blocks, name, tm_block_forward, block_backward_cb, s,
                            &m->block[b], err);
         static const char *const pn[4] = {"w1", "b1", "w2", "b2"};
         for (int i = 0; !rc && i < 4; i++, k++)

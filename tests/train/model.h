@@ -59,6 +59,10 @@ typedef struct tm_model {
 int tm_build(sh_world *w, const tm_dims *dims, tm_model *m, ck_err *err);
 void tm_free(tm_model *m);
 
+/* A block's forward callback (the misuse test calls it directly, bypassing the hooks). */
+int tm_block_forward(sh_module *m, const sh_tensor *in, sh_tensor *out, void *user,
+                     ck_err *err);
+
 /* One micro-batch through sh_module_forward / sh_module_backward of the root: x is
  * [B, din], t is [B, dout]. The loss gradient is divided by `accum`. *loss is this
  * micro-batch's local mean loss. */

@@ -30,14 +30,14 @@ typedef int (*sh_forward_fn)(sh_module *m, const sh_tensor *in, sh_tensor *out, 
 typedef int (*sh_backward_fn)(sh_module *m, const sh_tensor *grad_out, sh_tensor *grad_in,
                               void *user, ck_err *err);
 
-/* A module; parent NULL makes a root. Its full name is the parent's plus ".name"
- * (the root's name is not part of its descendants' names, as in torch's
- * named_parameters()). Callbacks may be NULL for pure containers. */
+/* A module; parent NULL makes a root. Its full name is the parent's plus ".name";
+ * the root's name is not part of its descendants' names (torch's named_parameters():
+ * "blocks.0.w1"). Callbacks may be NULL for pure containers. */
 int sh_module_new(sh_world *w, sh_module *parent, const char *name, sh_forward_fn forward,
                   sh_backward_fn backward, void *user, sh_module **out, ck_err *err);
 /* Frees a root and everything under it. */
 void sh_module_free(sh_module *root);
-const char *sh_module_name(const sh_module *m);    /* full name ("" for a root) */
+const char *sh_module_name(const sh_module *m);    /* full name */
 sh_world *sh_module_world(const sh_module *m);
 int sh_module_num_children(const sh_module *m);
 sh_module *sh_module_child(const sh_module *m, int i);

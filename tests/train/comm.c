@@ -1,0 +1,86 @@
+/* sh-comm: every collective, started asynchronously (several in flight at once) and
+ * synchronously, on the world and on each mesh dim; bf16 sums; mesh dims and names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cast_elem.h"
+#include "harness.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                 \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            printf("rank %d: FAIL %s: ", rank, #cond);                                   \
+            printf(__VA_ARGS__);                                                         \
+            printf("\n");                                                                \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+static void run(sh_world *w, sh_comm *c)
+{
+    ck_err err = {0};
+    int rank = sh_world_rank(w), r = sh_comm_rank(c), n = sh_comm_size(c);
+    enum { K = 3 };
+    float send[K], *ag = malloc(sizeof(float) * K * (size_t)n), *rs_in = malloc(sizeof(float) * K * (size_t)n);
+    float rs_out[K], ar[K], bc[K], *ga = malloc(sizeof(float) * K * (size_t)n);
+    for (int i = 0; i < K; i++)
+        send[i] = bc[i] = (float)(100 * r + i);
+    for (int i = 0; i < K * n; i++)
+        rs_in[i] = (float)(r + i);
+    memcpy(ar, send, sizeof ar);
+    sh_work *h[6];
+    if (sh_all_gather(c, send, ag, K, CK_F32, &h[0], &err) ||
+        sh_reduce_scatter(c, rs_in, rs_out, K, CK_F32, SH_SUM, &h[1], &err) ||
+        sh_all_reduce(c, ar, ar, K, CK_F32, SH_SUM, &h[2], &err) ||
+        sh_broadcast(c, bc, K, CK_F32, n - 1, &h[3], &err) ||
+        sh_gather(c, send, ga, K, CK_F32, 0, &h[4], &err) || sh_barrier(c, &h[5], &err))
+        th_die(w, sh_comm_name(c), &err);
+    for (int i = 5; i >= 0; i--)   /* completion order need not be start order */
+        if (sh_work_wait(h[i], &err))
+            th_die(w, sh_comm_name(c), &err);
+    float sum_r = (float)(n * (n - 1) / 2);
+    for (int q = 0; q < n; q++)
+        for (int i = 0; i < K; i++) {
+            CHECK(ag[q * K + i] == (float)(100 * q + i), "%s all-gather", sh_comm_name(c));
+            if (r == 0)
+                CHECK(ga[q * K + i] == (float)(100 * q + i), "%s gather", sh_comm_name(c));
+        }
+    for (int i = 0; i < K; i++) {
+        CHECK(rs_out[i] == sum_r + (float)(n * (r * K + i)), "%s reduce-scatter [%d] = %g",
+              sh_comm_name(c), i, rs_out[i]);
+        CHECK(ar[i] == 100.0f * sum_r + (float)(n * i), "%s all-reduce", sh_comm_name(c));
+        CHECK(bc[i] == (float)(100 * (n - 1) + i), "%s broadcast", sh_comm_name(c));
+    }
+    /* bf16 sum: each rank adds 1.5 (exact in bf16). */
+    uint16_t b = k_f32_to_bf16_elem(1.5f), bs;
+    if (sh_all_reduce(c, &b, &bs, 1, CK_BF16, SH_SUM, NULL, &err))
+        th_die(w, "bf16 all-reduce", &err);
+    CHECK(k_bf16_to_f32_elem(bs) == 1.5f * (float)n, "%s bf16 sum %g", sh_comm_name(c),
+          k_bf16_to_f32_elem(bs));
+    free(ag);
+    free(rs_in);
+    free(ga);
+}
+
+int main(int argc, char **argv)
+{
+    sh_world *w = th_init(&argc, &argv);
+    int rank = sh_world_rank(w);
+    printf("rank %d of %d, local %d of %d\n", rank, sh_world_size(w), sh_world_local_rank(w),
+           sh_world_local_size(w));
+    const char *env = getenv("RANK");
+    CHECK(!env || atoi(env) == rank, "RANK=%s", env);
+    run(w, sh_world_comm(w));
+    sh_mesh *mesh = th_mesh(w, argc, argv);
+    for (int d = 0; d < sh_mesh_ndim(mesh); d++) {
+        sh_comm *c = sh_mesh_comm(mesh, d);
+        CHECK(sh_comm_size(c) == sh_mesh_size(mesh, d) && sh_comm_rank(c) == sh_mesh_coord(mesh, d),
+              "mesh dim %d comm", d);
+        run(w, c);
+    }
+    CHECK(sh_mesh_dim(mesh, "shard") == sh_mesh_ndim(mesh) - 1, "dim names");
+    sh_mesh_free(mesh);
+    return th_finish(w, failures ? 1 : 0);
+}
