@@ -534,9 +534,7 @@ int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err 
 /* The descriptor to read file id with: O_DIRECT for aligned transfers when the file
  * system allows it (the bulk of a load, without polluting the page cache), buffered
  * for the unaligned rest. */
-#define NO_DIRECT INT_MIN   /* the file system refused O_DIRECT for this file */
-
-static int data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
+int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
 {
     int *slot = direct ? &ck->dfds[id] : &ck->fds[id];
     if (*slot >= 0 || *slot == NO_DIRECT)
@@ -567,54 +565,12 @@ int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, vo
         return ck_err_set(err, -EINVAL, "read of [%llu, +%llu) outside shard %u (%llu bytes)",
                           (unsigned long long)off, (unsigned long long)len, s->idx,
                           (unsigned long long)total);
-    enum { BATCH = 64, IO_MAX = 1u << 20, ALIGN = 4096 };
-    ck_ioq *q;
-    int r = ck->engine->ops->ioq_open(ck->engine, BATCH, NULL, 0, &q);
+    ck_rlist *rl;
+    int r = ck__rlist_open(ck, &rl, err);
     if (r < 0)
-        return ck_err_set(err, r, "io_uring: %s", strerror(-r));
-    uint64_t pos = 0;   /* shard byte offset of the current extent's start */
-    uint8_t *d = dst;
-    ck_io ios[BATCH];
-    unsigned nio = 0;
-    for (uint32_t i = 0; i < s->n_extents && len > 0 && r >= 0; i++) {
-        const ck_extent *e = &s->ext[i];
-        if (off >= pos + e->len) {
-            pos += e->len;
-            continue;
-        }
-        uint64_t in = off - pos, n = e->len - in < len ? e->len - in : len;
-        for (uint64_t done = 0; done < n && r >= 0;) {
-            uint64_t foff = e->off + in + done;
-            uint32_t chunk = (uint32_t)(n - done < IO_MAX ? n - done : IO_MAX);
-            bool aligned = ((uintptr_t)d % ALIGN) == 0 && foff % ALIGN == 0;
-            if (aligned && chunk % ALIGN)
-                chunk -= chunk % ALIGN;   /* the aligned body now, the tail buffered */
-            if (chunk == 0) {
-                aligned = false;
-                chunk = (uint32_t)(n - done < IO_MAX ? n - done : IO_MAX);
-            }
-            int fd = aligned ? data_fd(ck, e->file, true, err) : NO_DIRECT;
-            if (fd == NO_DIRECT)
-                fd = data_fd(ck, e->file, false, err);
-            if (fd < 0) {
-                r = fd;
-                break;
-            }
-            ios[nio++] = (ck_io){ .fd = fd, .write = false, .buf_index = -1, .buf = d,
-                                  .len = chunk, .off = foff };
-            d += chunk;
-            done += chunk;
-            if (nio == BATCH) {
-                r = ck_ioq_run(ck->engine, q, ios, nio, ck->files[e->file].name, err);
-                nio = 0;
-            }
-        }
-        off += n;
-        len -= n;
-        pos += e->len;
-    }
-    if (r >= 0 && nio > 0)
-        r = ck_ioq_run(ck->engine, q, ios, nio, ck->dir, err);
-    ck->engine->ops->ioq_close(q);
-    return r < 0 ? r : 0;
+        return r;
+    r = ck__rlist_shard(rl, s, off, len, dst, err);
+    int r2 = ck__rlist_flush(rl, err);
+    ck__rlist_close(rl);
+    return r < 0 ? r : r2;
 }

@@ -1,0 +1,44 @@
+/* ck/load.h - reading any part of a tensor from a checkpoint saved on any mesh.
+ *
+ * Loading onto another mesh is the normal case, not a special one: the caller names
+ * the part of the full tensor it wants (a box, e.g. its own shard on the new mesh) and
+ * a byte range of that box's row-major storage; the reader intersects it with the
+ * saved shards, turns each intersection into runs that are contiguous in both the
+ * saved and the wanted storage, maps them through the extents to file ranges,
+ * coalesces neighbours, and reads them with io_uring straight into place (O_DIRECT
+ * where the alignment allows). A dim-0 shard of a row-major tensor is one contiguous
+ * byte range, so resharding FSDP checkpoints reads whole extents, never transposes.
+ *
+ *   ck_reader *rd;
+ *   ck_reader_open(ck, "layers.0.w", &rd, &err);
+ *   ck_box mine;
+ *   ck_shard_box(t->ndim, t->shape, &new_mesh, new_pl, my_coord, &mine);
+ *   ck_reader_read(rd, &mine, 0, ck_box_numel(&mine) * itemsize, dst, &err);
+ */
+#ifndef CK_LOAD_H
+#define CK_LOAD_H
+
+#include "ck/ckpt.h"
+
+typedef struct ck_reader ck_reader;
+
+/* Loads the tensor's record and shard table once, for many reads. */
+int ck_reader_open(ck_ckpt *ck, const char *tensor, ck_reader **out, ck_err *err);
+void ck_reader_close(ck_reader *rd);
+const ck_tensor *ck_reader_tensor(const ck_reader *rd);
+
+/* Reads bytes [off, off + len) of the row-major storage of box (a box inside the
+ * tensor) into dst. off and len are multiples of the element size. */
+int ck_reader_read(ck_reader *rd, const ck_box *box, uint64_t off, uint64_t len, void *dst,
+                   ck_err *err);
+
+/* Reads the part of the tensor that `rank` holds on `mesh` with placements pl (the
+ * target layout, any mesh) into dst: ck_box_numel(its box) * itemsize bytes. */
+int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement *pl,
+                         uint64_t rank, void *dst, ck_err *err);
+
+/* How many file reads the last ck_reader_read issued after coalescing (tests use it
+ * to check that a dim-0 reshard reads each saved extent in one piece). */
+uint64_t ck_reader_last_reads(const ck_reader *rd);
+
+#endif
