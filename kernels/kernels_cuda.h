@@ -1,0 +1,39 @@
+/* kernels_cuda.h - the CUDA twins of the CPU loops (built when nvcc is found).
+ *
+ * Each kernel calls the same *_elem.h function as its CPU loop; the .cu files are
+ * compiled with --fmad=false so no multiply-add is fused behind the source's back, and
+ * the CPU and GPU results are bitwise equal (the sum of squares excepted: its
+ * summation order differs). Pointers are device pointers; `stream` is a cudaStream_t
+ * (NULL: the default stream). Launches are asynchronous; functions return 0 or -EIO
+ * when the launch failed.
+ */
+#ifndef KERNELS_CUDA_H
+#define KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adamw_elem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int k_cuda_cast_f32_to_bf16(uint16_t *dst, const float *src, size_t n, void *stream);
+int k_cuda_cast_bf16_to_f32(float *dst, const uint16_t *src, size_t n, void *stream);
+int k_cuda_cast_f32_to_f16(uint16_t *dst, const float *src, size_t n, void *stream);
+int k_cuda_cast_f16_to_f32(float *dst, const uint16_t *src, size_t n, void *stream);
+
+int k_cuda_adamw_step(float *p, const float *g, float *m, float *v, size_t n,
+                      const k_adamw_hparams *h, void *stream);
+
+/* *out (device, one double) receives the sum of squares; it is overwritten. */
+int k_cuda_sumsq(const float *x, size_t n, double *out, void *stream);
+int k_cuda_scale(float *x, float s, size_t n, void *stream);
+int k_cuda_scale_add(float *dst, const float *src, float s, size_t n, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
