@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 
 #include "ck/catalog.h"
 #include "ck/plan.h"
+#include "commit.h"
 #include "manifest.h"
 
 typedef struct shard_src {
@@ -30,6 +32,20 @@ typedef struct shard_src {
     ck_fill_fn fill;
     void *arg;
 } shard_src;
+
+/* The manifest's view and the writer's: files, their sources, and the shard records. */
+typedef struct layout {
+    ck_file *files;
+    uint32_t nfiles;
+    ck_wfile *wfiles;
+    ck_src *srcs;                  /* per shard source, grouped by file */
+    uint32_t *first_src;           /* per file: index of its first src */
+    uint32_t *src_shard;           /* per src: the plan shard it carries */
+    char (*paths)[PATH_MAX];
+    ck_shard *shards;
+    ck_extent *ext;
+    uint8_t **hashes;
+} layout;
 
 struct ck_save {
     char root[PATH_MAX];
@@ -48,6 +64,16 @@ struct ck_save {
     ck_blob_rec *blobs;
     uint32_t nblobs, capblobs;
     char pending[PATH_MAX];        /* set once created */
+    /* Set by ck_save_prepare: */
+    bool prepared;
+    uint32_t block;
+    uint32_t *file_of;             /* rank -> data file id + 1, 0: writes nothing */
+    const void **image;            /* per file: the whole file in memory, or NULL */
+    bool *written;                 /* per file: durable */
+    ck_hashpool *pool;
+    pthread_mutex_t mu;            /* stats and written[], for concurrent rank writes */
+    ck_save_stats st;
+    layout L;
 };
 
 static uint64_t fnv1a(const char *s)
@@ -126,6 +152,8 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
         free(s);
         return r;
     }
+    pthread_mutex_init(&s->mu, NULL);
+    s->st.direct = true;
     *out = s;
     return 0;
 }
@@ -264,8 +292,16 @@ int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_
     return 0;
 }
 
+static void layout_free(layout *L);
+
 static void save_free(ck_save *s)
 {
+    ck_hashpool_free(s->pool);
+    layout_free(&s->L);
+    free(s->file_of);
+    free(s->image);
+    free(s->written);
+    pthread_mutex_destroy(&s->mu);
     ck_plan_free(s->plan);
     free(s->tensors);
     free(s->tensor_first);
@@ -277,53 +313,6 @@ static void save_free(ck_save *s)
     free(s);
 }
 
-/* Removes what the save wrote under .pending; best effort, through the engine so
- * that a "crashed" engine leaves the debris a real crash would. */
-static void remove_pending(ck_save *s, const ck_file *files, uint32_t nfiles)
-{
-    if (!s->pending[0])
-        return;
-    char path[PATH_MAX + CK_FILE_NAME_MAX];
-    for (uint32_t f = 0; f < nfiles; f++) {
-        snprintf(path, sizeof path, "%s/%s", s->pending, files[f].name);
-        s->e->ops->unlink(s->e, path);
-    }
-    snprintf(path, sizeof path, "%s/%s", s->pending, CK_MANIFEST);
-    s->e->ops->unlink(s->e, path);
-    s->e->ops->rmdir(s->e, s->pending);
-}
-
-void ck_save_abort(ck_save *s)
-{
-    if (s)
-        save_free(s);
-}
-
-static int make_pending(ck_save *s, ck_err *err)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/%s", s->root, CK_PENDING);
-    int r = s->e->ops->mkdir(s->e, dir, 0755);
-    if (r < 0 && r != -EEXIST)
-        return ck_err_set(err, r, "%s: mkdir: %s", dir, strerror(-r));
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;
-    for (int tries = 0; tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
-        if (snprintf(s->pending, sizeof s->pending, "%s/%s.%012llx", dir, s->name,
-                     (unsigned long long)(tag & 0xffffffffffffull)) >= (int)sizeof s->pending)
-            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
-        r = s->e->ops->mkdir(s->e, s->pending, 0755);
-        if (r != -EEXIST)
-            break;
-    }
-    if (r < 0) {
-        ck_err_set(err, r, "%s: mkdir: %s", s->pending, strerror(-r));
-        s->pending[0] = '\0';
-    }
-    return r;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -331,17 +320,6 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The manifest's view and the writer's: files, their sources, and the shard records. */
-typedef struct layout {
-    ck_file *files;
-    uint32_t nfiles;
-    ck_wfile *wfiles;
-    ck_src *srcs;
-    char (*paths)[PATH_MAX];
-    ck_shard *shards;
-    ck_extent *ext;
-    uint8_t **hashes;
-} layout;
 
 static void layout_free(layout *L)
 {
@@ -352,37 +330,44 @@ static void layout_free(layout *L)
     free(L->files);
     free(L->wfiles);
     free(L->srcs);
+    free(L->first_src);
+    free(L->src_shard);
     free(L->paths);
     free(L->shards);
     free(L->ext);
+    memset(L, 0, sizeof *L);
 }
 
-static int build_layout(ck_save *s, layout *L, uint32_t block, ck_err *err)
+/* Files, shard records and extents from the plan; where each shard's bytes go. */
+static int build_layout(ck_save *s, ck_err *err)
 {
+    layout *L = &s->L;
     const ck_mesh *mesh = ck_plan_mesh(s->plan);
     uint64_t world = ck_mesh_world(mesh);
     uint32_t nsh = ck_plan_nshards(s->plan);
-    uint32_t *file_of = calloc(world, sizeof *file_of);   /* rank -> file id + 1 */
-    if (!file_of)
+    s->file_of = calloc(world, sizeof *s->file_of);
+    if (!s->file_of)
         return -ENOMEM;
     for (uint64_t r = 0; r < world; r++)
         if (ck_plan_file_size(s->plan, r) > 0)
-            file_of[r] = ++L->nfiles;
+            s->file_of[r] = ++L->nfiles;
     uint32_t nf = L->nfiles ? L->nfiles : 1;
     L->files = calloc(nf, sizeof *L->files);
     L->wfiles = calloc(nf, sizeof *L->wfiles);
+    L->first_src = calloc(nf, sizeof *L->first_src);
     L->paths = calloc(nf, sizeof *L->paths);
     L->hashes = calloc(nf, sizeof *L->hashes);
     L->srcs = calloc(nsh ? nsh : 1, sizeof *L->srcs);
+    L->src_shard = calloc(nsh ? nsh : 1, sizeof *L->src_shard);
     L->shards = calloc(nsh ? nsh : 1, sizeof *L->shards);
     L->ext = calloc(nsh ? nsh : 1, sizeof *L->ext);
-    int r = 0;
-    if (!L->files || !L->wfiles || !L->paths || !L->hashes || !L->srcs || !L->shards || !L->ext) {
-        r = -ENOMEM;
-        goto out;
-    }
+    s->image = calloc(nf, sizeof *s->image);
+    s->written = calloc(nf, sizeof *s->written);
+    if (!L->files || !L->wfiles || !L->first_src || !L->paths || !L->hashes || !L->srcs || !L->src_shard ||
+        !L->shards || !L->ext || !s->image || !s->written)
+        return -ENOMEM;
     for (uint64_t rank = 0; rank < world; rank++) {
-        uint32_t f = file_of[rank];
+        uint32_t f = s->file_of[rank];
         if (!f--)
             continue;
         ck_file *cf = &L->files[f];
@@ -393,33 +378,28 @@ static int build_layout(ck_save *s, layout *L, uint32_t block, ck_err *err)
         L->wfiles[f].path = L->paths[f];
         L->wfiles[f].size = cf->size;
         if (!s->o.no_hash) {
-            L->hashes[f] = malloc(((cf->size + block - 1) / block) * CK_HASH_LEN + 1);
-            if (!L->hashes[f]) {
-                r = -ENOMEM;
-                goto out;
-            }
+            L->hashes[f] = malloc(((cf->size + s->block - 1) / s->block) * CK_HASH_LEN + 1);
+            if (!L->hashes[f])
+                return -ENOMEM;
             L->wfiles[f].hashes = L->hashes[f];
         }
     }
-    /* Plan shards are in (tensor, index) order, so each file's runs come out sorted:
-     * a rank's file offsets grow as the plan assigns them. Count, then place. */
-    uint32_t *pos = calloc(nf, sizeof *pos);
-    if (!pos) {
-        r = -ENOMEM;
-        goto out;
-    }
+    /* Plan shards are in (tensor, index) order and a rank's file offsets grow as the
+     * plan assigns them, so each file's runs come out sorted. Count, then place. */
     for (uint32_t i = 0; i < nsh; i++) {
         const ck_plan_shard *ps = ck_plan_shard_at(s->plan, i);
         if (ps->bytes)
-            L->wfiles[file_of[ps->writer] - 1].nsrcs++;
+            L->wfiles[s->file_of[ps->writer] - 1].nsrcs++;
     }
-    uint32_t acc = 0;
-    for (uint32_t f = 0; f < L->nfiles; f++) {
-        pos[f] = acc;
+    for (uint32_t f = 0, acc = 0; f < L->nfiles; f++) {
+        L->first_src[f] = acc;
         L->wfiles[f].srcs = L->srcs + acc;
         acc += L->wfiles[f].nsrcs;
     }
-    for (uint32_t t = 0; t < s->ntensors && r == 0; t++) {
+    uint32_t *pos = calloc(nf, sizeof *pos);
+    if (!pos)
+        return -ENOMEM;
+    for (uint32_t t = 0; t < s->ntensors; t++) {
         const ck_tensor *ten = &s->tensors[t];
         for (uint32_t j = 0; j < ten->n_shards; j++) {
             uint32_t i = s->tensor_first[t] + j;
@@ -432,112 +412,184 @@ static int build_layout(ck_save *s, layout *L, uint32_t block, ck_err *err)
             sh->ext = &L->ext[i];
             if (!ps->bytes)
                 continue;
-            const shard_src *src = &s->src[i];
-            if (!src->mem && !src->fill) {
-                char c[64];
-                ck_mesh_format(mesh, c, 0);
-                r = ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %llu never offered "
-                               "its shard %u", s->name, ten->name,
-                               (unsigned long long)ps->writer, j);
-                break;
-            }
-            uint32_t f = file_of[ps->writer] - 1;
+            uint32_t f = s->file_of[ps->writer] - 1;
             sh->n_extents = 1;
             L->ext[i] = (ck_extent){ .file = f, .off = ps->file_off, .len = ps->bytes };
-            L->srcs[pos[f]++] = (ck_src){ .file_off = ps->file_off, .len = ps->bytes,
-                                          .mem = src->mem, .fill = src->fill, .arg = src->arg };
+            L->src_shard[L->first_src[f] + pos[f]] = i;
+            L->srcs[L->first_src[f] + pos[f]++] = (ck_src){ .file_off = ps->file_off,
+                                                            .len = ps->bytes };
         }
     }
     free(pos);
-out:
-    free(file_of);
+    return 0;
+}
+
+int ck_save_prepare(ck_save *s, ck_err *err)
+{
+    if (s->prepared)
+        return 0;
+    char final[PATH_MAX + CK_NAME_MAX];
+    struct stat sb;
+    snprintf(final, sizeof final, "%s/%s", s->root, s->name);
+    if (lstat(final, &sb) == 0)
+        return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", s->root,
+                          s->name);
+    s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
+    int r = ck__pending_create(s->e, s->root, s->name, s->pending, err);
+    if (r == 0)
+        r = build_layout(s, err);
+    if (r == 0 && !s->o.no_hash && (r = ck_hashpool_new(s->o.hash_threads, &s->pool)) < 0)
+        ck_err_set(err, r, "starting hash threads: %s", strerror(-r));
+    if (r == -ENOMEM)
+        ck_err_set(err, r, "checkpoint %s: out of memory laying out the files", s->name);
+    s->prepared = r == 0;
     return r;
+}
+
+uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank)
+{
+    return ck_plan_file_size(s->plan, rank);
+}
+
+const ck_plan *ck_save_plan(const ck_save *s)
+{
+    return s->plan;
+}
+
+int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err)
+{
+    int r = ck_save_prepare(s, err);
+    if (r < 0)
+        return r;
+    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
+    uint32_t f = s->file_of[rank];
+    if (f)
+        s->image[f - 1] = image;
+    return 0;
+}
+
+/* Points each run of file f at its bytes: the rank's file image, or the sources the
+ * shards were offered with. */
+static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
+{
+    layout *L = &s->L;
+    ck_wfile *wf = &L->wfiles[f];
+    ck_src *src = L->srcs + L->first_src[f];
+    for (uint32_t j = 0; j < wf->nsrcs; j++) {
+        if (s->image[f]) {
+            src[j].mem = (const uint8_t *)s->image[f] + src[j].file_off;
+            continue;
+        }
+        uint32_t i = L->src_shard[L->first_src[f] + j];
+        const shard_src *ss = &s->src[i];
+        if (!ss->mem && !ss->fill)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %u never offered "
+                              "its shard %u", s->name, s->tensors[L->shards[i].tensor].name,
+                              L->files[f].rank, L->shards[i].idx);
+        src[j].mem = ss->mem;
+        src[j].fill = ss->fill;
+        src[j].arg = ss->arg;
+    }
+    return 0;
+}
+
+/* Writes the listed files, durable when it returns 0. */
+static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
+{
+    ck_wfile *wf = malloc((n ? n : 1) * sizeof *wf);
+    if (!wf)
+        return -ENOMEM;
+    int r = 0;
+    for (uint32_t k = 0; k < n && r == 0; k++) {
+        r = bind_sources(s, ids[k], err);
+        wf[k] = s->L.wfiles[ids[k]];
+    }
+    ck_writer_stats ws = { .direct = true };
+    if (r == 0) {
+        ck_writer_opts wo = { .engine = s->e, .pool = s->pool, .block_size = s->block,
+                              .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
+                              .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
+        r = ck_write_files(&wo, wf, n, &ws, err);
+    }
+    free(wf);
+    pthread_mutex_lock(&s->mu);
+    s->st.file_bytes += ws.bytes;
+    s->st.write_seconds += ws.seconds;
+    s->st.direct = s->st.direct && ws.direct;
+    for (uint32_t k = 0; k < n && r == 0; k++)
+        s->written[ids[k]] = true;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
+{
+    if (!s->prepared)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
+    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
+    uint32_t f = s->file_of[rank];
+    if (!f--)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    bool done = s->written[f];
+    pthread_mutex_unlock(&s->mu);
+    if (done)
+        return ck_err_set(err, -EALREADY, "checkpoint %s: rank %llu was written already",
+                          s->name, (unsigned long long)rank);
+    return write_files(s, &f, 1, err);
+}
+
+void ck_save_abort(ck_save *s)
+{
+    if (!s)
+        return;
+    ck__pending_remove(s->e, s->pending, s->L.files, s->L.nfiles);
+    save_free(s);
 }
 
 int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
 {
     double t0 = now_s();
-    ck_save_stats st = { 0 };
-    layout L = { 0 };
-    ck_hashpool *pool = NULL;
-    uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    char final[PATH_MAX + CK_NAME_MAX], path[PATH_MAX + CK_NAME_MAX];
-    struct stat sb;
-    int r;
     bool committed = false;
-
-    snprintf(final, sizeof final, "%s/%s", s->root, s->name);
-    if (lstat(final, &sb) == 0) {
-        r = ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", s->root, s->name);
-        goto out;
+    int r = ck_save_prepare(s, err);
+    uint32_t *todo = NULL, n = 0;
+    if (r == 0 && !(todo = malloc((s->L.nfiles ? s->L.nfiles : 1) * sizeof *todo)))
+        r = -ENOMEM;
+    for (uint32_t f = 0; r == 0 && f < s->L.nfiles; f++)
+        if (!s->written[f])
+            todo[n++] = f;
+    if (r == 0)
+        r = write_files(s, todo, n, err);
+    free(todo);
+    if (r == 0) {
+        ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
+                         .mesh = *ck_plan_mesh(s->plan), .block_size = s->block,
+                         .hashed = !s->o.no_hash, .n_tensors = s->ntensors,
+                         .n_shards = ck_plan_nshards(s->plan), .n_files = s->L.nfiles,
+                         .n_blobs = s->nblobs };
+        snprintf(info.name, sizeof info.name, "%s", s->name);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        info.time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        for (uint32_t f = 0; f < s->L.nfiles; f++)
+            info.data_bytes += s->L.files[f].size;
+        for (uint32_t i = 0; i < info.n_shards; i++)
+            info.tensor_bytes += ck_plan_shard_at(s->plan, i)->bytes;
+        s->st.tensor_bytes = info.tensor_bytes;
+        ck_manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
+                          .files = s->L.files, .hashes = (const uint8_t *const *)s->L.hashes,
+                          .blobs = s->blobs };
+        r = ck__publish(s->e, s->root, s->pending, &m, !s->o.no_catalog, &committed, err);
     }
-    if ((r = make_pending(s, err)) < 0 || (r = build_layout(s, &L, block, err)) < 0)
-        goto out;
-    if (!s->o.no_hash && (r = ck_hashpool_new(s->o.hash_threads, &pool)) < 0) {
-        ck_err_set(err, r, "starting hash threads: %s", strerror(-r));
-        goto out;
-    }
-    ck_writer_opts wo = { .engine = s->e, .pool = pool, .block_size = block,
-                          .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
-                          .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
-    ck_writer_stats ws;
-    r = ck_write_files(&wo, L.wfiles, L.nfiles, &ws, err);
-    st.file_bytes = ws.bytes;
-    st.write_seconds = ws.seconds;
-    st.direct = ws.direct;
-    if (r < 0)
-        goto out;
-
-    ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
-                     .mesh = *ck_plan_mesh(s->plan), .block_size = block,
-                     .hashed = !s->o.no_hash, .n_tensors = s->ntensors,
-                     .n_shards = ck_plan_nshards(s->plan), .n_files = L.nfiles,
-                     .n_blobs = s->nblobs };
-    snprintf(info.name, sizeof info.name, "%s", s->name);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    info.time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    for (uint32_t f = 0; f < L.nfiles; f++)
-        info.data_bytes += L.files[f].size;
-    for (uint32_t i = 0; i < info.n_shards; i++)
-        info.tensor_bytes += ck_plan_shard_at(s->plan, i)->bytes;
-    st.tensor_bytes = info.tensor_bytes;
-    ck_manifest m = { .info = info, .tensors = s->tensors, .shards = L.shards,
-                      .files = L.files, .hashes = (const uint8_t *const *)L.hashes,
-                      .blobs = s->blobs };
-    snprintf(path, sizeof path, "%s/%s", s->pending, CK_MANIFEST);
-    if ((r = ck_manifest_write(s->e, path, &m, err)) < 0)
-        goto out;
-    if ((r = ck_engine_fsync_path(s->e, s->pending)) < 0) {
-        ck_err_set(err, r, "%s: fsync: %s", s->pending, strerror(-r));
-        goto out;
-    }
-    if ((r = s->e->ops->rename(s->e, s->pending, final)) < 0) {
-        ck_err_set(err, r, "%s: commit rename to %s: %s", s->pending, final,
-                   r == -EEXIST ? "a checkpoint of that name appeared meanwhile" : strerror(-r));
-        goto out;
-    }
-    committed = true;
-    if ((r = ck_engine_fsync_path(s->e, s->root)) < 0) {
-        ck_err_set(err, r, "%s: committed, but the fsync of the root failed: %s", s->root,
-                   strerror(-r));
-        goto out;
-    }
-    if (!s->o.no_catalog) {
-        /* The catalog is derived: a failure here leaves a committed checkpoint that
-         * reconciling (ckptd at start, ckpt-inspect --rebuild-catalog) will list. */
-        if ((r = s->e->ops->step(s->e, "catalog")) < 0 ||
-            (r = ck_catalog_put(s->root, &info, err)) < 0)
-            ck_err_set(err, r, "%s: committed, but not yet in the catalog", final);
-    }
-out:
     if (!committed)
-        remove_pending(s, L.files, L.nfiles);
-    ck_hashpool_free(pool);
-    layout_free(&L);
-    save_free(s);
-    st.total_seconds = now_s() - t0;
+        ck__pending_remove(s->e, s->pending, s->L.files, s->L.nfiles);
+    s->st.total_seconds = now_s() - t0;
     if (stats)
-        *stats = st;
+        *stats = s->st;
+    save_free(s);
     return r;
 }

@@ -336,8 +336,11 @@ static int unshard(sh_group *g, ck_err *err)
                               g->module->name);
         }
         const void **src = calloc((size_t)g->nparam, sizeof *src);
-        if (!src)
+        if (!src) {
+            if (f32 != g->ag_in)
+                sh_free(w, SH_MEM_COMM, f32, g->slot_f32);
             return ck_err_set(err, -ENOMEM, "unsharding: out of memory");
+        }
         for (int i = 0; i < g->nparam; i++)
             src[i] = g->param[i]->shard;
         k_ag_copy_in(f32, src, false, g->seg_f32, (size_t)g->nparam, (size_t)g->W,
@@ -644,8 +647,7 @@ int sh_fsdp_finish_backward(sh_group *rg, ck_err *err)
             continue;
         rc = sh_work_wait(g->rs_work, err);
         g->rs_work = NULL;
-        sh_free(gworld(g), SH_MEM_COMM, g->rs_in,
-                (size_t)g->W * (g->rdt == CK_F32 ? g->slot_f32 : g->slot_r));
+        sh_free(gworld(g), SH_MEM_COMM, g->rs_in, (size_t)g->W * g->slot_r);
         g->rs_in = NULL;
         if (!rc && g->rep_comm && g->R > 1)
             rc = sh_all_reduce(g->rep_comm, g->rs_out, g->rs_out, g->slot_elems, g->rdt,
