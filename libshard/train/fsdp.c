@@ -303,7 +303,7 @@ static int lazy_init(sh_group *rg, ck_err *err)
 
 static sh_world *gworld(const sh_group *g) { return g->module->world; }
 
-/* Starts the all-gather that rebuilds g's parameters; sh_group_wait_unshard ends it. */
+/* Starts the all-gather that rebuilds g's parameters; wait_unshard ends it. */
 static int unshard(sh_group *g, ck_err *err)
 {
     if (g->state == GS_UNSHARDED || g->state == GS_UNSHARDING)
