@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void ck_put_version(ck_wbuf *w)
 {
@@ -43,6 +45,61 @@ int ck_mdb_err(int rc)
     default:
         return rc < 0 ? -EIO : -rc;   /* LMDB passes errno values through */
     }
+}
+
+/* Offsets in LMDB 0.9's on-disk meta page (lmdb/mdb.c: MDB_page header, MDB_meta). */
+enum {
+    MDB_PAGEHDR = 16,
+    META_MAGIC = MDB_PAGEHDR + 0,       /* u32 0xBEEFC0DE */
+    META_PSIZE = MDB_PAGEHDR + 24,      /* mm_dbs[FREE_DBI].md_pad holds the page size */
+    META_LAST_PG = MDB_PAGEHDR + 120,   /* size_t mm_last_pg */
+    META_TXNID = MDB_PAGEHDR + 128,     /* size_t mm_txnid */
+    META_END = MDB_PAGEHDR + 136,
+};
+
+static uint64_t rd_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+int ck_mdb_precheck(const char *path, ck_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    uint8_t meta[2][META_END];
+    int r = 0;
+    if (fstat(fd, &st) < 0) {
+        r = ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (st.st_size < 2 * 512 || pread(fd, meta[0], META_END, 0) != META_END ||
+        rd_le(meta[0] + META_MAGIC, 4) != 0xBEEFC0DEu) {
+        r = ck_err_set(err, -EBADMSG, "%s: not an LMDB file (%lld bytes, no LMDB meta page)",
+                       path, (long long)st.st_size);
+        goto out;
+    }
+    uint64_t psize = rd_le(meta[0] + META_PSIZE, 4);
+    if (psize < 512 || psize > 65536 || (psize & (psize - 1)) ||
+        (uint64_t)st.st_size < 2 * psize || pread(fd, meta[1], META_END, (off_t)psize) != META_END) {
+        r = ck_err_set(err, -EBADMSG, "%s: truncated or corrupt LMDB file (page size %llu, "
+                       "%lld bytes)", path, (unsigned long long)psize, (long long)st.st_size);
+        goto out;
+    }
+    /* The newest meta page names the last page in use: all of it must be there. */
+    int m = rd_le(meta[1] + META_TXNID, 8) > rd_le(meta[0] + META_TXNID, 8) ? 1 : 0;
+    uint64_t last = rd_le(meta[m] + META_LAST_PG, 8);
+    if (last > (uint64_t)st.st_size / psize || (last + 1) * psize > (uint64_t)st.st_size)
+        r = ck_err_set(err, -EBADMSG, "%s: truncated: its meta page uses %llu pages of %llu "
+                       "bytes, the file has %lld bytes", path, (unsigned long long)(last + 1),
+                       (unsigned long long)psize, (long long)st.st_size);
+out:
+    close(fd);
+    return r;
 }
 
 void ck_put_mesh(ck_wbuf *w, const ck_mesh *m)

@@ -45,6 +45,11 @@ void ck_put_version(ck_wbuf *w);
 /* Checks a value's version; what names the record in the error. */
 int ck_get_version(ck_rbuf *r, const char *file, const char *what, ck_err *err);
 
+/* LMDB maps the file and trusts its meta page: a manifest cut short would fault
+ * (SIGBUS) on the first access past its end. This checks, before LMDB opens path,
+ * that it is at least as long as its newest meta page says. -EBADMSG otherwise. */
+int ck_mdb_precheck(const char *path, ck_err *err);
+
 /* Maps an LMDB return code to an errno-style one: corruption is -EBADMSG. */
 int ck_mdb_err(int rc);
 

@@ -110,7 +110,7 @@ int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, s
     plan_tensor *t = &p->tensors[p->ntensors];
     t->first = p->nshards;
     t->count = (uint32_t)n;
-    memcpy(t->pl, pl, sizeof t->pl);
+    memcpy(t->pl, pl, (size_t)p->mesh.ndim * sizeof *pl);
 
     /* Each shard goes to the least-loaded of its replicas. Ties rotate with the shard
      * and tensor index, so that even a single tensor spreads over the replicas. */

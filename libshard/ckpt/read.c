@@ -145,6 +145,8 @@ int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err)
         r = ck_err_set(err, -EBADMSG, "%s: the manifest is not a regular file", ck->mpath);
         goto fail;
     }
+    if ((r = ck_mdb_precheck(ck->mpath, err)) < 0)
+        goto fail;
     int rc = mdb_env_create(&ck->env);
     if (rc == MDB_SUCCESS)
         rc = mdb_env_set_maxdbs(ck->env, 8);

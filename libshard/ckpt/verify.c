@@ -285,6 +285,7 @@ struct deep {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int *fds;
+    uint64_t *limit;     /* per file: bytes to read, min(recorded, on disk) */
     uint32_t block_size;
     unsigned inflight;
     uint64_t done, total;
@@ -353,7 +354,8 @@ static int deep_setup(deep *d, ck_err *err)
     d->nslots = (unsigned)(n < 2 ? 2 : n > 128 ? 128 : n);
     d->slots = calloc(d->nslots, sizeof *d->slots);
     d->fds = malloc((in->n_files ? in->n_files : 1) * sizeof *d->fds);
-    if (!d->slots || !d->fds)
+    d->limit = calloc(in->n_files ? in->n_files : 1, sizeof *d->limit);
+    if (!d->slots || !d->fds || !d->limit)
         return -ENOMEM;
     for (unsigned i = 0; i < d->nslots; i++) {
         d->slots[i].d = d;
@@ -365,8 +367,18 @@ static int deep_setup(deep *d, ck_err *err)
         bool direct;
         ck_file_path(v->ck, f, path, sizeof path);
         d->fds[f] = ck_engine_open_data(d->e, path, O_RDONLY, 0, &direct);
-        if (d->fds[f] >= 0)
-            d->total += ck_file_get(v->ck, f)->size;
+        struct stat st;
+        if (d->fds[f] < 0 || fstat(d->fds[f], &st) < 0)
+            continue;
+        /* A file shorter than recorded was reported by the structural check; hash what
+         * is there and no more, so an absurd recorded size cannot make this run away. */
+        uint64_t size = ck_file_get(v->ck, f)->size;
+        d->limit[f] = (uint64_t)st.st_size < size ? (uint64_t)st.st_size : size;
+        if (d->limit[f] < size)
+            problem(v, "file %s: only its first %llu of %llu bytes can be hashed",
+                    ck_file_get(v->ck, f)->name, (unsigned long long)d->limit[f],
+                    (unsigned long long)size);
+        d->total += d->limit[f];
     }
     int r = ck_hashpool_new(v->o->threads, &d->pool);
     if (r == 0)
@@ -428,7 +440,7 @@ static int deep_check(vstate *v, ck_err *err)
             pthread_mutex_unlock(&d.mu);
             if (busy)
                 continue;
-            while (f < in->n_files && (d.fds[f] < 0 || b * d.block_size >= ck_file_get(v->ck, f)->size)) {
+            while (f < in->n_files && (d.fds[f] < 0 || b * d.block_size >= d.limit[f])) {
                 f++;
                 b = 0;
             }
@@ -436,7 +448,7 @@ static int deep_check(vstate *v, ck_err *err)
                 more = false;
                 break;
             }
-            uint64_t size = ck_file_get(v->ck, f)->size;
+            uint64_t size = d.limit[f];
             *s = (dslot){ .d = &d, .buf = s->buf, .file = f, .block = b, .reading = true,
                           .len = (uint32_t)(size - b * d.block_size < d.block_size
                                                 ? size - b * d.block_size : d.block_size) };
@@ -497,6 +509,7 @@ static int deep_check(vstate *v, ck_err *err)
         free(d.slots[i].buf);
     free(d.slots);
     free(d.fds);
+    free(d.limit);
     pthread_mutex_destroy(&d.mu);
     pthread_cond_destroy(&d.cv);
     clock_gettime(CLOCK_MONOTONIC, &t1);
