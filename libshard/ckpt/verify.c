@@ -219,7 +219,7 @@ static int check_tensors(vstate *v, ck_err *err)
     int rc = mdb_cursor_open(ck->txn, ck->db_tensors, &cur);
     if (rc != MDB_SUCCESS)
         return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
-    uint64_t count = 0;
+    uint64_t count = 0, claimed = 0;
     uint32_t *ids = NULL;
     size_t nids = 0;
     MDB_val k, val;
@@ -246,6 +246,7 @@ static int check_tensors(vstate *v, ck_err *err)
         }
         ids = p;
         ids[nids++] = t.id;
+        claimed += t.n_shards;
         check_tensor(v, &t, (uint32_t)(nids - 1));
     }
     if (r == 0 && rc != MDB_NOTFOUND && rc != MDB_SUCCESS)
@@ -256,6 +257,12 @@ static int check_tensors(vstate *v, ck_err *err)
     if (r == 0 && count != ck->info.n_tensors)
         problem(v, "%s: the header says %llu tensors, the table holds %llu", ck->mpath,
                 (unsigned long long)ck->info.n_tensors, (unsigned long long)count);
+    /* Shard records no tensor claims are orphans: a duplicate id hides another
+     * tensor's shards this way. */
+    MDB_stat ms;
+    if (r == 0 && mdb_stat(ck->txn, ck->db_shards, &ms) == MDB_SUCCESS && ms.ms_entries != claimed)
+        problem(v, "%s: the shard table holds %llu records, the tensors claim %llu", ck->mpath,
+                (unsigned long long)ms.ms_entries, (unsigned long long)claimed);
     return r;
 }
 
