@@ -1,6 +1,7 @@
 /* enc.c - little-endian record encoding (see enc.h). */
 #include "enc.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 void ck_wbuf_free(ck_wbuf *w)
@@ -122,4 +123,23 @@ void ck_get_str(ck_rbuf *r, char *out, size_t cap)
     }
     memcpy(out, s, n);
     out[n] = '\0';
+}
+
+int ck_grow(void *parr, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    if (n > SIZE_MAX / size)
+        return -ENOMEM;
+    void *old;
+    memcpy(&old, parr, sizeof old);   /* parr is some T **: copy, don't alias */
+    void *p = realloc(old, n * size);
+    if (!p)
+        return -ENOMEM;
+    memcpy(parr, &p, sizeof p);
+    *cap = n;
+    return 0;
 }

@@ -7,6 +7,7 @@
  * that every earlier checkpoint is intact and nothing partial is visible.
  */
 #include "ck/engine.h"
+#include "enc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -29,7 +30,8 @@ struct ck_ioq {
     ck_ioq *inner;
     /* completions made up by the fault, handed out before the inner queue's */
     ck_io_done *fake;
-    unsigned nfake, capfake;
+    unsigned nfake;
+    size_t capfake;
 };
 
 enum verdict { PASS, FAIL, SHORTEN };
@@ -167,14 +169,8 @@ static int f_ioq_open(ck_engine *e, unsigned depth, const struct iovec *bufs, un
 
 static int push_fake(ck_ioq *q, uint64_t user, int res)
 {
-    if (q->nfake == q->capfake) {
-        unsigned cap = q->capfake ? q->capfake * 2 : 16;
-        ck_io_done *p = realloc(q->fake, cap * sizeof *p);
-        if (!p)
-            return -ENOMEM;
-        q->fake = p;
-        q->capfake = cap;
-    }
+    if (ck_grow(&q->fake, &q->capfake, (size_t)q->nfake + 1, sizeof *q->fake) < 0)
+        return -ENOMEM;
     q->fake[q->nfake++] = (ck_io_done){ .user = user, .res = res };
     return 0;
 }

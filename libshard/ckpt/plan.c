@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ck/ckpt.h"
+#include "enc.h"
 
 typedef struct plan_tensor {
     uint32_t first, count;
@@ -16,9 +17,11 @@ struct ck_plan {
     uint64_t world;
     uint64_t *rank_bytes;        /* aligned end of each rank's data file */
     ck_plan_shard *shards;
-    uint32_t nshards, capshards;
+    uint32_t nshards;
+    size_t capshards;
     plan_tensor *tensors;
-    uint32_t ntensors, captensors;
+    uint32_t ntensors;
+    size_t captensors;
 };
 
 int ck_plan_new(const ck_mesh *mesh, ck_plan **out)
@@ -89,24 +92,9 @@ int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, s
             n *= p->mesh.size[d];
     if ((uint64_t)p->nshards + n > UINT32_MAX)
         return ck_err_set(err, -E2BIG, "tensor %s: more than 2^32 shards in one checkpoint", name);
-    if (p->nshards + n > p->capshards) {
-        uint64_t cap = p->capshards ? p->capshards : 64;
-        while (cap < p->nshards + n)
-            cap *= 2;
-        ck_plan_shard *s = realloc(p->shards, cap * sizeof *s);
-        if (!s)
-            return -ENOMEM;
-        p->shards = s;
-        p->capshards = (uint32_t)(cap > UINT32_MAX ? UINT32_MAX : cap);
-    }
-    if (p->ntensors == p->captensors) {
-        uint32_t cap = p->captensors ? p->captensors * 2 : 64;
-        plan_tensor *t = realloc(p->tensors, cap * sizeof *t);
-        if (!t)
-            return -ENOMEM;
-        p->tensors = t;
-        p->captensors = cap;
-    }
+    if (ck_grow(&p->shards, &p->capshards, p->nshards + n, sizeof *p->shards) < 0 ||
+        ck_grow(&p->tensors, &p->captensors, p->ntensors + 1, sizeof *p->tensors) < 0)
+        return ck_err_set(err, -ENOMEM, "tensor %s: out of memory planning", name);
     plan_tensor *t = &p->tensors[p->ntensors];
     t->first = p->nshards;
     t->count = (uint32_t)n;

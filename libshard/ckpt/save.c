@@ -55,14 +55,16 @@ struct ck_save {
     ck_engine *e;
     ck_plan *plan;
     ck_tensor *tensors;
-    uint32_t ntensors, captensors;
+    uint32_t ntensors;
+    size_t captensors, capfirst;
     uint32_t *tensor_first;        /* first plan shard of each tensor */
     uint32_t *index;               /* open-addressing name -> tensor+1 */
     uint32_t index_cap;
     shard_src *src;                /* per plan shard */
-    uint32_t capsrc;
+    size_t capsrc;
     ck_blob_rec *blobs;
-    uint32_t nblobs, capblobs;
+    uint32_t nblobs;
+    size_t capblobs;
     char pending[PATH_MAX];        /* set once created */
     /* Set by ck_save_prepare: */
     bool prepared;
@@ -172,34 +174,19 @@ int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     if (ndim < 0 || ndim > CK_MAX_NDIM)
         return ck_err_set(err, -EINVAL, "tensor %s: %d dims (at most %d)", name, ndim,
                           CK_MAX_NDIM);
-    if (s->ntensors == s->captensors) {
-        uint32_t cap = s->captensors ? s->captensors * 2 : 64;
-        ck_tensor *t = realloc(s->tensors, cap * sizeof *t);
-        uint32_t *f = t ? realloc(s->tensor_first, cap * sizeof *f) : NULL;
-        if (t)
-            s->tensors = t;
-        if (!f)
-            return -ENOMEM;
-        s->tensor_first = f;
-        s->captensors = cap;
-    }
+    if (ck_grow(&s->tensors, &s->captensors, s->ntensors + 1, sizeof *s->tensors) < 0 ||
+        ck_grow(&s->tensor_first, &s->capfirst, s->ntensors + 1, sizeof *s->tensor_first) < 0)
+        return -ENOMEM;
     if ((s->ntensors + 1) * 2 > s->index_cap && (r = index_grow(s)) < 0)
         return r;
     uint32_t first, count;
     r = ck_plan_add(s->plan, name, ndim, shape, ck_dtype_size(dtype), pl, &first, &count, err);
     if (r < 0)
         return r;
-    if (first + count > s->capsrc) {
-        uint32_t cap = s->capsrc ? s->capsrc : 64;
-        while (cap < first + count)
-            cap *= 2;
-        shard_src *p = realloc(s->src, cap * sizeof *p);
-        if (!p)
-            return -ENOMEM;
-        memset(p + s->capsrc, 0, (cap - s->capsrc) * sizeof *p);
-        s->src = p;
-        s->capsrc = cap;
-    }
+    size_t had = s->capsrc;
+    if (ck_grow(&s->src, &s->capsrc, (size_t)first + count, sizeof *s->src) < 0)
+        return -ENOMEM;
+    memset(s->src + had, 0, (s->capsrc - had) * sizeof *s->src);
     ck_tensor *t = &s->tensors[s->ntensors];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -273,14 +260,8 @@ int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_
     for (uint32_t i = 0; i < s->nblobs; i++)
         if (!strcmp(s->blobs[i].name, name))
             return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate blob name %s", s->name, name);
-    if (s->nblobs == s->capblobs) {
-        uint32_t cap = s->capblobs ? s->capblobs * 2 : 16;
-        ck_blob_rec *b = realloc(s->blobs, cap * sizeof *b);
-        if (!b)
-            return -ENOMEM;
-        s->blobs = b;
-        s->capblobs = cap;
-    }
+    if (ck_grow(&s->blobs, &s->capblobs, s->nblobs + 1, sizeof *s->blobs) < 0)
+        return -ENOMEM;
     void *copy = malloc(len ? len : 1);
     if (!copy)
         return -ENOMEM;

@@ -29,7 +29,8 @@ typedef struct vstate {
     ext_ref *ext;
     size_t next, capext;
     char (*tnames)[CK_NAME_MAX];
-    uint32_t ntn, captn;
+    uint32_t ntn;
+    size_t captn;
 } vstate;
 
 __attribute__((format(printf, 2, 3)))
@@ -76,28 +77,16 @@ static void check_files(vstate *v)
 
 static int add_tname(vstate *v, const char *name)
 {
-    if (v->ntn == v->captn) {
-        uint32_t cap = v->captn ? v->captn * 2 : 64;
-        void *p = realloc(v->tnames, cap * sizeof *v->tnames);
-        if (!p)
-            return -ENOMEM;
-        v->tnames = p;
-        v->captn = cap;
-    }
+    if (ck_grow(&v->tnames, &v->captn, (size_t)v->ntn + 1, sizeof *v->tnames) < 0)
+        return -ENOMEM;
     snprintf(v->tnames[v->ntn++], CK_NAME_MAX, "%s", name);
     return 0;
 }
 
 static int add_ext(vstate *v, const ck_extent *e, uint32_t tensor, uint32_t shard)
 {
-    if (v->next == v->capext) {
-        size_t cap = v->capext ? v->capext * 2 : 256;
-        ext_ref *p = realloc(v->ext, cap * sizeof *p);
-        if (!p)
-            return -ENOMEM;
-        v->ext = p;
-        v->capext = cap;
-    }
+    if (ck_grow(&v->ext, &v->capext, v->next + 1, sizeof *v->ext) < 0)
+        return -ENOMEM;
     v->ext[v->next++] = (ext_ref){ .file = e->file, .off = e->off, .len = e->len,
                                    .tensor = tensor, .shard = shard };
     return 0;
@@ -221,7 +210,7 @@ static int check_tensors(vstate *v, ck_err *err)
         return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     uint64_t count = 0, claimed = 0;
     uint32_t *ids = NULL;
-    size_t nids = 0;
+    size_t nids = 0, capids = 0;
     MDB_val k, val;
     int r = 0;
     for (rc = mdb_cursor_get(cur, &k, &val, MDB_FIRST); rc == MDB_SUCCESS && r == 0;
@@ -237,14 +226,10 @@ static int check_tensors(vstate *v, ck_err *err)
             if (ids[i] == t.id)
                 problem(v, "tensors %s and %s share the id %u (duplicate tensor)", v->tnames[i],
                         t.name, t.id);
-        uint32_t *p = realloc(ids, (nids + 1) * sizeof *ids);
-        if (!p || add_tname(v, t.name) < 0) {
-            free(p ? p : ids);
-            ids = NULL;
+        if (ck_grow(&ids, &capids, nids + 1, sizeof *ids) < 0 || add_tname(v, t.name) < 0) {
             r = -ENOMEM;
             break;
         }
-        ids = p;
         ids[nids++] = t.id;
         claimed += t.n_shards;
         check_tensor(v, &t, (uint32_t)(nids - 1));
