@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ck/catalog.h"
+#include "ck/compare.h"
 #include "ck/verify.h"
 #include "tool.h"
 
@@ -18,6 +19,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: ckpt-verify ROOT [NAME] [--deep] [--threads N] [--json]\n"
+"       ckpt-verify ROOT NAME --against [ROOT2/]OTHER [--mem-limit SIZE] [--json]\n"
 "\n"
 "Checks checkpoint NAME of ROOT, or every committed checkpoint of ROOT: the format\n"
 "version is known, every record decodes, data files exist with their recorded sizes,\n"
@@ -29,6 +31,12 @@ static void usage(FILE *f)
 "                manifest (in parallel); a mismatch names the tensors it holds\n"
 "  --threads N   hash threads for --deep (default: one per CPU)\n"
 "  --json        machine-readable output\n"
+"  --against [ROOT2/]OTHER\n"
+"                instead: check that NAME and OTHER (under ROOT, or ROOT2) hold the\n"
+"                same tensors (names, dtypes, shapes, every element bit for bit)\n"
+"                whatever their meshes; reports the first differing element of each\n"
+"                differing tensor. Exit 0 equal, 1 different\n"
+"  --mem-limit SIZE  read buffers of --against (default 64MiB)\n"
 "  -h, --help    this text\n"
 "\n"
 "Exit status: 0 every checkpoint is good, 1 a problem was found (or an incomplete\n"
@@ -140,12 +148,85 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
     return code;
 }
 
+static void on_diff(void *arg, const char *msg)
+{
+    ctx *c = arg;
+    if (c->json) {
+        json_array_append_new(c->problems, json_string(msg));
+    } else {
+        tool_progress_done(&c->prog_line);
+        printf("%s\n", msg);
+    }
+}
+
+/* --against: compares ROOT/NAME with [ROOT2/]OTHER; returns the exit code. */
+static int against(const char *root, const char *name, const char *spec, uint64_t mem,
+                   ctx *c)
+{
+    char root2[4096];
+    const char *other = spec, *slash = strrchr(spec, '/');
+    snprintf(root2, sizeof root2, "%s", root);
+    if (slash) {
+        snprintf(root2, sizeof root2, "%.*s", (int)(slash - spec), spec);
+        other = slash + 1;
+    }
+    ck_err err = { 0 };
+    ck_ckpt *a = NULL, *b = NULL;
+    int r = ck_open(root, name, &a, &err);
+    if (r == 0)
+        r = ck_open(root2, other, &b, &err);
+    if (r < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
+        ck_close(a);
+        return tool_exit_code(r);
+    }
+    c->problems = json_array();
+    tool_progress_init(&c->prog_line, prog, "ckpt-verify: comparing");
+    ck_compare_opts o = { .mem_limit = mem, .diff = on_diff, .progress = on_progress,
+                          .cb_arg = c };
+    ck_compare_result res;
+    r = ck_compare(a, b, &o, &res, &err);
+    tool_progress_done(&c->prog_line);
+    ck_close(a);
+    ck_close(b);
+    if (r < 0) {
+        tool_error(prog, "%s vs %s: %s", name, spec, ck_err_msg(&err));
+        json_decref(c->problems);
+        return tool_exit_code(r);
+    }
+    if (c->json) {
+        json_t *j = json_pack("{s:s, s:s, s:b, s:I, s:I, s:I, s:o}", "name", name,
+                              "against", spec, "equal", res.differing == 0,
+                              "tensors", (json_int_t)res.tensors,
+                              "differing", (json_int_t)res.differing,
+                              "bytes_compared", (json_int_t)res.bytes_compared,
+                              "differences", c->problems);
+        json_dumpf(j, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+        json_decref(j);
+    } else {
+        json_decref(c->problems);
+        char bb[32];
+        if (res.differing)
+            printf("%s vs %s: DIFFER: %llu of %llu tensors\n", name, spec,
+                   (unsigned long long)res.differing, (unsigned long long)res.tensors);
+        else
+            printf("%s vs %s: equal: %llu tensors, %s compared\n", name, spec,
+                   (unsigned long long)res.tensors, tool_bytes(res.bytes_compared, bb, sizeof bb));
+    }
+    return res.differing ? EXIT_BAD : EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
         { "deep", 0, 0, 'd' }, { "threads", 1, 0, 't' }, { "json", 0, 0, 'j' },
-        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "help", 0, 0, 'h' }, { "against", 1, 0, 'a' }, { "mem-limit", 1, 0, 'm' },
+        { 0, 0, 0, 0 },
     };
+    const char *against_spec = NULL;
+    uint64_t mem = 0;
+    ck_err merr = { 0 };
     bool deep = false;
     ctx c = { 0 };
     unsigned threads = 0;
@@ -164,6 +245,13 @@ int main(int argc, char **argv)
             }
             threads = (unsigned)v;
             break;
+        case 'a': against_spec = optarg; break;
+        case 'm':
+            if (ck_size_parse(optarg, &mem, &merr) < 0) {
+                tool_error(prog, "--mem-limit: %s", ck_err_msg(&merr));
+                return EXIT_USAGE;
+            }
+            break;
         case 'h': usage(stdout); return EXIT_OK;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -174,6 +262,13 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *root = argv[optind];
+    if (against_spec) {
+        if (nargs != 2 || deep) {
+            tool_error(prog, "--against needs ROOT and NAME, and goes without --deep");
+            return EXIT_USAGE;
+        }
+        return against(root, argv[optind + 1], against_spec, mem, &c);
+    }
     json_t *out = json_array();
     int code = EXIT_OK;
     json_t *pending = json_array();
