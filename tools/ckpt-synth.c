@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ck/ckpt.h"
 #include "ck/save.h"
@@ -200,9 +201,15 @@ int main(int argc, char **argv)
 
     tool_progress prog_line;
     tool_progress_init(&prog_line, prog, "ckpt-synth: writing");
-    ck_save_opts so = { .block_size = o.block_size, .no_hash = o.no_hash,
+    /* ck_synth_fill is a pure function: blocks are generated on every core. */
+    ck_save_opts so = { .block_size = o.block_size, .no_hash = o.no_hash, .fill_threadsafe = true,
                         .hash_threads = o.hash_threads, .log = tool_log,
                         .progress = tool_progress_update, .cb_arg = &prog_line };
+    /* A new root is made, as a training job's first save would. */
+    if (mkdir(o.root, 0755) < 0 && errno != EEXIST) {
+        tool_error(prog, "%s: %s", o.root, strerror(errno));
+        return EXIT_USAGE;
+    }
     ck_save *s;
     int r = ck_save_begin(&s, o.root, o.name, o.step, &mesh, &so, &err);
     if (r < 0) {

@@ -10,6 +10,7 @@
 
 typedef struct job {
     struct job *next;
+    void (*fn)(void *arg);      /* a task, or NULL for a hash */
     const void *buf;
     size_t len;
     uint8_t *out;
@@ -50,6 +51,11 @@ static void *worker(void *arg)
             p->tail = NULL;
         pthread_mutex_unlock(&p->mu);
 
+        if (j->fn) {
+            j->fn(j->arg);
+            free(j);
+            continue;
+        }
         unsigned int n = 0;
         bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
                   EVP_DigestUpdate(ctx, j->buf, j->len) == 1 &&
@@ -112,13 +118,12 @@ unsigned ck_hashpool_threads(const ck_hashpool *p)
     return p->nthreads;
 }
 
-int ck_hashpool_submit(ck_hashpool *p, const void *buf, size_t len, uint8_t *out,
-                       void (*done)(void *arg), void *arg)
+static int enqueue(ck_hashpool *p, job j0)
 {
     job *j = malloc(sizeof *j);
     if (!j)
         return -ENOMEM;
-    *j = (job){ .buf = buf, .len = len, .out = out, .done = done, .arg = arg };
+    *j = j0;
     pthread_mutex_lock(&p->mu);
     if (p->tail)
         p->tail->next = j;
@@ -128,4 +133,15 @@ int ck_hashpool_submit(ck_hashpool *p, const void *buf, size_t len, uint8_t *out
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return 0;
+}
+
+int ck_hashpool_submit(ck_hashpool *p, const void *buf, size_t len, uint8_t *out,
+                       void (*done)(void *arg), void *arg)
+{
+    return enqueue(p, (job){ .buf = buf, .len = len, .out = out, .done = done, .arg = arg });
+}
+
+int ck_hashpool_run(ck_hashpool *p, void (*fn)(void *arg), void *arg)
+{
+    return enqueue(p, (job){ .fn = fn, .arg = arg });
 }

@@ -419,8 +419,9 @@ int ck_save_prepare(ck_save *s, ck_err *err)
     int r = ck__pending_create(s->e, s->root, s->name, s->pending, err);
     if (r == 0)
         r = build_layout(s, err);
-    if (r == 0 && !s->o.no_hash && (r = ck_hashpool_new(s->o.hash_threads, &s->pool)) < 0)
-        ck_err_set(err, r, "starting hash threads: %s", strerror(-r));
+    /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
+    if (r == 0 && (r = ck_hashpool_new(s->o.hash_threads, &s->pool)) < 0)
+        ck_err_set(err, r, "starting worker threads: %s", strerror(-r));
     if (r == -ENOMEM)
         ck_err_set(err, r, "checkpoint %s: out of memory laying out the files", s->name);
     s->prepared = r == 0;
@@ -489,7 +490,8 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
     }
     ck_writer_stats ws = { .direct = true };
     if (r == 0) {
-        ck_writer_opts wo = { .engine = s->e, .pool = s->pool, .block_size = s->block,
+        ck_writer_opts wo = { .engine = s->e, .pool = s->pool, .no_hash = s->o.no_hash,
+                              .fill_threadsafe = s->o.fill_threadsafe, .block_size = s->block,
                               .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
                               .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
         r = ck_write_files(&wo, wf, n, &ws, err);

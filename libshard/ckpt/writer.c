@@ -1,9 +1,11 @@
 /* writer.c - the data path of a save: io_uring writes, hashing in workers, fsync.
  *
  * One thread drives a ring of block-sized slots. For each block of each file it takes
- * a free slot, points it at caller memory or fills its own buffer, submits the
- * block's I/Os and queues its hash; a slot is free again when its writes have landed
- * and its hash is done. A file is fsynced and closed when its last block lands.
+ * a free slot and points it at caller memory, or has its own buffer filled: on a
+ * worker, which then also hashes it, when the sources are memory or thread-safe
+ * fills, else inline. A filled slot's I/Os are submitted by the driver; a slot is
+ * free again when its writes have landed and its hash is done. A file is fsynced and
+ * closed when its last block lands.
  */
 #include "ck/writer.h"
 
@@ -26,8 +28,15 @@ typedef struct slot {
     int own_index;             /* own's registered-buffer index, or -1 */
     uint32_t file;
     uint32_t len;
+    uint64_t b0;               /* file offset of the block */
+    uint32_t src0;             /* first source that may overlap it */
+    uint8_t *hash_out;         /* where its digest goes, or NULL */
+    unsigned nios;
     unsigned ios_pending;      /* driver thread only */
     bool hashing;              /* under w->mu: a worker still reads buf */
+    bool filling;              /* under w->mu: a worker fills (and hashes) own */
+    bool ready;                /* under w->mu: filled, its writes not yet submitted */
+    int fill_err;
     ck_io ios[MAX_CHUNKS];
 } slot;
 
@@ -150,60 +159,89 @@ static void reap(wstate *w, bool wait)
     }
 }
 
-static bool slot_free(wstate *w, slot *s)
+static bool busy_locked(const slot *s)
 {
+    return s->ios_pending || s->hashing || s->filling || s->ready;
+}
+
+static int submit_writes(wstate *w, slot *s)
+{
+    s->ios_pending = s->nios;
+    int r = w->e->ops->ioq_submit(w->q, s->ios, s->nios);
+    if (r < 0) {
+        s->ios_pending = 0;
+        return fail(w, r, "%s: submitting writes: %s", w->files[s->file].path, strerror(-r));
+    }
+    w->inflight += s->nios;
+    return 0;
+}
+
+/* Submits the writes of slots whose fill finished on a worker. */
+static bool submit_ready(wstate *w)
+{
+    bool any = false;
+    for (unsigned i = 0; i < w->nslots; i++) {
+        slot *s = &w->slots[i];
+        pthread_mutex_lock(&w->mu);
+        bool ready = s->ready;
+        s->ready = false;
+        pthread_mutex_unlock(&w->mu);
+        if (!ready)
+            continue;
+        any = true;
+        if (s->fill_err)
+            fail(w, s->fill_err, "%s: filling the data: %s", w->files[s->file].path,
+                 strerror(-s->fill_err));
+        else if (w->err_code == 0)
+            submit_writes(w, s);
+    }
+    return any;
+}
+
+/* Moves the pipeline on: submits filled slots, reaps writes, and with wait set,
+ * blocks until something happened. */
+static void pump(wstate *w, bool wait)
+{
+    bool moved = submit_ready(w);
+    if (w->inflight > 0) {
+        reap(w, wait && !moved);
+        return;
+    }
+    if (!wait || moved)
+        return;
+    /* No I/O in flight: only workers can change anything. */
     pthread_mutex_lock(&w->mu);
-    bool f = s->ios_pending == 0 && !s->hashing;
+    bool working = false, any_ready = false;
+    for (unsigned i = 0; i < w->nslots; i++) {
+        working = working || w->slots[i].filling || w->slots[i].hashing;
+        any_ready = any_ready || w->slots[i].ready;
+    }
+    if (working && !any_ready)
+        pthread_cond_wait(&w->cv, &w->mu);
     pthread_mutex_unlock(&w->mu);
-    return f;
 }
 
 static slot *get_slot(wstate *w)
 {
     for (;;) {
-        for (unsigned i = 0; i < w->nslots; i++)
-            if (slot_free(w, &w->slots[i]))
-                return &w->slots[i];
-        if (w->inflight > 0) {
-            reap(w, true);
-        } else {
-            /* Every slot waits for a hash only. */
+        for (unsigned i = 0; i < w->nslots; i++) {
             pthread_mutex_lock(&w->mu);
-            bool any = false;
-            for (unsigned i = 0; i < w->nslots && !any; i++)
-                any = !w->slots[i].hashing;
-            if (!any)
-                pthread_cond_wait(&w->cv, &w->mu);
+            bool busy = busy_locked(&w->slots[i]);
             pthread_mutex_unlock(&w->mu);
+            if (!busy)
+                return &w->slots[i];
         }
+        pump(w, true);
     }
 }
 
-/* Points the slot at the bytes of [b0, b0+len) of file f: caller memory when one
- * aligned run holds them all, else its own buffer, filled. */
-static int prepare(wstate *w, slot *s, uint32_t f, uint64_t b0, uint32_t len)
+/* Copies or generates the bytes of the slot's block into its own buffer, zeros
+ * in the gaps. May run on a worker. */
+static int fill_block(wstate *w, slot *s)
 {
-    ck_wfile *wf = &w->files[f];
-    wfile_state *fs = &w->fs[f];
-    uint64_t b1 = b0 + len;
-    while (fs->cursor < wf->nsrcs &&
-           wf->srcs[fs->cursor].file_off + wf->srcs[fs->cursor].len <= b0)
-        fs->cursor++;
-    if (fs->cursor < wf->nsrcs) {
-        const ck_src *c = &wf->srcs[fs->cursor];
-        if (c->mem && c->file_off <= b0 && b1 <= c->file_off + c->len) {
-            const uint8_t *p = (const uint8_t *)c->mem + (b0 - c->file_off);
-            if (((uintptr_t)p & (4096 - 1)) == 0) {
-                s->buf = (uint8_t *)p;
-                for (unsigned i = 0; i * w->io < len; i++)
-                    s->ios[i].buf_index = -1;
-                return 0;
-            }
-        }
-    }
-    s->buf = s->own;
-    uint64_t pos = b0;
-    for (uint32_t i = fs->cursor; i < wf->nsrcs && wf->srcs[i].file_off < b1; i++) {
+    const ck_wfile *wf = &w->files[s->file];
+    uint64_t b0 = s->b0, b1 = b0 + s->len, pos = b0;
+    for (uint32_t i = s->src0; i < wf->nsrcs && wf->srcs[i].file_off < b1; i++) {
         const ck_src *c = &wf->srcs[i];
         uint64_t a = c->file_off > b0 ? c->file_off : b0;
         uint64_t z = c->file_off + c->len < b1 ? c->file_off + c->len : b1;
@@ -216,15 +254,54 @@ static int prepare(wstate *w, slot *s, uint32_t f, uint64_t b0, uint32_t len)
         } else {
             int r = c->fill(c->arg, c->src_off + in, s->own + (a - b0), z - a);
             if (r < 0)
-                return fail(w, r, "%s: filling the data: %s", wf->path, strerror(-r));
+                return r;
         }
         pos = z;
     }
     memset(s->own + (pos - b0), 0, b1 - pos);
-    w->st->copied += len;
-    for (unsigned i = 0; i * w->io < len; i++)
-        s->ios[i].buf_index = s->own_index;
     return 0;
+}
+
+/* A worker's job: fill, hash, and hand the slot back to the driver. */
+static void fill_job(void *arg)
+{
+    slot *s = arg;
+    int r = fill_block(s->w, s);
+    if (r == 0 && s->hash_out)
+        r = ck_sha256(s->buf, s->len, s->hash_out);
+    pthread_mutex_lock(&s->w->mu);
+    s->fill_err = r;
+    s->filling = false;
+    s->ready = true;
+    pthread_cond_signal(&s->w->cv);
+    pthread_mutex_unlock(&s->w->mu);
+}
+
+/* Where the block's bytes come from: caller memory when one aligned run holds
+ * them all (returns true), else the slot's own buffer. Also tells whether a worker
+ * may fill it. */
+static bool in_place(wstate *w, slot *s, bool *parallel)
+{
+    const ck_wfile *wf = &w->files[s->file];
+    wfile_state *fs = &w->fs[s->file];
+    uint64_t b0 = s->b0, b1 = b0 + s->len;
+    while (fs->cursor < wf->nsrcs &&
+           wf->srcs[fs->cursor].file_off + wf->srcs[fs->cursor].len <= b0)
+        fs->cursor++;
+    s->src0 = fs->cursor;
+    *parallel = w->o->pool != NULL;
+    for (uint32_t i = s->src0; i < wf->nsrcs && wf->srcs[i].file_off < b1; i++) {
+        const ck_src *c = &wf->srcs[i];
+        if (i == s->src0 && c->mem && c->file_off <= b0 && b1 <= c->file_off + c->len &&
+            (((uintptr_t)c->mem + (b0 - c->file_off)) & 4095) == 0) {
+            s->buf = (uint8_t *)c->mem + (b0 - c->file_off);
+            return true;
+        }
+        if (!c->mem && !w->o->fill_threadsafe)
+            *parallel = false;
+    }
+    s->buf = s->own;
+    return false;
 }
 
 static int submit_block(wstate *w, uint32_t f, uint64_t b0)
@@ -234,41 +311,48 @@ static int submit_block(wstate *w, uint32_t f, uint64_t b0)
     slot *s = get_slot(w);
     if (w->err_code)
         return w->err_code;
-    int r = prepare(w, s, f, b0, len);
-    if (r < 0)
-        return r;
     s->file = f;
+    s->b0 = b0;
     s->len = len;
-    unsigned n = 0;
+    s->fill_err = 0;
+    bool hash = w->o->pool && !w->o->no_hash;
+    s->hash_out = hash ? wf->hashes + (b0 / w->block) * CK_SHA256_LEN : NULL;
+    bool parallel;
+    bool mem = in_place(w, s, &parallel);
     unsigned idx = (unsigned)(s - w->slots);
-    for (uint32_t off = 0; off < len; off += w->io, n++) {
-        ck_io *io = &s->ios[n];
-        io->fd = w->fs[f].fd;
-        io->write = true;
-        io->buf = s->buf + off;
-        io->len = len - off < w->io ? len - off : w->io;
-        io->off = b0 + off;
-        io->user = (uint64_t)idx << 8 | n;
+    s->nios = 0;
+    for (uint32_t off = 0; off < len; off += w->io) {
+        ck_io *io = &s->ios[s->nios];
+        *io = (ck_io){ .fd = w->fs[f].fd, .write = true, .buf = s->buf + off,
+                       .buf_index = mem ? -1 : s->own_index,
+                       .len = len - off < w->io ? len - off : w->io, .off = b0 + off,
+                       .user = (uint64_t)idx << 8 | s->nios };
+        s->nios++;
     }
-    if (w->o->pool) {
+    if (!mem)
+        w->st->copied += len;
+    int r;
+    if (!mem && parallel) {
+        pthread_mutex_lock(&w->mu);
+        s->filling = true;
+        pthread_mutex_unlock(&w->mu);
+        if ((r = ck_hashpool_run(w->o->pool, fill_job, s)) < 0) {
+            pthread_mutex_lock(&w->mu);
+            s->filling = false;
+            pthread_mutex_unlock(&w->mu);
+            return fail(w, r, "%s: queueing a fill: %s", wf->path, strerror(-r));
+        }
+        return 0;
+    }
+    if (!mem && (r = fill_block(w, s)) < 0)
+        return fail(w, r, "%s: filling the data: %s", wf->path, strerror(-r));
+    if ((r = submit_writes(w, s)) < 0)
+        return r;
+    if (hash) {
         pthread_mutex_lock(&w->mu);
         s->hashing = true;
         pthread_mutex_unlock(&w->mu);
-    }
-    s->ios_pending = n;
-    r = w->e->ops->ioq_submit(w->q, s->ios, n);
-    if (r < 0) {
-        s->ios_pending = 0;
-        pthread_mutex_lock(&w->mu);
-        s->hashing = false;
-        pthread_mutex_unlock(&w->mu);
-        return fail(w, r, "%s: submitting writes: %s", wf->path, strerror(-r));
-    }
-    w->inflight += n;
-    if (w->o->pool) {
-        uint8_t *out = wf->hashes + (b0 / w->block) * CK_SHA256_LEN;
-        r = ck_hashpool_submit(w->o->pool, s->buf, len, out, on_hashed, s);
-        if (r < 0) {
+        if ((r = ck_hashpool_submit(w->o->pool, s->buf, len, s->hash_out, on_hashed, s)) < 0) {
             pthread_mutex_lock(&w->mu);
             s->hashing = false;
             pthread_mutex_unlock(&w->mu);
@@ -385,16 +469,16 @@ int ck_write_files(const ck_writer_opts *o, ck_wfile *files, uint32_t n, ck_writ
         if (w.fs[f].blocks_left == 0)
             finish_file(&w, f);
     }
-    /* Drain: no slot's memory may be released while the kernel or a worker uses it. */
-    if (w.q) {
-        while (w.inflight > 0)
-            reap(&w, true);
+    /* Drain: no slot's memory may be released while the kernel or a worker uses it,
+     * and filled slots still have writes to submit (none once an error is set). */
+    for (bool busy = w.q != NULL; busy;) {
+        pump(&w, true);
+        busy = w.inflight > 0;
+        pthread_mutex_lock(&w.mu);
+        for (unsigned i = 0; w.slots && i < w.nslots && !busy; i++)
+            busy = busy_locked(&w.slots[i]);
+        pthread_mutex_unlock(&w.mu);
     }
-    pthread_mutex_lock(&w.mu);
-    for (unsigned i = 0; w.slots && i < w.nslots; i++)
-        while (w.slots[i].hashing)
-            pthread_cond_wait(&w.cv, &w.mu);
-    pthread_mutex_unlock(&w.mu);
     for (uint32_t f = 0; w.fs && f < n; f++)
         if (w.fs[f].fd >= 0) {
             w.e->ops->close(w.e, w.fs[f].fd);

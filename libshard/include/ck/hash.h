@@ -25,6 +25,10 @@ unsigned ck_hashpool_threads(const ck_hashpool *p);
 int ck_hashpool_submit(ck_hashpool *p, const void *buf, size_t len, uint8_t *out,
                        void (*done)(void *arg), void *arg);
 
+/* Queues fn(arg) to run on a worker: the pool also runs other work that should
+ * spread over the cores (the writer's fills). */
+int ck_hashpool_run(ck_hashpool *p, void (*fn)(void *arg), void *arg);
+
 /* One-shot SHA-256 on the calling thread. */
 int ck_sha256(const void *buf, size_t len, uint8_t out[CK_SHA256_LEN]);
 

@@ -30,6 +30,7 @@ typedef struct ck_save_opts {
     uint64_t mem_limit;         /* buffer bytes of the writer; 0: 64 MiB */
     unsigned hash_threads;      /* 0: one per online CPU */
     bool no_hash;
+    bool fill_threadsafe;       /* fill callbacks may run on several threads at once */
     bool no_catalog;            /* don't record the commit in ROOT/catalog.mdb */
     void (*log)(void *arg, const char *msg);
     void (*progress)(void *arg, uint64_t done, uint64_t total);

@@ -9,7 +9,7 @@
  *
  * Memory a block lies in entirely, 4 KiB-aligned (a staging area laid out like the
  * file), is written in place; everything else is copied or generated into a bounded
- * ring of block buffers.
+ * ring of block buffers, on the pool's threads when the sources allow it.
  */
 #ifndef CK_WRITER_H
 #define CK_WRITER_H
@@ -43,7 +43,9 @@ typedef struct ck_wfile {
 
 typedef struct ck_writer_opts {
     ck_engine *engine;          /* NULL: ck_engine_default() */
-    ck_hashpool *pool;          /* NULL: no hashing */
+    ck_hashpool *pool;          /* worker threads; NULL: no hashing, fills inline */
+    bool no_hash;               /* with a pool: use it for fills only */
+    bool fill_threadsafe;       /* fill callbacks may run concurrently on the pool */
     uint32_t block_size;        /* hash block; power of two >= 4096; 0: 4 MiB */
     uint32_t io_size;           /* bytes per I/O; 0: 1 MiB */
     unsigned depth;             /* blocks in flight; 0: from mem_limit */
