@@ -1,0 +1,287 @@
+/* consolidate.c - a checkpoint's full tensors as safetensors files (see
+ * ck/safetensors.h).
+ *
+ * Each output file is one run of bytes produced on demand: the header, then each
+ * tensor's row-major bytes read through ck_reader (converted f32 <-> bf16 on the way
+ * when asked). ck_write_files pulls it block by block into its bounded ring and
+ * writes it with io_uring; the file is written under a temporary name, cut to its
+ * exact length (the writer works in whole pages), made durable and renamed into
+ * place, so a reader never sees half a file.
+ */
+#include "ck/safetensors.h"
+
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cast.h"
+#include "ck/load.h"
+#include "ck/writer.h"
+#include "enc.h"
+
+#define SCRATCH (8u << 20)   /* conversion buffer: source bytes per read */
+
+typedef struct cctx {
+    ck_ckpt *ck;
+    const ck_consolidate_opts *o;
+    ck_st_tensor *all;       /* selected tensors, output dtypes */
+    size_t nall, capall;
+    uint8_t *scratch;
+    ck_err fill_err;
+} cctx;
+
+typedef struct out_file {
+    cctx *c;
+    ck_st_tensor *t;         /* its tensors, in file order */
+    size_t n, cur;
+    char *head;
+    size_t head_len;
+    uint64_t size;           /* exact bytes */
+    ck_reader *rd;
+    size_t rd_t;
+    char tmp[PATH_MAX], final[PATH_MAX], name[64];
+} out_file;
+
+static ck_dtype out_dtype(const ck_consolidate_opts *o, ck_dtype dt)
+{
+    return o->dtype && (dt == CK_F32 || dt == CK_BF16) ? o->dtype : dt;
+}
+
+static int select_tensor(const ck_tensor *t, void *arg)
+{
+    cctx *c = arg;
+    if (c->o->filter && fnmatch(c->o->filter, t->name, 0) != 0)
+        return 0;
+    if (ck_grow(&c->all, &c->capall, c->nall + 1, sizeof *c->all) < 0)
+        return -ENOMEM;
+    ck_st_tensor *s = &c->all[c->nall++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", t->name);
+    s->dtype = out_dtype(c->o, t->dtype);
+    s->ndim = t->ndim;
+    memcpy(s->shape, t->shape, sizeof s->shape);
+    return 0;
+}
+
+/* Bytes [o, o+n) of tensor T's output, which has another element size than the
+ * checkpoint's, read in SCRATCH-sized pieces and converted. */
+static int read_converted(cctx *c, ck_reader *rd, const ck_box *full, const ck_st_tensor *T,
+                          uint64_t o, uint64_t n, uint8_t *dst)
+{
+    size_t si = ck_dtype_size(ck_reader_tensor(rd)->dtype), di = ck_dtype_size(T->dtype);
+    uint64_t e0 = o / di, cnt = n / di, step = SCRATCH / si;
+    for (uint64_t e = 0; e < cnt; e += step) {
+        uint64_t k = cnt - e < step ? cnt - e : step;
+        int r = ck_reader_read(rd, full, (e0 + e) * si, k * si, c->scratch, &c->fill_err);
+        if (r < 0)
+            return r;
+        if (T->dtype == CK_BF16)
+            k_cast_f32_to_bf16((uint16_t *)(void *)(dst + e * di), (const float *)(void *)c->scratch, k);
+        else
+            k_cast_bf16_to_f32((float *)(void *)(dst + e * di), (const uint16_t *)(void *)c->scratch, k);
+    }
+    return 0;
+}
+
+/* ck_fill_fn: bytes [off, off+len) of the output file. */
+static int fill(void *arg, uint64_t off, void *dstv, size_t len)
+{
+    out_file *f = arg;
+    cctx *c = f->c;
+    uint8_t *dst = dstv;
+    while (len > 0) {
+        uint64_t n;
+        if (off < f->head_len) {
+            n = f->head_len - off < len ? f->head_len - off : len;
+            memcpy(dst, f->head + off, n);
+        } else {
+            uint64_t d = off - f->head_len;
+            while (f->cur < f->n && f->t[f->cur].end <= d)
+                f->cur++;
+            if (f->cur == f->n)
+                return ck_err_set(&c->fill_err, -EIO, "%s: asked for bytes past the data", f->name);
+            const ck_st_tensor *T = &f->t[f->cur];
+            if (!f->rd || f->rd_t != f->cur) {
+                ck_reader_close(f->rd);
+                f->rd = NULL;
+                int r = ck_reader_open(c->ck, T->name, &f->rd, &c->fill_err);
+                if (r < 0)
+                    return r;
+                f->rd_t = f->cur;
+            }
+            ck_box full;
+            ck_box_full(T->ndim, T->shape, &full);
+            n = T->end - d < len ? T->end - d : len;
+            int r = T->dtype == ck_reader_tensor(f->rd)->dtype
+                  ? ck_reader_read(f->rd, &full, d - T->begin, n, dst, &c->fill_err)
+                  : read_converted(c, f->rd, &full, T, d - T->begin, n, dst);
+            if (r < 0)
+                return r;
+        }
+        off += n;
+        dst += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static int write_index(const ck_consolidate_opts *o, out_file *F, size_t nf, uint64_t total,
+                       ck_err *err)
+{
+    json_t *map = json_object();
+    for (size_t i = 0; i < nf; i++)
+        for (size_t k = 0; k < F[i].n; k++)
+            json_object_set_new(map, F[i].t[k].name, json_string(F[i].name));
+    json_t *j = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
+                          "weight_map", map);
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", o->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int r = json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    int fd = r == 0 ? open(tmp, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
+    if (fd < 0 || write(fd, "\n", 1) != 1 || fsync(fd) < 0 || rename(tmp, path) < 0) {
+        int e = errno ? errno : EIO;
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        return ck_err_set(err, -e, "%s: %s", path, strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+/* Cuts file f's bytes to its exact length, makes it durable and gives it its name. */
+static int finish_file(const out_file *f, ck_err *err)
+{
+    int fd = open(f->tmp, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)f->size) < 0 || fsync(fd) < 0 || close(fd) < 0 ||
+        rename(f->tmp, f->final) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return ck_err_set(err, -e, "%s: %s", f->final, strerror(e));
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_stats *st,
+                   ck_err *err)
+{
+    double t0 = now_s();
+    ck_consolidate_stats local;
+    if (!st)
+        st = &local;
+    *st = (ck_consolidate_stats){ 0 };
+    if (o->dtype && o->dtype != CK_F32 && o->dtype != CK_BF16)
+        return ck_err_set(err, -EINVAL, "consolidate: --dtype converts to f32 or bf16 only");
+    if (mkdir(o->dir, 0755) < 0 && errno != EEXIST)
+        return ck_err_set(err, -errno, "%s: mkdir: %s", o->dir, strerror(errno));
+    cctx c = { .ck = ck, .o = o };
+    out_file *F = NULL;
+    ck_wfile *wf = NULL;
+    ck_src *src = NULL;
+    size_t nf = 0;
+    int r = ck_tensors_each(ck, select_tensor, &c, err);
+    if (r == 0 && c.nall == 0)
+        r = ck_err_set(err, -ENOENT, "checkpoint %s: no tensor matches '%s'",
+                       ck_get_info(ck)->name, o->filter ? o->filter : "*");
+    if (r < 0)
+        goto out;
+    /* Lay out in file order and cut into files of at most max bytes of data (a tensor
+     * larger than that gets a file to itself), as Hugging Face's save_pretrained. */
+    char *head;
+    size_t head_len;
+    if ((r = ck_st_layout(c.all, c.nall, &head, &head_len, err)) < 0)
+        goto out;
+    free(head);
+    uint64_t max = o->max_shard_size ? o->max_shard_size : 5000000000ull, total = 0;
+    F = calloc(c.nall, sizeof *F);
+    if (!F || posix_memalign((void **)&c.scratch, 4096, SCRATCH)) {
+        r = ck_err_set(err, -ENOMEM, "consolidate: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < c.nall; i++) {
+        uint64_t b = c.all[i].end - c.all[i].begin;
+        if (nf == 0 || (F[nf - 1].size + b > max && F[nf - 1].size > 0)) {
+            F[nf].t = &c.all[i];
+            F[nf++].c = &c;
+        }
+        F[nf - 1].n++;
+        F[nf - 1].size += b;
+        total += b;
+    }
+    wf = calloc(nf, sizeof *wf);
+    src = calloc(nf, sizeof *src);
+    if (!wf || !src) {
+        r = ck_err_set(err, -ENOMEM, "consolidate: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nf && r == 0; i++) {
+        out_file *f = &F[i];
+        if (nf == 1)
+            snprintf(f->name, sizeof f->name, "model.safetensors");
+        else
+            snprintf(f->name, sizeof f->name, "model-%05zu-of-%05zu.safetensors", i + 1, nf);
+        snprintf(f->final, sizeof f->final, "%s/%s", o->dir, f->name);
+        snprintf(f->tmp, sizeof f->tmp, "%s/.%s.tmp", o->dir, f->name);
+        unlink(f->tmp);   /* debris of a run that died */
+        if ((r = ck_st_layout(f->t, f->n, &f->head, &f->head_len, err)) < 0)
+            break;
+        f->size += f->head_len;
+        src[i] = (ck_src){ .file_off = 0, .len = f->size, .fill = fill, .arg = f };
+        wf[i] = (ck_wfile){ .path = f->tmp, .size = (f->size + 4095) & ~(uint64_t)4095,
+                            .srcs = &src[i], .nsrcs = 1 };
+    }
+    if (r < 0)
+        goto out;
+    ck_writer_opts wo = { .engine = o->engine, .mem_limit = o->mem_limit, .log = o->log,
+                          .progress = o->progress, .cb_arg = o->cb_arg };
+    ck_writer_stats ws;
+    r = ck_write_files(&wo, wf, (uint32_t)nf, &ws, err);
+    if (r < 0 && c.fill_err.code)
+        ck_err_set(err, r, "%s", ck_err_msg(&c.fill_err));
+    for (size_t i = 0; i < nf && r == 0; i++) {
+        r = finish_file(&F[i], err);
+        st->bytes += F[i].size;
+    }
+    /* What a loader finds in the directory must describe this export only. */
+    char stale[PATH_MAX + 40];
+    snprintf(stale, sizeof stale, "%s/%s", o->dir,
+             nf == 1 ? "model.safetensors.index.json" : "model.safetensors");
+    if (r == 0 && unlink(stale) < 0 && errno != ENOENT)
+        r = ck_err_set(err, -errno, "%s: %s", stale, strerror(errno));
+    if (r == 0 && nf > 1)
+        r = write_index(o, F, nf, total, err);
+    st->tensors = c.nall;
+    st->files = nf;
+    st->sharded = nf > 1;
+out:
+    for (size_t i = 0; i < nf; i++) {
+        if (r < 0)
+            unlink(F[i].tmp);
+        free(F[i].head);
+        ck_reader_close(F[i].rd);
+    }
+    free(F);
+    free(wf);
+    free(src);
+    free(c.all);
+    free(c.scratch);
+    st->seconds = now_s() - t0;
+    return r;
+}
