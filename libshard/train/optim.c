@@ -112,6 +112,15 @@ int sh_adamw_step(sh_adamw *o, ck_err *err)
 
 long sh_adamw_step_count(const sh_adamw *o) { return o->calls; }
 
+void sh_adamw_set_lr(sh_adamw *o, float lr) { o->o.lr = lr; }
+
+void sh_adamw_set_step_count(sh_adamw *o, long n)
+{
+    o->calls = n;
+    for (int i = 0; i < o->n; i++)
+        o->steps[i] = n;
+}
+
 void sh_adamw_free(sh_adamw *o)
 {
     if (!o)

@@ -23,6 +23,11 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
 /* One step for every parameter that has a gradient. */
 int sh_adamw_step(sh_adamw *o, ck_err *err);
 long sh_adamw_step_count(const sh_adamw *o);
+/* The learning rate of the following steps: a schedule sets it before each step. */
+void sh_adamw_set_lr(sh_adamw *o, float lr);
+/* Restores the step count after loading a checkpoint's moments: every parameter's
+ * step (bias correction) continues from n, as torch's loaded per-parameter "step". */
+void sh_adamw_set_step_count(sh_adamw *o, long n);
 void sh_adamw_free(sh_adamw *o);
 
 #endif
