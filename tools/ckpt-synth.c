@@ -7,11 +7,15 @@
  */
 #include <getopt.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "ck/ckpt.h"
+#include "ck/client.h"
 #include "ck/save.h"
 #include "ck/synth.h"
 #include "tool.h"
@@ -41,6 +45,9 @@ static void usage(FILE *f)
 "  --no-hash            do not record SHA-256 block hashes\n"
 "  --block-size SIZE    hash block (default 4MiB)\n"
 "  --hash-threads N     hash workers (default: one per CPU)\n"
+"  --world N            save as N ranks through the client API (ck/client.h), one\n"
+"                       thread each with the embedded engine; N = the mesh's ranks\n"
+"  --daemon SOCKET      with --world: one process per rank, through ckptd at SOCKET\n"
 "  --json               print the result as JSON\n"
 "  -h, --help           this text\n"
 "\n"
@@ -48,8 +55,8 @@ static void usage(FILE *f)
 }
 
 typedef struct opts {
-    const char *root, *name, *mesh, *dims, *placements;
-    uint64_t tensors, bytes, seed, step;
+    const char *root, *name, *mesh, *dims, *placements, *daemon;
+    uint64_t tensors, bytes, seed, step, world;
     ck_dtype dtype;
     bool uneven, no_hash, json;
     uint32_t block_size;
@@ -59,13 +66,14 @@ typedef struct opts {
 static int parse(int argc, char **argv, opts *o)
 {
     enum { O_NAME = 256, O_MESH, O_DIMS, O_PL, O_TENSORS, O_BYTES, O_DTYPE, O_UNEVEN, O_SEED,
-           O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON };
+           O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON, O_WORLD, O_DAEMON };
     static const struct option lo[] = {
         { "name", 1, 0, O_NAME }, { "mesh", 1, 0, O_MESH }, { "dims", 1, 0, O_DIMS },
         { "placements", 1, 0, O_PL }, { "tensors", 1, 0, O_TENSORS }, { "bytes", 1, 0, O_BYTES },
         { "dtype", 1, 0, O_DTYPE }, { "uneven", 0, 0, O_UNEVEN }, { "seed", 1, 0, O_SEED },
         { "step", 1, 0, O_STEP }, { "no-hash", 0, 0, O_NOHASH }, { "block-size", 1, 0, O_BLOCK },
-        { "hash-threads", 1, 0, O_HT }, { "json", 0, 0, O_JSON }, { "help", 0, 0, 'h' },
+        { "hash-threads", 1, 0, O_HT }, { "json", 0, 0, O_JSON }, { "world", 1, 0, O_WORLD },
+        { "daemon", 1, 0, O_DAEMON }, { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
     *o = (opts){ .dtype = CK_F32 };
@@ -82,6 +90,8 @@ static int parse(int argc, char **argv, opts *o)
         case O_UNEVEN: o->uneven = true; break;
         case O_NOHASH: o->no_hash = true; break;
         case O_JSON: o->json = true; break;
+        case O_DAEMON: o->daemon = optarg; break;
+        case O_WORLD:
         case O_TENSORS:
         case O_SEED:
         case O_STEP:
@@ -89,10 +99,12 @@ static int parse(int argc, char **argv, opts *o)
             errno = 0;
             v = strtoull(optarg, &end, 0);
             if (errno || *end || optarg[0] == '-' || !optarg[0]) {
-                tool_error(prog, "--%s: '%s' is not a number", lo[c - O_NAME].name, optarg);
+                tool_error(prog, "--%s: '%s' is not a number",
+                           c == O_WORLD ? "world" : lo[c - O_NAME].name, optarg);
                 return -EINVAL;
             }
-            if (c == O_TENSORS) o->tensors = v;
+            if (c == O_WORLD) o->world = v;
+            else if (c == O_TENSORS) o->tensors = v;
             else if (c == O_SEED) o->seed = v;
             else if (c == O_STEP) o->step = v;
             else o->hash_threads = (unsigned)(v > 256 ? 256 : v);
@@ -138,6 +150,14 @@ static int parse(int argc, char **argv, opts *o)
         tool_error(prog, "%s is required (and non-zero); see --help", miss);
         return -EINVAL;
     }
+    if (o->daemon && !o->world) {
+        tool_error(prog, "--daemon needs --world");
+        return -EINVAL;
+    }
+    if (o->world && o->block_size) {
+        tool_error(prog, "--block-size applies to direct saves, not --world ones");
+        return -EINVAL;
+    }
     if (o->tensors > 1000000) {
         tool_error(prog, "--tensors %llu: at most 1000000", (unsigned long long)o->tensors);
         return -EINVAL;
@@ -179,6 +199,151 @@ static void shape_of(const opts *o, uint64_t i, const uint64_t parts[2], uint64_
     shape[1] = cols;
 }
 
+/* ---- --world: every rank saves its own part through the client API ---- */
+
+typedef struct rank_job {
+    const opts *o;
+    const ck_mesh *mesh;
+    const ck_placement *pl;
+    const uint64_t *parts;
+    ck_client *cl;
+    uint64_t rank;
+    double stall;             /* seconds in ck_client_save_async */
+    int rc;
+    ck_err err;
+} rank_job;
+
+/* Declares every tensor, offers this rank's shards straight from the formula, stages
+ * them, asks for the commit on rank 0, and waits for the outcome. */
+static int synth_rank(rank_job *j)
+{
+    const opts *o = j->o;
+    uint64_t world = ck_mesh_world(j->mesh);
+    ck_client_save *sv;
+    ck_synth_src *srcs = calloc(o->tensors, sizeof *srcs);
+    if (!srcs)
+        return ck_err_set(&j->err, -ENOMEM, "out of memory");
+    int r = ck_client_begin(j->cl, &sv, o->name, o->step, j->mesh, j->rank, world, &j->err);
+    if (r < 0) {
+        free(srcs);
+        return r;
+    }
+    if (o->no_hash)
+        ck_client_no_hash(sv);
+    char name[32];
+    uint32_t coord[CK_MAX_MESH_DIMS];
+    ck_mesh_coord(j->mesh, j->rank, coord);
+    for (uint64_t i = 0; i < o->tensors && r == 0; i++) {
+        ck_synth_src *g = &srcs[i];
+        *g = (ck_synth_src){ .seed = o->seed, .tensor = (uint32_t)i,
+                             .itemsize = ck_dtype_size(o->dtype), .ndim = 2 };
+        shape_of(o, i, j->parts, g->shape);
+        ck_shard_box(2, g->shape, j->mesh, j->pl, coord, &g->box);
+        snprintf(name, sizeof name, "t%llu", (unsigned long long)i);
+        r = ck_client_tensor(sv, name, o->dtype, 2, g->shape, j->pl, &j->err);
+        if (r == 0)
+            r = ck_client_shard_fill(sv, name, ck_synth_fill, g, &j->err);
+    }
+    double t0 = tool_now();
+    if (r == 0)
+        r = ck_client_save_async(sv, &j->err);
+    j->stall = tool_now() - t0;
+    if (r == 0 && j->rank == 0)
+        r = ck_client_commit(sv, &j->err);
+    if (r == 0)
+        r = ck_client_wait(sv, &j->err);
+    ck_client_save_free(sv);
+    free(srcs);
+    return r;
+}
+
+static void *rank_thread(void *arg)
+{
+    rank_job *j = arg;
+    j->rc = synth_rank(j);
+    return NULL;
+}
+
+/* Runs the ranks: threads sharing one embedded engine, or processes through ckptd. */
+static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *pl,
+                       const uint64_t parts[2])
+{
+    uint64_t world = ck_mesh_world(mesh);
+    if (o->world != world) {
+        tool_error(prog, "--world %llu, but mesh %s has %llu ranks", (unsigned long long)o->world,
+                   o->mesh, (unsigned long long)world);
+        return EXIT_USAGE;
+    }
+    rank_job *jobs = calloc(world, sizeof *jobs);
+    pthread_t *th = calloc(world, sizeof *th);
+    pid_t *pids = calloc(world, sizeof *pids);
+    if (!jobs || !th || !pids) {
+        tool_error(prog, "out of memory");
+        return EXIT_USAGE;
+    }
+    int rc = EXIT_OK;
+    double t0 = tool_now();
+    ck_client_opts co = { .socket = o->daemon, .embedded = !o->daemon,
+                          .hash_threads = o->hash_threads };
+    for (uint64_t r = 0; r < world; r++) {
+        rank_job *j = &jobs[r];
+        *j = (rank_job){ .o = o, .mesh = mesh, .pl = pl, .parts = parts, .rank = r };
+        if (o->daemon && (pids[r] = fork()) != 0) {
+            if (pids[r] < 0) {
+                tool_error(prog, "fork: %s", strerror(errno));
+                rc = EXIT_USAGE;
+                break;
+            }
+            continue;
+        }
+        co.peer = r > 0 && !o->daemon ? jobs[0].cl : NULL;
+        j->rc = ck_client_open(&j->cl, o->root, &co, &j->err);
+        if (o->daemon) {          /* the child: one rank, then exit */
+            if (j->rc == 0)
+                j->rc = synth_rank(j);
+            if (j->rc < 0)
+                tool_error(prog, "rank %llu: %s", (unsigned long long)r, ck_err_msg(&j->err));
+            else if (!o->json)
+                printf("%s: rank %llu: save_async stalled %.3f s\n", prog,
+                       (unsigned long long)r, j->stall);
+            ck_client_close(j->cl);
+            fflush(stdout);
+            _exit(j->rc < 0 ? tool_exit_code(j->rc) : EXIT_OK);
+        }
+        if (j->rc < 0 || (j->rc = pthread_create(&th[r], NULL, rank_thread, j) ? -EAGAIN : 0)) {
+            tool_error(prog, "rank %llu: %s", (unsigned long long)r, ck_err_msg(&j->err));
+            rc = EXIT_USAGE;
+            world = r + (j->rc == -EAGAIN);
+            break;
+        }
+    }
+    for (uint64_t r = 0; r < world; r++) {
+        if (o->daemon) {
+            int st = 0;
+            if (pids[r] > 0 && (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) ||
+                                WEXITSTATUS(st) != 0))
+                rc = EXIT_USAGE;
+            continue;
+        }
+        if (jobs[r].cl && th[r])
+            pthread_join(th[r], NULL);
+        if (jobs[r].rc < 0) {
+            tool_error(prog, "rank %llu: %s", (unsigned long long)r, ck_err_msg(&jobs[r].err));
+            rc = EXIT_USAGE;
+        }
+    }
+    for (uint64_t r = world; r-- > 0;)
+        ck_client_close(jobs[r].cl);
+    double secs = tool_now() - t0;
+    if (rc == EXIT_OK && !o->json)
+        printf("%s: committed %s/%s: %llu ranks through %s, %.3f s\n", prog, o->root, o->name,
+               (unsigned long long)world, o->daemon ? "ckptd" : "the embedded engine", secs);
+    free(jobs);
+    free(th);
+    free(pids);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -198,6 +363,8 @@ int main(int argc, char **argv)
         if (pl[d].kind == CK_SHARD)
             parts[pl[d].dim] *= mesh.size[d];
     uint64_t world = ck_mesh_world(&mesh);
+    if (o.world)
+        return synth_world(&o, &mesh, pl, parts);
 
     tool_progress prog_line;
     tool_progress_init(&prog_line, prog, "ckpt-synth: writing");

@@ -1,0 +1,151 @@
+/* kd.h - ckptd's state: one kd_server holds everything (no globals).
+ *
+ * One thread runs the event loop (kd_server.c): the listening socket, the signalfd,
+ * the clients, and an eventfd through which the save engine's worker threads (the
+ * core's ck_saver, shared with the embedded client) hand their events over. Each
+ * file owns one responsibility:
+ *   main.c        options, daemonizing, start and exit
+ *   kd_log.c      the log
+ *   kd_server.c   socket, peer credentials, the event loop, sending replies
+ *   kd_proto.c    reading and validating messages, dispatching them
+ *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
+ *   kd_staging.c  mapping staging memfds, the staging budget, back-pressure
+ *   kd_status.c   the STATUS reply
+ *   kd_recover.c  recovery of the root at start
+ */
+#ifndef KD_H
+#define KD_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "client_saver.h"
+#include "proto.h"
+
+#define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
+
+typedef struct kd_opts {
+    const char *root;
+    char socket[108];
+    uint64_t staging;          /* bytes of staging mapped at once */
+    unsigned io_depth;
+    unsigned hash_threads;
+    unsigned writers;
+    bool foreground;
+    const char *log;
+    const char *inject_fault;
+} kd_opts;
+
+typedef struct kd_client {
+    struct kd_client *next;
+    uint64_t id;
+    int fd;
+    pid_t pid;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    int fds[KD_MAX_FDS];
+    unsigned nfds;
+    bool drop;                 /* close after this round */
+} kd_client;
+
+/* One rank's part of a checkpoint in flight. Its staging mapping outlives the client:
+ * the data is the daemon's once staged. */
+typedef struct kd_part {
+    struct kd_part *next;
+    struct kd_part *wait_next; /* in the admission queue */
+    struct kd_ckpt *ckpt;
+    uint64_t rank;
+    uint64_t client;           /* id; 0 once that client is gone */
+    int fd;                    /* the memfd, until mapped */
+    void *map;
+    uint64_t need;             /* staging bytes: image + blobs */
+    uint64_t image;
+    bool admitted, waiting, staged;
+} kd_part;
+
+typedef struct kd_ckpt {
+    struct kd_ckpt *next;
+    char name[CK_NAME_MAX];
+    kd_part *parts;
+} kd_ckpt;
+
+typedef struct kd_event {
+    struct kd_event *next;
+    ck_saver_ev_kind kind;
+    char name[CK_NAME_MAX];
+    uint64_t rank;
+    int code;
+    char msg[CK_ERR_MSG_MAX];
+} kd_event;
+
+typedef struct kd_server {
+    kd_opts o;
+    char root[PATH_MAX];       /* realpath */
+    FILE *log;
+    int listen_fd, ep_fd, sig_fd, ev_fd;
+    ck_engine *engine;         /* the fault engine with --inject-fault, else NULL */
+    ck_saver *saver;
+    kd_client *clients;
+    uint64_t next_id;
+    unsigned nclients;
+    kd_ckpt *ckpts;
+    uint64_t staging_used;
+    kd_part *wait_head, *wait_tail;
+    pthread_mutex_t ev_mu;     /* the event queue, filled by saver threads */
+    kd_event *ev_head, *ev_tail;
+    bool stopping;
+} kd_server;
+
+/* kd_log.c */
+void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kd_log_cb(void *arg, const char *msg);
+
+/* kd_server.c */
+/* Recovers the root, then listens: the socket exists when it returns. */
+int kd_server_start(kd_server *s, ck_err *err);
+/* Starts the save engine's threads (after any fork). */
+int kd_server_engine(kd_server *s, ck_err *err);
+int kd_server_run(kd_server *s);
+void kd_server_stop(kd_server *s);
+/* Sends a whole message; a client that cannot take it now is dropped. */
+void kd_send(kd_server *s, kd_client *c, ck_wbuf *w);
+void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
+kd_client *kd_client_find(kd_server *s, uint64_t id);
+
+/* kd_proto.c */
+/* Consumes the complete messages in c's input; marks c to drop on a bad one. */
+void kd_proto_input(kd_server *s, kd_client *c);
+/* The peer closed with a message half sent. */
+void kd_proto_truncated(kd_server *s, kd_client *c);
+
+/* kd_ckpt.c */
+void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd);
+void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank);
+void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
+void kd_ckpt_client_gone(kd_server *s, kd_client *c);
+void kd_ckpt_events(kd_server *s);
+void kd_ckpt_shutdown(kd_server *s);
+void kd_saver_event(void *arg, const ck_saver_event *ev);
+unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);
+/* Tells p's client that its part was admitted: copy now. */
+void kd_ckpt_admitted(kd_server *s, kd_part *p);
+
+/* kd_staging.c */
+/* Checks a staging memfd: sealed against shrinking, at least size bytes. */
+int kd_staging_check(int fd, uint64_t size, ck_err *err);
+/* Admits p now or queues it; returns 1 admitted, 0 queued, or -errno (never fits). */
+int kd_staging_admit(kd_server *s, kd_part *p, ck_err *err);
+/* Unmaps p's staging (or leaves the queue), then admits what now fits. */
+void kd_staging_release(kd_server *s, kd_part *p);
+
+/* kd_status.c */
+void kd_status_reply(kd_server *s, kd_client *c);
+
+/* kd_recover.c */
+int kd_recover(kd_server *s, ck_err *err);
+
+#endif

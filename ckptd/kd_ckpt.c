@@ -1,0 +1,267 @@
+/* kd_ckpt.c - the checkpoints in flight, as the daemon sees them: which client brought
+ * which rank's part, where its staging is mapped, and who must hear the outcome.
+ *
+ * The save itself (a state machine per checkpoint: collecting, committing, failed)
+ * is the core's ck_saver, the same engine the embedded client runs; this file ties it
+ * to connections. The rules that are the daemon's own:
+ *  - a part is the daemon's once staged: its client may die, the mapping stays;
+ *  - a client that goes away before staging a part it began dooms that checkpoint;
+ *  - when the last client of a checkpoint goes, the checkpoint completes only if every
+ *    part was staged and the commit was asked for, and is abandoned otherwise;
+ *  - the saver's events arrive on its threads and are queued for the event loop, which
+ *    sends DURABLE / COMMITTED / ERROR and releases the staging.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kd.h"
+
+static kd_ckpt *find(kd_server *s, const char *name)
+{
+    for (kd_ckpt *k = s->ckpts; k; k = k->next)
+        if (!strcmp(k->name, name))
+            return k;
+    return NULL;
+}
+
+static kd_part *part_of(kd_ckpt *k, uint64_t rank)
+{
+    for (kd_part *p = k ? k->parts : NULL; p; p = p->next)
+        if (p->rank == rank)
+            return p;
+    return NULL;
+}
+
+static void ckpt_free(kd_server *s, kd_ckpt *k)
+{
+    for (kd_ckpt **pp = &s->ckpts; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            break;
+        }
+    while (k->parts) {
+        kd_part *p = k->parts;
+        k->parts = p->next;
+        kd_staging_release(s, p);
+        free(p);
+    }
+    free(k);
+}
+
+unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
+{
+    unsigned n = 0;
+    for (const kd_client *c = s->clients; c; c = c->next)
+        for (const kd_part *p = k->parts; p; p = p->next)
+            if (p->client == c->id) {
+                n++;
+                break;
+            }
+    return n;
+}
+
+static void send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
+                       const uint64_t *a, const uint64_t *b)
+{
+    ck_wbuf w = { 0 };
+    ck_proto_start(&w, type);
+    ck_put_str(&w, name);
+    if (a)
+        ck_put_u64(&w, *a);
+    if (b)
+        ck_put_u64(&w, *b);
+    kd_send(s, c, &w);
+    ck_wbuf_free(&w);
+}
+
+void kd_ckpt_admitted(kd_server *s, kd_part *p)
+{
+    kd_client *c = kd_client_find(s, p->client);
+    if (c)
+        send_named(s, c, CK_MSG_ADMIT, p->ckpt->name, &p->rank, &p->image);
+}
+
+void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
+{
+    ck_err err = { 0 };
+    if (s->stopping) {
+        close(fd);
+        kd_send_error(s, c, d->name, -ESHUTDOWN, "ckptd is shutting down; no new saves");
+        return;
+    }
+    /* A retry after a failure must see the failure's cleanup first. */
+    kd_ckpt_events(s);
+    uint64_t blob_bytes = 0;
+    ck_decl_blob_bytes(d, &blob_bytes);
+    uint64_t image = 0;
+    int r = ck_saver_join(s->saver, d, &image, &err);
+    if (r < 0) {
+        close(fd);
+        kd_send_error(s, c, d->name, r, ck_err_msg(&err));
+        return;
+    }
+    kd_ckpt *k = find(s, d->name);
+    kd_part *p = calloc(1, sizeof *p);
+    if (!k && (k = calloc(1, sizeof *k))) {
+        snprintf(k->name, sizeof k->name, "%s", d->name);
+        k->next = s->ckpts;
+        s->ckpts = k;
+    }
+    if (!k || !p) {
+        free(p);
+        close(fd);
+        ck_saver_abandon(s->saver, d->name, "ckptd ran out of memory");
+        return;
+    }
+    *p = (kd_part){ .next = k->parts, .ckpt = k, .rank = d->rank, .client = c->id, .fd = fd,
+                    .need = image + blob_bytes, .image = image };
+    k->parts = p;
+    r = kd_staging_admit(s, p, &err);
+    if (r == 1)
+        kd_ckpt_admitted(s, p);
+    if (r < 0) {
+        char msg[CK_ERR_MSG_MAX + 32];
+        snprintf(msg, sizeof msg, "%s", ck_err_msg(&err));
+        kd_log(s, "checkpoint %s: client %llu (pid %d): %s", d->name,
+               (unsigned long long)c->id, (int)c->pid, msg);
+        ck_saver_abandon(s->saver, d->name, msg);
+    }
+}
+
+void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
+{
+    ck_err err = { 0 };
+    kd_part *p = part_of(find(s, name), rank);
+    if (!p || p->client != c->id || !p->admitted || p->staged) {
+        kd_send_error(s, c, "", -EPROTO, "STAGED for a part this client was not admitted for");
+        c->drop = true;
+        return;
+    }
+    p->staged = true;
+    int r = ck_saver_stage(s->saver, name, rank, p->map, &err);
+    if (r < 0)
+        kd_send_error(s, c, name, r, ck_err_msg(&err));
+}
+
+void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
+{
+    ck_err err = { 0 };
+    kd_part *p = part_of(find(s, name), 0);
+    if (!p || p->client != c->id) {
+        kd_send_error(s, c, name, -EINVAL, "only the client of rank 0 asks for the commit");
+        return;
+    }
+    int r = ck_saver_commit(s->saver, name, &err);
+    if (r < 0)
+        kd_send_error(s, c, name, r, ck_err_msg(&err));
+}
+
+void kd_ckpt_client_gone(kd_server *s, kd_client *c)
+{
+    for (kd_ckpt *k = s->ckpts; k; k = k->next) {
+        bool mine = false, doomed = false;
+        uint64_t rank = 0;
+        for (kd_part *p = k->parts; p; p = p->next) {
+            if (p->client != c->id)
+                continue;
+            mine = true;
+            p->client = 0;
+            if (!p->staged) {
+                doomed = true;
+                rank = p->rank;
+                kd_staging_release(s, p);
+            }
+        }
+        if (!mine)
+            continue;
+        char why[CK_ERR_MSG_MAX];
+        if (doomed)
+            snprintf(why, sizeof why, "the client of rank %llu (pid %d) went away before "
+                     "staging its part", (unsigned long long)rank, (int)c->pid);
+        else if (kd_ckpt_clients(k, s) == 0 && !ck_saver_committable(s->saver, k->name))
+            snprintf(why, sizeof why, "every client went away before all parts were staged "
+                     "and the commit was asked for");
+        else
+            continue;
+        kd_log(s, "checkpoint %s: abandoned: %s", k->name, why);
+        ck_saver_abandon(s->saver, k->name, why);
+    }
+}
+
+/* Saver thread: queue the event for the loop (the saver's lock is held: be quick). */
+void kd_saver_event(void *arg, const ck_saver_event *ev)
+{
+    kd_server *s = arg;
+    kd_event *e = calloc(1, sizeof *e);
+    if (!e) {
+        kd_log(s, "out of memory queueing an event of checkpoint %s", ev->name);
+        return;
+    }
+    e->kind = ev->kind;
+    snprintf(e->name, sizeof e->name, "%s", ev->name);
+    e->rank = ev->rank;
+    e->code = ev->code;
+    if (ev->msg)
+        snprintf(e->msg, sizeof e->msg, "%s", ev->msg);
+    pthread_mutex_lock(&s->ev_mu);
+    if (s->ev_tail)
+        s->ev_tail->next = e;
+    else
+        s->ev_head = e;
+    s->ev_tail = e;
+    pthread_mutex_unlock(&s->ev_mu);
+    uint64_t one = 1;
+    if (write(s->ev_fd, &one, sizeof one) < 0)
+        kd_log(s, "eventfd: %s", strerror(errno));
+}
+
+static void broadcast(kd_server *s, kd_ckpt *k, const kd_event *e)
+{
+    for (kd_client *c = s->clients; c; c = c->next) {
+        bool attached = false;
+        for (kd_part *p = k->parts; p && !attached; p = p->next)
+            attached = p->client == c->id;
+        if (!attached)
+            continue;
+        if (e->kind == CK_SAVER_COMMITTED)
+            send_named(s, c, CK_MSG_COMMITTED, k->name, NULL, NULL);
+        else
+            kd_send_error(s, c, k->name, e->code, e->msg);
+    }
+}
+
+void kd_ckpt_events(kd_server *s)
+{
+    pthread_mutex_lock(&s->ev_mu);
+    kd_event *e = s->ev_head;
+    s->ev_head = s->ev_tail = NULL;
+    pthread_mutex_unlock(&s->ev_mu);
+    while (e) {
+        kd_event *next = e->next;
+        kd_ckpt *k = find(s, e->name);
+        if (k && e->kind == CK_SAVER_DURABLE) {
+            kd_part *p = part_of(k, e->rank);
+            kd_client *c = p ? kd_client_find(s, p->client) : NULL;
+            if (c)
+                send_named(s, c, CK_MSG_DURABLE, k->name, &e->rank, NULL);
+            if (p)
+                kd_staging_release(s, p);
+        } else if (k) {
+            if (e->kind == CK_SAVER_FAILED)
+                kd_log(s, "checkpoint %s failed: %s", k->name, e->msg);
+            broadcast(s, k, e);
+            ckpt_free(s, k);
+        }
+        free(e);
+        e = next;
+    }
+}
+
+void kd_ckpt_shutdown(kd_server *s)
+{
+    for (kd_ckpt *k = s->ckpts; k; k = k->next)
+        if (!ck_saver_committable(s->saver, k->name))
+            ck_saver_abandon(s->saver, k->name, "ckptd is shutting down (SIGTERM) before "
+                             "every part was staged and the commit was asked for");
+}

@@ -1,0 +1,185 @@
+/* kd_proto.c - reading clients' messages and checking every field before use.
+ *
+ * A message is refused before its payload is read when its header is bad (magic,
+ * version, a length over CK_PROTO_MAX_MSG); decoding checks counts against the hard
+ * limits (proto.h); then every field is checked here: names are names, never paths
+ * (ck_name_check), meshes, ranks, dims and dtypes are in range, and the staging memfd
+ * is sealed and as large as declared. A bad message gets an ERROR reply and its
+ * client is closed; the daemon and its other clients go on.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kd.h"
+
+static void refuse(kd_server *s, kd_client *c, int code, const char *what)
+{
+    kd_log(s, "client %llu (pid %d): bad message: %s; closing it", (unsigned long long)c->id,
+           (int)c->pid, what);
+    kd_send_error(s, c, "", code, what);
+    c->drop = true;
+}
+
+static int check_decl(const ck_decl *d, ck_err *err)
+{
+    int r = ck_name_check("checkpoint", d->name, err);
+    if (r < 0)
+        return r;
+    uint64_t world = 1;
+    for (int i = 0; i < d->mesh.ndim; i++) {
+        if (d->mesh.size[i] < 1 || d->mesh.size[i] > CK_MAX_WORLD)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: mesh dim %d of size %u", d->name,
+                              i, d->mesh.size[i]);
+        world *= d->mesh.size[i];
+        if (world > CK_MAX_WORLD)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: more than %u ranks", d->name,
+                              CK_MAX_WORLD);
+    }
+    if (d->world != world || d->rank >= world)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of world %llu on a mesh of "
+                          "%llu ranks", d->name, (unsigned long long)d->rank,
+                          (unsigned long long)d->world, (unsigned long long)world);
+    for (uint32_t i = 0; i < d->ntensors; i++) {
+        const ck_decl_tensor *t = &d->tensors[i];
+        if ((r = ck_name_check("tensor", t->name, err)) < 0)
+            return ck_err_set(err, r, "checkpoint %s", d->name);
+        if (!ck_dtype_size(t->dtype))
+            return ck_err_set(err, -EINVAL, "tensor %s: unknown dtype code %u", t->name,
+                              t->dtype);
+        for (int k = 0; k < d->mesh.ndim; k++)
+            if (t->pl[k].kind > CK_SHARD ||
+                (t->pl[k].kind == CK_SHARD && t->pl[k].dim >= t->ndim))
+                return ck_err_set(err, -EINVAL, "tensor %s: bad placement on mesh dim %d",
+                                  t->name, k);
+        uint64_t elems = 1;
+        for (int k = 0; k < t->ndim; k++) {
+            if (t->shape[k] && elems > (UINT64_MAX >> 4) / t->shape[k])
+                return ck_err_set(err, -EINVAL, "tensor %s: shape overflows", t->name);
+            elems *= t->shape[k];
+        }
+    }
+    uint64_t blob_bytes;
+    if (!ck_decl_blob_bytes(d, &blob_bytes))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);
+    for (uint32_t i = 0; i < d->nblobs; i++) {
+        if ((r = ck_name_check("blob", d->blobs[i].name, err)) < 0)
+            return ck_err_set(err, r, "checkpoint %s", d->name);
+        if (d->blobs[i].len > CK_BLOB_MAX)
+            return ck_err_set(err, -EFBIG, "blob %s: %llu bytes (at most %u)",
+                              d->blobs[i].name, (unsigned long long)d->blobs[i].len,
+                              CK_BLOB_MAX);
+    }
+    return 0;
+}
+
+static void on_hello(kd_server *s, kd_client *c, ck_rbuf *r)
+{
+    char root[PATH_MAX] = "";
+    ck_get_str(r, root, sizeof root);
+    if (!ck_rbuf_done(r)) {
+        refuse(s, c, -EBADMSG, "malformed HELLO");
+        return;
+    }
+    char real[PATH_MAX];
+    if (root[0] && (!realpath(root, real) || strcmp(real, s->root) != 0)) {
+        char msg[2 * PATH_MAX + 64];
+        snprintf(msg, sizeof msg, "this ckptd serves root %s, not %s", s->root, root);
+        refuse(s, c, -EXDEV, msg);
+        return;
+    }
+    ck_wbuf w = { 0 };
+    ck_proto_start(&w, CK_MSG_HELLO_OK);
+    ck_put_str(&w, s->root);
+    ck_put_u64(&w, s->o.staging);
+    kd_send(s, c, &w);
+    ck_wbuf_free(&w);
+}
+
+static void on_begin(kd_server *s, kd_client *c, const uint8_t *p, uint32_t len)
+{
+    ck_err err = { 0 };
+    if (!c->nfds) {
+        refuse(s, c, -EBADMSG, "BEGIN without its staging memfd");
+        return;
+    }
+    int fd = c->fds[0];
+    memmove(c->fds, c->fds + 1, --c->nfds * sizeof *c->fds);
+    ck_decl d;
+    int r = ck_proto_get_decl(p, len, &d, &err);
+    if (r == 0 && (r = check_decl(&d, &err)) == 0)
+        r = kd_staging_check(fd, d.staging_size, &err);
+    if (r < 0) {
+        close(fd);
+        refuse(s, c, r, ck_err_msg(&err));
+    } else {
+        kd_ckpt_begin(s, c, &d, fd);
+    }
+    ck_decl_free(&d);
+}
+
+static void on_named(kd_server *s, kd_client *c, uint16_t type, ck_rbuf *r)
+{
+    char name[CK_NAME_MAX];
+    ck_err err = { 0 };
+    ck_get_str(r, name, sizeof name);
+    uint64_t rank = type == CK_MSG_STAGED ? ck_get_u64(r) : 0;
+    if (!ck_rbuf_done(r)) {
+        refuse(s, c, -EBADMSG, type == CK_MSG_STAGED ? "malformed STAGED" : "malformed COMMIT");
+        return;
+    }
+    if (ck_name_check("checkpoint", name, &err) < 0) {
+        refuse(s, c, -EINVAL, ck_err_msg(&err));
+        return;
+    }
+    if (type == CK_MSG_STAGED)
+        kd_ckpt_staged(s, c, name, rank);
+    else
+        kd_ckpt_commit(s, c, name);
+}
+
+void kd_proto_input(kd_server *s, kd_client *c)
+{
+    size_t off = 0;
+    while (!c->drop && c->in_len - off >= CK_PROTO_HDR) {
+        uint16_t type;
+        uint32_t len;
+        ck_err err = { 0 };
+        int r = ck_proto_header(c->in + off, &type, &len, &err);
+        if (r < 0) {
+            refuse(s, c, r, ck_err_msg(&err));
+            break;
+        }
+        if (c->in_len - off - CK_PROTO_HDR < len)
+            break;                           /* the rest is on its way */
+        const uint8_t *p = c->in + off + CK_PROTO_HDR;
+        ck_rbuf rb = ck_rbuf_make(p, len);
+        off += CK_PROTO_HDR + len;
+        switch (type) {
+        case CK_MSG_HELLO: on_hello(s, c, &rb); break;
+        case CK_MSG_BEGIN: on_begin(s, c, p, len); break;
+        case CK_MSG_STAGED:
+        case CK_MSG_COMMIT: on_named(s, c, type, &rb); break;
+        case CK_MSG_STATUS:
+            if (len)
+                refuse(s, c, -EBADMSG, "malformed STATUS");
+            else
+                kd_status_reply(s, c);
+            break;
+        default: {
+            char msg[64];
+            snprintf(msg, sizeof msg, "unknown message type %u", type);
+            refuse(s, c, -EPROTO, msg);
+        }
+        }
+    }
+    memmove(c->in, c->in + off, c->in_len - off);
+    c->in_len -= off;
+}
+
+void kd_proto_truncated(kd_server *s, kd_client *c)
+{
+    if (c->in_len)
+        refuse(s, c, -EBADMSG, "truncated message: the connection closed inside it");
+}

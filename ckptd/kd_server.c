@@ -1,0 +1,303 @@
+/* kd_server.c - the Unix socket, who may connect, and the event loop.
+ *
+ * ckptd never listens on a network port. Its socket is created mode 0600 (under a
+ * umask, so there is no window where it is wider), and every peer's uid is checked
+ * with SO_PEERCRED: a process of another user is refused and logged even if the
+ * mode was loosened. Signals arrive through a signalfd and the save engine's events
+ * through an eventfd, so the one loop thread owns all state and no handler runs
+ * asynchronously.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "kd.h"
+
+#include "ck/writer.h"
+
+enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CLIENT0 = 16 };
+
+static int ep_add(kd_server *s, int fd, uint64_t tag)
+{
+    struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+    return epoll_ctl(s->ep_fd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static int listen_on(kd_server *s, ck_err *err)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    if (strlen(s->o.socket) >= sizeof a.sun_path)
+        return ck_err_set(err, -ENAMETOOLONG, "socket path %s is too long", s->o.socket);
+    memcpy(a.sun_path, s->o.socket, strlen(s->o.socket));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return ck_err_set(err, -errno, "socket: %s", strerror(errno));
+    /* A socket file left by a daemon that was killed is stale; a live one answers. */
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        close(fd);
+        return ck_err_set(err, -EADDRINUSE, "%s: another ckptd is serving it", s->o.socket);
+    }
+    unlink(s->o.socket);
+    mode_t old = umask(0177);
+    int r = bind(fd, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (r < 0 || chmod(s->o.socket, 0600) < 0 || listen(fd, 128) < 0) {
+        int e = errno;
+        close(fd);
+        return ck_err_set(err, -e, "listening on %s: %s", s->o.socket, strerror(e));
+    }
+    s->listen_fd = fd;
+    return 0;
+}
+
+int kd_server_start(kd_server *s, ck_err *err)
+{
+    s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = -1;
+    pthread_mutex_init(&s->ev_mu, NULL);
+    if (!realpath(s->o.root, s->root))
+        return ck_err_set(err, -errno, "root %s: %s", s->o.root, strerror(errno));
+    int r = kd_recover(s, err);
+    if (r < 0)
+        return r;
+    /* Blocked before any thread starts, so that every thread inherits the mask and the
+     * signalfd is the only receiver: a SIGTERM never kills a writer mid-save. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    s->sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    s->ev_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    s->ep_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->sig_fd < 0 || s->ev_fd < 0 || s->ep_fd < 0)
+        return ck_err_set(err, -errno, "signalfd/eventfd/epoll: %s", strerror(errno));
+    if ((r = listen_on(s, err)) < 0)
+        return r;
+    if ((r = ep_add(s, s->listen_fd, TAG_LISTEN)) < 0 || (r = ep_add(s, s->sig_fd, TAG_SIGNAL)) < 0 ||
+        (r = ep_add(s, s->ev_fd, TAG_EVENT)) < 0)
+        return ck_err_set(err, r, "epoll: %s", strerror(-r));
+    return 0;
+}
+
+int kd_server_engine(kd_server *s, ck_err *err)
+{
+    int r;
+    if (s->o.inject_fault) {
+        ck_fault f;
+        if ((r = ck_fault_parse(s->o.inject_fault, &f)) < 0 ||
+            (r = ck_engine_fault_new(ck_engine_default(), f, &s->engine)) < 0)
+            return ck_err_set(err, r, "--inject-fault %s: not a fault", s->o.inject_fault);
+        kd_log(s, "injecting fault %s into every save (tests only)", s->o.inject_fault);
+    }
+    ck_saver_opts so = { .root = s->root, .engine = s->engine, .writers = s->o.writers,
+                         .hash_threads = s->o.hash_threads, .io_size = CK_IO_SIZE_DEFAULT,
+                         .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
+                         .log = kd_log_cb,
+                         .event = kd_saver_event, .arg = s };
+    if ((r = ck_saver_new(&so, &s->saver, err)) < 0)
+        return r;
+    kd_log(s, "serving %s on %s (staging %llu bytes, %u writers)", s->root, s->o.socket,
+           (unsigned long long)s->o.staging, s->o.writers);
+    return 0;
+}
+
+kd_client *kd_client_find(kd_server *s, uint64_t id)
+{
+    for (kd_client *c = s->clients; id && c; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+void kd_send(kd_server *s, kd_client *c, ck_wbuf *w)
+{
+    if (c->drop || ck_proto_end(w) < 0)
+        return;
+    /* Replies are small and few per save; a client whose socket buffer is full is not
+     * reading them, and must not stall the daemon. */
+    ssize_t n = send(c->fd, w->p, w->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != (ssize_t)w->len) {
+        kd_log(s, "client %llu (pid %d) does not take its replies: closing it",
+               (unsigned long long)c->id, (int)c->pid);
+        c->drop = true;
+    }
+}
+
+void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg)
+{
+    ck_wbuf w = { 0 };
+    ck_proto_start(&w, CK_MSG_ERROR);
+    ck_put_str(&w, name);
+    ck_put_u32(&w, (uint32_t)(code < 0 ? code : -EIO));
+    char m[CK_ERR_MSG_MAX];
+    snprintf(m, sizeof m, "%s", msg);   /* the wire holds at most a u16 length */
+    ck_put_str(&w, m);
+    kd_send(s, c, &w);
+    ck_wbuf_free(&w);
+}
+
+static void accept_one(kd_server *s)
+{
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.uid != getuid()) {
+        kd_log(s, "refused a client of uid %d (pid %d): ckptd serves uid %d only",
+               (int)cr.uid, (int)cr.pid, (int)getuid());
+        close(fd);
+        return;
+    }
+    kd_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    c->pid = cr.pid;
+    c->id = TAG_CLIENT0 + s->next_id++;
+    if (ep_add(s, fd, c->id) < 0) {
+        close(fd);
+        free(c);
+        return;
+    }
+    c->next = s->clients;
+    s->clients = c;
+    s->nclients++;
+}
+
+static void drop(kd_server *s, kd_client *c)
+{
+    for (kd_client **pp = &s->clients; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    s->nclients--;
+    kd_ckpt_client_gone(s, c);
+    epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    for (unsigned i = 0; i < c->nfds; i++)
+        close(c->fds[i]);
+    free(c->in);
+    free(c);
+}
+
+/* Reads what the client sent, keeping descriptors passed along. */
+static void read_client(kd_server *s, kd_client *c)
+{
+    for (;;) {
+        if (c->in_cap - c->in_len < 65536) {
+            size_t cap = c->in_cap ? c->in_cap * 2 : 131072;
+            /* A message is refused at its header when too long, so the buffer never
+             * needs more than one whole message and a read's worth. */
+            if (cap > CK_PROTO_MAX_MSG + CK_PROTO_HDR + 131072)
+                cap = CK_PROTO_MAX_MSG + CK_PROTO_HDR + 131072;
+            uint8_t *p = cap > c->in_cap ? realloc(c->in, cap) : NULL;
+            if (!p) {
+                c->drop = true;
+                return;
+            }
+            c->in = p;
+            c->in_cap = cap;
+        }
+        union {
+            struct cmsghdr h;
+            char buf[CMSG_SPACE(KD_MAX_FDS * sizeof(int))];
+        } ctl;
+        struct iovec iov = { .iov_base = c->in + c->in_len, .iov_len = c->in_cap - c->in_len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                             .msg_controllen = sizeof ctl.buf };
+        ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); n >= 0 && h; h = CMSG_NXTHDR(&mh, h)) {
+            if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+                if (c->nfds < KD_MAX_FDS)
+                    c->fds[c->nfds++] = fd;
+                else
+                    close(fd), c->drop = true;
+            }
+        }
+        if (n <= 0) {
+            if (n == 0)
+                kd_proto_truncated(s, c);
+            c->drop = true;
+            return;
+        }
+        c->in_len += (size_t)n;
+        kd_proto_input(s, c);
+        if (c->drop)
+            return;
+    }
+}
+
+void kd_server_stop(kd_server *s)
+{
+    if (s->listen_fd < 0)
+        return;
+    kd_log(s, "stopping: no new clients; finishing %u save(s) in flight",
+           ck_saver_active(s->saver));
+    epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+    close(s->listen_fd);
+    s->listen_fd = -1;
+    unlink(s->o.socket);
+    s->stopping = true;
+    kd_ckpt_shutdown(s);
+}
+
+int kd_server_run(kd_server *s)
+{
+    struct epoll_event evs[64];
+    while (!s->stopping || s->ckpts || ck_saver_active(s->saver)) {
+        int n = epoll_wait(s->ep_fd, evs, 64, s->stopping ? 100 : -1);
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = evs[i].data.u64;
+            if (tag == TAG_LISTEN) {
+                accept_one(s);
+            } else if (tag == TAG_SIGNAL) {
+                struct signalfd_siginfo si;
+                while (read(s->sig_fd, &si, sizeof si) == sizeof si)
+                    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+                        kd_server_stop(s);
+            } else if (tag == TAG_EVENT) {
+                uint64_t v;
+                if (read(s->ev_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+                    kd_log(s, "eventfd: %s", strerror(errno));
+            } else {
+                kd_client *c = kd_client_find(s, tag);
+                if (c)
+                    read_client(s, c);
+            }
+        }
+        kd_ckpt_events(s);
+        for (kd_client *c = s->clients, *next; c; c = next) {
+            next = c->next;
+            if (c->drop)
+                drop(s, c);
+        }
+        /* Dropping clients may abandon saves; their FAILED events are queued now. */
+        kd_ckpt_events(s);
+    }
+    kd_log(s, "every save in flight finished; exiting");
+    return 0;
+}

@@ -1,0 +1,159 @@
+/* ckptd - the checkpoint daemon: takes ranks' staged parts over a Unix socket and
+ * writes, hashes, fsyncs and commits them while training goes on (README.md, "ckptd";
+ * docs/PROTOCOL.md). */
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kd.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: ckptd --root DIR [options]\n"
+"\n"
+"Serves asynchronous checkpoint saves into DIR over a Unix socket (mode 0600, same\n"
+"uid only). At start it removes incomplete saves under DIR/.pending and reconciles\n"
+"the catalog. SIGTERM: stop accepting, finish the saves in flight, exit 0.\n"
+"\n"
+"  --root DIR           the checkpoint root\n"
+"  --socket PATH        socket path (default DIR/.ckptd.sock)\n"
+"  --staging SIZE       staging memory mapped at once (default 4GiB); parts wait for\n"
+"                       room, and one larger than SIZE is refused\n"
+"  --io-depth N         1 MiB I/Os in flight per writer (default 32; at least two\n"
+"                       hash blocks' worth)\n"
+"  --writers N          writer threads, ranks written at once (default 4)\n"
+"  --hash-threads N     SHA-256 threads per save (default: one per CPU)\n"
+"  --foreground         do not detach\n"
+"  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
+"  --inject-fault SPEC  tests: fail an I/O operation, e.g. eio@17, enospc@3, short@0,\n"
+"                       fsync@0 (counted over the daemon's life)\n"
+"  -h, --help           this text\n");
+}
+
+static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end || !*s || s[0] == '-' || v < lo || v > hi) {
+        fprintf(stderr, "ckptd: %s %s: not a number in %u..%u\n", opt, s, lo, hi);
+        return -EINVAL;
+    }
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, kd_opts *o)
+{
+    enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT };
+    static const struct option lo[] = {
+        { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
+        { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
+        { "hash-threads", 1, 0, O_HT }, { "foreground", 0, 0, O_FG }, { "log", 1, 0, O_LOG },
+        { "inject-fault", 1, 0, O_FAULT }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+    };
+    *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4 };
+    ck_err err = { 0 };
+    ck_fault f;
+    int c, r = 0;
+    while (r == 0 && (c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case O_ROOT: o->root = optarg; break;
+        case O_SOCKET:
+            if (strlen(optarg) >= sizeof o->socket) {
+                fprintf(stderr, "ckptd: --socket %s: path too long\n", optarg);
+                r = -EINVAL;
+            }
+            snprintf(o->socket, sizeof o->socket, "%s", optarg);
+            break;
+        case O_STAGING:
+            if ((r = ck_size_parse(optarg, &o->staging, &err)) < 0 || o->staging < CK_ALIGN)
+                fprintf(stderr, "ckptd: --staging: %s\n",
+                        r < 0 ? ck_err_msg(&err) : "at least 4KiB"), r = -EINVAL;
+            break;
+        case O_DEPTH: r = number("--io-depth", optarg, 1, 4096, &o->io_depth); break;
+        case O_WRITERS: r = number("--writers", optarg, 1, 256, &o->writers); break;
+        case O_HT: r = number("--hash-threads", optarg, 1, 256, &o->hash_threads); break;
+        case O_FG: o->foreground = true; break;
+        case O_LOG: o->log = optarg; break;
+        case O_FAULT:
+            o->inject_fault = optarg;
+            if ((r = ck_fault_parse(optarg, &f)) < 0)
+                fprintf(stderr, "ckptd: --inject-fault %s: expected KIND@N\n", optarg);
+            break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -EINVAL;
+        }
+    }
+    if (r == 0 && (optind != argc || !o->root)) {
+        fprintf(stderr, "ckptd: %s\n", o->root ? "unexpected argument" : "--root is required");
+        r = -EINVAL;
+    }
+    if (r == 0 && !o->socket[0] &&
+        snprintf(o->socket, sizeof o->socket, "%s/.ckptd.sock", o->root) >= (int)sizeof o->socket) {
+        fprintf(stderr, "ckptd: %s/.ckptd.sock is too long for a socket; use --socket\n", o->root);
+        r = -EINVAL;
+    }
+    return r;
+}
+
+/* Detaches once the socket listens, so that whoever started ckptd can connect as soon
+ * as it returns. */
+static void detach(kd_server *s)
+{
+    pid_t pid = fork();
+    if (pid < 0) {
+        kd_log(s, "fork: %s; staying in the foreground", strerror(errno));
+        return;
+    }
+    if (pid > 0)
+        _exit(0);
+    setsid();
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        if (s->log)
+            dup2(null, 2);
+        close(null);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    kd_server s = { 0 };
+    if (parse(argc, argv, &s.o) < 0)
+        return 2;
+    char deflog[PATH_MAX];
+    const char *log = s.o.log;
+    if (!log && !s.o.foreground && snprintf(deflog, sizeof deflog, "%s/.ckptd.log", s.o.root) <
+        (int)sizeof deflog)
+        log = deflog;
+    if (log && !(s.log = fopen(log, "ae"))) {
+        fprintf(stderr, "ckptd: --log %s: %s\n", log, strerror(errno));
+        return 2;
+    }
+    ck_err err = { 0 };
+    int r = kd_server_start(&s, &err);
+    /* Threads do not survive fork: detach first, then start the engine. */
+    if (r == 0 && !s.o.foreground)
+        detach(&s);
+    if (r == 0)
+        r = kd_server_engine(&s, &err);
+    if (r < 0) {
+        kd_log(&s, "cannot start: %s", ck_err_msg(&err));
+        if (s.log)
+            fprintf(stderr, "ckptd: cannot start: %s\n", ck_err_msg(&err));
+        return 1;
+    }
+    r = kd_server_run(&s);
+    ck_saver_free(s.saver);
+    ck_engine_destroy(s.engine);
+    kd_log(&s, "exit %d", r < 0 ? 1 : 0);
+    if (s.log)
+        fclose(s.log);
+    return r < 0 ? 1 : 0;
+}
