@@ -1,0 +1,29 @@
+/* cli.h - shard-train's command line. */
+#ifndef TR_CLI_H
+#define TR_CLI_H
+
+#include <stdbool.h>
+
+#include "model.h"
+
+typedef struct tr_args {
+    const char *data, *mesh, *ckpt_root, *daemon;
+    tr_config model;
+    int batch;            /* sequences per step, all ranks together */
+    int accum;            /* micro-batches per step */
+    long steps;           /* the total step count to reach */
+    long schedule_steps;  /* the LR schedule's length; 0: --steps (or the checkpoint's) */
+    long warmup;
+    float lr, min_lr, clip, wd;
+    long ckpt_every;      /* 0: only after the last step */
+    int keep_last;
+    bool resume;
+    long log_every;
+    long kill_at_step;    /* test hook: SIGKILL every rank after this step; 0: never */
+} tr_args;
+
+/* Fills a from argv. Returns 0, 1 when --help was printed, or -EINVAL with the
+ * message in err. */
+int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err);
+
+#endif

@@ -1,0 +1,362 @@
+/* train.c - shard-train: a byte-level GPT trained with FSDP over MPI ranks, with
+ * asynchronous checkpoints and resume onto any mesh. See docs/TRAINER.md.
+ *
+ * One step, top to bottom: set the step's learning rate; for each micro-batch, read
+ * this rank's slice of the step's samples, forward, cross-entropy, backward (the
+ * reduce-scatter runs on the last micro-batch only); clip; AdamW; zero the gradients;
+ * average the loss over ranks; save asynchronously every --ckpt-every steps; log.
+ */
+#include <cblas.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ck/ckpt.h"
+#include "ckpt.h"
+#include "cli.h"
+#include "data.h"
+#include "layers.h"
+#include "lr.h"
+#include "model.h"
+
+typedef struct trainer {
+    tr_args a;
+    sh_world *w;
+    sh_mesh *mesh;
+    tr_model model;
+    sh_adamw *opt;
+    sh_state_dict msd, osd;    /* aliases of the live shards: what a checkpoint holds */
+    tr_data data;
+    tr_lr sched;
+    tr_ckpt *ckpt;
+    long step;                 /* steps done */
+    double loss;               /* the last step's */
+    char saved[512];           /* rank 0: saves finished since the last log line */
+    char config[1024];         /* the config blob */
+} trainer;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int make_mesh(trainer *t, ck_err *err)
+{
+    ck_mesh m;
+    char spec[32];
+    snprintf(spec, sizeof spec, "%d", sh_world_size(t->w));
+    int rc = ck_mesh_parse(t->a.mesh ? t->a.mesh : spec, NULL, &m, err);
+    if (!rc && m.ndim > 2)
+        rc = ck_err_set(err, -EINVAL, "--mesh %s: 1-D (shard) or 2-D (replicate x shard) only",
+                        t->a.mesh);
+    if (rc)
+        return rc;
+    int shape[2] = {(int)m.size[0], m.ndim == 2 ? (int)m.size[1] : 0};
+    const char *n1[] = {"shard"}, *n2[] = {"replicate", "shard"};
+    return sh_mesh_new(t->w, m.ndim, shape, m.ndim == 1 ? n1 : n2, &t->mesh, err);
+}
+
+/* The model's shape and the run's hyper-parameters, as "key=value" lines. */
+static void format_config(trainer *t)
+{
+    const tr_args *a = &t->a;
+    snprintf(t->config, sizeof t->config,
+             "vocab=%d\nseq=%d\nlayers=%d\ndim=%d\nheads=%d\nseed=%" PRIu64 "\n"
+             "batch=%d\naccum=%d\nlr=%.9g\nmin_lr=%.9g\nwarmup=%ld\nschedule_steps=%ld\n"
+             "clip=%.9g\nwd=%.9g\ndata_bytes=%zu\n",
+             a->model.vocab, a->model.seq, a->model.layers, a->model.dim, a->model.heads,
+             a->model.seed, a->batch, a->accum, (double)a->lr, (double)a->min_lr, a->warmup,
+             t->sched.total, (double)a->clip, (double)a->wd, t->data.len);
+}
+
+/* The value of key in "key=value" lines, or NULL. */
+static const char *kv(const char *text, const char *key, char *out, size_t len)
+{
+    size_t kl = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
+            size_t n = strcspn(p + kl + 1, "\n");
+            snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p + kl + 1);
+            return out;
+        }
+    return NULL;
+}
+
+static int blob_text(ck_ckpt *ck, const char *name, char *out, size_t len, ck_err *err)
+{
+    void *data;
+    size_t n;
+    int rc = ck_blob_get(ck, name, &data, &n, err);
+    if (rc)
+        return ck_err_set(err, rc, "checkpoint %s: blob '%s'", ck_get_info(ck)->name, name);
+    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), (const char *)data);
+    free(data);
+    return 0;
+}
+
+/* Loads the newest checkpoint onto this run's mesh: shards of every tensor, AdamW's
+ * step, the data position and generator; the schedule's length unless given. */
+static int resume(trainer *t, ck_err *err)
+{
+    char name[CK_NAME_MAX], cfg[1024], buf[256], v1[64], v2[64];
+    int rc = tr_ckpt_latest(t->w, t->a.ckpt_root, name, err);
+    if (rc == -ENOENT) {
+        if (sh_world_rank(t->w) == 0)
+            printf("resume: no committed checkpoint in %s, starting from step 0\n",
+                   t->a.ckpt_root);
+        return 0;
+    }
+    ck_ckpt *ck;
+    if (!rc)
+        rc = ck_open(t->a.ckpt_root, name, &ck, err);
+    if (rc)
+        return rc;
+    rc = blob_text(ck, "config", cfg, sizeof cfg, err);
+    static const char *const arch[] = {"vocab", "seq", "layers", "dim", "heads"};
+    for (size_t i = 0; !rc && i < sizeof arch / sizeof *arch; i++)
+        if (!kv(cfg, arch[i], v1, sizeof v1) || !kv(t->config, arch[i], v2, sizeof v2) ||
+            strcmp(v1, v2) != 0)
+            rc = ck_err_set(err, -EINVAL, "checkpoint %s was trained with %s=%s, this run "
+                            "has %s=%s", name, arch[i], v1, arch[i], v2);
+    if (!rc)
+        rc = tr_ckpt_load_state_dict(ck, &t->msd, err);
+    if (!rc)
+        rc = tr_ckpt_load_state_dict(ck, &t->osd, err);
+    tr_data_state ds = {0};
+    if (!rc)
+        rc = blob_text(ck, "step", buf, sizeof buf, err);
+    if (!rc)
+        t->step = strtol(buf, NULL, 10);
+    if (!rc)
+        rc = blob_text(ck, "data", buf, sizeof buf, err);
+    if (!rc && kv(buf, "pos", v1, sizeof v1))
+        ds.pos = strtoull(v1, NULL, 10);
+    if (!rc)
+        rc = blob_text(ck, "rng", buf, sizeof buf, err);
+    if (!rc && kv(buf, "epoch", v1, sizeof v1) && kv(buf, "state", v2, sizeof v2)) {
+        ds.epoch = strtoull(v1, NULL, 10);
+        ds.rng_epoch = strtoull(v2, NULL, 16);
+    }
+    if (!rc && !t->a.schedule_steps && kv(cfg, "schedule_steps", v1, sizeof v1))
+        t->sched.total = strtol(v1, NULL, 10);
+    char saved_mesh[32];
+    ck_mesh_format(&ck_get_info(ck)->mesh, saved_mesh, sizeof saved_mesh);
+    ck_close(ck);
+    if (rc)
+        return rc;
+    tr_data_restore(&t->data, &ds);
+    sh_adamw_set_step_count(t->opt, t->step);
+    format_config(t);
+    if (sh_world_rank(t->w) == 0) {
+        char here[32];
+        ck_mesh_format(sh_mesh_desc(t->mesh), here, sizeof here);
+        printf("resumed from %s: step %ld, data position %" PRIu64 ", saved on mesh %s, "
+               "loaded onto mesh %s (%d ranks)\n", name, t->step, ds.pos, saved_mesh, here,
+               sh_world_size(t->w));
+    }
+    return 0;
+}
+
+static int save(trainer *t, double *stall_ms, ck_err *err)
+{
+    char step[32], data[64], rng[96];
+    snprintf(step, sizeof step, "%ld\n", t->step);
+    snprintf(data, sizeof data, "pos=%" PRIu64 "\n", t->data.st.pos);
+    snprintf(rng, sizeof rng, "epoch=%" PRIu64 "\nstate=%016" PRIx64 "\n", t->data.st.epoch,
+             t->data.st.rng_epoch);
+    const tr_blob blobs[] = {
+        {"step", step, strlen(step)}, {"data", data, strlen(data)},
+        {"rng", rng, strlen(rng)}, {"config", t->config, strlen(t->config)},
+    };
+    const sh_state_dict *sd[] = {&t->msd, &t->osd};
+    return tr_ckpt_save_async(t->ckpt, (uint64_t)t->step, sd, 2, blobs, 4, stall_ms, err);
+}
+
+/* Rank 0: notes the saves that finished, for the next log line. */
+static int collect_saves(trainer *t, ck_err *err)
+{
+    tr_ckpt_done d;
+    int rc;
+    while ((rc = tr_ckpt_poll(t->ckpt, &d, err)) == 1) {
+        size_t n = strlen(t->saved);
+        if (d.rc)
+            return ck_err_set(err, d.rc, "checkpoint %s failed: %s", d.name, d.msg);
+        snprintf(t->saved + n, sizeof t->saved - n, " saved %s (%.1f MB in %.0f ms)", d.name,
+                 (double)d.bytes / 1e6, d.seconds * 1e3);
+    }
+    return rc;
+}
+
+static int train(trainer *t, ck_err *err)
+{
+    const tr_args *a = &t->a;
+    int W = sh_world_size(t->w), rank = sh_world_rank(t->w);
+    int T = a->model.seq, V = a->model.vocab;
+    int mb = a->batch / (a->accum * W), N = mb * T;    /* this rank's micro-batch */
+    int *tok = malloc(sizeof(int) * (size_t)N), *tgt = malloc(sizeof(int) * (size_t)N);
+    sh_tensor logits = SH_TENSOR_INIT, dlogits = SH_TENSOR_INIT;
+    int rc = tok && tgt ? 0 : ck_err_set(err, -ENOMEM, "out of memory for a batch");
+    double t_last = now_s();
+    while (!rc && t->step < a->steps) {
+        long step = t->step + 1;
+        sh_adamw_set_lr(t->opt, tr_lr_at(&t->sched, step));
+        double loss = 0.0, norm = 0.0, stall = 0.0;
+        for (int m = 0; !rc && m < a->accum; m++) {
+            uint64_t first = t->data.st.pos + (uint64_t)m * (uint64_t)(mb * W) +
+                             (uint64_t)rank * (uint64_t)mb;
+            for (int i = 0; i < mb; i++)
+                tr_data_sample(&t->data, first + (uint64_t)i, tok + i * T, tgt + i * T);
+            rc = sh_set_requires_gradient_sync(t->model.root, m == a->accum - 1, err);
+            if (!rc)
+                rc = tr_model_forward(&t->model, tok, mb, &logits, err);
+            if (!rc)
+                rc = sh_tensor_resize(&dlogits, CK_F32, 3, logits.shape, err);
+            if (!rc) {
+                /* The mean over this rank's tokens and micro-batches; FSDP's division
+                 * by the ranks makes it the mean over the step's tokens. */
+                loss += tr_cross_entropy(dlogits.data, logits.data, tgt, N, V,
+                                         1.0f / (float)(N * a->accum));
+                rc = tr_model_backward(&t->model, &dlogits, err);
+            }
+        }
+        if (!rc && a->clip > 0)
+            rc = sh_clip_grad_norm(t->model.root, a->clip, &norm, err);
+        if (!rc)
+            rc = sh_adamw_step(t->opt, err);
+        if (!rc)
+            rc = sh_zero_grad(t->model.root, err);
+        if (!rc)
+            rc = sh_all_reduce(sh_world_comm(t->w), &loss, &loss, 1, CK_F64, SH_SUM, NULL, err);
+        if (rc)
+            break;
+        loss /= (double)a->batch * T;
+        t->step = step;
+        t->data.st.pos += (uint64_t)a->batch;
+        if (t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) || step == a->steps))
+            rc = save(t, &stall, err);
+        double t_now = now_s();
+        if (!rc && rank == 0 && t->ckpt)
+            rc = collect_saves(t, err);
+        if (rank == 0 && (step % a->log_every == 0 || step == a->steps || rc)) {
+            printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f%s\n", step,
+                   loss, (double)tr_lr_at(&t->sched, step), norm,
+                   (double)a->batch * T / (t_now - t_last), stall, t->saved);
+            t->saved[0] = '\0';
+        }
+        t_last = t_now;
+        t->loss = loss;
+        if (!rc && step == a->kill_at_step) {
+            /* The test hook of a crash: the saves so far are committed, then every
+             * rank dies at once, as under kill -9. */
+            rc = tr_ckpt_wait(t->ckpt, err);
+            if (!rc && rank == 0)
+                rc = collect_saves(t, err);
+            if (rank == 0)
+                printf("kill-at-step %ld:%s\n", step, t->saved);
+            fflush(stdout);
+            if (!rc)
+                rc = sh_barrier(sh_world_comm(t->w), NULL, err);
+            raise(SIGKILL);
+        }
+        fflush(stdout);
+    }
+    if (!rc && t->ckpt) {
+        rc = tr_ckpt_wait(t->ckpt, err);
+        if (!rc && rank == 0)
+            rc = collect_saves(t, err);
+        if (rank == 0 && t->saved[0])
+            printf("checkpoints:%s\n", t->saved);
+    }
+    free(tok);
+    free(tgt);
+    sh_tensor_free(&logits);
+    sh_tensor_free(&dlogits);
+    return rc;
+}
+
+static int setup(trainer *t, ck_err *err)
+{
+    const tr_args *a = &t->a;
+    int W = sh_world_size(t->w);
+    if (a->batch % (a->accum * W))
+        return ck_err_set(err, -EINVAL, "--batch %d must be a multiple of --accum %d x %d "
+                          "ranks, so every rank reads as many sequences", a->batch, a->accum, W);
+    int rc = make_mesh(t, err);
+    if (!rc)
+        rc = tr_data_open(&t->data, a->data, a->model.seq, a->model.seed, err);
+    if (!rc)
+        rc = tr_model_build(t->w, &a->model, &t->model, err);
+    if (!rc)
+        rc = tr_model_materialize(&t->model, t->mesh, err);
+    sh_adamw_opts ao = {.lr = a->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                        .weight_decay = a->wd};
+    if (!rc)
+        rc = sh_adamw_new(t->model.root, &ao, &t->opt, err);
+    if (!rc)
+        rc = sh_model_state_dict(t->model.root, &t->msd, err);
+    if (!rc)
+        rc = sh_optim_state_dict(t->opt, &t->osd, err);
+    t->sched = (tr_lr){a->lr, a->min_lr, a->warmup,
+                       a->schedule_steps ? a->schedule_steps : a->steps};
+    format_config(t);
+    if (!rc && a->resume)
+        rc = resume(t, err);
+    if (!rc && a->ckpt_root)
+        rc = tr_ckpt_new(t->w, &(tr_ckpt_opts){a->ckpt_root, a->daemon, a->keep_last},
+                         &t->ckpt, err);
+    if (!rc && sh_world_rank(t->w) == 0) {
+        char mesh[32];
+        ck_mesh_format(sh_mesh_desc(t->mesh), mesh, sizeof mesh);
+        double h = tr_data_unigram_entropy(&t->data);
+        printf("model: %d layers, dim %d, %d heads, seq %d, %" PRId64 " parameters; "
+               "mesh %s (%d ranks); batch %d x %d tokens, accum %d\n",
+               a->model.layers, a->model.dim, a->model.heads, a->model.seq,
+               tr_model_numel(&a->model), mesh, W, a->batch, a->model.seq, a->accum);
+        printf("data: %s, %zu bytes; byte unigram entropy %.4f nats (%.4f bits)\n", a->data,
+               t->data.len, h, h / log(2.0));
+    }
+    return rc;
+}
+
+static void teardown(trainer *t)
+{
+    tr_ckpt_free(t->ckpt);
+    sh_state_dict_free(&t->msd);
+    sh_state_dict_free(&t->osd);
+    sh_adamw_free(t->opt);
+    tr_model_free(&t->model);
+    sh_mesh_free(t->mesh);
+    tr_data_close(&t->data);
+}
+
+int main(int argc, char **argv)
+{
+    ck_err err = {0};
+    trainer t = {0};
+    /* One BLAS thread per rank: the ranks already fill the cores. */
+    openblas_set_num_threads(1);
+    int rc = sh_init(&argc, &argv, &t.w, &err);
+    if (rc) {
+        fprintf(stderr, "shard-train: %s\n", ck_err_msg(&err));
+        return 1;
+    }
+    rc = tr_args_parse(argc, argv, &t.a, &err);
+    if (rc == 0)
+        rc = setup(&t, &err);
+    if (rc == 0)
+        rc = train(&t, &err);
+    if (rc == 0 && sh_world_rank(t.w) == 0 && t.step > 0)
+        printf("done: step %ld, loss %.4f nats/byte vs the corpus's byte unigram entropy "
+               "%.4f\n", t.step, t.loss, tr_data_unigram_entropy(&t.data));
+    if (rc < 0)
+        fprintf(stderr, "shard-train: rank %d: %s\n", sh_world_rank(t.w), ck_err_msg(&err));
+    teardown(&t);
+    sh_finalize(t.w);
+    return rc < 0 ? (rc == -EINVAL ? 2 : 1) : 0;
+}
