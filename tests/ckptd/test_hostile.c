@@ -1,0 +1,182 @@
+/* Hostile messages: truncated, oversized, wrong version, bad magic, unknown type, names
+ * that are paths, dims and dtypes out of range, a staging memfd smaller than declared
+ * (extents outside the staging area) or unsealed. Each gets an ERROR reply and its
+ * connection closed; the daemon keeps serving (STATUS, then a real save). */
+#include <sys/mman.h>
+
+#include "kd_testlib.h"
+#include "proto.h"
+
+static int conn(const char *sock)
+{
+    int fd;
+    ck_err err = { 0 };
+    REQUIRE(ck_conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
+    return fd;
+}
+
+/* Reads replies until EOF: whether an ERROR came, then the close. */
+static bool got_error_then_close(int fd)
+{
+    struct timeval tv = { .tv_sec = 10 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    bool error = false;
+    ck_msg m;
+    ck_err err = { 0 };
+    int r;
+    while ((r = ck_conn_recv(fd, true, &m, &err)) > 0) {
+        error |= m.type == CK_MSG_ERROR;
+        free(m.payload);
+    }
+    close(fd);
+    return error && r == -ECONNRESET;
+}
+
+static void send_raw(int fd, const void *p, size_t n, int passfd)
+{
+    ck_wbuf w = { .p = (uint8_t *)p, .len = n };
+    ck_conn_send(fd, &w, passfd, NULL);
+}
+
+static int memfd(uint64_t size, bool seal)
+{
+    int fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE(fd >= 0 && ftruncate(fd, (off_t)size) == 0, "memfd");
+    if (seal)
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+    return fd;
+}
+
+static ck_decl_tensor tensor = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
+
+static ck_decl good_decl(void)
+{
+    ck_decl d = { .name = "h", .step = 1, .rank = 0, .world = 1, .ntensors = 1,
+                  .tensors = &tensor, .staging_size = 16384 };
+    ck_mesh_parse("1", NULL, &d.mesh, NULL);
+    return d;
+}
+
+/* Sends BEGIN for d with a memfd of size fd_size (sealed or not). */
+static bool begin_refused(const char *sock, const ck_decl *d, uint64_t fd_size, bool seal)
+{
+    int fd = conn(sock), mfd = memfd(fd_size, seal);
+    ck_wbuf w = { 0 };
+    ck_proto_start(&w, CK_MSG_BEGIN);
+    ck_proto_put_decl(&w, d);
+    ck_proto_end(&w);
+    send_raw(fd, w.p, w.len, mfd);
+    ck_wbuf_free(&w);
+    close(mfd);
+    return got_error_then_close(fd);
+}
+
+static bool status_ok(const char *sock)
+{
+    int fd = conn(sock);
+    ck_wbuf w = { 0 };
+    ck_proto_start(&w, CK_MSG_STATUS);
+    ck_proto_end(&w);
+    send_raw(fd, w.p, w.len, -1);
+    ck_wbuf_free(&w);
+    ck_msg m;
+    bool ok = ck_conn_recv(fd, true, &m, NULL) > 0 && m.type == CK_MSG_STATUS_OK;
+    if (ok)
+        free(m.payload);
+    close(fd);
+    return ok;
+}
+
+int main(void)
+{
+    char root[PATH_MAX];
+    tl_tmpdir(root, sizeof root, "kdhostile");
+    kd_proc d;
+    kd_start(&d, root, NULL);
+    uint8_t hdr[CK_PROTO_HDR];
+    ck_wbuf w = { 0 };
+
+    /* Header faults: oversized, wrong version, bad magic, unknown type. */
+    struct { const char *what; uint32_t magic; uint16_t ver, type; uint32_t len; } hf[] = {
+        { "oversized", CK_PROTO_MAGIC, CK_PROTO_VERSION, CK_MSG_BEGIN, CK_PROTO_MAX_MSG + 1 },
+        { "wrong version", CK_PROTO_MAGIC, CK_PROTO_VERSION + 1, CK_MSG_STATUS, 0 },
+        { "bad magic", 0x12345678, CK_PROTO_VERSION, CK_MSG_STATUS, 0 },
+        { "unknown type", CK_PROTO_MAGIC, CK_PROTO_VERSION, 999, 0 },
+    };
+    for (size_t i = 0; i < sizeof hf / sizeof *hf; i++) {
+        w.len = 0;
+        ck_put_u32(&w, hf[i].magic);
+        ck_put_u16(&w, hf[i].ver);
+        ck_put_u16(&w, hf[i].type);
+        ck_put_u32(&w, hf[i].len);
+        ck_put_u32(&w, 0);
+        int fd = conn(d.sock);
+        send_raw(fd, w.p, w.len, -1);
+        CHECK(got_error_then_close(fd), "%s: no ERROR reply before the close", hf[i].what);
+    }
+    ck_wbuf_free(&w);
+
+    /* Truncated: the header promises 100 bytes, 10 come, then the writer closes. */
+    ck_proto_start(&w, CK_MSG_HELLO);
+    memcpy(hdr, w.p, sizeof hdr);
+    hdr[8] = 100;
+    int fd = conn(d.sock);
+    send_raw(fd, hdr, sizeof hdr, -1);
+    send_raw(fd, "0123456789", 10, -1);
+    shutdown(fd, SHUT_WR);
+    CHECK(got_error_then_close(fd), "truncated: no ERROR reply");
+    ck_wbuf_free(&w);
+
+    /* A BEGIN whose payload stops short of its fields. */
+    ck_decl g = good_decl();
+    ck_proto_start(&w, CK_MSG_BEGIN);
+    ck_proto_put_decl(&w, &g);
+    w.len -= 5;
+    ck_proto_end(&w);
+    fd = conn(d.sock);
+    int mfd = memfd(16384, true);
+    send_raw(fd, w.p, w.len, mfd);
+    close(mfd);
+    CHECK(got_error_then_close(fd), "short BEGIN: no ERROR reply");
+    ck_wbuf_free(&w);
+
+    /* Field checks. */
+    static const char *bad_names[] = { "../x", "a/b", ".hidden", "" };
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++) {
+        ck_decl b = good_decl();
+        snprintf(b.name, sizeof b.name, "%s", bad_names[i]);
+        CHECK(begin_refused(d.sock, &b, 16384, true), "checkpoint name '%s' accepted",
+              bad_names[i]);
+    }
+    ck_decl_tensor bt = tensor;
+    snprintf(bt.name, sizeof bt.name, "../etc");
+    ck_decl b = good_decl();
+    b.tensors = &bt;
+    CHECK(begin_refused(d.sock, &b, 16384, true), "tensor name ../etc accepted");
+    bt = tensor;
+    bt.dtype = 77;
+    CHECK(begin_refused(d.sock, &b, 16384, true), "dtype 77 accepted");
+    bt = tensor;
+    bt.ndim = 1;
+    bt.pl[0] = (ck_placement){ .kind = CK_SHARD, .dim = 5 };
+    CHECK(begin_refused(d.sock, &b, 16384, true), "S(5) of a 1-D tensor accepted");
+    b = good_decl();
+    b.rank = 3;
+    CHECK(begin_refused(d.sock, &b, 16384, true), "rank 3 of world 1 accepted");
+    b = good_decl();
+    CHECK(begin_refused(d.sock, &b, 4096, true), "staging smaller than declared accepted");
+    CHECK(begin_refused(d.sock, &b, 16384, false), "unsealed staging accepted");
+
+    CHECK(status_ok(d.sock), "the daemon stopped answering STATUS");
+    CHECK(kd_wait_pid(kd_synth(root, d.sock, "fine", "2", "2", "1MiB", NULL), 30) == 0,
+          "a good save failed after the hostile ones");
+    CHECK(tl_verify_deep(root, "fine", 7) == 0, "the good save is bad");
+    CHECK(kd_log_has(d.log, "bad message"), "refusals were not logged");
+    CHECK(kd_term(&d, 10) == 0, "ckptd did not exit 0");
+    if (tl_failures)
+        return 1;
+    tl_rmtree(root);
+    unlink(d.log);
+    printf("ok: every hostile message got an ERROR and a close; the daemon kept serving\n");
+    return 0;
+}
