@@ -66,4 +66,8 @@ int tr_ckpt_latest(sh_world *w, const char *root, char name[CK_NAME_MAX], ck_err
  * the same name from ck, whatever mesh ck was saved on. */
 int tr_ckpt_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *err);
 
+/* Reads every entry's box from the safetensors file at path (full tensors, as
+ * ckpt-consolidate writes them): a dim-0 box is one byte range of the tensor. */
+int tr_load_safetensors(const char *path, const sh_state_dict *sd, ck_err *err);
+
 #endif

@@ -30,7 +30,10 @@ static const char usage[] =
     "  --resume             continue from the newest committed checkpoint in DIR\n"
     "  --daemon SOCKET      save through ckptd\n"
     "  --log-every N        log every N steps (default 1)\n"
-    "  --kill-at-step N     test hook: after step N and its saves, SIGKILL every rank\n";
+    "  --kill-at-step N     test hook: after step N and its saves, SIGKILL every rank\n"
+    "  --eval               print the loss of the first --batch samples of the data\n"
+    "                       order and exit; weights from --resume or --safetensors\n"
+    "  --safetensors FILE   with --eval: full f32 tensors (ckpt-consolidate's output)\n";
 
 /* Options with a value: where it goes in tr_args, and its type and range. */
 typedef enum { O_STR, O_INT, O_LONG, O_U64, O_FLOAT } opt_kind;
@@ -44,6 +47,7 @@ static const struct {
     {"--mesh", offsetof(tr_args, mesh), O_STR, 0, 0},
     {"--ckpt-root", offsetof(tr_args, ckpt_root), O_STR, 0, 0},
     {"--daemon", offsetof(tr_args, daemon), O_STR, 0, 0},
+    {"--safetensors", offsetof(tr_args, safetensors), O_STR, 0, 0},
     {"--layers", offsetof(tr_args, model.layers), O_INT, 1, 1024},
     {"--dim", offsetof(tr_args, model.dim), O_INT, 1, 65536},
     {"--heads", offsetof(tr_args, model.heads), O_INT, 1, 1024},
@@ -105,8 +109,8 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
             fputs(usage, stdout);
             return 1;
         }
-        if (strcmp(o, "--resume") == 0) {
-            a->resume = true;
+        if (strcmp(o, "--resume") == 0 || strcmp(o, "--eval") == 0) {
+            *(o[2] == 'r' ? &a->resume : &a->eval) = true;
             continue;
         }
         int k = 0, n = (int)(sizeof opts / sizeof *opts);
@@ -119,8 +123,13 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
             return rc;
         i++;
     }
-    if (!a->steps)
+    if (!a->steps && !a->eval)
         return ck_err_set(err, -EINVAL, "--steps is required (see --help)");
+    if (a->eval && !a->resume == !a->safetensors)
+        return ck_err_set(err, -EINVAL, "--eval needs the weights: --resume (with "
+                          "--ckpt-root) or --safetensors FILE, one of them");
+    if (a->safetensors && !a->eval)
+        return ck_err_set(err, -EINVAL, "--safetensors is for --eval");
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
     if ((a->ckpt_every || a->keep_last || a->resume || a->daemon) && !a->ckpt_root)

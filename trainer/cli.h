@@ -8,6 +8,7 @@
 
 typedef struct tr_args {
     const char *data, *mesh, *ckpt_root, *daemon;
+    const char *safetensors;  /* --eval: the model's weights from this file */
     tr_config model;
     int batch;            /* sequences per step, all ranks together */
     int accum;            /* micro-batches per step */
@@ -18,6 +19,7 @@ typedef struct tr_args {
     long ckpt_every;      /* 0: only after the last step */
     int keep_last;
     bool resume;
+    bool eval;            /* only the loss of the first --batch samples, no training */
     long log_every;
     long kill_at_step;    /* test hook: SIGKILL every rank after this step; 0: never */
 } tr_args;

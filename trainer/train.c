@@ -280,6 +280,40 @@ static int train(trainer *t, ck_err *err)
     return rc;
 }
 
+/* The mean loss of samples [0, batch) of the data order: a fixed batch, the same
+ * for any mesh, to compare weights loaded from different places. */
+static int eval(trainer *t, ck_err *err)
+{
+    const tr_args *a = &t->a;
+    int W = sh_world_size(t->w), T = a->model.seq, mb = a->batch / W, N = mb * T;
+    int *tok = malloc(sizeof(int) * (size_t)N), *tgt = malloc(sizeof(int) * (size_t)N);
+    sh_tensor logits = SH_TENSOR_INIT, dlogits = SH_TENSOR_INIT;
+    tr_data_restore(&t->data, &(tr_data_state){0, 0, a->model.seed});
+    int rc = tok && tgt ? 0 : ck_err_set(err, -ENOMEM, "out of memory for a batch");
+    for (int i = 0; !rc && i < mb; i++)
+        tr_data_sample(&t->data, (uint64_t)(sh_world_rank(t->w) * mb + i), tok + i * T,
+                       tgt + i * T);
+    if (!rc && a->safetensors)
+        rc = tr_load_safetensors(a->safetensors, &t->msd, err);
+    if (!rc)
+        rc = tr_model_forward(&t->model, tok, mb, &logits, err);
+    if (!rc)
+        rc = sh_tensor_resize(&dlogits, CK_F32, 3, logits.shape, err);
+    double loss = 0.0;
+    if (!rc)
+        loss = tr_cross_entropy(dlogits.data, logits.data, tgt, N, a->model.vocab, 1.0f);
+    if (!rc)
+        rc = sh_all_reduce(sh_world_comm(t->w), &loss, &loss, 1, CK_F64, SH_SUM, NULL, err);
+    if (!rc && sh_world_rank(t->w) == 0)
+        printf("eval loss %.9g (samples 0..%d, weights from %s)\n", loss / ((double)mb * W * T),
+               a->batch - 1, a->safetensors ? a->safetensors : "the checkpoint");
+    free(tok);
+    free(tgt);
+    sh_tensor_free(&logits);
+    sh_tensor_free(&dlogits);
+    return rc;
+}
+
 static int setup(trainer *t, ck_err *err)
 {
     const tr_args *a = &t->a;
@@ -307,7 +341,7 @@ static int setup(trainer *t, ck_err *err)
     format_config(t);
     if (!rc && a->resume)
         rc = resume(t, err);
-    if (!rc && a->ckpt_root)
+    if (!rc && a->ckpt_root && !a->eval)
         rc = tr_ckpt_new(t->w, &(tr_ckpt_opts){a->ckpt_root, a->daemon, a->keep_last},
                          &t->ckpt, err);
     if (!rc && sh_world_rank(t->w) == 0) {
@@ -350,8 +384,8 @@ int main(int argc, char **argv)
     if (rc == 0)
         rc = setup(&t, &err);
     if (rc == 0)
-        rc = train(&t, &err);
-    if (rc == 0 && sh_world_rank(t.w) == 0 && t.step > 0)
+        rc = t.a.eval ? eval(&t, &err) : train(&t, &err);
+    if (rc == 0 && sh_world_rank(t.w) == 0 && !t.a.eval && t.step > 0)
         printf("done: step %ld, loss %.4f nats/byte vs the corpus's byte unigram entropy "
                "%.4f\n", t.step, t.loss, tr_data_unigram_entropy(&t.data));
     if (rc < 0)

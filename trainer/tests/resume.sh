@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Resume tests of shard-train, through shardrun (real MPI ranks).
+#   resume.sh MODE SHARDRUN SHARD_TRAIN [CKPT_CONSOLIDATE]
+# MODE:
+#   kill9-same-mesh   20 steps straight vs 10 steps, SIGKILL of every rank, resume to 20
+#                     on the same 2x2 mesh: the losses of steps 11-20 are identical
+#   across-meshes     4 ranks 2x2 to step 10, 2 ranks 1x2 to 15, 3 ranks (1-D) to 20:
+#                     every loss within 1e-5 relative of the straight 2x2 run
+#   consolidate       a trained checkpoint through ckpt-consolidate to safetensors,
+#                     loaded into a 1-rank model: the same loss on a fixed batch as
+#                     the checkpoint loaded directly on 1 and on 3 ranks
+set -euo pipefail
+mode=$1 shardrun=$2 train=$3 consolidate=${4:-}
+data=/usr/share/common-licenses/GPL-3
+[ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/trainer-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export OPENBLAS_NUM_THREADS=1
+model=(--data "$data" --layers 2 --dim 32 --heads 2 --seq 32 --batch 12 --lr 3e-3 --warmup 4)
+
+run() {   # run NPROC LOG ARGS...: a training run; its log; fails unless it exits 0
+    local n=$1 log=$2; shift 2
+    "$shardrun" --nproc-per-node "$n" "$train" "${model[@]}" "$@" >"$log" 2>&1 || {
+        echo "FAILED: $n ranks: $*"; cat "$log"; exit 1; }
+}
+losses() { awk '$1 == "step" && $3 == "loss" { print $2, $4 }' "$@"; }
+
+case $mode in
+kill9-same-mesh)
+    run 4 "$work/straight.log" --mesh 2x2 --steps 20
+    # The run dies by SIGKILL after step 10 (its checkpoint committed): mpirun fails.
+    "$shardrun" --nproc-per-node 4 "$train" "${model[@]}" --mesh 2x2 --steps 20 \
+        --ckpt-root "$work/ck" --ckpt-every 10 --kill-at-step 10 >"$work/killed.log" 2>&1 &&
+        { echo "FAILED: the run was not killed"; cat "$work/killed.log"; exit 1; }
+    grep -q "kill-at-step 10: saved step-00000010" "$work/killed.log" ||
+        { echo "FAILED: no committed step 10 before the kill"; cat "$work/killed.log"; exit 1; }
+    run 4 "$work/resumed.log" --mesh 2x2 --steps 20 --ckpt-root "$work/ck" --ckpt-every 10 --resume
+    grep -q "resumed from step-00000010" "$work/resumed.log" ||
+        { echo "FAILED: did not resume from step 10"; cat "$work/resumed.log"; exit 1; }
+    losses "$work/straight.log" | awk '$1 > 10' >"$work/want"
+    losses "$work/resumed.log" >"$work/got"
+    [ "$(wc -l <"$work/want")" -eq 10 ] || { echo "FAILED: straight run log"; exit 1; }
+    if ! diff -u "$work/want" "$work/got"; then
+        echo "FAILED: steps 11-20 after the resume differ from the straight run"; exit 1
+    fi
+    echo "ok: steps 11-20 identical after kill -9 and resume on 2x2"
+    ;;
+across-meshes)
+    run 4 "$work/straight.log" --mesh 2x2 --steps 20
+    common=(--ckpt-root "$work/ck" --ckpt-every 5 --schedule-steps 20)
+    run 4 "$work/a.log" --mesh 2x2 --steps 10 "${common[@]}"
+    run 2 "$work/b.log" --mesh 1x2 --steps 15 "${common[@]}" --resume
+    run 3 "$work/c.log" --mesh 3 --steps 20 "${common[@]}" --resume
+    grep -q "saved on mesh 2x2, loaded onto mesh 1x2" "$work/b.log" &&
+        grep -q "saved on mesh 1x2, loaded onto mesh 3" "$work/c.log" ||
+        { echo "FAILED: the resumes did not cross meshes"; cat "$work/b.log" "$work/c.log"; exit 1; }
+    losses "$work/straight.log" >"$work/want"
+    losses "$work/a.log" "$work/b.log" "$work/c.log" >"$work/got"
+    paste "$work/want" "$work/got" | awk '
+        { n++; if ($1 != $3) { print "FAILED: step order", $1, $3; bad = 1; next }
+          rel = ($2 - $4) / $2; if (rel < 0) rel = -rel; if (rel > worst) worst = rel
+          if (rel > 1e-5) { printf "FAILED: step %d: %s vs straight %s (%.2e)\n", $1, $4, $2, rel; bad = 1 } }
+        END { if (n != 20) { print "FAILED: " n " steps logged"; bad = 1 }
+              if (!bad) printf "ok: 2x2 -> 1x2 -> 3 within %.2e relative of the straight run\n", worst
+              exit bad }'
+    ;;
+consolidate)
+    [ -x "$consolidate" ] || { echo "skip: ckpt-consolidate is not built"; exit 77; }
+    run 4 "$work/train.log" --mesh 2x2 --steps 8 --ckpt-root "$work/ck"
+    "$consolidate" "$work/ck" step-00000008 -o "$work/st" >"$work/cons.log" 2>&1 ||
+        { echo "FAILED: ckpt-consolidate"; cat "$work/cons.log"; exit 1; }
+    run 1 "$work/e1.log" --eval --safetensors "$work/st/model.safetensors"
+    run 1 "$work/e2.log" --eval --resume --ckpt-root "$work/ck"
+    run 3 "$work/e3.log" --eval --resume --ckpt-root "$work/ck"
+    st=$(awk '$1 == "eval" { print $3 }' "$work/e1.log")
+    ck1=$(awk '$1 == "eval" { print $3 }' "$work/e2.log")
+    ck3=$(awk '$1 == "eval" { print $3 }' "$work/e3.log")
+    echo "eval loss: safetensors $st, checkpoint on 1 rank $ck1, on 3 ranks $ck3"
+    [ -n "$st" ] && [ "$st" = "$ck1" ] || { echo "FAILED: safetensors and checkpoint differ"; exit 1; }
+    awk -v a="$st" -v b="$ck3" 'BEGIN { r = (a - b) / a; if (r < 0) r = -r; exit r > 1e-6 }' ||
+        { echo "FAILED: 3 ranks differ by more than 1e-6"; exit 1; }
+    echo "ok: consolidated safetensors give the checkpoint's loss"
+    ;;
+*)
+    echo "usage: resume.sh kill9-same-mesh|across-meshes|consolidate SHARDRUN SHARD_TRAIN [CONSOLIDATE]"
+    exit 2 ;;
+esac
