@@ -1,48 +1,35 @@
 /* ckpt.c - see ckpt.h. */
 #include "ckpt.h"
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "ck/catalog.h"
+#include "ck/client.h"
 #include "ck/load.h"
 #include "ck/safetensors.h"
-#include "ck/save.h"
 
-/* What rank 0's writer thread needs: the tensors' declarations (one per state dict
- * entry, every rank's the same), every rank's packed shards, and the blobs. */
-typedef struct save_job {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    bool finished;
-    const char *root;
-    char name[CK_NAME_MAX];
-    uint64_t step;
-    ck_mesh mesh;
-    int world;
-    sh_shard_entry *t;         /* declarations; data pointers unused */
-    int nt;
-    float *all;                /* world slices of per_rank floats */
-    size_t per_rank;
-    tr_blob *blob;             /* owned copies */
-    int nblob;
-    struct timespec t0;
-    tr_ckpt_done done;
-} save_job;
-
+/* Connected, every rank has one client and stages its own part. Embedded, rank 0
+ * has one client per rank (peers sharing one engine) and stages every rank's part
+ * from the gathered shards; the other ranks have none. */
 struct tr_ckpt {
     sh_world *w;
     char root[PATH_MAX];
     int keep_last;
-    save_job *job;             /* rank 0: the save in flight */
+    bool connected;
+    ck_client **cl;
+    ck_client_save **sv;       /* per client: the save in flight, NULL when none */
+    int ncl;
+    char name[CK_NAME_MAX];    /* the save in flight */
+    uint64_t bytes;
+    struct timespec t0;
     tr_ckpt_done *report;      /* rank 0: finished saves not yet polled */
     int nreport;
 };
@@ -54,82 +41,33 @@ static double since_ms(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-static void job_free(save_job *j)
-{
-    if (!j)
-        return;
-    for (int i = 0; i < j->nblob; i++)
-        free((void *)j->blob[i].data);
-    free(j->blob);
-    free(j->t);
-    free(j->all);
-    pthread_mutex_destroy(&j->mu);
-    free(j);
-}
-
-static int job_write(save_job *j, ck_err *err)
-{
-    ck_save *s;
-    ck_save_opts o = {0};
-    int rc = ck_save_begin(&s, j->root, j->name, j->step, &j->mesh, &o, err);
-    if (rc)
-        return rc;
-    for (int i = 0; !rc && i < j->nt; i++)
-        rc = ck_save_tensor(s, j->t[i].name, CK_F32, j->t[i].ndim, j->t[i].shape,
-                            j->t[i].placement, err);
-    for (int r = 0; !rc && r < j->world; r++) {
-        uint32_t coord[CK_MAX_MESH_DIMS];
-        ck_mesh_coord(&j->mesh, (uint64_t)r, coord);
-        const float *src = j->all + (size_t)r * j->per_rank;
-        for (int i = 0; !rc && i < j->nt; i++) {
-            ck_box box;
-            ck_shard_box(j->t[i].ndim, j->t[i].shape, &j->mesh, j->t[i].placement, coord, &box);
-            uint64_t n = ck_box_numel(&box);
-            if (n && ck_save_writes(s, j->t[i].name, (uint64_t)r))
-                rc = ck_save_shard(s, j->t[i].name, (uint64_t)r, src, err);
-            src += n;
-        }
-    }
-    for (int i = 0; !rc && i < j->nblob; i++)
-        rc = ck_save_blob(s, j->blob[i].name, j->blob[i].data, j->blob[i].len, err);
-    if (rc) {
-        ck_save_abort(s);
-        return rc;
-    }
-    ck_save_stats st;
-    return ck_save_commit(s, &st, err);
-}
-
-static void *job_main(void *arg)
-{
-    save_job *j = arg;
-    ck_err err = {0};
-    int rc = job_write(j, &err);
-    pthread_mutex_lock(&j->mu);
-    j->done.rc = rc;
-    snprintf(j->done.msg, sizeof j->done.msg, "%s", rc ? ck_err_msg(&err) : "");
-    j->done.seconds = since_ms(&j->t0) / 1e3;
-    j->finished = true;
-    pthread_mutex_unlock(&j->mu);
-    return NULL;
-}
-
 int tr_ckpt_new(sh_world *w, const tr_ckpt_opts *o, tr_ckpt **out, ck_err *err)
 {
     *out = NULL;
-    if (o->daemon)
-        return ck_err_set(err, -ENOTSUP, "--daemon %s: this build saves through the "
-                          "embedded engine only", o->daemon);
     tr_ckpt *c = calloc(1, sizeof *c);
     if (!c)
         return ck_err_set(err, -ENOMEM, "checkpoints: out of memory");
     c->w = w;
     c->keep_last = o->keep_last;
     snprintf(c->root, sizeof c->root, "%s", o->root);
-    if (sh_world_rank(w) == 0 && mkdir(c->root, 0755) && errno != EEXIST) {
-        int e = errno;
-        free(c);
-        return ck_err_set(err, -e, "checkpoint root %s: %s", o->root, strerror(e));
+    const char *env = getenv("CKPTD_SOCKET");
+    c->connected = o->daemon || (env && *env);
+    int rank = sh_world_rank(w), rc = 0;
+    if (rank == 0 && mkdir(c->root, 0755) && errno != EEXIST)
+        rc = ck_err_set(err, -errno, "checkpoint root %s: %s", o->root, strerror(errno));
+    c->ncl = c->connected ? 1 : rank == 0 ? sh_world_size(w) : 0;
+    c->cl = calloc((size_t)c->ncl + 1, sizeof *c->cl);
+    c->sv = calloc((size_t)c->ncl + 1, sizeof *c->sv);
+    if (!rc && (!c->cl || !c->sv))
+        rc = ck_err_set(err, -ENOMEM, "checkpoints: out of memory");
+    for (int k = 0; !rc && k < c->ncl; k++) {
+        ck_client_opts co = {.socket = o->daemon, .embedded = !c->connected,
+                             .peer = k ? c->cl[0] : NULL};
+        rc = ck_client_open(&c->cl[k], c->root, &co, err);
+    }
+    if (rc) {
+        tr_ckpt_free(c);
+        return rc;
     }
     *out = c;
     return 0;
@@ -181,39 +119,47 @@ static int prune(tr_ckpt *c, ck_err *err)
     return rc;
 }
 
-/* Rank 0: waits for the save in flight, queues its report, and prunes after a
+/* Waits for the save in flight; rank 0 queues its report and prunes after a
  * commit. */
-static int retire_job(tr_ckpt *c, ck_err *err)
+static int retire(tr_ckpt *c, ck_err *err)
 {
-    save_job *j = c->job;
-    if (!j)
+    if (!c->name[0])
         return 0;
-    pthread_join(j->thread, NULL);
-    c->job = NULL;
-    tr_ckpt_done *r = realloc(c->report, sizeof *r * (size_t)(c->nreport + 1));
-    int rc = r ? 0 : ck_err_set(err, -ENOMEM, "checkpoint: out of memory");
-    if (r) {
+    int rc = 0;
+    if (sh_world_rank(c->w) == 0 && c->ncl) {
+        ck_err why = {0};
+        int code = ck_client_wait(c->sv[0], &why);
+        tr_ckpt_done d = {.rc = code, .bytes = c->bytes, .seconds = since_ms(&c->t0) / 1e3};
+        snprintf(d.name, sizeof d.name, "%s", c->name);
+        snprintf(d.msg, sizeof d.msg, "%s", code ? ck_err_msg(&why) : "");
+        tr_ckpt_done *r = realloc(c->report, sizeof *r * (size_t)(c->nreport + 1));
+        if (!r)
+            return ck_err_set(err, -ENOMEM, "checkpoint: out of memory");
         c->report = r;
-        r[c->nreport++] = j->done;
+        r[c->nreport++] = d;
+        if (!code && c->keep_last > 0)
+            rc = prune(c, err);
     }
-    if (!rc && j->done.rc == 0 && c->keep_last > 0)
-        rc = prune(c, err);
-    job_free(j);
+    for (int k = 0; k < c->ncl; k++) {
+        ck_client_save_free(c->sv[k]);
+        c->sv[k] = NULL;
+    }
+    c->name[0] = '\0';
     return rc;
 }
 
 int tr_ckpt_wait(tr_ckpt *c, ck_err *err)
 {
-    return retire_job(c, err);
+    return retire(c, err);
 }
 
 int tr_ckpt_poll(tr_ckpt *c, tr_ckpt_done *done, ck_err *err)
 {
-    if (c->job) {
-        pthread_mutex_lock(&c->job->mu);
-        bool fin = c->job->finished;
-        pthread_mutex_unlock(&c->job->mu);
-        int rc = fin ? retire_job(c, err) : 0;
+    if (c->name[0] && sh_world_rank(c->w) == 0 && c->ncl) {
+        ck_client_state st;
+        ck_err why = {0};
+        ck_client_poll(c->sv[0], &st, &why);
+        int rc = st == CK_CLIENT_COMMITTED || st == CK_CLIENT_FAILED ? retire(c, err) : 0;
         if (rc)
             return rc;
     }
@@ -228,7 +174,12 @@ void tr_ckpt_free(tr_ckpt *c)
 {
     if (!c)
         return;
-    retire_job(c, NULL);
+    if (c->sv)
+        retire(c, NULL);
+    for (int k = c->ncl - 1; c->cl && k >= 0; k--)
+        ck_client_close(c->cl[k]);
+    free(c->cl);
+    free(c->sv);
     free(c->report);
     free(c);
 }
@@ -243,58 +194,82 @@ static size_t local_floats(const sh_state_dict *const *sd, int nsd)
     return n;
 }
 
-/* Rank 0's job for a save: declarations from its own state dicts (every rank's
- * differ only in boxes and data), room for every rank's packed shards, blob copies. */
-static int make_job(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd, int nsd,
-                    const tr_blob *blobs, int nblobs, size_t per_rank, save_job **out,
-                    ck_err *err)
+/* Declares the save on client k as `rank`, offers that rank's shards (packed in
+ * state dict order from src, or the entries' own data when src is NULL) and, for
+ * rank 0, the blobs; then save_async copies them into staging. */
+static int stage_part(tr_ckpt *c, int k, uint64_t rank, uint64_t step,
+                      const sh_state_dict *const *sd, int nsd, const float *src,
+                      const tr_blob *blobs, int nblobs, ck_err *err)
 {
-    *out = NULL;
-    save_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return ck_err_set(err, -ENOMEM, "checkpoint: out of memory");
-    pthread_mutex_init(&j->mu, NULL);
-    j->root = c->root;
-    j->step = step;
-    snprintf(j->name, sizeof j->name, "step-%08llu", (unsigned long long)step);
-    snprintf(j->done.name, sizeof j->done.name, "%s", j->name);
-    j->world = sh_world_size(c->w);
-    j->per_rank = per_rank;
-    size_t nt = 0;
-    for (int k = 0; k < nsd; k++)
-        nt += sd[k]->n;
-    j->t = calloc(nt + 1, sizeof *j->t);
-    j->all = malloc(sizeof(float) * (per_rank * (size_t)j->world + 1));
-    j->blob = calloc((size_t)nblobs + 1, sizeof *j->blob);
-    int rc = j->t && j->all && j->blob ? 0 :
-        ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory on rank 0", j->name);
-    for (int k = 0; !rc && k < nsd; k++)
-        for (size_t i = 0; !rc && i < sd[k]->n; i++) {
-            const sh_shard_entry *e = &sd[k]->entry[i];
-            if (e->dtype != CK_F32)
-                rc = ck_err_set(err, -EINVAL, "checkpoint: tensor '%s' is %s, only f32 "
-                                "state is saved", e->name, ck_dtype_name(e->dtype));
-            j->t[j->nt++] = *e;
-            j->mesh = e->mesh;
-            ck_box full;
-            ck_box_full(e->ndim, e->shape, &full);
-            j->done.bytes += ck_box_numel(&full) * sizeof(float);
-        }
-    for (int i = 0; !rc && i < nblobs; i++) {
-        void *copy = malloc(blobs[i].len + 1);
-        if (!copy)
-            rc = ck_err_set(err, -ENOMEM, "checkpoint: out of memory for blob %s",
-                            blobs[i].name);
-        else
-            memcpy(copy, blobs[i].data, blobs[i].len);
-        j->blob[j->nblob++] = (tr_blob){blobs[i].name, copy, blobs[i].len};
-    }
-    if (rc) {
-        job_free(j);
+    const ck_mesh *mesh = &sd[0]->entry[0].mesh;
+    uint32_t coord[CK_MAX_MESH_DIMS];
+    ck_mesh_coord(mesh, rank, coord);
+    ck_client_save *sv;
+    int rc = ck_client_begin(c->cl[k], &sv, c->name, step, mesh, rank, ck_mesh_world(mesh),
+                             err);
+    if (rc)
         return rc;
-    }
-    *out = j;
-    return 0;
+    c->sv[k] = sv;
+    for (int d = 0; !rc && d < nsd; d++)
+        for (size_t i = 0; !rc && i < sd[d]->n; i++) {
+            const sh_shard_entry *e = &sd[d]->entry[i];
+            if (e->dtype != CK_F32)
+                return ck_err_set(err, -EINVAL, "checkpoint: tensor '%s' is %s, only f32 "
+                                  "state is saved", e->name, ck_dtype_name(e->dtype));
+            rc = ck_client_tensor(sv, e->name, e->dtype, e->ndim, e->shape, e->placement, err);
+        }
+    for (int d = 0; !rc && d < nsd; d++)
+        for (size_t i = 0; !rc && i < sd[d]->n; i++) {
+            const sh_shard_entry *e = &sd[d]->entry[i];
+            ck_box box;
+            ck_shard_box(e->ndim, e->shape, mesh, e->placement, coord, &box);
+            uint64_t n = ck_box_numel(&box);
+            if (n)
+                rc = ck_client_shard(sv, e->name, src ? (const void *)src : e->data, err);
+            if (src)
+                src += n;
+        }
+    for (int b = 0; !rc && rank == 0 && b < nblobs; b++)
+        rc = ck_client_blob(sv, blobs[b].name, blobs[b].data, blobs[b].len, err);
+    if (!rc)
+        rc = ck_client_save_async(sv, err);
+    return rc;
+}
+
+/* Embedded: every rank's shards travel to rank 0 (padded to the largest part), whose
+ * peer clients stage them. */
+static int gather_and_stage(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd,
+                            int nsd, const tr_blob *blobs, int nblobs, ck_err *err)
+{
+    int W = sh_world_size(c->w);
+    size_t mine = local_floats(sd, nsd);
+    int64_t most = (int64_t)mine;
+    sh_comm *wc = sh_world_comm(c->w);
+    int rc = sh_all_reduce(wc, &most, &most, 1, CK_I64, SH_MAX, NULL, err);
+    if (rc)
+        return rc;
+    float *pack = calloc((size_t)most + 1, sizeof(float));
+    float *all = c->ncl ? malloc(sizeof(float) * ((size_t)most * (size_t)W + 1)) : NULL;
+    int bad = !pack || (c->ncl && !all);
+    rc = sh_all_reduce(wc, &bad, &bad, 1, CK_I32, SH_MAX, NULL, err);
+    if (!rc && bad)
+        rc = ck_err_set(err, -ENOMEM, "checkpoint: out of memory for the staging copy");
+    size_t off = 0;
+    for (int d = 0; !rc && d < nsd; d++)
+        for (size_t i = 0; i < sd[d]->n; i++) {
+            size_t n = ck_box_numel(&sd[d]->entry[i].box);
+            if (n)
+                memcpy(pack + off, sd[d]->entry[i].data, n * sizeof(float));
+            off += n;
+        }
+    if (!rc)
+        rc = sh_gather(wc, pack, all, (size_t)most, CK_F32, 0, NULL, err);
+    for (int r = 0; !rc && r < c->ncl; r++)
+        rc = stage_part(c, r, (uint64_t)r, step, sd, nsd, all + (size_t)r * (size_t)most,
+                        blobs, nblobs, err);
+    free(pack);
+    free(all);
+    return rc;
 }
 
 int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd, int nsd,
@@ -302,56 +277,33 @@ int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    bool root = sh_world_rank(c->w) == 0;
-    sh_comm *wc = sh_world_comm(c->w);
-    /* One save in flight: the next waits for it (rank 0 holds the others in the
-     * collectives below meanwhile). */
-    int rc = root ? retire_job(c, err) : 0;
-    /* The copy out of the training buffers: after it, training may change them. */
-    size_t mine = local_floats(sd, nsd);
-    float *pack = malloc(sizeof(float) * (mine + 1));
-    if (!rc && !pack)
-        rc = ck_err_set(err, -ENOMEM, "checkpoint: out of memory for the staging copy");
-    size_t off = 0;
-    for (int k = 0; !rc && k < nsd; k++)
-        for (size_t i = 0; i < sd[k]->n; i++) {
-            size_t n = ck_box_numel(&sd[k]->entry[i].box);
-            if (n)
-                memcpy(pack + off, sd[k]->entry[i].data, n * sizeof(float));
-            off += n;
+    if (nsd < 1 || sd[0]->n < 1)
+        return ck_err_set(err, -EINVAL, "checkpoint: nothing to save");
+    /* One save in flight: the next one waits for it. */
+    int rc = retire(c, err);
+    snprintf(c->name, sizeof c->name, "step-%08llu", (unsigned long long)step);
+    c->t0 = t0;
+    c->bytes = 0;
+    for (int d = 0; d < nsd; d++)
+        for (size_t i = 0; i < sd[d]->n; i++) {
+            ck_box full;
+            ck_box_full(sd[d]->entry[i].ndim, sd[d]->entry[i].shape, &full);
+            c->bytes += ck_box_numel(&full) * sizeof(float);
         }
-    save_job *j = NULL;
-    int64_t most = (int64_t)mine;
-    if (!rc)
-        rc = sh_all_reduce(wc, &most, &most, 1, CK_I64, SH_MAX, NULL, err);
-    if (!rc && root)
-        rc = make_job(c, step, sd, nsd, blobs, nblobs, (size_t)most, &j, err);
-    /* Agree before the gather, so that no rank waits in it for a rank that failed. */
+    if (!rc && c->connected)
+        rc = stage_part(c, 0, (uint64_t)sh_world_rank(c->w), step, sd, nsd, NULL, blobs,
+                        nblobs, err);
+    else if (!rc)
+        rc = gather_and_stage(c, step, sd, nsd, blobs, nblobs, err);
+    /* Every rank learns whether all parts were handed over, so that none trains on
+     * believing in a save that cannot commit. */
     int bad = rc ? 1 : 0;
-    int rc2 = sh_all_reduce(wc, &bad, &bad, 1, CK_I32, SH_MAX, NULL, err);
+    int rc2 = sh_all_reduce(sh_world_comm(c->w), &bad, &bad, 1, CK_I32, SH_MAX, NULL, err);
     if (!rc && (rc2 || bad))
-        rc = rc2 ? rc2 : ck_err_set(err, -EIO, "checkpoint step %llu: another rank failed",
-                                    (unsigned long long)step);
-    if (!rc) {
-        float *send = mine < (size_t)most ? realloc(pack, sizeof(float) * (size_t)most) : pack;
-        if (send) {
-            pack = send;
-            rc = sh_gather(wc, pack, j ? j->all : NULL, (size_t)most, CK_F32, 0, NULL, err);
-        } else {
-            rc = ck_err_set(err, -ENOMEM, "checkpoint: out of memory for the staging copy");
-        }
-    }
-    free(pack);
-    if (!rc && root) {
-        j->t0 = t0;
-        if (pthread_create(&j->thread, NULL, job_main, j))
-            rc = ck_err_set(err, -EAGAIN, "checkpoint %s: cannot start the writer thread",
-                            j->name);
-        else
-            c->job = j;
-    }
-    if (rc && j && c->job != j)
-        job_free(j);
+        rc = rc2 ? rc2 : ck_err_set(err, -EIO, "checkpoint %s: another rank failed to stage "
+                                    "its part", c->name);
+    if (!rc && sh_world_rank(c->w) == 0)
+        rc = ck_client_commit(c->sv[0], err);
     *stall_ms = since_ms(&t0);
     return rc;
 }

@@ -8,10 +8,13 @@
  * tr_ckpt_poll. With keep_last, rank 0 removes the oldest of this trainer's committed
  * checkpoints ("step-*") beyond that count after each commit.
  *
- * Embedded engine (the default): the shards travel to rank 0 (a gather) and a thread
- * there writes the checkpoint through the core's save API (ck/save.h), so the stall
- * is the copy plus the gather. One save is in flight at a time; the next one waits
- * for it.
+ * Saves go through the checkpoint client (ck/client.h). With ckptd (--daemon SOCKET,
+ * or CKPTD_SOCKET set) every rank stages its own part into the daemon's shared memory,
+ * and a save whose parts are all staged commits even if the trainer dies. Embedded
+ * (the default), the engine is a set of threads in rank 0's process: the shards
+ * travel to rank 0 (a gather) and its peer clients, one per rank, stage them, so the
+ * stall is the copy, the gather and the staging copy. One save is in flight at a
+ * time; the next one waits for it.
  */
 #ifndef TR_CKPT_H
 #define TR_CKPT_H
@@ -29,7 +32,7 @@ typedef struct tr_blob {
 
 typedef struct tr_ckpt_opts {
     const char *root;
-    const char *daemon;        /* ckptd's socket; NULL: the embedded engine */
+    const char *daemon;        /* ckptd's socket; NULL: $CKPTD_SOCKET, else embedded */
     int keep_last;             /* 0: keep every checkpoint */
 } tr_ckpt_opts;
 
