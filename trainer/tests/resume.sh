@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Resume tests of shard-train, through shardrun (real MPI ranks).
-#   resume.sh MODE SHARDRUN SHARD_TRAIN [CKPT_CONSOLIDATE]
+#   resume.sh MODE SHARDRUN SHARD_TRAIN CKPT_CONSOLIDATE CKPTD
 # MODE:
 #   kill9-same-mesh   20 steps straight vs 10 steps, SIGKILL of every rank, resume to 20
 #                     on the same 2x2 mesh: the losses of steps 11-20 are identical
+#   kill9-daemon      the same, saving through a ckptd process
 #   across-meshes     4 ranks 2x2 to step 10, 2 ranks 1x2 to 15, 3 ranks (1-D) to 20:
 #                     every loss within 1e-5 relative of the straight 2x2 run
 #   consolidate       a trained checkpoint through ckpt-consolidate to safetensors,
 #                     loaded into a 1-rank model: the same loss on a fixed batch as
 #                     the checkpoint loaded directly on 1 and on 3 ranks
 set -euo pipefail
-mode=$1 shardrun=$2 train=$3 consolidate=${4:-}
+mode=$1 shardrun=$2 train=$3 consolidate=$4 ckptd=$5
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/trainer-test.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+daemon_pid=
+cleanup() {
+    [ -z "$daemon_pid" ] || { kill "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; }
+    rm -rf "$work"
+}
+trap cleanup EXIT
 export OPENBLAS_NUM_THREADS=1
 model=(--data "$data" --layers 2 --dim 32 --heads 2 --seq 32 --batch 12 --lr 3e-3 --warmup 4)
 
@@ -25,16 +31,28 @@ run() {   # run NPROC LOG ARGS...: a training run; its log; fails unless it exit
 }
 losses() { awk '$1 == "step" && $3 == "loss" { print $2, $4 }' "$@"; }
 
+save=()
+if [ "$mode" = kill9-daemon ]; then
+    [ -x "$ckptd" ] || { echo "skip: ckptd is not built"; exit 77; }
+    mkdir -p "$work/ck"
+    "$ckptd" --root "$work/ck" --foreground --log "$work/ckptd.log" &
+    daemon_pid=$!
+    for _ in $(seq 100); do [ -S "$work/ck/.ckptd.sock" ] && break; sleep 0.05; done
+    save=(--daemon "$work/ck/.ckptd.sock")
+    mode=kill9-same-mesh
+fi
+
 case $mode in
 kill9-same-mesh)
     run 4 "$work/straight.log" --mesh 2x2 --steps 20
     # The run dies by SIGKILL after step 10 (its checkpoint committed): mpirun fails.
     "$shardrun" --nproc-per-node 4 "$train" "${model[@]}" --mesh 2x2 --steps 20 \
-        --ckpt-root "$work/ck" --ckpt-every 10 --kill-at-step 10 >"$work/killed.log" 2>&1 &&
+        --ckpt-root "$work/ck" --ckpt-every 10 --kill-at-step 10 "${save[@]}" >"$work/killed.log" 2>&1 &&
         { echo "FAILED: the run was not killed"; cat "$work/killed.log"; exit 1; }
     grep -q "kill-at-step 10: saved step-00000010" "$work/killed.log" ||
         { echo "FAILED: no committed step 10 before the kill"; cat "$work/killed.log"; exit 1; }
-    run 4 "$work/resumed.log" --mesh 2x2 --steps 20 --ckpt-root "$work/ck" --ckpt-every 10 --resume
+    run 4 "$work/resumed.log" --mesh 2x2 --steps 20 --ckpt-root "$work/ck" --ckpt-every 10 --resume \
+        "${save[@]}"
     grep -q "resumed from step-00000010" "$work/resumed.log" ||
         { echo "FAILED: did not resume from step 10"; cat "$work/resumed.log"; exit 1; }
     losses "$work/straight.log" | awk '$1 > 10' >"$work/want"
@@ -43,7 +61,7 @@ kill9-same-mesh)
     if ! diff -u "$work/want" "$work/got"; then
         echo "FAILED: steps 11-20 after the resume differ from the straight run"; exit 1
     fi
-    echo "ok: steps 11-20 identical after kill -9 and resume on 2x2"
+    echo "ok: steps 11-20 identical after kill -9 and resume on 2x2 ${save[*]}"
     ;;
 across-meshes)
     run 4 "$work/straight.log" --mesh 2x2 --steps 20
@@ -82,6 +100,6 @@ consolidate)
     echo "ok: consolidated safetensors give the checkpoint's loss"
     ;;
 *)
-    echo "usage: resume.sh kill9-same-mesh|across-meshes|consolidate SHARDRUN SHARD_TRAIN [CONSOLIDATE]"
+    echo "usage: resume.sh kill9-same-mesh|kill9-daemon|across-meshes|consolidate SHARDRUN SHARD_TRAIN CONSOLIDATE CKPTD"
     exit 2 ;;
 esac
