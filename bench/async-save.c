@@ -1,0 +1,255 @@
+/* async-save - what an async checkpoint costs training, and how fast it drains.
+ *
+ * For 1, 4 and 8 concurrent clients (ranks), each saving SIZE bytes of its own shard:
+ *  - the stall: the time ck_client_save_async blocks (the copy into staging), beside a
+ *    plain memcpy of the same bytes by the same threads at the same time (target
+ *    <= 1.2x);
+ *  - the drain: bytes / (time from the last save_async's return to the commit),
+ *    with hashing off, beside a raw write of the same bytes the way fio would (one
+ *    preallocated file per client, O_DIRECT, io_uring, 1 MiB I/Os, 32 in flight,
+ *    fsync) in the same run (target >= 0.9x).
+ * The engine is ckptd with --daemon SOCKET, else the embedded one. The first two saves
+ * of each client fill its two staging areas and are not timed.
+ */
+#include <fcntl.h>
+#include <getopt.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ck/client.h"
+#include "tool.h"
+
+static const char *prog = "async-save";
+
+typedef struct run {
+    const char *root, *daemon;
+    unsigned n;                /* clients */
+    uint64_t size;             /* bytes per client */
+    unsigned repeat;
+    pthread_barrier_t bar;
+    double stall_max, copy_max, drain, raw;
+} run;
+
+typedef struct client {
+    run *R;
+    unsigned rank;
+    ck_client *cl;
+    uint8_t *src, *dst;
+    double stall, copy, raw;
+    int rc;
+    ck_err err;
+} client;
+
+#define IO (1u << 20)
+#define QD 32u
+
+/* One file, as fio would write it: preallocated, O_DIRECT, QD 32 x 1 MiB, fsync. */
+static double raw_write(const char *path, const uint8_t *buf, uint64_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+    if (fd < 0)
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    struct io_uring ring;
+    if (fd < 0 || io_uring_queue_init(QD, &ring, 0) < 0)
+        return -1;
+    double t0 = tool_now();
+    if (fallocate(fd, 0, 0, (off_t)len) < 0) {
+        close(fd);
+        io_uring_queue_exit(&ring);
+        return -1;
+    }
+    uint64_t sent = 0, done = 0;
+    unsigned inflight = 0;
+    while (done < len) {
+        while (inflight < QD && sent < len) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+            unsigned n = len - sent < IO ? (unsigned)(len - sent) : IO;
+            io_uring_prep_write(sqe, fd, buf + sent, n, sent);
+            sent += n;
+            inflight++;
+        }
+        io_uring_submit(&ring);
+        struct io_uring_cqe *cqe;
+        if (io_uring_wait_cqe(&ring, &cqe) < 0 || cqe->res <= 0)
+            break;
+        done += (uint64_t)cqe->res;
+        inflight--;
+        io_uring_cqe_seen(&ring, cqe);
+    }
+    fsync(fd);
+    double secs = tool_now() - t0;
+    close(fd);
+    unlink(path);
+    io_uring_queue_exit(&ring);
+    return done >= len ? secs : -1;
+}
+
+static int save_once(client *c, unsigned iter, bool timed)
+{
+    run *R = c->R;
+    ck_mesh mesh = { .ndim = 1, .size = { R->n } };
+    ck_placement pl[1] = { { .kind = CK_SHARD, .dim = 0 } };
+    uint64_t shape[2] = { R->size / 4096 * R->n, 1024 };
+    char name[32];
+    snprintf(name, sizeof name, "bench-%u-%u", R->n, iter);
+    ck_client_save *sv;
+    int r = ck_client_begin(c->cl, &sv, name, iter, &mesh, c->rank, R->n, &c->err);
+    if (r < 0)
+        return r;
+    ck_client_no_hash(sv);
+    if ((r = ck_client_tensor(sv, "w", CK_F32, 2, shape, pl, &c->err)) == 0)
+        r = ck_client_shard(sv, "w", c->src, &c->err);
+    pthread_barrier_wait(&R->bar);
+    double t0 = tool_now();
+    if (r == 0)
+        r = ck_client_save_async(sv, &c->err);
+    double t1 = tool_now();
+    if (r == 0 && c->rank == 0)
+        r = ck_client_commit(sv, &c->err);
+    pthread_barrier_wait(&R->bar);
+    double t2 = tool_now();
+    if (r == 0)
+        r = ck_client_wait(sv, &c->err);
+    double t3 = tool_now();
+    ck_client_save_free(sv);
+    if (timed) {
+        c->stall = t1 - t0;
+        c->raw = t3 - t2;      /* drain: after every save_async returned */
+    }
+    return r;
+}
+
+static void *client_main(void *arg)
+{
+    client *c = arg;
+    run *R = c->R;
+    double best_stall = 1e9, best_drain = 1e9, best_copy = 1e9, best_raw = 1e9;
+    for (unsigned i = 0; i < R->repeat + 2 && c->rc == 0; i++) {
+        c->rc = save_once(c, i, i >= 2);
+        if (i < 2 || c->rc < 0)
+            continue;
+        best_stall = c->stall < best_stall ? c->stall : best_stall;
+        best_drain = c->raw < best_drain ? c->raw : best_drain;
+        /* The memcpy reference: the same bytes, all clients at once. */
+        pthread_barrier_wait(&R->bar);
+        double t0 = tool_now();
+        memcpy(c->dst, c->src, R->size);
+        double t = tool_now() - t0;
+        best_copy = t < best_copy ? t : best_copy;
+        /* The raw write reference: one file per client, all at once. */
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/raw-%u", R->root, c->rank);
+        pthread_barrier_wait(&R->bar);
+        t0 = tool_now();
+        double w = raw_write(path, c->src, R->size);
+        pthread_barrier_wait(&R->bar);
+        w = w < 0 ? w : tool_now() - t0;
+        best_raw = w > 0 && w < best_raw ? w : best_raw;
+    }
+    c->stall = best_stall;
+    c->copy = best_copy;
+    c->raw = best_raw;
+    if (c->rank == 0)
+        R->drain = best_drain;
+    return NULL;
+}
+
+static int run_clients(run *R)
+{
+    client *cs = calloc(R->n, sizeof *cs);
+    pthread_t *th = calloc(R->n, sizeof *th);
+    if (!cs || !th)
+        return -ENOMEM;
+    pthread_barrier_init(&R->bar, NULL, R->n);
+    int rc = 0;
+    for (unsigned i = 0; i < R->n; i++) {
+        client *c = &cs[i];
+        *c = (client){ .R = R, .rank = i };
+        ck_client_opts o = { .socket = R->daemon, .embedded = !R->daemon,
+                             .peer = !R->daemon && i ? cs[0].cl : NULL };
+        if (posix_memalign((void **)&c->src, 4096, R->size) ||
+            posix_memalign((void **)&c->dst, 4096, R->size))
+            return -ENOMEM;
+        for (uint64_t k = 0; k < R->size; k += 8)
+            *(uint64_t *)(c->src + k) = k * 0x9E3779B97F4A7C15ull + i;
+        memset(c->dst, 1, R->size);
+        if ((rc = ck_client_open(&c->cl, R->root, &o, &c->err)) < 0) {
+            tool_error(prog, "client %u: %s", i, ck_err_msg(&c->err));
+            return rc;
+        }
+    }
+    for (unsigned i = 0; i < R->n; i++)
+        pthread_create(&th[i], NULL, client_main, &cs[i]);
+    R->stall_max = R->copy_max = R->raw = 0;
+    for (unsigned i = 0; i < R->n; i++) {
+        pthread_join(th[i], NULL);
+        if (cs[i].rc < 0) {
+            tool_error(prog, "client %u: %s", i, ck_err_msg(&cs[i].err));
+            rc = cs[i].rc;
+        }
+        R->stall_max = cs[i].stall > R->stall_max ? cs[i].stall : R->stall_max;
+        R->copy_max = cs[i].copy > R->copy_max ? cs[i].copy : R->copy_max;
+        R->raw = cs[i].raw > R->raw ? cs[i].raw : R->raw;
+    }
+    for (unsigned i = R->n; i-- > 0;) {
+        ck_client_close(cs[i].cl);
+        free(cs[i].src);
+        free(cs[i].dst);
+    }
+    pthread_barrier_destroy(&R->bar);
+    free(cs);
+    free(th);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        { "daemon", 1, 0, 'd' }, { "size", 1, 0, 's' }, { "repeat", 1, 0, 'r' },
+        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+    };
+    run R = { .size = 128u << 20, .repeat = 3 };
+    ck_err err = { 0 };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (c == 'd') {
+            R.daemon = optarg;
+        } else if (c == 's' && ck_size_parse(optarg, &R.size, &err) == 0 && R.size >= (1u << 20)) {
+            R.size &= ~(uint64_t)((1u << 20) - 1);
+        } else if (c == 'r' && atoi(optarg) > 0) {
+            R.repeat = (unsigned)atoi(optarg);
+        } else {
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: async-save ROOT [--daemon SOCKET] [--size SIZE per client, default "
+                    "128MiB] [--repeat N]\n");
+            return c == 'h' ? EXIT_OK : EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        tool_error(prog, "ROOT is required (the daemon's root with --daemon)");
+        return EXIT_USAGE;
+    }
+    R.root = argv[optind];
+    printf("%s: %s engine, %llu MiB per client, best of %u, hashing off\n", prog,
+           R.daemon ? "ckptd" : "embedded", (unsigned long long)(R.size >> 20), R.repeat);
+    printf("%8s %12s %12s %7s %14s %14s %7s\n", "clients", "stall ms", "memcpy ms", "ratio",
+           "drain GB/s", "raw GB/s", "ratio");
+    static const unsigned ns[] = { 1, 4, 8 };
+    bool met = true;
+    for (size_t i = 0; i < 3; i++) {
+        R.n = ns[i];
+        if (run_clients(&R) < 0)
+            return EXIT_USAGE;
+        double bytes = (double)R.size * R.n;
+        double sr = R.stall_max / R.copy_max, dr = R.raw / R.drain;
+        met &= sr <= 1.2 && dr >= 0.9;
+        printf("%8u %12.2f %12.2f %6.2fx %14.2f %14.2f %6.2fx\n", R.n, R.stall_max * 1e3,
+               R.copy_max * 1e3, sr, bytes / R.drain / 1e9, bytes / R.raw / 1e9, dr);
+    }
+    printf("%s: targets (stall <= 1.2x memcpy, drain >= 0.9x raw) %s\n", prog,
+           met ? "met" : "NOT met");
+    return EXIT_OK;
+}
