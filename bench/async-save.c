@@ -5,20 +5,20 @@
  *    plain memcpy of the same bytes by the same threads at the same time (target
  *    <= 1.2x);
  *  - the drain: bytes / (time from the last save_async's return to the commit),
- *    with hashing off, beside a raw write of the same bytes the way fio would (one
- *    preallocated file per client, O_DIRECT, io_uring, 1 MiB I/Os, 32 in flight,
+ *    with hashing off, beside bench.h's raw write of the same bytes (one file per
+ *    client, all at once; preallocated, O_DIRECT, io_uring, 1 MiB I/Os, 32 in flight,
  *    fsync) in the same run (target >= 0.9x).
  * The engine is ckptd with --daemon SOCKET, else the embedded one. The first two saves
  * of each client fill its two staging areas and are not timed.
  */
 #include <fcntl.h>
 #include <getopt.h>
-#include <liburing.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "ck/client.h"
 #include "tool.h"
 
@@ -42,50 +42,6 @@ typedef struct client {
     int rc;
     ck_err err;
 } client;
-
-#define IO (1u << 20)
-#define QD 32u
-
-/* One file, as fio would write it: preallocated, O_DIRECT, QD 32 x 1 MiB, fsync. */
-static double raw_write(const char *path, const uint8_t *buf, uint64_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
-    if (fd < 0)
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    struct io_uring ring;
-    if (fd < 0 || io_uring_queue_init(QD, &ring, 0) < 0)
-        return -1;
-    double t0 = tool_now();
-    if (fallocate(fd, 0, 0, (off_t)len) < 0) {
-        close(fd);
-        io_uring_queue_exit(&ring);
-        return -1;
-    }
-    uint64_t sent = 0, done = 0;
-    unsigned inflight = 0;
-    while (done < len) {
-        while (inflight < QD && sent < len) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-            unsigned n = len - sent < IO ? (unsigned)(len - sent) : IO;
-            io_uring_prep_write(sqe, fd, buf + sent, n, sent);
-            sent += n;
-            inflight++;
-        }
-        io_uring_submit(&ring);
-        struct io_uring_cqe *cqe;
-        if (io_uring_wait_cqe(&ring, &cqe) < 0 || cqe->res <= 0)
-            break;
-        done += (uint64_t)cqe->res;
-        inflight--;
-        io_uring_cqe_seen(&ring, cqe);
-    }
-    fsync(fd);
-    double secs = tool_now() - t0;
-    close(fd);
-    unlink(path);
-    io_uring_queue_exit(&ring);
-    return done >= len ? secs : -1;
-}
 
 static int save_once(client *c, unsigned iter, bool timed)
 {
@@ -144,9 +100,13 @@ static void *client_main(void *arg)
         snprintf(path, sizeof path, "%s/raw-%u", R->root, c->rank);
         pthread_barrier_wait(&R->bar);
         t0 = tool_now();
-        double w = raw_write(path, c->src, R->size);
+        double w;
+        bool direct;
+        bench_opts bo = { .prog = prog };
+        int wr = bench_raw_write(&bo, path, c->src, R->size, &w, &direct);
+        unlink(path);
         pthread_barrier_wait(&R->bar);
-        w = w < 0 ? w : tool_now() - t0;
+        w = wr < 0 ? -1 : tool_now() - t0;
         best_raw = w > 0 && w < best_raw ? w : best_raw;
     }
     c->stall = best_stall;
