@@ -181,14 +181,15 @@ static int f_ioq_submit(ck_ioq *q, const ck_io *ios, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         ck_io io = ios[i];
         int err = 0;
-        enum verdict v = judge(q->fe, io.write, io.write ? io.len : 0, false, &err);
+        bool w = io.write && !io.fsync;
+        enum verdict v = judge(q->fe, w, w ? io.len : 0, io.fsync, &err);
         int r;
         if (v == FAIL) {
             r = push_fake(q, io.user, err);
         } else {
             if (v == SHORTEN)
                 io.len = (io.len / 2) & ~4095u;   /* stays O_DIRECT-aligned */
-            r = io.len == 0 ? push_fake(q, io.user, 0)
+            r = io.len == 0 && !io.fsync ? push_fake(q, io.user, 0)
                             : inner->ops->ioq_submit(q->inner, &io, 1);
         }
         if (r < 0)

@@ -131,7 +131,9 @@ static int u_ioq_submit(ck_ioq *q, const ck_io *ios, unsigned n)
                 return -EBUSY;
         }
         const ck_io *io = &ios[i];
-        if (io->buf_index >= 0) {
+        if (io->fsync) {
+            io_uring_prep_fsync(sqe, io->fd, 0);
+        } else if (io->buf_index >= 0) {
             if (io->write)
                 io_uring_prep_write_fixed(sqe, io->fd, io->buf, io->len, io->off, io->buf_index);
             else

@@ -92,21 +92,34 @@ static void on_hashed(void *arg)
     pthread_mutex_unlock(&s->w->mu);
 }
 
+static void close_file(wstate *w, uint32_t f)
+{
+    int r = w->e->ops->close(w->e, w->fs[f].fd);
+    if (r < 0)
+        fail(w, r, "%s: close: %s", w->files[f].path, strerror(-r));
+    w->fs[f].fd = -1;
+}
+
+#define FSYNC_TAG (UINT64_C(1) << 62)   /* user tag of a file's fsync: the bit | file */
+
+/* A file's last block landed: fsync it on the ring, so that the fsyncs of many files
+ * run together and the driver keeps submitting (a blocking fsync here would wait for
+ * a journal commit that waits for every write in flight). */
 static void finish_file(wstate *w, uint32_t f)
 {
     wfile_state *fs = &w->fs[f];
     if (fs->fd < 0)
         return;
-    int r = 0;
     if (w->err_code == 0) {
-        r = w->e->ops->fsync(w->e, fs->fd);
-        if (r < 0)
-            fail(w, r, "%s: fsync: %s", w->files[f].path, strerror(-r));
+        ck_io io = { .fd = fs->fd, .fsync = true, .user = FSYNC_TAG | f };
+        int r = w->e->ops->ioq_submit(w->q, &io, 1);
+        if (r == 0) {
+            w->inflight++;
+            return;
+        }
+        fail(w, r, "%s: fsync: %s", w->files[f].path, strerror(-r));
     }
-    r = w->e->ops->close(w->e, fs->fd);
-    if (r < 0)
-        fail(w, r, "%s: close: %s", w->files[f].path, strerror(-r));
-    fs->fd = -1;
+    close_file(w, f);
 }
 
 static void block_landed(wstate *w, slot *s)
@@ -133,6 +146,14 @@ static void reap(wstate *w, bool wait)
         return;
     }
     for (int i = 0; i < got; i++) {
+        if (done[i].user & FSYNC_TAG) {
+            uint32_t f = (uint32_t)(done[i].user & ~FSYNC_TAG);
+            w->inflight--;
+            if (done[i].res < 0)
+                fail(w, done[i].res, "%s: fsync: %s", w->files[f].path, strerror(-done[i].res));
+            close_file(w, f);
+            continue;
+        }
         slot *s = &w->slots[done[i].user >> 8];
         ck_io *io = &s->ios[done[i].user & 0xff];
         int res = done[i].res;
@@ -381,6 +402,29 @@ static int open_file(wstate *w, uint32_t f)
     return 0;
 }
 
+/* Whether any block must be copied or generated: only then are block buffers
+ * allocated and registered (64 MiB of page faults and pinning that a save straight
+ * from an aligned staging image never uses). Mirrors in_place(). */
+static bool needs_buffers(const wstate *w)
+{
+    for (uint32_t f = 0; f < w->nfiles; f++) {
+        const ck_wfile *wf = &w->files[f];
+        uint32_t cur = 0;
+        for (uint64_t b0 = 0; b0 < wf->size; b0 += w->block) {
+            uint64_t b1 = wf->size - b0 < w->block ? wf->size : b0 + w->block;
+            while (cur < wf->nsrcs && wf->srcs[cur].file_off + wf->srcs[cur].len <= b0)
+                cur++;
+            if (cur == wf->nsrcs)
+                return true;
+            const ck_src *c = &wf->srcs[cur];
+            if (!c->mem || c->file_off > b0 || b1 > c->file_off + c->len ||
+                (((uintptr_t)c->mem + (b0 - c->file_off)) & 4095))
+                return true;
+        }
+    }
+    return false;
+}
+
 static int setup(wstate *w)
 {
     const ck_writer_opts *o = w->o;
@@ -406,9 +450,13 @@ static int setup(wstate *w)
     }
     for (uint32_t f = 0; f < w->nfiles; f++)
         w->fs[f].fd = -1;
+    bool own = needs_buffers(w);
     for (unsigned i = 0; i < w->nslots; i++) {
         slot *s = &w->slots[i];
         s->w = w;
+        s->own_index = -1;
+        if (!own)
+            continue;
         if (posix_memalign((void **)&s->own, 4096, w->block) != 0) {
             free(iov);
             return -ENOMEM;
@@ -421,7 +469,7 @@ static int setup(wstate *w)
         depth = 4096;
     /* Registered buffers spare the kernel a page-pinning per I/O; where the memlock
      * limit forbids them, plain I/O does the same job. */
-    int r = w->e->ops->ioq_open(w->e, depth, iov, w->nslots, &w->q);
+    int r = w->e->ops->ioq_open(w->e, depth, iov, own ? w->nslots : 0, &w->q);
     if (r < 0) {
         for (unsigned i = 0; i < w->nslots; i++)
             w->slots[i].own_index = -1;

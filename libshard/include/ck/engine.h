@@ -23,6 +23,7 @@ typedef struct ck_ioq ck_ioq;
 typedef struct ck_io {
     int fd;
     bool write;         /* false: read */
+    bool fsync;         /* an fsync of fd (the other fields but user are ignored) */
     int buf_index;      /* >= 0: a buffer registered with ck_ioq_open; -1: none */
     void *buf;
     uint32_t len;

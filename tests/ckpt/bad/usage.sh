@@ -29,9 +29,10 @@ case $tool/$sub in
     expect_msg "--bogus" "the option --bogus"
     ;;
 synth/nonexistent_root)
-    expect_exit 2 "$exe" "$WORK/nope" --name x "${synth_ok[@]}"
-    expect_msg "$(re "$WORK/nope")" "the root $WORK/nope"
-    [ ! -e "$WORK/nope" ] || fail "ckpt-synth created the nonexistent root $WORK/nope"
+    # ckpt-synth makes a new root, as a first save would, but not its missing parents.
+    expect_exit 2 "$exe" "$WORK/nope/deeper" --name x "${synth_ok[@]}"
+    expect_msg "$(re "$WORK/nope/deeper")" "the root $WORK/nope/deeper"
+    [ ! -e "$WORK/nope" ] || fail "ckpt-synth created the missing parent $WORK/nope"
     ;;
 */nonexistent_root)
     expect_exit 2 "$exe" "$WORK/nope"
