@@ -7,6 +7,8 @@
  * ranges. The read list coalesces ranges that continue each other in the file and
  * in memory, and runs them through one io_uring.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -318,4 +320,82 @@ int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement 
     ck_mesh_coord(mesh, rank, coord);
     ck_shard_box(t->ndim, t->shape, mesh, pl, coord, &box);
     return ck_reader_read(rd, &box, 0, ck_box_numel(&box) * ck_dtype_size(t->dtype), dst, err);
+}
+
+typedef struct rs_entry {
+    ck_ckpt *ck;
+    ck_reader *rd;               /* of the tensor it read last, or NULL */
+    struct rs_entry *next;
+} rs_entry;
+
+struct ck_readers {
+    char dir[PATH_MAX];
+    pthread_mutex_t mu;
+    rs_entry *idle;              /* handles no thread holds */
+};
+
+int ck_readers_open(const char *dir, ck_readers **out, ck_err *err)
+{
+    ck_readers *rs = calloc(1, sizeof *rs);
+    if (!rs)
+        return -ENOMEM;
+    if (snprintf(rs->dir, sizeof rs->dir, "%s", dir) >= (int)sizeof rs->dir) {
+        free(rs);
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+    }
+    pthread_mutex_init(&rs->mu, NULL);
+    *out = rs;
+    return 0;
+}
+
+static void entry_free(rs_entry *e)
+{
+    ck_reader_close(e->rd);
+    ck_close(e->ck);
+    free(e);
+}
+
+void ck_readers_close(ck_readers *rs)
+{
+    if (!rs)
+        return;
+    while (rs->idle) {
+        rs_entry *e = rs->idle;
+        rs->idle = e->next;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&rs->mu);
+    free(rs);
+}
+
+int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
+                    uint64_t len, void *dst, ck_err *err)
+{
+    pthread_mutex_lock(&rs->mu);
+    rs_entry *e = rs->idle;
+    if (e)
+        rs->idle = e->next;
+    pthread_mutex_unlock(&rs->mu);
+    int r = 0;
+    if (!e) {
+        if (!(e = calloc(1, sizeof *e)))
+            return -ENOMEM;
+        if ((r = ck_open_dir(rs->dir, &e->ck, err)) < 0) {
+            free(e);
+            return r;
+        }
+    }
+    if (e->rd && strcmp(ck_reader_tensor(e->rd)->name, tensor) != 0) {
+        ck_reader_close(e->rd);
+        e->rd = NULL;
+    }
+    if (!e->rd)
+        r = ck_reader_open(e->ck, tensor, &e->rd, err);
+    if (r == 0)
+        r = ck_reader_read(e->rd, box, off, len, dst, err);
+    pthread_mutex_lock(&rs->mu);
+    e->next = rs->idle;
+    rs->idle = e;
+    pthread_mutex_unlock(&rs->mu);
+    return r;
 }

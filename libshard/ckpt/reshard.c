@@ -15,6 +15,7 @@
 #include "ck/reshard.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,9 @@ typedef struct rs {
     size_t capblobs;
     /* The copy. */
     fill_src *fills;
-    ck_reader *rd;          /* the reader of the tensor being filled */
-    uint32_t rd_tensor;
-    ck_err fill_err;
+    ck_readers *readers;    /* fills run on the writer's workers, each with its own */
+    pthread_mutex_t err_mu;
+    ck_err fill_err;        /* the first fill error, under err_mu */
     char pending[PATH_MAX];
     ck_reshard_stats *st;
 } rs;
@@ -339,19 +340,20 @@ static int link_files(rs *s, bool hashed, ck_err *err)
     return 0;
 }
 
+/* A ck_fill_fn, run on the writer's worker threads. */
 static int fill(void *arg, uint64_t off, void *dst, size_t len)
 {
     fill_src *f = arg;
     rs *s = f->rs;
-    if (!s->rd || s->rd_tensor != f->tensor) {
-        ck_reader_close(s->rd);
-        s->rd = NULL;
-        int r = ck_reader_open(s->src, s->T[f->tensor].t.name, &s->rd, &s->fill_err);
-        if (r < 0)
-            return r;
-        s->rd_tensor = f->tensor;
+    ck_err e = { 0 };
+    int r = ck_readers_read(s->readers, s->T[f->tensor].t.name, &f->box, off, len, dst, &e);
+    if (r < 0) {
+        pthread_mutex_lock(&s->err_mu);
+        if (!s->fill_err.code)
+            s->fill_err = e;
+        pthread_mutex_unlock(&s->err_mu);
     }
-    return ck_reader_read(s->rd, &f->box, off, len, dst, &s->fill_err);
+    return r;
 }
 
 /* Writes one data file per rank of the copy plan, filled through ck_reader. */
@@ -424,11 +426,15 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
             s->st->bytes_copied += ps->bytes;
         }
     }
-    if (hashed && (r = ck_hashpool_new(s->o->hash_threads, &pool)) < 0) {
-        ck_err_set(err, r, "starting hash threads: %s", strerror(-r));
+    /* The pool hashes, and runs the fills in parallel: reads of different blocks then
+     * overlap each other and the writes. */
+    if ((r = ck_hashpool_new(s->o->hash_threads, &pool)) < 0 ||
+        (r = ck_readers_open(ck_dir(s->src), &s->readers, err)) < 0) {
+        ck_err_set(err, r, "starting the copy workers: %s", strerror(-r));
         goto out;
     }
-    ck_writer_opts wo = { .engine = s->e, .pool = pool, .block_size = block,
+    ck_writer_opts wo = { .engine = s->e, .pool = pool, .no_hash = !hashed,
+                          .fill_threadsafe = true, .block_size = block,
                           .mem_limit = s->o->mem_limit, .log = s->o->log,
                           .progress = s->o->progress, .cb_arg = s->o->cb_arg };
     ck_writer_stats ws = { 0 };
@@ -442,8 +448,8 @@ out:
     if (r == -ENOMEM)
         ck_err_set(err, r, "checkpoint %s: out of memory laying out the copies", s->o->name);
     ck_hashpool_free(pool);
-    ck_reader_close(s->rd);
-    s->rd = NULL;
+    ck_readers_close(s->readers);
+    s->readers = NULL;
     free(file_of);
     free(wf);
     free(srcs);
@@ -479,7 +485,8 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
 {
     const ck_info *in = ck_get_info(src);
     rs S = { .src = src, .o = o, .e = o->engine ? o->engine : ck_engine_default(), .st = st,
-             .max_ext = o->max_extents ? o->max_extents : 16 };
+             .max_ext = o->max_extents ? o->max_extents : 16,
+             .err_mu = PTHREAD_MUTEX_INITIALIZER };
     rs *s = &S;
     bool committed = false;
     if (o->pl)

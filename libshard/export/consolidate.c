@@ -14,6 +14,7 @@
 #include <fnmatch.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "cast.h"
+#include "ck/hash.h"
 #include "ck/load.h"
 #include "ck/writer.h"
 #include "enc.h"
@@ -32,20 +34,20 @@ typedef struct cctx {
     ck_ckpt *ck;
     const ck_consolidate_opts *o;
     ck_st_tensor *all;       /* selected tensors, output dtypes */
+    ck_dtype *src_dtype;     /* each one's dtype in the checkpoint */
     size_t nall, capall;
-    uint8_t *scratch;
-    ck_err fill_err;
+    ck_readers *readers;     /* fills run on the writer's workers, each with its own */
+    pthread_mutex_t err_mu;
+    ck_err fill_err;         /* the first fill error, under err_mu */
 } cctx;
 
 typedef struct out_file {
     cctx *c;
     ck_st_tensor *t;         /* its tensors, in file order */
-    size_t n, cur;
+    size_t n;
     char *head;
     size_t head_len;
     uint64_t size;           /* exact bytes */
-    ck_reader *rd;
-    size_t rd_t;
     char tmp[PATH_MAX], final[PATH_MAX], name[64];
 } out_file;
 
@@ -72,64 +74,85 @@ static int select_tensor(const ck_tensor *t, void *arg)
 
 /* Bytes [o, o+n) of tensor T's output, which has another element size than the
  * checkpoint's, read in SCRATCH-sized pieces and converted. */
-static int read_converted(cctx *c, ck_reader *rd, const ck_box *full, const ck_st_tensor *T,
-                          uint64_t o, uint64_t n, uint8_t *dst)
+static int read_converted(cctx *c, const ck_box *full, const ck_st_tensor *T, ck_dtype from,
+                          uint64_t o, uint64_t n, uint8_t *dst, ck_err *err)
 {
-    size_t si = ck_dtype_size(ck_reader_tensor(rd)->dtype), di = ck_dtype_size(T->dtype);
+    size_t si = ck_dtype_size(from), di = ck_dtype_size(T->dtype);
     uint64_t e0 = o / di, cnt = n / di, step = SCRATCH / si;
-    for (uint64_t e = 0; e < cnt; e += step) {
+    uint8_t *scratch = malloc((cnt < step ? cnt : step) * si + 1);
+    if (!scratch)
+        return ck_err_set(err, -ENOMEM, "tensor %s: out of memory converting", T->name);
+    int r = 0;
+    for (uint64_t e = 0; e < cnt && r == 0; e += step) {
         uint64_t k = cnt - e < step ? cnt - e : step;
-        int r = ck_reader_read(rd, full, (e0 + e) * si, k * si, c->scratch, &c->fill_err);
-        if (r < 0)
-            return r;
-        if (T->dtype == CK_BF16)
-            k_cast_f32_to_bf16((uint16_t *)(void *)(dst + e * di), (const float *)(void *)c->scratch, k);
-        else
-            k_cast_bf16_to_f32((float *)(void *)(dst + e * di), (const uint16_t *)(void *)c->scratch, k);
+        r = ck_readers_read(c->readers, T->name, full, (e0 + e) * si, k * si, scratch, err);
+        if (r == 0 && T->dtype == CK_BF16)
+            k_cast_f32_to_bf16((uint16_t *)(void *)(dst + e * di), (const float *)(void *)scratch, k);
+        else if (r == 0)
+            k_cast_bf16_to_f32((float *)(void *)(dst + e * di), (const uint16_t *)(void *)scratch, k);
     }
-    return 0;
+    free(scratch);
+    return r;
 }
 
-/* ck_fill_fn: bytes [off, off+len) of the output file. */
-static int fill(void *arg, uint64_t off, void *dstv, size_t len)
+/* Bytes [d, d+len) of the file's data part (after the header), which may span
+ * several tensors. */
+static int fill_data(out_file *f, uint64_t d, uint8_t *dst, size_t len, ck_err *err)
 {
-    out_file *f = arg;
     cctx *c = f->c;
-    uint8_t *dst = dstv;
-    while (len > 0) {
-        uint64_t n;
-        if (off < f->head_len) {
-            n = f->head_len - off < len ? f->head_len - off : len;
-            memcpy(dst, f->head + off, n);
-        } else {
-            uint64_t d = off - f->head_len;
-            while (f->cur < f->n && f->t[f->cur].end <= d)
-                f->cur++;
-            if (f->cur == f->n)
-                return ck_err_set(&c->fill_err, -EIO, "%s: asked for bytes past the data", f->name);
-            const ck_st_tensor *T = &f->t[f->cur];
-            if (!f->rd || f->rd_t != f->cur) {
-                ck_reader_close(f->rd);
-                f->rd = NULL;
-                int r = ck_reader_open(c->ck, T->name, &f->rd, &c->fill_err);
-                if (r < 0)
-                    return r;
-                f->rd_t = f->cur;
-            }
-            ck_box full;
-            ck_box_full(T->ndim, T->shape, &full);
-            n = T->end - d < len ? T->end - d : len;
-            int r = T->dtype == ck_reader_tensor(f->rd)->dtype
-                  ? ck_reader_read(f->rd, &full, d - T->begin, n, dst, &c->fill_err)
-                  : read_converted(c, f->rd, &full, T, d - T->begin, n, dst);
-            if (r < 0)
-                return r;
-        }
-        off += n;
+    /* The first tensor that ends after d: tensors lie in file order. */
+    size_t lo = 0, hi = f->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (f->t[mid].end <= d)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; len > 0; i++) {
+        if (i == f->n)
+            return ck_err_set(err, -EIO, "%s: asked for bytes past the data", f->name);
+        const ck_st_tensor *T = &f->t[i];
+        ck_dtype from = c->src_dtype[T - c->all];
+        ck_box full;
+        ck_box_full(T->ndim, T->shape, &full);
+        uint64_t n = T->end - d < len ? T->end - d : len;
+        int r = T->dtype == from
+              ? ck_readers_read(c->readers, T->name, &full, d - T->begin, n, dst, err)
+              : read_converted(c, &full, T, from, d - T->begin, n, dst, err);
+        if (r < 0)
+            return r;
+        d += n;
         dst += n;
         len -= n;
     }
     return 0;
+}
+
+/* ck_fill_fn: bytes [off, off+len) of the output file; runs on the writer's worker
+ * threads, several at once. */
+static int fill(void *arg, uint64_t off, void *dstv, size_t len)
+{
+    out_file *f = arg;
+    uint8_t *dst = dstv;
+    ck_err e = { 0 };
+    int r = 0;
+    if (off < f->head_len) {
+        uint64_t n = f->head_len - off < len ? f->head_len - off : len;
+        memcpy(dst, f->head + off, n);
+        off += n;
+        dst += n;
+        len -= n;
+    }
+    if (len > 0)
+        r = fill_data(f, off - f->head_len, dst, len, &e);
+    if (r < 0) {
+        pthread_mutex_lock(&f->c->err_mu);
+        if (!f->c->fill_err.code)
+            f->c->fill_err = e;
+        pthread_mutex_unlock(&f->c->err_mu);
+    }
+    return r;
 }
 
 static int write_index(const ck_consolidate_opts *o, out_file *F, size_t nf, uint64_t total,
@@ -191,8 +214,9 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         return ck_err_set(err, -EINVAL, "consolidate: --dtype converts to f32 or bf16 only");
     if (mkdir(o->dir, 0755) < 0 && errno != EEXIST)
         return ck_err_set(err, -errno, "%s: mkdir: %s", o->dir, strerror(errno));
-    cctx c = { .ck = ck, .o = o };
+    cctx c = { .ck = ck, .o = o, .err_mu = PTHREAD_MUTEX_INITIALIZER };
     out_file *F = NULL;
+    ck_hashpool *pool = NULL;
     ck_wfile *wf = NULL;
     ck_src *src = NULL;
     size_t nf = 0;
@@ -209,9 +233,21 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
     if ((r = ck_st_layout(c.all, c.nall, &head, &head_len, err)) < 0)
         goto out;
     free(head);
+    /* The layout put the tensors in file order; note each one's checkpoint dtype. */
+    if (!(c.src_dtype = calloc(c.nall, sizeof *c.src_dtype))) {
+        r = ck_err_set(err, -ENOMEM, "consolidate: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < c.nall && r == 0; i++) {
+        ck_tensor t;
+        if ((r = ck_tensor_get(ck, c.all[i].name, &t, err)) == 0)
+            c.src_dtype[i] = t.dtype;
+    }
+    if (r < 0)
+        goto out;
     uint64_t max = o->max_shard_size ? o->max_shard_size : 5000000000ull, total = 0;
     F = calloc(c.nall, sizeof *F);
-    if (!F || posix_memalign((void **)&c.scratch, 4096, SCRATCH)) {
+    if (!F) {
         r = ck_err_set(err, -ENOMEM, "consolidate: out of memory");
         goto out;
     }
@@ -249,7 +285,14 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
     }
     if (r < 0)
         goto out;
-    ck_writer_opts wo = { .engine = o->engine, .mem_limit = o->mem_limit, .log = o->log,
+    /* Blocks are filled on a worker pool, so reads of different blocks overlap. */
+    if ((r = ck_hashpool_new(0, &pool)) < 0 ||
+        (r = ck_readers_open(ck_dir(ck), &c.readers, err)) < 0) {
+        ck_err_set(err, r, "consolidate: starting workers: %s", strerror(-r));
+        goto out;
+    }
+    ck_writer_opts wo = { .engine = o->engine, .pool = pool, .no_hash = true,
+                          .fill_threadsafe = true, .mem_limit = o->mem_limit, .log = o->log,
                           .progress = o->progress, .cb_arg = o->cb_arg };
     ck_writer_stats ws;
     r = ck_write_files(&wo, wf, (uint32_t)nf, &ws, err);
@@ -275,13 +318,14 @@ out:
         if (r < 0)
             unlink(F[i].tmp);
         free(F[i].head);
-        ck_reader_close(F[i].rd);
     }
+    ck_hashpool_free(pool);
+    ck_readers_close(c.readers);
     free(F);
     free(wf);
     free(src);
     free(c.all);
-    free(c.scratch);
+    free(c.src_dtype);
     st->seconds = now_s() - t0;
     return r;
 }

@@ -41,4 +41,17 @@ int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement 
  * to check that a dim-0 reshard reads each saved extent in one piece). */
 uint64_t ck_reader_last_reads(const ck_reader *rd);
 
+/* ---- readers for many threads ----
+ * A ck_ckpt and its readers serve one thread at a time. Fills that run on the writer's
+ * worker pool (copy resharding, consolidation) read through a ck_readers instead: each
+ * call borrows a checkpoint handle of its own (opened on first need, kept for the
+ * next call), so reads of different blocks run in parallel. */
+typedef struct ck_readers ck_readers;
+
+int ck_readers_open(const char *dir, ck_readers **out, ck_err *err);
+void ck_readers_close(ck_readers *rs);
+/* ck_reader_read of tensor's box, from any thread. */
+int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
+                    uint64_t len, void *dst, ck_err *err);
+
 #endif
