@@ -243,7 +243,7 @@ static int train(trainer *t, ck_err *err)
         double t_now = now_s();
         if (!rc && rank == 0 && t->ckpt)
             rc = collect_saves(t, err);
-        if (rank == 0 && (step % a->log_every == 0 || step == a->steps || rc)) {
+        if (rank == 0 && (step % a->log_every == 0 || step == 1 || step == a->steps || rc)) {
             printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f%s\n", step,
                    loss, (double)tr_lr_at(&t->sched, step), norm,
                    (double)a->batch * T / (t_now - t_last), stall, t->saved);
