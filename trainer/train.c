@@ -1,10 +1,10 @@
 /* train.c - shard-train: a byte-level GPT trained with FSDP over MPI ranks, with
  * asynchronous checkpoints and resume onto any mesh. See docs/TRAINER.md.
  *
- * One step, top to bottom: set the step's learning rate; for each micro-batch, read
- * this rank's slice of the step's samples, forward, cross-entropy, backward (the
- * reduce-scatter runs on the last micro-batch only); clip; AdamW; zero the gradients;
- * average the loss over ranks; save asynchronously every --ckpt-every steps; log.
+ * The loop: the step's learning rate from the schedule; one step (step.c: for each
+ * micro-batch, this rank's slice of the step's samples, forward, cross-entropy,
+ * backward; then clip, AdamW, zero the gradients, the loss averaged over ranks); an
+ * asynchronous save every --ckpt-every steps; a log line.
  */
 #include <cblas.h>
 #include <inttypes.h>
@@ -22,6 +22,7 @@
 #include "layers.h"
 #include "lr.h"
 #include "model.h"
+#include "step.h"
 
 typedef struct trainer {
     tr_args a;
@@ -196,48 +197,18 @@ static int collect_saves(trainer *t, ck_err *err)
 static int train(trainer *t, ck_err *err)
 {
     const tr_args *a = &t->a;
-    int W = sh_world_size(t->w), rank = sh_world_rank(t->w);
-    int T = a->model.seq, V = a->model.vocab;
-    int mb = a->batch / (a->accum * W), N = mb * T;    /* this rank's micro-batch */
-    int *tok = malloc(sizeof(int) * (size_t)N), *tgt = malloc(sizeof(int) * (size_t)N);
-    sh_tensor logits = SH_TENSOR_INIT, dlogits = SH_TENSOR_INIT;
-    int rc = tok && tgt ? 0 : ck_err_set(err, -ENOMEM, "out of memory for a batch");
+    int rank = sh_world_rank(t->w), T = a->model.seq;
+    tr_step_buf buf = {0};
+    int rc = 0;
     double t_last = now_s();
     while (!rc && t->step < a->steps) {
         long step = t->step + 1;
-        sh_adamw_set_lr(t->opt, tr_lr_at(&t->sched, step));
-        double loss = 0.0, norm = 0.0, stall = 0.0;
-        for (int m = 0; !rc && m < a->accum; m++) {
-            uint64_t first = t->data.st.pos + (uint64_t)m * (uint64_t)(mb * W) +
-                             (uint64_t)rank * (uint64_t)mb;
-            for (int i = 0; i < mb; i++)
-                tr_data_sample(&t->data, first + (uint64_t)i, tok + i * T, tgt + i * T);
-            rc = sh_set_requires_gradient_sync(t->model.root, m == a->accum - 1, err);
-            if (!rc)
-                rc = tr_model_forward(&t->model, tok, mb, &logits, err);
-            if (!rc)
-                rc = sh_tensor_resize(&dlogits, CK_F32, 3, logits.shape, err);
-            if (!rc) {
-                /* The mean over this rank's tokens and micro-batches; FSDP's division
-                 * by the ranks makes it the mean over the step's tokens. */
-                loss += tr_cross_entropy(dlogits.data, logits.data, tgt, N, V,
-                                         1.0f / (float)(N * a->accum));
-                rc = tr_model_backward(&t->model, &dlogits, err);
-            }
-        }
-        if (!rc && a->clip > 0)
-            rc = sh_clip_grad_norm(t->model.root, a->clip, &norm, err);
-        if (!rc)
-            rc = sh_adamw_step(t->opt, err);
-        if (!rc)
-            rc = sh_zero_grad(t->model.root, err);
-        if (!rc)
-            rc = sh_all_reduce(sh_world_comm(t->w), &loss, &loss, 1, CK_F64, SH_SUM, NULL, err);
+        double loss, norm, stall = 0.0;
+        tr_step_cfg sc = {a->batch, a->accum, tr_lr_at(&t->sched, step), a->clip};
+        rc = tr_step(&t->model, t->opt, &t->data, &sc, &buf, &loss, &norm, err);
         if (rc)
             break;
-        loss /= (double)a->batch * T;
         t->step = step;
-        t->data.st.pos += (uint64_t)a->batch;
         if (t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) || step == a->steps))
             rc = save(t, &stall, err);
         double t_now = now_s();
@@ -254,8 +225,8 @@ static int train(trainer *t, ck_err *err)
         if (!rc && step == a->kill_at_step) {
             /* The test hook of a crash: the saves so far are committed, then every
              * rank dies at once, as under kill -9. */
-            rc = tr_ckpt_wait(t->ckpt, err);
-            if (!rc && rank == 0)
+            rc = t->ckpt ? tr_ckpt_wait(t->ckpt, err) : 0;
+            if (!rc && rank == 0 && t->ckpt)
                 rc = collect_saves(t, err);
             if (rank == 0)
                 printf("kill-at-step %ld:%s\n", step, t->saved);
@@ -273,10 +244,7 @@ static int train(trainer *t, ck_err *err)
         if (rank == 0 && t->saved[0])
             printf("checkpoints:%s\n", t->saved);
     }
-    free(tok);
-    free(tgt);
-    sh_tensor_free(&logits);
-    sh_tensor_free(&dlogits);
+    tr_step_buf_free(&buf);
     return rc;
 }
 

@@ -1,0 +1,28 @@
+/* step.h - one training step: micro-batches, forward, loss, backward, clip, AdamW. */
+#ifndef TR_STEP_H
+#define TR_STEP_H
+
+#include "data.h"
+#include "model.h"
+
+typedef struct tr_step_cfg {
+    int batch;           /* sequences per step, all ranks together */
+    int accum;           /* micro-batches per step */
+    float lr, clip;      /* this step's learning rate; clip 0: off */
+} tr_step_cfg;
+
+/* Buffers a step reuses. */
+typedef struct tr_step_buf {
+    int *tok, *tgt;
+    int cap;
+    sh_tensor logits, dlogits;
+} tr_step_buf;
+
+/* Trains one step on samples [pos, pos + batch) of the data order, this rank taking
+ * its slice of each micro-batch, and advances the data position. *loss: the mean
+ * over the step's tokens on all ranks; *norm: the gradient norm before clipping. */
+int tr_step(tr_model *m, sh_adamw *opt, tr_data *d, const tr_step_cfg *c, tr_step_buf *b,
+            double *loss, double *norm, ck_err *err);
+void tr_step_buf_free(tr_step_buf *b);
+
+#endif
