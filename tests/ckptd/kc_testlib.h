@@ -1,0 +1,262 @@
+/* kc_testlib.h - the client API tests (ck/client.h): the same save run embedded and
+ * connected to a real ckptd, and a digest of what was committed so that a test can
+ * assert that both modes gave the same checkpoint. Header-only, as kd_testlib.h. */
+#ifndef KC_TESTLIB_H
+#define KC_TESTLIB_H
+
+#include <pthread.h>
+
+#include "ck/client.h"
+#include "ck/layout.h"
+#include "ck/load.h"
+#include "kd_testlib.h"
+
+#define KC_MAX_WORLD 8
+#define KC_MAX_T 8
+#define KC_SEED 7
+
+typedef struct kc_env {
+    bool connected;
+    char root[PATH_MAX];
+    kd_proc d;
+    uint64_t world;
+    ck_client *cl[KC_MAX_WORLD];
+} kc_env;
+
+static inline const char *kc_mode(const kc_env *e)
+{
+    return e->connected ? "connected" : "embedded";
+}
+
+/* A fresh root and one client per rank. Connected: a ckptd on the root (with extra
+ * arguments), each rank its own connection. Embedded: rank 0's client runs the
+ * engine (on engine, NULL: the default), the other ranks share it (opts.peer). */
+static inline void kc_open(kc_env *e, bool connected, const char *tag, uint64_t world,
+                           const char *const *extra, ck_engine *engine)
+{
+    memset(e, 0, sizeof *e);
+    e->connected = connected;
+    e->world = world;
+    REQUIRE(world <= KC_MAX_WORLD, "world %llu", (unsigned long long)world);
+    tl_tmpdir(e->root, sizeof e->root, tag);
+    if (connected)
+        kd_start(&e->d, e->root, extra);
+    for (uint64_t r = 0; r < world; r++) {
+        ck_client_opts o = { .writers = 2, .hash_threads = 2 };
+        if (connected)
+            o.socket = e->d.sock;
+        else if (r)
+            o.peer = e->cl[0];
+        else
+            o.embedded = true, o.engine = engine;
+        ck_err err = { 0 };
+        REQUIRE(ck_client_open(&e->cl[r], connected ? NULL : e->root, &o, &err) == 0,
+                "%s: rank %llu: ck_client_open: %s", kc_mode(e), (unsigned long long)r,
+                ck_err_msg(&err));
+        REQUIRE(ck_client_connected(e->cl[r]) == connected, "%s: rank %llu: wrong mode",
+                kc_mode(e), (unsigned long long)r);
+    }
+}
+
+/* Closes the clients (peers before the engine's owner); connected: SIGTERM, and ckptd
+ * must exit 0. */
+static inline void kc_close(kc_env *e)
+{
+    for (uint64_t r = e->world; r-- > 0;)
+        ck_client_close(e->cl[r]);
+    memset(e->cl, 0, sizeof e->cl);
+    if (e->connected && e->d.pid > 0)
+        CHECK(kd_term(&e->d, 30) == 0, "connected: ckptd did not exit 0 on SIGTERM (see %s)",
+              e->d.log);
+}
+
+/* Removes the root (and the log) unless something failed: then they are evidence. */
+static inline void kc_remove(kc_env *e)
+{
+    if (tl_failures)
+        return;
+    tl_rmtree(e->root);
+    if (e->connected)
+        unlink(e->d.log);
+}
+
+/* A tensor of the tests: named "t<i>", holding formula tensor i (tl_box_bytes). */
+typedef struct kc_tensor {
+    ck_dtype dtype;
+    int ndim;
+    uint64_t shape[CK_MAX_NDIM];
+    const char *pl;            /* placements over the save's mesh */
+} kc_tensor;
+
+/* One rank's shards: either formula fills or buffers in memory that it owns. */
+typedef struct kc_part {
+    ck_synth_src src[KC_MAX_T];
+    uint8_t *buf[KC_MAX_T];
+    uint64_t bytes[KC_MAX_T];
+} kc_part;
+
+/* Declares ts[0..n) on sv and gives rank's shards: from memory (p->buf, the formula's
+ * bytes, which the caller may overwrite later) or as formula fills. */
+static inline void kc_declare(ck_client_save *sv, const ck_mesh *mesh, uint64_t rank,
+                              const kc_tensor *ts, uint32_t n, kc_part *p, bool memory)
+{
+    ck_err err = { 0 };
+    uint32_t coord[CK_MAX_MESH_DIMS];
+    ck_mesh_coord(mesh, rank, coord);
+    REQUIRE(n <= KC_MAX_T, "too many tensors");
+    for (uint32_t t = 0; t < n; t++) {
+        char tn[16];
+        snprintf(tn, sizeof tn, "t%u", t);
+        ck_placement pl[CK_MAX_MESH_DIMS];
+        REQUIRE(ck_placements_parse(ts[t].pl, mesh->ndim, ts[t].ndim, pl, &err) == 0, "%s: %s",
+                ts[t].pl, ck_err_msg(&err));
+        REQUIRE(ck_client_tensor(sv, tn, ts[t].dtype, ts[t].ndim, ts[t].shape, pl, &err) == 0,
+                "rank %llu: tensor %s: %s", (unsigned long long)rank, tn, ck_err_msg(&err));
+        size_t is = ck_dtype_size(ts[t].dtype);
+        p->src[t] = (ck_synth_src){ .seed = KC_SEED, .tensor = t, .itemsize = is,
+                                    .ndim = ts[t].ndim };
+        memcpy(p->src[t].shape, ts[t].shape, (size_t)ts[t].ndim * sizeof *ts[t].shape);
+        ck_shard_box(ts[t].ndim, ts[t].shape, mesh, pl, coord, &p->src[t].box);
+        p->bytes[t] = ck_box_numel(&p->src[t].box) * is;
+        int r;
+        if (memory) {
+            p->buf[t] = tl_box_bytes(KC_SEED, t, is, ts[t].ndim, ts[t].shape, &p->src[t].box);
+            r = ck_client_shard(sv, tn, p->buf[t], &err);
+        } else {
+            r = ck_client_shard_fill(sv, tn, ck_synth_fill, &p->src[t], &err);
+        }
+        REQUIRE(r == 0, "rank %llu: shard %s: %s", (unsigned long long)rank, tn, ck_err_msg(&err));
+    }
+}
+
+static inline void kc_part_free(kc_part *p)
+{
+    for (int t = 0; t < KC_MAX_T; t++)
+        free(p->buf[t]);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- a digest of a committed checkpoint, to compare the two modes ---- */
+
+static inline void kc_fnv(uint64_t *h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        *h = (*h ^ b[i]) * 0x100000001b3ull;
+}
+
+static inline void kc_fnv_u64(uint64_t *h, uint64_t v)
+{
+    kc_fnv(h, &v, sizeof v);
+}
+
+typedef struct kc_walk {
+    ck_ckpt *ck;
+    uint64_t h;
+    int bad;
+} kc_walk;
+
+static inline int kc_digest_tensor(const ck_tensor *t, void *arg)
+{
+    kc_walk *w = arg;
+    ck_err err = { 0 };
+    kc_fnv(&w->h, t->name, strlen(t->name) + 1);
+    kc_fnv_u64(&w->h, (uint64_t)t->dtype);
+    kc_fnv_u64(&w->h, (uint64_t)t->ndim);
+    for (int d = 0; d < t->ndim; d++)
+        kc_fnv_u64(&w->h, t->shape[d]);
+    kc_fnv_u64(&w->h, t->n_shards);
+    ck_box full;
+    ck_box_full(t->ndim, t->shape, &full);
+    uint64_t bytes = ck_box_numel(&full) * ck_dtype_size(t->dtype);
+    uint8_t *buf = malloc(bytes + 1);
+    ck_reader *rd;
+    if (!buf || ck_reader_open(w->ck, t->name, &rd, &err) < 0) {
+        fprintf(stderr, "digest: tensor %s: %s\n", t->name, ck_err_msg(&err));
+        w->bad++;
+        free(buf);
+        return 0;
+    }
+    if (ck_reader_read(rd, &full, 0, bytes, buf, &err) < 0) {
+        fprintf(stderr, "digest: reading tensor %s: %s\n", t->name, ck_err_msg(&err));
+        w->bad++;
+    }
+    kc_fnv(&w->h, buf, bytes);
+    ck_reader_close(rd);
+    free(buf);
+    return 0;
+}
+
+static inline int kc_digest_blob(const char *name, const void *data, size_t len, void *arg)
+{
+    kc_walk *w = arg;
+    kc_fnv(&w->h, name, strlen(name) + 1);
+    kc_fnv_u64(&w->h, len);
+    kc_fnv(&w->h, data, len);
+    return 0;
+}
+
+/* Hashes what ROOT/NAME holds: its description, every tensor's full contents, every
+ * blob, and the raw bytes of every data file. 0 when it cannot be read. */
+static inline uint64_t kc_digest(const char *root, const char *name)
+{
+    ck_ckpt *ck;
+    ck_err err = { 0 };
+    if (ck_open(root, name, &ck, &err) < 0) {
+        fprintf(stderr, "digest: open %s/%s: %s\n", root, name, ck_err_msg(&err));
+        return 0;
+    }
+    const ck_info *in = ck_get_info(ck);
+    kc_walk w = { .ck = ck, .h = 0xcbf29ce484222325ull };
+    kc_fnv(&w.h, in->name, strlen(in->name) + 1);
+    kc_fnv_u64(&w.h, in->step);
+    kc_fnv_u64(&w.h, ck_mesh_world(&in->mesh));
+    kc_fnv_u64(&w.h, in->hashed);
+    kc_fnv_u64(&w.h, in->n_tensors);
+    kc_fnv_u64(&w.h, in->n_shards);
+    kc_fnv_u64(&w.h, in->n_files);
+    kc_fnv_u64(&w.h, in->n_blobs);
+    kc_fnv_u64(&w.h, in->data_bytes);
+    kc_fnv_u64(&w.h, in->tensor_bytes);
+    if (ck_tensors_each(ck, kc_digest_tensor, &w, &err) < 0 ||
+        ck_blobs_each(ck, kc_digest_blob, &w, &err) < 0) {
+        fprintf(stderr, "digest: %s: %s\n", name, ck_err_msg(&err));
+        w.bad++;
+    }
+    for (uint32_t f = 0; f < in->n_files; f++) {
+        char path[PATH_MAX];
+        const ck_file *cf = ck_file_get(ck, f);
+        if (!cf || ck_file_path(ck, f, path, sizeof path) < 0) {
+            w.bad++;
+            continue;
+        }
+        kc_fnv(&w.h, cf->name, strlen(cf->name) + 1);
+        FILE *fp = fopen(path, "rb");
+        if (!fp) {
+            fprintf(stderr, "digest: %s: %s\n", path, strerror(errno));
+            w.bad++;
+            continue;
+        }
+        static uint8_t chunk[1 << 16];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0)
+            kc_fnv(&w.h, chunk, n);
+        fclose(fp);
+    }
+    ck_close(ck);
+    return w.bad ? 0 : (w.h ? w.h : 1);
+}
+
+/* Whether state is one a save can be in once its save_async returned 0. */
+static inline bool kc_state_in_flight_or_done(ck_client_state st)
+{
+    return st == CK_CLIENT_STAGED || st == CK_CLIENT_DURABLE || st == CK_CLIENT_COMMITTED;
+}
+
+static inline const char *kc_state_name(ck_client_state st)
+{
+    static const char *names[] = { "BUILDING", "STAGED", "DURABLE", "COMMITTED", "FAILED" };
+    return (unsigned)st < 5 ? names[st] : "(not a state)";
+}
+
+#endif
