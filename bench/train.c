@@ -1,0 +1,223 @@
+/* bench/train - training throughput, and the stall of an asynchronous checkpoint
+ * beside a memcpy of the same bytes, measured in the same run.
+ *
+ *   shardrun --nproc-per-node 4 build/bench/train [--mesh 2x2] [--daemon SOCKET]
+ *            [shard-train's model and batch options] [--steps S] [--ckpt-every K]
+ *
+ * Phase 1 trains S steps without saving (tokens/s). Phase 2 trains S steps with a
+ * save every K steps through the trainer's checkpoint path (ckptd with --daemon, or
+ * the embedded engine) and records each save's stall: the time save_async blocked
+ * the slowest rank. The reference is a memcpy of one rank's shard bytes (model and
+ * AdamW moments, the largest rank's) into memory already touched. Checkpoints go to
+ * a fresh directory under /var/tmp (or --ckpt-root), removed at the end.
+ */
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ckpt.h"
+#include "cli.h"
+#include "data.h"
+#include "model.h"
+#include "step.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void die(sh_world *w, const char *what, const ck_err *err)
+{
+    fprintf(stderr, "bench/train: rank %d: %s: %s\n", sh_world_rank(w), what, ck_err_msg(err));
+    exit(1);
+}
+
+/* The defaults, then the user's options (later ones win). */
+static char **with_defaults(int argc, char **argv, int *n)
+{
+    static const char *const def[] = {"--layers", "4", "--dim", "256", "--heads", "8",
+                                      "--seq", "128", "--batch", "24", "--steps", "20",
+                                      "--ckpt-every", "4", "--ckpt-root", ""};
+    size_t nd = sizeof def / sizeof *def;
+    char **v = calloc(nd + (size_t)argc + 1, sizeof *v);
+    if (!v)
+        return NULL;
+    v[0] = argv[0];
+    memcpy(v + 1, def, sizeof def);
+    for (int i = 1; i < argc; i++)
+        v[nd + (size_t)i] = argv[i];
+    *n = (int)nd + argc;
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    ck_err err = {0};
+    sh_world *w;
+    if (sh_init(&argc, &argv, &w, &err)) {
+        fprintf(stderr, "bench/train: %s\n", ck_err_msg(&err));
+        return 1;
+    }
+    int rank = sh_world_rank(w), W = sh_world_size(w), n;
+    char **args = with_defaults(argc, argv, &n);
+    tr_args a;
+    int rc = args ? tr_args_parse(n, args, &a, &err) : -ENOMEM;
+    free(args);
+    if (rc)
+        return rc == 1 ? 0 : (fprintf(stderr, "bench/train: %s\n", ck_err_msg(&err)), 2);
+
+    /* A fresh root, named by rank 0. */
+    int32_t root_msg[PATH_MAX / 4] = {0};
+    char *root = (char *)root_msg;
+    if (rank == 0) {
+        snprintf(root, PATH_MAX, "%s", a.ckpt_root[0] ? a.ckpt_root : "/var/tmp/bench-train.XXXXXX");
+        if (!a.ckpt_root[0] && !mkdtemp(root))
+            root[0] = '\0';
+    }
+    if (sh_broadcast(sh_world_comm(w), root_msg, PATH_MAX / 4, CK_I32, 0, NULL, &err))
+        die(w, "broadcast", &err);
+    if (!root[0]) {
+        fprintf(stderr, "bench/train: cannot create a directory under /var/tmp\n");
+        return 1;
+    }
+
+    ck_mesh md;
+    char spec[32];
+    snprintf(spec, sizeof spec, "%d", W);
+    if (ck_mesh_parse(a.mesh ? a.mesh : spec, NULL, &md, &err))
+        die(w, "--mesh", &err);
+    int shape[2] = {(int)md.size[0], md.ndim == 2 ? (int)md.size[1] : 0};
+    const char *n1[] = {"shard"}, *n2[] = {"replicate", "shard"};
+    sh_mesh *mesh;
+    tr_model m;
+    tr_data data;
+    sh_adamw *opt;
+    sh_state_dict msd, osd;
+    sh_adamw_opts ao = {a.lr, 0.9f, 0.95f, 1e-8f, a.wd};
+    if (sh_mesh_new(w, md.ndim, shape, md.ndim == 1 ? n1 : n2, &mesh, &err) ||
+        tr_data_open(&data, a.data, a.model.seq, a.model.seed, &err) ||
+        tr_model_build(w, &a.model, &m, &err) || tr_model_materialize(&m, mesh, &err) ||
+        sh_adamw_new(m.root, &ao, &opt, &err) || sh_model_state_dict(m.root, &msd, &err) ||
+        sh_optim_state_dict(opt, &osd, &err))
+        die(w, "setup", &err);
+    tr_ckpt *ck;
+    if (tr_ckpt_new(w, &(tr_ckpt_opts){root, a.daemon, 2}, &ck, &err))
+        die(w, "checkpoints", &err);
+
+    tr_step_buf buf = {0};
+    tr_step_cfg sc = {a.batch, a.accum, a.lr, a.clip};
+    double loss, norm;
+    for (int i = 0; i < 2; i++)      /* warm-up: first-touch of buffers, lazy init */
+        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+            die(w, "step", &err);
+
+    double t0 = now_s();
+    for (long s = 0; s < a.steps; s++)
+        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+            die(w, "step", &err);
+    double plain = now_s() - t0;
+
+    const sh_state_dict *sd[] = {&msd, &osd};
+    const char blob[] = "bench";
+    const tr_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
+    double stall_sum = 0.0, stall_max = 0.0, drain_sum = 0.0;
+    int saves = 0, done_n = 0;
+    t0 = now_s();
+    for (long s = 1; s <= a.steps; s++) {
+        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+            die(w, "step", &err);
+        if (s % a.ckpt_every)
+            continue;
+        double stall;
+        if (tr_ckpt_save_async(ck, (uint64_t)s, sd, 2, blobs, 1, &stall, &err))
+            die(w, "save", &err);
+        /* The slowest rank's stall is the step's. */
+        if (sh_all_reduce(sh_world_comm(w), &stall, &stall, 1, CK_F64, SH_MAX, NULL, &err))
+            die(w, "all-reduce", &err);
+        stall_sum += stall;
+        stall_max = stall > stall_max ? stall : stall_max;
+        saves++;
+    }
+    double with_saves = now_s() - t0;
+    if (tr_ckpt_wait(ck, &err))
+        die(w, "wait", &err);
+    tr_ckpt_done d;
+    while (tr_ckpt_poll(ck, &d, &err) == 1) {
+        if (d.rc)
+            fprintf(stderr, "bench/train: save %s failed: %s\n", d.name, d.msg);
+        drain_sum += d.seconds;
+        done_n++;
+    }
+
+    /* The reference: this rank's shard bytes, copied into touched memory. */
+    size_t bytes = 0;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sd[k]->n; i++)
+            bytes += ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
+    char *dst = malloc(bytes + 1);
+    memset(dst, 1, bytes + 1);
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double c0 = now_s();
+        size_t off = 0;
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < sd[k]->n; i++) {
+                size_t nb = ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
+                if (nb)
+                    memcpy(dst + off, sd[k]->entry[i].data, nb);
+                off += nb;
+            }
+        double c = (now_s() - c0) * 1e3;
+        best = c < best ? c : best;
+    }
+    free(dst);
+    double memcpy_ms = best;
+    uint64_t most = bytes;
+    if (sh_all_reduce(sh_world_comm(w), &memcpy_ms, &memcpy_ms, 1, CK_F64, SH_MAX, NULL, &err) ||
+        sh_all_reduce(sh_world_comm(w), &most, &most, 1, CK_I64, SH_MAX, NULL, &err))
+        die(w, "all-reduce", &err);
+
+    if (rank == 0) {
+        double tok = (double)a.batch * a.model.seq * (double)a.steps;
+        printf("bench/train: %d layers, dim %d, seq %d, %lld parameters; mesh %s, %d ranks; "
+               "saves through %s\n", a.model.layers, a.model.dim, a.model.seq,
+               (long long)tr_model_numel(&a.model), a.mesh ? a.mesh : spec, W,
+               a.daemon || getenv("CKPTD_SOCKET") ? "ckptd" : "the embedded engine");
+        printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens)\n",
+               tok / plain, a.steps, a.batch, a.model.seq);
+        printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves)\n",
+               tok / with_saves, a.ckpt_every, saves);
+        printf("  save stall        %10.2f ms mean, %.2f ms max per save "
+               "(%.2f MB on the largest rank)\n", saves ? stall_sum / saves : 0.0, stall_max,
+               (double)most / 1e6);
+        printf("  memcpy same bytes %10.3f ms  -> stall / memcpy = %.1fx\n", memcpy_ms,
+               saves && memcpy_ms > 0 ? stall_sum / saves / memcpy_ms : 0.0);
+        printf("  save to commit    %10.0f ms mean (drained while training)\n",
+               done_n ? drain_sum / done_n * 1e3 : 0.0);
+        if (!a.ckpt_root[0])
+            nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    }
+    tr_ckpt_free(ck);
+    tr_step_buf_free(&buf);
+    sh_state_dict_free(&msd);
+    sh_state_dict_free(&osd);
+    sh_adamw_free(opt);
+    tr_model_free(&m);
+    sh_mesh_free(mesh);
+    tr_data_close(&data);
+    sh_finalize(w);
+    return 0;
+}
