@@ -784,7 +784,8 @@ void ck_client_save_free(ck_client_save *sv)
 }
 
 int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, void *dst, ck_err *err)
+                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
+                   ck_err *err)
 {
     ck_ckpt *ck;
     int r = ck_open(cl->root, name, &ck, err);
@@ -793,7 +794,24 @@ int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck
     ck_reader *rd;
     r = ck_reader_open(ck, tensor, &rd, err);
     if (r == 0) {
-        r = ck_reader_read_shard(rd, mesh, pl, rank, dst, err);
+        const ck_tensor *t = ck_reader_tensor(rd);
+        r = ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), mesh, pl, err);
+        if (r == 0 && rank >= ck_mesh_world(mesh))
+            r = ck_err_set(err, -EINVAL, "tensor %s: rank %llu is outside the target mesh",
+                           t->name, (unsigned long long)rank);
+        if (r == 0) {
+            uint32_t coord[CK_MAX_MESH_DIMS];
+            ck_box box;
+            ck_mesh_coord(mesh, rank, coord);
+            ck_shard_box(t->ndim, t->shape, mesh, pl, coord, &box);
+            uint64_t need = ck_box_numel(&box) * ck_dtype_size(t->dtype);
+            if (need != dst_len)
+                r = ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: rank %llu's part on "
+                               "the target mesh is %llu bytes, the buffer %zu", name, t->name,
+                               (unsigned long long)rank, (unsigned long long)need, dst_len);
+        }
+        if (r == 0)
+            r = ck_reader_read_shard(rd, mesh, pl, rank, dst, err);
         ck_reader_close(rd);
     }
     ck_close(ck);

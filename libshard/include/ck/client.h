@@ -33,6 +33,7 @@
 #define CK_CLIENT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ck/ckpt.h"
@@ -103,8 +104,10 @@ void ck_client_save_free(ck_client_save *sv);
 
 /* Loads the part of tensor that rank holds on mesh with placements pl (any mesh, any
  * placements: resharding) from checkpoint name into dst, reading exactly the needed
- * byte ranges (ck/load.h). dst holds ck_box_numel(box) * itemsize bytes. */
+ * byte ranges (ck/load.h). dst_len must be that part's size, ck_box_numel(box) *
+ * itemsize bytes; another size is refused (-EINVAL, naming both) before any read. */
 int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, void *dst, ck_err *err);
+                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
+                   ck_err *err);
 
 #endif
