@@ -23,6 +23,27 @@ typedef struct kc_env {
     ck_client *cl[KC_MAX_WORLD];
 } kc_env;
 
+/* The watchdog: a hang is a failure with a message, not a meson timeout, and the
+ * daemon this test started does not outlive it. */
+static pid_t kc_daemon_pid;
+
+static inline void kc_watchdog_fire(int sig)
+{
+    (void)sig;
+    static const char msg[] = "watchdog: the test hung (a client call never returned)\n";
+    if (write(2, msg, sizeof msg - 1) < 0)
+        _exit(1);
+    if (kc_daemon_pid > 0)
+        kill(kc_daemon_pid, SIGKILL);
+    _exit(1);
+}
+
+static inline void kc_watchdog(unsigned secs)
+{
+    signal(SIGALRM, kc_watchdog_fire);
+    alarm(secs);
+}
+
 static inline const char *kc_mode(const kc_env *e)
 {
     return e->connected ? "connected" : "embedded";
@@ -39,8 +60,10 @@ static inline void kc_open(kc_env *e, bool connected, const char *tag, uint64_t 
     e->world = world;
     REQUIRE(world <= KC_MAX_WORLD, "world %llu", (unsigned long long)world);
     tl_tmpdir(e->root, sizeof e->root, tag);
-    if (connected)
+    if (connected) {
         kd_start(&e->d, e->root, extra);
+        kc_daemon_pid = e->d.pid;
+    }
     for (uint64_t r = 0; r < world; r++) {
         ck_client_opts o = { .writers = 2, .hash_threads = 2 };
         if (connected)
@@ -65,9 +88,11 @@ static inline void kc_close(kc_env *e)
     for (uint64_t r = e->world; r-- > 0;)
         ck_client_close(e->cl[r]);
     memset(e->cl, 0, sizeof e->cl);
-    if (e->connected && e->d.pid > 0)
+    if (e->connected && e->d.pid > 0) {
         CHECK(kd_term(&e->d, 30) == 0, "connected: ckptd did not exit 0 on SIGTERM (see %s)",
               e->d.log);
+        kc_daemon_pid = 0;
+    }
 }
 
 /* Removes the root (and the log) unless something failed: then they are evidence. */
