@@ -304,6 +304,14 @@ int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd
                                     "its part", c->name);
     if (!rc && sh_world_rank(c->w) == 0)
         rc = ck_client_commit(c->sv[0], err);
+    if (rc) {
+        /* Nothing to wait for: drop this rank's part of the failed save. */
+        for (int k = 0; k < c->ncl; k++) {
+            ck_client_save_free(c->sv[k]);
+            c->sv[k] = NULL;
+        }
+        c->name[0] = '\0';
+    }
     *stall_ms = since_ms(&t0);
     return rc;
 }

@@ -107,7 +107,7 @@ static int resume(trainer *t, ck_err *err)
 {
     char name[CK_NAME_MAX], cfg[1024], buf[256], v1[64], v2[64];
     int rc = tr_ckpt_latest(t->w, t->a.ckpt_root, name, err);
-    if (rc == -ENOENT) {
+    if (rc == -ENOENT && !t->a.eval) {
         if (sh_world_rank(t->w) == 0)
             printf("resume: no committed checkpoint in %s, starting from step 0\n",
                    t->a.ckpt_root);
