@@ -11,6 +11,7 @@
  * AdamW moments, the largest rank's) into memory already touched. Checkpoints go to
  * a fresh directory under /var/tmp (or --ckpt-root), removed at the end.
  */
+#include <cblas.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
@@ -67,6 +68,7 @@ int main(int argc, char **argv)
 {
     ck_err err = {0};
     sh_world *w;
+    openblas_set_num_threads(1);    /* one BLAS thread per rank, as shard-train */
     if (sh_init(&argc, &argv, &w, &err)) {
         fprintf(stderr, "bench/train: %s\n", ck_err_msg(&err));
         return 1;
