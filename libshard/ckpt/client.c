@@ -333,10 +333,15 @@ static void slot_release(slot *s)
     *s = (slot){ .fd = -1 };
 }
 
+static bool all_slots_free(ck_client *cl, const void *arg);
+
 void ck_client_close(ck_client *cl)
 {
     if (!cl)
         return;
+    /* The engine writes from the staging areas in place: unmap them only once every
+     * part this client staged is durable (or failed). */
+    wait_for(cl, all_slots_free, NULL);
     for (int i = 0; i < NSLOTS; i++)
         slot_release(&cl->slots[i]);
     if (cl->sock >= 0)
@@ -503,6 +508,15 @@ static bool any_slot_free(ck_client *cl, const void *arg)
         if (slot_free(&cl->slots[i]))
             return true;
     return false;
+}
+
+static bool all_slots_free(ck_client *cl, const void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < NSLOTS; i++)
+        if (!slot_free(&cl->slots[i]))
+            return false;
+    return true;
 }
 
 static bool admitted(ck_client *cl, const void *arg)
