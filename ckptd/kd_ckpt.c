@@ -129,19 +129,36 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
     }
 }
 
+/* A client hears of a failed save exactly once, through the broadcast at the saver's
+ * FAILED event: replies are matched to saves by name only, so a second ERROR naming
+ * the save would fail the client's next save of that name (a retry). A STAGED or
+ * COMMIT that crossed the failure on the wire therefore gets no reply: it is late,
+ * and its client was (or will be) told by the broadcast. */
+static void late(kd_server *s, kd_client *c, const char *what, const char *name,
+                 const char *why)
+{
+    kd_log(s, "checkpoint %s: %s from client %llu (pid %d) ignored: %s", name, what,
+           (unsigned long long)c->id, (int)c->pid, why);
+}
+
 void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
 {
     ck_err err = { 0 };
     kd_part *p = part_of(find(s, name), rank);
-    if (!p || p->client != c->id || !p->admitted || p->staged) {
+    if (!p || p->client != c->id) {
+        /* Its part went with the save, which failed (and may be retried by now). */
+        late(s, c, "STAGED", name, "the save has no part of this client for that rank");
+        return;
+    }
+    if (!p->admitted || p->staged) {
         kd_send_error(s, c, "", -EPROTO, "STAGED for a part this client was not admitted for");
         c->drop = true;
         return;
     }
     p->staged = true;
     int r = ck_saver_stage(s->saver, name, rank, p->map, &err);
-    if (r < 0)
-        kd_send_error(s, c, name, r, ck_err_msg(&err));
+    if (r < 0)      /* the save failed: its FAILED event tells every client, this one too */
+        late(s, c, "STAGED", name, ck_err_msg(&err));
 }
 
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
@@ -149,12 +166,14 @@ void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
     ck_err err = { 0 };
     kd_part *p = part_of(find(s, name), 0);
     if (!p || p->client != c->id) {
-        kd_send_error(s, c, name, -EINVAL, "only the client of rank 0 asks for the commit");
+        /* The client refuses a commit from another rank or before save_async itself:
+         * this one crossed the failure of its save. */
+        late(s, c, "COMMIT", name, "the save has no part of rank 0 from this client");
         return;
     }
     int r = ck_saver_commit(s->saver, name, &err);
-    if (r < 0)
-        kd_send_error(s, c, name, r, ck_err_msg(&err));
+    if (r < 0)      /* failed: the broadcast tells this client */
+        late(s, c, "COMMIT", name, ck_err_msg(&err));
 }
 
 void kd_ckpt_client_gone(kd_server *s, kd_client *c)

@@ -741,6 +741,8 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
                           "rank 0 does", sv->d.name, (unsigned long long)sv->d.rank);
     if (sv->state == CK_CLIENT_BUILDING)
         return ck_err_set(err, -EINVAL, "checkpoint %s: commit before save_async", sv->d.name);
+    if (sv->state == CK_CLIENT_FAILED)     /* as the embedded engine answers */
+        return ck_err_set(err, sv->code, "%s", sv->msg);
     ck_client *cl = sv->cl;
     if (cl->hub)
         return ck_saver_commit(cl->hub->sv, sv->d.name, err);

@@ -10,6 +10,7 @@
 #include "ck/layout.h"
 #include "ck/load.h"
 #include "kd_testlib.h"
+#include "proto.h"
 
 #define KC_MAX_WORLD 8
 #define KC_MAX_T 8
@@ -270,6 +271,29 @@ static inline uint64_t kc_digest(const char *root, const char *name)
     }
     ck_close(ck);
     return w.bad ? 0 : (w.h ? w.h : 1);
+}
+
+/* ckptd's STATUS through a connection of its own. */
+static inline ck_proto_status kc_status(const char *sock)
+{
+    ck_err err = { 0 };
+    int fd;
+    REQUIRE(ck_conn_connect(sock, &fd, &err) == 0, "status: %s", ck_err_msg(&err));
+    ck_wbuf w = { 0 };
+    ck_proto_start(&w, CK_MSG_STATUS);
+    ck_proto_end(&w);
+    REQUIRE(ck_conn_send(fd, &w, -1, &err) == 0, "status: %s", ck_err_msg(&err));
+    ck_wbuf_free(&w);
+    ck_msg m;
+    REQUIRE(ck_conn_recv(fd, true, &m, &err) > 0 && m.type == CK_MSG_STATUS_OK,
+            "status: no STATUS_OK: %s", ck_err_msg(&err));
+    ck_proto_status st;
+    REQUIRE(ck_proto_get_status(m.payload, m.len, &st, &err) == 0, "status: %s",
+            ck_err_msg(&err));
+    free(m.payload);
+    free(st.ckpts);
+    close(fd);
+    return st;
 }
 
 /* Whether state is one a save can be in once its save_async returned 0. */

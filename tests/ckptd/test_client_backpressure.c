@@ -15,7 +15,6 @@
 #include <stdatomic.h>
 
 #include "kc_testlib.h"
-#include "proto.h"
 
 #define STAGING (8ull << 20)
 
@@ -25,29 +24,6 @@ static const kc_tensor six_mib[] = {
 static const kc_tensor small_pair[] = {
     { CK_F32, 2, { 64, 33 }, "S(0)" },
 };
-
-/* ckptd's STATUS through a connection of its own. */
-static ck_proto_status status_of(const char *sock)
-{
-    ck_err err = { 0 };
-    int fd;
-    REQUIRE(ck_conn_connect(sock, &fd, &err) == 0, "status: %s", ck_err_msg(&err));
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_STATUS);
-    ck_proto_end(&w);
-    REQUIRE(ck_conn_send(fd, &w, -1, &err) == 0, "status: %s", ck_err_msg(&err));
-    ck_wbuf_free(&w);
-    ck_msg m;
-    REQUIRE(ck_conn_recv(fd, true, &m, &err) > 0 && m.type == CK_MSG_STATUS_OK,
-            "status: no STATUS_OK: %s", ck_err_msg(&err));
-    ck_proto_status st;
-    REQUIRE(ck_proto_get_status(m.payload, m.len, &st, &err) == 0, "status: %s",
-            ck_err_msg(&err));
-    free(m.payload);
-    free(st.ckpts);
-    close(fd);
-    return st;
-}
 
 /* ---- a part that can never fit ---- */
 
@@ -174,10 +150,10 @@ static uint64_t held_and_waiting(kc_env *e)
     REQUIRE(pthread_create(&ty, NULL, save_async_thread, &y) == 0, "thread");
     if (e->connected) {
         double t0 = kd_now();
-        ck_proto_status st = status_of(e->d.sock);
+        ck_proto_status st = kc_status(e->d.sock);
         while (st.waiting == 0 && !atomic_load(&y.returned) && kd_now() - t0 < 30) {
             kd_sleep_ms(2);
-            st = status_of(e->d.sock);
+            st = kc_status(e->d.sock);
         }
         CHECK(st.waiting == 1 && !atomic_load(&y.returned), "%s: Y's 6 MiB part was not held "
               "back while X holds 6 of the 8 MiB of staging (%u waiting, Y %s)", mode,
