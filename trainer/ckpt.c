@@ -8,17 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ck/catalog.h"
 #include "ck/client.h"
 #include "ck/load.h"
+#include "ck/plan.h"
+#include "ck/save.h"
 #include "ck/safetensors.h"
 
-/* Connected, every rank has one client and stages its own part. Embedded, rank 0
- * has one client per rank (peers sharing one engine) and stages every rank's part
- * from the gathered shards; the other ranks have none. */
+/* Connected, every rank has one client and stages its own part in ckptd's shared
+ * memory. Embedded, every rank runs its own writer: it copies its shards into its
+ * data file's image, a thread writes and fsyncs that file into the save's shared
+ * pending directory, and at a later step boundary the ranks send their block hashes
+ * to rank 0 (a small gather), whose thread commits. */
+typedef enum emb_phase { EMB_IDLE, EMB_WRITING, EMB_COMMITTING } emb_phase;
+
 struct tr_ckpt {
     sh_world *w;
     char root[PATH_MAX];
@@ -32,6 +40,16 @@ struct tr_ckpt {
     struct timespec t0;
     tr_ckpt_done *report;      /* rank 0: finished saves not yet polled */
     int nreport;
+    /* Embedded: */
+    char token[16];            /* names the shared pending directories of this job */
+    ck_save *save;
+    uint8_t *image;            /* this rank's data file, as written */
+    size_t image_cap;
+    emb_phase phase;
+    pthread_t th;
+    atomic_bool th_done;
+    int th_rc;
+    ck_err th_err;
 };
 
 static double since_ms(const struct timespec *t0)
@@ -55,7 +73,21 @@ int tr_ckpt_new(sh_world *w, const tr_ckpt_opts *o, tr_ckpt **out, ck_err *err)
     int rank = sh_world_rank(w), rc = 0;
     if (rank == 0 && mkdir(c->root, 0755) && errno != EEXIST)
         rc = ck_err_set(err, -errno, "checkpoint root %s: %s", o->root, strerror(errno));
-    c->ncl = c->connected ? 1 : rank == 0 ? sh_world_size(w) : 0;
+    c->ncl = c->connected ? 1 : 0;
+    if (!c->connected) {
+        /* One token for the job, drawn by rank 0: every rank's part of a save goes to
+         * ROOT/.pending/NAME.TOKEN. */
+        uint32_t tok[2] = { 0, 0 };
+        if (rank == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            tok[0] = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid() << 8;
+            tok[1] = (uint32_t)ts.tv_sec;
+        }
+        if (!rc)
+            rc = sh_broadcast(sh_world_comm(w), tok, 2, CK_I32, 0, NULL, err);
+        snprintf(c->token, sizeof c->token, "%08x%04x", tok[0], tok[1] & 0xffff);
+    }
     c->cl = calloc((size_t)c->ncl + 1, sizeof *c->cl);
     c->sv = calloc((size_t)c->ncl + 1, sizeof *c->sv);
     if (!rc && (!c->cl || !c->sv))
@@ -119,8 +151,21 @@ static int prune(tr_ckpt *c, ck_err *err)
     return rc;
 }
 
-/* Waits for the save in flight; rank 0 queues its report and prunes after a
- * commit. */
+/* Rank 0: queues the report of the save in flight, and prunes after a commit. */
+static int report(tr_ckpt *c, int code, const ck_err *why, ck_err *err)
+{
+    tr_ckpt_done d = {.rc = code, .bytes = c->bytes, .seconds = since_ms(&c->t0) / 1e3};
+    snprintf(d.name, sizeof d.name, "%s", c->name);
+    snprintf(d.msg, sizeof d.msg, "%s", code ? ck_err_msg(why) : "");
+    tr_ckpt_done *r = realloc(c->report, sizeof *r * (size_t)(c->nreport + 1));
+    if (!r)
+        return ck_err_set(err, -ENOMEM, "checkpoint: out of memory");
+    c->report = r;
+    r[c->nreport++] = d;
+    return !code && c->keep_last > 0 ? prune(c, err) : 0;
+}
+
+/* Connected: waits for the save in flight; rank 0 reports it. */
 static int retire(tr_ckpt *c, ck_err *err)
 {
     if (!c->name[0])
@@ -129,16 +174,7 @@ static int retire(tr_ckpt *c, ck_err *err)
     if (sh_world_rank(c->w) == 0 && c->ncl) {
         ck_err why = {0};
         int code = ck_client_wait(c->sv[0], &why);
-        tr_ckpt_done d = {.rc = code, .bytes = c->bytes, .seconds = since_ms(&c->t0) / 1e3};
-        snprintf(d.name, sizeof d.name, "%s", c->name);
-        snprintf(d.msg, sizeof d.msg, "%s", code ? ck_err_msg(&why) : "");
-        tr_ckpt_done *r = realloc(c->report, sizeof *r * (size_t)(c->nreport + 1));
-        if (!r)
-            return ck_err_set(err, -ENOMEM, "checkpoint: out of memory");
-        c->report = r;
-        r[c->nreport++] = d;
-        if (!code && c->keep_last > 0)
-            rc = prune(c, err);
+        rc = report(c, code, &why, err);
     }
     for (int k = 0; k < c->ncl; k++) {
         ck_client_save_free(c->sv[k]);
@@ -148,14 +184,199 @@ static int retire(tr_ckpt *c, ck_err *err)
     return rc;
 }
 
+/* ---- embedded: every rank writes its own part ---- */
+
+static void *write_part(void *arg)
+{
+    tr_ckpt *c = arg;
+    c->th_rc = ck_save_write_rank(c->save, (uint64_t)sh_world_rank(c->w), &c->th_err);
+    atomic_store(&c->th_done, true);
+    return NULL;
+}
+
+static void *commit_all(void *arg)
+{
+    tr_ckpt *c = arg;
+    c->th_rc = ck_save_commit(c->save, NULL, &c->th_err);
+    c->save = NULL;   /* commit frees it, in every case */
+    atomic_store(&c->th_done, true);
+    return NULL;
+}
+
+static int start(tr_ckpt *c, void *(*fn)(void *), emb_phase phase, ck_err *err)
+{
+    atomic_store(&c->th_done, false);
+    ck_err_clear(&c->th_err);
+    int e = pthread_create(&c->th, NULL, fn, c);
+    if (e)
+        return ck_err_set(err, -e, "checkpoint %s: starting a writer thread: %s", c->name,
+                          strerror(e));
+    c->phase = phase;
+    return 0;
+}
+
+/* Every rank's part is durable: rank 0 collects the hashes (the proof) and commits on
+ * its thread; the others let go of their save. A failed part fails the save. */
+static int exchange(tr_ckpt *c, ck_err *err)
+{
+    int W = sh_world_size(c->w), rank = sh_world_rank(c->w);
+    ck_save *s = c->save;
+    /* Each rank's hash bytes are known to all from the plan: the gather's record is
+     * a status word and the largest of them. */
+    size_t most = 0;
+    for (int r = 0; r < W; r++)
+        most = ck_save_hash_bytes(s, (uint64_t)r) > most ? ck_save_hash_bytes(s, (uint64_t)r)
+                                                          : most;
+    size_t rec = 8 + most;
+    uint8_t *mine = calloc(1, rec), *all = rank == 0 ? calloc((size_t)W, rec) : NULL;
+    if (!mine || (rank == 0 && !all)) {
+        free(mine);
+        free(all);
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", c->name);
+    }
+    const uint8_t *h = NULL;
+    size_t hlen = 0;
+    int64_t status = c->th_rc;
+    if (!status && ck_save_rank_hashes(s, (uint64_t)rank, &h, &hlen) < 0)
+        status = -EIO;
+    memcpy(mine, &status, 8);
+    if (hlen)
+        memcpy(mine + 8, h, hlen);
+    /* rec is a multiple of 8 (hashes are 32 bytes): sent as 32-bit words. */
+    int rc = sh_gather(sh_world_comm(c->w), mine, all, rec / 4, CK_I32, 0, NULL, err);
+    int code = 0;
+    ck_err why = {0};
+    if (!rc && rank == 0) {
+        for (int r = 0; r < W && !code; r++) {
+            int64_t st;
+            memcpy(&st, all + (size_t)r * rec, 8);
+            if (st) {
+                code = (int)st;
+                ck_err_set(&why, code, "rank %d could not write its part%s%s", r,
+                           r == 0 ? ": " : "", r == 0 ? ck_err_msg(&c->th_err) : "");
+                break;
+            }
+            code = ck_save_adopt_rank(s, (uint64_t)r, all + (size_t)r * rec + 8,
+                                      ck_save_hash_bytes(s, (uint64_t)r), &why);
+        }
+    }
+    free(mine);
+    free(all);
+    if (rc)
+        return rc;
+    if (rank != 0) {
+        ck_save_detach(s);
+        c->save = NULL;
+        c->phase = EMB_IDLE;
+        c->name[0] = '\0';
+        return 0;
+    }
+    if (code) {
+        ck_save_abort(s);
+        c->save = NULL;
+        c->phase = EMB_IDLE;
+        rc = report(c, code, &why, err);
+        c->name[0] = '\0';
+        return rc;
+    }
+    return start(c, commit_all, EMB_COMMITTING, err);
+}
+
+/* Collective: moves the save in flight on. With block set, it returns only when
+ * there is none. Ranks agree on the step at which they exchange hashes by an
+ * all-reduce of "my part is not yet durable". */
+static int advance(tr_ckpt *c, bool block, ck_err *err)
+{
+    int rank = sh_world_rank(c->w), rc = 0;
+    if (c->phase == EMB_WRITING) {
+        if (block)
+            pthread_join(c->th, NULL);
+        int32_t busy = atomic_load(&c->th_done) ? 0 : 1;
+        if ((rc = sh_all_reduce(sh_world_comm(c->w), &busy, &busy, 1, CK_I32, SH_MAX, NULL, err)))
+            return rc;
+        if (busy)
+            return 0;
+        if (!block)
+            pthread_join(c->th, NULL);
+        if ((rc = exchange(c, err)))
+            return rc;
+    }
+    if (c->phase == EMB_COMMITTING && rank == 0 && (block || atomic_load(&c->th_done))) {
+        pthread_join(c->th, NULL);
+        c->phase = EMB_IDLE;
+        rc = report(c, c->th_rc, &c->th_err, err);
+        c->name[0] = '\0';
+    }
+    return rc;
+}
+
+/* Lays out this rank's data file image from the plan and copies its shards in: the
+ * stall of an embedded save. */
+static int stage_own(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd, int nsd,
+                     const tr_blob *blobs, int nblobs, ck_err *err)
+{
+    const ck_mesh *mesh = &sd[0]->entry[0].mesh;
+    uint64_t rank = (uint64_t)sh_world_rank(c->w);
+    ck_save *s;
+    int rc = ck_save_begin(&s, c->root, c->name, step, mesh, NULL, err);
+    if (rc)
+        return rc;
+    for (int d = 0; !rc && d < nsd; d++)
+        for (size_t i = 0; !rc && i < sd[d]->n; i++) {
+            const sh_shard_entry *e = &sd[d]->entry[i];
+            rc = ck_save_tensor(s, e->name, e->dtype, e->ndim, e->shape, e->placement, err);
+        }
+    for (int b = 0; !rc && rank == 0 && b < nblobs; b++)
+        rc = ck_save_blob(s, blobs[b].name, blobs[b].data, blobs[b].len, err);
+    if (!rc)
+        rc = ck_save_prepare_shared(s, c->token, err);
+    size_t size = rc ? 0 : (size_t)ck_save_rank_bytes(s, rank);
+    if (!rc && size > c->image_cap) {
+        free(c->image);
+        c->image = NULL;
+        c->image_cap = 0;
+        if (posix_memalign((void **)&c->image, 4096, size))
+            rc = ck_err_set(err, -ENOMEM, "checkpoint %s: no memory for a %zu-byte staging "
+                            "image", c->name, size);
+        else
+            c->image_cap = size;
+    }
+    /* The shards at their plan offsets, zeros between (a file holds them 4 KiB-aligned). */
+    const ck_plan *p = rc ? NULL : ck_save_plan(s);
+    uint64_t end = 0;
+    uint32_t t = 0;
+    for (int d = 0; !rc && d < nsd; d++)
+        for (size_t i = 0; i < sd[d]->n; i++, t++) {
+            const ck_plan_shard *ps = ck_plan_shard_at(p, ck_plan_shard_of(p, t, rank));
+            if (ps->writer != rank || !ps->bytes)
+                continue;
+            memset(c->image + end, 0, ps->file_off - end);
+            memcpy(c->image + ps->file_off, sd[d]->entry[i].data, ps->bytes);
+            end = ps->file_off + ps->bytes;
+        }
+    if (!rc && size > end)
+        memset(c->image + end, 0, size - end);
+    if (!rc)
+        rc = ck_save_rank_image(s, rank, c->image, err);
+    c->save = s;
+    if (!rc)
+        rc = start(c, write_part, EMB_WRITING, err);
+    return rc;
+}
+
 int tr_ckpt_wait(tr_ckpt *c, ck_err *err)
 {
-    return retire(c, err);
+    return c->connected ? retire(c, err) : advance(c, true, err);
+}
+
+int tr_ckpt_progress(tr_ckpt *c, ck_err *err)
+{
+    return c->connected ? 0 : advance(c, false, err);
 }
 
 int tr_ckpt_poll(tr_ckpt *c, tr_ckpt_done *done, ck_err *err)
 {
-    if (c->name[0] && sh_world_rank(c->w) == 0 && c->ncl) {
+    if (c->connected && c->name[0] && sh_world_rank(c->w) == 0 && c->ncl) {
         ck_client_state st;
         ck_err why = {0};
         ck_client_poll(c->sv[0], &st, &why);
@@ -174,8 +395,15 @@ void tr_ckpt_free(tr_ckpt *c)
 {
     if (!c)
         return;
-    if (c->sv)
+    if (c->sv && c->connected)
         retire(c, NULL);
+    if (c->phase != EMB_IDLE) {
+        /* Only on an error path, so no collective: let go, recovery removes the rest. */
+        pthread_join(c->th, NULL);
+        if (c->phase == EMB_WRITING)
+            ck_save_detach(c->save);
+    }
+    free(c->image);
     for (int k = c->ncl - 1; c->cl && k >= 0; k--)
         ck_client_close(c->cl[k]);
     free(c->cl);
@@ -184,32 +412,20 @@ void tr_ckpt_free(tr_ckpt *c)
     free(c);
 }
 
-/* This rank's shards, in floats. */
-static size_t local_floats(const sh_state_dict *const *sd, int nsd)
-{
-    size_t n = 0;
-    for (int k = 0; k < nsd; k++)
-        for (size_t i = 0; i < sd[k]->n; i++)
-            n += ck_box_numel(&sd[k]->entry[i].box);
-    return n;
-}
-
-/* Declares the save on client k as `rank`, offers that rank's shards (packed in
- * state dict order from src, or the entries' own data when src is NULL) and, for
- * rank 0, the blobs; then save_async copies them into staging. */
-static int stage_part(tr_ckpt *c, int k, uint64_t rank, uint64_t step,
-                      const sh_state_dict *const *sd, int nsd, const float *src,
-                      const tr_blob *blobs, int nblobs, ck_err *err)
+/* Connected: declares this rank's part, offers its shards and, on rank 0, the blobs;
+ * then save_async copies them into ckptd's staging. */
+static int stage_part(tr_ckpt *c, uint64_t rank, uint64_t step, const sh_state_dict *const *sd,
+                      int nsd, const tr_blob *blobs, int nblobs, ck_err *err)
 {
     const ck_mesh *mesh = &sd[0]->entry[0].mesh;
     uint32_t coord[CK_MAX_MESH_DIMS];
     ck_mesh_coord(mesh, rank, coord);
     ck_client_save *sv;
-    int rc = ck_client_begin(c->cl[k], &sv, c->name, step, mesh, rank, ck_mesh_world(mesh),
+    int rc = ck_client_begin(c->cl[0], &sv, c->name, step, mesh, rank, ck_mesh_world(mesh),
                              err);
     if (rc)
         return rc;
-    c->sv[k] = sv;
+    c->sv[0] = sv;
     for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
@@ -223,52 +439,13 @@ static int stage_part(tr_ckpt *c, int k, uint64_t rank, uint64_t step,
             const sh_shard_entry *e = &sd[d]->entry[i];
             ck_box box;
             ck_shard_box(e->ndim, e->shape, mesh, e->placement, coord, &box);
-            uint64_t n = ck_box_numel(&box);
-            if (n)
-                rc = ck_client_shard(sv, e->name, src ? (const void *)src : e->data, err);
-            if (src)
-                src += n;
+            if (ck_box_numel(&box))
+                rc = ck_client_shard(sv, e->name, e->data, err);
         }
     for (int b = 0; !rc && rank == 0 && b < nblobs; b++)
         rc = ck_client_blob(sv, blobs[b].name, blobs[b].data, blobs[b].len, err);
     if (!rc)
         rc = ck_client_save_async(sv, err);
-    return rc;
-}
-
-/* Embedded: every rank's shards travel to rank 0 (padded to the largest part), whose
- * peer clients stage them. */
-static int gather_and_stage(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd,
-                            int nsd, const tr_blob *blobs, int nblobs, ck_err *err)
-{
-    int W = sh_world_size(c->w);
-    size_t mine = local_floats(sd, nsd);
-    int64_t most = (int64_t)mine;
-    sh_comm *wc = sh_world_comm(c->w);
-    int rc = sh_all_reduce(wc, &most, &most, 1, CK_I64, SH_MAX, NULL, err);
-    if (rc)
-        return rc;
-    float *pack = calloc((size_t)most + 1, sizeof(float));
-    float *all = c->ncl ? malloc(sizeof(float) * ((size_t)most * (size_t)W + 1)) : NULL;
-    int bad = !pack || (c->ncl && !all);
-    rc = sh_all_reduce(wc, &bad, &bad, 1, CK_I32, SH_MAX, NULL, err);
-    if (!rc && bad)
-        rc = ck_err_set(err, -ENOMEM, "checkpoint: out of memory for the staging copy");
-    size_t off = 0;
-    for (int d = 0; !rc && d < nsd; d++)
-        for (size_t i = 0; i < sd[d]->n; i++) {
-            size_t n = ck_box_numel(&sd[d]->entry[i].box);
-            if (n)
-                memcpy(pack + off, sd[d]->entry[i].data, n * sizeof(float));
-            off += n;
-        }
-    if (!rc)
-        rc = sh_gather(wc, pack, all, (size_t)most, CK_F32, 0, NULL, err);
-    for (int r = 0; !rc && r < c->ncl; r++)
-        rc = stage_part(c, r, (uint64_t)r, step, sd, nsd, all + (size_t)r * (size_t)most,
-                        blobs, nblobs, err);
-    free(pack);
-    free(all);
     return rc;
 }
 
@@ -280,7 +457,7 @@ int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd
     if (nsd < 1 || sd[0]->n < 1)
         return ck_err_set(err, -EINVAL, "checkpoint: nothing to save");
     /* One save in flight: the next one waits for it. */
-    int rc = retire(c, err);
+    int rc = c->connected ? retire(c, err) : advance(c, true, err);
     snprintf(c->name, sizeof c->name, "step-%08llu", (unsigned long long)step);
     c->t0 = t0;
     c->bytes = 0;
@@ -291,10 +468,9 @@ int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd
             c->bytes += ck_box_numel(&full) * sizeof(float);
         }
     if (!rc && c->connected)
-        rc = stage_part(c, 0, (uint64_t)sh_world_rank(c->w), step, sd, nsd, NULL, blobs,
-                        nblobs, err);
+        rc = stage_part(c, (uint64_t)sh_world_rank(c->w), step, sd, nsd, blobs, nblobs, err);
     else if (!rc)
-        rc = gather_and_stage(c, step, sd, nsd, blobs, nblobs, err);
+        rc = stage_own(c, step, sd, nsd, blobs, nblobs, err);
     /* Every rank learns whether all parts were handed over, so that none trains on
      * believing in a save that cannot commit. */
     int bad = rc ? 1 : 0;
@@ -302,7 +478,7 @@ int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd
     if (!rc && (rc2 || bad))
         rc = rc2 ? rc2 : ck_err_set(err, -EIO, "checkpoint %s: another rank failed to stage "
                                     "its part", c->name);
-    if (!rc && sh_world_rank(c->w) == 0)
+    if (!rc && c->connected && sh_world_rank(c->w) == 0)
         rc = ck_client_commit(c->sv[0], err);
     if (rc) {
         /* Nothing to wait for: drop this rank's part of the failed save. */
@@ -310,6 +486,12 @@ int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd
             ck_client_save_free(c->sv[k]);
             c->sv[k] = NULL;
         }
+        if (c->phase == EMB_WRITING)
+            pthread_join(c->th, NULL);
+        if (c->save)
+            ck_save_detach(c->save);   /* the writer's files: recovery removes them */
+        c->save = NULL;
+        c->phase = EMB_IDLE;
         c->name[0] = '\0';
     }
     *stall_ms = since_ms(&t0);

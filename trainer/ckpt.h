@@ -11,10 +11,10 @@
  * Saves go through the checkpoint client (ck/client.h). With ckptd (--daemon SOCKET,
  * or CKPTD_SOCKET set) every rank stages its own part into the daemon's shared memory,
  * and a save whose parts are all staged commits even if the trainer dies. Embedded
- * (the default), the engine is a set of threads in rank 0's process: the shards
- * travel to rank 0 (a gather) and its peer clients, one per rank, stage them, so the
- * stall is the copy, the gather and the staging copy. One save is in flight at a
- * time; the next one waits for it.
+ * (the default), every rank writes its own data file on a thread of its own (the
+ * stall is the copy of its shards into the file's image), and at a later step
+ * boundary the ranks send their files' block hashes to rank 0, whose thread commits.
+ * One save is in flight at a time; the next one waits for it.
  */
 #ifndef TR_CKPT_H
 #define TR_CKPT_H
@@ -56,6 +56,9 @@ void tr_ckpt_free(tr_ckpt *c);
  * blocked training. */
 int tr_ckpt_save_async(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd, int nsd,
                        const tr_blob *blobs, int nblobs, double *stall_ms, ck_err *err);
+/* Collective: moves the save in flight on (embedded saves exchange their parts' hashes
+ * and commit here). Call it once per step on every rank. */
+int tr_ckpt_progress(tr_ckpt *c, ck_err *err);
 /* Rank 0: 1 and *done for a save that finished since the last call, 0 when none did
  * (never blocks). Other ranks: always 0. */
 int tr_ckpt_poll(tr_ckpt *c, tr_ckpt_done *done, ck_err *err);

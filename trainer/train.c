@@ -179,11 +179,14 @@ static int save(trainer *t, double *stall_ms, ck_err *err)
     return tr_ckpt_save_async(t->ckpt, (uint64_t)t->step, sd, 2, blobs, 4, stall_ms, err);
 }
 
-/* Rank 0: notes the saves that finished, for the next log line. */
+/* Collective. Moves the saves in flight on; rank 0 notes the ones that finished, for
+ * the next log line. */
 static int collect_saves(trainer *t, ck_err *err)
 {
     tr_ckpt_done d;
-    int rc;
+    int rc = tr_ckpt_progress(t->ckpt, err);
+    if (rc)
+        return rc;
     while ((rc = tr_ckpt_poll(t->ckpt, &d, err)) == 1) {
         size_t n = strlen(t->saved);
         if (d.rc)
@@ -212,8 +215,8 @@ static int train(trainer *t, ck_err *err)
         if (t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) || step == a->steps))
             rc = save(t, &stall, err);
         double t_now = now_s();
-        if (!rc && rank == 0 && t->ckpt)
-            rc = collect_saves(t, err);
+        if (!rc && t->ckpt)
+            rc = collect_saves(t, err);   /* collective: it moves saves on */
         if (rank == 0 && (step % a->log_every == 0 || step == 1 || step == a->steps || rc)) {
             printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f%s\n", step,
                    loss, (double)tr_lr_at(&t->sched, step), norm,
@@ -226,7 +229,7 @@ static int train(trainer *t, ck_err *err)
             /* The test hook of a crash: the saves so far are committed, then every
              * rank dies at once, as under kill -9. */
             rc = t->ckpt ? tr_ckpt_wait(t->ckpt, err) : 0;
-            if (!rc && rank == 0 && t->ckpt)
+            if (!rc && t->ckpt)
                 rc = collect_saves(t, err);
             if (rank == 0)
                 printf("kill-at-step %ld:%s\n", step, t->saved);
@@ -239,7 +242,7 @@ static int train(trainer *t, ck_err *err)
     }
     if (!rc && t->ckpt) {
         rc = tr_ckpt_wait(t->ckpt, err);
-        if (!rc && rank == 0)
+        if (!rc)
             rc = collect_saves(t, err);
         if (rank == 0 && t->saved[0])
             printf("checkpoints:%s\n", t->saved);

@@ -8,8 +8,8 @@
 
 #include "ck/catalog.h"
 
-int ck__pending_create(ck_engine *e, const char *root, const char *name, char *out,
-                       ck_err *err)
+int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
+                       char *out, ck_err *err)
 {
     char dir[PATH_MAX];
     if (snprintf(dir, sizeof dir, "%s/%s", root, CK_PENDING) >= (int)sizeof dir)
@@ -17,6 +17,19 @@ int ck__pending_create(ck_engine *e, const char *root, const char *name, char *o
     int r = e->ops->mkdir(e, dir, 0755);
     if (r < 0 && r != -EEXIST)
         return ck_err_set(err, r, "%s: mkdir: %s", dir, strerror(-r));
+    if (token) {
+        if (ck_name_check("save token", token, err) < 0)
+            return -EINVAL;
+        if (snprintf(out, PATH_MAX, "%s/%s.%s", dir, name, token) >= PATH_MAX)
+            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+        r = e->ops->mkdir(e, out, 0755);
+        if (r < 0 && r != -EEXIST) {
+            ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+            out[0] = '\0';
+            return r;
+        }
+        return 0;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;

@@ -8,9 +8,11 @@
 
 #include "manifest.h"
 
-/* Creates ROOT/.pending/NAME.XXXXXXXXXXXX into out (PATH_MAX bytes). */
-int ck__pending_create(ck_engine *e, const char *root, const char *name, char *out,
-                       ck_err *err);
+/* Creates ROOT/.pending/NAME.TOKEN into out (PATH_MAX bytes). token NULL: a fresh
+ * random one (12 hex digits, retried on collision); else the given one, and the
+ * directory may exist already (the ranks of one multi-process save share it). */
+int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
+                       char *out, ck_err *err);
 /* Removes the named files, the manifest and the directory; best effort, through the
  * engine, so that a "crashed" engine leaves the debris a real crash would. */
 void ck__pending_remove(ck_engine *e, const char *pending, const ck_file *files, uint32_t n);

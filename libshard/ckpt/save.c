@@ -405,7 +405,7 @@ static int build_layout(ck_save *s, ck_err *err)
     return 0;
 }
 
-int ck_save_prepare(ck_save *s, ck_err *err)
+static int prepare_at(ck_save *s, const char *token, ck_err *err)
 {
     if (s->prepared)
         return 0;
@@ -416,7 +416,7 @@ int ck_save_prepare(ck_save *s, ck_err *err)
         return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", s->root,
                           s->name);
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    int r = ck__pending_create(s->e, s->root, s->name, s->pending, err);
+    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, err);
     if (r == 0)
         r = build_layout(s, err);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
@@ -426,6 +426,71 @@ int ck_save_prepare(ck_save *s, ck_err *err)
         ck_err_set(err, r, "checkpoint %s: out of memory laying out the files", s->name);
     s->prepared = r == 0;
     return r;
+}
+
+int ck_save_prepare(ck_save *s, ck_err *err)
+{
+    return prepare_at(s, NULL, err);
+}
+
+int ck_save_prepare_shared(ck_save *s, const char *token, ck_err *err)
+{
+    if (!token)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: a shared save needs a token", s->name);
+    return prepare_at(s, token, err);
+}
+
+size_t ck_save_hash_bytes(const ck_save *s, uint64_t rank)
+{
+    uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
+    return s->o.no_hash ? 0
+         : (size_t)((ck_plan_file_size(s->plan, rank) + block - 1) / block) * CK_HASH_LEN;
+}
+
+int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes, size_t *len)
+{
+    *hashes = NULL;
+    *len = 0;
+    if (!s->prepared || rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+        return -EINVAL;
+    uint32_t f = s->file_of[rank];
+    if (!f-- || s->o.no_hash)
+        return 0;
+    if (!s->written[f])
+        return -EAGAIN;
+    *hashes = s->L.hashes[f];
+    *len = ck_save_hash_bytes(s, rank);
+    return 0;
+}
+
+int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
+                       ck_err *err)
+{
+    if (!s->prepared)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
+    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
+    uint32_t f = s->file_of[rank];
+    if (!f--)
+        return 0;
+    size_t want = ck_save_hash_bytes(s, rank);
+    if (len != want)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu reported %zu bytes of hashes "
+                          "for %s, which needs %zu", s->name, (unsigned long long)rank, len,
+                          s->L.files[f].name, want);
+    if (want)
+        memcpy(s->L.hashes[f], hashes, want);
+    pthread_mutex_lock(&s->mu);
+    s->written[f] = true;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void ck_save_detach(ck_save *s)
+{
+    if (s)
+        save_free(s);
 }
 
 uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank)
