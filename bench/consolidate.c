@@ -28,7 +28,7 @@ int main(int argc, char **argv)
 {
     rsb b = { .prog = "consolidate" };
     int rc = rsb_init(&b, argc, argv, "Consolidates a synthetic checkpoint into safetensors, "
-                      "beside a raw read+write\nof the same bytes (O_DIRECT, 8 MiB pieces).");
+                      "beside a raw read+write\nof the same bytes (O_DIRECT, io_uring, 1 MiB x 32 in flight).");
     if (rc >= 0)
         return rc;
     rsb_fig raw, cons;

@@ -39,7 +39,7 @@ int main(int argc, char **argv)
 {
     rsb b = { .prog = "reshard" };
     int rc = rsb_init(&b, argc, argv, "Reshards a synthetic checkpoint by reference and by copy, "
-                      "beside a raw read+write\nof the same bytes (O_DIRECT, 8 MiB pieces).");
+                      "beside a raw read+write\nof the same bytes (O_DIRECT, io_uring, 1 MiB x 32 in flight).");
     if (rc >= 0)
         return rc;
     rsb_fig raw, ref, copy;

@@ -26,9 +26,9 @@ int rsb_init(rsb *b, int argc, char **argv, const char *what);
 /* Writes checkpoint "src" on mesh 8, S(0): one tensor of 3/8 of the size (>= 1 GiB
  * at 4 GiB) and five sharing the rest, 4 KiB rows, hashed. */
 int rsb_make_source(rsb *b);
-/* Raw reference: reads every data file of ROOT/src with O_DIRECT and writes the same
- * bytes to one preallocated O_DIRECT file, then fsyncs it, in 8 MiB pieces; timed in
- * a child. */
+/* Raw reference: reads every data file of ROOT/src and writes the same bytes to one
+ * preallocated file, O_DIRECT, through one io_uring, 1 MiB I/Os with 32 buffers in
+ * flight (each written as soon as it is read), then fsyncs it; timed in a child. */
 int rsb_raw_copy(rsb *b, rsb_fig *f);
 /* Runs fn(b, arg) in a child; its wall time and peak RSS. */
 int rsb_child(rsb *b, int (*fn)(rsb *b, void *arg), void *arg, rsb_fig *f);
