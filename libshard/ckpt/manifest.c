@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -100,6 +101,22 @@ int ck_mdb_precheck(const char *path, ck_err *err)
 out:
     close(fd);
     return r;
+}
+
+int ck_blob_append(ck_blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
+                   const void *data, size_t len)
+{
+    if (ck_grow(blobs, cap, (size_t)*n + 1, sizeof **blobs) < 0)
+        return -ENOMEM;
+    void *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, data, len);
+    ck_blob_rec *b = &(*blobs)[(*n)++];
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->data = copy;
+    b->len = len;
+    return 0;
 }
 
 void ck_put_mesh(ck_wbuf *w, const ck_mesh *m)

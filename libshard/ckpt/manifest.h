@@ -24,6 +24,11 @@ typedef struct ck_blob_rec {
     size_t len;
 } ck_blob_rec;
 
+/* Appends a copy of blob (name, data, len) to the array *blobs of *n records
+ * (capacity *cap). 0 or -ENOMEM. */
+int ck_blob_append(ck_blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
+                   const void *data, size_t len);
+
 /* Everything a manifest says, as the writer hands it over. Tensor i has id i, and its
  * shards are shards[tensors[i] first .. ] in index order: shards are sorted by
  * (tensor, idx). hashes[f] holds the digests of file f's blocks, or NULL. */

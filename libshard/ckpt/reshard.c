@@ -150,17 +150,7 @@ static int by_id(const void *a, const void *b)
 static int collect_blob(const char *name, const void *data, size_t len, void *arg)
 {
     rs *s = arg;
-    if (ck_grow(&s->blobs, &s->capblobs, s->nblobs + 1, sizeof *s->blobs) < 0)
-        return -ENOMEM;
-    void *copy = malloc(len ? len : 1);
-    if (!copy)
-        return -ENOMEM;
-    memcpy(copy, data, len);
-    ck_blob_rec *b = &s->blobs[s->nblobs++];
-    snprintf(b->name, sizeof b->name, "%s", name);
-    b->data = copy;
-    b->len = len;
-    return 0;
+    return ck_blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
 }
 
 static int push_ext(rs *s, ck_extent x)

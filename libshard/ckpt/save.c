@@ -260,17 +260,7 @@ int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_
     for (uint32_t i = 0; i < s->nblobs; i++)
         if (!strcmp(s->blobs[i].name, name))
             return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate blob name %s", s->name, name);
-    if (ck_grow(&s->blobs, &s->capblobs, s->nblobs + 1, sizeof *s->blobs) < 0)
-        return -ENOMEM;
-    void *copy = malloc(len ? len : 1);
-    if (!copy)
-        return -ENOMEM;
-    memcpy(copy, data, len);
-    ck_blob_rec *b = &s->blobs[s->nblobs++];
-    snprintf(b->name, sizeof b->name, "%s", name);
-    b->data = copy;
-    b->len = len;
-    return 0;
+    return ck_blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
 }
 
 static void layout_free(layout *L);
@@ -463,17 +453,27 @@ int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes,
     return 0;
 }
 
-int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
-                       ck_err *err)
+/* The data file rank writes, into *f: 1, or 0 when it writes none. */
+static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
 {
     if (!s->prepared)
         return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
     if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
-    uint32_t f = s->file_of[rank];
-    if (!f--)
+    if (s->file_of[rank] == 0)
         return 0;
+    *f = s->file_of[rank] - 1;
+    return 1;
+}
+
+int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
+                       ck_err *err)
+{
+    uint32_t f;
+    int r = rank_file(s, rank, &f, err);
+    if (r <= 0)
+        return r;
     size_t want = ck_save_hash_bytes(s, rank);
     if (len != want)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu reported %zu bytes of hashes "
@@ -574,14 +574,10 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
 
 int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
 {
-    if (!s->prepared)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
-    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
-        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
-                          (unsigned long long)rank);
-    uint32_t f = s->file_of[rank];
-    if (!f--)
-        return 0;
+    uint32_t f;
+    int r = rank_file(s, rank, &f, err);
+    if (r <= 0)
+        return r;
     pthread_mutex_lock(&s->mu);
     bool done = s->written[f];
     pthread_mutex_unlock(&s->mu);
