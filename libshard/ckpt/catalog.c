@@ -2,6 +2,7 @@
 #include "ck/catalog.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,13 @@
 #include "manifest.h"
 
 #define CK_DB_CHECKPOINTS "checkpoints"
+
+/* LMDB forbids opening one environment twice in a process: its lock file is guarded by
+ * fcntl locks, which are per process, so a second open may reinitialise the lock
+ * table under the first (a crash seen when two embedded saves committed at once).
+ * Every catalog access of the process therefore goes through this one lock; other
+ * processes (tools, ckptd) are kept apart by LMDB's own locking. */
+static pthread_mutex_t catalog_mu = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct cat {
     MDB_env *env;
@@ -33,17 +41,21 @@ static void cat_close(cat *c, bool commit, int *r, ck_err *err)
     }
     if (c->env)
         mdb_env_close(c->env);
+    pthread_mutex_unlock(&catalog_mu);
 }
 
-/* Opens the catalog. For reads, a missing catalog is -ENOENT. */
-static int cat_open(cat *c, const char *root, bool write, ck_err *err)
+static int cat_open_locked(cat *c, const char *root, bool write, ck_err *err)
 {
-    memset(c, 0, sizeof *c);
     if (snprintf(c->path, sizeof c->path, "%s/%s", root, CK_CATALOG) >= (int)sizeof c->path)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
     struct stat st;
-    if (!write && stat(c->path, &st) < 0)
+    bool exists = stat(c->path, &st) == 0;
+    if (!write && !exists)
         return -ENOENT;
+    /* A catalog cut short would fault inside LMDB; reject it (rebuilding recreates it). */
+    int r = exists && st.st_size > 0 ? ck_mdb_precheck(c->path, err) : 0;
+    if (r < 0)
+        return r;
     int rc = mdb_env_create(&c->env);
     if (rc == MDB_SUCCESS)
         rc = mdb_env_set_maxdbs(c->env, 4);
@@ -65,13 +77,22 @@ static int cat_open(cat *c, const char *root, bool write, ck_err *err)
         rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, &c->txn);
     if (rc == MDB_SUCCESS)
         rc = mdb_dbi_open(c->txn, CK_DB_CHECKPOINTS, write ? MDB_CREATE : 0, &c->dbi);
-    if (rc != MDB_SUCCESS) {
-        int r = ck_err_set(err, rc == MDB_NOTFOUND ? -EBADMSG : ck_mdb_err(rc), "%s: %s",
-                           c->path, mdb_strerror(rc));
-        cat_close(c, false, &r, NULL);
-        return r;
-    }
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, rc == MDB_NOTFOUND ? -EBADMSG : ck_mdb_err(rc), "%s: %s",
+                          c->path, mdb_strerror(rc));
     return 0;
+}
+
+/* Opens the catalog, holding the process's catalog lock until cat_close. For reads,
+ * a missing catalog is -ENOENT. */
+static int cat_open(cat *c, const char *root, bool write, ck_err *err)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_lock(&catalog_mu);
+    int r = cat_open_locked(c, root, write, err);
+    if (r < 0)
+        cat_close(c, false, &r, NULL);
+    return r;
 }
 
 int ck_catalog_put(const char *root, const ck_info *info, ck_err *err)
