@@ -45,6 +45,23 @@ static inline void kc_watchdog(unsigned secs)
     alarm(secs);
 }
 
+/* Runs a test's scenario embedded, then against ckptd, under the watchdog; the two
+ * modes must give the same digest (of what they committed or loaded) and, with
+ * nonzero set, a digest other than 0. Prints "ok: " ok on success. */
+static inline int kc_both_modes(uint64_t (*run)(bool connected), bool nonzero, const char *ok)
+{
+    kc_watchdog(100);
+    uint64_t embedded = run(false);
+    uint64_t connected = run(true);
+    CHECK(embedded == connected && (!nonzero || embedded),
+          "the two modes disagree (digest %016llx embedded, %016llx connected)",
+          (unsigned long long)embedded, (unsigned long long)connected);
+    if (tl_failures)
+        return 1;
+    printf("ok: %s\n", ok);
+    return 0;
+}
+
 static inline const char *kc_mode(const kc_env *e)
 {
     return e->connected ? "connected" : "embedded";

@@ -249,13 +249,7 @@ static uint64_t run(bool connected)
 
 int main(void)
 {
-    kc_watchdog(100);
-    uint64_t embedded = run(false);
-    uint64_t connected = run(true);
-    CHECK(embedded == connected, "the two modes committed different checkpoints");
-    if (tl_failures)
-        return 1;
-    printf("ok: parts that can never fit refused with the sizes (every rank told); a part "
-           "waits while staging is full and commits once room is made; both modes agree\n");
-    return 0;
+    return kc_both_modes(run, false, "parts that can never fit refused with the sizes (every "
+                         "rank told); a part waits while staging is full and commits once "
+                         "room is made; both modes agree");
 }

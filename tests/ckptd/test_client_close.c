@@ -85,13 +85,6 @@ static uint64_t run(bool connected)
 
 int main(void)
 {
-    kc_watchdog(100);
-    uint64_t embedded = run(false);
-    uint64_t connected = run(true);
-    CHECK(embedded && embedded == connected, "the two modes committed different checkpoints");
-    if (tl_failures)
-        return 1;
-    printf("ok: a rank that closes its client right after save_async and exits still "
-           "commits the original bytes, in both modes\n");
-    return 0;
+    return kc_both_modes(run, true, "a rank that closes its client right after save_async "
+                         "and exits still commits the original bytes, in both modes");
 }

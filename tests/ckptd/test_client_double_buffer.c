@@ -201,13 +201,7 @@ static uint64_t run(bool connected)
 
 int main(void)
 {
-    kc_watchdog(100);
-    uint64_t embedded = run(false);
-    uint64_t connected = run(true);
-    CHECK(embedded == connected, "the two modes committed different checkpoints");
-    if (tl_failures)
-        return 1;
-    printf("ok: sources junked and freed right after save_async, checkpoints hold the "
-           "originals; two saves in flight, the third waits for a drain; both modes\n");
-    return 0;
+    return kc_both_modes(run, false, "sources junked and freed right after save_async, "
+                         "checkpoints hold the originals; two saves in flight, the third "
+                         "waits for a drain; both modes");
 }

@@ -145,12 +145,7 @@ static uint64_t run(bool connected)
 
 int main(void)
 {
-    uint64_t embedded = run(false);
-    uint64_t connected = run(true);
-    CHECK(embedded == connected, "the two modes loaded different bytes");
-    if (tl_failures)
-        return 1;
-    printf("ok: a 2x2 (R,S(0)) save loads onto 3, 1 and 2x3 meshes with the formula's bytes "
-           "in both modes; bad tensor, checkpoint, buffer size, rank and placement refused\n");
-    return 0;
+    return kc_both_modes(run, false, "a 2x2 (R,S(0)) save loads onto 3, 1 and 2x3 meshes "
+                         "with the formula's bytes in both modes; bad tensor, checkpoint, "
+                         "buffer size, rank and placement refused");
 }
