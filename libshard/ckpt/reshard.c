@@ -28,6 +28,7 @@
 #include "commit.h"
 #include "enc.h"
 #include "manifest.h"
+#include "rankfiles.h"
 
 typedef struct run {
     uint64_t dst, src, n;   /* elements: offset in the new shard, in the old, count */
@@ -349,69 +350,42 @@ static int fill(void *arg, uint64_t off, void *dst, size_t len)
 /* Writes one data file per rank of the copy plan, filled through ck_reader. */
 static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
 {
-    const ck_mesh *mesh = s->o->mesh;
-    uint64_t world = ck_mesh_world(mesh);
-    uint32_t ncp = ck_plan_nshards(s->pcopy), first_file = s->nfiles, nw = 0;
-    for (uint64_t r = 0; r < world; r++)
-        nw += ck_plan_file_size(s->pcopy, r) > 0;
-    if (nw == 0)
-        return 0;
-    int r = -ENOMEM;
-    uint32_t *file_of = calloc(world, sizeof *file_of);
-    ck_wfile *wf = calloc(nw, sizeof *wf);
-    ck_src *srcs = calloc(ncp, sizeof *srcs);
-    char (*paths)[PATH_MAX] = calloc(nw, sizeof *paths);
-    uint32_t *pos = calloc(nw, sizeof *pos);
+    uint32_t ncp = ck_plan_nshards(s->pcopy), first_file = s->nfiles;
+    ck_rank_files rf;
     ck_hashpool *pool = NULL;
-    s->fills = calloc(ncp, sizeof *s->fills);
-    if (!file_of || !wf || !srcs || !paths || !pos || !s->fills)
+    int r = ck__rank_files(s->pcopy, s->pending, hashed ? block : 0, &rf);
+    if (r == 0 && rf.n == 0) {
+        ck__rank_files_free(&rf);
+        return 0;
+    }
+    if (r == 0 && !(s->fills = calloc(ncp ? ncp : 1, sizeof *s->fills)))
+        r = -ENOMEM;
+    if (r < 0)
         goto out;
-    for (uint64_t rk = 0; rk < world; rk++) {
-        if (!ck_plan_file_size(s->pcopy, rk))
-            continue;
-        ck_file *nf = &s->files[s->nfiles];
-        snprintf(nf->name, sizeof nf->name, "rank-%05llu.dat", (unsigned long long)rk);
-        nf->size = ck_plan_file_size(s->pcopy, rk);
-        nf->rank = (uint32_t)rk;
-        uint32_t w = s->nfiles - first_file;
-        snprintf(paths[w], PATH_MAX, "%s/%s", s->pending, nf->name);
-        wf[w].path = paths[w];
-        wf[w].size = nf->size;
-        if (hashed) {
-            s->hashes[s->nfiles] = malloc(((nf->size + block - 1) / block) * CK_HASH_LEN + 1);
-            if (!s->hashes[s->nfiles])
-                goto out;
-            wf[w].hashes = s->hashes[s->nfiles];
-        }
-        file_of[rk] = ++s->nfiles;
+    /* The copies' files follow the linked ones; their hashes move to the manifest's. */
+    for (uint32_t f = 0; f < rf.n; f++) {
+        s->files[s->nfiles] = rf.files[f];
+        s->hashes[s->nfiles++] = rf.hashes[f];
+        rf.hashes[f] = NULL;
     }
-    for (uint32_t i = 0; i < ncp; i++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(s->pcopy, i);
-        if (ps->bytes)
-            wf[file_of[ps->writer] - 1 - first_file].nsrcs++;
-    }
-    for (uint32_t w = 0, acc = 0; w < nw; w++) {
-        wf[w].srcs = srcs + acc;
-        acc += wf[w].nsrcs;
-    }
-    /* Plan shards come in tensor order and each rank's offsets grow with them, so
-     * every file's runs come out sorted; the shard records get their one extent. */
+    /* Each copied shard's run reads the old data; its record gets its one extent. */
     for (uint32_t k = 0, sh0 = 0; k < s->nt; sh0 += s->T[k++].t.n_shards) {
         const rtensor *rt = &s->T[k];
         if (!rt->copy)
             continue;
         for (uint32_t j = 0; j < rt->t.n_shards; j++) {
-            const ck_plan_shard *ps = ck_plan_shard_at(s->pcopy, rt->first + j);
+            uint32_t i = rt->first + j;
+            const ck_plan_shard *ps = ck_plan_shard_at(s->pcopy, i);
             if (!ps->bytes)
                 continue;
-            uint32_t w = file_of[ps->writer] - 1 - first_file, i = rt->first + j;
             s->fills[i] = (fill_src){ .rs = s, .tensor = k, .box = ps->box };
-            ((ck_src *)wf[w].srcs)[pos[w]++] = (ck_src){ .file_off = ps->file_off,
-                .len = ps->bytes, .fill = fill, .arg = &s->fills[i] };
+            rf.srcs[rf.shard_src[i]].fill = fill;
+            rf.srcs[rf.shard_src[i]].arg = &s->fills[i];
             s->ext_first[sh0 + j] = s->next;
             s->shards[sh0 + j].n_extents = 1;
-            if ((r = push_ext(s, (ck_extent){ .file = file_of[ps->writer] - 1,
-                                              .off = ps->file_off, .len = ps->bytes })) < 0)
+            uint32_t file = first_file + rf.file_of[ps->writer] - 1;
+            if ((r = push_ext(s, (ck_extent){ .file = file, .off = ps->file_off,
+                                              .len = ps->bytes })) < 0)
                 goto out;
             s->st->bytes_copied += ps->bytes;
         }
@@ -428,10 +402,10 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
                           .mem_limit = s->o->mem_limit, .log = s->o->log,
                           .progress = s->o->progress, .cb_arg = s->o->cb_arg };
     ck_writer_stats ws = { 0 };
-    r = ck_write_files(&wo, wf, nw, &ws, err);
+    r = ck_write_files(&wo, rf.wf, rf.n, &ws, err);
     if (r < 0 && s->fill_err.code)
         ck_err_set(err, r, "%s", ck_err_msg(&s->fill_err));
-    s->st->files_written = nw;
+    s->st->files_written = rf.n;
     s->st->file_bytes = ws.bytes;
     s->st->direct = ws.direct;
 out:
@@ -440,11 +414,7 @@ out:
     ck_hashpool_free(pool);
     ck_readers_close(s->readers);
     s->readers = NULL;
-    free(file_of);
-    free(wf);
-    free(srcs);
-    free(paths);
-    free(pos);
+    ck__rank_files_free(&rf);
     return r;
 }
 

@@ -25,6 +25,7 @@
 #include "ck/catalog.h"
 #include "ck/plan.h"
 #include "commit.h"
+#include "rankfiles.h"
 #include "manifest.h"
 
 typedef struct shard_src {
@@ -33,18 +34,12 @@ typedef struct shard_src {
     void *arg;
 } shard_src;
 
-/* The manifest's view and the writer's: files, their sources, and the shard records. */
+/* The manifest's view and the writer's: the files and their runs, and the shard
+ * records. */
 typedef struct layout {
-    ck_file *files;
-    uint32_t nfiles;
-    ck_wfile *wfiles;
-    ck_src *srcs;                  /* per shard source, grouped by file */
-    uint32_t *first_src;           /* per file: index of its first src */
-    uint32_t *src_shard;           /* per src: the plan shard it carries */
-    char (*paths)[PATH_MAX];
+    ck_rank_files F;
     ck_shard *shards;
     ck_extent *ext;
-    uint8_t **hashes;
 } layout;
 
 struct ck_save {
@@ -69,7 +64,6 @@ struct ck_save {
     /* Set by ck_save_prepare: */
     bool prepared;
     uint32_t block;
-    uint32_t *file_of;             /* rank -> data file id + 1, 0: writes nothing */
     const void **image;            /* per file: the whole file in memory, or NULL */
     bool *written;                 /* per file: durable */
     ck_hashpool *pool;
@@ -269,8 +263,7 @@ static void save_free(ck_save *s)
 {
     ck_hashpool_free(s->pool);
     layout_free(&s->L);
-    free(s->file_of);
-    free(s->image);
+        free(s->image);
     free(s->written);
     pthread_mutex_destroy(&s->mu);
     ck_plan_free(s->plan);
@@ -294,85 +287,30 @@ static double now_s(void)
 
 static void layout_free(layout *L)
 {
-    if (L->hashes)
-        for (uint32_t f = 0; f < L->nfiles; f++)
-            free(L->hashes[f]);
-    free(L->hashes);
-    free(L->files);
-    free(L->wfiles);
-    free(L->srcs);
-    free(L->first_src);
-    free(L->src_shard);
-    free(L->paths);
+    ck__rank_files_free(&L->F);
     free(L->shards);
     free(L->ext);
     memset(L, 0, sizeof *L);
 }
 
-/* Files, shard records and extents from the plan; where each shard's bytes go. */
-static int build_layout(ck_save *s, ck_err *err)
+/* Files and their runs from the plan, then the shard records with their extents. */
+static int build_layout(ck_save *s)
 {
     layout *L = &s->L;
     const ck_mesh *mesh = ck_plan_mesh(s->plan);
-    uint64_t world = ck_mesh_world(mesh);
     uint32_t nsh = ck_plan_nshards(s->plan);
-    s->file_of = calloc(world, sizeof *s->file_of);
-    if (!s->file_of)
-        return -ENOMEM;
-    for (uint64_t r = 0; r < world; r++)
-        if (ck_plan_file_size(s->plan, r) > 0)
-            s->file_of[r] = ++L->nfiles;
-    uint32_t nf = L->nfiles ? L->nfiles : 1;
-    L->files = calloc(nf, sizeof *L->files);
-    L->wfiles = calloc(nf, sizeof *L->wfiles);
-    L->first_src = calloc(nf, sizeof *L->first_src);
-    L->paths = calloc(nf, sizeof *L->paths);
-    L->hashes = calloc(nf, sizeof *L->hashes);
-    L->srcs = calloc(nsh ? nsh : 1, sizeof *L->srcs);
-    L->src_shard = calloc(nsh ? nsh : 1, sizeof *L->src_shard);
-    L->shards = calloc(nsh ? nsh : 1, sizeof *L->shards);
-    L->ext = calloc(nsh ? nsh : 1, sizeof *L->ext);
+    int r = ck__rank_files(s->plan, s->pending, s->o.no_hash ? 0 : s->block, &L->F);
+    if (r < 0)
+        return r;
+    size_t nf = L->F.n ? L->F.n : 1, ns = nsh ? nsh : 1;
+    L->shards = calloc(ns, sizeof *L->shards);
+    L->ext = calloc(ns, sizeof *L->ext);
     s->image = calloc(nf, sizeof *s->image);
     s->written = calloc(nf, sizeof *s->written);
-    if (!L->files || !L->wfiles || !L->first_src || !L->paths || !L->hashes || !L->srcs || !L->src_shard ||
-        !L->shards || !L->ext || !s->image || !s->written)
-        return -ENOMEM;
-    for (uint64_t rank = 0; rank < world; rank++) {
-        uint32_t f = s->file_of[rank];
-        if (!f--)
-            continue;
-        ck_file *cf = &L->files[f];
-        snprintf(cf->name, sizeof cf->name, "rank-%05llu.dat", (unsigned long long)rank);
-        cf->size = ck_plan_file_size(s->plan, rank);
-        cf->rank = (uint32_t)rank;
-        snprintf(L->paths[f], PATH_MAX, "%s/%s", s->pending, cf->name);
-        L->wfiles[f].path = L->paths[f];
-        L->wfiles[f].size = cf->size;
-        if (!s->o.no_hash) {
-            L->hashes[f] = malloc(((cf->size + s->block - 1) / s->block) * CK_HASH_LEN + 1);
-            if (!L->hashes[f])
-                return -ENOMEM;
-            L->wfiles[f].hashes = L->hashes[f];
-        }
-    }
-    /* Plan shards are in (tensor, index) order and a rank's file offsets grow as the
-     * plan assigns them, so each file's runs come out sorted. Count, then place. */
-    for (uint32_t i = 0; i < nsh; i++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(s->plan, i);
-        if (ps->bytes)
-            L->wfiles[s->file_of[ps->writer] - 1].nsrcs++;
-    }
-    for (uint32_t f = 0, acc = 0; f < L->nfiles; f++) {
-        L->first_src[f] = acc;
-        L->wfiles[f].srcs = L->srcs + acc;
-        acc += L->wfiles[f].nsrcs;
-    }
-    uint32_t *pos = calloc(nf, sizeof *pos);
-    if (!pos)
+    if (!L->shards || !L->ext || !s->image || !s->written)
         return -ENOMEM;
     for (uint32_t t = 0; t < s->ntensors; t++) {
-        const ck_tensor *ten = &s->tensors[t];
-        for (uint32_t j = 0; j < ten->n_shards; j++) {
+        for (uint32_t j = 0; j < s->tensors[t].n_shards; j++) {
             uint32_t i = s->tensor_first[t] + j;
             const ck_plan_shard *ps = ck_plan_shard_at(s->plan, i);
             ck_shard *sh = &L->shards[i];
@@ -383,15 +321,11 @@ static int build_layout(ck_save *s, ck_err *err)
             sh->ext = &L->ext[i];
             if (!ps->bytes)
                 continue;
-            uint32_t f = s->file_of[ps->writer] - 1;
             sh->n_extents = 1;
-            L->ext[i] = (ck_extent){ .file = f, .off = ps->file_off, .len = ps->bytes };
-            L->src_shard[L->first_src[f] + pos[f]] = i;
-            L->srcs[L->first_src[f] + pos[f]++] = (ck_src){ .file_off = ps->file_off,
-                                                            .len = ps->bytes };
+            L->ext[i] = (ck_extent){ .file = L->F.file_of[ps->writer] - 1, .off = ps->file_off,
+                                     .len = ps->bytes };
         }
     }
-    free(pos);
     return 0;
 }
 
@@ -408,7 +342,7 @@ static int prepare_at(ck_save *s, const char *token, ck_err *err)
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
     int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, err);
     if (r == 0)
-        r = build_layout(s, err);
+        r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
     if (r == 0 && (r = ck_hashpool_new(s->o.hash_threads, &s->pool)) < 0)
         ck_err_set(err, r, "starting worker threads: %s", strerror(-r));
@@ -443,12 +377,12 @@ int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes,
     *len = 0;
     if (!s->prepared || rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
         return -EINVAL;
-    uint32_t f = s->file_of[rank];
+    uint32_t f = s->L.F.file_of[rank];
     if (!f-- || s->o.no_hash)
         return 0;
     if (!s->written[f])
         return -EAGAIN;
-    *hashes = s->L.hashes[f];
+    *hashes = s->L.F.hashes[f];
     *len = ck_save_hash_bytes(s, rank);
     return 0;
 }
@@ -461,9 +395,9 @@ static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
     if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
-    if (s->file_of[rank] == 0)
+    if (s->L.F.file_of[rank] == 0)
         return 0;
-    *f = s->file_of[rank] - 1;
+    *f = s->L.F.file_of[rank] - 1;
     return 1;
 }
 
@@ -478,9 +412,9 @@ int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t 
     if (len != want)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu reported %zu bytes of hashes "
                           "for %s, which needs %zu", s->name, (unsigned long long)rank, len,
-                          s->L.files[f].name, want);
+                          s->L.F.files[f].name, want);
     if (want)
-        memcpy(s->L.hashes[f], hashes, want);
+        memcpy(s->L.F.hashes[f], hashes, want);
     pthread_mutex_lock(&s->mu);
     s->written[f] = true;
     pthread_mutex_unlock(&s->mu);
@@ -511,7 +445,7 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
-    uint32_t f = s->file_of[rank];
+    uint32_t f = s->L.F.file_of[rank];
     if (f)
         s->image[f - 1] = image;
     return 0;
@@ -522,19 +456,19 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
 static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
 {
     layout *L = &s->L;
-    ck_wfile *wf = &L->wfiles[f];
-    ck_src *src = L->srcs + L->first_src[f];
+    ck_wfile *wf = &L->F.wf[f];
+    ck_src *src = (ck_src *)wf->srcs;
     for (uint32_t j = 0; j < wf->nsrcs; j++) {
         if (s->image[f]) {
             src[j].mem = (const uint8_t *)s->image[f] + src[j].file_off;
             continue;
         }
-        uint32_t i = L->src_shard[L->first_src[f] + j];
+        uint32_t i = L->F.src_shard[(size_t)(src - L->F.srcs) + j];
         const shard_src *ss = &s->src[i];
         if (!ss->mem && !ss->fill)
             return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %u never offered "
                               "its shard %u", s->name, s->tensors[L->shards[i].tensor].name,
-                              L->files[f].rank, L->shards[i].idx);
+                              L->F.files[f].rank, L->shards[i].idx);
         src[j].mem = ss->mem;
         src[j].fill = ss->fill;
         src[j].arg = ss->arg;
@@ -551,7 +485,7 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
     int r = 0;
     for (uint32_t k = 0; k < n && r == 0; k++) {
         r = bind_sources(s, ids[k], err);
-        wf[k] = s->L.wfiles[ids[k]];
+        wf[k] = s->L.F.wf[ids[k]];
     }
     ck_writer_stats ws = { .direct = true };
     if (r == 0) {
@@ -591,7 +525,7 @@ void ck_save_abort(ck_save *s)
 {
     if (!s)
         return;
-    ck__pending_remove(s->e, s->pending, s->L.files, s->L.nfiles);
+    ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
     save_free(s);
 }
 
@@ -601,9 +535,9 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
     bool committed = false;
     int r = ck_save_prepare(s, err);
     uint32_t *todo = NULL, n = 0;
-    if (r == 0 && !(todo = malloc((s->L.nfiles ? s->L.nfiles : 1) * sizeof *todo)))
+    if (r == 0 && !(todo = malloc((s->L.F.n ? s->L.F.n : 1) * sizeof *todo)))
         r = -ENOMEM;
-    for (uint32_t f = 0; r == 0 && f < s->L.nfiles; f++)
+    for (uint32_t f = 0; r == 0 && f < s->L.F.n; f++)
         if (!s->written[f])
             todo[n++] = f;
     if (r == 0)
@@ -613,24 +547,24 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
         ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
                          .mesh = *ck_plan_mesh(s->plan), .block_size = s->block,
                          .hashed = !s->o.no_hash, .n_tensors = s->ntensors,
-                         .n_shards = ck_plan_nshards(s->plan), .n_files = s->L.nfiles,
+                         .n_shards = ck_plan_nshards(s->plan), .n_files = s->L.F.n,
                          .n_blobs = s->nblobs };
         snprintf(info.name, sizeof info.name, "%s", s->name);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         info.time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-        for (uint32_t f = 0; f < s->L.nfiles; f++)
-            info.data_bytes += s->L.files[f].size;
+        for (uint32_t f = 0; f < s->L.F.n; f++)
+            info.data_bytes += s->L.F.files[f].size;
         for (uint32_t i = 0; i < info.n_shards; i++)
             info.tensor_bytes += ck_plan_shard_at(s->plan, i)->bytes;
         s->st.tensor_bytes = info.tensor_bytes;
         ck_manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
-                          .files = s->L.files, .hashes = (const uint8_t *const *)s->L.hashes,
+                          .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
                           .blobs = s->blobs };
         r = ck__publish(s->e, s->root, s->pending, &m, !s->o.no_catalog, &committed, err);
     }
     if (!committed)
-        ck__pending_remove(s->e, s->pending, s->L.files, s->L.nfiles);
+        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
     s->st.total_seconds = now_s() - t0;
     if (stats)
         *stats = s->st;
