@@ -637,3 +637,20 @@ bool bench_report(const bench_opts *o, const bench_info *in, const bench_fig *fi
     fflush(stdout);
     return all;
 }
+
+int bench_prepare(const bench_opts *o, bench_layout *L, uint8_t **buf, double **secs,
+                  unsigned nfig)
+{
+    if (bench_layout_make(o, L) < 0)
+        return -1;
+    *buf = bench_alloc(o, L->total);
+    double *store = calloc((size_t)nfig * o->repeat, sizeof *store);
+    if (!*buf || !store) {
+        free(*buf);
+        free(store);
+        return -1;
+    }
+    for (unsigned f = 0; f < nfig; f++)
+        secs[f] = store + (size_t)f * o->repeat;
+    return 0;
+}

@@ -57,6 +57,11 @@ uint64_t bench_shard_off(const bench_layout *L, unsigned tensor, unsigned rank);
  * stay out of the timings. NULL after reporting. */
 void *bench_alloc(const bench_opts *o, uint64_t len);
 
+/* What both save-bw and load-bw start from: the layout, one buffer of the whole size,
+ * and nfig arrays of o->repeat timings (secs[f][k]; secs[0] owns them all). */
+int bench_prepare(const bench_opts *o, bench_layout *L, uint8_t **buf, double **secs,
+                  unsigned nfig);
+
 /* A cheap pattern that differs per shard and per word, so that a shard read from the
  * wrong place, a stale buffer or zeros cannot pass the check. */
 void bench_fill(void *buf, uint64_t len, unsigned tensor, unsigned rank);

@@ -73,15 +73,10 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     bench_layout L;
-    if (bench_layout_make(&o, &L) < 0)
-        return EXIT_USAGE;
-    uint8_t *buf = bench_alloc(&o, L.total);
-    double *store = calloc((size_t)F_N * o.repeat, sizeof *store);
-    if (!buf || !store)
-        return EXIT_USAGE;
+    uint8_t *buf;
     double *secs[F_N];
-    for (unsigned f = 0; f < F_N; f++)
-        secs[f] = store + (size_t)f * o.repeat;
+    if (bench_prepare(&o, &L, &buf, secs, F_N) < 0)
+        return EXIT_USAGE;
     bench_fill_all(&L, buf);
 
     double loadavg = bench_loadavg();
@@ -116,7 +111,7 @@ int main(int argc, char **argv)
         bench_report(&o, &in, figs, F_N);
     }
     bench_hasher_free(h);
-    free(store);
+    free(secs[0]);
     free(buf);
     return r == 0 ? EXIT_OK : EXIT_USAGE;
 }
