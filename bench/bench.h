@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ck/hash.h"
+#include "io/hash.h"
 #include "ck/save.h"
 #include "ck/types.h"
 

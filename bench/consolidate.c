@@ -3,7 +3,7 @@
  * (issue 4): >= 0.8x raw; peak RSS <= 300 MiB. */
 #include <stdio.h>
 
-#include "ck/safetensors.h"
+#include "export/safetensors.h"
 #include "rsbench.h"
 #include "tool.h"
 

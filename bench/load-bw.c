@@ -17,6 +17,7 @@
 
 #include "bench.h"
 #include "ck/ckpt.h"
+#include "ck/load.h"
 #include "tool.h"
 
 static const char *prog = "load-bw";

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proto.h"
+#include "async/proto.h"
 
 static void usage(FILE *f)
 {

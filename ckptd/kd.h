@@ -23,8 +23,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "client_saver.h"
-#include "proto.h"
+#include "async/saver.h"
+#include "async/proto.h"
 
 #define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
 

@@ -21,7 +21,7 @@
 
 #include "kd.h"
 
-#include "ck/writer.h"
+#include "io/writer.h"
 
 enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CLIENT0 = 16 };
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ck/safetensors.h"
+#include "export/safetensors.h"
 #include "tool.h"
 
 static const char *prog = "ckpt-consolidate";

@@ -16,9 +16,9 @@
 #include "ck/catalog.h"
 #include "ck/client.h"
 #include "ck/load.h"
-#include "ck/plan.h"
+#include "model/plan.h"
 #include "ck/save.h"
-#include "ck/safetensors.h"
+#include "export/safetensors.h"
 
 /* Connected, every rank has one client and stages its own part in ckptd's shared
  * memory. Embedded, every rank runs its own writer: it copies its shards into its

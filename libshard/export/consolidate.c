@@ -1,5 +1,5 @@
 /* consolidate.c - a checkpoint's full tensors as safetensors files (see
- * ck/safetensors.h).
+ * export/safetensors.h).
  *
  * Each output file is one run of bytes produced on demand: the header, then each
  * tensor's row-major bytes read through ck_reader (converted f32 <-> bf16 on the way
@@ -8,7 +8,7 @@
  * exact length (the writer works in whole pages), made durable and renamed into
  * place, so a reader never sees half a file.
  */
-#include "ck/safetensors.h"
+#include "export/safetensors.h"
 
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -23,10 +23,11 @@
 #include <unistd.h>
 
 #include "cast.h"
-#include "ck/hash.h"
+#include "io/hash.h"
 #include "ck/load.h"
-#include "ck/writer.h"
-#include "enc.h"
+#include "io/writer.h"
+#include "format/enc.h"
+#include "model/grow.h"
 
 #define SCRATCH (8u << 20)   /* conversion buffer: source bytes per read */
 

@@ -1,6 +1,6 @@
 /* safetensors.c - the safetensors header: layout for writing, checks for reading
- * (see ck/safetensors.h). */
-#include "ck/safetensors.h"
+ * (see export/safetensors.h). */
+#include "export/safetensors.h"
 
 #include <fcntl.h>
 #include <jansson.h>

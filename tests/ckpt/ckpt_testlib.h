@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ck/ckpt.h"
+#include "ck/load.h"
 #include "ck/synth.h"
 #include "ck/verify.h"
 

@@ -31,7 +31,7 @@
 
 #include <lmdb.h>
 
-#include "manifest.h"
+#include "format/manifest.h"
 
 static const char *mpath;
 static MDB_env *env;

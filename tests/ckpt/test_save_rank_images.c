@@ -4,7 +4,7 @@
  * the result equals the formula and deep-verifies. Misuse gets errors. */
 #include <pthread.h>
 
-#include "ck/plan.h"
+#include "model/plan.h"
 #include "ck/save.h"
 #include "ckpt_testlib.h"
 

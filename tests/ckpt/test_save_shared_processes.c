@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 
 #include "ck/catalog.h"
-#include "ck/plan.h"
+#include "model/plan.h"
 #include "ck/save.h"
 #include "ckpt_testlib.h"
 

@@ -10,7 +10,7 @@
 #include "ck/layout.h"
 #include "ck/load.h"
 #include "kd_testlib.h"
-#include "proto.h"
+#include "async/proto.h"
 
 #define KC_MAX_WORLD 8
 #define KC_MAX_T 8

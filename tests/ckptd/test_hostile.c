@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 
 #include "kd_testlib.h"
-#include "proto.h"
+#include "async/proto.h"
 
 static int conn(const char *sock)
 {

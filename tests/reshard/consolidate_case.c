@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "ck/safetensors.h"
+#include "export/safetensors.h"
 #include "ck/save.h"
 #include "ckpt_testlib.h"
 

@@ -25,7 +25,6 @@
 
 #define CK_NAME_MAX    256            /* checkpoint, tensor and blob names, with the NUL */
 #define CK_FILE_NAME_MAX 64
-#define CK_ALIGN       4096u          /* extents and data file sizes are multiples */
 #define CK_HASH_LEN    32             /* SHA-256 */
 #define CK_BLOB_MAX    (64u << 20)    /* a blob is metadata, not a tensor */
 #define CK_MANIFEST    "manifest.mdb"
@@ -113,10 +112,5 @@ int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, siz
                                          void *arg), void *arg, ck_err *err);
 /* A copy of a blob's bytes (malloc'd). */
 int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err);
-
-/* Reads len bytes starting at byte off of a shard's data into dst, through its
- * extents, with io_uring. */
-int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
-                  ck_err *err);
 
 #endif

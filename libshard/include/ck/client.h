@@ -38,7 +38,6 @@
 
 #include "ck/ckpt.h"
 #include "ck/engine.h"
-#include "ck/writer.h"
 
 typedef struct ck_client ck_client;
 typedef struct ck_client_save ck_client_save;

@@ -41,6 +41,11 @@ int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement 
  * to check that a dim-0 reshard reads each saved extent in one piece). */
 uint64_t ck_reader_last_reads(const ck_reader *rd);
 
+/* Reads len bytes starting at byte off of a saved shard's data into dst, through its
+ * extents, with io_uring (the shard as ck_shards_get gives it, not a box). */
+int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
+                  ck_err *err);
+
 /* ---- readers for many threads ----
  * A ck_ckpt and its readers serve one thread at a time. Fills that run on the writer's
  * worker pool (copy resharding, consolidation) read through a ck_readers instead: each

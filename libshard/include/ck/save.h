@@ -8,7 +8,7 @@
  *   ck_save_commit(s, &stats, &err);   // durable and visible, or nothing visible
  *
  * Shards are offered per rank, as every rank of a mesh saves its local shard; of the
- * replicas of a shard only the one the plan names (ck/plan.h) is written, and the
+ * replicas of a shard only the one the plan names (model/plan.h) is written, and the
  * others' offers are ignored. The data goes to ROOT/.pending/NAME.XXXXXX/, the
  * manifest last; a rename publishes the directory as ROOT/NAME (docs/FORMAT.md,
  * "Commit protocol"). On any error, or when ck_save_abort is called, the pending
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
-#include "ck/writer.h"
+#include "ck/engine.h"
 
 typedef struct ck_save_opts {
     ck_engine *engine;          /* NULL: the default engine */

@@ -72,4 +72,18 @@ void ck_placements_default(int mesh_ndim, ck_placement *out);
  * Rejects negative, fractional, overflowing or empty input. */
 int ck_size_parse(const char *s, uint64_t *out, ck_err *err);
 
+/* Produces bytes on demand: fills dst with len bytes starting at byte off of a
+ * source (a shard, a file). 0 or -errno. Saves take one instead of memory when the
+ * bytes are generated or streamed (ckpt-synth, copy reshards, consolidation). */
+typedef int (*ck_fill_fn)(void *arg, uint64_t off, void *dst, size_t len);
+
+/* Extents and data file sizes are multiples of this, so that files can be written
+ * and read with O_DIRECT. */
+#define CK_ALIGN 4096u
+
+/* The data path's defaults: the hash block of data files (docs/FORMAT.md) and the
+ * size of one write or read. */
+#define CK_BLOCK_SIZE_DEFAULT (4u << 20)
+#define CK_IO_SIZE_DEFAULT    (1u << 20)
+
 #endif

@@ -1,0 +1,229 @@
+/* proto.c - encoding and decoding ckptd messages (see proto.h). */
+#include "async/proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ck_decl_free(ck_decl *d)
+{
+    free(d->tensors);
+    free(d->blobs);
+    d->tensors = NULL;
+    d->blobs = NULL;
+}
+
+bool ck_decl_blob_bytes(const ck_decl *d, uint64_t *out)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < d->nblobs; i++) {
+        if (d->blobs[i].len > UINT64_MAX - sum)
+            return false;
+        sum += d->blobs[i].len;
+    }
+    *out = sum;
+    return true;
+}
+
+void ck_proto_start(ck_wbuf *w, uint16_t type)
+{
+    w->len = 0;
+    ck_put_u32(w, CK_PROTO_MAGIC);
+    ck_put_u16(w, CK_PROTO_VERSION);
+    ck_put_u16(w, type);
+    ck_put_u32(w, 0);
+    ck_put_u32(w, 0);
+}
+
+int ck_proto_end(ck_wbuf *w)
+{
+    if (w->oom)
+        return -ENOMEM;
+    uint32_t n = (uint32_t)(w->len - CK_PROTO_HDR);
+    for (int i = 0; i < 4; i++)
+        w->p[8 + i] = (uint8_t)(n >> (8 * i));
+    return 0;
+}
+
+int ck_proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *len,
+                    ck_err *err)
+{
+    ck_rbuf r = ck_rbuf_make(hdr, CK_PROTO_HDR);
+    uint32_t magic = ck_get_u32(&r);
+    uint16_t version = ck_get_u16(&r);
+    *type = ck_get_u16(&r);
+    *len = ck_get_u32(&r);
+    uint32_t zero = ck_get_u32(&r);
+    if (magic != CK_PROTO_MAGIC || zero != 0)
+        return ck_err_set(err, -EPROTO, "not a ckptd message (bad magic or header)");
+    if (version != CK_PROTO_VERSION)
+        return ck_err_set(err, -EPROTONOSUPPORT, "protocol version %u (this build speaks %u)",
+                          version, CK_PROTO_VERSION);
+    if (*len > CK_PROTO_MAX_MSG)
+        return ck_err_set(err, -EMSGSIZE, "message of %u bytes (at most %u)", *len,
+                          CK_PROTO_MAX_MSG);
+    return 0;
+}
+
+static void put_mesh(ck_wbuf *w, const ck_mesh *m)
+{
+    ck_put_u8(w, (uint8_t)m->ndim);
+    for (int i = 0; i < m->ndim; i++) {
+        ck_put_u32(w, m->size[i]);
+        ck_put_str(w, m->name[i]);
+    }
+}
+
+static void get_mesh(ck_rbuf *r, ck_mesh *m)
+{
+    memset(m, 0, sizeof *m);
+    m->ndim = ck_get_u8(r);
+    if (m->ndim < 1 || m->ndim > CK_MAX_MESH_DIMS) {
+        r->bad = true;
+        return;
+    }
+    for (int i = 0; i < m->ndim; i++) {
+        m->size[i] = ck_get_u32(r);
+        ck_get_str(r, m->name[i], sizeof m->name[i]);
+    }
+}
+
+void ck_proto_put_decl(ck_wbuf *w, const ck_decl *d)
+{
+    ck_put_str(w, d->name);
+    ck_put_u64(w, d->step);
+    put_mesh(w, &d->mesh);
+    ck_put_u64(w, d->rank);
+    ck_put_u64(w, d->world);
+    ck_put_u8(w, d->no_hash);
+    ck_put_u64(w, d->staging_size);
+    ck_put_u32(w, d->ntensors);
+    for (uint32_t i = 0; i < d->ntensors; i++) {
+        const ck_decl_tensor *t = &d->tensors[i];
+        ck_put_str(w, t->name);
+        ck_put_u8(w, t->dtype);
+        ck_put_u8(w, t->ndim);
+        for (int k = 0; k < t->ndim; k++)
+            ck_put_u64(w, t->shape[k]);
+        for (int k = 0; k < d->mesh.ndim; k++) {
+            ck_put_u8(w, t->pl[k].kind);
+            ck_put_u8(w, t->pl[k].dim);
+        }
+    }
+    ck_put_u32(w, d->nblobs);
+    for (uint32_t i = 0; i < d->nblobs; i++) {
+        ck_put_str(w, d->blobs[i].name);
+        ck_put_u64(w, d->blobs[i].len);
+    }
+}
+
+int ck_proto_get_decl(const void *p, size_t len, ck_decl *d, ck_err *err)
+{
+    ck_rbuf r = ck_rbuf_make(p, len);
+    memset(d, 0, sizeof *d);
+    ck_get_str(&r, d->name, sizeof d->name);
+    d->step = ck_get_u64(&r);
+    get_mesh(&r, &d->mesh);
+    d->rank = ck_get_u64(&r);
+    d->world = ck_get_u64(&r);
+    d->no_hash = ck_get_u8(&r) != 0;
+    d->staging_size = ck_get_u64(&r);
+    d->ntensors = ck_get_u32(&r);
+    /* A tensor takes at least 6 bytes on the wire: the count cannot promise more
+     * records than the message holds, so a hostile count allocates nothing big. */
+    if (r.bad || d->ntensors > CK_PROTO_MAX_TENSORS || d->ntensors > (len - r.pos) / 6)
+        goto bad;
+    d->tensors = calloc(d->ntensors ? d->ntensors : 1, sizeof *d->tensors);
+    if (!d->tensors)
+        return ck_err_set(err, -ENOMEM, "out of memory decoding %u tensors", d->ntensors);
+    for (uint32_t i = 0; i < d->ntensors && !r.bad; i++) {
+        ck_decl_tensor *t = &d->tensors[i];
+        ck_get_str(&r, t->name, sizeof t->name);
+        t->dtype = ck_get_u8(&r);
+        t->ndim = ck_get_u8(&r);
+        if (t->ndim > CK_MAX_NDIM)
+            goto bad;
+        for (int k = 0; k < t->ndim; k++)
+            t->shape[k] = ck_get_u64(&r);
+        for (int k = 0; k < d->mesh.ndim; k++) {
+            t->pl[k].kind = ck_get_u8(&r);
+            t->pl[k].dim = ck_get_u8(&r);
+        }
+    }
+    d->nblobs = ck_get_u32(&r);
+    if (r.bad || d->nblobs > CK_PROTO_MAX_BLOBS)
+        goto bad;
+    d->blobs = calloc(d->nblobs ? d->nblobs : 1, sizeof *d->blobs);
+    if (!d->blobs) {
+        ck_decl_free(d);
+        return ck_err_set(err, -ENOMEM, "out of memory decoding %u blobs", d->nblobs);
+    }
+    for (uint32_t i = 0; i < d->nblobs; i++) {
+        ck_get_str(&r, d->blobs[i].name, sizeof d->blobs[i].name);
+        d->blobs[i].len = ck_get_u64(&r);
+    }
+    if (ck_rbuf_done(&r))
+        return 0;
+bad:
+    ck_decl_free(d);
+    return ck_err_set(err, -EBADMSG, "malformed BEGIN message (truncated, trailing bytes, "
+                      "or more than %u tensors / %u blobs)", CK_PROTO_MAX_TENSORS,
+                      CK_PROTO_MAX_BLOBS);
+}
+
+void ck_proto_put_status(ck_wbuf *w, const ck_proto_status *s)
+{
+    ck_put_u64(w, s->staging_limit);
+    ck_put_u64(w, s->staging_used);
+    ck_put_u32(w, s->clients);
+    ck_put_u32(w, s->waiting);
+    ck_put_u32(w, s->n);
+    for (uint32_t i = 0; i < s->n; i++) {
+        const ck_proto_ckpt *c = &s->ckpts[i];
+        ck_put_str(w, c->name);
+        ck_put_u64(w, c->world);
+        ck_put_u64(w, c->joined);
+        ck_put_u64(w, c->staged);
+        ck_put_u64(w, c->durable);
+        ck_put_u64(w, c->bytes_staged);
+        ck_put_u64(w, c->bytes_written);
+        ck_put_u64(w, c->bytes_per_s);
+        ck_put_u32(w, c->clients);
+        ck_put_u8(w, c->commit_requested);
+        ck_put_u8(w, c->state);
+    }
+}
+
+int ck_proto_get_status(const void *p, size_t len, ck_proto_status *s, ck_err *err)
+{
+    ck_rbuf r = ck_rbuf_make(p, len);
+    memset(s, 0, sizeof *s);
+    s->staging_limit = ck_get_u64(&r);
+    s->staging_used = ck_get_u64(&r);
+    s->clients = ck_get_u32(&r);
+    s->waiting = ck_get_u32(&r);
+    s->n = ck_get_u32(&r);
+    if (r.bad || s->n > (len - r.pos) / 60)
+        return ck_err_set(err, -EBADMSG, "malformed STATUS reply");
+    s->ckpts = calloc(s->n ? s->n : 1, sizeof *s->ckpts);
+    if (!s->ckpts)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < s->n; i++) {
+        ck_proto_ckpt *c = &s->ckpts[i];
+        ck_get_str(&r, c->name, sizeof c->name);
+        c->world = ck_get_u64(&r);
+        c->joined = ck_get_u64(&r);
+        c->staged = ck_get_u64(&r);
+        c->durable = ck_get_u64(&r);
+        c->bytes_staged = ck_get_u64(&r);
+        c->bytes_written = ck_get_u64(&r);
+        c->bytes_per_s = ck_get_u64(&r);
+        c->clients = ck_get_u32(&r);
+        c->commit_requested = ck_get_u8(&r);
+        c->state = ck_get_u8(&r);
+    }
+    if (ck_rbuf_done(&r))
+        return 0;
+    free(s->ckpts);
+    s->ckpts = NULL;
+    return ck_err_set(err, -EBADMSG, "malformed STATUS reply");
+}

@@ -1,0 +1,78 @@
+/* async/saver.h - the async save engine, shared by ckptd and the embedded client
+ * (private to the core and ckptd).
+ *
+ * It collects the parts of checkpoints rank by rank and drives ck_save's rank-by-rank
+ * path: the first part of a name begins the save (ck_save_begin, tensors, prepare);
+ * each part whose staging area is filled is written by a worker thread straight from
+ * that memory (ck_save_write_rank) and reported durable; when every rank of the world
+ * is durable and rank 0 has asked for the commit, a worker commits. One state machine
+ * per checkpoint:
+ *
+ *   COLLECTING --(all durable + commit asked)--> COMMITTING --> gone (COMMITTED)
+ *        \------(write error, abandon)--> FAILED (kept so late ranks get the error)
+ *
+ * Events are delivered through opts.event, from worker threads or from the calling
+ * thread, with the saver's lock held: the callback must not call back into the saver.
+ * FAILED is delivered only after every write of the save has stopped, so staging
+ * areas can be released when it arrives; a part's area can be released at its DURABLE.
+ */
+#ifndef CK_ASYNC_SAVER_H
+#define CK_ASYNC_SAVER_H
+
+#include "ck/engine.h"
+#include "async/proto.h"
+
+typedef enum ck_saver_ev_kind {
+    CK_SAVER_DURABLE = 1,
+    CK_SAVER_COMMITTED,
+    CK_SAVER_FAILED,
+} ck_saver_ev_kind;
+
+typedef struct ck_saver_event {
+    ck_saver_ev_kind kind;
+    const char *name;
+    uint64_t rank;          /* DURABLE */
+    int code;               /* FAILED: -errno */
+    const char *msg;        /* FAILED */
+} ck_saver_event;
+
+typedef struct ck_saver_opts {
+    const char *root;
+    ck_engine *engine;      /* NULL: the default engine */
+    unsigned writers;       /* worker threads; 0: 4 */
+    unsigned hash_threads;  /* per save; 0: one per CPU */
+    uint32_t io_size;
+    uint64_t mem_limit;     /* writer buffers, which bound the I/Os in flight; 0: 64 MiB */
+    void (*log)(void *arg, const char *msg);
+    void (*event)(void *arg, const ck_saver_event *ev);
+    void *arg;
+} ck_saver_opts;
+
+typedef struct ck_saver ck_saver;
+
+int ck_saver_new(const ck_saver_opts *o, ck_saver **out, ck_err *err);
+/* Waits for the saves that can finish (every part staged), abandons the others. */
+void ck_saver_free(ck_saver *sv);
+
+/* Registers rank d->rank's part: begins the save on the first part of a name, checks
+ * that later parts declare the same step, mesh and tensors. *image_bytes: the size of
+ * the rank's file image (its staging area holds it, then the blobs). */
+int ck_saver_join(ck_saver *sv, const ck_decl *d, uint64_t *image_bytes, ck_err *err);
+/* The rank's staging area is filled: image (image_bytes, 4 KiB aligned) then the blob
+ * bytes. It must stay valid until the part's DURABLE or the save's FAILED event. */
+int ck_saver_stage(ck_saver *sv, const char *name, uint64_t rank, const void *staging,
+                   ck_err *err);
+/* Rank 0's request: commit as soon as every part is durable. */
+int ck_saver_commit(ck_saver *sv, const char *name, ck_err *err);
+/* Gives up a save that cannot complete (its ranks went away); why goes to FAILED. */
+void ck_saver_abandon(ck_saver *sv, const char *name, const char *why);
+/* Whether every part of the save is staged and its commit was asked for: from then
+ * on it completes without any client. */
+bool ck_saver_committable(ck_saver *sv, const char *name);
+/* Saves not finished yet (collecting or committing). */
+unsigned ck_saver_active(ck_saver *sv);
+
+/* One row per save in flight (malloc'd). */
+int ck_saver_status(ck_saver *sv, ck_proto_ckpt **out, uint32_t *n);
+
+#endif

@@ -1,0 +1,352 @@
+/* manifest.c - writes a checkpoint's manifest (the LMDB schema of docs/FORMAT.md). */
+#include "format/manifest.h"
+#include "model/grow.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void ck_put_version(ck_wbuf *w)
+{
+    ck_put_u16(w, CK_FORMAT_MAJOR);
+    ck_put_u16(w, CK_FORMAT_MINOR);
+}
+
+int ck_get_version(ck_rbuf *r, const char *file, const char *what, ck_err *err)
+{
+    uint16_t major = ck_get_u16(r), minor = ck_get_u16(r);
+    if (r->bad)
+        return ck_err_set(err, -EBADMSG, "%s: record %s is truncated", file, what);
+    if (major != CK_FORMAT_MAJOR)
+        return ck_err_set(err, -EPROTONOSUPPORT,
+                          "%s: record %s has format version %u.%u; this build reads %u.x",
+                          file, what, major, minor, CK_FORMAT_MAJOR);
+    return 0;
+}
+
+int ck_mdb_err(int rc)
+{
+    switch (rc) {
+    case MDB_SUCCESS:
+        return 0;
+    case MDB_NOTFOUND:
+        return -ENOENT;
+    case MDB_MAP_FULL:
+    case MDB_TXN_FULL:
+        return -ENOSPC;
+    case MDB_INVALID:
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_VERSION_MISMATCH:
+    case MDB_INCOMPATIBLE:
+    case MDB_BAD_VALSIZE:
+        return -EBADMSG;
+    default:
+        return rc < 0 ? -EIO : -rc;   /* LMDB passes errno values through */
+    }
+}
+
+/* Offsets in LMDB 0.9's on-disk meta page (lmdb/mdb.c: MDB_page header, MDB_meta). */
+enum {
+    MDB_PAGEHDR = 16,
+    META_MAGIC = MDB_PAGEHDR + 0,       /* u32 0xBEEFC0DE */
+    META_PSIZE = MDB_PAGEHDR + 24,      /* mm_dbs[FREE_DBI].md_pad holds the page size */
+    META_LAST_PG = MDB_PAGEHDR + 120,   /* size_t mm_last_pg */
+    META_TXNID = MDB_PAGEHDR + 128,     /* size_t mm_txnid */
+    META_END = MDB_PAGEHDR + 136,
+};
+
+static uint64_t rd_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+int ck_mdb_precheck(const char *path, ck_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    uint8_t meta[2][META_END];
+    int r = 0;
+    if (fstat(fd, &st) < 0) {
+        r = ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (st.st_size < 2 * 512 || pread(fd, meta[0], META_END, 0) != META_END ||
+        rd_le(meta[0] + META_MAGIC, 4) != 0xBEEFC0DEu) {
+        r = ck_err_set(err, -EBADMSG, "%s: not an LMDB file (%lld bytes, no LMDB meta page)",
+                       path, (long long)st.st_size);
+        goto out;
+    }
+    uint64_t psize = rd_le(meta[0] + META_PSIZE, 4);
+    if (psize < 512 || psize > 65536 || (psize & (psize - 1)) ||
+        (uint64_t)st.st_size < 2 * psize || pread(fd, meta[1], META_END, (off_t)psize) != META_END) {
+        r = ck_err_set(err, -EBADMSG, "%s: truncated or corrupt LMDB file (page size %llu, "
+                       "%lld bytes)", path, (unsigned long long)psize, (long long)st.st_size);
+        goto out;
+    }
+    /* The newest meta page names the last page in use: all of it must be there. */
+    int m = rd_le(meta[1] + META_TXNID, 8) > rd_le(meta[0] + META_TXNID, 8) ? 1 : 0;
+    uint64_t last = rd_le(meta[m] + META_LAST_PG, 8);
+    if (last > (uint64_t)st.st_size / psize || (last + 1) * psize > (uint64_t)st.st_size)
+        r = ck_err_set(err, -EBADMSG, "%s: truncated: its meta page uses %llu pages of %llu "
+                       "bytes, the file has %lld bytes", path, (unsigned long long)(last + 1),
+                       (unsigned long long)psize, (long long)st.st_size);
+out:
+    close(fd);
+    return r;
+}
+
+int ck_blob_append(ck_blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
+                   const void *data, size_t len)
+{
+    if (ck_grow(blobs, cap, (size_t)*n + 1, sizeof **blobs) < 0)
+        return -ENOMEM;
+    void *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, data, len);
+    ck_blob_rec *b = &(*blobs)[(*n)++];
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->data = copy;
+    b->len = len;
+    return 0;
+}
+
+void ck_put_mesh(ck_wbuf *w, const ck_mesh *m)
+{
+    ck_put_u8(w, (uint8_t)m->ndim);
+    for (int d = 0; d < m->ndim; d++) {
+        ck_put_u32(w, m->size[d]);
+        ck_put_str(w, m->name[d]);
+    }
+}
+
+bool ck_get_mesh(ck_rbuf *r, ck_mesh *m)
+{
+    memset(m, 0, sizeof *m);
+    m->ndim = ck_get_u8(r);
+    if (m->ndim < 1 || m->ndim > CK_MAX_MESH_DIMS)
+        return false;
+    uint64_t world = 1;
+    for (int d = 0; d < m->ndim; d++) {
+        m->size[d] = ck_get_u32(r);
+        ck_get_str(r, m->name[d], sizeof m->name[d]);
+        if (m->size[d] == 0)
+            return false;
+        world *= m->size[d];
+        if (world > CK_MAX_WORLD)
+            return false;
+    }
+    return !r->bad;
+}
+
+static void put_info(ck_wbuf *w, const ck_info *in)
+{
+    ck_put_version(w);
+    ck_put_bytes(w, CK_MAGIC, 8);
+    ck_put_str(w, in->name);
+    ck_put_u64(w, in->step);
+    ck_put_u64(w, in->time_ns);
+    ck_put_mesh(w, &in->mesh);
+    ck_put_u32(w, in->block_size);
+    ck_put_u8(w, in->hashed);
+    ck_put_u64(w, in->n_tensors);
+    ck_put_u64(w, in->n_shards);
+    ck_put_u32(w, in->n_files);
+    ck_put_u32(w, in->n_blobs);
+    ck_put_u64(w, in->data_bytes);
+    ck_put_u64(w, in->tensor_bytes);
+}
+
+static void put_tensor(ck_wbuf *w, const ck_tensor *t, int mesh_ndim)
+{
+    ck_put_version(w);
+    ck_put_u32(w, t->id);
+    ck_put_u8(w, (uint8_t)t->dtype);
+    ck_put_u8(w, (uint8_t)t->ndim);
+    for (int d = 0; d < t->ndim; d++)
+        ck_put_u64(w, t->shape[d]);
+    ck_put_u8(w, (uint8_t)mesh_ndim);
+    for (int d = 0; d < mesh_ndim; d++) {
+        ck_put_u8(w, t->pl[d].kind);
+        ck_put_u8(w, t->pl[d].dim);
+    }
+    ck_put_u32(w, t->n_shards);
+}
+
+static void put_shard(ck_wbuf *w, const ck_shard *s, int mesh_ndim)
+{
+    ck_put_version(w);
+    ck_put_u8(w, (uint8_t)mesh_ndim);
+    for (int d = 0; d < mesh_ndim; d++)
+        ck_put_u32(w, s->coord[d]);
+    ck_put_u8(w, (uint8_t)s->box.ndim);
+    for (int d = 0; d < s->box.ndim; d++) {
+        ck_put_u64(w, s->box.off[d]);
+        ck_put_u64(w, s->box.len[d]);
+    }
+    ck_put_u32(w, s->n_extents);
+    for (uint32_t i = 0; i < s->n_extents; i++) {
+        ck_put_u32(w, s->ext[i].file);
+        ck_put_u64(w, s->ext[i].off);
+        ck_put_u64(w, s->ext[i].len);
+    }
+}
+
+static void put_file(ck_wbuf *w, const ck_file *f)
+{
+    ck_put_version(w);
+    ck_put_str(w, f->name);
+    ck_put_u64(w, f->size);
+    ck_put_u32(w, f->rank);
+}
+
+typedef struct mwriter {
+    MDB_txn *txn;
+    ck_wbuf val;
+    const char *path;
+    ck_err *err;
+} mwriter;
+
+/* Puts w's value under key in dbi and resets the buffer. */
+static int mput(mwriter *mw, MDB_dbi dbi, const void *key, size_t klen)
+{
+    if (mw->val.oom)
+        return ck_err_set(mw->err, -ENOMEM, "%s: out of memory encoding a record", mw->path);
+    MDB_val k = { .mv_size = klen, .mv_data = (void *)key };
+    MDB_val v = { .mv_size = mw->val.len, .mv_data = mw->val.p };
+    int rc = mdb_put(mw->txn, dbi, &k, &v, MDB_NOOVERWRITE);
+    mw->val.len = 0;
+    if (rc == MDB_KEYEXIST)
+        return ck_err_set(mw->err, -EEXIST, "%s: duplicate key %.*s", mw->path, (int)klen,
+                          (const char *)key);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(mw->err, ck_mdb_err(rc), "%s: %s", mw->path, mdb_strerror(rc));
+    return 0;
+}
+
+static int write_records(mwriter *mw, const ck_manifest *m, MDB_dbi *dbi)
+{
+    const ck_info *in = &m->info;
+    int r;
+    put_info(&mw->val, in);
+    if ((r = mput(mw, dbi[0], CK_META_KEY, strlen(CK_META_KEY))) < 0)
+        return r;
+    for (uint64_t i = 0; i < in->n_tensors; i++) {
+        put_tensor(&mw->val, &m->tensors[i], in->mesh.ndim);
+        if ((r = mput(mw, dbi[1], m->tensors[i].name, strlen(m->tensors[i].name))) < 0)
+            return r;
+    }
+    for (uint64_t i = 0; i < in->n_shards; i++) {
+        const ck_shard *s = &m->shards[i];
+        uint8_t key[8];
+        ck_be32(key, s->tensor);
+        ck_be32(key + 4, s->idx);
+        put_shard(&mw->val, s, in->mesh.ndim);
+        if ((r = mput(mw, dbi[2], key, sizeof key)) < 0)
+            return r;
+    }
+    for (uint32_t f = 0; f < in->n_files; f++) {
+        uint8_t key[12];
+        ck_be32(key, f);
+        put_file(&mw->val, &m->files[f]);
+        if ((r = mput(mw, dbi[3], key, 4)) < 0)
+            return r;
+        if (!in->hashed || !m->hashes[f])
+            continue;
+        uint64_t nblocks = (m->files[f].size + in->block_size - 1) / in->block_size;
+        for (uint64_t b = 0; b < nblocks; b++) {
+            ck_be64(key + 4, b);
+            ck_put_version(&mw->val);
+            ck_put_bytes(&mw->val, m->hashes[f] + b * CK_HASH_LEN, CK_HASH_LEN);
+            if ((r = mput(mw, dbi[4], key, sizeof key)) < 0)
+                return r;
+        }
+    }
+    for (uint32_t i = 0; i < in->n_blobs; i++) {
+        ck_put_version(&mw->val);
+        ck_put_u64(&mw->val, m->blobs[i].len);
+        ck_put_bytes(&mw->val, m->blobs[i].data, m->blobs[i].len);
+        if ((r = mput(mw, dbi[5], m->blobs[i].name, strlen(m->blobs[i].name))) < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* A generous upper bound of the pages the records need: LMDB's map must be at least
+ * that large, and it costs only address space. */
+static size_t map_size(const ck_manifest *m)
+{
+    const ck_info *in = &m->info;
+    uint64_t bytes = 1u << 20;
+    bytes += in->n_tensors * (CK_NAME_MAX + 256);
+    bytes += in->n_shards * 512;
+    for (uint32_t i = 0; i < in->n_shards; i++)
+        bytes += (uint64_t)m->shards[i].n_extents * 24;
+    for (uint32_t f = 0; f < in->n_files; f++)
+        bytes += 256 + (m->files[f].size / in->block_size + 1) * 128;
+    for (uint32_t i = 0; i < in->n_blobs; i++)
+        bytes += m->blobs[i].len + 4096 + CK_NAME_MAX;
+    return (size_t)(bytes * 4 + (64u << 20));
+}
+
+int ck_manifest_write(ck_engine *e, const char *path, const ck_manifest *m, ck_err *err)
+{
+    static const char *const names[] = { CK_DB_META, CK_DB_TENSORS, CK_DB_SHARDS,
+                                         CK_DB_FILES, CK_DB_HASHES, CK_DB_BLOBS };
+    int r = e->ops->step(e, "manifest");
+    if (r < 0)
+        return ck_err_set(err, r, "%s: writing the manifest: %s", path, strerror(-r));
+    MDB_env *env = NULL;
+    mwriter mw = { .path = path, .err = err };
+    int rc = mdb_env_create(&env);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_set_maxdbs(env, 8);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_set_mapsize(env, map_size(m));
+    /* NOLOCK: one writer and no readers until the rename publishes it; NOSYNC: the
+     * fsync below, through the engine, is the durability point. */
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_txn_begin(env, NULL, 0, &mw.txn);
+    if (rc != MDB_SUCCESS) {
+        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", path, mdb_strerror(rc));
+        goto out;
+    }
+    MDB_dbi dbi[6];
+    for (int i = 0; i < 6; i++) {
+        rc = mdb_dbi_open(mw.txn, names[i], MDB_CREATE, &dbi[i]);
+        if (rc != MDB_SUCCESS) {
+            r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", path, mdb_strerror(rc));
+            goto out;
+        }
+    }
+    r = write_records(&mw, m, dbi);
+    if (r == 0) {
+        rc = mdb_txn_commit(mw.txn);
+        mw.txn = NULL;
+        if (rc != MDB_SUCCESS)
+            r = ck_err_set(err, ck_mdb_err(rc), "%s: commit: %s", path, mdb_strerror(rc));
+    }
+out:
+    if (mw.txn)
+        mdb_txn_abort(mw.txn);
+    if (env)
+        mdb_env_close(env);
+    ck_wbuf_free(&mw.val);
+    if (r == 0) {
+        r = ck_engine_fsync_path(e, path);
+        if (r < 0)
+            ck_err_set(err, r, "%s: fsync: %s", path, strerror(-r));
+    }
+    return r;
+}

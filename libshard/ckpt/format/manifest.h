@@ -1,0 +1,65 @@
+/* format/manifest.h - the manifest's LMDB schema, shared by the writer and the reader
+ * (private to the core; docs/FORMAT.md is the contract it implements). */
+#ifndef CK_FORMAT_MANIFEST_H
+#define CK_FORMAT_MANIFEST_H
+
+#include <lmdb.h>
+
+#include "ck/ckpt.h"
+#include "ck/engine.h"
+#include "format/enc.h"
+
+/* Named databases of a manifest. */
+#define CK_DB_META    "meta"
+#define CK_DB_TENSORS "tensors"
+#define CK_DB_SHARDS  "shards"
+#define CK_DB_FILES   "files"
+#define CK_DB_HASHES  "hashes"
+#define CK_DB_BLOBS   "blobs"
+#define CK_META_KEY   "checkpoint"
+
+typedef struct ck_blob_rec {
+    char name[CK_NAME_MAX];
+    const void *data;
+    size_t len;
+} ck_blob_rec;
+
+/* Appends a copy of blob (name, data, len) to the array *blobs of *n records
+ * (capacity *cap). 0 or -ENOMEM. */
+int ck_blob_append(ck_blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
+                   const void *data, size_t len);
+
+/* Everything a manifest says, as the writer hands it over. Tensor i has id i, and its
+ * shards are shards[tensors[i] first .. ] in index order: shards are sorted by
+ * (tensor, idx). hashes[f] holds the digests of file f's blocks, or NULL. */
+typedef struct ck_manifest {
+    ck_info info;
+    const ck_tensor *tensors;
+    const ck_shard *shards;
+    const ck_file *files;
+    const uint8_t *const *hashes;
+    const ck_blob_rec *blobs;
+} ck_manifest;
+
+/* Writes the manifest at path (a new file) in one transaction, then fsyncs it through
+ * the engine. */
+int ck_manifest_write(ck_engine *e, const char *path, const ck_manifest *m, ck_err *err);
+
+/* Record header: the format version every value starts with. */
+void ck_put_version(ck_wbuf *w);
+/* Checks a value's version; what names the record in the error. */
+int ck_get_version(ck_rbuf *r, const char *file, const char *what, ck_err *err);
+
+/* LMDB maps the file and trusts its meta page: a manifest cut short would fault
+ * (SIGBUS) on the first access past its end. This checks, before LMDB opens path,
+ * that it is at least as long as its newest meta page says. -EBADMSG otherwise. */
+int ck_mdb_precheck(const char *path, ck_err *err);
+
+/* Maps an LMDB return code to an errno-style one: corruption is -EBADMSG. */
+int ck_mdb_err(int rc);
+
+/* The mesh record part, shared with the catalog. */
+void ck_put_mesh(ck_wbuf *w, const ck_mesh *m);
+bool ck_get_mesh(ck_rbuf *r, ck_mesh *m);
+
+#endif

@@ -1,0 +1,558 @@
+/* reader.c - opens a checkpoint and decodes its manifest, validating every record. */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "format/reader_int.h"
+
+
+int ck_name_check(const char *what, const char *name, ck_err *err)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= CK_NAME_MAX)
+        return ck_err_set(err, -EINVAL, "%s name '%.64s' must be 1 to %d bytes", what, name,
+                          CK_NAME_MAX - 1);
+    if (name[0] == '.')
+        return ck_err_set(err, -EINVAL, "%s name '%s' must not start with '.'", what, name);
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return ck_err_set(err, -EINVAL,
+                              "%s name '%s' has a character outside [A-Za-z0-9._-] at byte %zu",
+                              what, name, i);
+    }
+    return 0;
+}
+
+static int bad(ck_ckpt *ck, ck_err *err, const char *fmt, const char *what)
+{
+    return ck_err_set(err, -EBADMSG, fmt, ck->mpath, what);
+}
+
+static int decode_info(ck_ckpt *ck, const MDB_val *v, ck_err *err)
+{
+    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
+    ck_info *in = &ck->info;
+    int rc = ck_get_version(&r, ck->mpath, "meta/" CK_META_KEY, err);
+    if (rc < 0)
+        return rc;
+    const void *magic = ck_get_bytes(&r, 8);
+    if (!magic || memcmp(magic, CK_MAGIC, 8) != 0)
+        return bad(ck, err, "%s: record %s lacks the magic " CK_MAGIC, "meta/" CK_META_KEY);
+    in->major = CK_FORMAT_MAJOR;
+    in->minor = (uint16_t)(((const uint8_t *)v->mv_data)[2] | ((const uint8_t *)v->mv_data)[3] << 8);
+    ck_get_str(&r, in->name, sizeof in->name);
+    in->step = ck_get_u64(&r);
+    in->time_ns = ck_get_u64(&r);
+    bool mesh_ok = ck_get_mesh(&r, &in->mesh);
+    in->block_size = ck_get_u32(&r);
+    in->hashed = ck_get_u8(&r) != 0;
+    in->n_tensors = ck_get_u64(&r);
+    in->n_shards = ck_get_u64(&r);
+    in->n_files = ck_get_u32(&r);
+    in->n_blobs = ck_get_u32(&r);
+    in->data_bytes = ck_get_u64(&r);
+    in->tensor_bytes = ck_get_u64(&r);
+    if (!ck_rbuf_done(&r) || !mesh_ok)
+        return bad(ck, err, "%s: record %s is malformed", "meta/" CK_META_KEY);
+    if (in->block_size < CK_ALIGN || (in->block_size & (in->block_size - 1)))
+        return bad(ck, err, "%s: record %s has a block size that is not a power of two >= 4096",
+                   "meta/" CK_META_KEY);
+    if (in->n_files > CK_MAX_WORLD)
+        return bad(ck, err, "%s: record %s claims more data files than ranks can write",
+                   "meta/" CK_META_KEY);
+    return 0;
+}
+
+static int decode_file(ck_ckpt *ck, uint32_t id, const MDB_val *v, ck_file *f, ck_err *err)
+{
+    char what[32];
+    snprintf(what, sizeof what, "files/%u", id);
+    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck_get_version(&r, ck->mpath, what, err);
+    if (rc < 0)
+        return rc;
+    ck_get_str(&r, f->name, sizeof f->name);
+    f->size = ck_get_u64(&r);
+    f->rank = ck_get_u32(&r);
+    if (!ck_rbuf_done(&r))
+        return bad(ck, err, "%s: record %s is malformed", what);
+    if (ck_name_check("data file", f->name, NULL) < 0)
+        return ck_err_set(err, -EBADMSG, "%s: record %s names file '%s', which is not a plain "
+                          "file name", ck->mpath, what, f->name);
+    if (f->size % CK_ALIGN || f->size > (UINT64_C(1) << 62))
+        return bad(ck, err, "%s: record %s has a size that is unaligned or absurd", what);
+    return 0;
+}
+
+static int open_db(ck_ckpt *ck, const char *name, MDB_dbi *dbi, ck_err *err)
+{
+    int rc = mdb_dbi_open(ck->txn, name, 0, dbi);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, -EBADMSG, "%s: table '%s' is missing (%s)", ck->mpath, name,
+                          mdb_strerror(rc));
+    return 0;
+}
+
+static int load_files(ck_ckpt *ck, ck_err *err)
+{
+    uint32_t n = ck->info.n_files;
+    ck->files = calloc(n ? n : 1, sizeof *ck->files);
+    ck->fds = malloc((n ? n : 1) * sizeof *ck->fds);
+    ck->dfds = malloc((n ? n : 1) * sizeof *ck->dfds);
+    if (!ck->files || !ck->fds || !ck->dfds)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        ck->fds[i] = ck->dfds[i] = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t key[4];
+        ck_be32(key, i);
+        MDB_val k = { .mv_size = 4, .mv_data = key }, v;
+        int rc = mdb_get(ck->txn, ck->db_files, &k, &v);
+        if (rc != MDB_SUCCESS)
+            return ck_err_set(err, -EBADMSG, "%s: record files/%u is missing", ck->mpath, i);
+        int r = decode_file(ck, i, &v, &ck->files[i], err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err)
+{
+    ck_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        return -ENOMEM;
+    ck->engine = ck_engine_default();
+    int r = 0;
+    if (snprintf(ck->dir, sizeof ck->dir, "%s", dir) >= (int)sizeof ck->dir ||
+        snprintf(ck->mpath, sizeof ck->mpath, "%s/%s", dir, CK_MANIFEST) >= (int)sizeof ck->mpath) {
+        r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+        goto fail;
+    }
+    struct stat st;
+    if (stat(ck->mpath, &st) < 0) {
+        r = ck_err_set(err, errno == ENOENT ? -EBADMSG : -errno, "%s: %s", ck->mpath,
+                       errno == ENOENT ? "the manifest is missing" : strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        r = ck_err_set(err, -EBADMSG, "%s: the manifest is not a regular file", ck->mpath);
+        goto fail;
+    }
+    if ((r = ck_mdb_precheck(ck->mpath, err)) < 0)
+        goto fail;
+    int rc = mdb_env_create(&ck->env);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_set_maxdbs(ck->env, 8);
+    /* RDONLY + NOLOCK: reading never writes to the checkpoint, not even a lock file. */
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_open(ck->env, ck->mpath, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS,
+                          0);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_txn_begin(ck->env, NULL, MDB_RDONLY, &ck->txn);
+    if (rc != MDB_SUCCESS) {
+        if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED)
+            r = ck_err_set(err, -EBADMSG, "%s: not a readable LMDB manifest (%s)", ck->mpath,
+                           mdb_strerror(rc));
+        else
+            r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        goto fail;
+    }
+    MDB_dbi meta;
+    if ((r = open_db(ck, CK_DB_META, &meta, err)) < 0 ||
+        (r = open_db(ck, CK_DB_TENSORS, &ck->db_tensors, err)) < 0 ||
+        (r = open_db(ck, CK_DB_SHARDS, &ck->db_shards, err)) < 0 ||
+        (r = open_db(ck, CK_DB_FILES, &ck->db_files, err)) < 0 ||
+        (r = open_db(ck, CK_DB_HASHES, &ck->db_hashes, err)) < 0 ||
+        (r = open_db(ck, CK_DB_BLOBS, &ck->db_blobs, err)) < 0)
+        goto fail;
+    MDB_val k = { .mv_size = strlen(CK_META_KEY), .mv_data = CK_META_KEY }, v;
+    rc = mdb_get(ck->txn, meta, &k, &v);
+    if (rc != MDB_SUCCESS) {
+        r = ck_err_set(err, -EBADMSG, "%s: record meta/" CK_META_KEY " is missing", ck->mpath);
+        goto fail;
+    }
+    if ((r = decode_info(ck, &v, err)) < 0 || (r = load_files(ck, err)) < 0)
+        goto fail;
+    *out = ck;
+    return 0;
+fail:
+    ck_close(ck);
+    return r;
+}
+
+int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err)
+{
+    int r = ck_name_check("checkpoint", name, err);
+    if (r < 0)
+        return r;
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/%s", root, name) >= (int)sizeof dir)
+        return ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, name);
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return ck_err_set(err, -ENOENT, "%s: no checkpoint named '%s'", root, name);
+    return ck_open_dir(dir, out, err);
+}
+
+void ck_close(ck_ckpt *ck)
+{
+    if (!ck)
+        return;
+    for (uint32_t i = 0; ck->fds && ck->dfds && i < ck->info.n_files; i++) {
+        if (ck->fds[i] >= 0)
+            ck->engine->ops->close(ck->engine, ck->fds[i]);
+        if (ck->dfds[i] >= 0)
+            ck->engine->ops->close(ck->engine, ck->dfds[i]);
+    }
+    if (ck->txn)
+        mdb_txn_abort(ck->txn);
+    if (ck->env)
+        mdb_env_close(ck->env);
+    free(ck->files);
+    free(ck->fds);
+    free(ck->dfds);
+    free(ck);
+}
+
+const ck_info *ck_get_info(const ck_ckpt *ck)
+{
+    return &ck->info;
+}
+
+const char *ck_dir(const ck_ckpt *ck)
+{
+    return ck->dir;
+}
+
+int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor *t,
+                         ck_err *err)
+{
+    memset(t, 0, sizeof *t);
+    char what[CK_NAME_MAX + 16];
+    if (k->mv_size == 0 || k->mv_size >= CK_NAME_MAX || memchr(k->mv_data, '\0', k->mv_size))
+        return ck_err_set(err, -EBADMSG, "%s: a tensor key is empty, too long or holds a NUL",
+                          ck->mpath);
+    memcpy(t->name, k->mv_data, k->mv_size);
+    snprintf(what, sizeof what, "tensors/%s", t->name);
+    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck_get_version(&r, ck->mpath, what, err);
+    if (rc < 0)
+        return rc;
+    t->id = ck_get_u32(&r);
+    int dtype = ck_get_u8(&r);
+    t->ndim = ck_get_u8(&r);
+    if (r.bad || t->ndim > CK_MAX_NDIM)
+        return bad(ck, err, "%s: record %s is malformed (ndim)", what);
+    for (int d = 0; d < t->ndim; d++)
+        t->shape[d] = ck_get_u64(&r);
+    int mesh_ndim = ck_get_u8(&r);
+    if (r.bad || mesh_ndim != ck->info.mesh.ndim)
+        return bad(ck, err, "%s: record %s has placements for another mesh", what);
+    for (int d = 0; d < mesh_ndim; d++) {
+        t->pl[d].kind = ck_get_u8(&r);
+        t->pl[d].dim = ck_get_u8(&r);
+    }
+    t->n_shards = ck_get_u32(&r);
+    if (!ck_rbuf_done(&r))
+        return bad(ck, err, "%s: record %s is malformed", what);
+    if (ck_dtype_size(dtype) == 0)
+        return ck_err_set(err, -EBADMSG, "%s: tensor %s has unknown dtype code %d", ck->mpath,
+                          t->name, dtype);
+    t->dtype = (ck_dtype)dtype;
+    for (int d = 0; d < mesh_ndim; d++)
+        if (t->pl[d].kind > CK_SHARD)
+            return ck_err_set(err, -EBADMSG, "%s: tensor %s has unknown placement code %u",
+                              ck->mpath, t->name, t->pl[d].kind);
+    ck_err e2 = { 0 };
+    if (ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), &ck->info.mesh,
+                        t->pl, &e2) < 0)
+        return ck_err_set(err, -EBADMSG, "%s: %s", ck->mpath, ck_err_msg(&e2));
+    return 0;
+}
+
+int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
+                    ck_err *err)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(ck->txn, ck->db_tensors, &cur);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    MDB_val k, v;
+    int r = 0;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        ck_tensor t;
+        if ((r = ck__decode_tensor(ck, &k, &v, &t, err)) < 0 || (r = fn(&t, arg)) != 0)
+            break;
+    }
+    if (r == 0 && rc != MDB_NOTFOUND)
+        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    mdb_cursor_close(cur);
+    return r;
+}
+
+int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err)
+{
+    MDB_val k = { .mv_size = strlen(name), .mv_data = (void *)name }, v;
+    if (k.mv_size == 0 || k.mv_size >= CK_NAME_MAX)
+        return ck_err_set(err, -ENOENT, "%s: no tensor named '%.64s'", ck->dir, name);
+    int rc = mdb_get(ck->txn, ck->db_tensors, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return ck_err_set(err, -ENOENT, "%s: no tensor named '%s'", ck->dir, name);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    return ck__decode_tensor(ck, &k, &v, out, err);
+}
+
+int ck__decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_val *v,
+                        ck_shard *s, ck_err *err)
+{
+    char what[CK_NAME_MAX + 40];
+    snprintf(what, sizeof what, "shards/%s#%u", t->name, idx);
+    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck_get_version(&r, ck->mpath, what, err);
+    if (rc < 0)
+        return rc;
+    const ck_mesh *m = &ck->info.mesh;
+    s->tensor = t->id;
+    s->idx = idx;
+    int mesh_ndim = ck_get_u8(&r);
+    if (r.bad || mesh_ndim != m->ndim)
+        return bad(ck, err, "%s: record %s has a coordinate for another mesh", what);
+    for (int d = 0; d < m->ndim; d++) {
+        s->coord[d] = ck_get_u32(&r);
+        if (!r.bad && s->coord[d] >= m->size[d])
+            return bad(ck, err, "%s: record %s has a mesh coordinate outside the mesh", what);
+    }
+    s->box.ndim = ck_get_u8(&r);
+    if (r.bad || s->box.ndim != t->ndim)
+        return bad(ck, err, "%s: record %s has a box of the wrong rank", what);
+    for (int d = 0; d < t->ndim; d++) {
+        s->box.off[d] = ck_get_u64(&r);
+        s->box.len[d] = ck_get_u64(&r);
+        if (s->box.off[d] > t->shape[d] || s->box.len[d] > t->shape[d] - s->box.off[d])
+            return bad(ck, err, "%s: record %s has a box outside the tensor's shape", what);
+    }
+    s->n_extents = ck_get_u32(&r);
+    /* Each extent takes 20 bytes: a count beyond what the value holds is a lie. */
+    if (r.bad || s->n_extents > (r.len - r.pos) / 20)
+        return bad(ck, err, "%s: record %s is truncated (extents)", what);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < s->n_extents; i++) {
+        ck_extent *e = &s->ext[i];
+        e->file = ck_get_u32(&r);
+        e->off = ck_get_u64(&r);
+        e->len = ck_get_u64(&r);
+        if (e->file >= ck->info.n_files)
+            return bad(ck, err, "%s: record %s points to a data file that does not exist", what);
+        const ck_file *f = &ck->files[e->file];
+        if (e->off % CK_ALIGN || e->off > f->size || e->len > f->size - e->off)
+            return ck_err_set(err, -EBADMSG, "%s: record %s has an extent [%llu, +%llu) outside "
+                              "%s (%llu bytes) or unaligned", ck->mpath, what,
+                              (unsigned long long)e->off, (unsigned long long)e->len, f->name,
+                              (unsigned long long)f->size);
+        total += e->len;
+    }
+    if (!ck_rbuf_done(&r))
+        return bad(ck, err, "%s: record %s is malformed", what);
+    if (total != ck_box_numel(&s->box) * ck_dtype_size(t->dtype))
+        return bad(ck, err, "%s: record %s: its extents do not hold exactly its box's bytes", what);
+    return 0;
+}
+
+int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, ck_err *err)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(ck->txn, ck->db_shards, &cur);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    /* Pass 1 sizes the allocation (shards and all their extents), pass 2 decodes. */
+    uint8_t key[8];
+    ck_be32(key, t->id);
+    ck_be32(key + 4, 0);
+    size_t count = 0, ext_room = 0;
+    MDB_val k = { .mv_size = 8, .mv_data = key }, v;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 8 || ck_rd_be32(k.mv_data) != t->id)
+            break;
+        count++;
+        ext_room += v.mv_size / 20;
+    }
+    ck_shard *arr = NULL;
+    int r = 0;
+    if (count != t->n_shards) {
+        r = ck_err_set(err, -EBADMSG, "%s: tensor %s says %u shards but %zu records exist",
+                       ck->mpath, t->name, t->n_shards, count);
+        goto out;
+    }
+    arr = malloc(count * sizeof *arr + ext_room * sizeof(ck_extent) + 1);
+    if (!arr) {
+        r = -ENOMEM;
+        goto out;
+    }
+    ck_extent *ext = (ck_extent *)(arr + count);
+    size_t i = 0;
+    k = (MDB_val){ .mv_size = 8, .mv_data = key };
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == MDB_SUCCESS && i < count;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT), i++) {
+        uint32_t idx = ck_rd_be32((const uint8_t *)k.mv_data + 4);
+        if (idx != i) {
+            r = ck_err_set(err, -EBADMSG, "%s: tensor %s: shard %zu is missing", ck->mpath,
+                           t->name, i);
+            goto out;
+        }
+        arr[i].ext = ext;
+        if ((r = ck__decode_shard(ck, t, idx, &v, &arr[i], err)) < 0)
+            goto out;
+        ext += arr[i].n_extents;
+    }
+out:
+    mdb_cursor_close(cur);
+    if (r < 0) {
+        free(arr);
+        return r;
+    }
+    *out = arr;
+    *n = (uint32_t)count;
+    return 0;
+}
+
+const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id)
+{
+    return id < ck->info.n_files ? &ck->files[id] : NULL;
+}
+
+int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len)
+{
+    if (id >= ck->info.n_files)
+        return -ENOENT;
+    if (snprintf(buf, len, "%s/%s", ck->dir, ck->files[id].name) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
+                ck_err *err)
+{
+    uint8_t key[12];
+    ck_be32(key, file);
+    ck_be64(key + 4, block);
+    MDB_val k = { .mv_size = sizeof key, .mv_data = key }, v;
+    int rc = mdb_get(ck->txn, ck->db_hashes, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return ck_err_set(err, -ENOENT, "%s: no hash recorded for block %llu of file %u",
+                          ck->mpath, (unsigned long long)block, file);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    char what[48];
+    snprintf(what, sizeof what, "hashes/%u/%llu", file, (unsigned long long)block);
+    ck_rbuf r = ck_rbuf_make(v.mv_data, v.mv_size);
+    int e = ck_get_version(&r, ck->mpath, what, err);
+    if (e < 0)
+        return e;
+    const void *h = ck_get_bytes(&r, CK_HASH_LEN);
+    if (!h || !ck_rbuf_done(&r))
+        return bad(ck, err, "%s: record %s is malformed", what);
+    memcpy(out, h, CK_HASH_LEN);
+    return 0;
+}
+
+static int decode_blob(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, char *name,
+                       const void **data, size_t *len, ck_err *err)
+{
+    if (k->mv_size == 0 || k->mv_size >= CK_NAME_MAX || memchr(k->mv_data, '\0', k->mv_size))
+        return ck_err_set(err, -EBADMSG, "%s: a blob key is empty, too long or holds a NUL",
+                          ck->mpath);
+    memcpy(name, k->mv_data, k->mv_size);
+    name[k->mv_size] = '\0';
+    char what[CK_NAME_MAX + 8];
+    snprintf(what, sizeof what, "blobs/%s", name);
+    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck_get_version(&r, ck->mpath, what, err);
+    if (rc < 0)
+        return rc;
+    uint64_t n = ck_get_u64(&r);
+    *data = r.bad || n > CK_BLOB_MAX ? NULL : ck_get_bytes(&r, (size_t)n);
+    if (!*data || !ck_rbuf_done(&r))
+        return bad(ck, err, "%s: record %s is malformed", what);
+    *len = (size_t)n;
+    return 0;
+}
+
+int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, size_t len,
+                                         void *arg), void *arg, ck_err *err)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(ck->txn, ck->db_blobs, &cur);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    MDB_val k, v;
+    int r = 0;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        char name[CK_NAME_MAX];
+        const void *data;
+        size_t len;
+        if ((r = decode_blob(ck, &k, &v, name, &data, &len, err)) < 0 ||
+            (r = fn(name, data, len, arg)) != 0)
+            break;
+    }
+    if (r == 0 && rc != MDB_NOTFOUND)
+        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    mdb_cursor_close(cur);
+    return r;
+}
+
+int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err)
+{
+    MDB_val k = { .mv_size = strlen(name), .mv_data = (void *)name }, v;
+    if (k.mv_size == 0 || k.mv_size >= CK_NAME_MAX)
+        return ck_err_set(err, -ENOENT, "%s: no blob named '%.64s'", ck->dir, name);
+    int rc = mdb_get(ck->txn, ck->db_blobs, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return ck_err_set(err, -ENOENT, "%s: no blob named '%s'", ck->dir, name);
+    if (rc != MDB_SUCCESS)
+        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+    char nm[CK_NAME_MAX];
+    const void *p;
+    int r = decode_blob(ck, &k, &v, nm, &p, len, err);
+    if (r < 0)
+        return r;
+    *data = malloc(*len ? *len : 1);
+    if (!*data)
+        return -ENOMEM;
+    memcpy(*data, p, *len);
+    return 0;
+}
+
+/* The descriptor to read file id with: O_DIRECT for aligned transfers when the file
+ * system allows it (the bulk of a load, without polluting the page cache), buffered
+ * for the unaligned rest. */
+int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
+{
+    int *slot = direct ? &ck->dfds[id] : &ck->fds[id];
+    if (*slot >= 0 || *slot == NO_DIRECT)
+        return *slot;
+    char path[PATH_MAX];
+    if (ck_file_path(ck, id, path, sizeof path) < 0)
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", ck->dir);
+    bool is_direct = false;
+    int fd = direct ? ck_engine_open_data(ck->engine, path, O_RDONLY, 0, &is_direct)
+                    : ck->engine->ops->open(ck->engine, path, O_RDONLY, 0);
+    if (fd < 0)
+        return ck_err_set(err, fd == -ENOENT ? -EBADMSG : fd, "%s: %s", path,
+                          fd == -ENOENT ? "data file is missing" : strerror(-fd));
+    if (direct && !is_direct) {
+        ck->engine->ops->close(ck->engine, fd);
+        return *slot = NO_DIRECT;
+    }
+    return *slot = fd;
+}

@@ -1,0 +1,36 @@
+/* format/reader_int.h - the reader's internals, shared with verify.c (private to the core). */
+#ifndef CK_FORMAT_READER_INT_H
+#define CK_FORMAT_READER_INT_H
+
+#include <limits.h>
+
+#include "format/manifest.h"
+
+struct ck_ckpt {
+    char dir[PATH_MAX];
+    char mpath[PATH_MAX];        /* the manifest, for messages */
+    MDB_env *env;
+    MDB_txn *txn;                /* one read transaction for the handle's lifetime */
+    MDB_dbi db_tensors, db_shards, db_files, db_hashes, db_blobs;
+    ck_info info;
+    ck_file *files;
+    ck_engine *engine;
+    int *fds;                    /* data files, buffered, opened on first read */
+    int *dfds;                   /* the same with O_DIRECT */
+};
+
+/* Decodes the tensor record (k, v), checking it against the checkpoint's mesh. */
+int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor *t,
+                      ck_err *err);
+/* Decodes shard idx of tensor t from v into s; s->ext must have room for every extent
+ * the value can hold (v->mv_size / 20). Checks it against the tensor, the mesh and the
+ * recorded data file sizes. */
+int ck__decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_val *v,
+                     ck_shard *s, ck_err *err);
+
+/* A descriptor of data file id: O_DIRECT (direct) or buffered, opened once and kept.
+ * Returns NO_DIRECT when direct I/O was asked for and the file system refuses it. */
+#define NO_DIRECT INT_MIN
+int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err);
+
+#endif

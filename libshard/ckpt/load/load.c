@@ -1,0 +1,423 @@
+/* load.c - reading any part of a tensor onto any mesh (see ck/load.h).
+ *
+ * Wanted bytes become file reads in three steps: the wanted byte range of the target
+ * box is cut into at most 2*ndim sub-boxes, each contiguous in the destination;
+ * each sub-box is intersected with every saved shard and walked as runs contiguous
+ * on both sides (ck_runs); each run is mapped through the shard's extents to file
+ * ranges. The read list coalesces ranges that continue each other in the file and
+ * in memory, and runs them through one io_uring.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck/load.h"
+#include "format/reader_int.h"
+
+enum { RL_BATCH = 64, RL_IO_MAX = 1u << 20, RL_ALIGN = 4096 };
+
+typedef struct rl_item {
+    uint32_t file;
+    uint64_t off;
+    uint64_t len;
+    uint8_t *dst;
+} rl_item;
+
+/* A read list: file ranges added in order, coalesced when they continue each other
+ * in the file and in memory, read through one io_uring. */
+typedef struct rlist {
+    ck_ckpt *ck;
+    ck_ioq *q;
+    rl_item pending;      /* the range being grown by coalescing */
+    bool have;
+    ck_io ios[RL_BATCH];
+    unsigned nio;
+    uint64_t reads;       /* file reads issued */
+} rlist;
+
+static int rlist_open(ck_ckpt *ck, rlist **out, ck_err *err)
+{
+    rlist *rl = calloc(1, sizeof *rl);
+    if (!rl)
+        return -ENOMEM;
+    rl->ck = ck;
+    int r = ck->engine->ops->ioq_open(ck->engine, RL_BATCH, NULL, 0, &rl->q);
+    if (r < 0) {
+        free(rl);
+        return ck_err_set(err, r, "io_uring: %s", strerror(-r));
+    }
+    *out = rl;
+    return 0;
+}
+
+static void rlist_close(rlist *rl)
+{
+    if (!rl)
+        return;
+    rl->ck->engine->ops->ioq_close(rl->q);
+    free(rl);
+}
+
+static int rl_submit_batch(rlist *rl, ck_err *err)
+{
+    if (rl->nio == 0)
+        return 0;
+    int r = ck_ioq_run(rl->ck->engine, rl->q, rl->ios, rl->nio, rl->ck->dir, err);
+    rl->nio = 0;
+    return r < 0 ? r : 0;
+}
+
+/* Splits one coalesced range into I/Os: O_DIRECT for the aligned body, buffered for
+ * what alignment forbids, at most RL_IO_MAX each. */
+static int rl_issue(rlist *rl, const rl_item *it, ck_err *err)
+{
+    uint64_t done = 0;
+    while (done < it->len) {
+        uint64_t foff = it->off + done;
+        uint8_t *d = it->dst + done;
+        uint64_t left = it->len - done;
+        uint32_t chunk = (uint32_t)(left < RL_IO_MAX ? left : RL_IO_MAX);
+        bool aligned = ((uintptr_t)d % RL_ALIGN) == 0 && foff % RL_ALIGN == 0 && chunk >= RL_ALIGN;
+        if (aligned)
+            chunk -= chunk % RL_ALIGN;
+        int fd = aligned ? ck__data_fd(rl->ck, it->file, true, err) : NO_DIRECT;
+        if (fd == NO_DIRECT)
+            fd = ck__data_fd(rl->ck, it->file, false, err);
+        if (fd < 0)
+            return fd;
+        rl->ios[rl->nio++] = (ck_io){ .fd = fd, .write = false, .buf_index = -1, .buf = d,
+                                      .len = chunk, .off = foff };
+        rl->reads++;
+        done += chunk;
+        if (rl->nio == RL_BATCH) {
+            int r = rl_submit_batch(rl, err);
+            if (r < 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+static int rlist_add(rlist *rl, uint32_t file, uint64_t off, uint64_t len, void *dst,
+                  ck_err *err)
+{
+    if (len == 0)
+        return 0;
+    rl_item *p = &rl->pending;
+    if (rl->have && p->file == file && p->off + p->len == off && p->dst + p->len == dst) {
+        p->len += len;
+        return 0;
+    }
+    if (rl->have) {
+        int r = rl_issue(rl, p, err);
+        if (r < 0)
+            return r;
+    }
+    *p = (rl_item){ .file = file, .off = off, .len = len, .dst = dst };
+    rl->have = true;
+    return 0;
+}
+
+static int rlist_flush(rlist *rl, ck_err *err)
+{
+    int r = 0;
+    if (rl->have)
+        r = rl_issue(rl, &rl->pending, err);
+    rl->have = false;
+    int r2 = rl_submit_batch(rl, err);
+    return r < 0 ? r : r2;
+}
+
+/* Adds the reads of bytes [off, off+len) of shard s into dst. */
+static int rlist_shard(rlist *rl, const ck_shard *s, uint64_t off, uint64_t len, uint8_t *dst,
+                    ck_err *err)
+{
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < s->n_extents && len > 0; i++) {
+        const ck_extent *e = &s->ext[i];
+        if (off >= pos + e->len) {
+            pos += e->len;
+            continue;
+        }
+        uint64_t in = off - pos, n = e->len - in < len ? e->len - in : len;
+        int r = rlist_add(rl, e->file, e->off + in, n, dst, err);
+        if (r < 0)
+            return r;
+        dst += n;
+        off += n;
+        len -= n;
+        pos += e->len;
+    }
+    if (len > 0)
+        return ck_err_set(err, -EBADMSG, "shard %u of tensor %u: its extents end before byte %llu",
+                          s->idx, s->tensor, (unsigned long long)off);
+    return 0;
+}
+
+struct ck_reader {
+    ck_ckpt *ck;
+    ck_tensor t;
+    ck_shard *sh;
+    uint32_t nsh;
+    rlist *rl;
+    uint64_t last_reads;
+};
+
+int ck_reader_open(ck_ckpt *ck, const char *tensor, ck_reader **out, ck_err *err)
+{
+    ck_reader *rd = calloc(1, sizeof *rd);
+    if (!rd)
+        return -ENOMEM;
+    rd->ck = ck;
+    int r = ck_tensor_get(ck, tensor, &rd->t, err);
+    if (r == 0)
+        r = ck_shards_get(ck, &rd->t, &rd->sh, &rd->nsh, err);
+    if (r == 0)
+        r = rlist_open(ck, &rd->rl, err);
+    if (r < 0) {
+        ck_reader_close(rd);
+        return r;
+    }
+    *out = rd;
+    return 0;
+}
+
+void ck_reader_close(ck_reader *rd)
+{
+    if (!rd)
+        return;
+    rlist_close(rd->rl);
+    free(rd->sh);
+    free(rd);
+}
+
+const ck_tensor *ck_reader_tensor(const ck_reader *rd)
+{
+    return &rd->t;
+}
+
+uint64_t ck_reader_last_reads(const ck_reader *rd)
+{
+    return rd->last_reads;
+}
+
+/* Reads sub (a box in global coordinates whose elements are contiguous in the
+ * destination, in row-major order) from every saved shard it meets. */
+static int read_subbox(ck_reader *rd, const ck_box *sub, uint8_t *dst, ck_err *err)
+{
+    size_t is = ck_dtype_size(rd->t.dtype);
+    uint64_t want = ck_box_numel(sub), got = 0;
+    for (uint32_t i = 0; i < rd->nsh; i++) {
+        ck_box x;
+        if (!ck_box_intersect(sub, &rd->sh[i].box, &x))
+            continue;
+        ck_runs it;
+        ck_runs_init(&it, &x, &rd->sh[i].box, sub);
+        uint64_t so, d, n;
+        while (ck_runs_next(&it, &so, &d, &n)) {
+            int r = rlist_shard(rd->rl, &rd->sh[i], so * is, n * is, dst + d * is, err);
+            if (r < 0)
+                return r;
+            got += n;
+        }
+    }
+    if (got != want)
+        return ck_err_set(err, -EBADMSG, "tensor %s: the saved shards cover %llu of the %llu "
+                          "elements asked for", rd->t.name, (unsigned long long)got,
+                          (unsigned long long)want);
+    return 0;
+}
+
+/* Cuts elements [a, b) of box's row-major storage into sub-boxes, each contiguous
+ * there, and reads each. dims [d, ndim) are free; the earlier ones are fixed in cur. */
+static int decompose(ck_reader *rd, const ck_box *box, ck_box *cur, int d, uint64_t a,
+                     uint64_t b, uint8_t *dst, ck_err *err)
+{
+    if (a >= b)
+        return 0;
+    int n = box->ndim;
+    if (d == n) {   /* 0-D: the single element */
+        return read_subbox(rd, cur, dst, err);
+    }
+    uint64_t inner = 1;
+    for (int k = d + 1; k < n; k++)
+        inner *= box->len[k];
+    size_t is = ck_dtype_size(rd->t.dtype);
+    uint64_t ra = a / inner, rb = b / inner;
+    int r;
+    if (ra == rb) {   /* inside one slice of dim d */
+        cur->off[d] = box->off[d] + ra;
+        cur->len[d] = 1;
+        return decompose(rd, box, cur, d + 1, a - ra * inner, b - ra * inner, dst, err);
+    }
+    if (a % inner) {  /* head: the end of slice ra */
+        cur->off[d] = box->off[d] + ra;
+        cur->len[d] = 1;
+        if ((r = decompose(rd, box, cur, d + 1, a % inner, inner, dst, err)) < 0)
+            return r;
+        dst += (inner - a % inner) * is;
+        ra++;
+    }
+    if (rb > ra) {    /* whole slices [ra, rb) */
+        ck_box mid = *cur;
+        mid.off[d] = box->off[d] + ra;
+        mid.len[d] = rb - ra;
+        for (int k = d + 1; k < n; k++) {
+            mid.off[k] = box->off[k];
+            mid.len[k] = box->len[k];
+        }
+        if ((r = read_subbox(rd, &mid, dst, err)) < 0)
+            return r;
+        dst += (rb - ra) * inner * is;
+    }
+    if (b % inner) {  /* tail: the start of slice rb */
+        cur->off[d] = box->off[d] + rb;
+        cur->len[d] = 1;
+        if ((r = decompose(rd, box, cur, d + 1, 0, b % inner, dst, err)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+int ck_reader_read(ck_reader *rd, const ck_box *box, uint64_t off, uint64_t len, void *dst,
+                   ck_err *err)
+{
+    const ck_tensor *t = &rd->t;
+    size_t is = ck_dtype_size(t->dtype);
+    if (box->ndim != t->ndim)
+        return ck_err_set(err, -EINVAL, "tensor %s: a %d-D box for a %d-D tensor", t->name,
+                          box->ndim, t->ndim);
+    for (int d = 0; d < t->ndim; d++)
+        if (box->off[d] > t->shape[d] || box->len[d] > t->shape[d] - box->off[d])
+            return ck_err_set(err, -EINVAL, "tensor %s: the box asked for lies outside its shape",
+                              t->name);
+    uint64_t bytes = ck_box_numel(box) * is;
+    if (off % is || len % is || off > bytes || len > bytes - off)
+        return ck_err_set(err, -EINVAL, "tensor %s: bytes [%llu, +%llu) are not whole elements "
+                          "of the %llu-byte box", t->name, (unsigned long long)off,
+                          (unsigned long long)len, (unsigned long long)bytes);
+    uint64_t before = rd->rl->reads;
+    ck_box cur = *box;
+    int r = decompose(rd, box, &cur, 0, off / is, (off + len) / is, dst, err);
+    int r2 = rlist_flush(rd->rl, err);
+    rd->last_reads = rd->rl->reads - before;
+    if (r < 0)
+        return r;
+    return r2;
+}
+
+int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement *pl,
+                         uint64_t rank, void *dst, ck_err *err)
+{
+    const ck_tensor *t = &rd->t;
+    int r = ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), mesh, pl, err);
+    if (r < 0)
+        return r;
+    if (rank >= ck_mesh_world(mesh))
+        return ck_err_set(err, -EINVAL, "tensor %s: rank %llu is outside the target mesh",
+                          t->name, (unsigned long long)rank);
+    uint32_t coord[CK_MAX_MESH_DIMS];
+    ck_box box;
+    ck_mesh_coord(mesh, rank, coord);
+    ck_shard_box(t->ndim, t->shape, mesh, pl, coord, &box);
+    return ck_reader_read(rd, &box, 0, ck_box_numel(&box) * ck_dtype_size(t->dtype), dst, err);
+}
+
+typedef struct rs_entry {
+    ck_ckpt *ck;
+    ck_reader *rd;               /* of the tensor it read last, or NULL */
+    struct rs_entry *next;
+} rs_entry;
+
+struct ck_readers {
+    char dir[PATH_MAX];
+    pthread_mutex_t mu;
+    rs_entry *idle;              /* handles no thread holds */
+};
+
+int ck_readers_open(const char *dir, ck_readers **out, ck_err *err)
+{
+    ck_readers *rs = calloc(1, sizeof *rs);
+    if (!rs)
+        return -ENOMEM;
+    if (snprintf(rs->dir, sizeof rs->dir, "%s", dir) >= (int)sizeof rs->dir) {
+        free(rs);
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+    }
+    pthread_mutex_init(&rs->mu, NULL);
+    *out = rs;
+    return 0;
+}
+
+static void entry_free(rs_entry *e)
+{
+    ck_reader_close(e->rd);
+    ck_close(e->ck);
+    free(e);
+}
+
+void ck_readers_close(ck_readers *rs)
+{
+    if (!rs)
+        return;
+    while (rs->idle) {
+        rs_entry *e = rs->idle;
+        rs->idle = e->next;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&rs->mu);
+    free(rs);
+}
+
+int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
+                    uint64_t len, void *dst, ck_err *err)
+{
+    pthread_mutex_lock(&rs->mu);
+    rs_entry *e = rs->idle;
+    if (e)
+        rs->idle = e->next;
+    pthread_mutex_unlock(&rs->mu);
+    int r = 0;
+    if (!e) {
+        if (!(e = calloc(1, sizeof *e)))
+            return -ENOMEM;
+        if ((r = ck_open_dir(rs->dir, &e->ck, err)) < 0) {
+            free(e);
+            return r;
+        }
+    }
+    if (e->rd && strcmp(ck_reader_tensor(e->rd)->name, tensor) != 0) {
+        ck_reader_close(e->rd);
+        e->rd = NULL;
+    }
+    if (!e->rd)
+        r = ck_reader_open(e->ck, tensor, &e->rd, err);
+    if (r == 0)
+        r = ck_reader_read(e->rd, box, off, len, dst, err);
+    pthread_mutex_lock(&rs->mu);
+    e->next = rs->idle;
+    rs->idle = e;
+    pthread_mutex_unlock(&rs->mu);
+    return r;
+}
+
+int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
+                  ck_err *err)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < s->n_extents; i++)
+        total += s->ext[i].len;
+    if (off > total || len > total - off)
+        return ck_err_set(err, -EINVAL, "read of [%llu, +%llu) outside shard %u (%llu bytes)",
+                          (unsigned long long)off, (unsigned long long)len, s->idx,
+                          (unsigned long long)total);
+    rlist *rl;
+    int r = rlist_open(ck, &rl, err);
+    if (r < 0)
+        return r;
+    r = rlist_shard(rl, s, off, len, dst, err);
+    int r2 = rlist_flush(rl, err);
+    rlist_close(rl);
+    return r < 0 ? r : r2;
+}

@@ -1,0 +1,43 @@
+/* model/plan.h - who writes what: the save plan shared by every rank.
+ *
+ * For each tensor, the distinct shard boxes of the mesh (replicas deduplicated) and
+ * the one rank that writes each. Among the replicas of a box, the writer is the one
+ * with the fewest bytes assigned so far (lowest rank on ties), so the bytes spread
+ * evenly over the replicas. The plan is a pure function of the mesh and the tensors
+ * in declaration order: every rank computes the same plan without talking.
+ */
+#ifndef CK_MODEL_PLAN_H
+#define CK_MODEL_PLAN_H
+
+#include <stdint.h>
+
+#include "ck/error.h"
+#include "ck/layout.h"
+#include "ck/types.h"
+
+typedef struct ck_plan_shard {
+    uint32_t tensor;     /* index in declaration order */
+    uint64_t writer;     /* rank */
+    ck_box box;
+    uint64_t bytes;
+    uint64_t file_off;   /* offset in the writer's data file, CK_ALIGN-aligned */
+} ck_plan_shard;
+
+typedef struct ck_plan ck_plan;
+
+int ck_plan_new(const ck_mesh *mesh, ck_plan **out);
+void ck_plan_free(ck_plan *p);
+/* Adds a tensor; its shards get indices [*first, *first + *count). */
+int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, size_t itemsize,
+                const ck_placement *pl, uint32_t *first, uint32_t *count, ck_err *err);
+uint32_t ck_plan_nshards(const ck_plan *p);
+const ck_plan_shard *ck_plan_shard_at(const ck_plan *p, uint32_t i);
+/* Index of the shard that rank holds of tensor t (declaration index): the shard it
+ * writes, or the replica that another rank writes. */
+uint32_t ck_plan_shard_of(const ck_plan *p, uint32_t t, uint64_t rank);
+uint32_t ck_plan_ntensors(const ck_plan *p);
+/* Bytes of rank's data file (0: it writes none). */
+uint64_t ck_plan_file_size(const ck_plan *p, uint64_t rank);
+const ck_mesh *ck_plan_mesh(const ck_plan *p);
+
+#endif

@@ -1,0 +1,92 @@
+/* commit.c - the steps of the commit protocol (see commit.h and docs/FORMAT.md). */
+#include "save/commit.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ck/catalog.h"
+
+int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
+                       char *out, ck_err *err)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/%s", root, CK_PENDING) >= (int)sizeof dir)
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+    int r = e->ops->mkdir(e, dir, 0755);
+    if (r < 0 && r != -EEXIST)
+        return ck_err_set(err, r, "%s: mkdir: %s", dir, strerror(-r));
+    if (token) {
+        if (ck_name_check("save token", token, err) < 0)
+            return -EINVAL;
+        if (snprintf(out, PATH_MAX, "%s/%s.%s", dir, name, token) >= PATH_MAX)
+            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+        r = e->ops->mkdir(e, out, 0755);
+        if (r < 0 && r != -EEXIST) {
+            ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+            out[0] = '\0';
+            return r;
+        }
+        return 0;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;
+    for (int tries = 0; tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
+        if (snprintf(out, PATH_MAX, "%s/%s.%012llx", dir, name,
+                     (unsigned long long)(tag & 0xffffffffffffull)) >= PATH_MAX)
+            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+        r = e->ops->mkdir(e, out, 0755);
+        if (r != -EEXIST)
+            break;
+    }
+    if (r < 0) {
+        ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+        out[0] = '\0';
+    }
+    return r;
+}
+
+void ck__pending_remove(ck_engine *e, const char *pending, const ck_file *files, uint32_t n)
+{
+    if (!pending[0])
+        return;
+    char path[PATH_MAX + CK_FILE_NAME_MAX];
+    for (uint32_t f = 0; f < n; f++) {
+        snprintf(path, sizeof path, "%s/%s", pending, files[f].name);
+        e->ops->unlink(e, path);
+    }
+    snprintf(path, sizeof path, "%s/%s", pending, CK_MANIFEST);
+    e->ops->unlink(e, path);
+    e->ops->rmdir(e, pending);
+}
+
+int ck__publish(ck_engine *e, const char *root, const char *pending, const ck_manifest *m,
+                bool catalog, bool *committed, ck_err *err)
+{
+    char final[PATH_MAX + CK_NAME_MAX], path[PATH_MAX + CK_NAME_MAX];
+    int r;
+    *committed = false;
+    snprintf(final, sizeof final, "%s/%s", root, m->info.name);
+    snprintf(path, sizeof path, "%s/%s", pending, CK_MANIFEST);
+    if ((r = ck_manifest_write(e, path, m, err)) < 0)
+        return r;
+    if ((r = ck_engine_fsync_path(e, pending)) < 0)
+        return ck_err_set(err, r, "%s: fsync: %s", pending, strerror(-r));
+    if ((r = e->ops->rename(e, pending, final)) < 0)
+        return ck_err_set(err, r, "%s: commit rename to %s: %s", pending, final,
+                          r == -EEXIST ? "a checkpoint of that name appeared meanwhile"
+                                       : strerror(-r));
+    *committed = true;
+    if ((r = ck_engine_fsync_path(e, root)) < 0)
+        return ck_err_set(err, r, "%s: committed, but the fsync of the root failed: %s", root,
+                          strerror(-r));
+    if (catalog) {
+        /* The catalog is derived: a failure here leaves a committed checkpoint that
+         * reconciling (ckptd at start, ckpt-inspect --rebuild-catalog) will list. */
+        if ((r = e->ops->step(e, "catalog")) < 0 || (r = ck_catalog_put(root, &m->info, err)) < 0)
+            return ck_err_set(err, r, "%s: committed, but not yet in the catalog", final);
+    }
+    return 0;
+}

@@ -1,0 +1,574 @@
+/* save.c - writing a checkpoint and committing it (see ck/save.h).
+ *
+ * The commit protocol of docs/FORMAT.md, step by step, every step through the engine:
+ *   1. mkdir ROOT/.pending/NAME.XXXXXX
+ *   2. create, preallocate, write and fsync each data file       (ck_write_files)
+ *   3. write and fsync the manifest                              (ck_manifest_write)
+ *   4. fsync the pending directory: its entries are now durable
+ *   5. rename it to ROOT/NAME, refusing to replace anything      (the commit point)
+ *   6. fsync ROOT: the rename is durable
+ *   7. record the checkpoint in the catalog                      (derived state)
+ * A crash before 5 leaves only .pending debris; after 5, a complete checkpoint.
+ */
+#include "ck/save.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ck/catalog.h"
+#include "model/plan.h"
+#include "save/commit.h"
+#include "save/rankfiles.h"
+#include "format/manifest.h"
+#include "model/grow.h"
+
+typedef struct shard_src {
+    const void *mem;
+    ck_fill_fn fill;
+    void *arg;
+} shard_src;
+
+/* The manifest's view and the writer's: the files and their runs, and the shard
+ * records. */
+typedef struct layout {
+    ck_rank_files F;
+    ck_shard *shards;
+    ck_extent *ext;
+} layout;
+
+struct ck_save {
+    char root[PATH_MAX];
+    char name[CK_NAME_MAX];
+    uint64_t step;
+    ck_save_opts o;
+    ck_engine *e;
+    ck_plan *plan;
+    ck_tensor *tensors;
+    uint32_t ntensors;
+    size_t captensors, capfirst;
+    uint32_t *tensor_first;        /* first plan shard of each tensor */
+    uint32_t *index;               /* open-addressing name -> tensor+1 */
+    uint32_t index_cap;
+    shard_src *src;                /* per plan shard */
+    size_t capsrc;
+    ck_blob_rec *blobs;
+    uint32_t nblobs;
+    size_t capblobs;
+    char pending[PATH_MAX];        /* set once created */
+    /* Set by ck_save_prepare: */
+    bool prepared;
+    uint32_t block;
+    const void **image;            /* per file: the whole file in memory, or NULL */
+    bool *written;                 /* per file: durable */
+    ck_hashpool *pool;
+    pthread_mutex_t mu;            /* stats and written[], for concurrent rank writes */
+    ck_save_stats st;
+    layout L;
+};
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 0x100000001b3ull;
+    return h;
+}
+
+/* The slot of name in the index: its entry, or the empty one where it would go. */
+static uint32_t *index_slot(const ck_save *s, const char *name)
+{
+    uint32_t mask = s->index_cap - 1;
+    for (uint32_t i = (uint32_t)fnv1a(name) & mask;; i = (i + 1) & mask) {
+        uint32_t *e = &s->index[i];
+        if (*e == 0 || strcmp(s->tensors[*e - 1].name, name) == 0)
+            return e;
+    }
+}
+
+static int index_grow(ck_save *s)
+{
+    uint32_t cap = s->index_cap ? s->index_cap * 2 : 256;
+    uint32_t *old = s->index, oldcap = s->index_cap;
+    s->index = calloc(cap, sizeof *s->index);
+    if (!s->index) {
+        s->index = old;
+        return -ENOMEM;
+    }
+    s->index_cap = cap;
+    for (uint32_t i = 0; i < oldcap; i++)
+        if (old[i])
+            *index_slot(s, s->tensors[old[i] - 1].name) = old[i];
+    free(old);
+    return 0;
+}
+
+static const ck_tensor *find_tensor(const ck_save *s, const char *name, uint32_t *idx)
+{
+    if (!s->index_cap)
+        return NULL;
+    uint32_t e = *index_slot(s, name);
+    if (!e)
+        return NULL;
+    *idx = e - 1;
+    return &s->tensors[e - 1];
+}
+
+int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t step,
+                  const ck_mesh *mesh, const ck_save_opts *opts, ck_err *err)
+{
+    int r = ck_name_check("checkpoint", name, err);
+    if (r < 0)
+        return r;
+    if (mesh->ndim < 1 || mesh->ndim > CK_MAX_MESH_DIMS || ck_mesh_world(mesh) == 0 ||
+        ck_mesh_world(mesh) > CK_MAX_WORLD)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: invalid mesh", name);
+    struct stat st;
+    if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode))
+        return ck_err_set(err, -ENOENT, "%s: the checkpoint root is not a directory", root);
+    ck_save *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    if (snprintf(s->root, sizeof s->root, "%s", root) >= (int)sizeof s->root) {
+        free(s);
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->step = step;
+    if (opts)
+        s->o = *opts;
+    s->e = s->o.engine ? s->o.engine : ck_engine_default();
+    r = ck_plan_new(mesh, &s->plan);
+    if (r < 0) {
+        free(s);
+        return r;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    s->st.direct = true;
+    *out = s;
+    return 0;
+}
+
+int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
+                   const uint64_t *shape, const ck_placement *pl, ck_err *err)
+{
+    int r = ck_name_check("tensor", name, err);
+    if (r < 0)
+        return r;
+    uint32_t dummy;
+    if (find_tensor(s, name, &dummy))
+        return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate tensor name %s", s->name, name);
+    if (ck_dtype_size(dtype) == 0)
+        return ck_err_set(err, -EINVAL, "tensor %s: unknown dtype code %d", name, (int)dtype);
+    if (ndim < 0 || ndim > CK_MAX_NDIM)
+        return ck_err_set(err, -EINVAL, "tensor %s: %d dims (at most %d)", name, ndim,
+                          CK_MAX_NDIM);
+    if (ck_grow(&s->tensors, &s->captensors, s->ntensors + 1, sizeof *s->tensors) < 0 ||
+        ck_grow(&s->tensor_first, &s->capfirst, s->ntensors + 1, sizeof *s->tensor_first) < 0)
+        return -ENOMEM;
+    if ((s->ntensors + 1) * 2 > s->index_cap && (r = index_grow(s)) < 0)
+        return r;
+    uint32_t first, count;
+    r = ck_plan_add(s->plan, name, ndim, shape, ck_dtype_size(dtype), pl, &first, &count, err);
+    if (r < 0)
+        return r;
+    size_t had = s->capsrc;
+    if (ck_grow(&s->src, &s->capsrc, (size_t)first + count, sizeof *s->src) < 0)
+        return -ENOMEM;
+    memset(s->src + had, 0, (s->capsrc - had) * sizeof *s->src);
+    ck_tensor *t = &s->tensors[s->ntensors];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->id = s->ntensors;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    memcpy(t->pl, pl, (size_t)ck_plan_mesh(s->plan)->ndim * sizeof *pl);
+    t->n_shards = count;
+    s->tensor_first[s->ntensors] = first;
+    *index_slot(s, name) = ++s->ntensors;
+    return 0;
+}
+
+/* The plan shard that rank writes of tensor, or NULL when another replica writes it. */
+static const ck_plan_shard *writes(const ck_save *s, const char *tensor, uint64_t rank,
+                                   uint32_t *shard, ck_err *err)
+{
+    uint32_t t;
+    if (!find_tensor(s, tensor, &t)) {
+        ck_err_set(err, -ENOENT, "checkpoint %s: no tensor %s was declared", s->name, tensor);
+        return NULL;
+    }
+    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan))) {
+        ck_err_set(err, -EINVAL, "tensor %s: rank %llu is outside the mesh", tensor,
+                   (unsigned long long)rank);
+        return NULL;
+    }
+    *shard = ck_plan_shard_of(s->plan, t, rank);
+    const ck_plan_shard *ps = ck_plan_shard_at(s->plan, *shard);
+    return ps->writer == rank ? ps : NULL;
+}
+
+bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank)
+{
+    uint32_t idx;
+    const ck_plan_shard *ps = writes(s, tensor, rank, &idx, NULL);
+    return ps && ps->bytes > 0;
+}
+
+static int offer(ck_save *s, const char *tensor, uint64_t rank, shard_src src, ck_err *err)
+{
+    ck_err_clear(err);
+    uint32_t idx;
+    const ck_plan_shard *ps = writes(s, tensor, rank, &idx, err);
+    if (!ps)
+        return err && err->code ? err->code : 0;   /* a replica another rank writes */
+    s->src[idx] = src;
+    return 0;
+}
+
+int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *data, ck_err *err)
+{
+    return offer(s, tensor, rank, (shard_src){ .mem = data }, err);
+}
+
+int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
+                       void *arg, ck_err *err)
+{
+    return offer(s, tensor, rank, (shard_src){ .fill = fill, .arg = arg }, err);
+}
+
+int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err)
+{
+    int r = ck_name_check("blob", name, err);
+    if (r < 0)
+        return r;
+    if (len > CK_BLOB_MAX)
+        return ck_err_set(err, -EFBIG, "blob %s: %zu bytes (at most %u; save tensors as tensors)",
+                          name, len, CK_BLOB_MAX);
+    for (uint32_t i = 0; i < s->nblobs; i++)
+        if (!strcmp(s->blobs[i].name, name))
+            return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate blob name %s", s->name, name);
+    return ck_blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
+}
+
+static void layout_free(layout *L);
+
+static void save_free(ck_save *s)
+{
+    ck_hashpool_free(s->pool);
+    layout_free(&s->L);
+        free(s->image);
+    free(s->written);
+    pthread_mutex_destroy(&s->mu);
+    ck_plan_free(s->plan);
+    free(s->tensors);
+    free(s->tensor_first);
+    free(s->index);
+    free(s->src);
+    for (uint32_t i = 0; i < s->nblobs; i++)
+        free((void *)s->blobs[i].data);
+    free(s->blobs);
+    free(s);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+
+static void layout_free(layout *L)
+{
+    ck__rank_files_free(&L->F);
+    free(L->shards);
+    free(L->ext);
+    memset(L, 0, sizeof *L);
+}
+
+/* Files and their runs from the plan, then the shard records with their extents. */
+static int build_layout(ck_save *s)
+{
+    layout *L = &s->L;
+    const ck_mesh *mesh = ck_plan_mesh(s->plan);
+    uint32_t nsh = ck_plan_nshards(s->plan);
+    int r = ck__rank_files(s->plan, s->pending, s->o.no_hash ? 0 : s->block, &L->F);
+    if (r < 0)
+        return r;
+    size_t nf = L->F.n ? L->F.n : 1, ns = nsh ? nsh : 1;
+    L->shards = calloc(ns, sizeof *L->shards);
+    L->ext = calloc(ns, sizeof *L->ext);
+    s->image = calloc(nf, sizeof *s->image);
+    s->written = calloc(nf, sizeof *s->written);
+    if (!L->shards || !L->ext || !s->image || !s->written)
+        return -ENOMEM;
+    for (uint32_t t = 0; t < s->ntensors; t++) {
+        for (uint32_t j = 0; j < s->tensors[t].n_shards; j++) {
+            uint32_t i = s->tensor_first[t] + j;
+            const ck_plan_shard *ps = ck_plan_shard_at(s->plan, i);
+            ck_shard *sh = &L->shards[i];
+            sh->tensor = t;
+            sh->idx = j;
+            ck_mesh_coord(mesh, ps->writer, sh->coord);
+            sh->box = ps->box;
+            sh->ext = &L->ext[i];
+            if (!ps->bytes)
+                continue;
+            sh->n_extents = 1;
+            L->ext[i] = (ck_extent){ .file = L->F.file_of[ps->writer] - 1, .off = ps->file_off,
+                                     .len = ps->bytes };
+        }
+    }
+    return 0;
+}
+
+static int prepare_at(ck_save *s, const char *token, ck_err *err)
+{
+    if (s->prepared)
+        return 0;
+    char final[PATH_MAX + CK_NAME_MAX];
+    struct stat sb;
+    snprintf(final, sizeof final, "%s/%s", s->root, s->name);
+    if (lstat(final, &sb) == 0)
+        return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", s->root,
+                          s->name);
+    s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
+    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, err);
+    if (r == 0)
+        r = build_layout(s);
+    /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
+    if (r == 0 && (r = ck_hashpool_new(s->o.hash_threads, &s->pool)) < 0)
+        ck_err_set(err, r, "starting worker threads: %s", strerror(-r));
+    if (r == -ENOMEM)
+        ck_err_set(err, r, "checkpoint %s: out of memory laying out the files", s->name);
+    s->prepared = r == 0;
+    return r;
+}
+
+int ck_save_prepare(ck_save *s, ck_err *err)
+{
+    return prepare_at(s, NULL, err);
+}
+
+int ck_save_prepare_shared(ck_save *s, const char *token, ck_err *err)
+{
+    if (!token)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: a shared save needs a token", s->name);
+    return prepare_at(s, token, err);
+}
+
+size_t ck_save_hash_bytes(const ck_save *s, uint64_t rank)
+{
+    uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
+    return s->o.no_hash ? 0
+         : (size_t)((ck_plan_file_size(s->plan, rank) + block - 1) / block) * CK_HASH_LEN;
+}
+
+int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes, size_t *len)
+{
+    *hashes = NULL;
+    *len = 0;
+    if (!s->prepared || rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+        return -EINVAL;
+    uint32_t f = s->L.F.file_of[rank];
+    if (!f-- || s->o.no_hash)
+        return 0;
+    if (!s->written[f])
+        return -EAGAIN;
+    *hashes = s->L.F.hashes[f];
+    *len = ck_save_hash_bytes(s, rank);
+    return 0;
+}
+
+/* The data file rank writes, into *f: 1, or 0 when it writes none. */
+static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
+{
+    if (!s->prepared)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
+    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
+    if (s->L.F.file_of[rank] == 0)
+        return 0;
+    *f = s->L.F.file_of[rank] - 1;
+    return 1;
+}
+
+int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
+                       ck_err *err)
+{
+    uint32_t f;
+    int r = rank_file(s, rank, &f, err);
+    if (r <= 0)
+        return r;
+    size_t want = ck_save_hash_bytes(s, rank);
+    if (len != want)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu reported %zu bytes of hashes "
+                          "for %s, which needs %zu", s->name, (unsigned long long)rank, len,
+                          s->L.F.files[f].name, want);
+    if (want)
+        memcpy(s->L.F.hashes[f], hashes, want);
+    pthread_mutex_lock(&s->mu);
+    s->written[f] = true;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void ck_save_detach(ck_save *s)
+{
+    if (s)
+        save_free(s);
+}
+
+uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank)
+{
+    return ck_plan_file_size(s->plan, rank);
+}
+
+const ck_plan *ck_save_plan(const ck_save *s)
+{
+    return s->plan;
+}
+
+int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err)
+{
+    int r = ck_save_prepare(s, err);
+    if (r < 0)
+        return r;
+    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
+    uint32_t f = s->L.F.file_of[rank];
+    if (f)
+        s->image[f - 1] = image;
+    return 0;
+}
+
+/* Points each run of file f at its bytes: the rank's file image, or the sources the
+ * shards were offered with. */
+static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
+{
+    layout *L = &s->L;
+    ck_wfile *wf = &L->F.wf[f];
+    ck_src *src = (ck_src *)wf->srcs;
+    for (uint32_t j = 0; j < wf->nsrcs; j++) {
+        if (s->image[f]) {
+            src[j].mem = (const uint8_t *)s->image[f] + src[j].file_off;
+            continue;
+        }
+        uint32_t i = L->F.src_shard[(size_t)(src - L->F.srcs) + j];
+        const shard_src *ss = &s->src[i];
+        if (!ss->mem && !ss->fill)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %u never offered "
+                              "its shard %u", s->name, s->tensors[L->shards[i].tensor].name,
+                              L->F.files[f].rank, L->shards[i].idx);
+        src[j].mem = ss->mem;
+        src[j].fill = ss->fill;
+        src[j].arg = ss->arg;
+    }
+    return 0;
+}
+
+/* Writes the listed files, durable when it returns 0. */
+static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
+{
+    ck_wfile *wf = malloc((n ? n : 1) * sizeof *wf);
+    if (!wf)
+        return -ENOMEM;
+    int r = 0;
+    for (uint32_t k = 0; k < n && r == 0; k++) {
+        r = bind_sources(s, ids[k], err);
+        wf[k] = s->L.F.wf[ids[k]];
+    }
+    ck_writer_stats ws = { .direct = true };
+    if (r == 0) {
+        ck_writer_opts wo = { .engine = s->e, .pool = s->pool, .no_hash = s->o.no_hash,
+                              .fill_threadsafe = s->o.fill_threadsafe, .block_size = s->block,
+                              .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
+                              .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
+        r = ck_write_files(&wo, wf, n, &ws, err);
+    }
+    free(wf);
+    pthread_mutex_lock(&s->mu);
+    s->st.file_bytes += ws.bytes;
+    s->st.write_seconds += ws.seconds;
+    s->st.direct = s->st.direct && ws.direct;
+    for (uint32_t k = 0; k < n && r == 0; k++)
+        s->written[ids[k]] = true;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
+{
+    uint32_t f;
+    int r = rank_file(s, rank, &f, err);
+    if (r <= 0)
+        return r;
+    pthread_mutex_lock(&s->mu);
+    bool done = s->written[f];
+    pthread_mutex_unlock(&s->mu);
+    if (done)
+        return ck_err_set(err, -EALREADY, "checkpoint %s: rank %llu was written already",
+                          s->name, (unsigned long long)rank);
+    return write_files(s, &f, 1, err);
+}
+
+void ck_save_abort(ck_save *s)
+{
+    if (!s)
+        return;
+    ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+    save_free(s);
+}
+
+int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
+{
+    double t0 = now_s();
+    bool committed = false;
+    int r = ck_save_prepare(s, err);
+    uint32_t *todo = NULL, n = 0;
+    if (r == 0 && !(todo = malloc((s->L.F.n ? s->L.F.n : 1) * sizeof *todo)))
+        r = -ENOMEM;
+    for (uint32_t f = 0; r == 0 && f < s->L.F.n; f++)
+        if (!s->written[f])
+            todo[n++] = f;
+    if (r == 0)
+        r = write_files(s, todo, n, err);
+    free(todo);
+    if (r == 0) {
+        ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
+                         .mesh = *ck_plan_mesh(s->plan), .block_size = s->block,
+                         .hashed = !s->o.no_hash, .n_tensors = s->ntensors,
+                         .n_shards = ck_plan_nshards(s->plan), .n_files = s->L.F.n,
+                         .n_blobs = s->nblobs };
+        snprintf(info.name, sizeof info.name, "%s", s->name);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        info.time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        for (uint32_t f = 0; f < s->L.F.n; f++)
+            info.data_bytes += s->L.F.files[f].size;
+        for (uint32_t i = 0; i < info.n_shards; i++)
+            info.tensor_bytes += ck_plan_shard_at(s->plan, i)->bytes;
+        s->st.tensor_bytes = info.tensor_bytes;
+        ck_manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
+                          .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
+                          .blobs = s->blobs };
+        r = ck__publish(s->e, s->root, s->pending, &m, !s->o.no_catalog, &committed, err);
+    }
+    if (!committed)
+        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+    s->st.total_seconds = now_s() - t0;
+    if (stats)
+        *stats = s->st;
+    save_free(s);
+    return r;
+}
