@@ -6,11 +6,12 @@
  * file owns one responsibility:
  *   main.c        options, daemonizing, start and exit
  *   kd_log.c      the log
- *   kd_server.c   socket, peer credentials, the event loop, sending replies
+ *   kd_server.c   socket, peer credentials, the event loop
  *   kd_proto.c    reading and validating messages, dispatching them
  *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
  *   kd_staging.c  mapping staging memfds, the staging budget, back-pressure
  *   kd_status.c   the STATUS reply
+ *   kd_reply.c    finding a client by id, sending replies
  *   kd_recover.c  recovery of the root at start
  */
 #ifndef KD_H
@@ -111,10 +112,6 @@ int kd_server_start(kd_server *s, ck_err *err);
 int kd_server_engine(kd_server *s, ck_err *err);
 int kd_server_run(kd_server *s);
 void kd_server_stop(kd_server *s);
-/* Sends a whole message; a client that cannot take it now is dropped. */
-void kd_send(kd_server *s, kd_client *c, ck_wbuf *w);
-void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
-kd_client *kd_client_find(kd_server *s, uint64_t id);
 
 /* kd_proto.c */
 /* Consumes the complete messages in c's input; marks c to drop on a bad one. */
@@ -144,6 +141,15 @@ void kd_staging_release(kd_server *s, kd_part *p);
 
 /* kd_status.c */
 void kd_status_reply(kd_server *s, kd_client *c);
+
+/* kd_reply.c */
+kd_client *kd_client_find(kd_server *s, uint64_t id);
+/* Sends a whole message; a client that cannot take it now is dropped. */
+void kd_send(kd_server *s, kd_client *c, ck_wbuf *w);
+void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
+/* ADMIT, DURABLE, COMMITTED: the checkpoint's name, then a and b where not NULL. */
+void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
+                   const uint64_t *a, const uint64_t *b);
 
 /* kd_recover.c */
 int kd_recover(kd_server *s, ck_err *err);

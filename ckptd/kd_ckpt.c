@@ -61,25 +61,11 @@ unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
     return n;
 }
 
-static void send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
-                       const uint64_t *a, const uint64_t *b)
-{
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, type);
-    ck_put_str(&w, name);
-    if (a)
-        ck_put_u64(&w, *a);
-    if (b)
-        ck_put_u64(&w, *b);
-    kd_send(s, c, &w);
-    ck_wbuf_free(&w);
-}
-
 void kd_ckpt_admitted(kd_server *s, kd_part *p)
 {
     kd_client *c = kd_client_find(s, p->client);
     if (c)
-        send_named(s, c, CK_MSG_ADMIT, p->ckpt->name, &p->rank, &p->image);
+        kd_send_named(s, c, CK_MSG_ADMIT, p->ckpt->name, &p->rank, &p->image);
 }
 
 void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
@@ -244,7 +230,7 @@ static void broadcast(kd_server *s, kd_ckpt *k, const kd_event *e)
         if (!attached)
             continue;
         if (e->kind == CK_SAVER_COMMITTED)
-            send_named(s, c, CK_MSG_COMMITTED, k->name, NULL, NULL);
+            kd_send_named(s, c, CK_MSG_COMMITTED, k->name, NULL, NULL);
         else
             kd_send_error(s, c, k->name, e->code, e->msg);
     }
@@ -263,7 +249,7 @@ void kd_ckpt_events(kd_server *s)
             kd_part *p = part_of(k, e->rank);
             kd_client *c = p ? kd_client_find(s, p->client) : NULL;
             if (c)
-                send_named(s, c, CK_MSG_DURABLE, k->name, &e->rank, NULL);
+                kd_send_named(s, c, CK_MSG_DURABLE, k->name, &e->rank, NULL);
             if (p)
                 kd_staging_release(s, p);
         } else if (k) {
