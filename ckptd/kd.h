@@ -128,16 +128,17 @@ void kd_ckpt_events(kd_server *s);
 void kd_ckpt_shutdown(kd_server *s);
 void kd_saver_event(void *arg, const ck_saver_event *ev);
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);
-/* Tells p's client that its part was admitted: copy now. */
-void kd_ckpt_admitted(kd_server *s, kd_part *p);
 
 /* kd_staging.c */
 /* Checks a staging memfd: sealed against shrinking, at least size bytes. */
 int kd_staging_check(int fd, uint64_t size, ck_err *err);
 /* Admits p now or queues it; returns 1 admitted, 0 queued, or -errno (never fits). */
 int kd_staging_admit(kd_server *s, kd_part *p, ck_err *err);
-/* Unmaps p's staging (or leaves the queue), then admits what now fits. */
+/* Unmaps p's staging, or takes p out of the queue. */
 void kd_staging_release(kd_server *s, kd_part *p);
+/* Maps the first waiting part if it now fits and returns it (its client may copy), or
+ * NULL. Call it until NULL after every release: room is given in queue order. */
+kd_part *kd_staging_admit_waiting(kd_server *s);
 
 /* kd_status.c */
 void kd_status_reply(kd_server *s, kd_client *c);
