@@ -2,17 +2,22 @@
  *
  * One thread runs the event loop (kd_server.c): the listening socket, the signalfd,
  * the clients, and an eventfd through which the save engine's worker threads (the
- * core's ck_saver, shared with the embedded client) hand their events over. Each
- * file owns one responsibility:
+ * core's ck_saver, shared with the embedded client) hand their events over.
+ *
+ * Each file owns one responsibility, and the files are layers, top to bottom: a file
+ * calls only files below it. A lower file that has news for one above returns it
+ * rather than calling up (kd_staging_admit_waiting hands kd_ckpt.c the parts whose
+ * clients it must tell), so each file can be read knowing only what is below it.
  *   main.c        options, daemonizing, start and exit
- *   kd_log.c      the log
  *   kd_server.c   socket, peer credentials, the event loop
- *   kd_proto.c    reading and validating messages, dispatching them
- *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
- *   kd_staging.c  mapping staging memfds, the staging budget, back-pressure
- *   kd_status.c   the STATUS reply
- *   kd_reply.c    finding a client by id, sending replies
  *   kd_recover.c  recovery of the root at start
+ *   kd_proto.c    reading and validating messages, dispatching them
+ *   kd_status.c   the STATUS reply
+ *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
+ *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ *   kd_reply.c    finding a client by id, sending replies
+ *   kd_log.c      the log
+ * The declarations below follow the same order.
  */
 #ifndef KD_H
 #define KD_H
@@ -101,10 +106,6 @@ typedef struct kd_server {
     bool stopping;
 } kd_server;
 
-/* kd_log.c */
-void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void kd_log_cb(void *arg, const char *msg);
-
 /* kd_server.c */
 /* Recovers the root, then listens: the socket exists when it returns. */
 int kd_server_start(kd_server *s, ck_err *err);
@@ -113,11 +114,17 @@ int kd_server_engine(kd_server *s, ck_err *err);
 int kd_server_run(kd_server *s);
 void kd_server_stop(kd_server *s);
 
+/* kd_recover.c */
+int kd_recover(kd_server *s, ck_err *err);
+
 /* kd_proto.c */
 /* Consumes the complete messages in c's input; marks c to drop on a bad one. */
 void kd_proto_input(kd_server *s, kd_client *c);
 /* The peer closed with a message half sent. */
 void kd_proto_truncated(kd_server *s, kd_client *c);
+
+/* kd_status.c */
+void kd_status_reply(kd_server *s, kd_client *c);
 
 /* kd_ckpt.c */
 void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd);
@@ -140,9 +147,6 @@ void kd_staging_release(kd_server *s, kd_part *p);
  * NULL. Call it until NULL after every release: room is given in queue order. */
 kd_part *kd_staging_admit_waiting(kd_server *s);
 
-/* kd_status.c */
-void kd_status_reply(kd_server *s, kd_client *c);
-
 /* kd_reply.c */
 kd_client *kd_client_find(kd_server *s, uint64_t id);
 /* Sends a whole message; a client that cannot take it now is dropped. */
@@ -152,7 +156,8 @@ void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const
 void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
                    const uint64_t *a, const uint64_t *b);
 
-/* kd_recover.c */
-int kd_recover(kd_server *s, ck_err *err);
+/* kd_log.c */
+void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kd_log_cb(void *arg, const char *msg);
 
 #endif
