@@ -2,16 +2,22 @@
  *
  * One thread runs the event loop (kd_server.c): the listening socket, the signalfd,
  * the clients, and an eventfd through which the save engine's worker threads (the
- * core's ck_saver, shared with the embedded client) hand their events over. Each
- * file owns one responsibility:
+ * core's ck_saver, shared with the embedded client) hand their events over.
+ *
+ * Each file owns one responsibility, and the files are layers, top to bottom: a file
+ * calls only files below it. A lower file that has news for one above returns it
+ * rather than calling up (kd_staging_admit_waiting hands kd_ckpt.c the parts whose
+ * clients it must tell), so each file can be read knowing only what is below it.
  *   main.c        options, daemonizing, start and exit
- *   kd_log.c      the log
- *   kd_server.c   socket, peer credentials, the event loop, sending replies
- *   kd_proto.c    reading and validating messages, dispatching them
- *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
- *   kd_staging.c  mapping staging memfds, the staging budget, back-pressure
- *   kd_status.c   the STATUS reply
+ *   kd_server.c   socket, peer credentials, the event loop
  *   kd_recover.c  recovery of the root at start
+ *   kd_proto.c    reading and validating messages, dispatching them
+ *   kd_status.c   the STATUS reply
+ *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
+ *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ *   kd_reply.c    finding a client by id, sending replies
+ *   kd_log.c      the log
+ * The declarations below follow the same order.
  */
 #ifndef KD_H
 #define KD_H
@@ -100,10 +106,6 @@ typedef struct kd_server {
     bool stopping;
 } kd_server;
 
-/* kd_log.c */
-void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void kd_log_cb(void *arg, const char *msg);
-
 /* kd_server.c */
 /* Recovers the root, then listens: the socket exists when it returns. */
 int kd_server_start(kd_server *s, ck_err *err);
@@ -111,16 +113,18 @@ int kd_server_start(kd_server *s, ck_err *err);
 int kd_server_engine(kd_server *s, ck_err *err);
 int kd_server_run(kd_server *s);
 void kd_server_stop(kd_server *s);
-/* Sends a whole message; a client that cannot take it now is dropped. */
-void kd_send(kd_server *s, kd_client *c, ck_wbuf *w);
-void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
-kd_client *kd_client_find(kd_server *s, uint64_t id);
+
+/* kd_recover.c */
+int kd_recover(kd_server *s, ck_err *err);
 
 /* kd_proto.c */
 /* Consumes the complete messages in c's input; marks c to drop on a bad one. */
 void kd_proto_input(kd_server *s, kd_client *c);
 /* The peer closed with a message half sent. */
 void kd_proto_truncated(kd_server *s, kd_client *c);
+
+/* kd_status.c */
+void kd_status_reply(kd_server *s, kd_client *c);
 
 /* kd_ckpt.c */
 void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd);
@@ -131,21 +135,29 @@ void kd_ckpt_events(kd_server *s);
 void kd_ckpt_shutdown(kd_server *s);
 void kd_saver_event(void *arg, const ck_saver_event *ev);
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);
-/* Tells p's client that its part was admitted: copy now. */
-void kd_ckpt_admitted(kd_server *s, kd_part *p);
 
 /* kd_staging.c */
 /* Checks a staging memfd: sealed against shrinking, at least size bytes. */
 int kd_staging_check(int fd, uint64_t size, ck_err *err);
 /* Admits p now or queues it; returns 1 admitted, 0 queued, or -errno (never fits). */
 int kd_staging_admit(kd_server *s, kd_part *p, ck_err *err);
-/* Unmaps p's staging (or leaves the queue), then admits what now fits. */
+/* Unmaps p's staging, or takes p out of the queue. */
 void kd_staging_release(kd_server *s, kd_part *p);
+/* Maps the first waiting part if it now fits and returns it (its client may copy), or
+ * NULL. Call it until NULL after every release: room is given in queue order. */
+kd_part *kd_staging_admit_waiting(kd_server *s);
 
-/* kd_status.c */
-void kd_status_reply(kd_server *s, kd_client *c);
+/* kd_reply.c */
+kd_client *kd_client_find(kd_server *s, uint64_t id);
+/* Sends a whole message; a client that cannot take it now is dropped. */
+void kd_send(kd_server *s, kd_client *c, ck_wbuf *w);
+void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
+/* ADMIT, DURABLE, COMMITTED: the checkpoint's name, then a and b where not NULL. */
+void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
+                   const uint64_t *a, const uint64_t *b);
 
-/* kd_recover.c */
-int kd_recover(kd_server *s, ck_err *err);
+/* kd_log.c */
+void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kd_log_cb(void *arg, const char *msg);
 
 #endif

@@ -33,6 +33,22 @@ static kd_part *part_of(kd_ckpt *k, uint64_t rank)
     return NULL;
 }
 
+static void tell_admitted(kd_server *s, kd_part *p)
+{
+    kd_client *c = kd_client_find(s, p->client);
+    if (c)
+        kd_send_named(s, c, CK_MSG_ADMIT, p->ckpt->name, &p->rank, &p->image);
+}
+
+/* Staging knows parts, not clients: the ADMITs for the room a release makes are sent
+ * here, each before the next release, as the parts they name may be freed by then. */
+static void release(kd_server *s, kd_part *p)
+{
+    kd_staging_release(s, p);
+    for (kd_part *q; (q = kd_staging_admit_waiting(s));)
+        tell_admitted(s, q);
+}
+
 static void ckpt_free(kd_server *s, kd_ckpt *k)
 {
     for (kd_ckpt **pp = &s->ckpts; *pp; pp = &(*pp)->next)
@@ -43,7 +59,7 @@ static void ckpt_free(kd_server *s, kd_ckpt *k)
     while (k->parts) {
         kd_part *p = k->parts;
         k->parts = p->next;
-        kd_staging_release(s, p);
+        release(s, p);
         free(p);
     }
     free(k);
@@ -61,26 +77,6 @@ unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
     return n;
 }
 
-static void send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
-                       const uint64_t *a, const uint64_t *b)
-{
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, type);
-    ck_put_str(&w, name);
-    if (a)
-        ck_put_u64(&w, *a);
-    if (b)
-        ck_put_u64(&w, *b);
-    kd_send(s, c, &w);
-    ck_wbuf_free(&w);
-}
-
-void kd_ckpt_admitted(kd_server *s, kd_part *p)
-{
-    kd_client *c = kd_client_find(s, p->client);
-    if (c)
-        send_named(s, c, CK_MSG_ADMIT, p->ckpt->name, &p->rank, &p->image);
-}
 
 void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
 {
@@ -119,7 +115,7 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
     k->parts = p;
     r = kd_staging_admit(s, p, &err);
     if (r == 1)
-        kd_ckpt_admitted(s, p);
+        tell_admitted(s, p);
     if (r < 0) {
         char msg[CK_ERR_MSG_MAX + 32];
         snprintf(msg, sizeof msg, "%s", ck_err_msg(&err));
@@ -189,7 +185,7 @@ void kd_ckpt_client_gone(kd_server *s, kd_client *c)
             if (!p->staged) {
                 doomed = true;
                 rank = p->rank;
-                kd_staging_release(s, p);
+                release(s, p);
             }
         }
         if (!mine)
@@ -244,7 +240,7 @@ static void broadcast(kd_server *s, kd_ckpt *k, const kd_event *e)
         if (!attached)
             continue;
         if (e->kind == CK_SAVER_COMMITTED)
-            send_named(s, c, CK_MSG_COMMITTED, k->name, NULL, NULL);
+            kd_send_named(s, c, CK_MSG_COMMITTED, k->name, NULL, NULL);
         else
             kd_send_error(s, c, k->name, e->code, e->msg);
     }
@@ -263,9 +259,9 @@ void kd_ckpt_events(kd_server *s)
             kd_part *p = part_of(k, e->rank);
             kd_client *c = p ? kd_client_find(s, p->client) : NULL;
             if (c)
-                send_named(s, c, CK_MSG_DURABLE, k->name, &e->rank, NULL);
+                kd_send_named(s, c, CK_MSG_DURABLE, k->name, &e->rank, NULL);
             if (p)
-                kd_staging_release(s, p);
+                release(s, p);
         } else if (k) {
             if (e->kind == CK_SAVER_FAILED)
                 kd_log(s, "checkpoint %s failed: %s", k->name, e->msg);

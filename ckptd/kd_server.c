@@ -110,41 +110,6 @@ int kd_server_engine(kd_server *s, ck_err *err)
     return 0;
 }
 
-kd_client *kd_client_find(kd_server *s, uint64_t id)
-{
-    for (kd_client *c = s->clients; id && c; c = c->next)
-        if (c->id == id)
-            return c;
-    return NULL;
-}
-
-void kd_send(kd_server *s, kd_client *c, ck_wbuf *w)
-{
-    if (c->drop || ck_proto_end(w) < 0)
-        return;
-    /* Replies are small and few per save; a client whose socket buffer is full is not
-     * reading them, and must not stall the daemon. */
-    ssize_t n = send(c->fd, w->p, w->len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n != (ssize_t)w->len) {
-        kd_log(s, "client %llu (pid %d) does not take its replies: closing it",
-               (unsigned long long)c->id, (int)c->pid);
-        c->drop = true;
-    }
-}
-
-void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg)
-{
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_ERROR);
-    ck_put_str(&w, name);
-    ck_put_u32(&w, (uint32_t)(code < 0 ? code : -EIO));
-    char m[CK_ERR_MSG_MAX];
-    snprintf(m, sizeof m, "%s", msg);   /* the wire holds at most a u16 length */
-    ck_put_str(&w, m);
-    kd_send(s, c, &w);
-    ck_wbuf_free(&w);
-}
-
 static void accept_one(kd_server *s)
 {
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);

@@ -95,16 +95,19 @@ void kd_staging_release(kd_server *s, kd_part *p)
     if (p->fd >= 0)
         close(p->fd);
     p->fd = -1;
+}
+
+kd_part *kd_staging_admit_waiting(kd_server *s)
+{
     /* First come, first served: a big part at the head is not overtaken. */
     while (s->wait_head && s->staging_used + s->wait_head->need <= s->o.staging) {
         kd_part *q = s->wait_head;
         unqueue(s, q);
         ck_err err = { 0 };
-        if (map_part(s, q, &err) < 0) {
-            kd_log(s, "checkpoint %s: %s", q->ckpt->name, ck_err_msg(&err));
-            ck_saver_abandon(s->saver, q->ckpt->name, ck_err_msg(&err));
-            continue;
-        }
-        kd_ckpt_admitted(s, q);
+        if (map_part(s, q, &err) == 0)
+            return q;
+        kd_log(s, "checkpoint %s: %s", q->ckpt->name, ck_err_msg(&err));
+        ck_saver_abandon(s->saver, q->ckpt->name, ck_err_msg(&err));
     }
+    return NULL;
 }
