@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ckptd's files form layers (ckptd/kd.h): a file names only functions of the files
+# below it, so that a reader follows a message from the event loop down and never
+# back up. Names count wherever they appear (a callback passed by pointer too).
+# Prints each upward use and exits 1 if there is any.
+set -euo pipefail
+cd "${1:-$(dirname "$0")/../..}/ckptd"
+
+# Top to bottom, as kd.h lists them.
+layers=(main.c kd_server.c kd_recover.c kd_proto.c kd_status.c kd_ckpt.c kd_staging.c
+        kd_reply.c kd_log.c)
+listed=$(printf '%s\n' "${layers[@]}" | sort)
+actual=$(ls -- *.c | grep -vx ckptctl.c | sort)
+if [ "$listed" != "$actual" ]; then
+    echo "ckptd layering: the layer list is not the file list; update it and kd.h"
+    diff <(echo "$listed") <(echo "$actual") || true
+    exit 1
+fi
+
+bad=0
+for ((i = 0; i < ${#layers[@]}; i++)); do
+    # The file's external functions: definitions in column 0 that are not static.
+    fns=$(grep -vE '^static' "${layers[i]}" |
+          grep -oE '^[a-z][a-z0-9_ ]*[ *]kd_[a-z0-9_]+\(' | grep -oE 'kd_[a-z0-9_]+\($' |
+          tr -d '(' || true)
+    for fn in $fns; do
+        for ((j = i + 1; j < ${#layers[@]}; j++)); do
+            if grep -qw "$fn" "${layers[j]}"; then
+                echo "${layers[j]} uses $fn of ${layers[i]}, a file above it"
+                bad=1
+            fi
+        done
+    done
+done
+[ "$bad" -eq 0 ] || { echo "ckptd layering: calls that point up"; exit 1; }
+echo "ckptd layering: every call points down"
