@@ -1,82 +1,26 @@
 /* client.c - async saves and loads from training ranks (see ck/client.h).
  *
- * A save's part goes through the same three steps in both modes: join (declare, get
- * admitted: the daemon may hold this back while its staging memory is full), copy
- * into the staging memfd laid out as the rank's data file (the only stall), stage
- * (hand it over). Connected, steps are messages on the socket and the results come
- * back as messages; embedded, they are calls into the saver and the results come back
- * through its event callback. Either way the saves' states move forward only.
+ * What every transport shares (async/client_int.h): building a save, the staging
+ * slots and the copy into them, the order of the steps, and the states, which only
+ * move forward. The transport (cl->t) carries each step to the engine and brings its
+ * news back.
  */
 #include "ck/client.h"
 
 #include <fcntl.h>
-#include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "async/client_int.h"
 #include "ck/load.h"
 #include "model/plan.h"
-#include "async/saver.h"
-#include "async/proto.h"
-
-#define NSLOTS 2
-
-/* The embedded engine, shared by the clients of the ranks of one process. */
-typedef struct hub {
-    ck_saver *sv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned refs;
-    ck_client_save *saves;      /* every save in flight of every client, for events */
-} hub;
-
-typedef struct slot {
-    int fd;
-    uint8_t *map;
-    uint64_t size;
-    ck_client_save *user;       /* the save whose part it holds, until durable */
-} slot;
-
-struct ck_client {
-    char root[PATH_MAX];
-    char sock_path[108];
-    int sock;                   /* -1: embedded */
-    bool dead;                  /* connected, and the connection broke */
-    hub *hub;
-    slot slots[NSLOTS];
-    unsigned next_slot;
-    ck_client_save *saves;      /* connected: this client's saves, for replies */
-};
-
-typedef struct csrc {
-    const void *mem;
-    ck_fill_fn fill;
-    void *arg;
-} csrc;
-
-struct ck_client_save {
-    ck_client *cl;
-    ck_decl d;
-    uint32_t cap_t, cap_b;
-    csrc *src;                  /* per tensor */
-    uint8_t **blob_data;        /* per blob, copies */
-    ck_client_state state;
-    bool admitted;
-    uint64_t image_bytes;       /* from the engine, checked against our plan */
-    int code;
-    char msg[CK_ERR_MSG_MAX];
-    int slot;                   /* -1: none */
-    bool listed;
-    ck_client_save *next;
-};
 
 /* ---- states ---- */
 
-static void set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg)
+void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg)
 {
     if (sv->state == CK_CLIENT_COMMITTED || sv->state == CK_CLIENT_FAILED)
         return;
@@ -89,175 +33,27 @@ static void set_state(ck_client_save *sv, ck_client_state st, int code, const ch
     sv->state = st;
 }
 
-static ck_client_save **list_of(ck_client *cl)
-{
-    return cl->hub ? &cl->hub->saves : &cl->saves;
-}
-
-static void hub_event(void *arg, const ck_saver_event *ev)
-{
-    hub *h = arg;
-    pthread_mutex_lock(&h->mu);
-    for (ck_client_save *sv = h->saves; sv; sv = sv->next) {
-        if (strcmp(sv->d.name, ev->name) != 0)
-            continue;
-        if (ev->kind == CK_SAVER_DURABLE && sv->d.rank == ev->rank)
-            set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
-        else if (ev->kind == CK_SAVER_COMMITTED)
-            set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
-        else if (ev->kind == CK_SAVER_FAILED)
-            set_state(sv, CK_CLIENT_FAILED, ev->code, ev->msg);
-    }
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-}
-
 static void lock(ck_client *cl)
 {
-    if (cl->hub)
-        pthread_mutex_lock(&cl->hub->mu);
+    cl->t->lock(cl);
 }
 
 static void unlock(ck_client *cl)
 {
-    if (cl->hub)
-        pthread_mutex_unlock(&cl->hub->mu);
+    cl->t->unlock(cl);
 }
 
-/* ---- the connection ---- */
-
-static void conn_broken(ck_client *cl, int code, const char *msg)
-{
-    cl->dead = true;
-    for (ck_client_save *sv = cl->saves; sv; sv = sv->next)
-        set_state(sv, CK_CLIENT_FAILED, code, msg);
-}
-
-/* Applies one reply of the daemon to the saves it names. */
-static void dispatch(ck_client *cl, const ck_msg *m)
-{
-    ck_rbuf r = ck_rbuf_make(m->payload, m->len);
-    char name[CK_NAME_MAX] = "";
-    if (m->type != CK_MSG_HELLO_OK && m->type != CK_MSG_STATUS_OK)
-        ck_get_str(&r, name, sizeof name);
-    uint64_t rank = 0, bytes = 0;
-    int32_t code = 0;
-    char msg[CK_ERR_MSG_MAX] = "";
-    switch (m->type) {
-    case CK_MSG_ADMIT:
-        rank = ck_get_u64(&r);
-        bytes = ck_get_u64(&r);
-        break;
-    case CK_MSG_DURABLE:
-        rank = ck_get_u64(&r);
-        break;
-    case CK_MSG_ERROR:
-        code = (int32_t)ck_get_u32(&r);
-        ck_get_str(&r, msg, sizeof msg);
-        break;
-    case CK_MSG_COMMITTED:
-        break;
-    default:
-        r.bad = true;
-    }
-    if (!ck_rbuf_done(&r) || (m->type == CK_MSG_ERROR && code >= 0)) {
-        conn_broken(cl, -EPROTO, "ckptd sent a malformed reply");
-        return;
-    }
-    if (m->type == CK_MSG_ERROR && !name[0]) {
-        char full[CK_ERR_MSG_MAX + 32];
-        snprintf(full, sizeof full, "ckptd: %s", msg);
-        conn_broken(cl, code, full);
-        return;
-    }
-    for (ck_client_save *sv = cl->saves; sv; sv = sv->next) {
-        if (strcmp(sv->d.name, name) != 0)
-            continue;
-        if (m->type == CK_MSG_ADMIT && sv->d.rank == rank && !sv->admitted) {
-            sv->admitted = true;
-            sv->image_bytes = bytes;
-        } else if (m->type == CK_MSG_DURABLE && sv->d.rank == rank) {
-            set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
-        } else if (m->type == CK_MSG_COMMITTED) {
-            set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
-        } else if (m->type == CK_MSG_ERROR) {
-            set_state(sv, CK_CLIENT_FAILED, code, msg);
-        }
-    }
-}
-
-/* Reads replies (blocking when block) and applies them. */
-static int pump(ck_client *cl, bool block)
-{
-    if (cl->dead)
-        return -ECONNRESET;
-    ck_msg m;
-    ck_err err = { 0 };
-    int r;
-    while ((r = ck_conn_recv(cl->sock, block, &m, &err)) > 0) {
-        dispatch(cl, &m);
-        free(m.payload);
-        if (block || cl->dead)
-            break;
-    }
-    if (r < 0)
-        conn_broken(cl, r, ck_err_msg(&err));
-    return r < 0 ? r : 0;
-}
-
-/* Waits until done(sv) holds. Embedded, under the hub's lock. */
-static void wait_for(ck_client *cl, bool (*done)(ck_client *, const void *), const void *arg)
+void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
+                         const void *arg)
 {
     lock(cl);
-    while (!done(cl, arg)) {
-        if (cl->hub)
-            pthread_cond_wait(&cl->hub->cv, &cl->hub->mu);
-        else if (pump(cl, true) < 0)
-            break;      /* every save is FAILED now: done() holds for what we wait on */
-    }
+    while (!done(cl, arg))
+        if (cl->t->await(cl) < 0)
+            break;      /* every save has FAILED now: done() holds for what we wait on */
     unlock(cl);
 }
 
-static int send_msg(ck_client *cl, ck_wbuf *w, int fd, ck_err *err)
-{
-    int r = ck_proto_end(w);
-    if (r < 0)
-        return ck_err_set(err, r, "out of memory building a message");
-    if (cl->dead)
-        return ck_err_set(err, -ECONNRESET, "the connection to ckptd at %s is broken",
-                          cl->sock_path);
-    return ck_conn_send(cl->sock, w, fd, err);
-}
-
 /* ---- open / close ---- */
-
-static int hello(ck_client *cl, const char *root, ck_err *err)
-{
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_HELLO);
-    ck_put_str(&w, root ? root : "");
-    int r = send_msg(cl, &w, -1, err);
-    ck_wbuf_free(&w);
-    ck_msg m;
-    if (r == 0 && (r = ck_conn_recv(cl->sock, true, &m, err)) > 0) {
-        ck_rbuf rb = ck_rbuf_make(m.payload, m.len);
-        char msg[CK_ERR_MSG_MAX] = "";
-        if (m.type == CK_MSG_HELLO_OK) {
-            ck_get_str(&rb, cl->root, sizeof cl->root);
-            ck_get_u64(&rb);
-            r = ck_rbuf_done(&rb) ? 0 : ck_err_set(err, -EPROTO, "malformed HELLO reply");
-        } else if (m.type == CK_MSG_ERROR) {
-            ck_get_str(&rb, msg, sizeof msg);
-            int32_t code = (int32_t)ck_get_u32(&rb);
-            ck_get_str(&rb, msg, sizeof msg);
-            r = ck_err_set(err, code < 0 ? code : -EPROTO, "ckptd refused: %s", msg);
-        } else {
-            r = ck_err_set(err, -EPROTO, "unexpected reply %u to HELLO", m.type);
-        }
-        free(m.payload);
-    }
-    return r < 0 ? ck_err_set(err, r, "ckptd at %s", cl->sock_path) : 0;
-}
 
 int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts,
                    ck_err *err)
@@ -272,40 +68,10 @@ int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts
     ck_client *cl = calloc(1, sizeof *cl);
     if (!cl)
         return ck_err_set(err, -ENOMEM, "out of memory");
-    cl->sock = -1;
-    for (int i = 0; i < NSLOTS; i++)
+    for (int i = 0; i < CK_CLIENT_SLOTS; i++)
         cl->slots[i].fd = -1;
-    int r = 0;
-    if (sock) {
-        snprintf(cl->sock_path, sizeof cl->sock_path, "%s", sock);
-        if ((r = ck_conn_connect(sock, &cl->sock, err)) == 0)
-            r = hello(cl, root, err);
-    } else if (o.peer) {
-        if (!o.peer->hub) {
-            r = ck_err_set(err, -EINVAL, "the peer client is not embedded");
-        } else {
-            cl->hub = o.peer->hub;
-            snprintf(cl->root, sizeof cl->root, "%s", o.peer->root);
-            pthread_mutex_lock(&cl->hub->mu);
-            cl->hub->refs++;
-            pthread_mutex_unlock(&cl->hub->mu);
-        }
-    } else {
-        snprintf(cl->root, sizeof cl->root, "%s", root);
-        hub *h = calloc(1, sizeof *h);
-        if (!h) {
-            r = ck_err_set(err, -ENOMEM, "out of memory");
-        } else {
-            pthread_mutex_init(&h->mu, NULL);
-            pthread_cond_init(&h->cv, NULL);
-            h->refs = 1;
-            cl->hub = h;
-            ck_saver_opts so = { .root = root, .engine = o.engine, .writers = o.writers,
-                                 .hash_threads = o.hash_threads, .log = o.log,
-                                 .event = hub_event, .arg = h };
-            r = ck_saver_new(&so, &h->sv, err);
-        }
-    }
+    int r = sock ? ck__client_open_connected(cl, sock, root, err)
+                 : ck__client_open_embedded(cl, root, &o, err);
     if (r < 0) {
         ck_client_close(cl);
         return r;
@@ -316,7 +82,7 @@ int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts
 
 bool ck_client_connected(const ck_client *cl)
 {
-    return cl->sock >= 0;
+    return cl->t->connected;
 }
 
 const char *ck_client_root(const ck_client *cl)
@@ -324,13 +90,13 @@ const char *ck_client_root(const ck_client *cl)
     return cl->root;
 }
 
-static void slot_release(slot *s)
+static void slot_release(ck_client_slot *s)
 {
     if (s->map)
         munmap(s->map, s->size);
     if (s->fd >= 0)
         close(s->fd);
-    *s = (slot){ .fd = -1 };
+    *s = (ck_client_slot){ .fd = -1 };
 }
 
 static bool all_slots_free(ck_client *cl, const void *arg);
@@ -340,25 +106,14 @@ void ck_client_close(ck_client *cl)
     if (!cl)
         return;
     /* The engine writes from the staging areas in place: unmap them only once every
-     * part this client staged is durable (or failed). */
-    wait_for(cl, all_slots_free, NULL);
-    for (int i = 0; i < NSLOTS; i++)
+     * part this client staged is durable (or failed). A client whose transport never
+     * opened staged nothing. */
+    if (cl->t)
+        ck__client_wait_for(cl, all_slots_free, NULL);
+    for (int i = 0; i < CK_CLIENT_SLOTS; i++)
         slot_release(&cl->slots[i]);
-    if (cl->sock >= 0)
-        close(cl->sock);
-    hub *h = cl->hub;
-    if (h) {
-        pthread_mutex_lock(&h->mu);
-        bool last = --h->refs == 0;
-        pthread_mutex_unlock(&h->mu);
-        if (last) {
-            /* The saver's last events take the hub's lock: free it first. */
-            ck_saver_free(h->sv);
-            pthread_cond_destroy(&h->cv);
-            pthread_mutex_destroy(&h->mu);
-            free(h);
-        }
-    }
+    if (cl->t)
+        cl->t->close(cl);
     free(cl);
 }
 
@@ -417,7 +172,7 @@ int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int n
         ck_decl_tensor *t = realloc(sv->d.tensors, cap * sizeof *t);
         if (t)
             sv->d.tensors = t;
-        csrc *s = t ? realloc(sv->src, cap * sizeof *s) : NULL;
+        ck_client_src *s = t ? realloc(sv->src, cap * sizeof *s) : NULL;
         if (!s)
             return ck_err_set(err, -ENOMEM, "tensor %s: out of memory", name);
         sv->src = s;
@@ -430,11 +185,11 @@ int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int n
     t->ndim = (uint8_t)ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     memcpy(t->pl, pl, (size_t)sv->d.mesh.ndim * sizeof *pl);
-    sv->src[sv->d.ntensors++] = (csrc){ 0 };
+    sv->src[sv->d.ntensors++] = (ck_client_src){ 0 };
     return 0;
 }
 
-static int set_src(ck_client_save *sv, const char *tensor, csrc src, ck_err *err)
+static int set_src(ck_client_save *sv, const char *tensor, ck_client_src src, ck_err *err)
 {
     int r = building(sv, err);
     if (r < 0)
@@ -450,13 +205,13 @@ static int set_src(ck_client_save *sv, const char *tensor, csrc src, ck_err *err
 
 int ck_client_shard(ck_client_save *sv, const char *tensor, const void *data, ck_err *err)
 {
-    return set_src(sv, tensor, (csrc){ .mem = data }, err);
+    return set_src(sv, tensor, (ck_client_src){ .mem = data }, err);
 }
 
 int ck_client_shard_fill(ck_client_save *sv, const char *tensor, ck_fill_fn fill, void *arg,
                          ck_err *err)
 {
-    return set_src(sv, tensor, (csrc){ .fill = fill, .arg = arg }, err);
+    return set_src(sv, tensor, (ck_client_src){ .fill = fill, .arg = arg }, err);
 }
 
 int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_t len,
@@ -496,7 +251,7 @@ int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_
 
 /* ---- save_async ---- */
 
-static bool slot_free(const slot *s)
+static bool slot_free(const ck_client_slot *s)
 {
     return !s->user || s->user->state >= CK_CLIENT_DURABLE;
 }
@@ -504,7 +259,7 @@ static bool slot_free(const slot *s)
 static bool any_slot_free(ck_client *cl, const void *arg)
 {
     (void)arg;
-    for (int i = 0; i < NSLOTS; i++)
+    for (int i = 0; i < CK_CLIENT_SLOTS; i++)
         if (slot_free(&cl->slots[i]))
             return true;
     return false;
@@ -513,16 +268,10 @@ static bool any_slot_free(ck_client *cl, const void *arg)
 static bool all_slots_free(ck_client *cl, const void *arg)
 {
     (void)arg;
-    for (int i = 0; i < NSLOTS; i++)
+    for (int i = 0; i < CK_CLIENT_SLOTS; i++)
         if (!slot_free(&cl->slots[i]))
             return false;
     return true;
-}
-
-static bool admitted(ck_client *cl, const void *arg)
-{
-    const ck_client_save *sv = arg;
-    return sv->admitted || sv->state == CK_CLIENT_FAILED;
 }
 
 static bool part_done(ck_client *cl, const void *arg)
@@ -539,7 +288,7 @@ static bool save_done(ck_client *cl, const void *arg)
 
 /* A sealed memfd of at least need bytes: the daemon maps it, and the seals promise it
  * that the pages cannot be truncated away under its writes. */
-static int slot_fit(ck_client_save *sv, slot *s, uint64_t need, ck_err *err)
+static int slot_fit(ck_client_save *sv, ck_client_slot *s, uint64_t need, ck_err *err)
 {
     if (s->map && s->size >= need)
         return 0;
@@ -580,7 +329,7 @@ static int copy_in(ck_client_save *sv, const ck_plan *p, uint8_t *dst, uint64_t 
         if (ps->writer != sv->d.rank || !ps->bytes)
             continue;
         memset(dst + at, 0, ps->file_off - at);
-        const csrc *s = &sv->src[t];
+        const ck_client_src *s = &sv->src[t];
         if (s->mem) {
             memcpy(dst + ps->file_off, s->mem, ps->bytes);
         } else {
@@ -627,50 +376,20 @@ static void list_add(ck_client_save *sv)
 {
     ck_client *cl = sv->cl;
     lock(cl);
-    ck_client_save **l = list_of(cl);
+    ck_client_save **l = cl->t->saves(cl);
     sv->next = *l;
     *l = sv;
     sv->listed = true;
     unlock(cl);
 }
 
-/* Joins the save: embedded, a call; connected, BEGIN with the memfd, then ADMIT. */
-static int join(ck_client_save *sv, const slot *s, ck_err *err)
-{
-    ck_client *cl = sv->cl;
-    if (cl->hub) {
-        int r = ck_saver_join(cl->hub->sv, &sv->d, &sv->image_bytes, err);
-        sv->admitted = r == 0;
-        return r;
-    }
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_BEGIN);
-    ck_proto_put_decl(&w, &sv->d);
-    int r = send_msg(cl, &w, s->fd, err);
-    ck_wbuf_free(&w);
-    if (r < 0)
-        return r;
-    wait_for(cl, admitted, sv);
-    if (sv->state == CK_CLIENT_FAILED)
-        return ck_err_set(err, sv->code, "%s", sv->msg);
-    return 0;
-}
-
-static int stage(ck_client_save *sv, const slot *s, ck_err *err)
+static int stage(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
 {
     ck_client *cl = sv->cl;
     lock(cl);
-    set_state(sv, CK_CLIENT_STAGED, 0, NULL);
+    ck__client_set_state(sv, CK_CLIENT_STAGED, 0, NULL);
     unlock(cl);
-    if (cl->hub)
-        return ck_saver_stage(cl->hub->sv, sv->d.name, sv->d.rank, s->map, err);
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_STAGED);
-    ck_put_str(&w, sv->d.name);
-    ck_put_u64(&w, sv->d.rank);
-    int r = send_msg(cl, &w, -1, err);
-    ck_wbuf_free(&w);
-    return r;
+    return cl->t->stage(sv, s, err);
 }
 
 int ck_client_save_async(ck_client_save *sv, ck_err *err)
@@ -687,11 +406,11 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
         return r;
     uint64_t image = ck_plan_file_size(p, sv->d.rank);
     /* Double buffering: wait only while both areas still drain. */
-    wait_for(cl, any_slot_free, NULL);
+    ck__client_wait_for(cl, any_slot_free, NULL);
     lock(cl);
     int k = -1;
-    for (int i = 0; i < NSLOTS && k < 0; i++) {
-        int j = (int)((cl->next_slot + (unsigned)i) % NSLOTS);
+    for (int i = 0; i < CK_CLIENT_SLOTS && k < 0; i++) {
+        int j = (int)((cl->next_slot + (unsigned)i) % CK_CLIENT_SLOTS);
         if (slot_free(&cl->slots[j]))
             k = j;
     }
@@ -702,15 +421,15 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
     unlock(cl);
     if (k < 0) {
         ck_plan_free(p);
-        return ck_err_set(err, -ECONNRESET, "checkpoint %s: %s", sv->d.name,
-                          cl->dead ? "the connection to ckptd is broken" : "no staging area");
+        return ck_err_set(err, -ECONNRESET, "checkpoint %s: no staging area came free (the "
+                          "engine stopped answering)", sv->d.name);
     }
-    slot *s = &cl->slots[k];
+    ck_client_slot *s = &cl->slots[k];
     r = slot_fit(sv, s, image + blob_bytes, err);
     if (r == 0) {
         sv->d.staging_size = s->size;
         list_add(sv);
-        r = join(sv, s, err);
+        r = cl->t->join(sv, s, err);
     }
     if (r == 0 && sv->image_bytes != image)
         r = ck_err_set(err, -EPROTO, "checkpoint %s, rank %llu: the engine lays out %llu "
@@ -728,7 +447,7 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
     }
     if (r < 0) {
         lock(cl);
-        set_state(sv, CK_CLIENT_FAILED, r, ck_err_msg(err));
+        ck__client_set_state(sv, CK_CLIENT_FAILED, r, ck_err_msg(err));
         unlock(cl);
     }
     return r;
@@ -743,22 +462,13 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
         return ck_err_set(err, -EINVAL, "checkpoint %s: commit before save_async", sv->d.name);
     if (sv->state == CK_CLIENT_FAILED)     /* as the embedded engine answers */
         return ck_err_set(err, sv->code, "%s", sv->msg);
-    ck_client *cl = sv->cl;
-    if (cl->hub)
-        return ck_saver_commit(cl->hub->sv, sv->d.name, err);
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_COMMIT);
-    ck_put_str(&w, sv->d.name);
-    int r = send_msg(cl, &w, -1, err);
-    ck_wbuf_free(&w);
-    return r;
+    return sv->cl->t->commit(sv, err);
 }
 
 int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err)
 {
     ck_client *cl = sv->cl;
-    if (!cl->hub)
-        pump(cl, false);
+    cl->t->poll(cl);
     lock(cl);
     *state = sv->state;
     int r = sv->state == CK_CLIENT_FAILED ? ck_err_set(err, sv->code, "%s", sv->msg) : 0;
@@ -770,7 +480,7 @@ int ck_client_wait(ck_client_save *sv, ck_err *err)
 {
     if (sv->state == CK_CLIENT_BUILDING)
         return ck_err_set(err, -EINVAL, "checkpoint %s: wait before save_async", sv->d.name);
-    wait_for(sv->cl, save_done, sv);
+    ck__client_wait_for(sv->cl, save_done, sv);
     ck_client_state st;
     return ck_client_poll(sv, &st, err);
 }
@@ -780,12 +490,12 @@ void ck_client_save_free(ck_client_save *sv)
     if (!sv)
         return;
     ck_client *cl = sv->cl;
-    wait_for(cl, part_done, sv);
+    ck__client_wait_for(cl, part_done, sv);
     lock(cl);
     if (sv->slot >= 0 && cl->slots[sv->slot].user == sv)
         cl->slots[sv->slot].user = NULL;
     if (sv->listed)
-        for (ck_client_save **pp = list_of(cl); *pp; pp = &(*pp)->next)
+        for (ck_client_save **pp = cl->t->saves(cl); *pp; pp = &(*pp)->next)
             if (*pp == sv) {
                 *pp = sv->next;
                 break;

@@ -1,0 +1,158 @@
+/* client_embedded.c - the client's embedded transport: the save engine (the saver
+ * ckptd also runs) on threads of this process.
+ *
+ * Ranks that are threads of one process share one engine, the hub: their saves are
+ * parts of the same checkpoints, so they must reach the same saver. The saver
+ * reports from its worker threads; its events are matched against every save of
+ * every client of the hub, under the hub's lock, and wake the threads waiting on it.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async/client_int.h"
+#include "async/saver.h"
+
+struct ck_client_hub {
+    ck_saver *sv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned refs;
+    ck_client_save *saves;      /* every save in flight of every client, for events */
+    void (*log)(void *arg, const char *msg);
+    void *log_arg;
+};
+
+/* The saver passes one argument to its log and its events, the hub: the user's log
+ * gets the user's own. */
+static void hub_log(void *arg, const char *msg)
+{
+    ck_client_hub *h = arg;
+    h->log(h->log_arg, msg);
+}
+
+static void hub_event(void *arg, const ck_saver_event *ev)
+{
+    ck_client_hub *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (ck_client_save *sv = h->saves; sv; sv = sv->next) {
+        if (strcmp(sv->d.name, ev->name) != 0)
+            continue;
+        if (ev->kind == CK_SAVER_DURABLE && sv->d.rank == ev->rank)
+            ck__client_set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
+        else if (ev->kind == CK_SAVER_COMMITTED)
+            ck__client_set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
+        else if (ev->kind == CK_SAVER_FAILED)
+            ck__client_set_state(sv, CK_CLIENT_FAILED, ev->code, ev->msg);
+    }
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void emb_lock(ck_client *cl)
+{
+    pthread_mutex_lock(&cl->hub->mu);
+}
+
+static void emb_unlock(ck_client *cl)
+{
+    pthread_mutex_unlock(&cl->hub->mu);
+}
+
+static int emb_await(ck_client *cl)
+{
+    pthread_cond_wait(&cl->hub->cv, &cl->hub->mu);
+    return 0;
+}
+
+/* Events arrive by themselves, from the saver's threads. */
+static void emb_poll(ck_client *cl)
+{
+    (void)cl;
+}
+
+static ck_client_save **emb_saves(ck_client *cl)
+{
+    return &cl->hub->saves;
+}
+
+static int emb_join(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
+{
+    (void)s;
+    int r = ck_saver_join(sv->cl->hub->sv, &sv->d, &sv->image_bytes, err);
+    sv->admitted = r == 0;
+    return r;
+}
+
+static int emb_stage(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
+{
+    return ck_saver_stage(sv->cl->hub->sv, sv->d.name, sv->d.rank, s->map, err);
+}
+
+static int emb_commit(ck_client_save *sv, ck_err *err)
+{
+    return ck_saver_commit(sv->cl->hub->sv, sv->d.name, err);
+}
+
+static void emb_close(ck_client *cl)
+{
+    ck_client_hub *h = cl->hub;
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->mu);
+    bool last = --h->refs == 0;
+    pthread_mutex_unlock(&h->mu);
+    if (last) {
+        /* The saver's last events take the hub's lock: free the saver first. */
+        ck_saver_free(h->sv);
+        pthread_cond_destroy(&h->cv);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+    }
+    cl->hub = NULL;
+}
+
+static const ck_client_transport embedded = {
+    .connected = false,
+    .lock = emb_lock,
+    .unlock = emb_unlock,
+    .await = emb_await,
+    .poll = emb_poll,
+    .saves = emb_saves,
+    .join = emb_join,
+    .stage = emb_stage,
+    .commit = emb_commit,
+    .close = emb_close,
+};
+
+int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_opts *o,
+                             ck_err *err)
+{
+    if (o->peer) {
+        if (o->peer->t != &embedded)
+            return ck_err_set(err, -EINVAL, "the peer client is not embedded");
+        cl->t = &embedded;
+        cl->hub = o->peer->hub;
+        snprintf(cl->root, sizeof cl->root, "%s", o->peer->root);
+        pthread_mutex_lock(&cl->hub->mu);
+        cl->hub->refs++;
+        pthread_mutex_unlock(&cl->hub->mu);
+        return 0;
+    }
+    ck_client_hub *h = calloc(1, sizeof *h);
+    if (!h)
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    h->refs = 1;
+    h->log = o->log;
+    h->log_arg = o->log_arg;
+    cl->t = &embedded;
+    cl->hub = h;
+    snprintf(cl->root, sizeof cl->root, "%s", root);
+    ck_saver_opts so = { .root = root, .engine = o->engine, .writers = o->writers,
+                         .hash_threads = o->hash_threads, .log = o->log ? hub_log : NULL,
+                         .event = hub_event, .arg = h };
+    return ck_saver_new(&so, &h->sv, err);
+}

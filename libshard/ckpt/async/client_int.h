@@ -1,0 +1,112 @@
+/* async/client_int.h - the client's state and its transports (private to the core).
+ *
+ * A save's part goes through the same steps whatever carries it: join (declare the
+ * part; the engine may hold it back while its staging memory is full), copy into the
+ * staging memfd laid out as the rank's data file (the only stall, client.c), stage
+ * (hand it over), and for rank 0 commit. client.c owns those steps, the staging
+ * slots and the save's states; a transport only carries them to an engine and brings
+ * the engine's news back as state changes:
+ *
+ *   client_embedded.c   the engine on threads of this process, shared by the ranks
+ *                       that are threads of it; news arrive as saver events
+ *   client_connected.c  ckptd over its Unix socket; news arrive as replies
+ *
+ * so no function of client.c asks which transport it runs on.
+ */
+#ifndef CK_ASYNC_CLIENT_INT_H
+#define CK_ASYNC_CLIENT_INT_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "async/proto.h"
+#include "ck/client.h"
+
+#define CK_CLIENT_SLOTS 2       /* staging areas per client: double buffering */
+
+typedef struct ck_client_slot {
+    int fd;                     /* the memfd, -1 when none */
+    uint8_t *map;
+    uint64_t size;
+    ck_client_save *user;       /* the save whose part it holds, until durable */
+} ck_client_slot;
+
+typedef struct ck_client_transport ck_client_transport;
+typedef struct ck_client_hub ck_client_hub;
+
+struct ck_client {
+    const ck_client_transport *t;
+    char root[PATH_MAX];
+    ck_client_slot slots[CK_CLIENT_SLOTS];
+    unsigned next_slot;
+    /* Embedded: */
+    ck_client_hub *hub;
+    /* Connected: */
+    char sock_path[108];
+    int sock;                   /* -1 until connected */
+    bool dead;                  /* the connection broke: every save failed */
+    ck_client_save *saves;      /* this client's saves, for replies */
+};
+
+/* Where a tensor's bytes come from during save_async. */
+typedef struct ck_client_src {
+    const void *mem;
+    ck_fill_fn fill;
+    void *arg;
+} ck_client_src;
+
+struct ck_client_save {
+    ck_client *cl;
+    ck_decl d;
+    uint32_t cap_t, cap_b;
+    ck_client_src *src;         /* per tensor */
+    uint8_t **blob_data;        /* per blob, copies */
+    ck_client_state state;
+    bool admitted;
+    uint64_t image_bytes;       /* from the engine, checked against our plan */
+    int code;
+    char msg[CK_ERR_MSG_MAX];
+    int slot;                   /* -1: none */
+    bool listed;
+    ck_client_save *next;       /* in the transport's list of saves */
+};
+
+/* What carries a client's parts to an engine. State changes it reports go through
+ * ck__client_set_state with the transport's lock held. */
+struct ck_client_transport {
+    bool connected;
+    /* The lock that orders the saves' states with the engine's news. */
+    void (*lock)(ck_client *cl);
+    void (*unlock)(ck_client *cl);
+    /* With the lock held: blocks until some news may have arrived. Negative when no
+     * news ever will (the connection broke, and every save of it has failed). */
+    int (*await)(ck_client *cl);
+    /* Takes in the news that arrived, without blocking. */
+    void (*poll)(ck_client *cl);
+    /* The list of saves the engine's news are matched against. */
+    ck_client_save **(*saves)(ck_client *cl);
+    /* Declares sv's part with its staging area; returns once the engine admitted it
+     * (sv->admitted, sv->image_bytes) or refused it. */
+    int (*join)(ck_client_save *sv, const ck_client_slot *s, ck_err *err);
+    /* The staging area holds the part: the engine may write it. */
+    int (*stage)(ck_client_save *sv, const ck_client_slot *s, ck_err *err);
+    int (*commit)(ck_client_save *sv, ck_err *err);
+    /* Lets go of the engine (the slots are already free). */
+    void (*close)(ck_client *cl);
+};
+
+/* Each opens cl on its transport (cl->t set) or fails with err; cl is closed by the
+ * caller either way. */
+int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_opts *o,
+                             ck_err *err);
+int ck__client_open_connected(ck_client *cl, const char *sock, const char *root,
+                              ck_err *err);
+
+/* Moves sv forward to st (or to FAILED with code and msg); states never go back. */
+void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg);
+/* Blocks until done(cl, arg) holds, taking in the engine's news meanwhile. */
+void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
+                         const void *arg);
+
+#endif
