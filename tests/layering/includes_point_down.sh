@@ -18,7 +18,7 @@ rank_of() {   # the floor of a box name, or of a public header's name
         load) echo 3 ;;
         save) echo 4 ;;
         verify|compare|reshard) echo 5 ;;
-        client) echo 6 ;;
+        client|ck) echo 6 ;;
         *) for i in "${!boxes[@]}"; do [ "${boxes[$i]}" = "$1" ] && { echo "$i"; return; }; done
            echo 99 ;;
     esac
