@@ -1,4 +1,4 @@
-/* format/reader_int.h - the reader's internals, shared with verify.c (private to the core). */
+/* format/reader_int.h - the reader's internals, shared with ops/verify.c (private to the core). */
 #ifndef CK_FORMAT_READER_INT_H
 #define CK_FORMAT_READER_INT_H
 

@@ -1,5 +1,5 @@
 /* save/commit.h - the commit protocol's steps, shared by save and reshard (private).
- * The protocol itself is described in docs/FORMAT.md and save.c. */
+ * The protocol itself is described in docs/FORMAT.md and save/save.c. */
 #ifndef CK_SAVE_COMMIT_H
 #define CK_SAVE_COMMIT_H
 
