@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "ck/save.h"
+#include "model/say.h"
 
 /* A failed save's name is remembered so that ranks arriving after the failure get
  * the error instead of starting a save that can never complete; the oldest go first. */
@@ -75,14 +76,10 @@ static double now_s(void)
 static void logf_(ck_saver *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(ck_saver *sv, const char *fmt, ...)
 {
-    if (!sv->o.log)
-        return;
-    char msg[CK_ERR_MSG_MAX + 256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ck__vsay(sv->o.log, sv->o.arg, fmt, ap);
     va_end(ap);
-    sv->o.log(sv->o.arg, msg);
 }
 
 static void emit(ck_saver *sv, ck_saver_ev_kind kind, const sv_ckpt *c, uint64_t rank)

@@ -277,25 +277,45 @@ int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor
     return 0;
 }
 
-int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
-                    ck_err *err)
+/* Calls rec for each record of dbi in key order; a non-zero return stops the walk. */
+static int db_each(ck_ckpt *ck, MDB_dbi dbi,
+                   int (*rec)(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, void *arg,
+                              ck_err *err),
+                   void *arg, ck_err *err)
 {
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(ck->txn, ck->db_tensors, &cur);
+    int rc = mdb_cursor_open(ck->txn, dbi, &cur);
     if (rc != MDB_SUCCESS)
         return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     MDB_val k, v;
     int r = 0;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        ck_tensor t;
-        if ((r = ck__decode_tensor(ck, &k, &v, &t, err)) < 0 || (r = fn(&t, arg)) != 0)
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+        if ((r = rec(ck, &k, &v, arg, err)) != 0)
             break;
-    }
     if (r == 0 && rc != MDB_NOTFOUND)
         r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     mdb_cursor_close(cur);
     return r;
+}
+
+typedef struct tensor_walk {
+    int (*fn)(const ck_tensor *t, void *arg);
+    void *arg;
+} tensor_walk;
+
+static int tensor_rec(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, void *arg, ck_err *err)
+{
+    tensor_walk *w = arg;
+    ck_tensor t;
+    int r = ck__decode_tensor(ck, k, v, &t, err);
+    return r < 0 ? r : w->fn(&t, w->arg);
+}
+
+int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
+                    ck_err *err)
+{
+    return db_each(ck, ck->db_tensors, tensor_rec, &(tensor_walk){ fn, arg }, err);
 }
 
 int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err)
@@ -487,28 +507,25 @@ static int decode_blob(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, char *na
     return 0;
 }
 
+typedef struct blob_walk {
+    int (*fn)(const char *name, const void *data, size_t len, void *arg);
+    void *arg;
+} blob_walk;
+
+static int blob_rec(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, void *arg, ck_err *err)
+{
+    blob_walk *w = arg;
+    char name[CK_NAME_MAX];
+    const void *data;
+    size_t len;
+    int r = decode_blob(ck, k, v, name, &data, &len, err);
+    return r < 0 ? r : w->fn(name, data, len, w->arg);
+}
+
 int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, size_t len,
                                          void *arg), void *arg, ck_err *err)
 {
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(ck->txn, ck->db_blobs, &cur);
-    if (rc != MDB_SUCCESS)
-        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
-    MDB_val k, v;
-    int r = 0;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        char name[CK_NAME_MAX];
-        const void *data;
-        size_t len;
-        if ((r = decode_blob(ck, &k, &v, name, &data, &len, err)) < 0 ||
-            (r = fn(name, data, len, arg)) != 0)
-            break;
-    }
-    if (r == 0 && rc != MDB_NOTFOUND)
-        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
-    mdb_cursor_close(cur);
-    return r;
+    return db_each(ck, ck->db_blobs, blob_rec, &(blob_walk){ fn, arg }, err);
 }
 
 int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err)

@@ -1,5 +1,6 @@
 /* error.c - the message half of the core's error convention (see ck/error.h). */
 #include "ck/error.h"
+#include "model/say.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,4 +42,13 @@ const char *ck_err_msg(const ck_err *err)
     if (err->msg[0] != '\0')
         return err->msg;
     return err->code ? strerror(-err->code) : "no error";
+}
+
+void ck__vsay(void (*cb)(void *arg, const char *msg), void *arg, const char *fmt, va_list ap)
+{
+    if (!cb)
+        return;
+    char msg[CK_ERR_MSG_MAX + 256];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    cb(arg, msg);
 }

@@ -10,6 +10,7 @@
 #include "ck/load.h"
 #include "format/enc.h"
 #include "model/grow.h"
+#include "model/say.h"
 
 typedef struct names {
     ck_tensor *t;
@@ -73,14 +74,10 @@ static void report(const ck_compare_opts *o, const char *fmt, ...)
 
 static void report(const ck_compare_opts *o, const char *fmt, ...)
 {
-    if (!o->diff)
-        return;
-    char msg[CK_ERR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ck__vsay(o->diff, o->cb_arg, fmt, ap);
     va_end(ap);
-    o->diff(o->cb_arg, msg);
 }
 
 static bool same_header(const ck_compare_opts *o, const ck_tensor *x, const ck_tensor *y)

@@ -13,6 +13,7 @@
 #include "io/hash.h"
 #include "format/reader_int.h"
 #include "model/grow.h"
+#include "model/say.h"
 
 /* One extent of one shard, for the overlap check and to name the tensors that a
  * corrupt block holds. */
@@ -38,14 +39,10 @@ __attribute__((format(printf, 2, 3)))
 static void problem(vstate *v, const char *fmt, ...)
 {
     v->res->problems++;
-    if (!v->o->problem)
-        return;
-    char msg[CK_ERR_MSG_MAX + 256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ck__vsay(v->o->problem, v->o->cb_arg, fmt, ap);
     va_end(ap);
-    v->o->problem(v->o->cb_arg, msg);
 }
 
 static void check_files(vstate *v)
