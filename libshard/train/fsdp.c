@@ -1,5 +1,5 @@
 /* fsdp.c - fully_shard: parameter groups, and the unshard / reshard / reduce-scatter
- * hooks that sh_module_forward / sh_module_backward run.
+ * hooks that fully_shard installs on the module for sh_module_forward / _backward.
  *
  * A group's life in one training step:
  *   SHARDED --pre-forward: all-gather--> UNSHARDED --post-forward--> SHARDED
@@ -41,7 +41,7 @@ static int collect_ungrouped(sh_module *m, void *arg, ck_err *err)
 {
     param_list *l = arg;
     for (int i = 0; i < m->nparam; i++) {
-        if (m->param[i]->group)
+        if (m->param[i]->sharded_by)
             continue;
         sh_param **np = realloc(l->p, (size_t)(l->n + 1) * sizeof *np);
         if (!np)
@@ -87,10 +87,8 @@ static int shard_existing(sh_group *g, sh_param *p, ck_err *err)
     return 0;
 }
 
-void sh_group_free(sh_group *g)
+static void group_free(sh_group *g)
 {
-    if (!g)
-        return;
     sh_world *w = g->module->world;
     /* Collectives still in flight must finish before their buffers go. */
     sh_work_wait(g->ag_work, NULL);
@@ -143,6 +141,8 @@ static int check_opts(const sh_module *m, const sh_mesh *mesh, const sh_fsdp_opt
     }
     return 0;
 }
+
+static void install_hooks(sh_group *g);
 
 int sh_fully_shard(sh_module *m, sh_mesh *mesh, const sh_fsdp_opts *opts, ck_err *err)
 {
@@ -217,20 +217,31 @@ int sh_fully_shard(sh_module *m, sh_mesh *mesh, const sh_fsdp_opts *opts, ck_err
             rc = shard_existing(g, g->param[i], err);
     if (rc) {
         g->nparam = 0;
-        sh_group_free(g);
+        group_free(g);
         return rc;
     }
     for (int i = 0; i < g->nparam; i++) {
-        g->param[i]->group = g;
-        g->param[i]->value.dtype = g->pdt;
+        sh_param *p = g->param[i];
+        if (!p->materialized) {
+            /* to_empty allocates this rank's rows only. */
+            uint64_t off, len;
+            ck_chunk(p->rows, (uint64_t)g->W, (uint64_t)g->r, &off, &len);
+            p->shard_row = off;
+            p->shard_rows = len;
+            p->shard_numel = len * p->row_elems;
+        }
+        p->sharded_by = m;
+        p->value.dtype = g->pdt;
     }
     m->group = g;
+    install_hooks(g);
     return 0;
 }
 
 /* ---- root detection and lazy init ---- */
 
-sh_group *sh_fsdp_root_group(sh_module *m)
+/* The FSDP root group above m (m's own when m is the root). */
+static sh_group *root_group(sh_module *m)
 {
     sh_group *top = NULL;
     for (sh_module *a = m; a; a = a->parent)
@@ -463,9 +474,10 @@ static int prefetch(sh_group **list, int n, ck_err *err)
     return 0;
 }
 
-int sh_fsdp_pre_forward(sh_group *g, ck_err *err)
+/* Unshards g for its forward and starts the prefetch of the group expected next. */
+static int unshard_for_forward(sh_group *g, ck_err *err)
 {
-    sh_group *rg = sh_fsdp_root_group(g->module);
+    sh_group *rg = root_group(g->module);
     int rc = rg->root ? 0 : lazy_init(rg, err);
     if (rc)
         return rc;
@@ -501,21 +513,44 @@ int sh_fsdp_pre_forward(sh_group *g, ck_err *err)
     return 0;
 }
 
-int sh_fsdp_post_forward(sh_group *g, ck_err *err)
+/* The module hooks. cast_forward_inputs and output_dtype are applied here so that the
+ * callback computes in param_dtype and its caller gets output_dtype. */
+static int pre_forward(void *state, const sh_tensor **in, sh_tensor *scratch, ck_err *err)
 {
-    sh_fsdp_root *r = sh_fsdp_root_group(g->module)->root;
+    sh_group *g = state;
+    int rc = unshard_for_forward(g, err);
+    const sh_tensor *x = *in;
+    if (rc || !g->opts.mp.cast_forward_inputs || !g->opts.mp.param_dtype || !x ||
+        x->dtype == g->pdt)
+        return rc;
+    rc = sh_tensor_resize(scratch, g->pdt, x->ndim, x->shape, err);
+    if (!rc)
+        rc = sh_cast(scratch->data, g->pdt, x->data, x->dtype, x->numel, err);
+    if (!rc)
+        *in = scratch;
+    return rc;
+}
+
+static int post_forward(void *state, sh_tensor *out, ck_err *err)
+{
+    sh_group *g = state;
+    sh_fsdp_root *r = root_group(g->module)->root;
     if (r->npost_fwd < r->ngroups) {
         g->post_fwd_index = r->npost_fwd;
         r->post_fwd_order[r->npost_fwd++] = g;
     }
-    if (!g->reshard_after_forward)
-        return 0;
-    return g->pf_world ? reshard_to_post_forward(g, err) : reshard(g, err);
+    int rc = 0;
+    if (g->reshard_after_forward)
+        rc = g->pf_world ? reshard_to_post_forward(g, err) : reshard(g, err);
+    if (!rc && g->opts.mp.output_dtype && out)
+        rc = sh_tensor_cast(out, g->opts.mp.output_dtype, err);
+    return rc;
 }
 
-int sh_fsdp_pre_backward(sh_group *g, ck_err *err)
+static int pre_backward(void *state, ck_err *err)
 {
-    sh_fsdp_root *r = sh_fsdp_root_group(g->module)->root;
+    sh_group *g = state;
+    sh_fsdp_root *r = root_group(g->module)->root;
     if (!r)
         return ck_err_set(err, -EINVAL, "module '%s': backward before any forward",
                           g->module->name);
@@ -534,7 +569,7 @@ int sh_fsdp_pre_backward(sh_group *g, ck_err *err)
 }
 
 /* Cuts the unsharded f32 gradients into slots, casts them to the reduce dtype, and
- * starts the reduce-scatter; sh_fsdp_finish_backward completes it. */
+ * starts the reduce-scatter; finish_backward completes it. */
 static int start_reduce(sh_group *g, ck_err *err)
 {
     sh_world *w = gworld(g);
@@ -584,19 +619,6 @@ static int start_reduce(sh_group *g, ck_err *err)
     return rc ? ck_err_set(err, rc, "reduce-scatter of module '%s'", g->module->name) : 0;
 }
 
-int sh_fsdp_post_backward(sh_group *g, ck_err *err)
-{
-    int rc = 0;
-    bool any = false;
-    for (int i = 0; i < g->nparam; i++)
-        any |= g->param[i]->grad_full != NULL;
-    if (any && g->sync && g->nparam)
-        rc = start_reduce(g, err);
-    g->in_backward = false;
-    int rc2 = reshard(g, err);
-    return rc ? rc : rc2;
-}
-
 /* Completes g's reduction: all-reduce over replicas (HSDP) already waited for;
  * averages over every data-parallel rank and adds into the sharded gradients. */
 static int land_reduced(sh_group *g, ck_err *err)
@@ -635,7 +657,8 @@ static int land_reduced(sh_group *g, ck_err *err)
     return rc;
 }
 
-int sh_fsdp_finish_backward(sh_group *rg, ck_err *err)
+/* The end of the root's backward, the end of the pass: every group's reduction. */
+static int finish_backward(sh_group *rg, ck_err *err)
 {
     sh_fsdp_root *r = rg->root;
     int rc = 0;
@@ -670,6 +693,58 @@ int sh_fsdp_finish_backward(sh_group *rg, ck_err *err)
             rc = reshard(r->groups[i], err);
     }
     return rc;
+}
+
+static int post_backward(void *state, ck_err *err)
+{
+    sh_group *g = state;
+    int rc = 0;
+    bool any = false;
+    for (int i = 0; i < g->nparam; i++)
+        any |= g->param[i]->grad_full != NULL;
+    if (any && g->sync && g->nparam)
+        rc = start_reduce(g, err);
+    g->in_backward = false;
+    int rc2 = reshard(g, err);
+    rc = rc ? rc : rc2;
+    if (!rc && g->is_root)
+        rc = finish_backward(g, err);
+    return rc;
+}
+
+/* A sharded parameter's full value exists only while its group is unsharded, and its
+ * gradient buffer only inside the group's backward. */
+static int check_param(void *state, const sh_param *p, bool grad, ck_err *err)
+{
+    const sh_group *g = state;
+    if (!grad && g->state != GS_UNSHARDED)
+        return ck_err_set(err, -EPERM,
+                          "parameter '%s' is sharded (rank %d holds rows %zu..%zu only): "
+                          "run module '%s' through sh_module_forward / sh_module_backward "
+                          "so that FSDP's hooks unshard it", p->name,
+                          p->owner->world->rank, p->shard_row, p->shard_row + p->shard_rows,
+                          g->module->name);
+    if (grad && !(g->in_backward && g->state == GS_UNSHARDED))
+        return ck_err_set(err, -EPERM,
+                          "gradient of parameter '%s' requested outside backward: run "
+                          "module '%s' through sh_module_backward", p->name,
+                          g->module->name);
+    return 0;
+}
+
+static void release(void *state) { group_free(state); }
+
+static void install_hooks(sh_group *g)
+{
+    g->module->hooks = (sh_module_hooks){
+        .pre_forward = pre_forward,
+        .post_forward = post_forward,
+        .pre_backward = pre_backward,
+        .post_backward = post_backward,
+        .check_param = check_param,
+        .release = release,
+        .state = g,
+    };
 }
 
 /* ---- user controls ---- */
@@ -747,7 +822,7 @@ static int add_sumsq(sh_module *m, void *arg, ck_err *err)
                           "on different meshes", a->first->module->name, m->name);
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
-        if (!p->group) {
+        if (!p->sharded_by) {
             a->ungrouped = true;
             a->ungrouped_name = p->name;
             if (p->grad_full)
@@ -765,9 +840,9 @@ static int scale_grads(sh_module *m, void *arg, ck_err *err)
     float s = *(const float *)arg;
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
-        if (p->group && p->grad_shard)
+        if (p->sharded_by && p->grad_shard)
             k_scale(p->grad_shard, s, p->shard_numel);
-        else if (!p->group && p->grad_full)
+        else if (!p->sharded_by && p->grad_full)
             k_scale(p->grad_full, s, p->numel);
     }
     return 0;

@@ -79,9 +79,28 @@ struct sh_mesh {
     sh_comm *comm[CK_MAX_MESH_DIMS];
 };
 
-/* ---- modules and FSDP groups ---- */
+/* ---- modules ---- */
 
-typedef struct sh_group sh_group;
+typedef struct sh_group sh_group;     /* FSDP's, defined where FSDP is */
+
+/* Whoever takes a module over (sh_fully_shard) installs these on it; module.c runs
+ * them and knows nothing else about the installer. Any entry may be NULL. */
+typedef struct sh_module_hooks {
+    /* Around the forward callback. pre_forward may hand the callback another input,
+     * built in *scratch (freed after the callback), as a torch forward pre-hook may
+     * replace the args; post_forward may rewrite the output. */
+    int (*pre_forward)(void *state, const sh_tensor **in, sh_tensor *scratch, ck_err *err);
+    int (*post_forward)(void *state, sh_tensor *out, ck_err *err);
+    int (*pre_backward)(void *state, ck_err *err);
+    int (*post_backward)(void *state, ck_err *err);
+    /* 0 when the full value (grad: the gradient buffer) of p, a parameter these hooks
+     * govern, may be handed out now; else a negative errno and a message saying what
+     * to call instead. */
+    int (*check_param)(void *state, const sh_param *p, bool grad, ck_err *err);
+    /* Frees the state; runs before the module's parameters are freed. */
+    void (*release)(void *state);
+    void *state;                 /* the installer's; non-NULL once installed */
+} sh_module_hooks;
 
 struct sh_param {
     sh_module *owner;
@@ -90,10 +109,12 @@ struct sh_param {
     int64_t shape[CK_MAX_NDIM];
     size_t numel, rows, row_elems;   /* rows: dim 0 (1 for 0-D) */
     sh_init_spec init;
-    sh_group *group;             /* NULL: not sharded */
+    /* The module whose hooks govern this parameter (fully_shard grouped it there);
+     * NULL: not sharded, its value always available. */
+    sh_module *sharded_by;
     bool materialized;
-    /* The local f32 shard: rows [shard_row, shard_row + shard_rows) of dim 0. For a
-     * parameter outside any group it is the whole tensor. */
+    /* The local f32 shard: rows [shard_row, shard_row + shard_rows) of dim 0, set when
+     * the parameter is created (all rows) or sharded; storage once materialized. */
     float *shard;
     size_t shard_row, shard_rows, shard_numel;
     /* The unsharded parameter in param_dtype: storage only while unsharded. For a
@@ -114,8 +135,16 @@ struct sh_module {
     int nchild;
     sh_param **param;
     int nparam;
-    sh_group *group;             /* set by fully_shard */
+    sh_module_hooks hooks;       /* zero until installed */
+    sh_group *group;             /* FSDP's view of the same state as hooks.state, for
+                                    its walks over the tree; module.c never reads it */
 };
+
+/* Visits every module under root (root first, pre-order). */
+typedef int (*sh_module_visit_fn)(sh_module *m, void *arg, ck_err *err);
+int sh_module_walk(sh_module *root, sh_module_visit_fn fn, void *arg, ck_err *err);
+
+/* ---- FSDP groups ---- */
 
 typedef enum group_state {
     GS_SHARDED,                  /* only the shards exist */
@@ -172,20 +201,6 @@ struct sh_group {
     bool is_root;
     int post_fwd_index;          /* index in the root's post_fwd_order, -1 if none */
 };
-
-/* Visits every module under root (root first, pre-order). */
-typedef int (*sh_module_visit_fn)(sh_module *m, void *arg, ck_err *err);
-int sh_module_walk(sh_module *root, sh_module_visit_fn fn, void *arg, ck_err *err);
-
-/* The FSDP root group above m (m's own when m is the root), or NULL. */
-sh_group *sh_fsdp_root_group(sh_module *m);
-/* FSDP's pieces that module.c's hooks call. */
-int sh_fsdp_pre_forward(sh_group *g, ck_err *err);
-int sh_fsdp_post_forward(sh_group *g, ck_err *err);
-int sh_fsdp_pre_backward(sh_group *g, ck_err *err);
-int sh_fsdp_post_backward(sh_group *g, ck_err *err);
-int sh_fsdp_finish_backward(sh_group *root, ck_err *err);
-void sh_group_free(sh_group *g);
 
 /* The optimizer's parameters and f32 state, for the state dict. */
 int sh_adamw_num_params(const sh_adamw *o);
