@@ -11,7 +11,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "flat.h"
 #include "sh/sh.h"
 
 /* ---- comm backend ---- */
@@ -143,64 +142,6 @@ struct sh_module {
 /* Visits every module under root (root first, pre-order). */
 typedef int (*sh_module_visit_fn)(sh_module *m, void *arg, ck_err *err);
 int sh_module_walk(sh_module *root, sh_module_visit_fn fn, void *arg, ck_err *err);
-
-/* ---- FSDP groups ---- */
-
-typedef enum group_state {
-    GS_SHARDED,                  /* only the shards exist */
-    GS_POSTFWD,                  /* resharded to the smaller post-forward world */
-    GS_UNSHARDING,               /* all-gather in flight */
-    GS_UNSHARDED,
-} group_state;
-
-/* One FSDP root's bookkeeping: its groups and the orders of the last forward. */
-typedef struct sh_fsdp_root {
-    sh_group **groups;           /* every group under the root, root's group last */
-    int ngroups;
-    sh_group **fwd_order, **prev_fwd_order;   /* pre-forward order, this / last pass */
-    int nfwd, nprev_fwd;
-    sh_group **post_fwd_order;   /* post-forward order of this pass (backward prefetch) */
-    int npost_fwd;
-} sh_fsdp_root;
-
-struct sh_group {
-    sh_module *module;
-    sh_mesh *mesh;
-    sh_fsdp_opts opts;
-    sh_param **param;
-    int nparam;
-    ck_dtype pdt, rdt;           /* resolved param and reduce dtypes */
-    sh_comm *shard_comm, *rep_comm;  /* rep_comm NULL on a 1-D mesh */
-    int W, r, R;                 /* shard world, shard rank, replicas */
-    bool reshard_after_forward;  /* resolved at lazy init (root: false when unset) */
-    int pf_world;                /* >1: reshard to this many ranks after forward */
-    sh_comm *pf_comm;
-    /* Flat layouts at the shard world, per dtype: f32 (shards, gradients), param
-     * dtype (all-gather), reduce dtype (reduce-scatter); and at the post-forward world
-     * in param dtype. Slots are measured in bytes of their dtype. */
-    k_seg *seg_f32, *seg_p, *seg_r, *seg_pf;
-    size_t slot_f32, slot_p, slot_r, slot_pf, slot_elems;
-    group_state state;
-    bool in_backward;
-    bool sync;                   /* requires_gradient_sync */
-    sh_work *ag_work;
-    void *ag_in, *ag_out;        /* this rank's slot and the gathered slots (param
-                                    dtype) while UNSHARDING */
-    size_t ag_in_bytes, ag_out_bytes;
-    bool ag_from_pf;             /* gathering the post-forward shards */
-    void *pf_shard;              /* post-forward shard (param dtype) */
-    /* In-flight gradient reduction, finished at the end of backward. */
-    sh_work *rs_work, *ar_work;
-    void *rs_in;                 /* the chunk-cat slots, reduce dtype */
-    void *rs_out;                /* this rank's reduced slot (reduce dtype) */
-    bool rs_pending;
-    bool fwd_set, bwd_set;       /* explicit prefetch lists given */
-    sh_group **fwd_prefetch, **bwd_prefetch;
-    int nfwd_prefetch, nbwd_prefetch;
-    sh_fsdp_root *root;          /* set on the root group at lazy init */
-    bool is_root;
-    int post_fwd_index;          /* index in the root's post_fwd_order, -1 if none */
-};
 
 /* The optimizer's parameters and f32 state, for the state dict. */
 int sh_adamw_num_params(const sh_adamw *o);

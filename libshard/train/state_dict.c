@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "fsdp_int.h"
 
 typedef struct sd_build {
     sh_state_dict *sd;
