@@ -148,6 +148,5 @@ int sh_adamw_num_params(const sh_adamw *o);
 sh_param *sh_adamw_param(const sh_adamw *o, int i);
 float *sh_adamw_exp_avg(const sh_adamw *o, int i);
 float *sh_adamw_exp_avg_sq(const sh_adamw *o, int i);
-void sh_param_free_storage(sh_param *p);
 
 #endif

@@ -59,7 +59,7 @@ int sh_module_new(sh_world *w, sh_module *parent, const char *name, sh_forward_f
     return 0;
 }
 
-void sh_param_free_storage(sh_param *p)
+static void free_param_storage(sh_param *p)
 {
     sh_world *w = p->owner->world;
     if (p->sharded_by)
@@ -83,7 +83,7 @@ void sh_module_free(sh_module *m)
     if (m->hooks.release)
         m->hooks.release(m->hooks.state);
     for (int i = 0; i < m->nparam; i++) {
-        sh_param_free_storage(m->param[i]);
+        free_param_storage(m->param[i]);
         free(m->param[i]);
     }
     free(m->param);
