@@ -128,9 +128,10 @@ int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
     p->numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0) {
+            int rc = ck_err_set(err, -EINVAL, "parameter '%s': negative size in dim %d",
+                                p->name, d);
             free(p);
-            return ck_err_set(err, -EINVAL, "parameter '%s': negative size in dim %d",
-                              p->name, d);
+            return rc;
         }
         p->shape[d] = shape[d];
         p->numel *= (size_t)shape[d];
@@ -148,8 +149,9 @@ int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
     memcpy(p->value.shape, p->shape, sizeof p->shape);
     p->value.numel = p->numel;
     if (grow((void **)&m->param, m->nparam, sizeof *m->param)) {
+        int rc = ck_err_set(err, -ENOMEM, "parameter '%s': out of memory", p->name);
         free(p);
-        return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory", p->name);
+        return rc;
     }
     m->param[m->nparam++] = p;
     *out = p;
