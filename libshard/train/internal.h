@@ -11,7 +11,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "flat.h"
 #include "sh/sh.h"
 
 /* ---- comm backend ---- */
@@ -79,9 +78,28 @@ struct sh_mesh {
     sh_comm *comm[CK_MAX_MESH_DIMS];
 };
 
-/* ---- modules and FSDP groups ---- */
+/* ---- modules ---- */
 
-typedef struct sh_group sh_group;
+typedef struct sh_group sh_group;     /* FSDP's, defined where FSDP is */
+
+/* Whoever takes a module over (sh_fully_shard) installs these on it; module.c runs
+ * them and knows nothing else about the installer. Any entry may be NULL. */
+typedef struct sh_module_hooks {
+    /* Around the forward callback. pre_forward may hand the callback another input,
+     * built in *scratch (freed after the callback), as a torch forward pre-hook may
+     * replace the args; post_forward may rewrite the output. */
+    int (*pre_forward)(void *state, const sh_tensor **in, sh_tensor *scratch, ck_err *err);
+    int (*post_forward)(void *state, sh_tensor *out, ck_err *err);
+    int (*pre_backward)(void *state, ck_err *err);
+    int (*post_backward)(void *state, ck_err *err);
+    /* 0 when the full value (grad: the gradient buffer) of p, a parameter these hooks
+     * govern, may be handed out now; else a negative errno and a message saying what
+     * to call instead. */
+    int (*check_param)(void *state, const sh_param *p, bool grad, ck_err *err);
+    /* Frees the state; runs before the module's parameters are freed. */
+    void (*release)(void *state);
+    void *state;                 /* the installer's; non-NULL once installed */
+} sh_module_hooks;
 
 struct sh_param {
     sh_module *owner;
@@ -90,10 +108,12 @@ struct sh_param {
     int64_t shape[CK_MAX_NDIM];
     size_t numel, rows, row_elems;   /* rows: dim 0 (1 for 0-D) */
     sh_init_spec init;
-    sh_group *group;             /* NULL: not sharded */
+    /* The module whose hooks govern this parameter (fully_shard grouped it there);
+     * NULL: not sharded, its value always available. */
+    sh_module *sharded_by;
     bool materialized;
-    /* The local f32 shard: rows [shard_row, shard_row + shard_rows) of dim 0. For a
-     * parameter outside any group it is the whole tensor. */
+    /* The local f32 shard: rows [shard_row, shard_row + shard_rows) of dim 0, set when
+     * the parameter is created (all rows) or sharded; storage once materialized. */
     float *shard;
     size_t shard_row, shard_rows, shard_numel;
     /* The unsharded parameter in param_dtype: storage only while unsharded. For a
@@ -114,84 +134,19 @@ struct sh_module {
     int nchild;
     sh_param **param;
     int nparam;
-    sh_group *group;             /* set by fully_shard */
-};
-
-typedef enum group_state {
-    GS_SHARDED,                  /* only the shards exist */
-    GS_POSTFWD,                  /* resharded to the smaller post-forward world */
-    GS_UNSHARDING,               /* all-gather in flight */
-    GS_UNSHARDED,
-} group_state;
-
-/* One FSDP root's bookkeeping: its groups and the orders of the last forward. */
-typedef struct sh_fsdp_root {
-    sh_group **groups;           /* every group under the root, root's group last */
-    int ngroups;
-    sh_group **fwd_order, **prev_fwd_order;   /* pre-forward order, this / last pass */
-    int nfwd, nprev_fwd;
-    sh_group **post_fwd_order;   /* post-forward order of this pass (backward prefetch) */
-    int npost_fwd;
-} sh_fsdp_root;
-
-struct sh_group {
-    sh_module *module;
-    sh_mesh *mesh;
-    sh_fsdp_opts opts;
-    sh_param **param;
-    int nparam;
-    ck_dtype pdt, rdt;           /* resolved param and reduce dtypes */
-    sh_comm *shard_comm, *rep_comm;  /* rep_comm NULL on a 1-D mesh */
-    int W, r, R;                 /* shard world, shard rank, replicas */
-    bool reshard_after_forward;  /* resolved at lazy init (root: false when unset) */
-    int pf_world;                /* >1: reshard to this many ranks after forward */
-    sh_comm *pf_comm;
-    /* Flat layouts at the shard world, per dtype: f32 (shards, gradients), param
-     * dtype (all-gather), reduce dtype (reduce-scatter); and at the post-forward world
-     * in param dtype. Slots are measured in bytes of their dtype. */
-    k_seg *seg_f32, *seg_p, *seg_r, *seg_pf;
-    size_t slot_f32, slot_p, slot_r, slot_pf, slot_elems;
-    group_state state;
-    bool in_backward;
-    bool sync;                   /* requires_gradient_sync */
-    sh_work *ag_work;
-    void *ag_in, *ag_out;        /* this rank's slot and the gathered slots (param
-                                    dtype) while UNSHARDING */
-    size_t ag_in_bytes, ag_out_bytes;
-    bool ag_from_pf;             /* gathering the post-forward shards */
-    void *pf_shard;              /* post-forward shard (param dtype) */
-    /* In-flight gradient reduction, finished at the end of backward. */
-    sh_work *rs_work, *ar_work;
-    void *rs_in;                 /* the chunk-cat slots, reduce dtype */
-    void *rs_out;                /* this rank's reduced slot (reduce dtype) */
-    bool rs_pending;
-    bool fwd_set, bwd_set;       /* explicit prefetch lists given */
-    sh_group **fwd_prefetch, **bwd_prefetch;
-    int nfwd_prefetch, nbwd_prefetch;
-    sh_fsdp_root *root;          /* set on the root group at lazy init */
-    bool is_root;
-    int post_fwd_index;          /* index in the root's post_fwd_order, -1 if none */
+    sh_module_hooks hooks;       /* zero until installed */
+    sh_group *group;             /* FSDP's view of the same state as hooks.state, for
+                                    its walks over the tree; module.c never reads it */
 };
 
 /* Visits every module under root (root first, pre-order). */
 typedef int (*sh_module_visit_fn)(sh_module *m, void *arg, ck_err *err);
 int sh_module_walk(sh_module *root, sh_module_visit_fn fn, void *arg, ck_err *err);
 
-/* The FSDP root group above m (m's own when m is the root), or NULL. */
-sh_group *sh_fsdp_root_group(sh_module *m);
-/* FSDP's pieces that module.c's hooks call. */
-int sh_fsdp_pre_forward(sh_group *g, ck_err *err);
-int sh_fsdp_post_forward(sh_group *g, ck_err *err);
-int sh_fsdp_pre_backward(sh_group *g, ck_err *err);
-int sh_fsdp_post_backward(sh_group *g, ck_err *err);
-int sh_fsdp_finish_backward(sh_group *root, ck_err *err);
-void sh_group_free(sh_group *g);
-
 /* The optimizer's parameters and f32 state, for the state dict. */
 int sh_adamw_num_params(const sh_adamw *o);
 sh_param *sh_adamw_param(const sh_adamw *o, int i);
 float *sh_adamw_exp_avg(const sh_adamw *o, int i);
 float *sh_adamw_exp_avg_sq(const sh_adamw *o, int i);
-void sh_param_free_storage(sh_param *p);
 
 #endif

@@ -1,5 +1,7 @@
-/* module.c - the module tree, parameters, materialization, and the hooks that
- * sh_module_forward / sh_module_backward run around the callbacks. */
+/* module.c - the module tree, parameters, materialization, and running a module:
+ * sh_module_forward / sh_module_backward run the callback inside whatever hooks are
+ * installed on the module (sh_fully_shard installs FSDP's). What a hook does is the
+ * installer's business; this file only knows where each one runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,10 @@ static int grow(void **arr, int n, size_t elem)
     *arr = p;
     return 0;
 }
+
+/* Hooks may own what is under the module (fully_shard groups its parameters), so the
+ * tree below it is frozen once they are installed. */
+static bool hooked(const sh_module *m) { return m->hooks.state != NULL; }
 
 int sh_module_new(sh_world *w, sh_module *parent, const char *name, sh_forward_fn forward,
                   sh_backward_fn backward, void *user, sh_module **out, ck_err *err)
@@ -38,7 +44,7 @@ int sh_module_new(sh_world *w, sh_module *parent, const char *name, sh_forward_f
         return ck_err_set(err, -ENAMETOOLONG, "module name '%s' is too long", name);
     }
     if (parent) {
-        if (parent->group) {
+        if (hooked(parent)) {
             free(m);
             return ck_err_set(err, -EINVAL, "module '%s' cannot get a child '%s' after "
                               "fully_shard", parent->name, name);
@@ -53,10 +59,10 @@ int sh_module_new(sh_world *w, sh_module *parent, const char *name, sh_forward_f
     return 0;
 }
 
-void sh_param_free_storage(sh_param *p)
+static void free_param_storage(sh_param *p)
 {
     sh_world *w = p->owner->world;
-    if (p->group)
+    if (p->sharded_by)
         sh_free(w, SH_MEM_PARAM, p->value.data, p->value.cap);
     p->value.data = NULL;
     p->value.cap = 0;
@@ -73,10 +79,11 @@ void sh_module_free(sh_module *m)
         return;
     for (int i = 0; i < m->nchild; i++)
         sh_module_free(m->child[i]);
-    /* The group first: it may hold buffers of in-flight collectives. */
-    sh_group_free(m->group);
+    /* The hooks' state first: it may hold buffers of in-flight collectives. */
+    if (m->hooks.release)
+        m->hooks.release(m->hooks.state);
     for (int i = 0; i < m->nparam; i++) {
-        sh_param_free_storage(m->param[i]);
+        free_param_storage(m->param[i]);
         free(m->param[i]);
     }
     free(m->param);
@@ -104,7 +111,7 @@ int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
     if (ndim < 0 || ndim > CK_MAX_NDIM)
         return ck_err_set(err, -EINVAL, "parameter '%s' of module '%s': %d dims (max %d)",
                           name, m->name, ndim, CK_MAX_NDIM);
-    if (m->group)
+    if (hooked(m))
         return ck_err_set(err, -EINVAL, "parameter '%s' added to module '%s' after "
                           "fully_shard", name, m->name);
     sh_param *p = calloc(1, sizeof *p);
@@ -121,9 +128,10 @@ int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
     p->numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0) {
+            int rc = ck_err_set(err, -EINVAL, "parameter '%s': negative size in dim %d",
+                                p->name, d);
             free(p);
-            return ck_err_set(err, -EINVAL, "parameter '%s': negative size in dim %d",
-                              p->name, d);
+            return rc;
         }
         p->shape[d] = shape[d];
         p->numel *= (size_t)shape[d];
@@ -132,6 +140,8 @@ int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
     p->row_elems = 1;
     for (int d = 1; d < ndim; d++)
         p->row_elems *= (size_t)shape[d];
+    p->shard_rows = p->rows;
+    p->shard_numel = p->numel;
     p->init = init;
     p->value.dtype = CK_F32;
     p->value.device = SH_META;
@@ -139,8 +149,9 @@ int sh_param_new(sh_module *m, const char *name, int ndim, const int64_t *shape,
     memcpy(p->value.shape, p->shape, sizeof p->shape);
     p->value.numel = p->numel;
     if (grow((void **)&m->param, m->nparam, sizeof *m->param)) {
+        int rc = ck_err_set(err, -ENOMEM, "parameter '%s': out of memory", p->name);
         free(p);
-        return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory", p->name);
+        return rc;
     }
     m->param[m->nparam++] = p;
     *out = p;
@@ -158,12 +169,7 @@ static int materialize(sh_module *m, void *arg, ck_err *err)
         sh_param *p = m->param[i];
         if (p->materialized)
             continue;
-        uint64_t off = 0, len = p->rows;
-        if (p->group)
-            ck_chunk(p->rows, (uint64_t)p->group->W, (uint64_t)p->group->r, &off, &len);
-        p->shard_row = off;
-        p->shard_rows = len;
-        p->shard_numel = p->shard_rows * p->row_elems;
+        /* Whoever sharded p already set which rows are local. */
         if (p->shard_numel) {
             p->shard = sh_alloc(m->world, SH_MEM_PARAM, p->shard_numel * sizeof(float), true);
             if (!p->shard)
@@ -172,7 +178,7 @@ static int materialize(sh_module *m, void *arg, ck_err *err)
         }
         p->materialized = true;
         p->value.device = SH_CPU;
-        if (!p->group) {
+        if (!p->sharded_by) {
             /* An unsharded parameter is its own full value. */
             p->value.data = p->shard;
             p->value.dtype = CK_F32;
@@ -211,19 +217,22 @@ int sh_module_reset_parameters(sh_module *root, uint64_t seed, ck_err *err)
     return sh_module_walk(root, reset, &seed, err);
 }
 
+/* The hooks that sharded p decide when its full value and gradient exist. */
+static int check_access(const sh_param *p, bool grad, ck_err *err)
+{
+    const sh_module_hooks *h = p->sharded_by ? &p->sharded_by->hooks : NULL;
+    return h && h->check_param ? h->check_param(h->state, p, grad, err) : 0;
+}
+
 int sh_param_value(sh_param *p, sh_tensor **out, ck_err *err)
 {
     *out = NULL;
     if (!p->materialized)
         return ck_err_set(err, -EPERM, "parameter '%s' is on META: call sh_module_to_empty "
                           "first", p->name);
-    if (p->group && p->group->state != GS_UNSHARDED)
-        return ck_err_set(err, -EPERM,
-                          "parameter '%s' is sharded (rank %d holds rows %zu..%zu only): "
-                          "run module '%s' through sh_module_forward / sh_module_backward "
-                          "so that FSDP's hooks unshard it", p->name,
-                          p->owner->world->rank, p->shard_row, p->shard_row + p->shard_rows,
-                          p->group->module->name);
+    int rc = check_access(p, false, err);
+    if (rc)
+        return rc;
     *out = &p->value;
     return 0;
 }
@@ -233,11 +242,9 @@ int sh_param_grad(sh_param *p, float **out, ck_err *err)
     *out = NULL;
     if (!p->materialized)
         return ck_err_set(err, -EPERM, "parameter '%s' is on META", p->name);
-    if (p->group && !(p->group->in_backward && p->group->state == GS_UNSHARDED))
-        return ck_err_set(err, -EPERM,
-                          "gradient of parameter '%s' requested outside backward: run "
-                          "module '%s' through sh_module_backward", p->name,
-                          p->group->module->name);
+    int rc = check_access(p, true, err);
+    if (rc)
+        return rc;
     if (!p->grad_full && p->numel) {
         p->grad_full = sh_alloc(p->owner->world, SH_MEM_GRAD, p->numel * sizeof(float), true);
         if (!p->grad_full)
@@ -249,39 +256,30 @@ int sh_param_grad(sh_param *p, float **out, ck_err *err)
 
 int sh_module_forward(sh_module *m, const sh_tensor *in, sh_tensor *out, ck_err *err)
 {
-    sh_group *g = m->group;
-    int rc = g ? sh_fsdp_pre_forward(g, err) : 0;
-    if (rc)
-        return ck_err_set(err, rc, "before forward of module '%s'", m->name);
+    const sh_module_hooks *h = &m->hooks;
     const sh_tensor *arg = in;
-    sh_tensor cast_in = SH_TENSOR_INIT;
-    if (g && g->opts.mp.cast_forward_inputs && g->opts.mp.param_dtype && in &&
-        in->dtype != g->pdt) {
-        rc = sh_tensor_resize(&cast_in, g->pdt, in->ndim, in->shape, err);
-        if (!rc)
-            rc = sh_cast(cast_in.data, g->pdt, in->data, in->dtype, in->numel, err);
-        arg = &cast_in;
+    sh_tensor scratch = SH_TENSOR_INIT;
+    int rc = h->pre_forward ? h->pre_forward(h->state, &arg, &scratch, err) : 0;
+    if (rc) {
+        sh_tensor_free(&scratch);
+        return ck_err_set(err, rc, "before forward of module '%s'", m->name);
     }
-    if (!rc && m->forward)
+    if (m->forward)
         rc = m->forward(m, arg, out, m->user, err);
-    sh_tensor_free(&cast_in);
+    sh_tensor_free(&scratch);
     if (rc)
         return ck_err_set(err, rc, "forward of module '%s'", m->name);
-    if (g) {
-        rc = sh_fsdp_post_forward(g, err);
-        if (!rc && g->opts.mp.output_dtype && out)
-            rc = sh_tensor_cast(out, g->opts.mp.output_dtype, err);
-        if (rc)
-            return ck_err_set(err, rc, "after forward of module '%s'", m->name);
-    }
+    rc = h->post_forward ? h->post_forward(h->state, out, err) : 0;
+    if (rc)
+        return ck_err_set(err, rc, "after forward of module '%s'", m->name);
     return 0;
 }
 
 int sh_module_backward(sh_module *m, const sh_tensor *grad_out, sh_tensor *grad_in,
                        ck_err *err)
 {
-    sh_group *g = m->group;
-    int rc = g ? sh_fsdp_pre_backward(g, err) : 0;
+    const sh_module_hooks *h = &m->hooks;
+    int rc = h->pre_backward ? h->pre_backward(h->state, err) : 0;
     if (rc)
         return ck_err_set(err, rc, "before backward of module '%s'", m->name);
     if (m->backward) {
@@ -289,12 +287,8 @@ int sh_module_backward(sh_module *m, const sh_tensor *grad_out, sh_tensor *grad_
         if (rc)
             return ck_err_set(err, rc, "backward of module '%s'", m->name);
     }
-    if (g) {
-        rc = sh_fsdp_post_backward(g, err);
-        if (!rc && g->is_root)
-            rc = sh_fsdp_finish_backward(g, err);
-        if (rc)
-            return ck_err_set(err, rc, "after backward of module '%s'", m->name);
-    }
+    rc = h->post_backward ? h->post_backward(h->state, err) : 0;
+    if (rc)
+        return ck_err_set(err, rc, "after backward of module '%s'", m->name);
     return 0;
 }

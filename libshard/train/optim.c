@@ -35,7 +35,7 @@ static int collect(sh_module *m, void *arg, ck_err *err)
     opt_collect *c = arg;
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
-        if (!p->group)
+        if (!p->sharded_by)
             return ck_err_set(err, -EINVAL,
                               "create the optimizer after fully_shard: parameter '%s' is "
                               "not sharded yet, so the optimizer would hold full tensors "

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "fsdp_int.h"
 
 typedef struct sd_build {
     sh_state_dict *sd;
@@ -36,9 +36,9 @@ static void describe(sh_shard_entry *e, const sh_param *p, const char *suffix, v
     e->ndim = p->ndim;
     for (int d = 0; d < p->ndim; d++)
         e->shape[d] = (uint64_t)p->shape[d];
-    if (p->group) {
-        e->mesh = p->group->mesh->desc;
-        memcpy(e->coord, p->group->mesh->coord, sizeof e->coord);
+    if (p->sharded_by) {
+        e->mesh = p->sharded_by->group->mesh->desc;
+        memcpy(e->coord, p->sharded_by->group->mesh->coord, sizeof e->coord);
         ck_placements_default(e->mesh.ndim, e->placement);
     } else {
         e->mesh.ndim = 1;
@@ -157,7 +157,7 @@ static int list_params(sh_module *m, void *arg, ck_err *err)
  * is shard rank 0 of that row. */
 static int gather_full(sh_param *p, float *full, ck_err *err)
 {
-    sh_group *g = p->group;
+    sh_group *g = p->sharded_by ? p->sharded_by->group : NULL;
     sh_world *w = p->owner->world;
     if (!g) {
         if (w->rank == 0 && p->numel)

@@ -1,5 +1,6 @@
-/* sh-misuse: each misuse of the API gets a negative code and a message that names what
- * went wrong, and the process carries on (no crash, no abort, no hang). */
+/* test_misuse_gives_clear_errors: each misuse of the API gets a negative code and a
+ * message that names what went wrong, and the process carries on (no crash, no
+ * abort, no hang). */
 #include <stdio.h>
 #include <string.h>
 

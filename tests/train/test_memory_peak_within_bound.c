@@ -1,5 +1,5 @@
-/* sh-memory: the library's own counters bound each rank's parameters, gradients and
- * optimizer state at its peak during training:
+/* test_memory_peak_within_bound: the library's own counters bound each rank's
+ * parameters, gradients and optimizer state at its peak during training:
  *
  *   peak <= total / N + U + slack
  *

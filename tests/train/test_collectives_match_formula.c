@@ -1,5 +1,6 @@
-/* sh-comm: every collective, started asynchronously (several in flight at once) and
- * synchronously, on the world and on each mesh dim; bf16 sums; mesh dims and names. */
+/* test_collectives_match_formula: every collective gives the closed-form result,
+ * started asynchronously (several in flight at once) and synchronously, on the world
+ * and on each mesh dim; bf16 sums; mesh dims and names. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

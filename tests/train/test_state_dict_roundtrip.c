@@ -1,7 +1,8 @@
-/* sh-state-dict: sharded state dicts describe torch.chunk shards (short and empty
- * trailing shards, never padded) with placements and coordinates; the full tensor
- * after reset_parameters is the same for every world size; full state dicts gather to
- * rank 0 and load by broadcast; sharded ones load back in place. */
+/* test_state_dict_roundtrip: state dicts round-trip. Sharded ones describe
+ * torch.chunk shards (short and empty trailing shards, never padded) with placements
+ * and coordinates and load back in place; the full tensor after reset_parameters is
+ * the same for every world size; full state dicts gather to rank 0 and load by
+ * broadcast; a partial full dict is refused on every rank. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
-/* sh-parity: trains the test model sharded (this world, 1-D or --mesh RxS HSDP) and on
- * one process (the reference, on rank 0) on the same data, and compares.
+/* test_sharded_matches_unsharded: trains the test model sharded (this world, 1-D or
+ * --mesh RxS HSDP) and on one process (the reference, on rank 0) on the same data,
+ * and compares.
  *
  * Every configuration runs 20 optimizer steps of 4 micro-batches (gradient
  * accumulation through set_requires_gradient_sync), clips every step with a max norm
