@@ -4,7 +4,8 @@
 #     public headers (ck/X.h) counting as the box that implements them;
 #   - the core never includes MPI, CUDA, the training library, the trainer or export;
 #   - the training library includes only the core's public headers, never the trainer;
-#   - kernels/ knows nothing of libshard.
+#   - kernels/ knows nothing of libshard;
+#   - the module tree (libshard/train/module.c) names nothing of FSDP.
 # Prints each offending include as FILE:LINE and exits 1 if there is any.
 set -euo pipefail
 cd "${1:-$(dirname "$0")/../..}"
@@ -67,6 +68,11 @@ up libshard/train  'format/|io/|model/|save/|load/|ops/|async/|cli\.h|data\.h|la
    "the training library includes the core's internals or the trainer"
 up libshard/include/sh 'format/|io/|model/|save/|load/|ops/|async/' "a training header includes the core's internals"
 up kernels         'ck/|sh/|export/' "kernels/ includes libshard"
+
+# Modules know modules, not FSDP: fully_shard installs its hooks through the table.
+if grep -nE 'fsdp|sh_group_' libshard/train/module.c; then
+    complain libshard/train/module.c "names FSDP (it runs whatever hooks fully_shard installed)"
+fi
 
 if [ "$bad" -ne 0 ]; then
     echo "layering: includes that point up a floor (see libshard/ckpt/README.md)"
