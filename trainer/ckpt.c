@@ -16,7 +16,6 @@
 #include "ck/catalog.h"
 #include "ck/client.h"
 #include "ck/load.h"
-#include "model/plan.h"
 #include "ck/save.h"
 #include "export/safetensors.h"
 
@@ -325,6 +324,8 @@ static int stage_own(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd, 
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
             rc = ck_save_tensor(s, e->name, e->dtype, e->ndim, e->shape, e->placement, err);
+            if (!rc && ck_box_numel(&e->box))
+                rc = ck_save_shard(s, e->name, rank, e->data, err);
         }
     for (int b = 0; !rc && rank == 0 && b < nblobs; b++)
         rc = ck_save_blob(s, blobs[b].name, blobs[b].data, blobs[b].len, err);
@@ -341,23 +342,8 @@ static int stage_own(tr_ckpt *c, uint64_t step, const sh_state_dict *const *sd, 
         else
             c->image_cap = size;
     }
-    /* The shards at their plan offsets, zeros between (a file holds them 4 KiB-aligned). */
-    const ck_plan *p = rc ? NULL : ck_save_plan(s);
-    uint64_t end = 0;
-    uint32_t t = 0;
-    for (int d = 0; !rc && d < nsd; d++)
-        for (size_t i = 0; i < sd[d]->n; i++, t++) {
-            const ck_plan_shard *ps = ck_plan_shard_at(p, ck_plan_shard_of(p, t, rank));
-            if (ps->writer != rank || !ps->bytes)
-                continue;
-            memset(c->image + end, 0, ps->file_off - end);
-            memcpy(c->image + ps->file_off, sd[d]->entry[i].data, ps->bytes);
-            end = ps->file_off + ps->bytes;
-        }
-    if (!rc && size > end)
-        memset(c->image + end, 0, size - end);
     if (!rc)
-        rc = ck_save_rank_image(s, rank, c->image, err);
+        rc = ck_save_copy_rank(s, rank, c->image, err);
     c->save = s;
     if (!rc)
         rc = start(c, write_part, EMB_WRITING, err);

@@ -20,6 +20,7 @@
 
 #include "ck/load.h"
 #include "model/plan.h"
+#include "save/image.h"
 #include "async/saver.h"
 #include "async/proto.h"
 
@@ -52,11 +53,7 @@ struct ck_client {
     ck_client_save *saves;      /* connected: this client's saves, for replies */
 };
 
-typedef struct csrc {
-    const void *mem;
-    ck_fill_fn fill;
-    void *arg;
-} csrc;
+typedef ck_shard_src csrc;
 
 struct ck_client_save {
     ck_client *cl;
@@ -569,30 +566,16 @@ static int slot_fit(ck_client_save *sv, slot *s, uint64_t need, ck_err *err)
     return 0;
 }
 
-/* This rank's file image from the shared plan: each shard it writes at its file
- * offset, zeros between (the gaps are hashed, so they must be zeros), then the blobs. */
+/* This rank's file image from the shared plan (save/image.h), then the blobs. */
 static int copy_in(ck_client_save *sv, const ck_plan *p, uint8_t *dst, uint64_t image,
                    ck_err *err)
 {
-    uint64_t at = 0;
-    for (uint32_t t = 0; t < sv->d.ntensors; t++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(p, ck_plan_shard_of(p, t, sv->d.rank));
-        if (ps->writer != sv->d.rank || !ps->bytes)
-            continue;
-        memset(dst + at, 0, ps->file_off - at);
-        const csrc *s = &sv->src[t];
-        if (s->mem) {
-            memcpy(dst + ps->file_off, s->mem, ps->bytes);
-        } else {
-            int r = s->fill(s->arg, 0, dst + ps->file_off, ps->bytes);
-            if (r < 0)
-                return ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s",
-                                  sv->d.name, (unsigned long long)sv->d.rank,
-                                  sv->d.tensors[t].name, strerror(-r));
-        }
-        at = ps->file_off + ps->bytes;
-    }
-    memset(dst + at, 0, image - at);
+    uint32_t t;
+    int r = ck__rank_image(p, sv->d.rank, sv->src, dst, &t);
+    if (r < 0)
+        return ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s",
+                          sv->d.name, (unsigned long long)sv->d.rank, sv->d.tensors[t].name,
+                          strerror(-r));
     for (uint32_t b = 0; b < sv->d.nblobs; b++) {
         memcpy(dst + image, sv->blob_data[b], sv->d.blobs[b].len);
         image += sv->d.blobs[b].len;

@@ -25,15 +25,10 @@
 #include "ck/catalog.h"
 #include "model/plan.h"
 #include "save/commit.h"
+#include "save/image.h"
 #include "save/rankfiles.h"
 #include "format/manifest.h"
 #include "model/grow.h"
-
-typedef struct shard_src {
-    const void *mem;
-    ck_fill_fn fill;
-    void *arg;
-} shard_src;
 
 /* The manifest's view and the writer's: the files and their runs, and the shard
  * records. */
@@ -56,7 +51,7 @@ struct ck_save {
     uint32_t *tensor_first;        /* first plan shard of each tensor */
     uint32_t *index;               /* open-addressing name -> tensor+1 */
     uint32_t index_cap;
-    shard_src *src;                /* per plan shard */
+    ck_shard_src *src;             /* per plan shard */
     size_t capsrc;
     ck_blob_rec *blobs;
     uint32_t nblobs;
@@ -222,7 +217,8 @@ bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank)
     return ps && ps->bytes > 0;
 }
 
-static int offer(ck_save *s, const char *tensor, uint64_t rank, shard_src src, ck_err *err)
+static int offer(ck_save *s, const char *tensor, uint64_t rank, ck_shard_src src,
+                 ck_err *err)
 {
     ck_err_clear(err);
     uint32_t idx;
@@ -235,13 +231,13 @@ static int offer(ck_save *s, const char *tensor, uint64_t rank, shard_src src, c
 
 int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *data, ck_err *err)
 {
-    return offer(s, tensor, rank, (shard_src){ .mem = data }, err);
+    return offer(s, tensor, rank, (ck_shard_src){ .mem = data }, err);
 }
 
 int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
                        void *arg, ck_err *err)
 {
-    return offer(s, tensor, rank, (shard_src){ .fill = fill, .arg = arg }, err);
+    return offer(s, tensor, rank, (ck_shard_src){ .fill = fill, .arg = arg }, err);
 }
 
 int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err)
@@ -264,7 +260,7 @@ static void save_free(ck_save *s)
 {
     ck_hashpool_free(s->pool);
     layout_free(&s->L);
-        free(s->image);
+    free(s->image);
     free(s->written);
     pthread_mutex_destroy(&s->mu);
     ck_plan_free(s->plan);
@@ -452,6 +448,30 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     return 0;
 }
 
+int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+{
+    int r = ck_save_rank_image(s, rank, image, err);
+    if (r < 0)
+        return r;
+    ck_shard_src *src = malloc((s->ntensors ? s->ntensors : 1) * sizeof *src);
+    if (!src)
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", s->name);
+    for (uint32_t t = 0; t < s->ntensors; t++)
+        src[t] = s->src[ck_plan_shard_of(s->plan, t, rank)];
+    uint32_t t = 0;
+    r = ck__rank_image(s->plan, rank, src, image, &t);
+    if (r < 0 && !src[t].mem && !src[t].fill)
+        ck_err_set(err, r, "checkpoint %s: tensor %s: rank %llu never offered its shard",
+                   s->name, s->tensors[t].name, (unsigned long long)rank);
+    else if (r < 0)
+        ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s", s->name,
+                   (unsigned long long)rank, s->tensors[t].name, strerror(-r));
+    free(src);
+    if (r < 0)
+        ck_save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
+    return r;
+}
+
 /* Points each run of file f at its bytes: the rank's file image, or the sources the
  * shards were offered with. */
 static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
@@ -465,7 +485,7 @@ static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
             continue;
         }
         uint32_t i = L->F.src_shard[(size_t)(src - L->F.srcs) + j];
-        const shard_src *ss = &s->src[i];
+        const ck_shard_src *ss = &s->src[i];
         if (!ss->mem && !ss->fill)
             return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %u never offered "
                               "its shard %u", s->name, s->tensors[L->shards[i].tensor].name,

@@ -77,6 +77,11 @@ struct ck_plan;
 const struct ck_plan *ck_save_plan(const ck_save *s);
 /* image stays valid until the rank is written. */
 int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err);
+/* Lays out rank's data file in image (ck_save_rank_bytes(rank) bytes, 4 KiB-aligned
+ * for O_DIRECT) from the shards offered for rank, zeros between, and binds it as
+ * ck_save_rank_image does. The offered memory is not read again once it returns: in an
+ * asynchronous save this copy is the stall. */
+int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err);
 int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
 
 /* ---- one save, many processes (embedded mode in a multi-process job) ----
