@@ -631,52 +631,6 @@ int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, c
     return r;
 }
 
-/* ---- the shared save step by step, for callers that run the group themselves ---- */
-
-int ck_save_prepare_shared(ck_save *s, const char *token, ck_err *err)
-{
-    if (!token)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: a shared save needs a token", s->name);
-    return prepare_at(s, token, err);
-}
-
-size_t ck_save_hash_bytes(const ck_save *s, uint64_t rank)
-{
-    return hash_bytes(s, rank);
-}
-
-int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes, size_t *len)
-{
-    *hashes = NULL;
-    *len = 0;
-    if (!s->prepared || rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
-        return -EINVAL;
-    uint32_t f = s->L.F.file_of[rank];
-    if (!f-- || s->o.no_hash)
-        return 0;
-    if (!s->written[f])
-        return -EAGAIN;
-    *hashes = s->L.F.hashes[f];
-    *len = hash_bytes(s, rank);
-    return 0;
-}
-
-int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
-                       ck_err *err)
-{
-    if (len != hash_bytes(s, rank))
-        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu reported %zu bytes of hashes, "
-                          "which needs %zu", s->name, (unsigned long long)rank, len,
-                          hash_bytes(s, rank));
-    return adopt(s, rank, hashes, err);
-}
-
-void ck_save_detach(ck_save *s)
-{
-    if (s)
-        save_free(s);
-}
-
 void ck_save_abort(ck_save *s)
 {
     if (!s)

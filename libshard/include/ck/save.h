@@ -121,25 +121,6 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err);
  * and rank 0 on error, free s (a rank's file is rank 0's once gathered). */
 int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err);
 
-/* ---- the same, step by step, for callers that run the group themselves ----
- * Every rank builds the same ck_save (same tensors, same order) and calls
- * ck_save_prepare_shared with a token all ranks agree on (rank 0 draws it and
- * broadcasts it): they share ROOT/.pending/NAME.TOKEN. Each rank writes only its own
- * file (ck_save_rank_image + ck_save_write_rank) and sends its block hashes
- * (ck_save_rank_hashes: small, 32 bytes per block) to rank 0 through the job's own
- * process group; receiving them is the proof that the file is durable. Rank 0 adopts
- * each rank's part (ck_save_adopt_rank) and commits; the others ck_save_detach, which
- * frees without removing anything. A rank that dies leaves .pending debris only. */
-int ck_save_prepare_shared(ck_save *s, const char *token, ck_err *err);
-/* The block hashes of rank's file after ck_save_write_rank: *len bytes (0 when the
- * rank writes nothing or the save is unhashed). -EAGAIN before the write. */
-int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes, size_t *len);
-/* What that length will be, known to every rank from the plan alone. */
-size_t ck_save_hash_bytes(const ck_save *s, uint64_t rank);
-int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
-                       ck_err *err);
-void ck_save_detach(ck_save *s);
-
 /* Writes what is not yet written, fsyncs, commits, records in the catalog, and frees
  * s in every case. */
 int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err);
