@@ -19,10 +19,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "ckpt.h"
 #include "cli.h"
 #include "data.h"
 #include "model.h"
+#include "saves.h"
 #include "step.h"
 
 static double now_s(void)
@@ -115,8 +115,8 @@ int main(int argc, char **argv)
         sh_adamw_new(m.root, &ao, &opt, &err) || sh_model_state_dict(m.root, &msd, &err) ||
         sh_optim_state_dict(opt, &osd, &err))
         die(w, "setup", &err);
-    tr_ckpt *ck;
-    if (tr_ckpt_new(w, &(tr_ckpt_opts){root, a.daemon, 2}, &ck, &err))
+    sh_checkpoint *ck;
+    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){root, a.daemon}, &ck, &err))
         die(w, "checkpoints", &err);
 
     tr_step_buf buf = {0};
@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 
     const sh_state_dict *sd[] = {&msd, &osd};
     const char blob[] = "bench";
-    const tr_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
+    const sh_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
     double stall_sum = 0.0, stall_max = 0.0, drain_sum = 0.0;
     int saves = 0, done_n = 0;
     t0 = now_s();
@@ -144,7 +144,9 @@ int main(int argc, char **argv)
         if (s % a.ckpt_every)
             continue;
         double stall;
-        if (tr_ckpt_save_async(ck, (uint64_t)s, sd, 2, blobs, 1, &stall, &err))
+        char name[CK_NAME_MAX];
+        tr_save_name((uint64_t)s, name);
+        if (sh_checkpoint_save_async(ck, name, (uint64_t)s, sd, 2, blobs, 1, &stall, &err))
             die(w, "save", &err);
         /* The slowest rank's stall is the step's. */
         if (sh_all_reduce(sh_world_comm(w), &stall, &stall, 1, CK_F64, SH_MAX, NULL, &err))
@@ -154,15 +156,17 @@ int main(int argc, char **argv)
         saves++;
     }
     double with_saves = now_s() - t0;
-    if (tr_ckpt_wait(ck, &err))
+    if (sh_checkpoint_wait(ck, &err))
         die(w, "wait", &err);
-    tr_ckpt_done d;
-    while (tr_ckpt_poll(ck, &d, &err) == 1) {
+    sh_checkpoint_done d;
+    while (sh_checkpoint_poll(ck, &d, &err) == 1) {
         if (d.rc)
             fprintf(stderr, "bench/train: save %s failed: %s\n", d.name, d.msg);
         drain_sum += d.seconds;
         done_n++;
     }
+    if (rank == 0 && tr_prune_saves(root, 2, &err))
+        die(w, "removing old saves", &err);
 
     /* The reference: this rank's shard bytes, copied into touched memory. */
     size_t bytes = 0;
@@ -212,7 +216,7 @@ int main(int argc, char **argv)
         if (!a.ckpt_root[0])
             nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
     }
-    tr_ckpt_free(ck);
+    sh_checkpoint_free(ck);
     tr_step_buf_free(&buf);
     sh_state_dict_free(&msd);
     sh_state_dict_free(&osd);

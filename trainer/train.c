@@ -16,12 +16,12 @@
 #include <time.h>
 
 #include "ck/ckpt.h"
-#include "ckpt.h"
 #include "cli.h"
 #include "data.h"
 #include "layers.h"
 #include "lr.h"
 #include "model.h"
+#include "saves.h"
 #include "step.h"
 
 typedef struct trainer {
@@ -33,7 +33,7 @@ typedef struct trainer {
     sh_state_dict msd, osd;    /* aliases of the live shards: what a checkpoint holds */
     tr_data data;
     tr_lr sched;
-    tr_ckpt *ckpt;
+    sh_checkpoint *ckpt;
     long step;                 /* steps done */
     double loss;               /* the last step's */
     char saved[512];           /* rank 0: saves finished since the last log line */
@@ -106,7 +106,7 @@ static int blob_text(ck_ckpt *ck, const char *name, char *out, size_t len, ck_er
 static int resume(trainer *t, ck_err *err)
 {
     char name[CK_NAME_MAX], cfg[1024], buf[256], v1[64], v2[64];
-    int rc = tr_ckpt_latest(t->w, t->a.ckpt_root, name, err);
+    int rc = sh_checkpoint_latest(t->w, t->a.ckpt_root, name, err);
     if (rc == -ENOENT && !t->a.eval) {
         if (sh_world_rank(t->w) == 0)
             printf("resume: no committed checkpoint in %s, starting from step 0\n",
@@ -126,9 +126,9 @@ static int resume(trainer *t, ck_err *err)
             rc = ck_err_set(err, -EINVAL, "checkpoint %s was trained with %s=%s, this run "
                             "has %s=%s", name, arch[i], v1, arch[i], v2);
     if (!rc)
-        rc = tr_ckpt_load_state_dict(ck, &t->msd, err);
+        rc = sh_checkpoint_load_state_dict(ck, &t->msd, err);
     if (!rc)
-        rc = tr_ckpt_load_state_dict(ck, &t->osd, err);
+        rc = sh_checkpoint_load_state_dict(ck, &t->osd, err);
     tr_data_state ds = {0};
     if (!rc)
         rc = blob_text(ck, "step", buf, sizeof buf, err);
@@ -166,33 +166,37 @@ static int resume(trainer *t, ck_err *err)
 
 static int save(trainer *t, double *stall_ms, ck_err *err)
 {
-    char step[32], data[64], rng[96];
+    char name[CK_NAME_MAX], step[32], data[64], rng[96];
     snprintf(step, sizeof step, "%ld\n", t->step);
     snprintf(data, sizeof data, "pos=%" PRIu64 "\n", t->data.st.pos);
     snprintf(rng, sizeof rng, "epoch=%" PRIu64 "\nstate=%016" PRIx64 "\n", t->data.st.epoch,
              t->data.st.rng_epoch);
-    const tr_blob blobs[] = {
+    const sh_blob blobs[] = {
         {"step", step, strlen(step)}, {"data", data, strlen(data)},
         {"rng", rng, strlen(rng)}, {"config", t->config, strlen(t->config)},
     };
     const sh_state_dict *sd[] = {&t->msd, &t->osd};
-    return tr_ckpt_save_async(t->ckpt, (uint64_t)t->step, sd, 2, blobs, 4, stall_ms, err);
+    tr_save_name((uint64_t)t->step, name);
+    return sh_checkpoint_save_async(t->ckpt, name, (uint64_t)t->step, sd, 2, blobs, 4,
+                                    stall_ms, err);
 }
 
 /* Collective. Moves the saves in flight on; rank 0 notes the ones that finished, for
- * the next log line. */
+ * the next log line, and after each commit keeps only the newest --keep-last. */
 static int collect_saves(trainer *t, ck_err *err)
 {
-    tr_ckpt_done d;
-    int rc = tr_ckpt_progress(t->ckpt, err);
+    sh_checkpoint_done d;
+    int rc = sh_checkpoint_progress(t->ckpt, err);
     if (rc)
         return rc;
-    while ((rc = tr_ckpt_poll(t->ckpt, &d, err)) == 1) {
+    while ((rc = sh_checkpoint_poll(t->ckpt, &d, err)) == 1) {
         size_t n = strlen(t->saved);
         if (d.rc)
             return ck_err_set(err, d.rc, "checkpoint %s failed: %s", d.name, d.msg);
         snprintf(t->saved + n, sizeof t->saved - n, " saved %s (%.1f MB in %.0f ms)", d.name,
                  (double)d.bytes / 1e6, d.seconds * 1e3);
+        if (t->a.keep_last > 0 && (rc = tr_prune_saves(t->a.ckpt_root, t->a.keep_last, err)))
+            return rc;
     }
     return rc;
 }
@@ -228,7 +232,7 @@ static int train(trainer *t, ck_err *err)
         if (!rc && step == a->kill_at_step) {
             /* The test hook of a crash: the saves so far are committed, then every
              * rank dies at once, as under kill -9. */
-            rc = t->ckpt ? tr_ckpt_wait(t->ckpt, err) : 0;
+            rc = t->ckpt ? sh_checkpoint_wait(t->ckpt, err) : 0;
             if (!rc && t->ckpt)
                 rc = collect_saves(t, err);
             if (rank == 0)
@@ -241,7 +245,7 @@ static int train(trainer *t, ck_err *err)
         fflush(stdout);
     }
     if (!rc && t->ckpt) {
-        rc = tr_ckpt_wait(t->ckpt, err);
+        rc = sh_checkpoint_wait(t->ckpt, err);
         if (!rc)
             rc = collect_saves(t, err);
         if (rank == 0 && t->saved[0])
@@ -313,8 +317,8 @@ static int setup(trainer *t, ck_err *err)
     if (!rc && a->resume)
         rc = resume(t, err);
     if (!rc && a->ckpt_root && !a->eval)
-        rc = tr_ckpt_new(t->w, &(tr_ckpt_opts){a->ckpt_root, a->daemon, a->keep_last},
-                         &t->ckpt, err);
+        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon},
+                               &t->ckpt, err);
     if (!rc && sh_world_rank(t->w) == 0) {
         char mesh[32];
         ck_mesh_format(sh_mesh_desc(t->mesh), mesh, sizeof mesh);
@@ -331,7 +335,7 @@ static int setup(trainer *t, ck_err *err)
 
 static void teardown(trainer *t)
 {
-    tr_ckpt_free(t->ckpt);
+    sh_checkpoint_free(t->ckpt);
     sh_state_dict_free(&t->msd);
     sh_state_dict_free(&t->osd);
     sh_adamw_free(t->opt);

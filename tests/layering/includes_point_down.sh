@@ -64,7 +64,7 @@ up() {   # up DIR REGEX WHY: no file under DIR includes a header matching REGEX
 }
 up libshard/ckpt   'mpi\.h|nccl|cuda|sh/|export/|cast\.h|ckpt\.h"' "the core includes training, export or device code"
 up libshard/include/ck 'mpi\.h|nccl|cuda|sh/|export/' "a core header includes training, export or device code"
-up libshard/train  'format/|io/|model/|save/|load/|ops/|async/|cli\.h|data\.h|layers\.h|lr\.h|step\.h|train\.h' \
+up libshard/train  'format/|io/|model/|save/|load/|ops/|async/|cli\.h|data\.h|layers\.h|lr\.h|saves\.h|step\.h|train\.h' \
    "the training library includes the core's internals or the trainer"
 up libshard/include/sh 'format/|io/|model/|save/|load/|ops/|async/' "a training header includes the core's internals"
 up kernels         'ck/|sh/|export/' "kernels/ includes libshard"

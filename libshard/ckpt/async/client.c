@@ -172,7 +172,7 @@ int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int n
         ck_decl_tensor *t = realloc(sv->d.tensors, cap * sizeof *t);
         if (t)
             sv->d.tensors = t;
-        ck_client_src *s = t ? realloc(sv->src, cap * sizeof *s) : NULL;
+        ck_shard_src *s = t ? realloc(sv->src, cap * sizeof *s) : NULL;
         if (!s)
             return ck_err_set(err, -ENOMEM, "tensor %s: out of memory", name);
         sv->src = s;
@@ -185,11 +185,11 @@ int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int n
     t->ndim = (uint8_t)ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     memcpy(t->pl, pl, (size_t)sv->d.mesh.ndim * sizeof *pl);
-    sv->src[sv->d.ntensors++] = (ck_client_src){ 0 };
+    sv->src[sv->d.ntensors++] = (ck_shard_src){ 0 };
     return 0;
 }
 
-static int set_src(ck_client_save *sv, const char *tensor, ck_client_src src, ck_err *err)
+static int set_src(ck_client_save *sv, const char *tensor, ck_shard_src src, ck_err *err)
 {
     int r = building(sv, err);
     if (r < 0)
@@ -205,13 +205,13 @@ static int set_src(ck_client_save *sv, const char *tensor, ck_client_src src, ck
 
 int ck_client_shard(ck_client_save *sv, const char *tensor, const void *data, ck_err *err)
 {
-    return set_src(sv, tensor, (ck_client_src){ .mem = data }, err);
+    return set_src(sv, tensor, (ck_shard_src){ .mem = data }, err);
 }
 
 int ck_client_shard_fill(ck_client_save *sv, const char *tensor, ck_fill_fn fill, void *arg,
                          ck_err *err)
 {
-    return set_src(sv, tensor, (ck_client_src){ .fill = fill, .arg = arg }, err);
+    return set_src(sv, tensor, (ck_shard_src){ .fill = fill, .arg = arg }, err);
 }
 
 int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_t len,
@@ -318,30 +318,16 @@ static int slot_fit(ck_client_save *sv, ck_client_slot *s, uint64_t need, ck_err
     return 0;
 }
 
-/* This rank's file image from the shared plan: each shard it writes at its file
- * offset, zeros between (the gaps are hashed, so they must be zeros), then the blobs. */
+/* This rank's file image from the shared plan (save/image.h), then the blobs. */
 static int copy_in(ck_client_save *sv, const ck_plan *p, uint8_t *dst, uint64_t image,
                    ck_err *err)
 {
-    uint64_t at = 0;
-    for (uint32_t t = 0; t < sv->d.ntensors; t++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(p, ck_plan_shard_of(p, t, sv->d.rank));
-        if (ps->writer != sv->d.rank || !ps->bytes)
-            continue;
-        memset(dst + at, 0, ps->file_off - at);
-        const ck_client_src *s = &sv->src[t];
-        if (s->mem) {
-            memcpy(dst + ps->file_off, s->mem, ps->bytes);
-        } else {
-            int r = s->fill(s->arg, 0, dst + ps->file_off, ps->bytes);
-            if (r < 0)
-                return ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s",
-                                  sv->d.name, (unsigned long long)sv->d.rank,
-                                  sv->d.tensors[t].name, strerror(-r));
-        }
-        at = ps->file_off + ps->bytes;
-    }
-    memset(dst + at, 0, image - at);
+    uint32_t t;
+    int r = ck__rank_image(p, sv->d.rank, sv->src, dst, &t);
+    if (r < 0)
+        return ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s",
+                          sv->d.name, (unsigned long long)sv->d.rank, sv->d.tensors[t].name,
+                          strerror(-r));
     for (uint32_t b = 0; b < sv->d.nblobs; b++) {
         memcpy(dst + image, sv->blob_data[b], sv->d.blobs[b].len);
         image += sv->d.blobs[b].len;

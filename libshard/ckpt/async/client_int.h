@@ -22,6 +22,7 @@
 
 #include "async/proto.h"
 #include "ck/client.h"
+#include "save/image.h"
 
 #define CK_CLIENT_SLOTS 2       /* staging areas per client: double buffering */
 
@@ -49,18 +50,11 @@ struct ck_client {
     ck_client_save *saves;      /* this client's saves, for replies */
 };
 
-/* Where a tensor's bytes come from during save_async. */
-typedef struct ck_client_src {
-    const void *mem;
-    ck_fill_fn fill;
-    void *arg;
-} ck_client_src;
-
 struct ck_client_save {
     ck_client *cl;
     ck_decl d;
     uint32_t cap_t, cap_b;
-    ck_client_src *src;         /* per tensor */
+    ck_shard_src *src;          /* per tensor: where its bytes come from */
     uint8_t **blob_data;        /* per blob, copies */
     ck_client_state state;
     bool admitted;

@@ -25,15 +25,10 @@
 #include "ck/catalog.h"
 #include "model/plan.h"
 #include "save/commit.h"
+#include "save/image.h"
 #include "save/rankfiles.h"
 #include "format/manifest.h"
 #include "model/grow.h"
-
-typedef struct shard_src {
-    const void *mem;
-    ck_fill_fn fill;
-    void *arg;
-} shard_src;
 
 /* The manifest's view and the writer's: the files and their runs, and the shard
  * records. */
@@ -56,12 +51,17 @@ struct ck_save {
     uint32_t *tensor_first;        /* first plan shard of each tensor */
     uint32_t *index;               /* open-addressing name -> tensor+1 */
     uint32_t index_cap;
-    shard_src *src;                /* per plan shard */
+    ck_shard_src *src;             /* per plan shard */
     size_t capsrc;
     ck_blob_rec *blobs;
     uint32_t nblobs;
     size_t capblobs;
     char pending[PATH_MAX];        /* set once created */
+    /* Set by ck_save_prepare_group: */
+    bool shared;                   /* other processes write into pending too */
+    struct group_part *part;       /* this rank's record for rank 0 */
+    uint8_t *parts;                /* rank 0: room for every rank's */
+    size_t part_len;
     /* Set by ck_save_prepare: */
     bool prepared;
     uint32_t block;
@@ -222,7 +222,8 @@ bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank)
     return ps && ps->bytes > 0;
 }
 
-static int offer(ck_save *s, const char *tensor, uint64_t rank, shard_src src, ck_err *err)
+static int offer(ck_save *s, const char *tensor, uint64_t rank, ck_shard_src src,
+                 ck_err *err)
 {
     ck_err_clear(err);
     uint32_t idx;
@@ -235,13 +236,13 @@ static int offer(ck_save *s, const char *tensor, uint64_t rank, shard_src src, c
 
 int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *data, ck_err *err)
 {
-    return offer(s, tensor, rank, (shard_src){ .mem = data }, err);
+    return offer(s, tensor, rank, (ck_shard_src){ .mem = data }, err);
 }
 
 int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
                        void *arg, ck_err *err)
 {
-    return offer(s, tensor, rank, (shard_src){ .fill = fill, .arg = arg }, err);
+    return offer(s, tensor, rank, (ck_shard_src){ .fill = fill, .arg = arg }, err);
 }
 
 int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err)
@@ -264,8 +265,10 @@ static void save_free(ck_save *s)
 {
     ck_hashpool_free(s->pool);
     layout_free(&s->L);
-        free(s->image);
+    free(s->image);
     free(s->written);
+    free(s->part);
+    free(s->parts);
     pthread_mutex_destroy(&s->mu);
     ck_plan_free(s->plan);
     free(s->tensors);
@@ -358,36 +361,6 @@ int ck_save_prepare(ck_save *s, ck_err *err)
     return prepare_at(s, NULL, err);
 }
 
-int ck_save_prepare_shared(ck_save *s, const char *token, ck_err *err)
-{
-    if (!token)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: a shared save needs a token", s->name);
-    return prepare_at(s, token, err);
-}
-
-size_t ck_save_hash_bytes(const ck_save *s, uint64_t rank)
-{
-    uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    return s->o.no_hash ? 0
-         : (size_t)((ck_plan_file_size(s->plan, rank) + block - 1) / block) * CK_HASH_LEN;
-}
-
-int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes, size_t *len)
-{
-    *hashes = NULL;
-    *len = 0;
-    if (!s->prepared || rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
-        return -EINVAL;
-    uint32_t f = s->L.F.file_of[rank];
-    if (!f-- || s->o.no_hash)
-        return 0;
-    if (!s->written[f])
-        return -EAGAIN;
-    *hashes = s->L.F.hashes[f];
-    *len = ck_save_hash_bytes(s, rank);
-    return 0;
-}
-
 /* The data file rank writes, into *f: 1, or 0 when it writes none. */
 static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
 {
@@ -400,32 +373,6 @@ static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
         return 0;
     *f = s->L.F.file_of[rank] - 1;
     return 1;
-}
-
-int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
-                       ck_err *err)
-{
-    uint32_t f;
-    int r = rank_file(s, rank, &f, err);
-    if (r <= 0)
-        return r;
-    size_t want = ck_save_hash_bytes(s, rank);
-    if (len != want)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu reported %zu bytes of hashes "
-                          "for %s, which needs %zu", s->name, (unsigned long long)rank, len,
-                          s->L.F.files[f].name, want);
-    if (want)
-        memcpy(s->L.F.hashes[f], hashes, want);
-    pthread_mutex_lock(&s->mu);
-    s->written[f] = true;
-    pthread_mutex_unlock(&s->mu);
-    return 0;
-}
-
-void ck_save_detach(ck_save *s)
-{
-    if (s)
-        save_free(s);
 }
 
 uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank)
@@ -452,6 +399,30 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     return 0;
 }
 
+int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+{
+    int r = ck_save_rank_image(s, rank, image, err);
+    if (r < 0)
+        return r;
+    ck_shard_src *src = malloc((s->ntensors ? s->ntensors : 1) * sizeof *src);
+    if (!src)
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", s->name);
+    for (uint32_t t = 0; t < s->ntensors; t++)
+        src[t] = s->src[ck_plan_shard_of(s->plan, t, rank)];
+    uint32_t t = 0;
+    r = ck__rank_image(s->plan, rank, src, image, &t);
+    if (r < 0 && !src[t].mem && !src[t].fill)
+        ck_err_set(err, r, "checkpoint %s: tensor %s: rank %llu never offered its shard",
+                   s->name, s->tensors[t].name, (unsigned long long)rank);
+    else if (r < 0)
+        ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s", s->name,
+                   (unsigned long long)rank, s->tensors[t].name, strerror(-r));
+    free(src);
+    if (r < 0)
+        ck_save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
+    return r;
+}
+
 /* Points each run of file f at its bytes: the rank's file image, or the sources the
  * shards were offered with. */
 static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
@@ -465,7 +436,7 @@ static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
             continue;
         }
         uint32_t i = L->F.src_shard[(size_t)(src - L->F.srcs) + j];
-        const shard_src *ss = &s->src[i];
+        const ck_shard_src *ss = &s->src[i];
         if (!ss->mem && !ss->fill)
             return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %u never offered "
                               "its shard %u", s->name, s->tensors[L->shards[i].tensor].name,
@@ -522,11 +493,150 @@ int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
     return write_files(s, &f, 1, err);
 }
 
+/* ---- one save, many processes ----
+ * The ranks share ROOT/.pending/NAME.TOKEN: rank 0 creates it under a fresh token and
+ * broadcasts the token. Each rank writes its own file, then every rank sends rank 0
+ * its outcome and its file's block hashes in one gather: receiving them is the proof
+ * that the file is durable, so rank 0 needs nothing else from the others to commit. */
+
+/* What rank 0 tells the group once the pending directory exists (or could not be
+ * made). */
+typedef struct group_start {
+    int64_t code;
+    char token[16];
+    char msg[CK_ERR_MSG_MAX];
+} group_start;
+
+/* What each rank tells rank 0 when its part is done: the outcome of its write, then
+ * its file's block hashes. */
+typedef struct group_part {
+    int64_t code;
+    char msg[CK_ERR_MSG_MAX];
+    uint8_t hashes[];
+} group_part;
+
+/* ck_group promises lengths in multiples of 8; hashes are CK_HASH_LEN each. */
+_Static_assert(sizeof(group_start) % 8 == 0 && sizeof(group_part) % 8 == 0 &&
+               CK_HASH_LEN % 8 == 0, "group records travel in 8-byte words");
+
+/* Bytes of rank's block hashes, known to every rank from the plan alone. */
+static size_t hash_bytes(const ck_save *s, uint64_t rank)
+{
+    uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
+    return s->o.no_hash ? 0
+         : (size_t)((ck_plan_file_size(s->plan, rank) + block - 1) / block) * CK_HASH_LEN;
+}
+
+/* The records of ck_save_finish_group, made here so that finish cannot fail before
+ * its gather and leave the other ranks waiting in it. */
+static int alloc_parts(ck_save *s, const ck_group *g, ck_err *err)
+{
+    size_t most = 0;
+    for (uint64_t k = 0; k < g->world; k++)
+        most = hash_bytes(s, k) > most ? hash_bytes(s, k) : most;
+    s->part_len = sizeof(group_part) + most;
+    s->part = calloc(1, s->part_len);
+    s->parts = g->rank == 0 ? calloc(g->world, s->part_len) : NULL;
+    if (!s->part || (g->rank == 0 && !s->parts))
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for the parts' hashes",
+                          s->name);
+    return 0;
+}
+
+int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
+{
+    uint64_t world = ck_mesh_world(ck_plan_mesh(s->plan));
+    if (g->world != world || g->rank >= world)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of a group of %llu, but the "
+                          "mesh has %llu ranks", s->name, (unsigned long long)g->rank,
+                          (unsigned long long)g->world, (unsigned long long)world);
+    group_start m = { 0 };
+    if (g->rank == 0) {
+        ck_err why = { 0 };
+        m.code = prepare_at(s, NULL, &why);
+        if (m.code)
+            snprintf(m.msg, sizeof m.msg, "%s", ck_err_msg(&why));
+        else
+            snprintf(m.token, sizeof m.token, "%s", strrchr(s->pending, '.') + 1);
+    }
+    int r = g->broadcast(g->arg, &m, sizeof m, err);
+    if (r < 0)
+        return ck_err_set(err, r, "checkpoint %s: rank %llu: the token from rank 0", s->name,
+                          (unsigned long long)g->rank);
+    if (m.code)
+        return ck_err_set(err, (int)m.code, "checkpoint %s: rank 0 could not prepare the "
+                          "save: %s", s->name, m.msg);
+    /* From here on the directory is the group's: no rank but 0, and 0 only once every
+     * part is accounted for, may remove it. */
+    s->shared = true;
+    if (g->rank != 0 && (r = prepare_at(s, m.token, err)) < 0)
+        return r;
+    return alloc_parts(s, g, err);
+}
+
+/* This rank's record: its outcome and, when it wrote its file, the file's hashes. */
+static void part_record(const ck_save *s, uint64_t rank, const ck_err *outcome,
+                        group_part *p)
+{
+    uint32_t f = s->prepared ? s->L.F.file_of[rank] : 0;
+    p->code = outcome->code;
+    if (!p->code && f && !s->written[f - 1]) {
+        p->code = -EINVAL;
+        snprintf(p->msg, sizeof p->msg, "its file was never written (ck_save_write_rank)");
+    } else if (p->code) {
+        snprintf(p->msg, sizeof p->msg, "%s", ck_err_msg(outcome));
+    } else if (f && hash_bytes(s, rank)) {
+        memcpy(p->hashes, s->L.F.hashes[f - 1], hash_bytes(s, rank));
+    }
+}
+
+/* Rank 0 takes rank's file as written, with the hashes that rank computed. */
+static int adopt(ck_save *s, uint64_t rank, const uint8_t *hashes, ck_err *err)
+{
+    uint32_t f;
+    int r = rank_file(s, rank, &f, err);
+    if (r <= 0)
+        return r;
+    if (hash_bytes(s, rank))
+        memcpy(s->L.F.hashes[f], hashes, hash_bytes(s, rank));
+    pthread_mutex_lock(&s->mu);
+    s->written[f] = true;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err)
+{
+    if (!s->part)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare_group first", s->name);
+    part_record(s, g->rank, outcome, s->part);
+    int r = g->gather(g->arg, s->part, s->parts, s->part_len, err);
+    if (r < 0)
+        ck_err_set(err, r, "checkpoint %s: rank %llu: gathering the parts to rank 0", s->name,
+                   (unsigned long long)g->rank);
+    bool gathered = r == 0;
+    for (uint64_t k = 0; r == 0 && g->rank == 0 && k < g->world; k++) {
+        const group_part *p = (const group_part *)(s->parts + k * s->part_len);
+        r = p->code ? ck_err_set(err, (int)p->code, "checkpoint %s: rank %llu could not write "
+                                 "its part: %s", s->name, (unsigned long long)k, p->msg)
+                    : adopt(s, k, p->hashes, err);
+    }
+    if (r == 0 && g->rank == 0)
+        return 0;       /* s awaits ck_save_commit */
+    /* Every rank has stopped writing once rank 0 holds all their records: only then is
+     * the directory of a failed save rank 0's to remove. Otherwise it is debris. */
+    if (r < 0 && gathered && g->rank == 0)
+        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+    save_free(s);
+    return r;
+}
+
 void ck_save_abort(ck_save *s)
 {
     if (!s)
         return;
-    ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+    if (!s->shared)
+        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
     save_free(s);
 }
 

@@ -77,31 +77,55 @@ struct ck_plan;
 const struct ck_plan *ck_save_plan(const ck_save *s);
 /* image stays valid until the rank is written. */
 int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err);
+/* Lays out rank's data file in image (ck_save_rank_bytes(rank) bytes, 4 KiB-aligned
+ * for O_DIRECT) from the shards offered for rank, zeros between, and binds it as
+ * ck_save_rank_image does. The offered memory is not read again once it returns: in an
+ * asynchronous save this copy is the stall. */
+int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err);
 int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
 
 /* ---- one save, many processes (embedded mode in a multi-process job) ----
- * Every rank builds the same ck_save (same tensors, same order) and calls
- * ck_save_prepare_shared with a token all ranks agree on (rank 0 draws it and
- * broadcasts it): they share ROOT/.pending/NAME.TOKEN. Each rank writes only its own
- * file (ck_save_rank_image + ck_save_write_rank) and sends its block hashes
- * (ck_save_rank_hashes: small, 32 bytes per block) to rank 0 through the job's own
- * process group; receiving them is the proof that the file is durable. Rank 0 adopts
- * each rank's part (ck_save_adopt_rank) and commits; the others ck_save_detach, which
- * frees without removing anything. A rank that dies leaves .pending debris only. */
-int ck_save_prepare_shared(ck_save *s, const char *token, ck_err *err);
-/* The block hashes of rank's file after ck_save_write_rank: *len bytes (0 when the
- * rank writes nothing or the save is unhashed). -EAGAIN before the write. */
-int ck_save_rank_hashes(const ck_save *s, uint64_t rank, const uint8_t **hashes, size_t *len);
-/* What that length will be, known to every rank from the plan alone. */
-size_t ck_save_hash_bytes(const ck_save *s, uint64_t rank);
-int ck_save_adopt_rank(ck_save *s, uint64_t rank, const uint8_t *hashes, size_t len,
-                       ck_err *err);
-void ck_save_detach(ck_save *s);
+ * The core has no process group of its own: the caller lends it two collectives over
+ * its ranks, which every rank of the group must call in the same order. Lengths are
+ * in bytes, always a multiple of 8. */
+typedef struct ck_group {
+    uint64_t rank, world;      /* world: the mesh's rank count */
+    /* Copies len bytes of buf on rank 0 into buf on every rank. */
+    int (*broadcast)(void *arg, void *buf, size_t len, ck_err *err);
+    /* Rank 0 receives every rank's len bytes of mine in all (world * len bytes), in
+     * rank order; all is NULL on the other ranks. */
+    int (*gather)(void *arg, const void *mine, void *all, size_t len, ck_err *err);
+    void *arg;
+} ck_group;
+
+/* Every rank builds the same ck_save (same tensors in the same order; blobs on rank 0)
+ * and then, in this order:
+ *
+ *   ck_save_prepare_group(s, &g, &err);          // collective: one pending directory
+ *   ck_save_copy_rank(s, g.rank, image, &err);   // this rank's file, in memory
+ *   ck_save_write_rank(s, g.rank, &err);         // durable; may run on a thread
+ *   ck_save_finish_group(s, &g, &outcome, &err); // collective
+ *   if (g.rank == 0) ck_save_commit(s, &stats, &err);   // may run on a thread
+ *
+ * Rank 0 draws a token, creates ROOT/.pending/NAME.TOKEN and broadcasts the token (its
+ * failure fails every rank); each rank writes only its own file there. A rank that
+ * dies leaves .pending debris only. After the broadcast, prepare can fail on one rank
+ * alone, as the copy can: the ranks must agree that every one got through before they
+ * write; where one did not, every rank frees its save with ck_save_abort. */
+int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err);
+/* Collective, after a successful prepare, once this rank's part is done: outcome is its ck_save_write_rank's
+ * result (code 0) or whatever failed it. Every rank's outcome and block hashes go to
+ * rank 0 in one gather; receiving them is the proof that the files are durable. Rank 0
+ * returns 0 with s ready for ck_save_commit when every part is written; otherwise the
+ * first failed rank's error, having removed the pending directory. The other ranks,
+ * and rank 0 on error, free s (a rank's file is rank 0's once gathered). */
+int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err);
 
 /* Writes what is not yet written, fsyncs, commits, records in the catalog, and frees
  * s in every case. */
 int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err);
-/* Frees s and removes what it wrote. */
+/* Frees s and removes what it wrote. After ck_save_prepare_group it removes nothing:
+ * the directory is shared, so what it holds is debris for recovery. */
 void ck_save_abort(ck_save *s);
 
 #endif

@@ -2,6 +2,7 @@
 #ifndef SH_SH_H
 #define SH_SH_H
 
+#include "sh/checkpoint.h"
 #include "sh/comm.h"
 #include "sh/fsdp.h"
 #include "sh/module.h"

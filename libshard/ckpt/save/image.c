@@ -1,0 +1,31 @@
+/* image.c - a rank's data file in memory (see image.h). */
+#include "save/image.h"
+
+#include <string.h>
+
+int ck__rank_image(const ck_plan *p, uint64_t rank, const ck_shard_src *src, void *image,
+                   uint32_t *bad)
+{
+    uint8_t *dst = image;
+    uint64_t at = 0;
+    for (uint32_t t = 0; t < ck_plan_ntensors(p); t++) {
+        const ck_plan_shard *ps = ck_plan_shard_at(p, ck_plan_shard_of(p, t, rank));
+        if (ps->writer != rank || !ps->bytes)
+            continue;
+        memset(dst + at, 0, ps->file_off - at);
+        const ck_shard_src *s = &src[t];
+        if (s->mem) {
+            memcpy(dst + ps->file_off, s->mem, ps->bytes);
+        } else {
+            int r = s->fill ? s->fill(s->arg, 0, dst + ps->file_off, ps->bytes) : -EINVAL;
+            if (r < 0) {
+                *bad = t;
+                return r;
+            }
+        }
+        at = ps->file_off + ps->bytes;
+    }
+    if (ck_plan_file_size(p, rank) > at)    /* a rank that writes nothing has no image */
+        memset(dst + at, 0, ck_plan_file_size(p, rank) - at);
+    return 0;
+}

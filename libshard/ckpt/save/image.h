@@ -1,0 +1,29 @@
+/* save/image.h - a rank's data file as an image in memory (private to the core).
+ *
+ * The one place that lays out the bytes of a rank's file: each shard the plan gives
+ * that rank at its file offset, zeros before, between and after (the gaps are hashed,
+ * so they must be zeros). The client builds its staging area with it, a shared save
+ * the image it writes in place. */
+#ifndef CK_SAVE_IMAGE_H
+#define CK_SAVE_IMAGE_H
+
+#include <stdint.h>
+
+#include "ck/types.h"
+#include "model/plan.h"
+
+/* Where one tensor's shard of a rank comes from: memory, or fill(arg, off, dst, len). */
+typedef struct ck_shard_src {
+    const void *mem;
+    ck_fill_fn fill;
+    void *arg;
+} ck_shard_src;
+
+/* Fills image, ck_plan_file_size(p, rank) bytes, from src (one per tensor, in
+ * declaration order; read only for the shards rank writes). 0, or the fill's error,
+ * or -EINVAL for a source that is empty; *bad then names the tensor, for the caller's
+ * message. */
+int ck__rank_image(const ck_plan *p, uint64_t rank, const ck_shard_src *src, void *image,
+                   uint32_t *bad);
+
+#endif
