@@ -6,6 +6,7 @@
 
 #include "model/plan.h"
 #include "ck/save.h"
+#include "save/save_int.h"
 #include "ckpt_testlib.h"
 
 static const uint64_t seed = 7;

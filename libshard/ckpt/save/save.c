@@ -11,6 +11,7 @@
  * A crash before 5 leaves only .pending debris; after 5, a complete checkpoint.
  */
 #include "ck/save.h"
+#include "save/save_int.h"
 
 #include <fcntl.h>
 #include <limits.h>

@@ -67,14 +67,13 @@ int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_
 /* ---- writing rank by rank (the daemon's way) ----
  * After every tensor is declared, ck_save_prepare fixes the layout and creates the
  * pending directory. Each rank's data file is then an image in memory of
- * ck_save_rank_bytes(rank) bytes, laid out as the plan says (ck_save_plan: each
- * shard at its file_off, zeros between), so it is written in place, without a copy.
+ * ck_save_rank_bytes(rank) bytes, laid out as the plan says (each shard at its
+ * offset in the file, zeros between: ck_save_copy_rank builds it), so it is written
+ * in place, without a copy.
  * ck_save_write_rank makes one rank's file durable; calls for distinct ranks may run
  * on different threads. Ranks not written by then are written by ck_save_commit. */
 int ck_save_prepare(ck_save *s, ck_err *err);
 uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank);
-struct ck_plan;
-const struct ck_plan *ck_save_plan(const ck_save *s);
 /* image stays valid until the rank is written. */
 int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err);
 /* Lays out rank's data file in image (ck_save_rank_bytes(rank) bytes, 4 KiB-aligned

@@ -1,0 +1,15 @@
+/* save/save_int.h - what a save shows the core's own tests (private to the core).
+ *
+ * The plan of a prepared save, so that a test can build a rank's image from the plan
+ * alone, independently of save/image.c, and check that the save accepts it.
+ */
+#ifndef CK_SAVE_SAVE_INT_H
+#define CK_SAVE_SAVE_INT_H
+
+#include "ck/save.h"
+#include "model/plan.h"
+
+/* The plan fixed by ck_save_prepare or ck_save_prepare_group; NULL before. */
+const ck_plan *ck_save_plan(const ck_save *s);
+
+#endif
