@@ -417,7 +417,7 @@ int bench_raw_read(const bench_opts *o, const char *path, void *buf, uint64_t le
 }
 
 struct bench_hasher {
-    ck_hashpool *pool;
+    ck__hashpool *pool;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t pending;
@@ -426,7 +426,7 @@ struct bench_hasher {
 int bench_hasher_new(const bench_opts *o, bench_hasher **out)
 {
     bench_hasher *h = calloc(1, sizeof *h);
-    int r = h ? ck_hashpool_new(0, &h->pool) : -ENOMEM;
+    int r = h ? ck__hashpool_new(0, &h->pool) : -ENOMEM;
     if (r < 0) {
         free(h);
         tool_error(o->prog, "starting the hash pool: %s", strerror(-r));
@@ -442,7 +442,7 @@ void bench_hasher_free(bench_hasher *h)
 {
     if (!h)
         return;
-    ck_hashpool_free(h->pool);
+    ck__hashpool_free(h->pool);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h);
@@ -450,7 +450,7 @@ void bench_hasher_free(bench_hasher *h)
 
 unsigned bench_hasher_threads(const bench_hasher *h)
 {
-    return ck_hashpool_threads(h->pool);
+    return ck__hashpool_threads(h->pool);
 }
 
 static void hashed(void *arg)
@@ -467,7 +467,7 @@ int bench_hasher_submit(bench_hasher *h, const void *buf, size_t len, uint8_t *o
     pthread_mutex_lock(&h->mu);
     h->pending++;
     pthread_mutex_unlock(&h->mu);
-    int r = ck_hashpool_submit(h->pool, buf, len, out, hashed, h);
+    int r = ck__hashpool_submit(h->pool, buf, len, out, hashed, h);
     if (r < 0) {
         pthread_mutex_lock(&h->mu);
         h->pending--;

@@ -96,7 +96,7 @@ int bench_raw_write(const bench_opts *o, const char *path, const void *buf, uint
 int bench_raw_read(const bench_opts *o, const char *path, void *buf, uint64_t len,
                    double *secs, bool *direct);
 
-/* Counts jobs queued on a ck_hashpool so that a caller can wait for all of them. */
+/* Counts jobs queued on a ck__hashpool so that a caller can wait for all of them. */
 typedef struct bench_hasher bench_hasher;
 int bench_hasher_new(const bench_opts *o, bench_hasher **out);
 void bench_hasher_free(bench_hasher *h);

@@ -253,7 +253,7 @@ int main(int argc, char **argv)
     bench_remove(dir);
     if (rc == EXIT_OK) {
         char sha_note[96];
-        snprintf(sha_note, sizeof sha_note, "ck_hashpool, %u threads, 4 MiB blocks, in memory",
+        snprintf(sha_note, sizeof sha_note, "ck__hashpool, %u threads, 4 MiB blocks, in memory",
                  bench_hasher_threads(h));
         const bench_fig figs[F_N] = {
             [F_RAW] = { "raw_read", "raw read", "O_DIRECT, io_uring, 1 MiB x QD 32",

@@ -18,7 +18,7 @@ static void usage(FILE *f)
 "Exit status: 0 ok, 2 usage error or no daemon.\n");
 }
 
-static const char *state_name(const ck_proto_ckpt *c)
+static const char *state_name(const ck__proto_ckpt *c)
 {
     return c->state == 1 ? "committing" : c->commit_requested ? "collecting, commit asked"
                                                                : "collecting";
@@ -49,24 +49,24 @@ int main(int argc, char **argv)
     }
     ck_err err = { 0 };
     int fd;
-    ck_wbuf w = { 0 };
-    ck_msg m = { 0 };
-    ck_proto_status st;
-    int r = ck_conn_connect(sock, &fd, &err);
+    ck__wbuf w = { 0 };
+    ck__msg m = { 0 };
+    ck__proto_status st;
+    int r = ck__conn_connect(sock, &fd, &err);
     if (r == 0) {
-        ck_proto_start(&w, CK_MSG_STATUS);
-        r = ck_proto_end(&w);
+        ck__proto_start(&w, CK_MSG_STATUS);
+        r = ck__proto_end(&w);
         if (r == 0)
-            r = ck_conn_send(fd, &w, -1, &err);
-        ck_wbuf_free(&w);
+            r = ck__conn_send(fd, &w, -1, &err);
+        ck__wbuf_free(&w);
         if (r == 0)
-            r = ck_conn_recv(fd, true, &m, &err);
+            r = ck__conn_recv(fd, true, &m, &err);
         close(fd);
     }
     if (r > 0 && m.type != CK_MSG_STATUS_OK)
         r = ck_err_set(&err, -EPROTO, "ckptd answered with message type %u", m.type);
     if (r > 0)
-        r = ck_proto_get_status(m.payload, m.len, &st, &err);
+        r = ck__proto_get_status(m.payload, m.len, &st, &err);
     free(m.payload);
     if (r < 0) {
         fprintf(stderr, "ckptctl: %s\n", ck_err_msg(&err));
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     if (!st.n)
         printf("no saves in flight\n");
     for (uint32_t i = 0; i < st.n; i++) {
-        const ck_proto_ckpt *c = &st.ckpts[i];
+        const ck__proto_ckpt *c = &st.ckpts[i];
         printf("%s: %s; ranks %llu joined, %llu staged, %llu durable of %llu; staged %.1f MiB, "
                "written %.1f MiB, %.1f MB/s; %u client(s)\n", c->name, state_name(c),
                (unsigned long long)c->joined, (unsigned long long)c->staged,

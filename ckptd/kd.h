@@ -2,7 +2,7 @@
  *
  * One thread runs the event loop (kd_server.c): the listening socket, the signalfd,
  * the clients, and an eventfd through which the save engine's worker threads (the
- * core's ck_saver, shared with the embedded client) hand their events over.
+ * core's ck__saver, shared with the embedded client) hand their events over.
  *
  * Each file owns one responsibility, and the files are layers, top to bottom: a file
  * calls only files below it. A lower file that has news for one above returns it
@@ -81,7 +81,7 @@ typedef struct kd_ckpt {
 
 typedef struct kd_event {
     struct kd_event *next;
-    ck_saver_ev_kind kind;
+    ck__saver_ev_kind kind;
     char name[CK_NAME_MAX];
     uint64_t rank;
     int code;
@@ -94,7 +94,7 @@ typedef struct kd_server {
     FILE *log;
     int listen_fd, ep_fd, sig_fd, ev_fd;
     ck_engine *engine;         /* the fault engine with --inject-fault, else NULL */
-    ck_saver *saver;
+    ck__saver *saver;
     kd_client *clients;
     uint64_t next_id;
     unsigned nclients;
@@ -127,13 +127,13 @@ void kd_proto_truncated(kd_server *s, kd_client *c);
 void kd_status_reply(kd_server *s, kd_client *c);
 
 /* kd_ckpt.c */
-void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd);
+void kd_ckpt_begin(kd_server *s, kd_client *c, const ck__decl *d, int fd);
 void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank);
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
 void kd_ckpt_events(kd_server *s);
 void kd_ckpt_shutdown(kd_server *s);
-void kd_saver_event(void *arg, const ck_saver_event *ev);
+void kd_saver_event(void *arg, const ck__saver_event *ev);
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);
 
 /* kd_staging.c */
@@ -150,7 +150,7 @@ kd_part *kd_staging_admit_waiting(kd_server *s);
 /* kd_reply.c */
 kd_client *kd_client_find(kd_server *s, uint64_t id);
 /* Sends a whole message; a client that cannot take it now is dropped. */
-void kd_send(kd_server *s, kd_client *c, ck_wbuf *w);
+void kd_send(kd_server *s, kd_client *c, ck__wbuf *w);
 void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
 /* ADMIT, DURABLE, COMMITTED: the checkpoint's name, then a and b where not NULL. */
 void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,

@@ -2,7 +2,7 @@
  * which rank's part, where its staging is mapped, and who must hear the outcome.
  *
  * The save itself (a state machine per checkpoint: collecting, committing, failed)
- * is the core's ck_saver, the same engine the embedded client runs; this file ties it
+ * is the core's ck__saver, the same engine the embedded client runs; this file ties it
  * to connections. The rules that are the daemon's own:
  *  - a part is the daemon's once staged: its client may die, the mapping stays;
  *  - a client that goes away before staging a part it began dooms that checkpoint;
@@ -78,7 +78,7 @@ unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
 }
 
 
-void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
+void kd_ckpt_begin(kd_server *s, kd_client *c, const ck__decl *d, int fd)
 {
     ck_err err = { 0 };
     if (s->stopping) {
@@ -89,9 +89,9 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
     /* A retry after a failure must see the failure's cleanup first. */
     kd_ckpt_events(s);
     uint64_t blob_bytes = 0;
-    ck_decl_blob_bytes(d, &blob_bytes);
+    ck__decl_blob_bytes(d, &blob_bytes);
     uint64_t image = 0;
-    int r = ck_saver_join(s->saver, d, &image, &err);
+    int r = ck__saver_join(s->saver, d, &image, &err);
     if (r < 0) {
         close(fd);
         kd_send_error(s, c, d->name, r, ck_err_msg(&err));
@@ -107,7 +107,7 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
     if (!k || !p) {
         free(p);
         close(fd);
-        ck_saver_abandon(s->saver, d->name, "ckptd ran out of memory");
+        ck__saver_abandon(s->saver, d->name, "ckptd ran out of memory");
         return;
     }
     *p = (kd_part){ .next = k->parts, .ckpt = k, .rank = d->rank, .client = c->id, .fd = fd,
@@ -121,7 +121,7 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, const ck_decl *d, int fd)
         snprintf(msg, sizeof msg, "%s", ck_err_msg(&err));
         kd_log(s, "checkpoint %s: client %llu (pid %d): %s", d->name,
                (unsigned long long)c->id, (int)c->pid, msg);
-        ck_saver_abandon(s->saver, d->name, msg);
+        ck__saver_abandon(s->saver, d->name, msg);
     }
 }
 
@@ -152,7 +152,7 @@ void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
         return;
     }
     p->staged = true;
-    int r = ck_saver_stage(s->saver, name, rank, p->map, &err);
+    int r = ck__saver_stage(s->saver, name, rank, p->map, &err);
     if (r < 0)      /* the save failed: its FAILED event tells every client, this one too */
         late(s, c, "STAGED", name, ck_err_msg(&err));
 }
@@ -167,7 +167,7 @@ void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
         late(s, c, "COMMIT", name, "the save has no part of rank 0 from this client");
         return;
     }
-    int r = ck_saver_commit(s->saver, name, &err);
+    int r = ck__saver_commit(s->saver, name, &err);
     if (r < 0)      /* failed: the broadcast tells this client */
         late(s, c, "COMMIT", name, ck_err_msg(&err));
 }
@@ -194,18 +194,18 @@ void kd_ckpt_client_gone(kd_server *s, kd_client *c)
         if (doomed)
             snprintf(why, sizeof why, "the client of rank %llu (pid %d) went away before "
                      "staging its part", (unsigned long long)rank, (int)c->pid);
-        else if (kd_ckpt_clients(k, s) == 0 && !ck_saver_committable(s->saver, k->name))
+        else if (kd_ckpt_clients(k, s) == 0 && !ck__saver_committable(s->saver, k->name))
             snprintf(why, sizeof why, "every client went away before all parts were staged "
                      "and the commit was asked for");
         else
             continue;
         kd_log(s, "checkpoint %s: abandoned: %s", k->name, why);
-        ck_saver_abandon(s->saver, k->name, why);
+        ck__saver_abandon(s->saver, k->name, why);
     }
 }
 
 /* Saver thread: queue the event for the loop (the saver's lock is held: be quick). */
-void kd_saver_event(void *arg, const ck_saver_event *ev)
+void kd_saver_event(void *arg, const ck__saver_event *ev)
 {
     kd_server *s = arg;
     kd_event *e = calloc(1, sizeof *e);
@@ -276,7 +276,7 @@ void kd_ckpt_events(kd_server *s)
 void kd_ckpt_shutdown(kd_server *s)
 {
     for (kd_ckpt *k = s->ckpts; k; k = k->next)
-        if (!ck_saver_committable(s->saver, k->name))
-            ck_saver_abandon(s->saver, k->name, "ckptd is shutting down (SIGTERM) before "
+        if (!ck__saver_committable(s->saver, k->name))
+            ck__saver_abandon(s->saver, k->name, "ckptd is shutting down (SIGTERM) before "
                              "every part was staged and the commit was asked for");
 }

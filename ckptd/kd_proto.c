@@ -22,7 +22,7 @@ static void refuse(kd_server *s, kd_client *c, int code, const char *what)
     c->drop = true;
 }
 
-static int check_decl(const ck_decl *d, ck_err *err)
+static int check_decl(const ck__decl *d, ck_err *err)
 {
     int r = ck_name_check("checkpoint", d->name, err);
     if (r < 0)
@@ -42,7 +42,7 @@ static int check_decl(const ck_decl *d, ck_err *err)
                           "%llu ranks", d->name, (unsigned long long)d->rank,
                           (unsigned long long)d->world, (unsigned long long)world);
     for (uint32_t i = 0; i < d->ntensors; i++) {
-        const ck_decl_tensor *t = &d->tensors[i];
+        const ck__decl_tensor *t = &d->tensors[i];
         if ((r = ck_name_check("tensor", t->name, err)) < 0)
             return ck_err_set(err, r, "checkpoint %s", d->name);
         if (!ck_dtype_size(t->dtype))
@@ -61,7 +61,7 @@ static int check_decl(const ck_decl *d, ck_err *err)
         }
     }
     uint64_t blob_bytes;
-    if (!ck_decl_blob_bytes(d, &blob_bytes))
+    if (!ck__decl_blob_bytes(d, &blob_bytes))
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);
     for (uint32_t i = 0; i < d->nblobs; i++) {
         if ((r = ck_name_check("blob", d->blobs[i].name, err)) < 0)
@@ -74,11 +74,11 @@ static int check_decl(const ck_decl *d, ck_err *err)
     return 0;
 }
 
-static void on_hello(kd_server *s, kd_client *c, ck_rbuf *r)
+static void on_hello(kd_server *s, kd_client *c, ck__rbuf *r)
 {
     char root[PATH_MAX] = "";
-    ck_get_str(r, root, sizeof root);
-    if (!ck_rbuf_done(r)) {
+    ck__get_str(r, root, sizeof root);
+    if (!ck__rbuf_done(r)) {
         refuse(s, c, -EBADMSG, "malformed HELLO");
         return;
     }
@@ -89,12 +89,12 @@ static void on_hello(kd_server *s, kd_client *c, ck_rbuf *r)
         refuse(s, c, -EXDEV, msg);
         return;
     }
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_HELLO_OK);
-    ck_put_str(&w, s->root);
-    ck_put_u64(&w, s->o.staging);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_HELLO_OK);
+    ck__put_str(&w, s->root);
+    ck__put_u64(&w, s->o.staging);
     kd_send(s, c, &w);
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
 }
 
 static void on_begin(kd_server *s, kd_client *c, const uint8_t *p, uint32_t len)
@@ -106,8 +106,8 @@ static void on_begin(kd_server *s, kd_client *c, const uint8_t *p, uint32_t len)
     }
     int fd = c->fds[0];
     memmove(c->fds, c->fds + 1, --c->nfds * sizeof *c->fds);
-    ck_decl d;
-    int r = ck_proto_get_decl(p, len, &d, &err);
+    ck__decl d;
+    int r = ck__proto_get_decl(p, len, &d, &err);
     if (r == 0 && (r = check_decl(&d, &err)) == 0)
         r = kd_staging_check(fd, d.staging_size, &err);
     if (r < 0) {
@@ -116,16 +116,16 @@ static void on_begin(kd_server *s, kd_client *c, const uint8_t *p, uint32_t len)
     } else {
         kd_ckpt_begin(s, c, &d, fd);
     }
-    ck_decl_free(&d);
+    ck__decl_free(&d);
 }
 
-static void on_named(kd_server *s, kd_client *c, uint16_t type, ck_rbuf *r)
+static void on_named(kd_server *s, kd_client *c, uint16_t type, ck__rbuf *r)
 {
     char name[CK_NAME_MAX];
     ck_err err = { 0 };
-    ck_get_str(r, name, sizeof name);
-    uint64_t rank = type == CK_MSG_STAGED ? ck_get_u64(r) : 0;
-    if (!ck_rbuf_done(r)) {
+    ck__get_str(r, name, sizeof name);
+    uint64_t rank = type == CK_MSG_STAGED ? ck__get_u64(r) : 0;
+    if (!ck__rbuf_done(r)) {
         refuse(s, c, -EBADMSG, type == CK_MSG_STAGED ? "malformed STAGED" : "malformed COMMIT");
         return;
     }
@@ -146,7 +146,7 @@ void kd_proto_input(kd_server *s, kd_client *c)
         uint16_t type;
         uint32_t len;
         ck_err err = { 0 };
-        int r = ck_proto_header(c->in + off, &type, &len, &err);
+        int r = ck__proto_header(c->in + off, &type, &len, &err);
         if (r < 0) {
             refuse(s, c, r, ck_err_msg(&err));
             break;
@@ -154,7 +154,7 @@ void kd_proto_input(kd_server *s, kd_client *c)
         if (c->in_len - off - CK_PROTO_HDR < len)
             break;                           /* the rest is on its way */
         const uint8_t *p = c->in + off + CK_PROTO_HDR;
-        ck_rbuf rb = ck_rbuf_make(p, len);
+        ck__rbuf rb = ck__rbuf_make(p, len);
         off += CK_PROTO_HDR + len;
         switch (type) {
         case CK_MSG_HELLO: on_hello(s, c, &rb); break;

@@ -16,9 +16,9 @@ kd_client *kd_client_find(kd_server *s, uint64_t id)
     return NULL;
 }
 
-void kd_send(kd_server *s, kd_client *c, ck_wbuf *w)
+void kd_send(kd_server *s, kd_client *c, ck__wbuf *w)
 {
-    if (c->drop || ck_proto_end(w) < 0)
+    if (c->drop || ck__proto_end(w) < 0)
         return;
     /* Replies are small and few per save; a client whose socket buffer is full is not
      * reading them, and must not stall the daemon. */
@@ -32,27 +32,27 @@ void kd_send(kd_server *s, kd_client *c, ck_wbuf *w)
 
 void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg)
 {
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_ERROR);
-    ck_put_str(&w, name);
-    ck_put_u32(&w, (uint32_t)(code < 0 ? code : -EIO));
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_ERROR);
+    ck__put_str(&w, name);
+    ck__put_u32(&w, (uint32_t)(code < 0 ? code : -EIO));
     char m[CK_ERR_MSG_MAX];
     snprintf(m, sizeof m, "%s", msg);   /* the wire holds at most a u16 length */
-    ck_put_str(&w, m);
+    ck__put_str(&w, m);
     kd_send(s, c, &w);
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
 }
 
 void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
                    const uint64_t *a, const uint64_t *b)
 {
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, type);
-    ck_put_str(&w, name);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, type);
+    ck__put_str(&w, name);
     if (a)
-        ck_put_u64(&w, *a);
+        ck__put_u64(&w, *a);
     if (b)
-        ck_put_u64(&w, *b);
+        ck__put_u64(&w, *b);
     kd_send(s, c, &w);
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
 }

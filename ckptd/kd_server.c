@@ -98,12 +98,12 @@ int kd_server_engine(kd_server *s, ck_err *err)
             return ck_err_set(err, r, "--inject-fault %s: not a fault", s->o.inject_fault);
         kd_log(s, "injecting fault %s into every save (tests only)", s->o.inject_fault);
     }
-    ck_saver_opts so = { .root = s->root, .engine = s->engine, .writers = s->o.writers,
+    ck__saver_opts so = { .root = s->root, .engine = s->engine, .writers = s->o.writers,
                          .hash_threads = s->o.hash_threads, .io_size = CK_IO_SIZE_DEFAULT,
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
                          .log = kd_log_cb,
                          .event = kd_saver_event, .arg = s };
-    if ((r = ck_saver_new(&so, &s->saver, err)) < 0)
+    if ((r = ck__saver_new(&so, &s->saver, err)) < 0)
         return r;
     kd_log(s, "serving %s on %s (staging %llu bytes, %u writers)", s->root, s->o.socket,
            (unsigned long long)s->o.staging, s->o.writers);
@@ -219,7 +219,7 @@ void kd_server_stop(kd_server *s)
     if (s->listen_fd < 0)
         return;
     kd_log(s, "stopping: no new clients; finishing %u save(s) in flight",
-           ck_saver_active(s->saver));
+           ck__saver_active(s->saver));
     epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, s->listen_fd, NULL);
     close(s->listen_fd);
     s->listen_fd = -1;
@@ -231,7 +231,7 @@ void kd_server_stop(kd_server *s)
 int kd_server_run(kd_server *s)
 {
     struct epoll_event evs[64];
-    while (!s->stopping || s->ckpts || ck_saver_active(s->saver)) {
+    while (!s->stopping || s->ckpts || ck__saver_active(s->saver)) {
         int n = epoll_wait(s->ep_fd, evs, 64, s->stopping ? 100 : -1);
         if (n < 0 && errno != EINTR)
             return -errno;

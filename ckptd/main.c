@@ -150,7 +150,7 @@ int main(int argc, char **argv)
         return 1;
     }
     r = kd_server_run(&s);
-    ck_saver_free(s.saver);
+    ck__saver_free(s.saver);
     ck_engine_destroy(s.engine);
     kd_log(&s, "exit %d", r < 0 ? 1 : 0);
     if (s.log)

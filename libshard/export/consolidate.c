@@ -3,7 +3,7 @@
  *
  * Each output file is one run of bytes produced on demand: the header, then each
  * tensor's row-major bytes read through ck_reader (converted f32 <-> bf16 on the way
- * when asked). ck_write_files pulls it block by block into its bounded ring and
+ * when asked). ck__write_files pulls it block by block into its bounded ring and
  * writes it with io_uring; the file is written under a temporary name, cut to its
  * exact length (the writer works in whole pages), made durable and renamed into
  * place, so a reader never sees half a file.
@@ -62,7 +62,7 @@ static int select_tensor(const ck_tensor *t, void *arg)
     cctx *c = arg;
     if (c->o->filter && fnmatch(c->o->filter, t->name, 0) != 0)
         return 0;
-    if (ck_grow(&c->all, &c->capall, c->nall + 1, sizeof *c->all) < 0)
+    if (ck__grow(&c->all, &c->capall, c->nall + 1, sizeof *c->all) < 0)
         return -ENOMEM;
     ck_st_tensor *s = &c->all[c->nall++];
     memset(s, 0, sizeof *s);
@@ -217,9 +217,9 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         return ck_err_set(err, -errno, "%s: mkdir: %s", o->dir, strerror(errno));
     cctx c = { .ck = ck, .o = o, .err_mu = PTHREAD_MUTEX_INITIALIZER };
     out_file *F = NULL;
-    ck_hashpool *pool = NULL;
-    ck_wfile *wf = NULL;
-    ck_src *src = NULL;
+    ck__hashpool *pool = NULL;
+    ck__wfile *wf = NULL;
+    ck__src *src = NULL;
     size_t nf = 0;
     int r = ck_tensors_each(ck, select_tensor, &c, err);
     if (r == 0 && c.nall == 0)
@@ -280,23 +280,23 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         if ((r = ck_st_layout(f->t, f->n, &f->head, &f->head_len, err)) < 0)
             break;
         f->size += f->head_len;
-        src[i] = (ck_src){ .file_off = 0, .len = f->size, .fill = fill, .arg = f };
-        wf[i] = (ck_wfile){ .path = f->tmp, .size = (f->size + 4095) & ~(uint64_t)4095,
+        src[i] = (ck__src){ .file_off = 0, .len = f->size, .fill = fill, .arg = f };
+        wf[i] = (ck__wfile){ .path = f->tmp, .size = (f->size + 4095) & ~(uint64_t)4095,
                             .srcs = &src[i], .nsrcs = 1 };
     }
     if (r < 0)
         goto out;
     /* Blocks are filled on a worker pool, so reads of different blocks overlap. */
-    if ((r = ck_hashpool_new(0, &pool)) < 0 ||
+    if ((r = ck__hashpool_new(0, &pool)) < 0 ||
         (r = ck_readers_open(ck_dir(ck), &c.readers, err)) < 0) {
         ck_err_set(err, r, "consolidate: starting workers: %s", strerror(-r));
         goto out;
     }
-    ck_writer_opts wo = { .engine = o->engine, .pool = pool, .no_hash = true,
+    ck__writer_opts wo = { .engine = o->engine, .pool = pool, .no_hash = true,
                           .fill_threadsafe = true, .mem_limit = o->mem_limit, .log = o->log,
                           .progress = o->progress, .cb_arg = o->cb_arg };
-    ck_writer_stats ws;
-    r = ck_write_files(&wo, wf, (uint32_t)nf, &ws, err);
+    ck__writer_stats ws;
+    r = ck__write_files(&wo, wf, (uint32_t)nf, &ws, err);
     if (r < 0 && c.fill_err.code)
         ck_err_set(err, r, "%s", ck_err_msg(&c.fill_err));
     for (size_t i = 0; i < nf && r == 0; i++) {
@@ -320,7 +320,7 @@ out:
             unlink(F[i].tmp);
         free(F[i].head);
     }
-    ck_hashpool_free(pool);
+    ck__hashpool_free(pool);
     ck_readers_close(c.readers);
     free(F);
     free(wf);

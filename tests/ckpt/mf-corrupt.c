@@ -115,22 +115,22 @@ static tinfo tensor_info(const char *name)
     tinfo t = { 0 };
     snprintf(t.name, sizeof t.name, "%s", name);
     rec r = get(db_tensors, name, strlen(name), name);
-    ck_rbuf b = ck_rbuf_make(r.p, r.len);
-    ck_get_u16(&b), ck_get_u16(&b);
+    ck__rbuf b = ck__rbuf_make(r.p, r.len);
+    ck__get_u16(&b), ck__get_u16(&b);
     t.id_pos = b.pos;
-    t.id = ck_get_u32(&b);
+    t.id = ck__get_u32(&b);
     t.dtype_pos = b.pos;
-    ck_get_u8(&b);
-    t.ndim = ck_get_u8(&b);
+    ck__get_u8(&b);
+    t.ndim = ck__get_u8(&b);
     if (t.ndim > CK_MAX_NDIM)
         die("tensors/%s: ndim %d", name, t.ndim);
     for (int d = 0; d < t.ndim; d++)
-        t.shape[d] = ck_get_u64(&b);
-    int mnd = ck_get_u8(&b);
+        t.shape[d] = ck__get_u64(&b);
+    int mnd = ck__get_u8(&b);
     for (int d = 0; d < mnd; d++)
-        ck_get_u8(&b), ck_get_u8(&b);
-    t.n_shards = ck_get_u32(&b);
-    if (!ck_rbuf_done(&b))
+        ck__get_u8(&b), ck__get_u8(&b);
+    t.n_shards = ck__get_u32(&b);
+    if (!ck__rbuf_done(&b))
         die("tensors/%s does not decode (already corrupt?)", name);
     free(r.p);
     return t;
@@ -167,16 +167,16 @@ static finfo file_info(uint32_t id)
     finfo f = { 0 };
     uint8_t key[4];
     char what[32];
-    ck_be32(key, id);
+    ck__be32(key, id);
     snprintf(what, sizeof what, "files/%u", id);
     rec r = get(db_files, key, 4, what);
-    ck_rbuf b = ck_rbuf_make(r.p, r.len);
-    ck_get_u16(&b), ck_get_u16(&b);
-    ck_get_str(&b, f.name, sizeof f.name);
+    ck__rbuf b = ck__rbuf_make(r.p, r.len);
+    ck__get_u16(&b), ck__get_u16(&b);
+    ck__get_str(&b, f.name, sizeof f.name);
     f.size_pos = b.pos;
-    f.size = ck_get_u64(&b);
-    ck_get_u32(&b);
-    if (!ck_rbuf_done(&b))
+    f.size = ck__get_u64(&b);
+    ck__get_u32(&b);
+    if (!ck__rbuf_done(&b))
         die("%s does not decode (already corrupt?)", what);
     free(r.p);
     return f;
@@ -196,8 +196,8 @@ typedef struct sinfo {
 
 static void shard_key(uint8_t key[8], uint32_t tensor, uint32_t idx)
 {
-    ck_be32(key, tensor);
-    ck_be32(key + 4, idx);
+    ck__be32(key, tensor);
+    ck__be32(key + 4, idx);
 }
 
 static sinfo shard_info(uint32_t tensor, uint32_t idx)
@@ -208,24 +208,24 @@ static sinfo shard_info(uint32_t tensor, uint32_t idx)
     shard_key(key, tensor, idx);
     snprintf(what, sizeof what, "shards/%u#%u", tensor, idx);
     s.r = get(db_shards, key, 8, what);
-    ck_rbuf b = ck_rbuf_make(s.r.p, s.r.len);
-    ck_get_u16(&b), ck_get_u16(&b);
-    int mnd = ck_get_u8(&b);
+    ck__rbuf b = ck__rbuf_make(s.r.p, s.r.len);
+    ck__get_u16(&b), ck__get_u16(&b);
+    int mnd = ck__get_u8(&b);
     for (int d = 0; d < mnd; d++)
-        ck_get_u32(&b);
-    s.ndim = ck_get_u8(&b);
+        ck__get_u32(&b);
+    s.ndim = ck__get_u8(&b);
     if (s.ndim > CK_MAX_NDIM)
         die("%s: box ndim %d", what, s.ndim);
     s.box_pos = b.pos;
     for (int d = 0; d < s.ndim; d++) {
-        s.off[d] = ck_get_u64(&b);
-        s.len[d] = ck_get_u64(&b);
+        s.off[d] = ck__get_u64(&b);
+        s.len[d] = ck__get_u64(&b);
     }
-    s.n_ext = ck_get_u32(&b);
+    s.n_ext = ck__get_u32(&b);
     s.ext_pos = b.pos;
     for (uint32_t i = 0; i < s.n_ext && !b.bad; i++)
-        ck_get_u32(&b), ck_get_u64(&b), ck_get_u64(&b);
-    if (!ck_rbuf_done(&b))
+        ck__get_u32(&b), ck__get_u64(&b), ck__get_u64(&b);
+    if (!ck__rbuf_done(&b))
         die("%s does not decode (already corrupt?)", what);
     return s;
 }
@@ -295,7 +295,7 @@ static void m_extent(const char *tensor, const char *how)
     } else {   /* file-size-absurd, file-size-huge */
         free(s.r.p);
         uint8_t key[4];
-        ck_be32(key, fid);
+        ck__be32(key, fid);
         rec r = get(db_files, key, 4, "files");
         wr_le(r.p + f.size_pos, !strcmp(how, "file-size-huge") ? UINT64_C(1) << 62
                                                                : UINT64_MAX - (CK_ALIGN - 1), 8);
@@ -365,7 +365,7 @@ static void m_overlap_extent(void)
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (k.mv_size != 8)
             die("a shard key is not 8 bytes");
-        sinfo s = shard_info(ck_rd_be32(k.mv_data), ck_rd_be32((const uint8_t *)k.mv_data + 4));
+        sinfo s = shard_info(ck__rd_be32(k.mv_data), ck__rd_be32((const uint8_t *)k.mv_data + 4));
         for (uint32_t i = 0; i < s.n_ext; i++) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 64;

@@ -48,7 +48,7 @@ int main(void)
     REQUIRE(ck_save_prepare(s, &err) == 0, "%s", ck_err_msg(&err));
 
     /* Each rank builds its image from the plan alone, as a client would. */
-    const ck_plan *p = ck_save_plan(s);
+    const ck__plan *p = ck__save_plan(s);
     uint8_t *img[WORLD] = { 0 };
     for (uint64_t r = 0; r < WORLD; r++) {
         uint64_t size = ck_save_rank_bytes(s, r);
@@ -57,8 +57,8 @@ int main(void)
             continue;
         REQUIRE(posix_memalign((void **)&img[r], 4096, size) == 0, "oom");
         memset(img[r], 0, size);
-        for (uint32_t i = 0; i < ck_plan_nshards(p); i++) {
-            const ck_plan_shard *ps = ck_plan_shard_at(p, i);
+        for (uint32_t i = 0; i < ck__plan_nshards(p); i++) {
+            const ck__plan_shard *ps = ck__plan_shard_at(p, i);
             if (ps->writer != r || !ps->bytes)
                 continue;
             uint8_t *b = tl_box_bytes(seed, ps->tensor, 4, 2, shapes[ps->tensor], &ps->box);

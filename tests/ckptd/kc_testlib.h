@@ -291,21 +291,21 @@ static inline uint64_t kc_digest(const char *root, const char *name)
 }
 
 /* ckptd's STATUS through a connection of its own. */
-static inline ck_proto_status kc_status(const char *sock)
+static inline ck__proto_status kc_status(const char *sock)
 {
     ck_err err = { 0 };
     int fd;
-    REQUIRE(ck_conn_connect(sock, &fd, &err) == 0, "status: %s", ck_err_msg(&err));
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_STATUS);
-    ck_proto_end(&w);
-    REQUIRE(ck_conn_send(fd, &w, -1, &err) == 0, "status: %s", ck_err_msg(&err));
-    ck_wbuf_free(&w);
-    ck_msg m;
-    REQUIRE(ck_conn_recv(fd, true, &m, &err) > 0 && m.type == CK_MSG_STATUS_OK,
+    REQUIRE(ck__conn_connect(sock, &fd, &err) == 0, "status: %s", ck_err_msg(&err));
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_STATUS);
+    ck__proto_end(&w);
+    REQUIRE(ck__conn_send(fd, &w, -1, &err) == 0, "status: %s", ck_err_msg(&err));
+    ck__wbuf_free(&w);
+    ck__msg m;
+    REQUIRE(ck__conn_recv(fd, true, &m, &err) > 0 && m.type == CK_MSG_STATUS_OK,
             "status: no STATUS_OK: %s", ck_err_msg(&err));
-    ck_proto_status st;
-    REQUIRE(ck_proto_get_status(m.payload, m.len, &st, &err) == 0, "status: %s",
+    ck__proto_status st;
+    REQUIRE(ck__proto_get_status(m.payload, m.len, &st, &err) == 0, "status: %s",
             ck_err_msg(&err));
     free(m.payload);
     free(st.ckpts);

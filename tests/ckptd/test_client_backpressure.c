@@ -150,7 +150,7 @@ static uint64_t held_and_waiting(kc_env *e)
     REQUIRE(pthread_create(&ty, NULL, save_async_thread, &y) == 0, "thread");
     if (e->connected) {
         double t0 = kd_now();
-        ck_proto_status st = kc_status(e->d.sock);
+        ck__proto_status st = kc_status(e->d.sock);
         while (st.waiting == 0 && !atomic_load(&y.returned) && kd_now() - t0 < 30) {
             kd_sleep_ms(2);
             st = kc_status(e->d.sock);

@@ -11,7 +11,7 @@ static int conn(const char *sock)
 {
     int fd;
     ck_err err = { 0 };
-    REQUIRE(ck_conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck__conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
     return fd;
 }
 
@@ -21,10 +21,10 @@ static bool got_error_then_close(int fd)
     struct timeval tv = { .tv_sec = 10 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     bool error = false;
-    ck_msg m;
+    ck__msg m;
     ck_err err = { 0 };
     int r;
-    while ((r = ck_conn_recv(fd, true, &m, &err)) > 0) {
+    while ((r = ck__conn_recv(fd, true, &m, &err)) > 0) {
         error |= m.type == CK_MSG_ERROR;
         free(m.payload);
     }
@@ -34,8 +34,8 @@ static bool got_error_then_close(int fd)
 
 static void send_raw(int fd, const void *p, size_t n, int passfd)
 {
-    ck_wbuf w = { .p = (uint8_t *)p, .len = n };
-    ck_conn_send(fd, &w, passfd, NULL);
+    ck__wbuf w = { .p = (uint8_t *)p, .len = n };
+    ck__conn_send(fd, &w, passfd, NULL);
 }
 
 static int memfd(uint64_t size, bool seal)
@@ -47,26 +47,26 @@ static int memfd(uint64_t size, bool seal)
     return fd;
 }
 
-static ck_decl_tensor tensor = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
+static ck__decl_tensor tensor = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
 
-static ck_decl good_decl(void)
+static ck__decl good_decl(void)
 {
-    ck_decl d = { .name = "h", .step = 1, .rank = 0, .world = 1, .ntensors = 1,
+    ck__decl d = { .name = "h", .step = 1, .rank = 0, .world = 1, .ntensors = 1,
                   .tensors = &tensor, .staging_size = 16384 };
     ck_mesh_parse("1", NULL, &d.mesh, NULL);
     return d;
 }
 
 /* Sends BEGIN for d with a memfd of size fd_size (sealed or not). */
-static bool begin_refused(const char *sock, const ck_decl *d, uint64_t fd_size, bool seal)
+static bool begin_refused(const char *sock, const ck__decl *d, uint64_t fd_size, bool seal)
 {
     int fd = conn(sock), mfd = memfd(fd_size, seal);
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_BEGIN);
-    ck_proto_put_decl(&w, d);
-    ck_proto_end(&w);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_BEGIN);
+    ck__proto_put_decl(&w, d);
+    ck__proto_end(&w);
     send_raw(fd, w.p, w.len, mfd);
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
     close(mfd);
     return got_error_then_close(fd);
 }
@@ -74,13 +74,13 @@ static bool begin_refused(const char *sock, const ck_decl *d, uint64_t fd_size, 
 static bool status_ok(const char *sock)
 {
     int fd = conn(sock);
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_STATUS);
-    ck_proto_end(&w);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_STATUS);
+    ck__proto_end(&w);
     send_raw(fd, w.p, w.len, -1);
-    ck_wbuf_free(&w);
-    ck_msg m;
-    bool ok = ck_conn_recv(fd, true, &m, NULL) > 0 && m.type == CK_MSG_STATUS_OK;
+    ck__wbuf_free(&w);
+    ck__msg m;
+    bool ok = ck__conn_recv(fd, true, &m, NULL) > 0 && m.type == CK_MSG_STATUS_OK;
     if (ok)
         free(m.payload);
     close(fd);
@@ -94,7 +94,7 @@ int main(void)
     kd_proc d;
     kd_start(&d, root, NULL);
     uint8_t hdr[CK_PROTO_HDR];
-    ck_wbuf w = { 0 };
+    ck__wbuf w = { 0 };
 
     /* Header faults: oversized, wrong version, bad magic, unknown type. */
     struct { const char *what; uint32_t magic; uint16_t ver, type; uint32_t len; } hf[] = {
@@ -105,19 +105,19 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof hf / sizeof *hf; i++) {
         w.len = 0;
-        ck_put_u32(&w, hf[i].magic);
-        ck_put_u16(&w, hf[i].ver);
-        ck_put_u16(&w, hf[i].type);
-        ck_put_u32(&w, hf[i].len);
-        ck_put_u32(&w, 0);
+        ck__put_u32(&w, hf[i].magic);
+        ck__put_u16(&w, hf[i].ver);
+        ck__put_u16(&w, hf[i].type);
+        ck__put_u32(&w, hf[i].len);
+        ck__put_u32(&w, 0);
         int fd = conn(d.sock);
         send_raw(fd, w.p, w.len, -1);
         CHECK(got_error_then_close(fd), "%s: no ERROR reply before the close", hf[i].what);
     }
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
 
     /* Truncated: the header promises 100 bytes, 10 come, then the writer closes. */
-    ck_proto_start(&w, CK_MSG_HELLO);
+    ck__proto_start(&w, CK_MSG_HELLO);
     memcpy(hdr, w.p, sizeof hdr);
     hdr[8] = 100;
     int fd = conn(d.sock);
@@ -125,32 +125,32 @@ int main(void)
     send_raw(fd, "0123456789", 10, -1);
     shutdown(fd, SHUT_WR);
     CHECK(got_error_then_close(fd), "truncated: no ERROR reply");
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
 
     /* A BEGIN whose payload stops short of its fields. */
-    ck_decl g = good_decl();
-    ck_proto_start(&w, CK_MSG_BEGIN);
-    ck_proto_put_decl(&w, &g);
+    ck__decl g = good_decl();
+    ck__proto_start(&w, CK_MSG_BEGIN);
+    ck__proto_put_decl(&w, &g);
     w.len -= 5;
-    ck_proto_end(&w);
+    ck__proto_end(&w);
     fd = conn(d.sock);
     int mfd = memfd(16384, true);
     send_raw(fd, w.p, w.len, mfd);
     close(mfd);
     CHECK(got_error_then_close(fd), "short BEGIN: no ERROR reply");
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
 
     /* Field checks. */
     static const char *bad_names[] = { "../x", "a/b", ".hidden", "" };
     for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++) {
-        ck_decl b = good_decl();
+        ck__decl b = good_decl();
         snprintf(b.name, sizeof b.name, "%s", bad_names[i]);
         CHECK(begin_refused(d.sock, &b, 16384, true), "checkpoint name '%s' accepted",
               bad_names[i]);
     }
-    ck_decl_tensor bt = tensor;
+    ck__decl_tensor bt = tensor;
     snprintf(bt.name, sizeof bt.name, "../etc");
-    ck_decl b = good_decl();
+    ck__decl b = good_decl();
     b.tensors = &bt;
     CHECK(begin_refused(d.sock, &b, 16384, true), "tensor name ../etc accepted");
     bt = tensor;

@@ -5,6 +5,7 @@
 #   - the core never includes MPI, CUDA, the training library, the trainer or export;
 #   - the training library includes only the core's public headers, never the trainer;
 #   - kernels/ knows nothing of libshard;
+#   - private names (ck__) stay inside the core and the parts that use its internals;
 #   - the module tree (libshard/train/module.c) names nothing of FSDP.
 # Prints each offending include as FILE:LINE and exits 1 if there is any.
 set -euo pipefail
@@ -68,6 +69,14 @@ up libshard/train  'format/|io/|model/|save/|load/|ops/|async/|cli\.h|data\.h|la
    "the training library includes the core's internals or the trainer"
 up libshard/include/sh 'format/|io/|model/|save/|load/|ops/|async/' "a training header includes the core's internals"
 up kernels         'ck/|sh/|export/' "kernels/ includes libshard"
+
+# ck__ names are the core's private ones: public headers never declare or use them,
+# and neither do the parts of the project that are the core's users.
+hits=$(grep -rnw -E 'ck__[a-z0-9_]+' libshard/include tools trainer examples libshard/train \
+       --include='*.c' --include='*.h' || true)
+if [ -n "$hits" ]; then
+    while IFS= read -r h; do complain "${h%%:*}:$(cut -d: -f2 <<<"$h")" "uses a private ck__ name"; done <<<"$hits"
+fi
 
 # Modules know modules, not FSDP: fully_shard installs its hooks through the table.
 if grep -nE 'fsdp|sh_group_' libshard/train/module.c; then

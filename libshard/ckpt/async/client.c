@@ -90,13 +90,13 @@ const char *ck_client_root(const ck_client *cl)
     return cl->root;
 }
 
-static void slot_release(ck_client_slot *s)
+static void slot_release(ck__client_slot *s)
 {
     if (s->map)
         munmap(s->map, s->size);
     if (s->fd >= 0)
         close(s->fd);
-    *s = (ck_client_slot){ .fd = -1 };
+    *s = (ck__client_slot){ .fd = -1 };
 }
 
 static bool all_slots_free(ck_client *cl, const void *arg);
@@ -169,27 +169,27 @@ int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int n
                           ndim);
     if (sv->d.ntensors == sv->cap_t) {
         uint32_t cap = sv->cap_t ? sv->cap_t * 2 : 64;
-        ck_decl_tensor *t = realloc(sv->d.tensors, cap * sizeof *t);
+        ck__decl_tensor *t = realloc(sv->d.tensors, cap * sizeof *t);
         if (t)
             sv->d.tensors = t;
-        ck_shard_src *s = t ? realloc(sv->src, cap * sizeof *s) : NULL;
+        ck__shard_src *s = t ? realloc(sv->src, cap * sizeof *s) : NULL;
         if (!s)
             return ck_err_set(err, -ENOMEM, "tensor %s: out of memory", name);
         sv->src = s;
         sv->cap_t = cap;
     }
-    ck_decl_tensor *t = &sv->d.tensors[sv->d.ntensors];
+    ck__decl_tensor *t = &sv->d.tensors[sv->d.ntensors];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = (uint8_t)dtype;
     t->ndim = (uint8_t)ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     memcpy(t->pl, pl, (size_t)sv->d.mesh.ndim * sizeof *pl);
-    sv->src[sv->d.ntensors++] = (ck_shard_src){ 0 };
+    sv->src[sv->d.ntensors++] = (ck__shard_src){ 0 };
     return 0;
 }
 
-static int set_src(ck_client_save *sv, const char *tensor, ck_shard_src src, ck_err *err)
+static int set_src(ck_client_save *sv, const char *tensor, ck__shard_src src, ck_err *err)
 {
     int r = building(sv, err);
     if (r < 0)
@@ -205,13 +205,13 @@ static int set_src(ck_client_save *sv, const char *tensor, ck_shard_src src, ck_
 
 int ck_client_shard(ck_client_save *sv, const char *tensor, const void *data, ck_err *err)
 {
-    return set_src(sv, tensor, (ck_shard_src){ .mem = data }, err);
+    return set_src(sv, tensor, (ck__shard_src){ .mem = data }, err);
 }
 
 int ck_client_shard_fill(ck_client_save *sv, const char *tensor, ck_fill_fn fill, void *arg,
                          ck_err *err)
 {
-    return set_src(sv, tensor, (ck_shard_src){ .fill = fill, .arg = arg }, err);
+    return set_src(sv, tensor, (ck__shard_src){ .fill = fill, .arg = arg }, err);
 }
 
 int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_t len,
@@ -228,7 +228,7 @@ int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_
         return ck_err_set(err, -E2BIG, "blob %s: more than %u blobs", name, CK_PROTO_MAX_BLOBS);
     if (sv->d.nblobs == sv->cap_b) {
         uint32_t cap = sv->cap_b ? sv->cap_b * 2 : 8;
-        ck_decl_blob *b = realloc(sv->d.blobs, cap * sizeof *b);
+        ck__decl_blob *b = realloc(sv->d.blobs, cap * sizeof *b);
         if (b)
             sv->d.blobs = b;
         uint8_t **p = b ? realloc(sv->blob_data, cap * sizeof *p) : NULL;
@@ -241,7 +241,7 @@ int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_
     if (!copy)
         return ck_err_set(err, -ENOMEM, "blob %s: out of memory", name);
     memcpy(copy, data, len);
-    ck_decl_blob *b = &sv->d.blobs[sv->d.nblobs];
+    ck__decl_blob *b = &sv->d.blobs[sv->d.nblobs];
     memset(b, 0, sizeof *b);
     snprintf(b->name, sizeof b->name, "%s", name);
     b->len = len;
@@ -251,7 +251,7 @@ int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_
 
 /* ---- save_async ---- */
 
-static bool slot_free(const ck_client_slot *s)
+static bool slot_free(const ck__client_slot *s)
 {
     return !s->user || s->user->state >= CK_CLIENT_DURABLE;
 }
@@ -288,7 +288,7 @@ static bool save_done(ck_client *cl, const void *arg)
 
 /* A sealed memfd of at least need bytes: the daemon maps it, and the seals promise it
  * that the pages cannot be truncated away under its writes. */
-static int slot_fit(ck_client_save *sv, ck_client_slot *s, uint64_t need, ck_err *err)
+static int slot_fit(ck_client_save *sv, ck__client_slot *s, uint64_t need, ck_err *err)
 {
     if (s->map && s->size >= need)
         return 0;
@@ -319,7 +319,7 @@ static int slot_fit(ck_client_save *sv, ck_client_slot *s, uint64_t need, ck_err
 }
 
 /* This rank's file image from the shared plan (save/image.h), then the blobs. */
-static int copy_in(ck_client_save *sv, const ck_plan *p, uint8_t *dst, uint64_t image,
+static int copy_in(ck_client_save *sv, const ck__plan *p, uint8_t *dst, uint64_t image,
                    ck_err *err)
 {
     uint32_t t;
@@ -335,24 +335,24 @@ static int copy_in(ck_client_save *sv, const ck_plan *p, uint8_t *dst, uint64_t 
     return 0;
 }
 
-static int make_plan(ck_client_save *sv, ck_plan **out, ck_err *err)
+static int make_plan(ck_client_save *sv, ck__plan **out, ck_err *err)
 {
-    int r = ck_plan_new(&sv->d.mesh, out);
+    int r = ck__plan_new(&sv->d.mesh, out);
     if (r < 0)
         return ck_err_set(err, r, "checkpoint %s: out of memory", sv->d.name);
     for (uint32_t t = 0; t < sv->d.ntensors && r == 0; t++) {
-        const ck_decl_tensor *d = &sv->d.tensors[t];
+        const ck__decl_tensor *d = &sv->d.tensors[t];
         uint32_t first, count;
-        r = ck_plan_add(*out, d->name, d->ndim, d->shape, ck_dtype_size(d->dtype), d->pl,
+        r = ck__plan_add(*out, d->name, d->ndim, d->shape, ck_dtype_size(d->dtype), d->pl,
                         &first, &count, err);
-        const ck_plan_shard *ps = r == 0 ? ck_plan_shard_at(*out, ck_plan_shard_of(*out, t,
+        const ck__plan_shard *ps = r == 0 ? ck__plan_shard_at(*out, ck__plan_shard_of(*out, t,
                                                             sv->d.rank)) : NULL;
         if (ps && ps->writer == sv->d.rank && ps->bytes && !sv->src[t].mem && !sv->src[t].fill)
             r = ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu writes tensor %s but gave "
                            "no shard for it", sv->d.name, (unsigned long long)sv->d.rank, d->name);
     }
     if (r < 0) {
-        ck_plan_free(*out);
+        ck__plan_free(*out);
         *out = NULL;
     }
     return r;
@@ -369,7 +369,7 @@ static void list_add(ck_client_save *sv)
     unlock(cl);
 }
 
-static int stage(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
+static int stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
     ck_client *cl = sv->cl;
     lock(cl);
@@ -382,15 +382,15 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
 {
     ck_client *cl = sv->cl;
     int r = building(sv, err);
-    ck_plan *p = NULL;
+    ck__plan *p = NULL;
     uint64_t blob_bytes = 0;
-    if (r == 0 && !ck_decl_blob_bytes(&sv->d, &blob_bytes))
+    if (r == 0 && !ck__decl_blob_bytes(&sv->d, &blob_bytes))
         r = ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", sv->d.name);
     if (r == 0)
         r = make_plan(sv, &p, err);
     if (r < 0)
         return r;
-    uint64_t image = ck_plan_file_size(p, sv->d.rank);
+    uint64_t image = ck__plan_file_size(p, sv->d.rank);
     /* Double buffering: wait only while both areas still drain. */
     ck__client_wait_for(cl, any_slot_free, NULL);
     lock(cl);
@@ -406,11 +406,11 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
     }
     unlock(cl);
     if (k < 0) {
-        ck_plan_free(p);
+        ck__plan_free(p);
         return ck_err_set(err, -ECONNRESET, "checkpoint %s: no staging area came free (the "
                           "engine stopped answering)", sv->d.name);
     }
-    ck_client_slot *s = &cl->slots[k];
+    ck__client_slot *s = &cl->slots[k];
     r = slot_fit(sv, s, image + blob_bytes, err);
     if (r == 0) {
         sv->d.staging_size = s->size;
@@ -423,7 +423,7 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
                        (unsigned long long)sv->image_bytes, (unsigned long long)image);
     if (r == 0)
         r = copy_in(sv, p, s->map, image, err);
-    ck_plan_free(p);
+    ck__plan_free(p);
     if (r == 0) {
         lock(cl);
         s->user = sv;
@@ -491,7 +491,7 @@ void ck_client_save_free(ck_client_save *sv)
         free(sv->blob_data[b]);
     free(sv->blob_data);
     free(sv->src);
-    ck_decl_free(&sv->d);
+    ck__decl_free(&sv->d);
     free(sv);
 }
 

@@ -22,33 +22,33 @@ static void conn_broken(ck_client *cl, int code, const char *msg)
 }
 
 /* Applies one reply of the daemon to the saves it names. */
-static void dispatch(ck_client *cl, const ck_msg *m)
+static void dispatch(ck_client *cl, const ck__msg *m)
 {
-    ck_rbuf r = ck_rbuf_make(m->payload, m->len);
+    ck__rbuf r = ck__rbuf_make(m->payload, m->len);
     char name[CK_NAME_MAX] = "";
     if (m->type != CK_MSG_HELLO_OK && m->type != CK_MSG_STATUS_OK)
-        ck_get_str(&r, name, sizeof name);
+        ck__get_str(&r, name, sizeof name);
     uint64_t rank = 0, bytes = 0;
     int32_t code = 0;
     char msg[CK_ERR_MSG_MAX] = "";
     switch (m->type) {
     case CK_MSG_ADMIT:
-        rank = ck_get_u64(&r);
-        bytes = ck_get_u64(&r);
+        rank = ck__get_u64(&r);
+        bytes = ck__get_u64(&r);
         break;
     case CK_MSG_DURABLE:
-        rank = ck_get_u64(&r);
+        rank = ck__get_u64(&r);
         break;
     case CK_MSG_ERROR:
-        code = (int32_t)ck_get_u32(&r);
-        ck_get_str(&r, msg, sizeof msg);
+        code = (int32_t)ck__get_u32(&r);
+        ck__get_str(&r, msg, sizeof msg);
         break;
     case CK_MSG_COMMITTED:
         break;
     default:
         r.bad = true;
     }
-    if (!ck_rbuf_done(&r) || (m->type == CK_MSG_ERROR && code >= 0)) {
+    if (!ck__rbuf_done(&r) || (m->type == CK_MSG_ERROR && code >= 0)) {
         conn_broken(cl, -EPROTO, "ckptd sent a malformed reply");
         return;
     }
@@ -80,10 +80,10 @@ static int pump(ck_client *cl, bool block)
 {
     if (cl->dead)
         return -ECONNRESET;
-    ck_msg m;
+    ck__msg m;
     ck_err err = { 0 };
     int r;
-    while ((r = ck_conn_recv(cl->sock, block, &m, &err)) > 0) {
+    while ((r = ck__conn_recv(cl->sock, block, &m, &err)) > 0) {
         dispatch(cl, &m);
         free(m.payload);
         if (block || cl->dead)
@@ -94,28 +94,28 @@ static int pump(ck_client *cl, bool block)
     return r < 0 ? r : 0;
 }
 
-static int send_msg(ck_client *cl, ck_wbuf *w, int fd, ck_err *err)
+static int send_msg(ck_client *cl, ck__wbuf *w, int fd, ck_err *err)
 {
-    int r = ck_proto_end(w);
+    int r = ck__proto_end(w);
     if (r < 0)
         r = ck_err_set(err, r, "out of memory building a message");
     else if (cl->dead)
         r = ck_err_set(err, -ECONNRESET, "the connection to ckptd at %s is broken",
                        cl->sock_path);
     else
-        r = ck_conn_send(cl->sock, w, fd, err);
-    ck_wbuf_free(w);
+        r = ck__conn_send(cl->sock, w, fd, err);
+    ck__wbuf_free(w);
     return r;
 }
 
 /* A message naming a save, and nothing else: STAGED carries the rank too. */
 static int send_named(ck_client_save *sv, uint16_t type, bool with_rank, ck_err *err)
 {
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, type);
-    ck_put_str(&w, sv->d.name);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, type);
+    ck__put_str(&w, sv->d.name);
     if (with_rank)
-        ck_put_u64(&w, sv->d.rank);
+        ck__put_u64(&w, sv->d.rank);
     return send_msg(sv->cl, &w, -1, err);
 }
 
@@ -148,11 +148,11 @@ static bool admitted(ck_client *cl, const void *arg)
 
 /* BEGIN with the memfd, then wait for ADMIT: the daemon holds it back while its
  * staging budget is spent (back-pressure). */
-static int conn_join(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
+static int conn_join(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_BEGIN);
-    ck_proto_put_decl(&w, &sv->d);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_BEGIN);
+    ck__proto_put_decl(&w, &sv->d);
     int r = send_msg(sv->cl, &w, s->fd, err);
     if (r < 0)
         return r;
@@ -162,7 +162,7 @@ static int conn_join(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
     return 0;
 }
 
-static int conn_stage(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
+static int conn_stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
     (void)s;
     return send_named(sv, CK_MSG_STAGED, true, err);
@@ -180,7 +180,7 @@ static void conn_close(ck_client *cl)
     cl->sock = -1;
 }
 
-static const ck_client_transport connected = {
+static const ck__client_transport connected = {
     .connected = true,
     .lock = conn_lock,
     .unlock = conn_lock,
@@ -195,22 +195,22 @@ static const ck_client_transport connected = {
 
 static int hello(ck_client *cl, const char *root, ck_err *err)
 {
-    ck_wbuf w = { 0 };
-    ck_proto_start(&w, CK_MSG_HELLO);
-    ck_put_str(&w, root ? root : "");
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_HELLO);
+    ck__put_str(&w, root ? root : "");
     int r = send_msg(cl, &w, -1, err);
-    ck_msg m;
-    if (r == 0 && (r = ck_conn_recv(cl->sock, true, &m, err)) > 0) {
-        ck_rbuf rb = ck_rbuf_make(m.payload, m.len);
+    ck__msg m;
+    if (r == 0 && (r = ck__conn_recv(cl->sock, true, &m, err)) > 0) {
+        ck__rbuf rb = ck__rbuf_make(m.payload, m.len);
         char msg[CK_ERR_MSG_MAX] = "";
         if (m.type == CK_MSG_HELLO_OK) {
-            ck_get_str(&rb, cl->root, sizeof cl->root);
-            ck_get_u64(&rb);
-            r = ck_rbuf_done(&rb) ? 0 : ck_err_set(err, -EPROTO, "malformed HELLO reply");
+            ck__get_str(&rb, cl->root, sizeof cl->root);
+            ck__get_u64(&rb);
+            r = ck__rbuf_done(&rb) ? 0 : ck_err_set(err, -EPROTO, "malformed HELLO reply");
         } else if (m.type == CK_MSG_ERROR) {
-            ck_get_str(&rb, msg, sizeof msg);
-            int32_t code = (int32_t)ck_get_u32(&rb);
-            ck_get_str(&rb, msg, sizeof msg);
+            ck__get_str(&rb, msg, sizeof msg);
+            int32_t code = (int32_t)ck__get_u32(&rb);
+            ck__get_str(&rb, msg, sizeof msg);
             r = ck_err_set(err, code < 0 ? code : -EPROTO, "ckptd refused: %s", msg);
         } else {
             r = ck_err_set(err, -EPROTO, "unexpected reply %u to HELLO", m.type);
@@ -226,6 +226,6 @@ int ck__client_open_connected(ck_client *cl, const char *sock, const char *root,
     cl->t = &connected;
     cl->sock = -1;
     snprintf(cl->sock_path, sizeof cl->sock_path, "%s", sock);
-    int r = ck_conn_connect(sock, &cl->sock, err);
+    int r = ck__conn_connect(sock, &cl->sock, err);
     return r < 0 ? r : hello(cl, root, err);
 }

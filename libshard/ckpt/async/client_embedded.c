@@ -14,8 +14,8 @@
 #include "async/client_int.h"
 #include "async/saver.h"
 
-struct ck_client_hub {
-    ck_saver *sv;
+struct ck__client_hub {
+    ck__saver *sv;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned refs;
@@ -28,13 +28,13 @@ struct ck_client_hub {
  * gets the user's own. */
 static void hub_log(void *arg, const char *msg)
 {
-    ck_client_hub *h = arg;
+    ck__client_hub *h = arg;
     h->log(h->log_arg, msg);
 }
 
-static void hub_event(void *arg, const ck_saver_event *ev)
+static void hub_event(void *arg, const ck__saver_event *ev)
 {
-    ck_client_hub *h = arg;
+    ck__client_hub *h = arg;
     pthread_mutex_lock(&h->mu);
     for (ck_client_save *sv = h->saves; sv; sv = sv->next) {
         if (strcmp(sv->d.name, ev->name) != 0)
@@ -77,27 +77,27 @@ static ck_client_save **emb_saves(ck_client *cl)
     return &cl->hub->saves;
 }
 
-static int emb_join(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
+static int emb_join(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
     (void)s;
-    int r = ck_saver_join(sv->cl->hub->sv, &sv->d, &sv->image_bytes, err);
+    int r = ck__saver_join(sv->cl->hub->sv, &sv->d, &sv->image_bytes, err);
     sv->admitted = r == 0;
     return r;
 }
 
-static int emb_stage(ck_client_save *sv, const ck_client_slot *s, ck_err *err)
+static int emb_stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
-    return ck_saver_stage(sv->cl->hub->sv, sv->d.name, sv->d.rank, s->map, err);
+    return ck__saver_stage(sv->cl->hub->sv, sv->d.name, sv->d.rank, s->map, err);
 }
 
 static int emb_commit(ck_client_save *sv, ck_err *err)
 {
-    return ck_saver_commit(sv->cl->hub->sv, sv->d.name, err);
+    return ck__saver_commit(sv->cl->hub->sv, sv->d.name, err);
 }
 
 static void emb_close(ck_client *cl)
 {
-    ck_client_hub *h = cl->hub;
+    ck__client_hub *h = cl->hub;
     if (!h)
         return;
     pthread_mutex_lock(&h->mu);
@@ -105,7 +105,7 @@ static void emb_close(ck_client *cl)
     pthread_mutex_unlock(&h->mu);
     if (last) {
         /* The saver's last events take the hub's lock: free the saver first. */
-        ck_saver_free(h->sv);
+        ck__saver_free(h->sv);
         pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);
         free(h);
@@ -113,7 +113,7 @@ static void emb_close(ck_client *cl)
     cl->hub = NULL;
 }
 
-static const ck_client_transport embedded = {
+static const ck__client_transport embedded = {
     .connected = false,
     .lock = emb_lock,
     .unlock = emb_unlock,
@@ -140,7 +140,7 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
         pthread_mutex_unlock(&cl->hub->mu);
         return 0;
     }
-    ck_client_hub *h = calloc(1, sizeof *h);
+    ck__client_hub *h = calloc(1, sizeof *h);
     if (!h)
         return ck_err_set(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&h->mu, NULL);
@@ -151,8 +151,8 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
     cl->t = &embedded;
     cl->hub = h;
     snprintf(cl->root, sizeof cl->root, "%s", root);
-    ck_saver_opts so = { .root = root, .engine = o->engine, .writers = o->writers,
+    ck__saver_opts so = { .root = root, .engine = o->engine, .writers = o->writers,
                          .hash_threads = o->hash_threads, .log = o->log ? hub_log : NULL,
                          .event = hub_event, .arg = h };
-    return ck_saver_new(&so, &h->sv, err);
+    return ck__saver_new(&so, &h->sv, err);
 }

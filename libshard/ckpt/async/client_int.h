@@ -26,23 +26,23 @@
 
 #define CK_CLIENT_SLOTS 2       /* staging areas per client: double buffering */
 
-typedef struct ck_client_slot {
+typedef struct ck__client_slot {
     int fd;                     /* the memfd, -1 when none */
     uint8_t *map;
     uint64_t size;
     ck_client_save *user;       /* the save whose part it holds, until durable */
-} ck_client_slot;
+} ck__client_slot;
 
-typedef struct ck_client_transport ck_client_transport;
-typedef struct ck_client_hub ck_client_hub;
+typedef struct ck__client_transport ck__client_transport;
+typedef struct ck__client_hub ck__client_hub;
 
 struct ck_client {
-    const ck_client_transport *t;
+    const ck__client_transport *t;
     char root[PATH_MAX];
-    ck_client_slot slots[CK_CLIENT_SLOTS];
+    ck__client_slot slots[CK_CLIENT_SLOTS];
     unsigned next_slot;
     /* Embedded: */
-    ck_client_hub *hub;
+    ck__client_hub *hub;
     /* Connected: */
     char sock_path[108];
     int sock;                   /* -1 until connected */
@@ -52,9 +52,9 @@ struct ck_client {
 
 struct ck_client_save {
     ck_client *cl;
-    ck_decl d;
+    ck__decl d;
     uint32_t cap_t, cap_b;
-    ck_shard_src *src;          /* per tensor: where its bytes come from */
+    ck__shard_src *src;          /* per tensor: where its bytes come from */
     uint8_t **blob_data;        /* per blob, copies */
     ck_client_state state;
     bool admitted;
@@ -68,7 +68,7 @@ struct ck_client_save {
 
 /* What carries a client's parts to an engine. State changes it reports go through
  * ck__client_set_state with the transport's lock held. */
-struct ck_client_transport {
+struct ck__client_transport {
     bool connected;
     /* The lock that orders the saves' states with the engine's news. */
     void (*lock)(ck_client *cl);
@@ -82,9 +82,9 @@ struct ck_client_transport {
     ck_client_save **(*saves)(ck_client *cl);
     /* Declares sv's part with its staging area; returns once the engine admitted it
      * (sv->admitted, sv->image_bytes) or refused it. */
-    int (*join)(ck_client_save *sv, const ck_client_slot *s, ck_err *err);
+    int (*join)(ck_client_save *sv, const ck__client_slot *s, ck_err *err);
     /* The staging area holds the part: the engine may write it. */
-    int (*stage)(ck_client_save *sv, const ck_client_slot *s, ck_err *err);
+    int (*stage)(ck_client_save *sv, const ck__client_slot *s, ck_err *err);
     int (*commit)(ck_client_save *sv, ck_err *err);
     /* Lets go of the engine (the slots are already free). */
     void (*close)(ck_client *cl);

@@ -8,7 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int ck_conn_connect(const char *path, int *fd, ck_err *err)
+int ck__conn_connect(const char *path, int *fd, ck_err *err)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     if (strlen(path) >= sizeof a.sun_path)
@@ -26,7 +26,7 @@ int ck_conn_connect(const char *path, int *fd, ck_err *err)
     return 0;
 }
 
-int ck_conn_send(int sock, const ck_wbuf *w, int fd, ck_err *err)
+int ck__conn_send(int sock, const ck__wbuf *w, int fd, ck_err *err)
 {
     size_t off = 0;
     while (off < w->len) {
@@ -72,7 +72,7 @@ static int read_full(int sock, void *buf, size_t len, ck_err *err)
     return 0;
 }
 
-int ck_conn_recv(int sock, bool block, ck_msg *m, ck_err *err)
+int ck__conn_recv(int sock, bool block, ck__msg *m, ck_err *err)
 {
     if (!block) {
         struct pollfd p = { .fd = sock, .events = POLLIN };
@@ -86,7 +86,7 @@ int ck_conn_recv(int sock, bool block, ck_msg *m, ck_err *err)
     int r = read_full(sock, hdr, sizeof hdr, err);
     if (r < 0)
         return r;
-    if ((r = ck_proto_header(hdr, &m->type, &m->len, err)) < 0)
+    if ((r = ck__proto_header(hdr, &m->type, &m->len, err)) < 0)
         return ck_err_set(err, r, "reply from ckptd");
     m->payload = malloc(m->len ? m->len : 1);
     if (!m->payload)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ck_decl_free(ck_decl *d)
+void ck__decl_free(ck__decl *d)
 {
     free(d->tensors);
     free(d->blobs);
@@ -12,7 +12,7 @@ void ck_decl_free(ck_decl *d)
     d->blobs = NULL;
 }
 
-bool ck_decl_blob_bytes(const ck_decl *d, uint64_t *out)
+bool ck__decl_blob_bytes(const ck__decl *d, uint64_t *out)
 {
     uint64_t sum = 0;
     for (uint32_t i = 0; i < d->nblobs; i++) {
@@ -24,17 +24,17 @@ bool ck_decl_blob_bytes(const ck_decl *d, uint64_t *out)
     return true;
 }
 
-void ck_proto_start(ck_wbuf *w, uint16_t type)
+void ck__proto_start(ck__wbuf *w, uint16_t type)
 {
     w->len = 0;
-    ck_put_u32(w, CK_PROTO_MAGIC);
-    ck_put_u16(w, CK_PROTO_VERSION);
-    ck_put_u16(w, type);
-    ck_put_u32(w, 0);
-    ck_put_u32(w, 0);
+    ck__put_u32(w, CK_PROTO_MAGIC);
+    ck__put_u16(w, CK_PROTO_VERSION);
+    ck__put_u16(w, type);
+    ck__put_u32(w, 0);
+    ck__put_u32(w, 0);
 }
 
-int ck_proto_end(ck_wbuf *w)
+int ck__proto_end(ck__wbuf *w)
 {
     if (w->oom)
         return -ENOMEM;
@@ -44,15 +44,15 @@ int ck_proto_end(ck_wbuf *w)
     return 0;
 }
 
-int ck_proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *len,
+int ck__proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *len,
                     ck_err *err)
 {
-    ck_rbuf r = ck_rbuf_make(hdr, CK_PROTO_HDR);
-    uint32_t magic = ck_get_u32(&r);
-    uint16_t version = ck_get_u16(&r);
-    *type = ck_get_u16(&r);
-    *len = ck_get_u32(&r);
-    uint32_t zero = ck_get_u32(&r);
+    ck__rbuf r = ck__rbuf_make(hdr, CK_PROTO_HDR);
+    uint32_t magic = ck__get_u32(&r);
+    uint16_t version = ck__get_u16(&r);
+    *type = ck__get_u16(&r);
+    *len = ck__get_u32(&r);
+    uint32_t zero = ck__get_u32(&r);
     if (magic != CK_PROTO_MAGIC || zero != 0)
         return ck_err_set(err, -EPROTO, "not a ckptd message (bad magic or header)");
     if (version != CK_PROTO_VERSION)
@@ -64,70 +64,70 @@ int ck_proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *l
     return 0;
 }
 
-static void put_mesh(ck_wbuf *w, const ck_mesh *m)
+static void put_mesh(ck__wbuf *w, const ck_mesh *m)
 {
-    ck_put_u8(w, (uint8_t)m->ndim);
+    ck__put_u8(w, (uint8_t)m->ndim);
     for (int i = 0; i < m->ndim; i++) {
-        ck_put_u32(w, m->size[i]);
-        ck_put_str(w, m->name[i]);
+        ck__put_u32(w, m->size[i]);
+        ck__put_str(w, m->name[i]);
     }
 }
 
-static void get_mesh(ck_rbuf *r, ck_mesh *m)
+static void get_mesh(ck__rbuf *r, ck_mesh *m)
 {
     memset(m, 0, sizeof *m);
-    m->ndim = ck_get_u8(r);
+    m->ndim = ck__get_u8(r);
     if (m->ndim < 1 || m->ndim > CK_MAX_MESH_DIMS) {
         r->bad = true;
         return;
     }
     for (int i = 0; i < m->ndim; i++) {
-        m->size[i] = ck_get_u32(r);
-        ck_get_str(r, m->name[i], sizeof m->name[i]);
+        m->size[i] = ck__get_u32(r);
+        ck__get_str(r, m->name[i], sizeof m->name[i]);
     }
 }
 
-void ck_proto_put_decl(ck_wbuf *w, const ck_decl *d)
+void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d)
 {
-    ck_put_str(w, d->name);
-    ck_put_u64(w, d->step);
+    ck__put_str(w, d->name);
+    ck__put_u64(w, d->step);
     put_mesh(w, &d->mesh);
-    ck_put_u64(w, d->rank);
-    ck_put_u64(w, d->world);
-    ck_put_u8(w, d->no_hash);
-    ck_put_u64(w, d->staging_size);
-    ck_put_u32(w, d->ntensors);
+    ck__put_u64(w, d->rank);
+    ck__put_u64(w, d->world);
+    ck__put_u8(w, d->no_hash);
+    ck__put_u64(w, d->staging_size);
+    ck__put_u32(w, d->ntensors);
     for (uint32_t i = 0; i < d->ntensors; i++) {
-        const ck_decl_tensor *t = &d->tensors[i];
-        ck_put_str(w, t->name);
-        ck_put_u8(w, t->dtype);
-        ck_put_u8(w, t->ndim);
+        const ck__decl_tensor *t = &d->tensors[i];
+        ck__put_str(w, t->name);
+        ck__put_u8(w, t->dtype);
+        ck__put_u8(w, t->ndim);
         for (int k = 0; k < t->ndim; k++)
-            ck_put_u64(w, t->shape[k]);
+            ck__put_u64(w, t->shape[k]);
         for (int k = 0; k < d->mesh.ndim; k++) {
-            ck_put_u8(w, t->pl[k].kind);
-            ck_put_u8(w, t->pl[k].dim);
+            ck__put_u8(w, t->pl[k].kind);
+            ck__put_u8(w, t->pl[k].dim);
         }
     }
-    ck_put_u32(w, d->nblobs);
+    ck__put_u32(w, d->nblobs);
     for (uint32_t i = 0; i < d->nblobs; i++) {
-        ck_put_str(w, d->blobs[i].name);
-        ck_put_u64(w, d->blobs[i].len);
+        ck__put_str(w, d->blobs[i].name);
+        ck__put_u64(w, d->blobs[i].len);
     }
 }
 
-int ck_proto_get_decl(const void *p, size_t len, ck_decl *d, ck_err *err)
+int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err)
 {
-    ck_rbuf r = ck_rbuf_make(p, len);
+    ck__rbuf r = ck__rbuf_make(p, len);
     memset(d, 0, sizeof *d);
-    ck_get_str(&r, d->name, sizeof d->name);
-    d->step = ck_get_u64(&r);
+    ck__get_str(&r, d->name, sizeof d->name);
+    d->step = ck__get_u64(&r);
     get_mesh(&r, &d->mesh);
-    d->rank = ck_get_u64(&r);
-    d->world = ck_get_u64(&r);
-    d->no_hash = ck_get_u8(&r) != 0;
-    d->staging_size = ck_get_u64(&r);
-    d->ntensors = ck_get_u32(&r);
+    d->rank = ck__get_u64(&r);
+    d->world = ck__get_u64(&r);
+    d->no_hash = ck__get_u8(&r) != 0;
+    d->staging_size = ck__get_u64(&r);
+    d->ntensors = ck__get_u32(&r);
     /* A tensor takes at least 6 bytes on the wire: the count cannot promise more
      * records than the message holds, so a hostile count allocates nothing big. */
     if (r.bad || d->ntensors > CK_PROTO_MAX_TENSORS || d->ntensors > (len - r.pos) / 6)
@@ -136,92 +136,92 @@ int ck_proto_get_decl(const void *p, size_t len, ck_decl *d, ck_err *err)
     if (!d->tensors)
         return ck_err_set(err, -ENOMEM, "out of memory decoding %u tensors", d->ntensors);
     for (uint32_t i = 0; i < d->ntensors && !r.bad; i++) {
-        ck_decl_tensor *t = &d->tensors[i];
-        ck_get_str(&r, t->name, sizeof t->name);
-        t->dtype = ck_get_u8(&r);
-        t->ndim = ck_get_u8(&r);
+        ck__decl_tensor *t = &d->tensors[i];
+        ck__get_str(&r, t->name, sizeof t->name);
+        t->dtype = ck__get_u8(&r);
+        t->ndim = ck__get_u8(&r);
         if (t->ndim > CK_MAX_NDIM)
             goto bad;
         for (int k = 0; k < t->ndim; k++)
-            t->shape[k] = ck_get_u64(&r);
+            t->shape[k] = ck__get_u64(&r);
         for (int k = 0; k < d->mesh.ndim; k++) {
-            t->pl[k].kind = ck_get_u8(&r);
-            t->pl[k].dim = ck_get_u8(&r);
+            t->pl[k].kind = ck__get_u8(&r);
+            t->pl[k].dim = ck__get_u8(&r);
         }
     }
-    d->nblobs = ck_get_u32(&r);
+    d->nblobs = ck__get_u32(&r);
     if (r.bad || d->nblobs > CK_PROTO_MAX_BLOBS)
         goto bad;
     d->blobs = calloc(d->nblobs ? d->nblobs : 1, sizeof *d->blobs);
     if (!d->blobs) {
-        ck_decl_free(d);
+        ck__decl_free(d);
         return ck_err_set(err, -ENOMEM, "out of memory decoding %u blobs", d->nblobs);
     }
     for (uint32_t i = 0; i < d->nblobs; i++) {
-        ck_get_str(&r, d->blobs[i].name, sizeof d->blobs[i].name);
-        d->blobs[i].len = ck_get_u64(&r);
+        ck__get_str(&r, d->blobs[i].name, sizeof d->blobs[i].name);
+        d->blobs[i].len = ck__get_u64(&r);
     }
-    if (ck_rbuf_done(&r))
+    if (ck__rbuf_done(&r))
         return 0;
 bad:
-    ck_decl_free(d);
+    ck__decl_free(d);
     return ck_err_set(err, -EBADMSG, "malformed BEGIN message (truncated, trailing bytes, "
                       "or more than %u tensors / %u blobs)", CK_PROTO_MAX_TENSORS,
                       CK_PROTO_MAX_BLOBS);
 }
 
-void ck_proto_put_status(ck_wbuf *w, const ck_proto_status *s)
+void ck__proto_put_status(ck__wbuf *w, const ck__proto_status *s)
 {
-    ck_put_u64(w, s->staging_limit);
-    ck_put_u64(w, s->staging_used);
-    ck_put_u32(w, s->clients);
-    ck_put_u32(w, s->waiting);
-    ck_put_u32(w, s->n);
+    ck__put_u64(w, s->staging_limit);
+    ck__put_u64(w, s->staging_used);
+    ck__put_u32(w, s->clients);
+    ck__put_u32(w, s->waiting);
+    ck__put_u32(w, s->n);
     for (uint32_t i = 0; i < s->n; i++) {
-        const ck_proto_ckpt *c = &s->ckpts[i];
-        ck_put_str(w, c->name);
-        ck_put_u64(w, c->world);
-        ck_put_u64(w, c->joined);
-        ck_put_u64(w, c->staged);
-        ck_put_u64(w, c->durable);
-        ck_put_u64(w, c->bytes_staged);
-        ck_put_u64(w, c->bytes_written);
-        ck_put_u64(w, c->bytes_per_s);
-        ck_put_u32(w, c->clients);
-        ck_put_u8(w, c->commit_requested);
-        ck_put_u8(w, c->state);
+        const ck__proto_ckpt *c = &s->ckpts[i];
+        ck__put_str(w, c->name);
+        ck__put_u64(w, c->world);
+        ck__put_u64(w, c->joined);
+        ck__put_u64(w, c->staged);
+        ck__put_u64(w, c->durable);
+        ck__put_u64(w, c->bytes_staged);
+        ck__put_u64(w, c->bytes_written);
+        ck__put_u64(w, c->bytes_per_s);
+        ck__put_u32(w, c->clients);
+        ck__put_u8(w, c->commit_requested);
+        ck__put_u8(w, c->state);
     }
 }
 
-int ck_proto_get_status(const void *p, size_t len, ck_proto_status *s, ck_err *err)
+int ck__proto_get_status(const void *p, size_t len, ck__proto_status *s, ck_err *err)
 {
-    ck_rbuf r = ck_rbuf_make(p, len);
+    ck__rbuf r = ck__rbuf_make(p, len);
     memset(s, 0, sizeof *s);
-    s->staging_limit = ck_get_u64(&r);
-    s->staging_used = ck_get_u64(&r);
-    s->clients = ck_get_u32(&r);
-    s->waiting = ck_get_u32(&r);
-    s->n = ck_get_u32(&r);
+    s->staging_limit = ck__get_u64(&r);
+    s->staging_used = ck__get_u64(&r);
+    s->clients = ck__get_u32(&r);
+    s->waiting = ck__get_u32(&r);
+    s->n = ck__get_u32(&r);
     if (r.bad || s->n > (len - r.pos) / 60)
         return ck_err_set(err, -EBADMSG, "malformed STATUS reply");
     s->ckpts = calloc(s->n ? s->n : 1, sizeof *s->ckpts);
     if (!s->ckpts)
         return -ENOMEM;
     for (uint32_t i = 0; i < s->n; i++) {
-        ck_proto_ckpt *c = &s->ckpts[i];
-        ck_get_str(&r, c->name, sizeof c->name);
-        c->world = ck_get_u64(&r);
-        c->joined = ck_get_u64(&r);
-        c->staged = ck_get_u64(&r);
-        c->durable = ck_get_u64(&r);
-        c->bytes_staged = ck_get_u64(&r);
-        c->bytes_written = ck_get_u64(&r);
-        c->bytes_per_s = ck_get_u64(&r);
-        c->clients = ck_get_u32(&r);
-        c->commit_requested = ck_get_u8(&r);
-        c->state = ck_get_u8(&r);
+        ck__proto_ckpt *c = &s->ckpts[i];
+        ck__get_str(&r, c->name, sizeof c->name);
+        c->world = ck__get_u64(&r);
+        c->joined = ck__get_u64(&r);
+        c->staged = ck__get_u64(&r);
+        c->durable = ck__get_u64(&r);
+        c->bytes_staged = ck__get_u64(&r);
+        c->bytes_written = ck__get_u64(&r);
+        c->bytes_per_s = ck__get_u64(&r);
+        c->clients = ck__get_u32(&r);
+        c->commit_requested = ck__get_u8(&r);
+        c->state = ck__get_u8(&r);
     }
-    if (ck_rbuf_done(&r))
+    if (ck__rbuf_done(&r))
         return 0;
     free(s->ckpts);
     s->ckpts = NULL;

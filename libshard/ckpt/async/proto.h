@@ -2,7 +2,7 @@
  *
  * Every message is a 16-byte header followed by its payload, little-endian:
  *   u32 magic "CKD1" | u16 version | u16 type | u32 payload length | u32 zero
- * The payload is built with ck_wbuf and parsed with ck_rbuf (enc.h), so a reader
+ * The payload is built with ck__wbuf and parsed with ck__rbuf (enc.h), so a reader
  * never trusts a length. Decoders check every count against the hard limits below
  * before allocating; names, meshes and dtypes are checked by the daemon
  * (ckptd/kd_proto.c) and again by the core when the save is declared. The protocol
@@ -24,10 +24,10 @@
 #define CK_PROTO_MAX_TENSORS (1u << 18)
 #define CK_PROTO_MAX_BLOBS 4096u
 
-enum ck_msg_type {
+enum ck__msg_type {
     /* client -> daemon */
     CK_MSG_HELLO = 1,     /* str root ("" : any) */
-    CK_MSG_BEGIN = 2,     /* ck_decl; the staging memfd rides along (SCM_RIGHTS) */
+    CK_MSG_BEGIN = 2,     /* ck__decl; the staging memfd rides along (SCM_RIGHTS) */
     CK_MSG_STAGED = 3,    /* str name, u64 rank: the staging area holds the part */
     CK_MSG_COMMIT = 4,    /* str name: rank 0 asks for the commit */
     CK_MSG_STATUS = 5,    /* empty */
@@ -37,88 +37,88 @@ enum ck_msg_type {
     CK_MSG_DURABLE = 66,  /* str name, u64 rank: the part is on disk, staging free */
     CK_MSG_COMMITTED = 67,/* str name */
     CK_MSG_ERROR = 68,    /* str name ("" : the connection), i32 -errno, str message */
-    CK_MSG_STATUS_OK = 69,/* ck_proto_status */
+    CK_MSG_STATUS_OK = 69,/* ck__proto_status */
 };
 
-typedef struct ck_decl_tensor {
+typedef struct ck__decl_tensor {
     char name[CK_NAME_MAX];
     uint8_t dtype;
     uint8_t ndim;
     uint64_t shape[CK_MAX_NDIM];
     ck_placement pl[CK_MAX_MESH_DIMS];
-} ck_decl_tensor;
+} ck__decl_tensor;
 
-typedef struct ck_decl_blob {
+typedef struct ck__decl_blob {
     char name[CK_NAME_MAX];
     uint64_t len;
-} ck_decl_blob;
+} ck__decl_blob;
 
 /* One rank's part of a save: what it declares (identical on every rank) and what it
  * brings (its blobs, its staging area). Blob bytes follow the rank's file image in
  * the staging area, packed in declaration order. */
-typedef struct ck_decl {
+typedef struct ck__decl {
     char name[CK_NAME_MAX];
     uint64_t step;
     ck_mesh mesh;
     uint64_t rank, world;
     bool no_hash;
     uint32_t ntensors, nblobs;
-    ck_decl_tensor *tensors;
-    ck_decl_blob *blobs;
+    ck__decl_tensor *tensors;
+    ck__decl_blob *blobs;
     uint64_t staging_size;   /* bytes of the staging memfd */
-} ck_decl;
+} ck__decl;
 
-void ck_decl_free(ck_decl *d);
+void ck__decl_free(ck__decl *d);
 /* Bytes of the blobs, and whether their sum overflows. */
-bool ck_decl_blob_bytes(const ck_decl *d, uint64_t *out);
+bool ck__decl_blob_bytes(const ck__decl *d, uint64_t *out);
 
-/* Starts a message in w (reserving the header); ck_proto_end fills the header in. */
-void ck_proto_start(ck_wbuf *w, uint16_t type);
-int ck_proto_end(ck_wbuf *w);
+/* Starts a message in w (reserving the header); ck__proto_end fills the header in. */
+void ck__proto_start(ck__wbuf *w, uint16_t type);
+int ck__proto_end(ck__wbuf *w);
 
 /* Checks a header; -EPROTO with a message for a bad magic, -EPROTONOSUPPORT for
  * another version, -EMSGSIZE past CK_PROTO_MAX_MSG. */
-int ck_proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *len,
+int ck__proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *len,
                     ck_err *err);
 
-void ck_proto_put_decl(ck_wbuf *w, const ck_decl *d);
+void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d);
 /* Decodes a BEGIN payload; -EBADMSG (truncated, trailing bytes, counts over the
  * limits). d is freed on error. */
-int ck_proto_get_decl(const void *p, size_t len, ck_decl *d, ck_err *err);
+int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err);
 
 /* A status row: one save in flight. */
-typedef struct ck_proto_ckpt {
+typedef struct ck__proto_ckpt {
     char name[CK_NAME_MAX];
     uint64_t world, joined, staged, durable;
     uint64_t bytes_staged, bytes_written;
     uint64_t bytes_per_s;
     uint32_t clients;
     uint8_t commit_requested, state;
-} ck_proto_ckpt;
+} ck__proto_ckpt;
 
-typedef struct ck_proto_status {
+typedef struct ck__proto_status {
     uint64_t staging_limit, staging_used;
     uint32_t clients, waiting;     /* connected; waiting for staging room */
     uint32_t n;
-    ck_proto_ckpt *ckpts;
-} ck_proto_status;
+    ck__proto_ckpt *ckpts;
+} ck__proto_status;
 
-void ck_proto_put_status(ck_wbuf *w, const ck_proto_status *s);
-int ck_proto_get_status(const void *p, size_t len, ck_proto_status *s, ck_err *err);
+void ck__proto_put_status(ck__wbuf *w, const ck__proto_status *s);
+int ck__proto_get_status(const void *p, size_t len, ck__proto_status *s, ck_err *err);
 
 /* ---- the client's side of the socket (client_conn.c) ---- */
 
-typedef struct ck_msg {
+typedef struct ck__msg {
     uint16_t type;
     uint32_t len;
     uint8_t *payload;          /* malloc'd, len bytes */
-} ck_msg;
+} ck__msg;
 
-int ck_conn_connect(const char *path, int *fd, ck_err *err);
-/* Sends one whole message (a ck_proto_end'ed buffer), with fd attached when >= 0. */
-int ck_conn_send(int sock, const ck_wbuf *w, int fd, ck_err *err);
+int ck__conn_connect(const char *path, int *fd, ck_err *err);
+/* Sends one whole message (a ck__proto_end'ed buffer), with fd attached when >= 0. */
+int ck__conn_send(int sock, const ck__wbuf *w, int fd, ck_err *err);
 /* Reads one message: 1, or 0 when block is false and none is waiting, or -errno
  * (-ECONNRESET when the daemon closed the connection). */
-int ck_conn_recv(int sock, bool block, ck_msg *m, ck_err *err);
+int ck__conn_recv(int sock, bool block, ck__msg *m, ck_err *err);
 
 #endif

@@ -22,7 +22,7 @@ enum { C_COLLECTING, C_COMMITTING, C_FAILED };
 typedef struct part {
     uint8_t state;
     uint32_t nblobs;
-    ck_decl_blob *blobs;
+    ck__decl_blob *blobs;
     uint64_t image_bytes;
 } part;
 
@@ -34,7 +34,7 @@ typedef struct sv_ckpt {
     ck_mesh mesh;
     bool no_hash;
     uint32_t ntensors;
-    ck_decl_tensor *tensors;
+    ck__decl_tensor *tensors;
     ck_save *s;
     part *parts;
     uint64_t joined, staged, durable;
@@ -53,14 +53,14 @@ typedef struct sv_job {
     bool commit;
 } sv_job;
 
-struct ck_saver {
-    ck_saver_opts o;
+struct ck__saver {
+    ck__saver_opts o;
     char root[PATH_MAX];
     pthread_mutex_t mu;
     pthread_cond_t work, idle;
     sv_job *head, *tail;
     bool stop;
-    bool closing;                  /* ck_saver_free walks the list: no pruning */
+    bool closing;                  /* ck__saver_free walks the list: no pruning */
     pthread_t *th;
     unsigned nth;
     sv_ckpt *list;
@@ -73,8 +73,8 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void logf_(ck_saver *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(ck_saver *sv, const char *fmt, ...)
+static void logf_(ck__saver *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(ck__saver *sv, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -82,16 +82,16 @@ static void logf_(ck_saver *sv, const char *fmt, ...)
     va_end(ap);
 }
 
-static void emit(ck_saver *sv, ck_saver_ev_kind kind, const sv_ckpt *c, uint64_t rank)
+static void emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64_t rank)
 {
     if (!sv->o.event)
         return;
-    ck_saver_event ev = { .kind = kind, .name = c->name, .rank = rank, .code = c->fail_code,
+    ck__saver_event ev = { .kind = kind, .name = c->name, .rank = rank, .code = c->fail_code,
                           .msg = c->fail_msg };
     sv->o.event(sv->o.arg, &ev);
 }
 
-static sv_ckpt *find(ck_saver *sv, const char *name)
+static sv_ckpt *find(ck__saver *sv, const char *name)
 {
     for (sv_ckpt *c = sv->list; c; c = c->next)
         if (!strcmp(c->name, name))
@@ -112,7 +112,7 @@ static void ckpt_free_parts(sv_ckpt *c, bool all)
     }
 }
 
-static void unlink_ckpt(ck_saver *sv, sv_ckpt *c)
+static void unlink_ckpt(ck__saver *sv, sv_ckpt *c)
 {
     for (sv_ckpt **pp = &sv->list; *pp; pp = &(*pp)->next)
         if (*pp == c) {
@@ -122,7 +122,7 @@ static void unlink_ckpt(ck_saver *sv, sv_ckpt *c)
     pthread_cond_broadcast(&sv->idle);
 }
 
-static void prune_failed(ck_saver *sv, const sv_ckpt *keep)
+static void prune_failed(ck__saver *sv, const sv_ckpt *keep)
 {
     if (sv->closing)
         return;
@@ -140,7 +140,7 @@ static void prune_failed(ck_saver *sv, const sv_ckpt *keep)
 }
 
 /* Once nothing of a failed save runs any more: remove its files, tell everyone. */
-static void finish_failed(ck_saver *sv, sv_ckpt *c)
+static void finish_failed(ck__saver *sv, sv_ckpt *c)
 {
     if (c->writes || c->fail_reported)
         return;
@@ -154,7 +154,7 @@ static void finish_failed(ck_saver *sv, sv_ckpt *c)
     prune_failed(sv, c);
 }
 
-static void fail(ck_saver *sv, sv_ckpt *c, int code, const char *msg)
+static void fail(ck__saver *sv, sv_ckpt *c, int code, const char *msg)
 {
     if (c->state != C_COLLECTING)
         return;
@@ -164,7 +164,7 @@ static void fail(ck_saver *sv, sv_ckpt *c, int code, const char *msg)
     finish_failed(sv, c);
 }
 
-static int push(ck_saver *sv, sv_ckpt *c, uint64_t rank, bool commit)
+static int push(ck__saver *sv, sv_ckpt *c, uint64_t rank, bool commit)
 {
     sv_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -179,7 +179,7 @@ static int push(ck_saver *sv, sv_ckpt *c, uint64_t rank, bool commit)
     return 0;
 }
 
-static void maybe_commit(ck_saver *sv, sv_ckpt *c)
+static void maybe_commit(ck__saver *sv, sv_ckpt *c)
 {
     if (c->state != C_COLLECTING || !c->commit_requested || c->durable != c->world)
         return;
@@ -190,7 +190,7 @@ static void maybe_commit(ck_saver *sv, sv_ckpt *c)
     }
 }
 
-static void run_write(ck_saver *sv, sv_ckpt *c, uint64_t rank)
+static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
 {
     int r = 0;
     ck_err err = { 0 };
@@ -218,7 +218,7 @@ static void run_write(ck_saver *sv, sv_ckpt *c, uint64_t rank)
     maybe_commit(sv, c);
 }
 
-static void run_commit(ck_saver *sv, sv_ckpt *c)
+static void run_commit(ck__saver *sv, sv_ckpt *c)
 {
     ck_err err = { 0 };
     ck_save_stats st;
@@ -241,7 +241,7 @@ static void run_commit(ck_saver *sv, sv_ckpt *c)
 
 static void *worker(void *arg)
 {
-    ck_saver *sv = arg;
+    ck__saver *sv = arg;
     pthread_mutex_lock(&sv->mu);
     for (;;) {
         while (!sv->head && !sv->stop)
@@ -262,9 +262,9 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int ck_saver_new(const ck_saver_opts *o, ck_saver **out, ck_err *err)
+int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err)
 {
-    ck_saver *sv = calloc(1, sizeof *sv);
+    ck__saver *sv = calloc(1, sizeof *sv);
     if (!sv)
         return ck_err_set(err, -ENOMEM, "out of memory");
     sv->o = *o;
@@ -276,13 +276,13 @@ int ck_saver_new(const ck_saver_opts *o, ck_saver **out, ck_err *err)
     unsigned n = o->writers ? o->writers : 4;
     sv->th = calloc(n, sizeof *sv->th);
     if (!sv->th) {
-        ck_saver_free(sv);
+        ck__saver_free(sv);
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
     for (; sv->nth < n; sv->nth++) {
         int r = pthread_create(&sv->th[sv->nth], NULL, worker, sv);
         if (r) {
-            ck_saver_free(sv);
+            ck__saver_free(sv);
             return ck_err_set(err, -r, "starting writer threads: %s", strerror(r));
         }
     }
@@ -290,7 +290,7 @@ int ck_saver_new(const ck_saver_opts *o, ck_saver **out, ck_err *err)
     return 0;
 }
 
-unsigned ck_saver_active(ck_saver *sv)
+unsigned ck__saver_active(ck__saver *sv)
 {
     unsigned n = 0;
     pthread_mutex_lock(&sv->mu);
@@ -306,7 +306,7 @@ static bool committable(const sv_ckpt *c)
            (c->state == C_COLLECTING && c->commit_requested && c->staged == c->world);
 }
 
-void ck_saver_free(ck_saver *sv)
+void ck__saver_free(ck__saver *sv)
 {
     if (!sv)
         return;
@@ -341,7 +341,7 @@ void ck_saver_free(ck_saver *sv)
     free(sv);
 }
 
-static bool tensor_equal(const ck_decl_tensor *a, const ck_decl_tensor *b, int mesh_ndim)
+static bool tensor_equal(const ck__decl_tensor *a, const ck__decl_tensor *b, int mesh_ndim)
 {
     if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->ndim != b->ndim)
         return false;
@@ -355,7 +355,7 @@ static bool tensor_equal(const ck_decl_tensor *a, const ck_decl_tensor *b, int m
 }
 
 /* What a later part must agree on with the first. */
-static int same_save(const sv_ckpt *c, const ck_decl *d, ck_err *err)
+static int same_save(const sv_ckpt *c, const ck__decl *d, ck_err *err)
 {
     bool tensors_same = d->ntensors == c->ntensors;
     for (uint32_t i = 0; tensors_same && i < c->ntensors; i++)
@@ -371,7 +371,7 @@ static int same_save(const sv_ckpt *c, const ck_decl *d, ck_err *err)
     return 0;
 }
 
-static int begin_save(ck_saver *sv, const ck_decl *d, sv_ckpt **out, ck_err *err)
+static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *err)
 {
     sv_ckpt *c = calloc(1, sizeof *c);
     if (!c)
@@ -397,7 +397,7 @@ static int begin_save(ck_saver *sv, const ck_decl *d, sv_ckpt **out, ck_err *err
                         .cb_arg = sv->o.arg };
     int r = ck_save_begin(&c->s, sv->root, d->name, d->step, &d->mesh, &so, err);
     for (uint32_t i = 0; r == 0 && i < d->ntensors; i++) {
-        const ck_decl_tensor *t = &d->tensors[i];
+        const ck__decl_tensor *t = &d->tensors[i];
         r = ck_save_tensor(c->s, t->name, t->dtype, t->ndim, t->shape, t->pl, err);
     }
     if (r == 0)
@@ -413,7 +413,7 @@ static int begin_save(ck_saver *sv, const ck_decl *d, sv_ckpt **out, ck_err *err
     return 0;
 }
 
-int ck_saver_join(ck_saver *sv, const ck_decl *d, uint64_t *image_bytes, ck_err *err)
+int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_err *err)
 {
     if (d->world != ck_mesh_world(&d->mesh) || d->rank >= d->world)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of world %llu on a mesh of "
@@ -421,7 +421,7 @@ int ck_saver_join(ck_saver *sv, const ck_decl *d, uint64_t *image_bytes, ck_err 
                           (unsigned long long)d->world,
                           (unsigned long long)ck_mesh_world(&d->mesh));
     uint64_t blob_bytes;
-    if (!ck_decl_blob_bytes(d, &blob_bytes))
+    if (!ck__decl_blob_bytes(d, &blob_bytes))
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);
     pthread_mutex_lock(&sv->mu);
     int r = 0;
@@ -470,7 +470,7 @@ out:
     return r;
 }
 
-int ck_saver_stage(ck_saver *sv, const char *name, uint64_t rank, const void *staging,
+int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
                    ck_err *err)
 {
     pthread_mutex_lock(&sv->mu);
@@ -508,7 +508,7 @@ out:
     return r;
 }
 
-int ck_saver_commit(ck_saver *sv, const char *name, ck_err *err)
+int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err)
 {
     pthread_mutex_lock(&sv->mu);
     int r = 0;
@@ -526,7 +526,7 @@ int ck_saver_commit(ck_saver *sv, const char *name, ck_err *err)
     return r;
 }
 
-void ck_saver_abandon(ck_saver *sv, const char *name, const char *why)
+void ck__saver_abandon(ck__saver *sv, const char *name, const char *why)
 {
     pthread_mutex_lock(&sv->mu);
     sv_ckpt *c = find(sv, name);
@@ -535,7 +535,7 @@ void ck_saver_abandon(ck_saver *sv, const char *name, const char *why)
     pthread_mutex_unlock(&sv->mu);
 }
 
-bool ck_saver_committable(ck_saver *sv, const char *name)
+bool ck__saver_committable(ck__saver *sv, const char *name)
 {
     pthread_mutex_lock(&sv->mu);
     sv_ckpt *c = find(sv, name);
@@ -544,13 +544,13 @@ bool ck_saver_committable(ck_saver *sv, const char *name)
     return ok;
 }
 
-int ck_saver_status(ck_saver *sv, ck_proto_ckpt **out, uint32_t *n)
+int ck__saver_status(ck__saver *sv, ck__proto_ckpt **out, uint32_t *n)
 {
     pthread_mutex_lock(&sv->mu);
     uint32_t k = 0;
     for (sv_ckpt *c = sv->list; c; c = c->next)
         k += c->state != C_FAILED;
-    ck_proto_ckpt *rows = calloc(k ? k : 1, sizeof *rows);
+    ck__proto_ckpt *rows = calloc(k ? k : 1, sizeof *rows);
     if (!rows) {
         pthread_mutex_unlock(&sv->mu);
         return -ENOMEM;
@@ -560,7 +560,7 @@ int ck_saver_status(ck_saver *sv, ck_proto_ckpt **out, uint32_t *n)
     for (sv_ckpt *c = sv->list; c; c = c->next) {
         if (c->state == C_FAILED)
             continue;
-        ck_proto_ckpt *row = &rows[k++];
+        ck__proto_ckpt *row = &rows[k++];
         snprintf(row->name, sizeof row->name, "%s", c->name);
         row->world = c->world;
         row->joined = c->joined;

@@ -22,21 +22,21 @@
 #include "ck/engine.h"
 #include "async/proto.h"
 
-typedef enum ck_saver_ev_kind {
+typedef enum ck__saver_ev_kind {
     CK_SAVER_DURABLE = 1,
     CK_SAVER_COMMITTED,
     CK_SAVER_FAILED,
-} ck_saver_ev_kind;
+} ck__saver_ev_kind;
 
-typedef struct ck_saver_event {
-    ck_saver_ev_kind kind;
+typedef struct ck__saver_event {
+    ck__saver_ev_kind kind;
     const char *name;
     uint64_t rank;          /* DURABLE */
     int code;               /* FAILED: -errno */
     const char *msg;        /* FAILED */
-} ck_saver_event;
+} ck__saver_event;
 
-typedef struct ck_saver_opts {
+typedef struct ck__saver_opts {
     const char *root;
     ck_engine *engine;      /* NULL: the default engine */
     unsigned writers;       /* worker threads; 0: 4 */
@@ -44,35 +44,35 @@ typedef struct ck_saver_opts {
     uint32_t io_size;
     uint64_t mem_limit;     /* writer buffers, which bound the I/Os in flight; 0: 64 MiB */
     void (*log)(void *arg, const char *msg);
-    void (*event)(void *arg, const ck_saver_event *ev);
+    void (*event)(void *arg, const ck__saver_event *ev);
     void *arg;
-} ck_saver_opts;
+} ck__saver_opts;
 
-typedef struct ck_saver ck_saver;
+typedef struct ck__saver ck__saver;
 
-int ck_saver_new(const ck_saver_opts *o, ck_saver **out, ck_err *err);
+int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err);
 /* Waits for the saves that can finish (every part staged), abandons the others. */
-void ck_saver_free(ck_saver *sv);
+void ck__saver_free(ck__saver *sv);
 
 /* Registers rank d->rank's part: begins the save on the first part of a name, checks
  * that later parts declare the same step, mesh and tensors. *image_bytes: the size of
  * the rank's file image (its staging area holds it, then the blobs). */
-int ck_saver_join(ck_saver *sv, const ck_decl *d, uint64_t *image_bytes, ck_err *err);
+int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_err *err);
 /* The rank's staging area is filled: image (image_bytes, 4 KiB aligned) then the blob
  * bytes. It must stay valid until the part's DURABLE or the save's FAILED event. */
-int ck_saver_stage(ck_saver *sv, const char *name, uint64_t rank, const void *staging,
+int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
                    ck_err *err);
 /* Rank 0's request: commit as soon as every part is durable. */
-int ck_saver_commit(ck_saver *sv, const char *name, ck_err *err);
+int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err);
 /* Gives up a save that cannot complete (its ranks went away); why goes to FAILED. */
-void ck_saver_abandon(ck_saver *sv, const char *name, const char *why);
+void ck__saver_abandon(ck__saver *sv, const char *name, const char *why);
 /* Whether every part of the save is staged and its commit was asked for: from then
  * on it completes without any client. */
-bool ck_saver_committable(ck_saver *sv, const char *name);
+bool ck__saver_committable(ck__saver *sv, const char *name);
 /* Saves not finished yet (collecting or committing). */
-unsigned ck_saver_active(ck_saver *sv);
+unsigned ck__saver_active(ck__saver *sv);
 
 /* One row per save in flight (malloc'd). */
-int ck_saver_status(ck_saver *sv, ck_proto_ckpt **out, uint32_t *n);
+int ck__saver_status(ck__saver *sv, ck__proto_ckpt **out, uint32_t *n);
 
 #endif

@@ -34,7 +34,7 @@ static void cat_close(cat *c, bool commit, int *r, ck_err *err)
         if (commit && *r == 0) {
             int rc = mdb_txn_commit(c->txn);
             if (rc != MDB_SUCCESS)
-                *r = ck_err_set(err, ck_mdb_err(rc), "%s: commit: %s", c->path, mdb_strerror(rc));
+                *r = ck_err_set(err, ck__mdb_err(rc), "%s: commit: %s", c->path, mdb_strerror(rc));
         } else {
             mdb_txn_abort(c->txn);
         }
@@ -53,7 +53,7 @@ static int cat_open_locked(cat *c, const char *root, bool write, ck_err *err)
     if (!write && !exists)
         return -ENOENT;
     /* A catalog cut short would fault inside LMDB; reject it (rebuilding recreates it). */
-    int r = exists && st.st_size > 0 ? ck_mdb_precheck(c->path, err) : 0;
+    int r = exists && st.st_size > 0 ? ck__mdb_precheck(c->path, err) : 0;
     if (r < 0)
         return r;
     int rc = mdb_env_create(&c->env);
@@ -78,7 +78,7 @@ static int cat_open_locked(cat *c, const char *root, bool write, ck_err *err)
     if (rc == MDB_SUCCESS)
         rc = mdb_dbi_open(c->txn, CK_DB_CHECKPOINTS, write ? MDB_CREATE : 0, &c->dbi);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(err, rc == MDB_NOTFOUND ? -EBADMSG : ck_mdb_err(rc), "%s: %s",
+        return ck_err_set(err, rc == MDB_NOTFOUND ? -EBADMSG : ck__mdb_err(rc), "%s: %s",
                           c->path, mdb_strerror(rc));
     return 0;
 }
@@ -101,14 +101,14 @@ int ck_catalog_put(const char *root, const ck_info *info, ck_err *err)
     int r = cat_open(&c, root, true, err);
     if (r < 0)
         return r;
-    ck_wbuf w = { 0 };
-    ck_put_version(&w);
-    ck_put_u8(&w, CK_STATE_COMMITTED);
-    ck_put_u64(&w, info->step);
-    ck_put_u64(&w, info->time_ns);
-    ck_put_u64(&w, info->data_bytes);
-    ck_put_u64(&w, info->n_tensors);
-    ck_put_mesh(&w, &info->mesh);
+    ck__wbuf w = { 0 };
+    ck__put_version(&w);
+    ck__put_u8(&w, CK_STATE_COMMITTED);
+    ck__put_u64(&w, info->step);
+    ck__put_u64(&w, info->time_ns);
+    ck__put_u64(&w, info->data_bytes);
+    ck__put_u64(&w, info->n_tensors);
+    ck__put_mesh(&w, &info->mesh);
     if (w.oom) {
         r = -ENOMEM;
     } else {
@@ -116,9 +116,9 @@ int ck_catalog_put(const char *root, const ck_info *info, ck_err *err)
         MDB_val v = { .mv_size = w.len, .mv_data = w.p };
         int rc = mdb_put(c.txn, c.dbi, &k, &v, 0);
         if (rc != MDB_SUCCESS)
-            r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", c.path, mdb_strerror(rc));
+            r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", c.path, mdb_strerror(rc));
     }
-    ck_wbuf_free(&w);
+    ck__wbuf_free(&w);
     cat_close(&c, true, &r, err);
     return r;
 }
@@ -132,7 +132,7 @@ int ck_catalog_del(const char *root, const char *name, ck_err *err)
     MDB_val k = { .mv_size = strlen(name), .mv_data = (void *)name };
     int rc = mdb_del(c.txn, c.dbi, &k, NULL);
     if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
-        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", c.path, mdb_strerror(rc));
+        r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", c.path, mdb_strerror(rc));
     cat_close(&c, true, &r, err);
     return r;
 }
@@ -144,19 +144,19 @@ static int decode_entry(const char *path, const MDB_val *k, const MDB_val *v, ck
     if (k->mv_size == 0 || k->mv_size >= CK_NAME_MAX)
         return ck_err_set(err, -EBADMSG, "%s: an entry has a bad name", path);
     memcpy(e->name, k->mv_data, k->mv_size);
-    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
+    ck__rbuf r = ck__rbuf_make(v->mv_data, v->mv_size);
     char what[CK_NAME_MAX + 16];
     snprintf(what, sizeof what, "checkpoints/%s", e->name);
-    int rc = ck_get_version(&r, path, what, err);
+    int rc = ck__get_version(&r, path, what, err);
     if (rc < 0)
         return rc;
-    e->state = ck_get_u8(&r);
-    e->step = ck_get_u64(&r);
-    e->time_ns = ck_get_u64(&r);
-    e->bytes = ck_get_u64(&r);
-    e->n_tensors = ck_get_u64(&r);
-    bool ok = ck_get_mesh(&r, &e->mesh);
-    if (!ok || !ck_rbuf_done(&r))
+    e->state = ck__get_u8(&r);
+    e->step = ck__get_u64(&r);
+    e->time_ns = ck__get_u64(&r);
+    e->bytes = ck__get_u64(&r);
+    e->n_tensors = ck__get_u64(&r);
+    bool ok = ck__get_mesh(&r, &e->mesh);
+    if (!ok || !ck__rbuf_done(&r))
         return ck_err_set(err, -EBADMSG, "%s: record %s is malformed", path, what);
     return 0;
 }
@@ -190,7 +190,7 @@ int ck_catalog_list(const char *root, ck_cat_entry **out, size_t *n, ck_err *err
         i++;
     }
     if (r == 0 && rc != MDB_NOTFOUND && rc != MDB_SUCCESS)
-        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", c.path, mdb_strerror(rc));
+        r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", c.path, mdb_strerror(rc));
     mdb_cursor_close(cur);
     cat_close(&c, false, &r, err);
     if (r < 0) {

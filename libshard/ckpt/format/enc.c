@@ -4,13 +4,13 @@
 #include <errno.h>
 #include <stdlib.h>
 
-void ck_wbuf_free(ck_wbuf *w)
+void ck__wbuf_free(ck__wbuf *w)
 {
     free(w->p);
-    *w = (ck_wbuf){ 0 };
+    *w = (ck__wbuf){ 0 };
 }
 
-void ck_put_bytes(ck_wbuf *w, const void *p, size_t n)
+void ck__put_bytes(ck__wbuf *w, const void *p, size_t n)
 {
     if (w->oom)
         return;
@@ -31,45 +31,45 @@ void ck_put_bytes(ck_wbuf *w, const void *p, size_t n)
     w->len += n;
 }
 
-void ck_put_u8(ck_wbuf *w, uint8_t v)
+void ck__put_u8(ck__wbuf *w, uint8_t v)
 {
-    ck_put_bytes(w, &v, 1);
+    ck__put_bytes(w, &v, 1);
 }
 
-void ck_put_u16(ck_wbuf *w, uint16_t v)
+void ck__put_u16(ck__wbuf *w, uint16_t v)
 {
     uint8_t b[2] = { (uint8_t)v, (uint8_t)(v >> 8) };
-    ck_put_bytes(w, b, 2);
+    ck__put_bytes(w, b, 2);
 }
 
-void ck_put_u32(ck_wbuf *w, uint32_t v)
+void ck__put_u32(ck__wbuf *w, uint32_t v)
 {
     uint8_t b[4];
     for (int i = 0; i < 4; i++)
         b[i] = (uint8_t)(v >> (8 * i));
-    ck_put_bytes(w, b, 4);
+    ck__put_bytes(w, b, 4);
 }
 
-void ck_put_u64(ck_wbuf *w, uint64_t v)
+void ck__put_u64(ck__wbuf *w, uint64_t v)
 {
     uint8_t b[8];
     for (int i = 0; i < 8; i++)
         b[i] = (uint8_t)(v >> (8 * i));
-    ck_put_bytes(w, b, 8);
+    ck__put_bytes(w, b, 8);
 }
 
-void ck_put_str(ck_wbuf *w, const char *s)
+void ck__put_str(ck__wbuf *w, const char *s)
 {
     size_t n = strlen(s);
     if (n > UINT16_MAX) {
         w->oom = true;   /* callers bound names far below this */
         return;
     }
-    ck_put_u16(w, (uint16_t)n);
-    ck_put_bytes(w, s, n);
+    ck__put_u16(w, (uint16_t)n);
+    ck__put_bytes(w, s, n);
 }
 
-const void *ck_get_bytes(ck_rbuf *r, size_t n)
+const void *ck__get_bytes(ck__rbuf *r, size_t n)
 {
     if (r->bad || n > r->len - r->pos) {
         r->bad = true;
@@ -80,9 +80,9 @@ const void *ck_get_bytes(ck_rbuf *r, size_t n)
     return p;
 }
 
-static uint64_t get_le(ck_rbuf *r, int n)
+static uint64_t get_le(ck__rbuf *r, int n)
 {
-    const uint8_t *b = ck_get_bytes(r, (size_t)n);
+    const uint8_t *b = ck__get_bytes(r, (size_t)n);
     if (!b)
         return 0;
     uint64_t v = 0;
@@ -91,30 +91,30 @@ static uint64_t get_le(ck_rbuf *r, int n)
     return v;
 }
 
-uint8_t ck_get_u8(ck_rbuf *r)
+uint8_t ck__get_u8(ck__rbuf *r)
 {
     return (uint8_t)get_le(r, 1);
 }
 
-uint16_t ck_get_u16(ck_rbuf *r)
+uint16_t ck__get_u16(ck__rbuf *r)
 {
     return (uint16_t)get_le(r, 2);
 }
 
-uint32_t ck_get_u32(ck_rbuf *r)
+uint32_t ck__get_u32(ck__rbuf *r)
 {
     return (uint32_t)get_le(r, 4);
 }
 
-uint64_t ck_get_u64(ck_rbuf *r)
+uint64_t ck__get_u64(ck__rbuf *r)
 {
     return get_le(r, 8);
 }
 
-void ck_get_str(ck_rbuf *r, char *out, size_t cap)
+void ck__get_str(ck__rbuf *r, char *out, size_t cap)
 {
-    size_t n = ck_get_u16(r);
-    const char *s = ck_get_bytes(r, n);
+    size_t n = ck__get_u16(r);
+    const char *s = ck__get_bytes(r, n);
     if (!s || n >= cap || memchr(s, '\0', n)) {
         r->bad = true;
         if (cap)

@@ -9,15 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void ck_put_version(ck_wbuf *w)
+void ck__put_version(ck__wbuf *w)
 {
-    ck_put_u16(w, CK_FORMAT_MAJOR);
-    ck_put_u16(w, CK_FORMAT_MINOR);
+    ck__put_u16(w, CK_FORMAT_MAJOR);
+    ck__put_u16(w, CK_FORMAT_MINOR);
 }
 
-int ck_get_version(ck_rbuf *r, const char *file, const char *what, ck_err *err)
+int ck__get_version(ck__rbuf *r, const char *file, const char *what, ck_err *err)
 {
-    uint16_t major = ck_get_u16(r), minor = ck_get_u16(r);
+    uint16_t major = ck__get_u16(r), minor = ck__get_u16(r);
     if (r->bad)
         return ck_err_set(err, -EBADMSG, "%s: record %s is truncated", file, what);
     if (major != CK_FORMAT_MAJOR)
@@ -27,7 +27,7 @@ int ck_get_version(ck_rbuf *r, const char *file, const char *what, ck_err *err)
     return 0;
 }
 
-int ck_mdb_err(int rc)
+int ck__mdb_err(int rc)
 {
     switch (rc) {
     case MDB_SUCCESS:
@@ -67,7 +67,7 @@ static uint64_t rd_le(const uint8_t *p, int n)
     return v;
 }
 
-int ck_mdb_precheck(const char *path, ck_err *err)
+int ck__mdb_precheck(const char *path, ck_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -104,41 +104,41 @@ out:
     return r;
 }
 
-int ck_blob_append(ck_blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
+int ck__blob_append(ck__blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
                    const void *data, size_t len)
 {
-    if (ck_grow(blobs, cap, (size_t)*n + 1, sizeof **blobs) < 0)
+    if (ck__grow(blobs, cap, (size_t)*n + 1, sizeof **blobs) < 0)
         return -ENOMEM;
     void *copy = malloc(len ? len : 1);
     if (!copy)
         return -ENOMEM;
     memcpy(copy, data, len);
-    ck_blob_rec *b = &(*blobs)[(*n)++];
+    ck__blob_rec *b = &(*blobs)[(*n)++];
     snprintf(b->name, sizeof b->name, "%s", name);
     b->data = copy;
     b->len = len;
     return 0;
 }
 
-void ck_put_mesh(ck_wbuf *w, const ck_mesh *m)
+void ck__put_mesh(ck__wbuf *w, const ck_mesh *m)
 {
-    ck_put_u8(w, (uint8_t)m->ndim);
+    ck__put_u8(w, (uint8_t)m->ndim);
     for (int d = 0; d < m->ndim; d++) {
-        ck_put_u32(w, m->size[d]);
-        ck_put_str(w, m->name[d]);
+        ck__put_u32(w, m->size[d]);
+        ck__put_str(w, m->name[d]);
     }
 }
 
-bool ck_get_mesh(ck_rbuf *r, ck_mesh *m)
+bool ck__get_mesh(ck__rbuf *r, ck_mesh *m)
 {
     memset(m, 0, sizeof *m);
-    m->ndim = ck_get_u8(r);
+    m->ndim = ck__get_u8(r);
     if (m->ndim < 1 || m->ndim > CK_MAX_MESH_DIMS)
         return false;
     uint64_t world = 1;
     for (int d = 0; d < m->ndim; d++) {
-        m->size[d] = ck_get_u32(r);
-        ck_get_str(r, m->name[d], sizeof m->name[d]);
+        m->size[d] = ck__get_u32(r);
+        ck__get_str(r, m->name[d], sizeof m->name[d]);
         if (m->size[d] == 0)
             return false;
         world *= m->size[d];
@@ -148,70 +148,70 @@ bool ck_get_mesh(ck_rbuf *r, ck_mesh *m)
     return !r->bad;
 }
 
-static void put_info(ck_wbuf *w, const ck_info *in)
+static void put_info(ck__wbuf *w, const ck_info *in)
 {
-    ck_put_version(w);
-    ck_put_bytes(w, CK_MAGIC, 8);
-    ck_put_str(w, in->name);
-    ck_put_u64(w, in->step);
-    ck_put_u64(w, in->time_ns);
-    ck_put_mesh(w, &in->mesh);
-    ck_put_u32(w, in->block_size);
-    ck_put_u8(w, in->hashed);
-    ck_put_u64(w, in->n_tensors);
-    ck_put_u64(w, in->n_shards);
-    ck_put_u32(w, in->n_files);
-    ck_put_u32(w, in->n_blobs);
-    ck_put_u64(w, in->data_bytes);
-    ck_put_u64(w, in->tensor_bytes);
+    ck__put_version(w);
+    ck__put_bytes(w, CK_MAGIC, 8);
+    ck__put_str(w, in->name);
+    ck__put_u64(w, in->step);
+    ck__put_u64(w, in->time_ns);
+    ck__put_mesh(w, &in->mesh);
+    ck__put_u32(w, in->block_size);
+    ck__put_u8(w, in->hashed);
+    ck__put_u64(w, in->n_tensors);
+    ck__put_u64(w, in->n_shards);
+    ck__put_u32(w, in->n_files);
+    ck__put_u32(w, in->n_blobs);
+    ck__put_u64(w, in->data_bytes);
+    ck__put_u64(w, in->tensor_bytes);
 }
 
-static void put_tensor(ck_wbuf *w, const ck_tensor *t, int mesh_ndim)
+static void put_tensor(ck__wbuf *w, const ck_tensor *t, int mesh_ndim)
 {
-    ck_put_version(w);
-    ck_put_u32(w, t->id);
-    ck_put_u8(w, (uint8_t)t->dtype);
-    ck_put_u8(w, (uint8_t)t->ndim);
+    ck__put_version(w);
+    ck__put_u32(w, t->id);
+    ck__put_u8(w, (uint8_t)t->dtype);
+    ck__put_u8(w, (uint8_t)t->ndim);
     for (int d = 0; d < t->ndim; d++)
-        ck_put_u64(w, t->shape[d]);
-    ck_put_u8(w, (uint8_t)mesh_ndim);
+        ck__put_u64(w, t->shape[d]);
+    ck__put_u8(w, (uint8_t)mesh_ndim);
     for (int d = 0; d < mesh_ndim; d++) {
-        ck_put_u8(w, t->pl[d].kind);
-        ck_put_u8(w, t->pl[d].dim);
+        ck__put_u8(w, t->pl[d].kind);
+        ck__put_u8(w, t->pl[d].dim);
     }
-    ck_put_u32(w, t->n_shards);
+    ck__put_u32(w, t->n_shards);
 }
 
-static void put_shard(ck_wbuf *w, const ck_shard *s, int mesh_ndim)
+static void put_shard(ck__wbuf *w, const ck_shard *s, int mesh_ndim)
 {
-    ck_put_version(w);
-    ck_put_u8(w, (uint8_t)mesh_ndim);
+    ck__put_version(w);
+    ck__put_u8(w, (uint8_t)mesh_ndim);
     for (int d = 0; d < mesh_ndim; d++)
-        ck_put_u32(w, s->coord[d]);
-    ck_put_u8(w, (uint8_t)s->box.ndim);
+        ck__put_u32(w, s->coord[d]);
+    ck__put_u8(w, (uint8_t)s->box.ndim);
     for (int d = 0; d < s->box.ndim; d++) {
-        ck_put_u64(w, s->box.off[d]);
-        ck_put_u64(w, s->box.len[d]);
+        ck__put_u64(w, s->box.off[d]);
+        ck__put_u64(w, s->box.len[d]);
     }
-    ck_put_u32(w, s->n_extents);
+    ck__put_u32(w, s->n_extents);
     for (uint32_t i = 0; i < s->n_extents; i++) {
-        ck_put_u32(w, s->ext[i].file);
-        ck_put_u64(w, s->ext[i].off);
-        ck_put_u64(w, s->ext[i].len);
+        ck__put_u32(w, s->ext[i].file);
+        ck__put_u64(w, s->ext[i].off);
+        ck__put_u64(w, s->ext[i].len);
     }
 }
 
-static void put_file(ck_wbuf *w, const ck_file *f)
+static void put_file(ck__wbuf *w, const ck_file *f)
 {
-    ck_put_version(w);
-    ck_put_str(w, f->name);
-    ck_put_u64(w, f->size);
-    ck_put_u32(w, f->rank);
+    ck__put_version(w);
+    ck__put_str(w, f->name);
+    ck__put_u64(w, f->size);
+    ck__put_u32(w, f->rank);
 }
 
 typedef struct mwriter {
     MDB_txn *txn;
-    ck_wbuf val;
+    ck__wbuf val;
     const char *path;
     ck_err *err;
 } mwriter;
@@ -229,11 +229,11 @@ static int mput(mwriter *mw, MDB_dbi dbi, const void *key, size_t klen)
         return ck_err_set(mw->err, -EEXIST, "%s: duplicate key %.*s", mw->path, (int)klen,
                           (const char *)key);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(mw->err, ck_mdb_err(rc), "%s: %s", mw->path, mdb_strerror(rc));
+        return ck_err_set(mw->err, ck__mdb_err(rc), "%s: %s", mw->path, mdb_strerror(rc));
     return 0;
 }
 
-static int write_records(mwriter *mw, const ck_manifest *m, MDB_dbi *dbi)
+static int write_records(mwriter *mw, const ck__manifest *m, MDB_dbi *dbi)
 {
     const ck_info *in = &m->info;
     int r;
@@ -248,15 +248,15 @@ static int write_records(mwriter *mw, const ck_manifest *m, MDB_dbi *dbi)
     for (uint64_t i = 0; i < in->n_shards; i++) {
         const ck_shard *s = &m->shards[i];
         uint8_t key[8];
-        ck_be32(key, s->tensor);
-        ck_be32(key + 4, s->idx);
+        ck__be32(key, s->tensor);
+        ck__be32(key + 4, s->idx);
         put_shard(&mw->val, s, in->mesh.ndim);
         if ((r = mput(mw, dbi[2], key, sizeof key)) < 0)
             return r;
     }
     for (uint32_t f = 0; f < in->n_files; f++) {
         uint8_t key[12];
-        ck_be32(key, f);
+        ck__be32(key, f);
         put_file(&mw->val, &m->files[f]);
         if ((r = mput(mw, dbi[3], key, 4)) < 0)
             return r;
@@ -264,17 +264,17 @@ static int write_records(mwriter *mw, const ck_manifest *m, MDB_dbi *dbi)
             continue;
         uint64_t nblocks = (m->files[f].size + in->block_size - 1) / in->block_size;
         for (uint64_t b = 0; b < nblocks; b++) {
-            ck_be64(key + 4, b);
-            ck_put_version(&mw->val);
-            ck_put_bytes(&mw->val, m->hashes[f] + b * CK_HASH_LEN, CK_HASH_LEN);
+            ck__be64(key + 4, b);
+            ck__put_version(&mw->val);
+            ck__put_bytes(&mw->val, m->hashes[f] + b * CK_HASH_LEN, CK_HASH_LEN);
             if ((r = mput(mw, dbi[4], key, sizeof key)) < 0)
                 return r;
         }
     }
     for (uint32_t i = 0; i < in->n_blobs; i++) {
-        ck_put_version(&mw->val);
-        ck_put_u64(&mw->val, m->blobs[i].len);
-        ck_put_bytes(&mw->val, m->blobs[i].data, m->blobs[i].len);
+        ck__put_version(&mw->val);
+        ck__put_u64(&mw->val, m->blobs[i].len);
+        ck__put_bytes(&mw->val, m->blobs[i].data, m->blobs[i].len);
         if ((r = mput(mw, dbi[5], m->blobs[i].name, strlen(m->blobs[i].name))) < 0)
             return r;
     }
@@ -283,7 +283,7 @@ static int write_records(mwriter *mw, const ck_manifest *m, MDB_dbi *dbi)
 
 /* A generous upper bound of the pages the records need: LMDB's map must be at least
  * that large, and it costs only address space. */
-static size_t map_size(const ck_manifest *m)
+static size_t map_size(const ck__manifest *m)
 {
     const ck_info *in = &m->info;
     uint64_t bytes = 1u << 20;
@@ -298,7 +298,7 @@ static size_t map_size(const ck_manifest *m)
     return (size_t)(bytes * 4 + (64u << 20));
 }
 
-int ck_manifest_write(ck_engine *e, const char *path, const ck_manifest *m, ck_err *err)
+int ck__manifest_write(ck_engine *e, const char *path, const ck__manifest *m, ck_err *err)
 {
     static const char *const names[] = { CK_DB_META, CK_DB_TENSORS, CK_DB_SHARDS,
                                          CK_DB_FILES, CK_DB_HASHES, CK_DB_BLOBS };
@@ -319,14 +319,14 @@ int ck_manifest_write(ck_engine *e, const char *path, const ck_manifest *m, ck_e
     if (rc == MDB_SUCCESS)
         rc = mdb_txn_begin(env, NULL, 0, &mw.txn);
     if (rc != MDB_SUCCESS) {
-        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", path, mdb_strerror(rc));
+        r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", path, mdb_strerror(rc));
         goto out;
     }
     MDB_dbi dbi[6];
     for (int i = 0; i < 6; i++) {
         rc = mdb_dbi_open(mw.txn, names[i], MDB_CREATE, &dbi[i]);
         if (rc != MDB_SUCCESS) {
-            r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", path, mdb_strerror(rc));
+            r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", path, mdb_strerror(rc));
             goto out;
         }
     }
@@ -335,14 +335,14 @@ int ck_manifest_write(ck_engine *e, const char *path, const ck_manifest *m, ck_e
         rc = mdb_txn_commit(mw.txn);
         mw.txn = NULL;
         if (rc != MDB_SUCCESS)
-            r = ck_err_set(err, ck_mdb_err(rc), "%s: commit: %s", path, mdb_strerror(rc));
+            r = ck_err_set(err, ck__mdb_err(rc), "%s: commit: %s", path, mdb_strerror(rc));
     }
 out:
     if (mw.txn)
         mdb_txn_abort(mw.txn);
     if (env)
         mdb_env_close(env);
-    ck_wbuf_free(&mw.val);
+    ck__wbuf_free(&mw.val);
     if (r == 0) {
         r = ck_engine_fsync_path(e, path);
         if (r < 0)

@@ -18,48 +18,48 @@
 #define CK_DB_BLOBS   "blobs"
 #define CK_META_KEY   "checkpoint"
 
-typedef struct ck_blob_rec {
+typedef struct ck__blob_rec {
     char name[CK_NAME_MAX];
     const void *data;
     size_t len;
-} ck_blob_rec;
+} ck__blob_rec;
 
 /* Appends a copy of blob (name, data, len) to the array *blobs of *n records
  * (capacity *cap). 0 or -ENOMEM. */
-int ck_blob_append(ck_blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
+int ck__blob_append(ck__blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
                    const void *data, size_t len);
 
 /* Everything a manifest says, as the writer hands it over. Tensor i has id i, and its
  * shards are shards[tensors[i] first .. ] in index order: shards are sorted by
  * (tensor, idx). hashes[f] holds the digests of file f's blocks, or NULL. */
-typedef struct ck_manifest {
+typedef struct ck__manifest {
     ck_info info;
     const ck_tensor *tensors;
     const ck_shard *shards;
     const ck_file *files;
     const uint8_t *const *hashes;
-    const ck_blob_rec *blobs;
-} ck_manifest;
+    const ck__blob_rec *blobs;
+} ck__manifest;
 
 /* Writes the manifest at path (a new file) in one transaction, then fsyncs it through
  * the engine. */
-int ck_manifest_write(ck_engine *e, const char *path, const ck_manifest *m, ck_err *err);
+int ck__manifest_write(ck_engine *e, const char *path, const ck__manifest *m, ck_err *err);
 
 /* Record header: the format version every value starts with. */
-void ck_put_version(ck_wbuf *w);
+void ck__put_version(ck__wbuf *w);
 /* Checks a value's version; what names the record in the error. */
-int ck_get_version(ck_rbuf *r, const char *file, const char *what, ck_err *err);
+int ck__get_version(ck__rbuf *r, const char *file, const char *what, ck_err *err);
 
 /* LMDB maps the file and trusts its meta page: a manifest cut short would fault
  * (SIGBUS) on the first access past its end. This checks, before LMDB opens path,
  * that it is at least as long as its newest meta page says. -EBADMSG otherwise. */
-int ck_mdb_precheck(const char *path, ck_err *err);
+int ck__mdb_precheck(const char *path, ck_err *err);
 
 /* Maps an LMDB return code to an errno-style one: corruption is -EBADMSG. */
-int ck_mdb_err(int rc);
+int ck__mdb_err(int rc);
 
 /* The mesh record part, shared with the catalog. */
-void ck_put_mesh(ck_wbuf *w, const ck_mesh *m);
-bool ck_get_mesh(ck_rbuf *r, ck_mesh *m);
+void ck__put_mesh(ck__wbuf *w, const ck_mesh *m);
+bool ck__get_mesh(ck__rbuf *r, ck_mesh *m);
 
 #endif

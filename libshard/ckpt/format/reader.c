@@ -36,29 +36,29 @@ static int bad(ck_ckpt *ck, ck_err *err, const char *fmt, const char *what)
 
 static int decode_info(ck_ckpt *ck, const MDB_val *v, ck_err *err)
 {
-    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
+    ck__rbuf r = ck__rbuf_make(v->mv_data, v->mv_size);
     ck_info *in = &ck->info;
-    int rc = ck_get_version(&r, ck->mpath, "meta/" CK_META_KEY, err);
+    int rc = ck__get_version(&r, ck->mpath, "meta/" CK_META_KEY, err);
     if (rc < 0)
         return rc;
-    const void *magic = ck_get_bytes(&r, 8);
+    const void *magic = ck__get_bytes(&r, 8);
     if (!magic || memcmp(magic, CK_MAGIC, 8) != 0)
         return bad(ck, err, "%s: record %s lacks the magic " CK_MAGIC, "meta/" CK_META_KEY);
     in->major = CK_FORMAT_MAJOR;
     in->minor = (uint16_t)(((const uint8_t *)v->mv_data)[2] | ((const uint8_t *)v->mv_data)[3] << 8);
-    ck_get_str(&r, in->name, sizeof in->name);
-    in->step = ck_get_u64(&r);
-    in->time_ns = ck_get_u64(&r);
-    bool mesh_ok = ck_get_mesh(&r, &in->mesh);
-    in->block_size = ck_get_u32(&r);
-    in->hashed = ck_get_u8(&r) != 0;
-    in->n_tensors = ck_get_u64(&r);
-    in->n_shards = ck_get_u64(&r);
-    in->n_files = ck_get_u32(&r);
-    in->n_blobs = ck_get_u32(&r);
-    in->data_bytes = ck_get_u64(&r);
-    in->tensor_bytes = ck_get_u64(&r);
-    if (!ck_rbuf_done(&r) || !mesh_ok)
+    ck__get_str(&r, in->name, sizeof in->name);
+    in->step = ck__get_u64(&r);
+    in->time_ns = ck__get_u64(&r);
+    bool mesh_ok = ck__get_mesh(&r, &in->mesh);
+    in->block_size = ck__get_u32(&r);
+    in->hashed = ck__get_u8(&r) != 0;
+    in->n_tensors = ck__get_u64(&r);
+    in->n_shards = ck__get_u64(&r);
+    in->n_files = ck__get_u32(&r);
+    in->n_blobs = ck__get_u32(&r);
+    in->data_bytes = ck__get_u64(&r);
+    in->tensor_bytes = ck__get_u64(&r);
+    if (!ck__rbuf_done(&r) || !mesh_ok)
         return bad(ck, err, "%s: record %s is malformed", "meta/" CK_META_KEY);
     if (in->block_size < CK_ALIGN || (in->block_size & (in->block_size - 1)))
         return bad(ck, err, "%s: record %s has a block size that is not a power of two >= 4096",
@@ -73,14 +73,14 @@ static int decode_file(ck_ckpt *ck, uint32_t id, const MDB_val *v, ck_file *f, c
 {
     char what[32];
     snprintf(what, sizeof what, "files/%u", id);
-    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
-    int rc = ck_get_version(&r, ck->mpath, what, err);
+    ck__rbuf r = ck__rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck__get_version(&r, ck->mpath, what, err);
     if (rc < 0)
         return rc;
-    ck_get_str(&r, f->name, sizeof f->name);
-    f->size = ck_get_u64(&r);
-    f->rank = ck_get_u32(&r);
-    if (!ck_rbuf_done(&r))
+    ck__get_str(&r, f->name, sizeof f->name);
+    f->size = ck__get_u64(&r);
+    f->rank = ck__get_u32(&r);
+    if (!ck__rbuf_done(&r))
         return bad(ck, err, "%s: record %s is malformed", what);
     if (ck_name_check("data file", f->name, NULL) < 0)
         return ck_err_set(err, -EBADMSG, "%s: record %s names file '%s', which is not a plain "
@@ -111,7 +111,7 @@ static int load_files(ck_ckpt *ck, ck_err *err)
         ck->fds[i] = ck->dfds[i] = -1;
     for (uint32_t i = 0; i < n; i++) {
         uint8_t key[4];
-        ck_be32(key, i);
+        ck__be32(key, i);
         MDB_val k = { .mv_size = 4, .mv_data = key }, v;
         int rc = mdb_get(ck->txn, ck->db_files, &k, &v);
         if (rc != MDB_SUCCESS)
@@ -145,7 +145,7 @@ int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err)
         r = ck_err_set(err, -EBADMSG, "%s: the manifest is not a regular file", ck->mpath);
         goto fail;
     }
-    if ((r = ck_mdb_precheck(ck->mpath, err)) < 0)
+    if ((r = ck__mdb_precheck(ck->mpath, err)) < 0)
         goto fail;
     int rc = mdb_env_create(&ck->env);
     if (rc == MDB_SUCCESS)
@@ -161,7 +161,7 @@ int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err)
             r = ck_err_set(err, -EBADMSG, "%s: not a readable LMDB manifest (%s)", ck->mpath,
                            mdb_strerror(rc));
         else
-            r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+            r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
         goto fail;
     }
     MDB_dbi meta;
@@ -241,26 +241,26 @@ int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor
                           ck->mpath);
     memcpy(t->name, k->mv_data, k->mv_size);
     snprintf(what, sizeof what, "tensors/%s", t->name);
-    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
-    int rc = ck_get_version(&r, ck->mpath, what, err);
+    ck__rbuf r = ck__rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck__get_version(&r, ck->mpath, what, err);
     if (rc < 0)
         return rc;
-    t->id = ck_get_u32(&r);
-    int dtype = ck_get_u8(&r);
-    t->ndim = ck_get_u8(&r);
+    t->id = ck__get_u32(&r);
+    int dtype = ck__get_u8(&r);
+    t->ndim = ck__get_u8(&r);
     if (r.bad || t->ndim > CK_MAX_NDIM)
         return bad(ck, err, "%s: record %s is malformed (ndim)", what);
     for (int d = 0; d < t->ndim; d++)
-        t->shape[d] = ck_get_u64(&r);
-    int mesh_ndim = ck_get_u8(&r);
+        t->shape[d] = ck__get_u64(&r);
+    int mesh_ndim = ck__get_u8(&r);
     if (r.bad || mesh_ndim != ck->info.mesh.ndim)
         return bad(ck, err, "%s: record %s has placements for another mesh", what);
     for (int d = 0; d < mesh_ndim; d++) {
-        t->pl[d].kind = ck_get_u8(&r);
-        t->pl[d].dim = ck_get_u8(&r);
+        t->pl[d].kind = ck__get_u8(&r);
+        t->pl[d].dim = ck__get_u8(&r);
     }
-    t->n_shards = ck_get_u32(&r);
-    if (!ck_rbuf_done(&r))
+    t->n_shards = ck__get_u32(&r);
+    if (!ck__rbuf_done(&r))
         return bad(ck, err, "%s: record %s is malformed", what);
     if (ck_dtype_size(dtype) == 0)
         return ck_err_set(err, -EBADMSG, "%s: tensor %s has unknown dtype code %d", ck->mpath,
@@ -286,7 +286,7 @@ static int db_each(ck_ckpt *ck, MDB_dbi dbi,
     MDB_cursor *cur;
     int rc = mdb_cursor_open(ck->txn, dbi, &cur);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        return ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     MDB_val k, v;
     int r = 0;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
@@ -294,7 +294,7 @@ static int db_each(ck_ckpt *ck, MDB_dbi dbi,
         if ((r = rec(ck, &k, &v, arg, err)) != 0)
             break;
     if (r == 0 && rc != MDB_NOTFOUND)
-        r = ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     mdb_cursor_close(cur);
     return r;
 }
@@ -327,7 +327,7 @@ int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err)
     if (rc == MDB_NOTFOUND)
         return ck_err_set(err, -ENOENT, "%s: no tensor named '%s'", ck->dir, name);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        return ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     return ck__decode_tensor(ck, &k, &v, out, err);
 }
 
@@ -336,40 +336,40 @@ int ck__decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_va
 {
     char what[CK_NAME_MAX + 40];
     snprintf(what, sizeof what, "shards/%s#%u", t->name, idx);
-    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
-    int rc = ck_get_version(&r, ck->mpath, what, err);
+    ck__rbuf r = ck__rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck__get_version(&r, ck->mpath, what, err);
     if (rc < 0)
         return rc;
     const ck_mesh *m = &ck->info.mesh;
     s->tensor = t->id;
     s->idx = idx;
-    int mesh_ndim = ck_get_u8(&r);
+    int mesh_ndim = ck__get_u8(&r);
     if (r.bad || mesh_ndim != m->ndim)
         return bad(ck, err, "%s: record %s has a coordinate for another mesh", what);
     for (int d = 0; d < m->ndim; d++) {
-        s->coord[d] = ck_get_u32(&r);
+        s->coord[d] = ck__get_u32(&r);
         if (!r.bad && s->coord[d] >= m->size[d])
             return bad(ck, err, "%s: record %s has a mesh coordinate outside the mesh", what);
     }
-    s->box.ndim = ck_get_u8(&r);
+    s->box.ndim = ck__get_u8(&r);
     if (r.bad || s->box.ndim != t->ndim)
         return bad(ck, err, "%s: record %s has a box of the wrong rank", what);
     for (int d = 0; d < t->ndim; d++) {
-        s->box.off[d] = ck_get_u64(&r);
-        s->box.len[d] = ck_get_u64(&r);
+        s->box.off[d] = ck__get_u64(&r);
+        s->box.len[d] = ck__get_u64(&r);
         if (s->box.off[d] > t->shape[d] || s->box.len[d] > t->shape[d] - s->box.off[d])
             return bad(ck, err, "%s: record %s has a box outside the tensor's shape", what);
     }
-    s->n_extents = ck_get_u32(&r);
+    s->n_extents = ck__get_u32(&r);
     /* Each extent takes 20 bytes: a count beyond what the value holds is a lie. */
     if (r.bad || s->n_extents > (r.len - r.pos) / 20)
         return bad(ck, err, "%s: record %s is truncated (extents)", what);
     uint64_t total = 0;
     for (uint32_t i = 0; i < s->n_extents; i++) {
         ck_extent *e = &s->ext[i];
-        e->file = ck_get_u32(&r);
-        e->off = ck_get_u64(&r);
-        e->len = ck_get_u64(&r);
+        e->file = ck__get_u32(&r);
+        e->off = ck__get_u64(&r);
+        e->len = ck__get_u64(&r);
         if (e->file >= ck->info.n_files)
             return bad(ck, err, "%s: record %s points to a data file that does not exist", what);
         const ck_file *f = &ck->files[e->file];
@@ -380,7 +380,7 @@ int ck__decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_va
                               (unsigned long long)f->size);
         total += e->len;
     }
-    if (!ck_rbuf_done(&r))
+    if (!ck__rbuf_done(&r))
         return bad(ck, err, "%s: record %s is malformed", what);
     if (total != ck_box_numel(&s->box) * ck_dtype_size(t->dtype))
         return bad(ck, err, "%s: record %s: its extents do not hold exactly its box's bytes", what);
@@ -392,16 +392,16 @@ int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, 
     MDB_cursor *cur;
     int rc = mdb_cursor_open(ck->txn, ck->db_shards, &cur);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        return ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     /* Pass 1 sizes the allocation (shards and all their extents), pass 2 decodes. */
     uint8_t key[8];
-    ck_be32(key, t->id);
-    ck_be32(key + 4, 0);
+    ck__be32(key, t->id);
+    ck__be32(key + 4, 0);
     size_t count = 0, ext_room = 0;
     MDB_val k = { .mv_size = 8, .mv_data = key }, v;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == MDB_SUCCESS;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (k.mv_size != 8 || ck_rd_be32(k.mv_data) != t->id)
+        if (k.mv_size != 8 || ck__rd_be32(k.mv_data) != t->id)
             break;
         count++;
         ext_room += v.mv_size / 20;
@@ -423,7 +423,7 @@ int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, 
     k = (MDB_val){ .mv_size = 8, .mv_data = key };
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == MDB_SUCCESS && i < count;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT), i++) {
-        uint32_t idx = ck_rd_be32((const uint8_t *)k.mv_data + 4);
+        uint32_t idx = ck__rd_be32((const uint8_t *)k.mv_data + 4);
         if (idx != i) {
             r = ck_err_set(err, -EBADMSG, "%s: tensor %s: shard %zu is missing", ck->mpath,
                            t->name, i);
@@ -463,23 +463,23 @@ int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_
                 ck_err *err)
 {
     uint8_t key[12];
-    ck_be32(key, file);
-    ck_be64(key + 4, block);
+    ck__be32(key, file);
+    ck__be64(key + 4, block);
     MDB_val k = { .mv_size = sizeof key, .mv_data = key }, v;
     int rc = mdb_get(ck->txn, ck->db_hashes, &k, &v);
     if (rc == MDB_NOTFOUND)
         return ck_err_set(err, -ENOENT, "%s: no hash recorded for block %llu of file %u",
                           ck->mpath, (unsigned long long)block, file);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        return ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     char what[48];
     snprintf(what, sizeof what, "hashes/%u/%llu", file, (unsigned long long)block);
-    ck_rbuf r = ck_rbuf_make(v.mv_data, v.mv_size);
-    int e = ck_get_version(&r, ck->mpath, what, err);
+    ck__rbuf r = ck__rbuf_make(v.mv_data, v.mv_size);
+    int e = ck__get_version(&r, ck->mpath, what, err);
     if (e < 0)
         return e;
-    const void *h = ck_get_bytes(&r, CK_HASH_LEN);
-    if (!h || !ck_rbuf_done(&r))
+    const void *h = ck__get_bytes(&r, CK_HASH_LEN);
+    if (!h || !ck__rbuf_done(&r))
         return bad(ck, err, "%s: record %s is malformed", what);
     memcpy(out, h, CK_HASH_LEN);
     return 0;
@@ -495,13 +495,13 @@ static int decode_blob(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, char *na
     name[k->mv_size] = '\0';
     char what[CK_NAME_MAX + 8];
     snprintf(what, sizeof what, "blobs/%s", name);
-    ck_rbuf r = ck_rbuf_make(v->mv_data, v->mv_size);
-    int rc = ck_get_version(&r, ck->mpath, what, err);
+    ck__rbuf r = ck__rbuf_make(v->mv_data, v->mv_size);
+    int rc = ck__get_version(&r, ck->mpath, what, err);
     if (rc < 0)
         return rc;
-    uint64_t n = ck_get_u64(&r);
-    *data = r.bad || n > CK_BLOB_MAX ? NULL : ck_get_bytes(&r, (size_t)n);
-    if (!*data || !ck_rbuf_done(&r))
+    uint64_t n = ck__get_u64(&r);
+    *data = r.bad || n > CK_BLOB_MAX ? NULL : ck__get_bytes(&r, (size_t)n);
+    if (!*data || !ck__rbuf_done(&r))
         return bad(ck, err, "%s: record %s is malformed", what);
     *len = (size_t)n;
     return 0;
@@ -537,7 +537,7 @@ int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err 
     if (rc == MDB_NOTFOUND)
         return ck_err_set(err, -ENOENT, "%s: no blob named '%s'", ck->dir, name);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        return ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     char nm[CK_NAME_MAX];
     const void *p;
     int r = decode_blob(ck, &k, &v, nm, &p, len, err);

@@ -169,7 +169,7 @@ static int f_ioq_open(ck_engine *e, unsigned depth, const struct iovec *bufs, un
 
 static int push_fake(ck_ioq *q, uint64_t user, int res)
 {
-    if (ck_grow(&q->fake, &q->capfake, (size_t)q->nfake + 1, sizeof *q->fake) < 0)
+    if (ck__grow(&q->fake, &q->capfake, (size_t)q->nfake + 1, sizeof *q->fake) < 0)
         return -ENOMEM;
     q->fake[q->nfake++] = (ck_io_done){ .user = user, .res = res };
     return 0;

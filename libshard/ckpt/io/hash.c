@@ -18,7 +18,7 @@ typedef struct job {
     void *arg;
 } job;
 
-struct ck_hashpool {
+struct ck__hashpool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *head, *tail;
@@ -27,7 +27,7 @@ struct ck_hashpool {
     pthread_t *threads;
 };
 
-int ck_sha256(const void *buf, size_t len, uint8_t out[CK_SHA256_LEN])
+int ck__sha256(const void *buf, size_t len, uint8_t out[CK_SHA256_LEN])
 {
     unsigned int n = 0;
     return EVP_Digest(buf, len, out, &n, EVP_sha256(), NULL) == 1 ? 0 : -EIO;
@@ -35,7 +35,7 @@ int ck_sha256(const void *buf, size_t len, uint8_t out[CK_SHA256_LEN])
 
 static void *worker(void *arg)
 {
-    ck_hashpool *p = arg;
+    ck__hashpool *p = arg;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     for (;;) {
         pthread_mutex_lock(&p->mu);
@@ -61,7 +61,7 @@ static void *worker(void *arg)
                   EVP_DigestUpdate(ctx, j->buf, j->len) == 1 &&
                   EVP_DigestFinal_ex(ctx, j->out, &n) == 1;
         if (!ok)   /* only on allocation failure inside OpenSSL; never silently */
-            ck_sha256(j->buf, j->len, j->out);
+            ck__sha256(j->buf, j->len, j->out);
         j->done(j->arg);
         free(j);
     }
@@ -69,13 +69,13 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int ck_hashpool_new(unsigned threads, ck_hashpool **out)
+int ck__hashpool_new(unsigned threads, ck__hashpool **out)
 {
     if (threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (unsigned)n : 1;
     }
-    ck_hashpool *p = calloc(1, sizeof *p);
+    ck__hashpool *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
     p->threads = calloc(threads, sizeof *p->threads);
@@ -88,7 +88,7 @@ int ck_hashpool_new(unsigned threads, ck_hashpool **out)
     for (unsigned i = 0; i < threads; i++) {
         if (pthread_create(&p->threads[i], NULL, worker, p) != 0) {
             p->nthreads = i;
-            ck_hashpool_free(p);
+            ck__hashpool_free(p);
             return -EAGAIN;
         }
     }
@@ -97,7 +97,7 @@ int ck_hashpool_new(unsigned threads, ck_hashpool **out)
     return 0;
 }
 
-void ck_hashpool_free(ck_hashpool *p)
+void ck__hashpool_free(ck__hashpool *p)
 {
     if (!p)
         return;
@@ -113,12 +113,12 @@ void ck_hashpool_free(ck_hashpool *p)
     free(p);
 }
 
-unsigned ck_hashpool_threads(const ck_hashpool *p)
+unsigned ck__hashpool_threads(const ck__hashpool *p)
 {
     return p->nthreads;
 }
 
-static int enqueue(ck_hashpool *p, job j0)
+static int enqueue(ck__hashpool *p, job j0)
 {
     job *j = malloc(sizeof *j);
     if (!j)
@@ -135,13 +135,13 @@ static int enqueue(ck_hashpool *p, job j0)
     return 0;
 }
 
-int ck_hashpool_submit(ck_hashpool *p, const void *buf, size_t len, uint8_t *out,
+int ck__hashpool_submit(ck__hashpool *p, const void *buf, size_t len, uint8_t *out,
                        void (*done)(void *arg), void *arg)
 {
     return enqueue(p, (job){ .buf = buf, .len = len, .out = out, .done = done, .arg = arg });
 }
 
-int ck_hashpool_run(ck_hashpool *p, void (*fn)(void *arg), void *arg)
+int ck__hashpool_run(ck__hashpool *p, void (*fn)(void *arg), void *arg)
 {
     return enqueue(p, (job){ .fn = fn, .arg = arg });
 }

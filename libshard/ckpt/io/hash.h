@@ -12,24 +12,24 @@
 
 #define CK_SHA256_LEN 32
 
-typedef struct ck_hashpool ck_hashpool;
+typedef struct ck__hashpool ck__hashpool;
 
 /* threads == 0: one per online CPU. */
-int ck_hashpool_new(unsigned threads, ck_hashpool **out);
+int ck__hashpool_new(unsigned threads, ck__hashpool **out);
 /* Waits for queued jobs, then stops the threads. */
-void ck_hashpool_free(ck_hashpool *p);
-unsigned ck_hashpool_threads(const ck_hashpool *p);
+void ck__hashpool_free(ck__hashpool *p);
+unsigned ck__hashpool_threads(const ck__hashpool *p);
 
 /* Queues SHA-256 of buf[0, len) into out; done(arg) runs on a worker thread after
  * out is written. buf must stay valid until then. */
-int ck_hashpool_submit(ck_hashpool *p, const void *buf, size_t len, uint8_t *out,
+int ck__hashpool_submit(ck__hashpool *p, const void *buf, size_t len, uint8_t *out,
                        void (*done)(void *arg), void *arg);
 
 /* Queues fn(arg) to run on a worker: the pool also runs other work that should
  * spread over the cores (the writer's fills). */
-int ck_hashpool_run(ck_hashpool *p, void (*fn)(void *arg), void *arg);
+int ck__hashpool_run(ck__hashpool *p, void (*fn)(void *arg), void *arg);
 
 /* One-shot SHA-256 on the calling thread. */
-int ck_sha256(const void *buf, size_t len, uint8_t out[CK_SHA256_LEN]);
+int ck__sha256(const void *buf, size_t len, uint8_t out[CK_SHA256_LEN]);
 
 #endif

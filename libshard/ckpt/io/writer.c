@@ -48,9 +48,9 @@ typedef struct wfile_state {
 } wfile_state;
 
 struct wstate {
-    const ck_writer_opts *o;
+    const ck__writer_opts *o;
     ck_engine *e;
-    ck_wfile *files;
+    ck__wfile *files;
     wfile_state *fs;
     uint32_t nfiles;
     uint32_t block, io;
@@ -63,7 +63,7 @@ struct wstate {
     int err_code;              /* first error; after it nothing new is submitted */
     ck_err *err;
     uint64_t done, total;
-    ck_writer_stats *st;
+    ck__writer_stats *st;
 };
 
 static void logf_(wstate *w, const char *fmt, const char *path)
@@ -260,10 +260,10 @@ static slot *get_slot(wstate *w)
  * in the gaps. May run on a worker. */
 static int fill_block(wstate *w, slot *s)
 {
-    const ck_wfile *wf = &w->files[s->file];
+    const ck__wfile *wf = &w->files[s->file];
     uint64_t b0 = s->b0, b1 = b0 + s->len, pos = b0;
     for (uint32_t i = s->src0; i < wf->nsrcs && wf->srcs[i].file_off < b1; i++) {
-        const ck_src *c = &wf->srcs[i];
+        const ck__src *c = &wf->srcs[i];
         uint64_t a = c->file_off > b0 ? c->file_off : b0;
         uint64_t z = c->file_off + c->len < b1 ? c->file_off + c->len : b1;
         if (a >= z)
@@ -289,7 +289,7 @@ static void fill_job(void *arg)
     slot *s = arg;
     int r = fill_block(s->w, s);
     if (r == 0 && s->hash_out)
-        r = ck_sha256(s->buf, s->len, s->hash_out);
+        r = ck__sha256(s->buf, s->len, s->hash_out);
     pthread_mutex_lock(&s->w->mu);
     s->fill_err = r;
     s->filling = false;
@@ -303,7 +303,7 @@ static void fill_job(void *arg)
  * may fill it. */
 static bool in_place(wstate *w, slot *s, bool *parallel)
 {
-    const ck_wfile *wf = &w->files[s->file];
+    const ck__wfile *wf = &w->files[s->file];
     wfile_state *fs = &w->fs[s->file];
     uint64_t b0 = s->b0, b1 = b0 + s->len;
     while (fs->cursor < wf->nsrcs &&
@@ -312,7 +312,7 @@ static bool in_place(wstate *w, slot *s, bool *parallel)
     s->src0 = fs->cursor;
     *parallel = w->o->pool != NULL;
     for (uint32_t i = s->src0; i < wf->nsrcs && wf->srcs[i].file_off < b1; i++) {
-        const ck_src *c = &wf->srcs[i];
+        const ck__src *c = &wf->srcs[i];
         if (i == s->src0 && c->mem && c->file_off <= b0 && b1 <= c->file_off + c->len &&
             (((uintptr_t)c->mem + (b0 - c->file_off)) & 4095) == 0) {
             s->buf = (uint8_t *)c->mem + (b0 - c->file_off);
@@ -327,7 +327,7 @@ static bool in_place(wstate *w, slot *s, bool *parallel)
 
 static int submit_block(wstate *w, uint32_t f, uint64_t b0)
 {
-    ck_wfile *wf = &w->files[f];
+    ck__wfile *wf = &w->files[f];
     uint32_t len = (uint32_t)(wf->size - b0 < w->block ? wf->size - b0 : w->block);
     slot *s = get_slot(w);
     if (w->err_code)
@@ -357,7 +357,7 @@ static int submit_block(wstate *w, uint32_t f, uint64_t b0)
         pthread_mutex_lock(&w->mu);
         s->filling = true;
         pthread_mutex_unlock(&w->mu);
-        if ((r = ck_hashpool_run(w->o->pool, fill_job, s)) < 0) {
+        if ((r = ck__hashpool_run(w->o->pool, fill_job, s)) < 0) {
             pthread_mutex_lock(&w->mu);
             s->filling = false;
             pthread_mutex_unlock(&w->mu);
@@ -373,7 +373,7 @@ static int submit_block(wstate *w, uint32_t f, uint64_t b0)
         pthread_mutex_lock(&w->mu);
         s->hashing = true;
         pthread_mutex_unlock(&w->mu);
-        if ((r = ck_hashpool_submit(w->o->pool, s->buf, len, s->hash_out, on_hashed, s)) < 0) {
+        if ((r = ck__hashpool_submit(w->o->pool, s->buf, len, s->hash_out, on_hashed, s)) < 0) {
             pthread_mutex_lock(&w->mu);
             s->hashing = false;
             pthread_mutex_unlock(&w->mu);
@@ -385,7 +385,7 @@ static int submit_block(wstate *w, uint32_t f, uint64_t b0)
 
 static int open_file(wstate *w, uint32_t f)
 {
-    ck_wfile *wf = &w->files[f];
+    ck__wfile *wf = &w->files[f];
     bool direct = false;
     int fd = ck_engine_open_data(w->e, wf->path, O_WRONLY | O_CREAT | O_EXCL, 0644, &direct);
     if (fd < 0)
@@ -408,7 +408,7 @@ static int open_file(wstate *w, uint32_t f)
 static bool needs_buffers(const wstate *w)
 {
     for (uint32_t f = 0; f < w->nfiles; f++) {
-        const ck_wfile *wf = &w->files[f];
+        const ck__wfile *wf = &w->files[f];
         uint32_t cur = 0;
         for (uint64_t b0 = 0; b0 < wf->size; b0 += w->block) {
             uint64_t b1 = wf->size - b0 < w->block ? wf->size : b0 + w->block;
@@ -416,7 +416,7 @@ static bool needs_buffers(const wstate *w)
                 cur++;
             if (cur == wf->nsrcs)
                 return true;
-            const ck_src *c = &wf->srcs[cur];
+            const ck__src *c = &wf->srcs[cur];
             if (!c->mem || c->file_off > b0 || b1 > c->file_off + c->len ||
                 (((uintptr_t)c->mem + (b0 - c->file_off)) & 4095))
                 return true;
@@ -427,7 +427,7 @@ static bool needs_buffers(const wstate *w)
 
 static int setup(wstate *w)
 {
-    const ck_writer_opts *o = w->o;
+    const ck__writer_opts *o = w->o;
     w->block = o->block_size ? o->block_size : CK_BLOCK_SIZE_DEFAULT;
     w->io = o->io_size ? o->io_size : CK_IO_SIZE_DEFAULT;
     if (w->block < 4096 || (w->block & (w->block - 1)))
@@ -488,13 +488,13 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int ck_write_files(const ck_writer_opts *o, ck_wfile *files, uint32_t n, ck_writer_stats *st,
+int ck__write_files(const ck__writer_opts *o, ck__wfile *files, uint32_t n, ck__writer_stats *st,
                    ck_err *err)
 {
-    ck_writer_stats dummy;
+    ck__writer_stats dummy;
     wstate w = { .o = o, .e = o->engine ? o->engine : ck_engine_default(), .files = files,
                  .nfiles = n, .err = err, .st = st ? st : &dummy };
-    *w.st = (ck_writer_stats){ .direct = true };
+    *w.st = (ck__writer_stats){ .direct = true };
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     double t0 = now_s();

@@ -1,6 +1,6 @@
 /* io/writer.h - the data path: write data files with io_uring, hash them in workers.
  *
- * A data file is described as runs of bytes (ck_src), each from caller memory or
+ * A data file is described as runs of bytes (ck__src), each from caller memory or
  * from a fill callback, at 4 KiB-aligned file offsets; the gaps are zeros. The writer
  * preallocates each file to its final size (ext4 serialises O_DIRECT writes past
  * EOF), writes it in ~1 MiB I/Os at a deep queue, O_DIRECT where the file system
@@ -22,26 +22,26 @@
 #include "ck/types.h"
 #include "io/hash.h"
 
-typedef struct ck_src {
+typedef struct ck__src {
     uint64_t file_off;     /* where the run starts in the file */
     uint64_t len;
     const void *mem;       /* the bytes, or NULL to use fill */
     ck_fill_fn fill;
     void *arg;
     uint64_t src_off;      /* passed to fill: offset of the run's first byte */
-} ck_src;
+} ck__src;
 
-typedef struct ck_wfile {
+typedef struct ck__wfile {
     const char *path;      /* created with O_EXCL */
     uint64_t size;         /* multiple of 4096 */
-    const ck_src *srcs;    /* sorted by file_off, not overlapping, inside size */
+    const ck__src *srcs;    /* sorted by file_off, not overlapping, inside size */
     uint32_t nsrcs;
     uint8_t *hashes;       /* out: ceil(size / block_size) digests, or NULL */
-} ck_wfile;
+} ck__wfile;
 
-typedef struct ck_writer_opts {
+typedef struct ck__writer_opts {
     ck_engine *engine;          /* NULL: ck_engine_default() */
-    ck_hashpool *pool;          /* worker threads; NULL: no hashing, fills inline */
+    ck__hashpool *pool;          /* worker threads; NULL: no hashing, fills inline */
     bool no_hash;               /* with a pool: use it for fills only */
     bool fill_threadsafe;       /* fill callbacks may run concurrently on the pool */
     uint32_t block_size;        /* hash block; power of two >= 4096; 0: 4 MiB */
@@ -51,16 +51,16 @@ typedef struct ck_writer_opts {
     void (*log)(void *arg, const char *msg);
     void (*progress)(void *arg, uint64_t done, uint64_t total);
     void *cb_arg;
-} ck_writer_opts;
+} ck__writer_opts;
 
-typedef struct ck_writer_stats {
+typedef struct ck__writer_stats {
     uint64_t bytes;             /* file bytes written */
     uint64_t copied;            /* of which copied or generated into buffers */
     double seconds;
     bool direct;                /* every file was written with O_DIRECT */
-} ck_writer_stats;
+} ck__writer_stats;
 
-int ck_write_files(const ck_writer_opts *o, ck_wfile *files, uint32_t n, ck_writer_stats *st,
+int ck__write_files(const ck__writer_opts *o, ck__wfile *files, uint32_t n, ck__writer_stats *st,
                    ck_err *err);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ck_grow(void *parr, size_t *cap, size_t need, size_t size)
+int ck__grow(void *parr, size_t *cap, size_t need, size_t size)
 {
     if (need <= *cap)
         return 0;

@@ -12,6 +12,6 @@
 /* Makes room for at least `need` elements of `size` bytes in the array *parr points
  * to, whose capacity is *cap, doubling it as it grows. 0 or -ENOMEM, leaving the
  * array as it was. parr is the address of the array pointer, of any element type. */
-int ck_grow(void *parr, size_t *cap, size_t need, size_t size);
+int ck__grow(void *parr, size_t *cap, size_t need, size_t size);
 
 #endif

@@ -11,11 +11,11 @@ typedef struct plan_tensor {
     ck_placement pl[CK_MAX_MESH_DIMS];
 } plan_tensor;
 
-struct ck_plan {
+struct ck__plan {
     ck_mesh mesh;
     uint64_t world;
     uint64_t *rank_bytes;        /* aligned end of each rank's data file */
-    ck_plan_shard *shards;
+    ck__plan_shard *shards;
     uint32_t nshards;
     size_t capshards;
     plan_tensor *tensors;
@@ -23,9 +23,9 @@ struct ck_plan {
     size_t captensors;
 };
 
-int ck_plan_new(const ck_mesh *mesh, ck_plan **out)
+int ck__plan_new(const ck_mesh *mesh, ck__plan **out)
 {
-    ck_plan *p = calloc(1, sizeof *p);
+    ck__plan *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
     p->mesh = *mesh;
@@ -39,7 +39,7 @@ int ck_plan_new(const ck_mesh *mesh, ck_plan **out)
     return 0;
 }
 
-void ck_plan_free(ck_plan *p)
+void ck__plan_free(ck__plan *p)
 {
     if (!p)
         return;
@@ -79,7 +79,7 @@ static uint64_t replica_rank(const ck_mesh *m, const ck_placement *pl, uint64_t 
     return ck_mesh_rank(m, coord);
 }
 
-int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, size_t itemsize,
+int ck__plan_add(ck__plan *p, const char *name, int ndim, const uint64_t *shape, size_t itemsize,
                 const ck_placement *pl, uint32_t *first, uint32_t *count, ck_err *err)
 {
     int r = ck_layout_check(name, ndim, shape, itemsize, &p->mesh, pl, err);
@@ -91,8 +91,8 @@ int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, s
             n *= p->mesh.size[d];
     if ((uint64_t)p->nshards + n > UINT32_MAX)
         return ck_err_set(err, -E2BIG, "tensor %s: more than 2^32 shards in one checkpoint", name);
-    if (ck_grow(&p->shards, &p->capshards, p->nshards + n, sizeof *p->shards) < 0 ||
-        ck_grow(&p->tensors, &p->captensors, p->ntensors + 1, sizeof *p->tensors) < 0)
+    if (ck__grow(&p->shards, &p->capshards, p->nshards + n, sizeof *p->shards) < 0 ||
+        ck__grow(&p->tensors, &p->captensors, p->ntensors + 1, sizeof *p->tensors) < 0)
         return ck_err_set(err, -ENOMEM, "tensor %s: out of memory planning", name);
     plan_tensor *t = &p->tensors[p->ntensors];
     t->first = p->nshards;
@@ -104,7 +104,7 @@ int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, s
     uint64_t nrep = p->world / n;
     uint32_t coord[CK_MAX_MESH_DIMS];
     for (uint64_t i = 0; i < n; i++) {
-        ck_plan_shard *s = &p->shards[t->first + i];
+        ck__plan_shard *s = &p->shards[t->first + i];
         s->tensor = p->ntensors;
         s->writer = UINT64_MAX;
         for (uint64_t k = 0; k < nrep; k++) {
@@ -125,34 +125,34 @@ int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, s
     return 0;
 }
 
-uint32_t ck_plan_nshards(const ck_plan *p)
+uint32_t ck__plan_nshards(const ck__plan *p)
 {
     return p->nshards;
 }
 
-uint32_t ck_plan_ntensors(const ck_plan *p)
+uint32_t ck__plan_ntensors(const ck__plan *p)
 {
     return p->ntensors;
 }
 
-const ck_plan_shard *ck_plan_shard_at(const ck_plan *p, uint32_t i)
+const ck__plan_shard *ck__plan_shard_at(const ck__plan *p, uint32_t i)
 {
     return i < p->nshards ? &p->shards[i] : NULL;
 }
 
-uint32_t ck_plan_shard_of(const ck_plan *p, uint32_t t, uint64_t rank)
+uint32_t ck__plan_shard_of(const ck__plan *p, uint32_t t, uint64_t rank)
 {
     uint32_t coord[CK_MAX_MESH_DIMS];
     ck_mesh_coord(&p->mesh, rank, coord);
     return p->tensors[t].first + (uint32_t)shard_index(&p->mesh, p->tensors[t].pl, coord);
 }
 
-uint64_t ck_plan_file_size(const ck_plan *p, uint64_t rank)
+uint64_t ck__plan_file_size(const ck__plan *p, uint64_t rank)
 {
     return rank < p->world ? p->rank_bytes[rank] : 0;
 }
 
-const ck_mesh *ck_plan_mesh(const ck_plan *p)
+const ck_mesh *ck__plan_mesh(const ck__plan *p)
 {
     return &p->mesh;
 }

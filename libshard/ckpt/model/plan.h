@@ -15,29 +15,29 @@
 #include "ck/layout.h"
 #include "ck/types.h"
 
-typedef struct ck_plan_shard {
+typedef struct ck__plan_shard {
     uint32_t tensor;     /* index in declaration order */
     uint64_t writer;     /* rank */
     ck_box box;
     uint64_t bytes;
     uint64_t file_off;   /* offset in the writer's data file, CK_ALIGN-aligned */
-} ck_plan_shard;
+} ck__plan_shard;
 
-typedef struct ck_plan ck_plan;
+typedef struct ck__plan ck__plan;
 
-int ck_plan_new(const ck_mesh *mesh, ck_plan **out);
-void ck_plan_free(ck_plan *p);
+int ck__plan_new(const ck_mesh *mesh, ck__plan **out);
+void ck__plan_free(ck__plan *p);
 /* Adds a tensor; its shards get indices [*first, *first + *count). */
-int ck_plan_add(ck_plan *p, const char *name, int ndim, const uint64_t *shape, size_t itemsize,
+int ck__plan_add(ck__plan *p, const char *name, int ndim, const uint64_t *shape, size_t itemsize,
                 const ck_placement *pl, uint32_t *first, uint32_t *count, ck_err *err);
-uint32_t ck_plan_nshards(const ck_plan *p);
-const ck_plan_shard *ck_plan_shard_at(const ck_plan *p, uint32_t i);
+uint32_t ck__plan_nshards(const ck__plan *p);
+const ck__plan_shard *ck__plan_shard_at(const ck__plan *p, uint32_t i);
 /* Index of the shard that rank holds of tensor t (declaration index): the shard it
  * writes, or the replica that another rank writes. */
-uint32_t ck_plan_shard_of(const ck_plan *p, uint32_t t, uint64_t rank);
-uint32_t ck_plan_ntensors(const ck_plan *p);
+uint32_t ck__plan_shard_of(const ck__plan *p, uint32_t t, uint64_t rank);
+uint32_t ck__plan_ntensors(const ck__plan *p);
 /* Bytes of rank's data file (0: it writes none). */
-uint64_t ck_plan_file_size(const ck_plan *p, uint64_t rank);
-const ck_mesh *ck_plan_mesh(const ck_plan *p);
+uint64_t ck__plan_file_size(const ck__plan *p, uint64_t rank);
+const ck_mesh *ck__plan_mesh(const ck__plan *p);
 
 #endif

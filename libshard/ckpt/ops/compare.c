@@ -20,7 +20,7 @@ typedef struct names {
 static int collect(const ck_tensor *t, void *arg)
 {
     names *v = arg;
-    if (ck_grow(&v->t, &v->cap, v->n + 1, sizeof *v->t) < 0)
+    if (ck__grow(&v->t, &v->cap, v->n + 1, sizeof *v->t) < 0)
         return -ENOMEM;
     v->t[v->n++] = *t;
     return 0;

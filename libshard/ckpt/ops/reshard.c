@@ -58,7 +58,7 @@ typedef struct rs {
     rtensor *T;
     uint32_t nt;
     size_t capt;
-    ck_plan *pref, *pcopy;
+    ck__plan *pref, *pcopy;
     /* The new manifest. Extents grow in one array; each shard keeps its first index
      * until the array stops moving. */
     ck_shard *shards;
@@ -70,7 +70,7 @@ typedef struct rs {
     uint32_t nfiles;
     uint8_t **hashes;
     uint32_t *link_of;      /* source file id -> new file id + 1; 0: not linked */
-    ck_blob_rec *blobs;
+    ck__blob_rec *blobs;
     uint32_t nblobs;
     size_t capblobs;
     /* The copy. */
@@ -137,7 +137,7 @@ int ck_reshard_check(ck_ckpt *src, const ck_mesh *mesh, const ck_placement *pl, 
 static int collect_tensor(const ck_tensor *t, void *arg)
 {
     rs *s = arg;
-    if (ck_grow(&s->T, &s->capt, s->nt + 1, sizeof *s->T) < 0)
+    if (ck__grow(&s->T, &s->capt, s->nt + 1, sizeof *s->T) < 0)
         return -ENOMEM;
     s->T[s->nt++] = (rtensor){ .t = *t };
     return 0;
@@ -152,12 +152,12 @@ static int by_id(const void *a, const void *b)
 static int collect_blob(const char *name, const void *data, size_t len, void *arg)
 {
     rs *s = arg;
-    return ck_blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
+    return ck__blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
 }
 
 static int push_ext(rs *s, ck_extent x)
 {
-    if (ck_grow(&s->ext, &s->capext, s->next + 1, sizeof *s->ext) < 0)
+    if (ck__grow(&s->ext, &s->capext, s->next + 1, sizeof *s->ext) < 0)
         return -ENOMEM;
     s->ext[s->next++] = x;
     return 0;
@@ -236,7 +236,7 @@ static int lay_out(rs *s, uint32_t k, bool force_copy, ck_err *err)
     const ck_mesh *mesh = s->o->mesh;
     size_t is = ck_dtype_size(t->dtype);
     uint32_t first, count;
-    int r = ck_plan_add(s->pref, t->name, t->ndim, t->shape, is, t->pl, &first, &count, err);
+    int r = ck__plan_add(s->pref, t->name, t->ndim, t->shape, is, t->pl, &first, &count, err);
     if (r < 0)
         return r;
     ck_shard *old = NULL;
@@ -246,7 +246,7 @@ static int lay_out(rs *s, uint32_t k, bool force_copy, ck_err *err)
     if (ref && (r = ck_shards_get(s->src, t, &old, &nold, err)) < 0)
         return r;
     for (uint32_t j = 0; ref && j < count; j++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(s->pref, first + j);
+        const ck__plan_shard *ps = ck__plan_shard_at(s->pref, first + j);
         s->ext_first[s->nshards + j] = s->next;
         if (ps->bytes == 0)
             continue;
@@ -258,10 +258,10 @@ static int lay_out(rs *s, uint32_t k, bool force_copy, ck_err *err)
         ref = r == 1;
     }
     free(old);
-    const ck_plan *p = s->pref;
+    const ck__plan *p = s->pref;
     if (!ref) {
         s->next = mark;
-        if ((r = ck_plan_add(s->pcopy, t->name, t->ndim, t->shape, is, t->pl, &first, &count,
+        if ((r = ck__plan_add(s->pcopy, t->name, t->ndim, t->shape, is, t->pl, &first, &count,
                              err)) < 0)
             return r;
         p = s->pcopy;
@@ -270,7 +270,7 @@ static int lay_out(rs *s, uint32_t k, bool force_copy, ck_err *err)
     rt->first = first;
     t->n_shards = count;
     for (uint32_t j = 0; j < count; j++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(p, first + j);
+        const ck__plan_shard *ps = ck__plan_shard_at(p, first + j);
         ck_shard *sh = &s->shards[s->nshards + j];
         *sh = (ck_shard){ .tensor = t->id, .idx = j, .box = ps->box };
         ck_mesh_coord(mesh, ps->writer, sh->coord);
@@ -351,10 +351,10 @@ static int fill(void *arg, uint64_t off, void *dst, size_t len)
 /* Writes one data file per rank of the copy plan, filled through ck_reader. */
 static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
 {
-    uint32_t ncp = ck_plan_nshards(s->pcopy), first_file = s->nfiles;
-    ck_rank_files rf;
-    ck_hashpool *pool = NULL;
-    int r = ck__rank_files(s->pcopy, s->pending, hashed ? block : 0, &rf);
+    uint32_t ncp = ck__plan_nshards(s->pcopy), first_file = s->nfiles;
+    ck__rank_files rf;
+    ck__hashpool *pool = NULL;
+    int r = ck__rank_files_layout(s->pcopy, s->pending, hashed ? block : 0, &rf);
     if (r == 0 && rf.n == 0) {
         ck__rank_files_free(&rf);
         return 0;
@@ -376,7 +376,7 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
             continue;
         for (uint32_t j = 0; j < rt->t.n_shards; j++) {
             uint32_t i = rt->first + j;
-            const ck_plan_shard *ps = ck_plan_shard_at(s->pcopy, i);
+            const ck__plan_shard *ps = ck__plan_shard_at(s->pcopy, i);
             if (!ps->bytes)
                 continue;
             s->fills[i] = (fill_src){ .rs = s, .tensor = k, .box = ps->box };
@@ -393,17 +393,17 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
     }
     /* The pool hashes, and runs the fills in parallel: reads of different blocks then
      * overlap each other and the writes. */
-    if ((r = ck_hashpool_new(s->o->hash_threads, &pool)) < 0 ||
+    if ((r = ck__hashpool_new(s->o->hash_threads, &pool)) < 0 ||
         (r = ck_readers_open(ck_dir(s->src), &s->readers, err)) < 0) {
         ck_err_set(err, r, "starting the copy workers: %s", strerror(-r));
         goto out;
     }
-    ck_writer_opts wo = { .engine = s->e, .pool = pool, .no_hash = !hashed,
+    ck__writer_opts wo = { .engine = s->e, .pool = pool, .no_hash = !hashed,
                           .fill_threadsafe = true, .block_size = block,
                           .mem_limit = s->o->mem_limit, .log = s->o->log,
                           .progress = s->o->progress, .cb_arg = s->o->cb_arg };
-    ck_writer_stats ws = { 0 };
-    r = ck_write_files(&wo, rf.wf, rf.n, &ws, err);
+    ck__writer_stats ws = { 0 };
+    r = ck__write_files(&wo, rf.wf, rf.n, &ws, err);
     if (r < 0 && s->fill_err.code)
         ck_err_set(err, r, "%s", ck_err_msg(&s->fill_err));
     s->st->files_written = rf.n;
@@ -412,7 +412,7 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
 out:
     if (r == -ENOMEM)
         ck_err_set(err, r, "checkpoint %s: out of memory laying out the copies", s->o->name);
-    ck_hashpool_free(pool);
+    ck__hashpool_free(pool);
     ck_readers_close(s->readers);
     s->readers = NULL;
     ck__rank_files_free(&rf);
@@ -428,8 +428,8 @@ static void rs_free(rs *s)
     for (uint32_t i = 0; i < s->nblobs; i++)
         free((void *)s->blobs[i].data);
     free(s->blobs);
-    ck_plan_free(s->pref);
-    ck_plan_free(s->pcopy);
+    ck__plan_free(s->pref);
+    ck__plan_free(s->pcopy);
     free(s->T);
     free(s->shards);
     free(s->ext);
@@ -457,8 +457,8 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
     int r = ck_tensors_each(src, collect_tensor, s, err);
     if (r == 0)
         r = ck_blobs_each(src, collect_blob, s, err);
-    if (r < 0 || (r = ck_plan_new(o->mesh, &s->pref)) < 0 ||
-        (r = ck_plan_new(o->mesh, &s->pcopy)) < 0)
+    if (r < 0 || (r = ck__plan_new(o->mesh, &s->pref)) < 0 ||
+        (r = ck__plan_new(o->mesh, &s->pcopy)) < 0)
         goto out;
     qsort(s->T, s->nt, sizeof *s->T, by_id);
     /* Shard counts are known before any layout: allocate the records once. */
@@ -515,7 +515,7 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
     }
     for (uint32_t k = 0; k < s->nt; k++)
         tens[k] = s->T[k].t;
-    ck_manifest m = { .info = info, .tensors = tens, .shards = s->shards, .files = s->files,
+    ck__manifest m = { .info = info, .tensors = tens, .shards = s->shards, .files = s->files,
                       .hashes = (const uint8_t *const *)s->hashes, .blobs = s->blobs };
     r = ck__publish(s->e, o->root, s->pending, &m, !o->no_catalog, &committed, err);
     free(tens);

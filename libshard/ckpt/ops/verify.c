@@ -75,7 +75,7 @@ static void check_files(vstate *v)
 
 static int add_tname(vstate *v, const char *name)
 {
-    if (ck_grow(&v->tnames, &v->captn, (size_t)v->ntn + 1, sizeof *v->tnames) < 0)
+    if (ck__grow(&v->tnames, &v->captn, (size_t)v->ntn + 1, sizeof *v->tnames) < 0)
         return -ENOMEM;
     snprintf(v->tnames[v->ntn++], CK_NAME_MAX, "%s", name);
     return 0;
@@ -83,7 +83,7 @@ static int add_tname(vstate *v, const char *name)
 
 static int add_ext(vstate *v, const ck_extent *e, uint32_t tensor, uint32_t shard)
 {
-    if (ck_grow(&v->ext, &v->capext, v->next + 1, sizeof *v->ext) < 0)
+    if (ck__grow(&v->ext, &v->capext, v->next + 1, sizeof *v->ext) < 0)
         return -ENOMEM;
     v->ext[v->next++] = (ext_ref){ .file = e->file, .off = e->off, .len = e->len,
                                    .tensor = tensor, .shard = shard };
@@ -205,7 +205,7 @@ static int check_tensors(vstate *v, ck_err *err)
     MDB_cursor *cur;
     int rc = mdb_cursor_open(ck->txn, ck->db_tensors, &cur);
     if (rc != MDB_SUCCESS)
-        return ck_err_set(err, ck_mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
+        return ck_err_set(err, ck__mdb_err(rc), "%s: %s", ck->mpath, mdb_strerror(rc));
     uint64_t count = 0, claimed = 0;
     uint32_t *ids = NULL;
     size_t nids = 0, capids = 0;
@@ -224,7 +224,7 @@ static int check_tensors(vstate *v, ck_err *err)
             if (ids[i] == t.id)
                 problem(v, "tensors %s and %s share the id %u (duplicate tensor)", v->tnames[i],
                         t.name, t.id);
-        if (ck_grow(&ids, &capids, nids + 1, sizeof *ids) < 0 || add_tname(v, t.name) < 0) {
+        if (ck__grow(&ids, &capids, nids + 1, sizeof *ids) < 0 || add_tname(v, t.name) < 0) {
             r = -ENOMEM;
             break;
         }
@@ -269,7 +269,7 @@ struct deep {
     vstate *v;
     ck_engine *e;
     ck_ioq *q;
-    ck_hashpool *pool;
+    ck__hashpool *pool;
     dslot *slots;
     unsigned nslots;
     pthread_mutex_t mu;
@@ -370,7 +370,7 @@ static int deep_setup(deep *d, ck_err *err)
                     (unsigned long long)size);
         d->total += d->limit[f];
     }
-    int r = ck_hashpool_new(v->o->threads, &d->pool);
+    int r = ck__hashpool_new(v->o->threads, &d->pool);
     if (r == 0)
         r = d->e->ops->ioq_open(d->e, d->nslots, NULL, 0, &d->q);
     if (r < 0)
@@ -399,7 +399,7 @@ static void deep_reap(deep *d, bool wait)
         pthread_mutex_lock(&d->mu);
         s->hashing = true;
         pthread_mutex_unlock(&d->mu);
-        if (ck_hashpool_submit(d->pool, s->buf, s->len, s->got, on_dhashed, s) < 0) {
+        if (ck__hashpool_submit(d->pool, s->buf, s->len, s->got, on_dhashed, s) < 0) {
             pthread_mutex_lock(&d->mu);
             s->hashing = false;
             pthread_mutex_unlock(&d->mu);
@@ -489,7 +489,7 @@ static int deep_check(vstate *v, ck_err *err)
     /* Nothing may still read a buffer we free. */
     while (d.q && d.inflight > 0)
         deep_reap(&d, true);
-    ck_hashpool_free(d.pool);
+    ck__hashpool_free(d.pool);
     if (d.q)
         d.e->ops->ioq_close(d.q);
     for (uint32_t i = 0; d.fds && i < in->n_files; i++)

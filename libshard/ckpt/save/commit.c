@@ -62,7 +62,7 @@ void ck__pending_remove(ck_engine *e, const char *pending, const ck_file *files,
     e->ops->rmdir(e, pending);
 }
 
-int ck__publish(ck_engine *e, const char *root, const char *pending, const ck_manifest *m,
+int ck__publish(ck_engine *e, const char *root, const char *pending, const ck__manifest *m,
                 bool catalog, bool *committed, ck_err *err)
 {
     char final[PATH_MAX + CK_NAME_MAX], path[PATH_MAX + CK_NAME_MAX];
@@ -70,7 +70,7 @@ int ck__publish(ck_engine *e, const char *root, const char *pending, const ck_ma
     *committed = false;
     snprintf(final, sizeof final, "%s/%s", root, m->info.name);
     snprintf(path, sizeof path, "%s/%s", pending, CK_MANIFEST);
-    if ((r = ck_manifest_write(e, path, m, err)) < 0)
+    if ((r = ck__manifest_write(e, path, m, err)) < 0)
         return r;
     if ((r = ck_engine_fsync_path(e, pending)) < 0)
         return ck_err_set(err, r, "%s: fsync: %s", pending, strerror(-r));

@@ -19,7 +19,7 @@ void ck__pending_remove(ck_engine *e, const char *pending, const ck_file *files,
 /* Steps 3-7: writes and fsyncs the manifest, fsyncs the pending directory, renames it
  * to ROOT/NAME (never replacing), fsyncs ROOT, records it in the catalog. *committed
  * tells whether the rename happened: after it, an error leaves a complete checkpoint. */
-int ck__publish(ck_engine *e, const char *root, const char *pending, const ck_manifest *m,
+int ck__publish(ck_engine *e, const char *root, const char *pending, const ck__manifest *m,
                 bool catalog, bool *committed, ck_err *err);
 
 #endif

@@ -13,17 +13,17 @@
 #include "model/plan.h"
 
 /* Where one tensor's shard of a rank comes from: memory, or fill(arg, off, dst, len). */
-typedef struct ck_shard_src {
+typedef struct ck__shard_src {
     const void *mem;
     ck_fill_fn fill;
     void *arg;
-} ck_shard_src;
+} ck__shard_src;
 
-/* Fills image, ck_plan_file_size(p, rank) bytes, from src (one per tensor, in
+/* Fills image, ck__plan_file_size(p, rank) bytes, from src (one per tensor, in
  * declaration order; read only for the shards rank writes). 0, or the fill's error,
  * or -EINVAL for a source that is empty; *bad then names the tensor, for the caller's
  * message. */
-int ck__rank_image(const ck_plan *p, uint64_t rank, const ck_shard_src *src, void *image,
+int ck__rank_image(const ck__plan *p, uint64_t rank, const ck__shard_src *src, void *image,
                    uint32_t *bad);
 
 #endif

@@ -5,15 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ck__rank_files(const ck_plan *p, const char *dir, uint32_t hash_block, ck_rank_files *rf)
+int ck__rank_files_layout(const ck__plan *p, const char *dir, uint32_t hash_block, ck__rank_files *rf)
 {
     memset(rf, 0, sizeof *rf);
-    uint64_t world = ck_mesh_world(ck_plan_mesh(p));
-    uint32_t nsh = ck_plan_nshards(p);
+    uint64_t world = ck_mesh_world(ck__plan_mesh(p));
+    uint32_t nsh = ck__plan_nshards(p);
     if (!(rf->file_of = calloc(world, sizeof *rf->file_of)))
         return -ENOMEM;
     for (uint64_t r = 0; r < world; r++)
-        if (ck_plan_file_size(p, r) > 0)
+        if (ck__plan_file_size(p, r) > 0)
             rf->file_of[r] = ++rf->n;
     size_t nf = rf->n ? rf->n : 1, ns = nsh ? nsh : 1;
     rf->files = calloc(nf, sizeof *rf->files);
@@ -36,7 +36,7 @@ int ck__rank_files(const ck_plan *p, const char *dir, uint32_t hash_block, ck_ra
             continue;
         ck_file *cf = &rf->files[f];
         snprintf(cf->name, sizeof cf->name, "rank-%05llu.dat", (unsigned long long)rank);
-        cf->size = ck_plan_file_size(p, rank);
+        cf->size = ck__plan_file_size(p, rank);
         cf->rank = (uint32_t)rank;
         snprintf(rf->paths[f], PATH_MAX, "%s/%s", dir, cf->name);
         rf->wf[f].path = rf->paths[f];
@@ -53,7 +53,7 @@ int ck__rank_files(const ck_plan *p, const char *dir, uint32_t hash_block, ck_ra
     /* Plan shards come in (tensor, index) order and a rank's file offsets grow as the
      * plan assigns them, so each file's runs come out sorted. Count, then place. */
     for (uint32_t i = 0; i < nsh; i++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(p, i);
+        const ck__plan_shard *ps = ck__plan_shard_at(p, i);
         if (ps->bytes)
             rf->wf[rf->file_of[ps->writer] - 1].nsrcs++;
     }
@@ -64,21 +64,21 @@ int ck__rank_files(const ck_plan *p, const char *dir, uint32_t hash_block, ck_ra
         acc += rf->wf[f].nsrcs;
     }
     for (uint32_t i = 0; i < nsh; i++) {
-        const ck_plan_shard *ps = ck_plan_shard_at(p, i);
+        const ck__plan_shard *ps = ck__plan_shard_at(p, i);
         rf->shard_src[i] = UINT32_MAX;
         if (!ps->bytes)
             continue;
         uint32_t k = pos[rf->file_of[ps->writer] - 1]++;
         rf->shard_src[i] = k;
         rf->src_shard[k] = i;
-        rf->srcs[k] = (ck_src){ .file_off = ps->file_off, .len = ps->bytes };
+        rf->srcs[k] = (ck__src){ .file_off = ps->file_off, .len = ps->bytes };
     }
 out:
     free(pos);
     return r;
 }
 
-void ck__rank_files_free(ck_rank_files *rf)
+void ck__rank_files_free(ck__rank_files *rf)
 {
     if (rf->hashes)
         for (uint32_t f = 0; f < rf->n; f++)

@@ -2,7 +2,7 @@
  *
  * One file per rank that writes anything, rank-NNNNN.dat, holding that rank's plan
  * shards at their plan offsets; and one writer source run per non-empty shard, in
- * file order, for ck_write_files. A save binds the runs to the ranks' memory or fills
+ * file order, for ck__write_files. A save binds the runs to the ranks' memory or fills
  * and adds the shard records; a copy reshard binds them to reads of the old data. */
 #ifndef CK_SAVE_RANKFILES_H
 #define CK_SAVE_RANKFILES_H
@@ -13,20 +13,20 @@
 #include "model/plan.h"
 #include "io/writer.h"
 
-typedef struct ck_rank_files {
+typedef struct ck__rank_files {
     uint32_t n;
     uint32_t *file_of;          /* per rank: its file's index + 1; 0: it writes none */
     ck_file *files;
-    ck_wfile *wf;               /* srcs point into srcs; hashes into hashes */
-    ck_src *srcs;               /* file_off and len set; mem / fill left to the caller */
+    ck__wfile *wf;               /* srcs point into srcs; hashes into hashes */
+    ck__src *srcs;               /* file_off and len set; mem / fill left to the caller */
     uint32_t *shard_src;        /* per plan shard: its run, or UINT32_MAX when empty */
     uint32_t *src_shard;        /* per run: its plan shard */
     char (*paths)[PATH_MAX];
     uint8_t **hashes;           /* per file, NULL when unhashed */
-} ck_rank_files;
+} ck__rank_files;
 
 /* Lays out plan p's files in directory dir. hash_block 0: unhashed. 0 or -ENOMEM. */
-int ck__rank_files(const ck_plan *p, const char *dir, uint32_t hash_block, ck_rank_files *rf);
-void ck__rank_files_free(ck_rank_files *rf);
+int ck__rank_files_layout(const ck__plan *p, const char *dir, uint32_t hash_block, ck__rank_files *rf);
+void ck__rank_files_free(ck__rank_files *rf);
 
 #endif

@@ -2,8 +2,8 @@
  *
  * The commit protocol of docs/FORMAT.md, step by step, every step through the engine:
  *   1. mkdir ROOT/.pending/NAME.XXXXXX
- *   2. create, preallocate, write and fsync each data file       (ck_write_files)
- *   3. write and fsync the manifest                              (ck_manifest_write)
+ *   2. create, preallocate, write and fsync each data file       (ck__write_files)
+ *   3. write and fsync the manifest                              (ck__manifest_write)
  *   4. fsync the pending directory: its entries are now durable
  *   5. rename it to ROOT/NAME, refusing to replace anything      (the commit point)
  *   6. fsync ROOT: the rename is durable
@@ -34,7 +34,7 @@
 /* The manifest's view and the writer's: the files and their runs, and the shard
  * records. */
 typedef struct layout {
-    ck_rank_files F;
+    ck__rank_files F;
     ck_shard *shards;
     ck_extent *ext;
 } layout;
@@ -45,16 +45,16 @@ struct ck_save {
     uint64_t step;
     ck_save_opts o;
     ck_engine *e;
-    ck_plan *plan;
+    ck__plan *plan;
     ck_tensor *tensors;
     uint32_t ntensors;
     size_t captensors, capfirst;
     uint32_t *tensor_first;        /* first plan shard of each tensor */
     uint32_t *index;               /* open-addressing name -> tensor+1 */
     uint32_t index_cap;
-    ck_shard_src *src;             /* per plan shard */
+    ck__shard_src *src;             /* per plan shard */
     size_t capsrc;
-    ck_blob_rec *blobs;
+    ck__blob_rec *blobs;
     uint32_t nblobs;
     size_t capblobs;
     char pending[PATH_MAX];        /* set once created */
@@ -68,7 +68,7 @@ struct ck_save {
     uint32_t block;
     const void **image;            /* per file: the whole file in memory, or NULL */
     bool *written;                 /* per file: durable */
-    ck_hashpool *pool;
+    ck__hashpool *pool;
     pthread_mutex_t mu;            /* stats and written[], for concurrent rank writes */
     ck_save_stats st;
     layout L;
@@ -145,7 +145,7 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     if (opts)
         s->o = *opts;
     s->e = s->o.engine ? s->o.engine : ck_engine_default();
-    r = ck_plan_new(mesh, &s->plan);
+    r = ck__plan_new(mesh, &s->plan);
     if (r < 0) {
         free(s);
         return r;
@@ -170,17 +170,17 @@ int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     if (ndim < 0 || ndim > CK_MAX_NDIM)
         return ck_err_set(err, -EINVAL, "tensor %s: %d dims (at most %d)", name, ndim,
                           CK_MAX_NDIM);
-    if (ck_grow(&s->tensors, &s->captensors, s->ntensors + 1, sizeof *s->tensors) < 0 ||
-        ck_grow(&s->tensor_first, &s->capfirst, s->ntensors + 1, sizeof *s->tensor_first) < 0)
+    if (ck__grow(&s->tensors, &s->captensors, s->ntensors + 1, sizeof *s->tensors) < 0 ||
+        ck__grow(&s->tensor_first, &s->capfirst, s->ntensors + 1, sizeof *s->tensor_first) < 0)
         return -ENOMEM;
     if ((s->ntensors + 1) * 2 > s->index_cap && (r = index_grow(s)) < 0)
         return r;
     uint32_t first, count;
-    r = ck_plan_add(s->plan, name, ndim, shape, ck_dtype_size(dtype), pl, &first, &count, err);
+    r = ck__plan_add(s->plan, name, ndim, shape, ck_dtype_size(dtype), pl, &first, &count, err);
     if (r < 0)
         return r;
     size_t had = s->capsrc;
-    if (ck_grow(&s->src, &s->capsrc, (size_t)first + count, sizeof *s->src) < 0)
+    if (ck__grow(&s->src, &s->capsrc, (size_t)first + count, sizeof *s->src) < 0)
         return -ENOMEM;
     memset(s->src + had, 0, (s->capsrc - had) * sizeof *s->src);
     ck_tensor *t = &s->tensors[s->ntensors];
@@ -190,7 +190,7 @@ int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     t->dtype = dtype;
     t->ndim = ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    memcpy(t->pl, pl, (size_t)ck_plan_mesh(s->plan)->ndim * sizeof *pl);
+    memcpy(t->pl, pl, (size_t)ck__plan_mesh(s->plan)->ndim * sizeof *pl);
     t->n_shards = count;
     s->tensor_first[s->ntensors] = first;
     *index_slot(s, name) = ++s->ntensors;
@@ -198,7 +198,7 @@ int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
 }
 
 /* The plan shard that rank writes of tensor, or NULL when another replica writes it. */
-static const ck_plan_shard *writes(const ck_save *s, const char *tensor, uint64_t rank,
+static const ck__plan_shard *writes(const ck_save *s, const char *tensor, uint64_t rank,
                                    uint32_t *shard, ck_err *err)
 {
     uint32_t t;
@@ -206,29 +206,29 @@ static const ck_plan_shard *writes(const ck_save *s, const char *tensor, uint64_
         ck_err_set(err, -ENOENT, "checkpoint %s: no tensor %s was declared", s->name, tensor);
         return NULL;
     }
-    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan))) {
+    if (rank >= ck_mesh_world(ck__plan_mesh(s->plan))) {
         ck_err_set(err, -EINVAL, "tensor %s: rank %llu is outside the mesh", tensor,
                    (unsigned long long)rank);
         return NULL;
     }
-    *shard = ck_plan_shard_of(s->plan, t, rank);
-    const ck_plan_shard *ps = ck_plan_shard_at(s->plan, *shard);
+    *shard = ck__plan_shard_of(s->plan, t, rank);
+    const ck__plan_shard *ps = ck__plan_shard_at(s->plan, *shard);
     return ps->writer == rank ? ps : NULL;
 }
 
 bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank)
 {
     uint32_t idx;
-    const ck_plan_shard *ps = writes(s, tensor, rank, &idx, NULL);
+    const ck__plan_shard *ps = writes(s, tensor, rank, &idx, NULL);
     return ps && ps->bytes > 0;
 }
 
-static int offer(ck_save *s, const char *tensor, uint64_t rank, ck_shard_src src,
+static int offer(ck_save *s, const char *tensor, uint64_t rank, ck__shard_src src,
                  ck_err *err)
 {
     ck_err_clear(err);
     uint32_t idx;
-    const ck_plan_shard *ps = writes(s, tensor, rank, &idx, err);
+    const ck__plan_shard *ps = writes(s, tensor, rank, &idx, err);
     if (!ps)
         return err && err->code ? err->code : 0;   /* a replica another rank writes */
     s->src[idx] = src;
@@ -237,13 +237,13 @@ static int offer(ck_save *s, const char *tensor, uint64_t rank, ck_shard_src src
 
 int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *data, ck_err *err)
 {
-    return offer(s, tensor, rank, (ck_shard_src){ .mem = data }, err);
+    return offer(s, tensor, rank, (ck__shard_src){ .mem = data }, err);
 }
 
 int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
                        void *arg, ck_err *err)
 {
-    return offer(s, tensor, rank, (ck_shard_src){ .fill = fill, .arg = arg }, err);
+    return offer(s, tensor, rank, (ck__shard_src){ .fill = fill, .arg = arg }, err);
 }
 
 int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err)
@@ -257,21 +257,21 @@ int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_
     for (uint32_t i = 0; i < s->nblobs; i++)
         if (!strcmp(s->blobs[i].name, name))
             return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate blob name %s", s->name, name);
-    return ck_blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
+    return ck__blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
 }
 
 static void layout_free(layout *L);
 
 static void save_free(ck_save *s)
 {
-    ck_hashpool_free(s->pool);
+    ck__hashpool_free(s->pool);
     layout_free(&s->L);
     free(s->image);
     free(s->written);
     free(s->part);
     free(s->parts);
     pthread_mutex_destroy(&s->mu);
-    ck_plan_free(s->plan);
+    ck__plan_free(s->plan);
     free(s->tensors);
     free(s->tensor_first);
     free(s->index);
@@ -302,9 +302,9 @@ static void layout_free(layout *L)
 static int build_layout(ck_save *s)
 {
     layout *L = &s->L;
-    const ck_mesh *mesh = ck_plan_mesh(s->plan);
-    uint32_t nsh = ck_plan_nshards(s->plan);
-    int r = ck__rank_files(s->plan, s->pending, s->o.no_hash ? 0 : s->block, &L->F);
+    const ck_mesh *mesh = ck__plan_mesh(s->plan);
+    uint32_t nsh = ck__plan_nshards(s->plan);
+    int r = ck__rank_files_layout(s->plan, s->pending, s->o.no_hash ? 0 : s->block, &L->F);
     if (r < 0)
         return r;
     size_t nf = L->F.n ? L->F.n : 1, ns = nsh ? nsh : 1;
@@ -317,7 +317,7 @@ static int build_layout(ck_save *s)
     for (uint32_t t = 0; t < s->ntensors; t++) {
         for (uint32_t j = 0; j < s->tensors[t].n_shards; j++) {
             uint32_t i = s->tensor_first[t] + j;
-            const ck_plan_shard *ps = ck_plan_shard_at(s->plan, i);
+            const ck__plan_shard *ps = ck__plan_shard_at(s->plan, i);
             ck_shard *sh = &L->shards[i];
             sh->tensor = t;
             sh->idx = j;
@@ -349,7 +349,7 @@ static int prepare_at(ck_save *s, const char *token, ck_err *err)
     if (r == 0)
         r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
-    if (r == 0 && (r = ck_hashpool_new(s->o.hash_threads, &s->pool)) < 0)
+    if (r == 0 && (r = ck__hashpool_new(s->o.hash_threads, &s->pool)) < 0)
         ck_err_set(err, r, "starting worker threads: %s", strerror(-r));
     if (r == -ENOMEM)
         ck_err_set(err, r, "checkpoint %s: out of memory laying out the files", s->name);
@@ -367,7 +367,7 @@ static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
 {
     if (!s->prepared)
         return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
-    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+    if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
     if (s->L.F.file_of[rank] == 0)
@@ -378,10 +378,10 @@ static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
 
 uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank)
 {
-    return ck_plan_file_size(s->plan, rank);
+    return ck__plan_file_size(s->plan, rank);
 }
 
-const ck_plan *ck_save_plan(const ck_save *s)
+const ck__plan *ck__save_plan(const ck_save *s)
 {
     return s->plan;
 }
@@ -391,7 +391,7 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     int r = ck_save_prepare(s, err);
     if (r < 0)
         return r;
-    if (rank >= ck_mesh_world(ck_plan_mesh(s->plan)))
+    if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
     uint32_t f = s->L.F.file_of[rank];
@@ -405,11 +405,11 @@ int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
     int r = ck_save_rank_image(s, rank, image, err);
     if (r < 0)
         return r;
-    ck_shard_src *src = malloc((s->ntensors ? s->ntensors : 1) * sizeof *src);
+    ck__shard_src *src = malloc((s->ntensors ? s->ntensors : 1) * sizeof *src);
     if (!src)
         return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", s->name);
     for (uint32_t t = 0; t < s->ntensors; t++)
-        src[t] = s->src[ck_plan_shard_of(s->plan, t, rank)];
+        src[t] = s->src[ck__plan_shard_of(s->plan, t, rank)];
     uint32_t t = 0;
     r = ck__rank_image(s->plan, rank, src, image, &t);
     if (r < 0 && !src[t].mem && !src[t].fill)
@@ -429,15 +429,15 @@ int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
 static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
 {
     layout *L = &s->L;
-    ck_wfile *wf = &L->F.wf[f];
-    ck_src *src = (ck_src *)wf->srcs;
+    ck__wfile *wf = &L->F.wf[f];
+    ck__src *src = (ck__src *)wf->srcs;
     for (uint32_t j = 0; j < wf->nsrcs; j++) {
         if (s->image[f]) {
             src[j].mem = (const uint8_t *)s->image[f] + src[j].file_off;
             continue;
         }
         uint32_t i = L->F.src_shard[(size_t)(src - L->F.srcs) + j];
-        const ck_shard_src *ss = &s->src[i];
+        const ck__shard_src *ss = &s->src[i];
         if (!ss->mem && !ss->fill)
             return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %u never offered "
                               "its shard %u", s->name, s->tensors[L->shards[i].tensor].name,
@@ -452,7 +452,7 @@ static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
 /* Writes the listed files, durable when it returns 0. */
 static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
 {
-    ck_wfile *wf = malloc((n ? n : 1) * sizeof *wf);
+    ck__wfile *wf = malloc((n ? n : 1) * sizeof *wf);
     if (!wf)
         return -ENOMEM;
     int r = 0;
@@ -460,13 +460,13 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
         r = bind_sources(s, ids[k], err);
         wf[k] = s->L.F.wf[ids[k]];
     }
-    ck_writer_stats ws = { .direct = true };
+    ck__writer_stats ws = { .direct = true };
     if (r == 0) {
-        ck_writer_opts wo = { .engine = s->e, .pool = s->pool, .no_hash = s->o.no_hash,
+        ck__writer_opts wo = { .engine = s->e, .pool = s->pool, .no_hash = s->o.no_hash,
                               .fill_threadsafe = s->o.fill_threadsafe, .block_size = s->block,
                               .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
                               .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
-        r = ck_write_files(&wo, wf, n, &ws, err);
+        r = ck__write_files(&wo, wf, n, &ws, err);
     }
     free(wf);
     pthread_mutex_lock(&s->mu);
@@ -525,7 +525,7 @@ static size_t hash_bytes(const ck_save *s, uint64_t rank)
 {
     uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
     return s->o.no_hash ? 0
-         : (size_t)((ck_plan_file_size(s->plan, rank) + block - 1) / block) * CK_HASH_LEN;
+         : (size_t)((ck__plan_file_size(s->plan, rank) + block - 1) / block) * CK_HASH_LEN;
 }
 
 /* The records of ck_save_finish_group, made here so that finish cannot fail before
@@ -546,7 +546,7 @@ static int alloc_parts(ck_save *s, const ck_group *g, ck_err *err)
 
 int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
 {
-    uint64_t world = ck_mesh_world(ck_plan_mesh(s->plan));
+    uint64_t world = ck_mesh_world(ck__plan_mesh(s->plan));
     if (g->world != world || g->rank >= world)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of a group of %llu, but the "
                           "mesh has %llu ranks", s->name, (unsigned long long)g->rank,
@@ -657,9 +657,9 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
     free(todo);
     if (r == 0) {
         ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
-                         .mesh = *ck_plan_mesh(s->plan), .block_size = s->block,
+                         .mesh = *ck__plan_mesh(s->plan), .block_size = s->block,
                          .hashed = !s->o.no_hash, .n_tensors = s->ntensors,
-                         .n_shards = ck_plan_nshards(s->plan), .n_files = s->L.F.n,
+                         .n_shards = ck__plan_nshards(s->plan), .n_files = s->L.F.n,
                          .n_blobs = s->nblobs };
         snprintf(info.name, sizeof info.name, "%s", s->name);
         struct timespec ts;
@@ -668,9 +668,9 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
         for (uint32_t f = 0; f < s->L.F.n; f++)
             info.data_bytes += s->L.F.files[f].size;
         for (uint32_t i = 0; i < info.n_shards; i++)
-            info.tensor_bytes += ck_plan_shard_at(s->plan, i)->bytes;
+            info.tensor_bytes += ck__plan_shard_at(s->plan, i)->bytes;
         s->st.tensor_bytes = info.tensor_bytes;
-        ck_manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
+        ck__manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
                           .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
                           .blobs = s->blobs };
         r = ck__publish(s->e, s->root, s->pending, &m, !s->o.no_catalog, &committed, err);

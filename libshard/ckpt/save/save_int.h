@@ -10,6 +10,6 @@
 #include "model/plan.h"
 
 /* The plan fixed by ck_save_prepare or ck_save_prepare_group; NULL before. */
-const ck_plan *ck_save_plan(const ck_save *s);
+const ck__plan *ck__save_plan(const ck_save *s);
 
 #endif

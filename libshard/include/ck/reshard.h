@@ -11,7 +11,7 @@
  *                 old files, each starting on a 4 KiB boundary (the format requires
  *                 aligned extents): dim-0 and replicate changes of row-major tensors.
  *   by copy       new data files, one per writing rank of the target mesh, written by
- *                 ck_write_files from a fill callback that reads through ck_reader,
+ *                 the writer, from a fill callback that reads through ck_reader,
  *                 so memory stays bounded by the writer's ring; hashes are computed.
  *
  * CK_RESHARD_AUTO decides per tensor (by reference where possible); CK_RESHARD_COPY
