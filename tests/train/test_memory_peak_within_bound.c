@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "harness.h"
-#include "model.h"
+#include "mlp.h"
 
 static const tm_dims DIMS = {.din = 48, .d = 48, .h = 96, .dout = 48, .nblocks = 4,
                              .root_params = false, .init_bound = 0.1f};

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "model.h"
+#include "mlp.h"
 
 static int failures;
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "model.h"
+#include "mlp.h"
 
 enum { STEPS = 20, ACCUM = 4, GLOBAL_B = 12 };
 static const uint64_t SEED = 1234;

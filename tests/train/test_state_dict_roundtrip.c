@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "model.h"
+#include "mlp.h"
 
 static const tm_dims DIMS = {.din = 5, .d = 7, .h = 9, .dout = 2, .nblocks = 2,
                              .root_params = true, .init_bound = 0.5f};

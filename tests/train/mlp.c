@@ -1,5 +1,5 @@
-/* model.c - the test model's compute (shared), its libshard form, and its reference. */
-#include "model.h"
+/* mlp.c - the test model's compute (shared), its libshard form, and its reference. */
+#include "mlp.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* model.h - the test model: an MLP of residual blocks, written once and run two ways.
+/* mlp.h - the test model: an MLP of residual blocks, written once and run two ways.
  *
  *   h = x W_in^T                         (root parameter, when root_params)
  *   h = h + W2 tanh(W1 h + b1) + b2      (blocks.i, i < nblocks)
@@ -10,8 +10,8 @@
  * (plain arrays on one process), so any difference between the two comes from
  * sharding, communication and the optimizer, which is what the tests measure.
  */
-#ifndef TM_MODEL_H
-#define TM_MODEL_H
+#ifndef TM_MLP_H
+#define TM_MLP_H
 
 #include <stdbool.h>
 
