@@ -138,9 +138,21 @@ int main(int argc, char **argv)
     double stall_sum = 0.0, stall_max = 0.0, drain_sum = 0.0;
     int saves = 0, done_n = 0;
     t0 = now_s();
+    sh_checkpoint_done d;
     for (long s = 1; s <= a.steps; s++) {
         if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
             die(w, "step", &err);
+        /* As the trainer does: move the save in flight on once per step, and take the
+         * reports of the finished ones, so that the next save does not wait for it and
+         * its time to commit is measured when it commits. */
+        if (sh_checkpoint_progress(ck, &err))
+            die(w, "checkpoint progress", &err);
+        while (sh_checkpoint_poll(ck, &d, &err) == 1) {
+            if (d.rc)
+                fprintf(stderr, "bench/train: save %s failed: %s\n", d.name, d.msg);
+            drain_sum += d.seconds;
+            done_n++;
+        }
         if (s % a.ckpt_every)
             continue;
         double stall;
@@ -158,7 +170,6 @@ int main(int argc, char **argv)
     double with_saves = now_s() - t0;
     if (sh_checkpoint_wait(ck, &err))
         die(w, "wait", &err);
-    sh_checkpoint_done d;
     while (sh_checkpoint_poll(ck, &d, &err) == 1) {
         if (d.rc)
             fprintf(stderr, "bench/train: save %s failed: %s\n", d.name, d.msg);
