@@ -40,6 +40,19 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
+/* Rank 0: the saves that finished since the last call, their times to commit summed. */
+static void take_reports(sh_checkpoint *ck, double *seconds, int *n)
+{
+    sh_checkpoint_done d;
+    ck_err err = {0};
+    while (sh_checkpoint_poll(ck, &d, &err) == 1) {
+        if (d.rc)
+            fprintf(stderr, "bench/train: save %s failed: %s\n", d.name, d.msg);
+        *seconds += d.seconds;
+        (*n)++;
+    }
+}
+
 static void die(sh_world *w, const char *what, const ck_err *err)
 {
     fprintf(stderr, "bench/train: rank %d: %s: %s\n", sh_world_rank(w), what, ck_err_msg(err));
@@ -138,7 +151,6 @@ int main(int argc, char **argv)
     double stall_sum = 0.0, stall_max = 0.0, drain_sum = 0.0;
     int saves = 0, done_n = 0;
     t0 = now_s();
-    sh_checkpoint_done d;
     for (long s = 1; s <= a.steps; s++) {
         if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
             die(w, "step", &err);
@@ -147,12 +159,7 @@ int main(int argc, char **argv)
          * its time to commit is measured when it commits. */
         if (sh_checkpoint_progress(ck, &err))
             die(w, "checkpoint progress", &err);
-        while (sh_checkpoint_poll(ck, &d, &err) == 1) {
-            if (d.rc)
-                fprintf(stderr, "bench/train: save %s failed: %s\n", d.name, d.msg);
-            drain_sum += d.seconds;
-            done_n++;
-        }
+        take_reports(ck, &drain_sum, &done_n);
         if (s % a.ckpt_every)
             continue;
         double stall;
@@ -170,12 +177,7 @@ int main(int argc, char **argv)
     double with_saves = now_s() - t0;
     if (sh_checkpoint_wait(ck, &err))
         die(w, "wait", &err);
-    while (sh_checkpoint_poll(ck, &d, &err) == 1) {
-        if (d.rc)
-            fprintf(stderr, "bench/train: save %s failed: %s\n", d.name, d.msg);
-        drain_sum += d.seconds;
-        done_n++;
-    }
+    take_reports(ck, &drain_sum, &done_n);
     if (rank == 0 && tr_prune_saves(root, 2, &err))
         die(w, "removing old saves", &err);
 
