@@ -1,6 +1,7 @@
 /* image.c - a rank's data file in memory (see image.h). */
 #include "save/image.h"
 
+#include <errno.h>
 #include <string.h>
 
 int ck__rank_image(const ck__plan *p, uint64_t rank, const ck__shard_src *src, void *image,
