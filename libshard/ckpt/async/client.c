@@ -221,6 +221,12 @@ int ck_client_tensor_boxes(ck_client_save *sv, const char *name, ck_dtype dtype,
      * the caller's process, before anything is sent. */
     if ((r = ck_boxes_check(name, ndim, shape, nboxes, boxes, err)) < 0)
         return r;
+    uint64_t total = nboxes;
+    for (uint32_t k = 0; k < sv->d.ntensors; k++)
+        total += sv->d.tensors[k].nboxes;
+    if (total > CK_PROTO_MAX_BOXES)
+        return ck_err_set(err, -E2BIG, "tensor %s: more than %u boxes in one save", name,
+                          CK_PROTO_MAX_BOXES);
     for (uint32_t i = 0; i < nboxes; i++)
         if (writers[i] >= sv->d.world)
             return ck_err_set(err, -EINVAL, "tensor %s: box %u is written by rank %llu, outside "
