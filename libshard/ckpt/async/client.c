@@ -190,7 +190,8 @@ static int add_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int 
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = (uint8_t)dtype;
     t->ndim = (uint8_t)ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim)           /* a 0-D tensor's shape may be NULL */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     sv->src[sv->d.ntensors] = (ck__shard_src){ 0 };
     sv->box_src[sv->d.ntensors] = NULL;
     *out = t;
