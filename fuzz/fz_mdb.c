@@ -1,22 +1,38 @@
 /* fz_mdb.c - see fz_mdb.h. */
 #include "fz_mdb.h"
 
+#include <ftw.h>
 #include <lmdb.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+static char dir[512];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_scratch(void)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 const char *fz_scratch(void)
 {
-    static char dir[512];
     if (!dir[0]) {
-        const char *t = getenv("TMPDIR");
+        /* tmpfs when there is one: the targets write a file per input */
+        const char *t = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
         snprintf(dir, sizeof dir, "%s/fuzz-XXXXXX", t && *t ? t : "/tmp");
         if (!mkdtemp(dir)) {
             perror("fuzz: mkdtemp");
             abort();
         }
+        atexit(rm_scratch);
     }
     return dir;
 }

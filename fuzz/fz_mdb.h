@@ -24,7 +24,7 @@ int fz_mdb_build(const char *path, const char *const *dbs, int ndbs, const uint8
  * input format above. 0 or -1. */
 int fz_mdb_dump(const char *path, const char *const *dbs, int ndbs, FILE *out);
 
-/* A scratch directory of this process, created once ($TMPDIR or /tmp). */
+/* A scratch directory of this process, created once (/dev/shm, $TMPDIR or /tmp). */
 const char *fz_scratch(void);
 
 #endif
