@@ -48,11 +48,8 @@ typedef struct model {
     int *to_parent;            /* rename: the new parent */
     char **to_name;
     size_t commit_rename, committed;   /* the rename; the op after the root's fsync */
+    obj cur[MAX_OBJ];          /* while building: the places at the current op */
 } model;
-
-/* The recording-time tree: objects' current places. */
-static obj cur[MAX_OBJ];
-static bool cur_live[MAX_OBJ];
 
 static void obj_path(const obj *o, const bool *live, int i, char *buf, size_t len, bool *ok)
 {
@@ -70,9 +67,10 @@ static void obj_path(const obj *o, const bool *live, int i, char *buf, size_t le
 static int find(model *m, const char *rel, bool make)
 {
     char p[PATH_MAX];
+    obj *cur = m->cur;
     for (int i = 0; i < m->nobj; i++) {
         bool ok = true;
-        obj_path(cur, cur_live, i, p, sizeof p, &ok);
+        obj_path(cur, NULL, i, p, sizeof p, &ok);
         if (ok && !strcmp(p, rel))
             return i;
     }
@@ -85,7 +83,6 @@ static int find(model *m, const char *rel, bool make)
     int i = m->nobj++;
     cur[i] = (obj){ .parent = -1, .created = -1, .dir = true };
     snprintf(cur[i].name, sizeof cur[i].name, "%s", slash ? slash + 1 : parent);
-    cur_live[i] = true;
     if (slash) {
         *slash = '\0';
         cur[i].parent = find(m, parent, true);
@@ -105,6 +102,7 @@ static const char *rel_of(const char *root, const char *path)
 /* Directory ops get a new object or move one; the others name one. */
 static void build(model *m, const char *root)
 {
+    obj *cur = m->cur;
     m->op_obj = calloc(m->nops, sizeof *m->op_obj);
     m->op_dir = calloc(m->nops, sizeof *m->op_dir);
     m->to_parent = calloc(m->nops, sizeof *m->to_parent);
@@ -132,7 +130,6 @@ static void build(model *m, const char *root)
             int i = m->nobj++;
             cur[i] = (obj){ .parent = pi, .dir = op->kind == CK_REC_MKDIR, .created = (long)k };
             snprintf(cur[i].name, sizeof cur[i].name, "%s", slash ? slash + 1 : rel);
-            cur_live[i] = true;
             m->objs[i] = cur[i];
             m->op_obj[k] = i;
             m->op_dir[k] = pi;
