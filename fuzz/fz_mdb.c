@@ -47,10 +47,11 @@ static bool take(const uint8_t **p, size_t *left, size_t n, const uint8_t **out)
     return true;
 }
 
-int fz_mdb_build(const char *path, const char *const *dbs, int ndbs, const uint8_t *data,
+int fz_mdb_build(const char *file, const char *const *dbs, int ndbs, const uint8_t *data,
                  size_t size)
 {
-    char lock[1024];
+    char path[1024], lock[1040];
+    snprintf(path, sizeof path, "%s/%s", fz_scratch(), file);
     snprintf(lock, sizeof lock, "%s-lock", path);
     unlink(path);
     unlink(lock);

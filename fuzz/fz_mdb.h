@@ -14,10 +14,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Writes the records of data into a new LMDB file at path (MDB_NOSUBDIR; any old file
- * and lock file are removed first). Records LMDB refuses (an empty key) are skipped.
- * 0, or -1 when LMDB failed to create the file. */
-int fz_mdb_build(const char *path, const char *const *dbs, int ndbs, const uint8_t *data,
+/* Writes the records of data into a new LMDB file named file in fz_scratch()
+ * (MDB_NOSUBDIR; any old file and lock file are removed first). Records LMDB refuses
+ * (an empty key) are skipped. 0, or -1 when LMDB failed to create the file. */
+int fz_mdb_build(const char *file, const char *const *dbs, int ndbs, const uint8_t *data,
                  size_t size);
 
 /* Appends every record of the named databases of the LMDB file at path to out, in the

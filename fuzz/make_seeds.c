@@ -3,7 +3,7 @@
  *   manifest/, catalog/  the records of ROOT/NAME/manifest.mdb and ROOT/catalog.mdb
  *   daemon_msg/          what a real ck_client sends: its HELLO and BEGIN are recorded
  *                        on a socket, then STAGED, COMMIT and STATUS as it frames them
- *   client_reply/        a daemon's replies to that save, framed as kd_reply.c does
+ *   client_reply/        a daemon's replies to a save, framed by ckptd's kd_reply.c
  *   parsers/             the command-line examples of README.md
  * Usage: make_seeds OUTDIR ROOT NAME
  */
@@ -21,6 +21,7 @@
 #include "ck/client.h"
 #include "format/manifest.h"
 #include "fz_mdb.h"
+#include "kd.h"
 
 static const char *outdir;
 
@@ -143,27 +144,54 @@ static void record_client(ck__wbuf *got)
     *got = r.got;
 }
 
-static void named(ck__wbuf *out, uint16_t type, const char *name, const uint64_t *a,
-                  const uint64_t *b)
+/* ckptd's own reply senders (kd_reply.c) write into a socket pair; this reads what
+ * they framed. */
+typedef struct replies {
+    kd_server s;
+    kd_client c;
+    int peer;
+} replies;
+
+static void replies_open(replies *r)
 {
-    ck__wbuf w = { 0 };
-    ck__proto_start(&w, type);
-    ck__put_str(&w, name);
-    if (a)
-        ck__put_u64(&w, *a);
-    if (b)
-        ck__put_u64(&w, *b);
-    frame(out, &w);
+    int sv[2];
+    memset(r, 0, sizeof *r);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
+        !(r->s.log = fopen("/dev/null", "w"))) {
+        perror("make_seeds: socketpair");
+        exit(1);
+    }
+    r->c.fd = sv[0];
+    r->peer = sv[1];
 }
 
-static void error_reply(ck__wbuf *out, const char *name, int code, const char *msg)
+/* Moves what ckptd sent so far to out. */
+static void replies_take(replies *r, ck__wbuf *out)
 {
-    ck__wbuf w = { 0 };
-    ck__proto_start(&w, CK_MSG_ERROR);
-    ck__put_str(&w, name);
-    ck__put_u32(&w, (uint32_t)code);
-    ck__put_str(&w, msg);
-    frame(out, &w);
+    uint8_t buf[65536];
+    ssize_t n = recv(r->peer, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0)
+        ck__put_bytes(out, buf, (size_t)n);
+}
+
+static void replies_close(replies *r)
+{
+    close(r->c.fd);
+    close(r->peer);
+    fclose(r->s.log);
+}
+
+static void named(replies *r, ck__wbuf *out, uint16_t type, const char *name,
+                  const uint64_t *a, const uint64_t *b)
+{
+    kd_send_named(&r->s, &r->c, type, name, a, b);
+    replies_take(r, out);
+}
+
+static void error_reply(replies *r, ck__wbuf *out, const char *name, int code, const char *msg)
+{
+    kd_send_error(&r->s, &r->c, name, code, msg);
+    replies_take(r, out);
 }
 
 static void daemon_seeds(void)
@@ -171,13 +199,18 @@ static void daemon_seeds(void)
     ck__wbuf hello_begin = { 0 }, m = { 0 }, all = { 0 };
     record_client(&hello_begin);
     put("daemon_msg", "hello-begin", hello_begin.p, hello_begin.len);
+    /* STAGED, COMMIT and STATUS as the client frames them (client_connected.c) */
     const char *name = "step-00000100";
-    uint64_t rank = 1;
-    named(&m, CK_MSG_STAGED, name, &rank, NULL);
-    named(&m, CK_MSG_COMMIT, name, NULL, NULL);
-    ck__wbuf st = { 0 };
-    ck__proto_start(&st, CK_MSG_STATUS);
-    frame(&m, &st);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_STAGED);
+    ck__put_str(&w, name);
+    ck__put_u64(&w, 1);
+    frame(&m, &w);
+    ck__proto_start(&w, CK_MSG_COMMIT);
+    ck__put_str(&w, name);
+    frame(&m, &w);
+    ck__proto_start(&w, CK_MSG_STATUS);
+    frame(&m, &w);
     put("daemon_msg", "staged-commit-status", m.p, m.len);
     ck__put_bytes(&all, hello_begin.p, hello_begin.len);
     ck__put_bytes(&all, m.p, m.len);
@@ -189,6 +222,8 @@ static void daemon_seeds(void)
 
 static void client_seeds(void)
 {
+    replies r;
+    replies_open(&r);
     ck__wbuf ok = { 0 }, w = { 0 };
     ck__proto_start(&w, CK_MSG_HELLO_OK);
     ck__put_str(&w, "/data/ckpt");
@@ -198,17 +233,17 @@ static void client_seeds(void)
     ck__wbuf run = { 0 };
     ck__put_bytes(&run, ok.p, ok.len);
     uint64_t rank = 0, image = 4096;
-    named(&run, CK_MSG_ADMIT, "fz", &rank, &image);
-    named(&run, CK_MSG_DURABLE, "fz", &rank, NULL);
-    named(&run, CK_MSG_COMMITTED, "fz", NULL, NULL);
+    named(&r, &run, CK_MSG_ADMIT, "fz", &rank, &image);
+    named(&r, &run, CK_MSG_DURABLE, "fz", &rank, NULL);
+    named(&r, &run, CK_MSG_COMMITTED, "fz", NULL, NULL);
     put("client_reply", "committed", run.p, run.len);
     ck__wbuf fail = { 0 };
     ck__put_bytes(&fail, ok.p, ok.len);
-    named(&fail, CK_MSG_ADMIT, "fz", &rank, &image);
-    error_reply(&fail, "fz", -ENOSPC, "rank-00000.dat: write: No space left on device");
+    named(&r, &fail, CK_MSG_ADMIT, "fz", &rank, &image);
+    error_reply(&r, &fail, "fz", -ENOSPC, "rank-00000.dat: write: No space left on device");
     put("client_reply", "failed", fail.p, fail.len);
     ck__wbuf refused = { 0 };
-    error_reply(&refused, "", -EXDEV, "this ckptd serves root /a, not /b");
+    error_reply(&r, &refused, "", -EXDEV, "this ckptd serves root /a, not /b");
     put("client_reply", "refused", refused.p, refused.len);
     ck__proto_status s = { .staging_limit = 1 << 30, .staging_used = 4096, .clients = 2, .n = 1 };
     ck__proto_ckpt c = { .world = 4, .joined = 2, .staged = 1, .durable = 1,
@@ -226,6 +261,7 @@ static void client_seeds(void)
     ck__wbuf_free(&fail);
     ck__wbuf_free(&refused);
     ck__wbuf_free(&status);
+    replies_close(&r);
 }
 
 static void mdb_seed(const char *target, const char *path, const char *const *dbs, int n)
