@@ -231,7 +231,7 @@ static void choose(const model *m, size_t k, enum mode mode, uint64_t rng, bool 
 static void write_file(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
-    REQUIRE(f && fwrite(p, 1, n, f) == n && fclose(f) == 0, "%s: write", path);
+    REQUIRE(f && (n == 0 || fwrite(p, 1, n, f) == n) && fclose(f) == 0, "%s: write", path);
 }
 
 static void *read_file(const char *path, size_t *n)
