@@ -1,8 +1,9 @@
 /* Power-loss crash states of a save, as the ALICE and CrashMonkey studies build them.
  *
- * A save of checkpoint B next to a committed checkpoint A is recorded through the
- * recording engine (every create, mkdir, rename, fallocate, write with its bytes and
- * fsync, in order; LMDB's manifest pages at the moment the core fsyncs it). For every
+ * A save of checkpoint B, into an empty root and next to a committed checkpoint A, is
+ * recorded through the recording engine (every create, mkdir, rename, fallocate,
+ * write with its bytes and fsync, in order; LMDB's manifest pages at the moment the
+ * core fsyncs it). For every
  * prefix of the record, i.e. a power cut after operation k, crash states are built
  * from what POSIX promises and no more (docs/DECISIONS.md, "the power-loss crash
  * model"):
@@ -16,7 +17,7 @@
  * Each prefix gets the two extremes (every undurable operation lost; all kept) and
  * CK_CRASH_SAMPLES random states (default 3), seeded by CK_CRASH_SEED (default 1) and
  * the prefix, so a failure names a reproducible state. Each state is materialized in a
- * scratch root and checked: A deep-verifies; B is visible only if it deep-verifies; B
+ * scratch root and checked: A (if any) deep-verifies; B is visible only if it deep-verifies; B
  * is visible once the root's fsync after the commit rename is in the prefix; recovery
  * leaves no .pending debris, a catalog that lists exactly the visible checkpoints, and
  * no stray entries.
@@ -324,10 +325,14 @@ static bool exists(const char *root, const char *name)
     return stat(p, &st) == 0;
 }
 
-static void check_state(const model *m, size_t k, const char *dir, const char *ctx)
+static void check_state(const model *m, size_t k, const char *dir, bool with_a,
+                        const char *ctx)
 {
-    CHECK(tl_verify_deep(dir, "A", seed) == 0, "%s: A was damaged", ctx);
+    if (with_a)
+        CHECK(tl_verify_deep(dir, "A", seed) == 0, "%s: A was damaged", ctx);
+    CHECK(with_a || !exists(dir, "A"), "%s: A appeared", ctx);
     bool b = exists(dir, "B");
+    unsigned expect = with_a + b;
     if (b)
         CHECK(tl_verify_deep(dir, "B", seed) == 0, "%s: B is visible but not whole", ctx);
     if (k >= m->committed)
@@ -339,13 +344,12 @@ static void check_state(const model *m, size_t k, const char *dir, const char *c
     ck_scan sc;
     REQUIRE(ck_root_scan(dir, &sc, NULL) == 0, "%s: scan", ctx);
     CHECK(sc.n_pending == 0, "%s: recovery left %zu .pending entries", ctx, sc.n_pending);
-    CHECK(sc.n_committed == (b ? 2u : 1u), "%s: %zu checkpoints after recovery", ctx,
-          sc.n_committed);
+    CHECK(sc.n_committed == expect, "%s: %zu checkpoints after recovery", ctx, sc.n_committed);
     ck_scan_free(&sc);
     ck_cat_entry *ents;
     size_t n;
     REQUIRE(ck_catalog_list(dir, &ents, &n, &err) == 0, "%s: %s", ctx, ck_err_msg(&err));
-    CHECK(n == (b ? 2u : 1u), "%s: the catalog lists %zu after recovery", ctx, n);
+    CHECK(n == expect, "%s: the catalog lists %zu after recovery", ctx, n);
     free(ents);
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -365,29 +369,25 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     return v && *v ? strtoull(v, NULL, 10) : dflt;
 }
 
-int main(void)
+typedef struct tally {
+    uint64_t states, visible, prefixes;
+} tally;
+
+/* Records a save of B, into an empty root or beside A, and checks the crash states of
+ * every prefix. */
+static void scenario(const char *top, const char *scratch, bool with_a, uint64_t samples,
+                     uint64_t rseed, tally *t)
 {
-    uint64_t samples = env_u64("CK_CRASH_SAMPLES", 3), rseed = env_u64("CK_CRASH_SEED", 1);
-    char top[PATH_MAX], root[PATH_MAX + 8], base[PATH_MAX + 8], state[PATH_MAX + 8];
-    tl_tmpdir(top, sizeof top, "crashstates");
-    snprintf(root, sizeof root, "%s/rec", top);
-    /* States are read, never crashed: tmpfs holds them when there is one, so that the
-     * fsyncs of recovery and cp cost nothing. */
-    char scratch[PATH_MAX];
-    struct stat shm;
-    bool on_shm = stat("/dev/shm", &shm) == 0 && access("/dev/shm", W_OK) == 0;
-    if (on_shm) {
-        snprintf(scratch, sizeof scratch, "/dev/shm/crashstates.XXXXXX");
-        REQUIRE(mkdtemp(scratch), "mkdtemp %s", scratch);
-    } else {
-        snprintf(scratch, sizeof scratch, "%s", top);
-    }
+    char root[PATH_MAX + 16], base[PATH_MAX + 16], state[PATH_MAX + 16];
+    snprintf(root, sizeof root, "%s/rec-%d", top, with_a);
     snprintf(base, sizeof base, "%s/base", scratch);
     snprintf(state, sizeof state, "%s/state", scratch);
+    tl_rmtree(base);
     REQUIRE(mkdir(root, 0755) == 0, "mkdir %s", root);
     ck_err err = { 0 };
     gen g;
-    REQUIRE(save(root, "A", NULL, &g, &err) == 0, "save A: %s", ck_err_msg(&err));
+    if (with_a)
+        REQUIRE(save(root, "A", NULL, &g, &err) == 0, "save A: %s", ck_err_msg(&err));
     char cmd[3 * PATH_MAX];
     snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", root, base);
     REQUIRE(system(cmd) == 0, "%s", cmd);
@@ -397,7 +397,7 @@ int main(void)
     REQUIRE(save(root, "B", rec, &g, &err) == 0, "save B: %s", ck_err_msg(&err));
     model m = { 0 };
     REQUIRE(ck_engine_record_ops(rec, &m.ops, &m.nops) == 0, "the record lost operations");
-    char catp[PATH_MAX + 16];
+    char catp[PATH_MAX + 32];
     snprintf(catp, sizeof catp, "%s/%s", root, CK_CATALOG);
     size_t cat_len;
     void *cat_after = read_file(catp, &cat_len);
@@ -408,44 +408,67 @@ int main(void)
     size_t counts[CK_REC_STEP + 1] = { 0 };
     for (size_t i = 0; i < m.nops; i++)
         counts[m.ops[i].kind]++;
-    printf("recorded %zu operations: %zu creates, %zu mkdirs, %zu renames, %zu fallocates, "
-           "%zu writes, %zu fsyncs, %zu steps; committed after op %zu\n", m.nops,
-           counts[CK_REC_CREATE], counts[CK_REC_MKDIR], counts[CK_REC_RENAME],
-           counts[CK_REC_FALLOCATE], counts[CK_REC_WRITE], counts[CK_REC_FSYNC],
-           counts[CK_REC_STEP], m.committed - 1);
+    printf("%s: recorded %zu operations: %zu creates, %zu mkdirs, %zu renames, "
+           "%zu fallocates, %zu writes, %zu fsyncs, %zu steps; committed after op %zu\n",
+           with_a ? "B beside A" : "B into an empty root", m.nops, counts[CK_REC_CREATE],
+           counts[CK_REC_MKDIR], counts[CK_REC_RENAME], counts[CK_REC_FALLOCATE],
+           counts[CK_REC_WRITE], counts[CK_REC_FSYNC], counts[CK_REC_STEP], m.committed - 1);
 
     bool *keep = calloc(m.nops + 1, sizeof *keep);
-    uint64_t states = 0, visible = 0;
+    REQUIRE(keep, "oom");
     for (size_t k = 0; k <= m.nops && tl_failures < 10; k++) {
         for (uint64_t s = 0; s < 2 + samples && tl_failures < 10; s++) {
             enum mode mode = s == 0 ? ALL_LOST : s == 1 ? ALL_KEPT : RANDOM;
-            uint64_t rng = mix(rseed ^ mix(k << 20 ^ s));
+            uint64_t rng = mix(rseed ^ mix(k << 20 ^ s ^ (uint64_t)with_a << 60));
             memset(keep, 0, (m.nops + 1) * sizeof *keep);
             choose(&m, k, mode, rng, keep);
-            char ctx[128];
-            snprintf(ctx, sizeof ctx, "power cut after %zu ops, state %llu (CK_CRASH_SEED=%llu)",
-                     k, (unsigned long long)s, (unsigned long long)rseed);
+            char ctx[160];
+            snprintf(ctx, sizeof ctx, "%s: power cut after %zu ops, state %llu "
+                     "(CK_CRASH_SEED=%llu)", with_a ? "beside A" : "empty root", k,
+                     (unsigned long long)s, (unsigned long long)rseed);
             /* the catalog is LMDB's own durable commit, after ours: old or new */
             materialize(&m, k, keep, base, state, cat_after, cat_len,
                         k == m.nops && (mode == ALL_KEPT || (mode == RANDOM && (rng >> 63))));
-            check_state(&m, k, state, ctx);
-            visible += exists(state, "B");
-            states++;
+            check_state(&m, k, state, with_a, ctx);
+            t->visible += exists(state, "B");
+            t->states++;
         }
     }
+    t->prefixes += m.nops + 1;
     free(keep);
     free(cat_after);
     for (size_t i = 0; i < m.nops; i++)
         free(m.to_name[i]);
     free(m.op_obj), free(m.op_dir), free(m.to_parent), free(m.to_name);
     ck_engine_destroy(rec);
+    tl_rmtree(state);
+}
+
+int main(void)
+{
+    uint64_t samples = env_u64("CK_CRASH_SAMPLES", 3), rseed = env_u64("CK_CRASH_SEED", 1);
+    char top[PATH_MAX];
+    tl_tmpdir(top, sizeof top, "crashstates");
+    /* States are read, never crashed: tmpfs holds them when there is one, so that the
+     * fsyncs of recovery and cp cost nothing. */
+    char scratch[PATH_MAX];
+    bool on_shm = access("/dev/shm", W_OK) == 0;
+    if (on_shm) {
+        snprintf(scratch, sizeof scratch, "/dev/shm/crashstates.XXXXXX");
+        REQUIRE(mkdtemp(scratch), "mkdtemp %s", scratch);
+    } else {
+        snprintf(scratch, sizeof scratch, "%s", top);
+    }
+    tally t = { 0 };
+    scenario(top, scratch, false, samples, rseed, &t);
+    scenario(top, scratch, true, samples, rseed, &t);
     tl_rmtree(top);
     if (on_shm)
         tl_rmtree(scratch);
     if (tl_failures)
         return 1;
-    printf("ok: %llu crash states checked (%zu prefixes x %llu states), B visible and whole "
-           "in %llu\n", (unsigned long long)states, m.nops + 1,
-           (unsigned long long)(2 + samples), (unsigned long long)visible);
+    printf("ok: %llu crash states checked (%llu prefixes x %llu states), B visible and "
+           "whole in %llu\n", (unsigned long long)t.states, (unsigned long long)t.prefixes,
+           (unsigned long long)(2 + samples), (unsigned long long)t.visible);
     return 0;
 }
