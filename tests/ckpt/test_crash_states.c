@@ -65,6 +65,9 @@ static void obj_path(const obj *o, const bool *live, int i, char *buf, size_t le
     snprintf(buf + n, len - n, "%s%s", n ? "/" : "", o[i].name);
 }
 
+static int parent_of(model *m, const char *rel, const char **leaf);
+
+/* The object at rel; unknown, -2, or with make a directory that existed before. */
 static int find(model *m, const char *rel, bool make)
 {
     char p[PATH_MAX];
@@ -77,19 +80,26 @@ static int find(model *m, const char *rel, bool make)
     }
     if (!make)
         return -2;
+    const char *leaf;
+    int pi = parent_of(m, rel, &leaf);
     REQUIRE(m->nobj < MAX_OBJ, "too many objects");
-    char parent[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", rel);
-    char *slash = strrchr(parent, '/');
     int i = m->nobj++;
-    cur[i] = (obj){ .parent = -1, .created = -1, .dir = true };
-    snprintf(cur[i].name, sizeof cur[i].name, "%s", slash ? slash + 1 : parent);
-    if (slash) {
-        *slash = '\0';
-        cur[i].parent = find(m, parent, true);
-    }
+    cur[i] = (obj){ .parent = pi, .created = -1, .dir = true };
+    snprintf(cur[i].name, sizeof cur[i].name, "%s", leaf);
     m->objs[i] = cur[i];
     return i;
+}
+
+/* The parent object of rel (-1: the root; made if unknown) and rel's last name. */
+static int parent_of(model *m, const char *rel, const char **leaf)
+{
+    const char *slash = strrchr(rel, '/');
+    *leaf = slash ? slash + 1 : rel;
+    if (!slash)
+        return -1;
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%.*s", (int)(slash - rel), rel);
+    return find(m, parent, true);
 }
 
 static const char *rel_of(const char *root, const char *path)
@@ -119,36 +129,23 @@ static void build(model *m, const char *root)
                 "op %zu (%d on %s): links and removals are not modelled", k, op->kind, op->path);
         if (op->kind == CK_REC_CREATE || op->kind == CK_REC_MKDIR) {
             REQUIRE(rel && find(m, rel, false) == -2, "op %zu creates %s twice", k, op->path);
-            char parent[PATH_MAX];
-            snprintf(parent, sizeof parent, "%s", rel);
-            char *slash = strrchr(parent, '/');
-            int pi = -1;
-            if (slash) {
-                *slash = '\0';
-                pi = find(m, parent, true);
-            }
+            const char *leaf;
+            int pi = parent_of(m, rel, &leaf);
             REQUIRE(m->nobj < MAX_OBJ, "too many objects");
             int i = m->nobj++;
             cur[i] = (obj){ .parent = pi, .dir = op->kind == CK_REC_MKDIR, .created = (long)k };
-            snprintf(cur[i].name, sizeof cur[i].name, "%s", slash ? slash + 1 : rel);
+            snprintf(cur[i].name, sizeof cur[i].name, "%s", leaf);
             m->objs[i] = cur[i];
             m->op_obj[k] = i;
             m->op_dir[k] = pi;
         } else if (op->kind == CK_REC_RENAME) {
             int i = find(m, rel, true);
-            const char *to = rel_of(root, op->to);
-            char parent[PATH_MAX];
-            snprintf(parent, sizeof parent, "%s", to);
-            char *slash = strrchr(parent, '/');
-            int pi = -1;
-            if (slash) {
-                *slash = '\0';
-                pi = find(m, parent, true);
-            }
+            const char *leaf;
+            int pi = parent_of(m, rel_of(root, op->to), &leaf);
             m->op_obj[k] = i;
             m->op_dir[k] = pi;
             m->to_parent[k] = pi;
-            m->to_name[k] = strdup(slash ? slash + 1 : to);
+            m->to_name[k] = strdup(leaf);
             cur[i].parent = pi;
             snprintf(cur[i].name, sizeof cur[i].name, "%s", m->to_name[k]);
             if (pi == -1)
