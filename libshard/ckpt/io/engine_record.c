@@ -154,11 +154,13 @@ static int r_open(ck_engine *e, const char *path, int flags, unsigned mode)
         } else {
             re->fds[re->nfds++] = (fdpath){ fd, p };
         }
-        if ((flags & O_CREAT) && !existed)
-            add(re, CK_REC_CREATE, path, NULL, 0, 0, NULL);
-        if (!known(re, path))
-            remember(re, path);
     }
+    /* A refused O_DIRECT create still made the file (ck_engine_open_data retries
+     * without O_EXCL): the create happened now, whatever the open returned. */
+    if ((flags & O_CREAT) && !existed && stat(path, &st) == 0)
+        add(re, CK_REC_CREATE, path, NULL, 0, 0, NULL);
+    if ((fd >= 0 || !existed) && stat(path, &st) == 0 && !known(re, path))
+        remember(re, path);
     pthread_mutex_unlock(&re->mu);
     return fd;
 }
