@@ -200,10 +200,12 @@ static void settle(ck_client *cl)
     reserve_join(cl);
 }
 
-void ck_client_reserve(ck_client *cl, uint64_t bytes)
+void ck_client_reserve(ck_client *cl, uint64_t bytes, bool wait)
 {
     settle(cl);
     reserve_start(cl, bytes);
+    if (wait)
+        reserve_join(cl);
 }
 
 static bool all_slots_free(ck_client *cl, const void *arg);
@@ -471,7 +473,7 @@ static int part_bytes(ck_client_save *sv, bool sources, ck__plan **p, uint64_t *
     return 0;
 }
 
-int ck_client_save_reserve(ck_client_save *sv, ck_err *err)
+int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err)
 {
     ck__plan *p;
     uint64_t image, total;
@@ -481,7 +483,7 @@ int ck_client_save_reserve(ck_client_save *sv, ck_err *err)
     if (r < 0)
         return r;
     ck__plan_free(p);
-    ck_client_reserve(sv->cl, total);
+    ck_client_reserve(sv->cl, total, wait);
     return 0;
 }
 

@@ -111,11 +111,13 @@ int ck_client_save_lazy(ck_client_save *sv, ck_err *err);
  * save made by save_async. */
 int ck_client_save_fence(ck_client_save *sv, ck_err *err);
 /* Declares the staging size of parts like sv's (its tensors and blobs declared; no
- * shard needed): every staging area no save holds is made at least that large, faulted
- * in, on a thread; the call returns at once. sv may then be freed unsaved. */
-int ck_client_save_reserve(ck_client_save *sv, ck_err *err);
-/* The same for a size in bytes (a part's file image plus its blobs). */
-void ck_client_reserve(ck_client *cl, uint64_t bytes);
+ * shard needed): every staging area no save holds is made at least that large and
+ * faulted in; with wait, before it returns (at start-up), else on a thread, and the
+ * next call on the client waits for what remains. sv may then be freed unsaved. */
+int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err);
+/* The same for a size in bytes (a part's file image plus its blobs). A failure is
+ * logged, and the save that needs the area makes it itself. */
+void ck_client_reserve(ck_client *cl, uint64_t bytes, bool wait);
 /* Rank 0, after its save_async (or save_lazy): commit once every rank's part is
  * durable. */
 int ck_client_commit(ck_client_save *sv, ck_err *err);
