@@ -544,13 +544,32 @@ static int alloc_parts(ck_save *s, const ck_group *g, ck_err *err)
     return 0;
 }
 
-int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
+static int group_check(const ck_save *s, const ck_group *g, ck_err *err)
 {
     uint64_t world = ck_mesh_world(ck__plan_mesh(s->plan));
     if (g->world != world || g->rank >= world)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of a group of %llu, but the "
                           "mesh has %llu ranks", s->name, (unsigned long long)g->rank,
                           (unsigned long long)g->world, (unsigned long long)world);
+    return 0;
+}
+
+int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err)
+{
+    int r = group_check(s, g, err);
+    if (r < 0)
+        return r;
+    /* Another rank may have made the directory already: it is the group's at once. */
+    s->shared = true;
+    r = prepare_at(s, token, err);
+    return r < 0 ? r : alloc_parts(s, g, err);
+}
+
+int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
+{
+    int r = group_check(s, g, err);
+    if (r < 0)
+        return r;
     group_start m = { 0 };
     if (g->rank == 0) {
         ck_err why = { 0 };
@@ -560,7 +579,7 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
         else
             snprintf(m.token, sizeof m.token, "%s", strrchr(s->pending, '.') + 1);
     }
-    int r = g->broadcast(g->arg, &m, sizeof m, err);
+    r = g->broadcast(g->arg, &m, sizeof m, err);
     if (r < 0)
         return ck_err_set(err, r, "checkpoint %s: rank %llu: the token from rank 0", s->name,
                           (unsigned long long)g->rank);

@@ -112,8 +112,15 @@ typedef struct ck_group {
  * alone, as the copy can: the ranks must agree that every one got through before they
  * write; where one did not, every rank frees its save with ck_save_abort. */
 int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err);
-/* Collective, after a successful prepare, once this rank's part is done: outcome is its ck_save_write_rank's
- * result (code 0) or whatever failed it. Every rank's outcome and block hashes go to
+/* Instead of ck_save_prepare_group, without a collective: every rank passes the same
+ * token ([A-Za-z0-9._-], at most 15 characters, never used before under this root for
+ * this name, e.g. a nonce rank 0 drew once and a save counter), and each rank makes
+ * ROOT/.pending/NAME.TOKEN if no other rank has yet. A rank that fails here, or later,
+ * must still tell the others before they finish (the group's caller agrees on that:
+ * a rank without a prepared save cannot call ck_save_finish_group). */
+int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err);
+/* Collective, after a successful prepare (or join), once this rank's part is done:
+ * outcome is its ck_save_write_rank's result (code 0) or whatever failed it. Every rank's outcome and block hashes go to
  * rank 0 in one gather; receiving them is the proof that the files are durable. Rank 0
  * returns 0 with s ready for ck_save_commit when every part is written; otherwise the
  * first failed rank's error, having removed the pending directory. The other ranks,
