@@ -338,18 +338,33 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
 
 /* ---- embedded ---- */
 
+static int join_part(sh_checkpoint *c, ck_err *err);
+
+/* The copy is done (or failed): the fence may let the sources change. */
+static void set_copied(sh_checkpoint *c, const ck_err *e)
+{
+    pthread_mutex_lock(&c->mu);
+    c->copied = true;
+    c->copy_err = *e;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void *write_part(void *arg)
 {
     sh_checkpoint *c = arg;
     ck_err e = { 0 };
     int rc = 0;
     if (c->th_copies) {
+        /* Lazy: the whole part off the training thread, its directory too. */
+        if (join_part(c, &e)) {
+            c->part = e;
+            set_copied(c, &e);
+            atomic_store(&c->th_done, true);
+            return NULL;
+        }
         rc = ck_save_copy_rank(c->save, c->group.rank, c->image.map, &e);
-        pthread_mutex_lock(&c->mu);
-        c->copied = true;
-        c->copy_err = e;
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
+        set_copied(c, &e);
     }
     if (!rc)
         rc = ck_save_write_rank(c->save, c->group.rank, &e);
@@ -418,34 +433,39 @@ static int image_fit(sh_checkpoint *c, uint64_t size, ck_err *err)
     return ck_staging_map(&c->image, size, 0, err);
 }
 
-/* This rank's part of save c->save: joins the group's pending directory and copies
- * the shards into the image (lazy: on the thread), which the thread writes. A failure
- * after the join is the part's outcome, gathered by ck_save_finish_group. */
-static int start_part(sh_checkpoint *c, bool lazy, ck_err *err)
+/* Joins the group's pending directory and fits the image. Until it succeeds the rank
+ * has no part to gather (c->part says why, and the all-reduce tells the others). */
+static int join_part(sh_checkpoint *c, ck_err *err)
 {
     char token[16];
     snprintf(token, sizeof token, "%012" PRIx64,
              (uint64_t)((c->nonce + c->seq * 0x9E3779B97F4A7C15ull) & 0xffffffffffffull));
     int rc = ck_save_join_group(c->save, &c->group, token, err);
-    if (!rc)
-        rc = image_fit(c, ck_save_rank_bytes(c->save, c->group.rank), err);
-    if (rc)
-        return rc;          /* no part to gather: the all-reduce says so */
-    c->phase = WRITING;
+    return rc ? rc : image_fit(c, ck_save_rank_bytes(c->save, c->group.rank), err);
+}
+
+/* This rank's part of save c->save: joined, copied into the image (lazy: all on the
+ * thread) and written by the thread. A failure once joined is the part's outcome,
+ * gathered by ck_save_finish_group. */
+static void start_part(sh_checkpoint *c, bool lazy)
+{
     c->th_copies = lazy;
     c->copied = !lazy;
     ck_err why = { 0 };
+    if (!lazy && join_part(c, &c->part))
+        return;
     int code = lazy ? 0 : ck_save_copy_rank(c->save, c->group.rank, c->image.map, &why);
     if (!code)
         code = start(c, write_part, WRITING, &why);
     if (code) {
+        if (lazy)
+            c->part = why;      /* never joined */
         c->copied = true;
         c->copy_err = why;
         c->th_err = why;
         c->th_rc = code;
         atomic_store(&c->th_done, true);
     }
-    return 0;
 }
 
 /* Collective: moves the save in flight on; with block, until it is over. Ranks agree
@@ -601,7 +621,7 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
         c->copied = true;
         atomic_store(&c->th_done, true);
         if (!build(c, &c->save, name, step, sd, nsd, blobs, nblobs, &c->part))
-            start_part(c, lazy, &c->part);
+            start_part(c, lazy);
     }
     *stall_ms = since_ms(&t0);
     return 0;
