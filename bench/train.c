@@ -69,12 +69,12 @@ static void die(sh_world *w, const char *what, const ck_err *err)
  * that keep a run on 2 ranks of 2 cores to a few minutes. */
 static const struct {
     const char *name;
-    const char *args[12];
+    const char *args[14];
 } presets[] = {
     {"50M", {"--layers", "8", "--dim", "720", "--heads", "8", "--seq", "64", "--batch", "4",
-             "--steps", "6"}},
+             "--steps", "6", "--ckpt-every", "2"}},
     {"200M", {"--layers", "16", "--dim", "1024", "--heads", "16", "--seq", "64", "--batch",
-              "2", "--steps", "6"}},
+              "2", "--steps", "6", "--ckpt-every", "2"}},
 };
 
 /* The defaults, then a --params preset, then the user's other options (later ones
@@ -84,7 +84,7 @@ static char **with_defaults(int argc, char **argv, int *n)
     static const char *const def[] = {"--layers", "4", "--dim", "256", "--heads", "8",
                                       "--seq", "128", "--batch", "24", "--steps", "20",
                                       "--ckpt-every", "4", "--ckpt-root", ""};
-    size_t nd = sizeof def / sizeof *def, np = 12;
+    size_t nd = sizeof def / sizeof *def, np = 14;
     char **v = calloc(nd + np + (size_t)argc + 1, sizeof *v);
     if (!v)
         return NULL;
