@@ -645,8 +645,9 @@ int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err)
 {
     if (!c->cl)
         return advance(c, false, err);
-    /* A lazy part's fate is known at its fence. */
-    return c->sv && !c->agreed && !c->fence_due ? agree_staged(c, err) : 0;
+    /* A lazy part's fate is known at its fence. name, agreed and fence_due say the same
+     * on every rank (c->sv does not: a rank may have failed to begin its part). */
+    return c->name[0] && !c->agreed && !c->fence_due ? agree_staged(c, err) : 0;
 }
 
 int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err)

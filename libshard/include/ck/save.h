@@ -120,11 +120,12 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err);
  * a rank without a prepared save cannot call ck_save_finish_group). */
 int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err);
 /* Collective, after a successful prepare (or join), once this rank's part is done:
- * outcome is its ck_save_write_rank's result (code 0) or whatever failed it. Every rank's outcome and block hashes go to
- * rank 0 in one gather; receiving them is the proof that the files are durable. Rank 0
- * returns 0 with s ready for ck_save_commit when every part is written; otherwise the
- * first failed rank's error, having removed the pending directory. The other ranks,
- * and rank 0 on error, free s (a rank's file is rank 0's once gathered). */
+ * outcome is its ck_save_write_rank's result (code 0) or whatever failed it. Every
+ * rank's outcome and block hashes go to rank 0 in one gather; receiving them is the
+ * proof that the files are durable. Rank 0 returns 0 with s ready for ck_save_commit
+ * when every part is written; otherwise the first failed rank's error, having removed
+ * the pending directory. The other ranks, and rank 0 on error, free s (a rank's file
+ * is rank 0's once gathered). */
 int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err);
 
 /* Writes what is not yet written, fsyncs, commits, records in the catalog, and frees
