@@ -73,10 +73,9 @@ struct sh_checkpoint {
     atomic_bool th_done;
     int th_rc;
     ck_err th_err;
-    pthread_mutex_t mu;            /* copied, copy_rc, copy_err */
+    pthread_mutex_t mu;            /* copied; part, while the thread may set it */
     pthread_cond_t cv;
-    bool copied;
-    ck_err copy_err;
+    bool copied;                   /* the part is handed over, or failed */
 };
 
 static double since_ms(const struct timespec *t0)
@@ -205,11 +204,8 @@ static void fence_wait(sh_checkpoint *c)
 /* This rank's error of the save in flight, so far. */
 static int part_error(sh_checkpoint *c, ck_err *err)
 {
-    if (c->part.code)
-        return ck_err_set(err, c->part.code, "%s", ck_err_msg(&c->part));
     pthread_mutex_lock(&c->mu);
-    int rc = c->copy_err.code ? ck_err_set(err, c->copy_err.code, "%s",
-                                           ck_err_msg(&c->copy_err)) : 0;
+    int rc = c->part.code ? ck_err_set(err, c->part.code, "%s", ck_err_msg(&c->part)) : 0;
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -338,38 +334,37 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
 
 /* ---- embedded ---- */
 
+static int fill_part(sh_checkpoint *c, ck_err *err);
 static int join_part(sh_checkpoint *c, ck_err *err);
 
-/* The copy is done (or failed): the fence may let the sources change. */
+/* The part is handed over (copied and joined) or failed: the fence may let the
+ * sources change, and sees why it failed. */
 static void set_copied(sh_checkpoint *c, const ck_err *e)
 {
     pthread_mutex_lock(&c->mu);
+    if (e->code)
+        c->part = *e;
     c->copied = true;
-    c->copy_err = *e;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 
+/* The part off the training thread: (lazy) the copy, then the pending directory and
+ * the write. Until it joined the directory, a failure leaves the rank without a part
+ * to gather (c->part, set before the fence or the all-reduce can look). */
 static void *write_part(void *arg)
 {
     sh_checkpoint *c = arg;
     ck_err e = { 0 };
-    int rc = 0;
-    if (c->th_copies) {
-        /* Lazy: the whole part off the training thread, its directory too. */
-        if (join_part(c, &e)) {
-            c->part = e;
-            set_copied(c, &e);
-            atomic_store(&c->th_done, true);
-            return NULL;
-        }
-        rc = ck_save_copy_rank(c->save, c->group.rank, c->image.map, &e);
-        set_copied(c, &e);
-    }
+    int rc = c->th_copies ? fill_part(c, &e) : 0;
     if (!rc)
+        rc = join_part(c, &e);
+    set_copied(c, &e);
+    if (!rc) {
         rc = ck_save_write_rank(c->save, c->group.rank, &e);
-    c->th_err = e;
-    c->th_rc = rc;
+        c->th_err = e;
+        c->th_rc = rc;
+    }
     atomic_store(&c->th_done, true);
     return NULL;
 }
@@ -389,9 +384,11 @@ static int start(sh_checkpoint *c, void *(*fn)(void *), phase ph, ck_err *err)
     c->th_rc = 0;
     ck_err_clear(&c->th_err);
     int e = pthread_create(&c->th, NULL, fn, c);
-    if (e)
+    if (e) {
+        atomic_store(&c->th_done, true);
         return ck_err_set(err, -e, "checkpoint %s: starting a thread: %s", c->name,
                           strerror(e));
+    }
     c->th_running = true;
     c->phase = ph;
     return 0;
@@ -433,39 +430,37 @@ static int image_fit(sh_checkpoint *c, uint64_t size, ck_err *err)
     return ck_staging_map(&c->image, size, 0, err);
 }
 
-/* Joins the group's pending directory and fits the image. Until it succeeds the rank
- * has no part to gather (c->part says why, and the all-reduce tells the others). */
+/* This rank's shards into its file's image (fitted first): the copy, which needs the
+ * save's plan only. */
+static int fill_part(sh_checkpoint *c, ck_err *err)
+{
+    int rc = image_fit(c, ck_save_rank_bytes(c->save, c->group.rank), err);
+    return rc ? rc : ck_save_fill_rank(c->save, c->group.rank, c->image.map, err);
+}
+
+/* Joins the group's pending directory and binds the image as this rank's file. */
 static int join_part(sh_checkpoint *c, ck_err *err)
 {
     char token[16];
     snprintf(token, sizeof token, "%012" PRIx64,
              (uint64_t)((c->nonce + c->seq * 0x9E3779B97F4A7C15ull) & 0xffffffffffffull));
     int rc = ck_save_join_group(c->save, &c->group, token, err);
-    return rc ? rc : image_fit(c, ck_save_rank_bytes(c->save, c->group.rank), err);
+    return rc ? rc : ck_save_rank_image(c->save, c->group.rank, c->image.map, err);
 }
 
-/* This rank's part of save c->save: joined, copied into the image (lazy: all on the
- * thread) and written by the thread. A failure once joined is the part's outcome,
- * gathered by ck_save_finish_group. */
+/* This rank's part of save c->save: copied into the image (lazy: on the thread), then
+ * joined and written by the thread. Until it is joined, a failure leaves the rank
+ * without a part to gather (c->part says why, the all-reduce tells the others); after,
+ * it is the part's outcome, gathered by ck_save_finish_group. */
 static void start_part(sh_checkpoint *c, bool lazy)
 {
     c->th_copies = lazy;
     c->copied = !lazy;
-    ck_err why = { 0 };
-    if (!lazy && join_part(c, &c->part))
+    if (!lazy && fill_part(c, &c->part))
         return;
-    int code = lazy ? 0 : ck_save_copy_rank(c->save, c->group.rank, c->image.map, &why);
-    if (!code)
-        code = start(c, write_part, WRITING, &why);
-    if (code) {
-        if (lazy)
-            c->part = why;      /* never joined */
-        c->copied = true;
-        c->copy_err = why;
-        c->th_err = why;
-        c->th_rc = code;
-        atomic_store(&c->th_done, true);
-    }
+    ck_err why = { 0 };
+    if (start(c, write_part, WRITING, &why))
+        set_copied(c, &why);
 }
 
 /* Collective: moves the save in flight on; with block, until it is over. Ranks agree
@@ -606,7 +601,6 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
     c->fence_due = lazy;
     c->fence_ms = 0;
     ck_err_clear(&c->part);
-    ck_err_clear(&c->copy_err);
     /* A failure is the part's outcome, in c->part: the ranks agree on it at a later
      * progress, and rank 0 reports it through poll. */
     if (c->cl) {

@@ -81,6 +81,11 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
  * ck_save_rank_image does. The offered memory is not read again once it returns: in an
  * asynchronous save this copy is the stall. */
 int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err);
+/* The copy alone, before ck_save_prepare (or a group's prepare or join): the layout is
+ * the plan's, known once every tensor is declared. Bind image afterwards with
+ * ck_save_rank_image. In an asynchronous save the prepare, which makes directories,
+ * can then run after the stall. */
+int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err);
 int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
 
 /* ---- one save, many processes (embedded mode in a multi-process job) ----
