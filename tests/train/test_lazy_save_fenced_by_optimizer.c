@@ -17,17 +17,7 @@
 
 static const tm_dims DIMS = {.din = 64, .d = 512, .h = 2048, .dout = 8, .nblocks = 4,
                              .root_params = true, .init_bound = 0.1f};
-static int failures;
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("rank %d: FAIL %s: ", sh_world_rank(w), #cond);                       \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
+#define CHECK(cond, ...) TH_CHECK(w, cond, __VA_ARGS__)
 
 static size_t entry_bytes(const sh_shard_entry *e)
 {
@@ -92,15 +82,9 @@ int main(int argc, char **argv)
     int rank = sh_world_rank(w), N = sh_world_size(w);
     ck_err err = {0};
     tm_model m;
-    if (tm_build(w, &DIMS, &m, &err))
-        th_die(w, "build", &err);
-    for (int b = 0; b < DIMS.nblocks; b++)
-        if (sh_fully_shard(m.block[b], mesh, NULL, &err))
-            th_die(w, "fully_shard", &err);
     sh_adamw *opt;
     sh_state_dict msd, osd;
-    if (sh_fully_shard(m.root, mesh, NULL, &err) || sh_module_to_empty(m.root, SH_CPU, &err) ||
-        sh_module_reset_parameters(m.root, 5, &err) || sh_adamw_new(m.root, NULL, &opt, &err) ||
+    if (tm_build_sharded(w, &DIMS, mesh, 5, &m, &err) || sh_adamw_new(m.root, NULL, &opt, &err) ||
         sh_model_state_dict(m.root, &msd, &err) || sh_optim_state_dict(opt, &osd, &err))
         th_die(w, "setup", &err);
     float *x = malloc(sizeof(float) * 4 * (size_t)N * DIMS.din);
@@ -197,15 +181,15 @@ int main(int argc, char **argv)
     sh_adamw_free(opt);
     tm_free(&m);
     sh_mesh_free(mesh);
-    if (rank == 0 && !failures) {
+    if (rank == 0 && !th_failures()) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
         if (system(cmd) != 0)
             printf("could not remove %s\n", root);
     }
-    if (rank == 0 && !failures)
+    if (rank == 0 && !th_failures())
         printf("ok: the optimizer step waits for the lazy copy; the checkpoint holds the "
                "state of the save; unguarded lazy saves refused; a failed save's fence "
                "returns its error\n");
-    return th_finish(w, failures ? 1 : 0);
+    return th_finish(w, th_failures() ? 1 : 0);
 }
