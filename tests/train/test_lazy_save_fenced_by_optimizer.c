@@ -129,6 +129,9 @@ int main(int argc, char **argv)
     if (rank == 0)
         CHECK(sh_checkpoint_poll(ck, &d, &err) == 1 && d.rc == 0, "lazy-1 did not commit: %s",
               d.msg);
+    /* Rank 0 commits: the others read once it says so. */
+    if (sh_barrier(sh_world_comm(w), NULL, &err))
+        th_die(w, "barrier", &err);
     ck_ckpt *c;
     sh_state_dict got_m, got_o;
     clone(&msd, &got_m, false);
