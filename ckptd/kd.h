@@ -10,7 +10,7 @@
  * clients it must tell), so each file can be read knowing only what is below it.
  *   main.c        options, daemonizing, start and exit
  *   kd_server.c   socket, peer credentials, the event loop
- *   kd_recover.c  recovery of the root at start
+ *   kd_recover.c  owning the root (its lock) and recovering it at start
  *   kd_proto.c    reading and validating messages, dispatching them
  *   kd_status.c   the STATUS reply
  *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
@@ -93,6 +93,7 @@ typedef struct kd_server {
     char root[PATH_MAX];       /* realpath */
     FILE *log;
     int listen_fd, ep_fd, sig_fd, ev_fd;
+    int lock_fd;               /* ROOT/.ckptd.lock, held for the daemon's life */
     ck_engine *engine;         /* the fault engine with --inject-fault, else NULL */
     ck__saver *saver;
     kd_client *clients;
@@ -115,6 +116,7 @@ int kd_server_run(kd_server *s);
 void kd_server_stop(kd_server *s);
 
 /* kd_recover.c */
+/* Takes the root's lock (-EBUSY: another ckptd holds it), then recovers the root. */
 int kd_recover(kd_server *s, ck_err *err);
 
 /* kd_proto.c */

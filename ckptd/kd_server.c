@@ -60,7 +60,7 @@ static int listen_on(kd_server *s, ck_err *err)
 
 int kd_server_start(kd_server *s, ck_err *err)
 {
-    s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = -1;
+    s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = s->lock_fd = -1;
     pthread_mutex_init(&s->ev_mu, NULL);
     if (!realpath(s->o.root, s->root))
         return ck_err_set(err, -errno, "root %s: %s", s->o.root, strerror(errno));

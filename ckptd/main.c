@@ -9,6 +9,8 @@
 
 #include "kd.h"
 
+#include "format/owner.h"
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -112,6 +114,7 @@ static void detach(kd_server *s)
     if (pid > 0)
         _exit(0);
     setsid();
+    ck__lock_note_pid(s->lock_fd);   /* the lock came along; the pid in it is ours now */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
         dup2(null, 0);
@@ -147,7 +150,7 @@ int main(int argc, char **argv)
         kd_log(&s, "cannot start: %s", ck_err_msg(&err));
         if (s.log)
             fprintf(stderr, "ckptd: cannot start: %s\n", ck_err_msg(&err));
-        return 1;
+        return r == -EBUSY || r == -EADDRINUSE ? 3 : 1;
     }
     r = kd_server_run(&s);
     ck__saver_free(s.saver);
