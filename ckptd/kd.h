@@ -41,6 +41,7 @@ typedef struct kd_opts {
     unsigned io_depth;
     unsigned hash_threads;
     unsigned writers;
+    unsigned drain_timeout;    /* seconds a SIGTERM waits for ranks still staging */
     bool foreground;
     const char *log;
     const char *inject_fault;
@@ -105,6 +106,8 @@ typedef struct kd_server {
     pthread_mutex_t ev_mu;     /* the event queue, filled by saver threads */
     kd_event *ev_head, *ev_tail;
     bool stopping;
+    bool drained;              /* the drain timeout passed: waiting saves were aborted */
+    double drain_deadline;     /* CLOCK_MONOTONIC seconds */
 } kd_server;
 
 /* kd_server.c */
@@ -113,7 +116,6 @@ int kd_server_start(kd_server *s, ck_err *err);
 /* Starts the save engine's threads (after any fork). */
 int kd_server_engine(kd_server *s, ck_err *err);
 int kd_server_run(kd_server *s);
-void kd_server_stop(kd_server *s);
 
 /* kd_recover.c */
 /* Takes the root's lock (-EBUSY: another ckptd holds it), then recovers the root. */
@@ -134,7 +136,8 @@ void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
 void kd_ckpt_events(kd_server *s);
-void kd_ckpt_shutdown(kd_server *s);
+/* The drain timeout passed: aborts the saves still waiting for ranks, logged by name. */
+void kd_ckpt_drain_expired(kd_server *s);
 void kd_saver_event(void *arg, const ck__saver_event *ev);
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);
 

@@ -11,6 +11,7 @@
  *  - the saver's events arrive on its threads and are queued for the event loop, which
  *    sends DURABLE / COMMITTED / ERROR and releases the staging.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -81,7 +82,8 @@ unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
 void kd_ckpt_begin(kd_server *s, kd_client *c, const ck__decl *d, int fd)
 {
     ck_err err = { 0 };
-    if (s->stopping) {
+    /* A draining daemon still takes the ranks of the saves in flight. */
+    if (s->stopping && (s->drained || !find(s, d->name))) {
         close(fd);
         kd_send_error(s, c, d->name, -ESHUTDOWN, "ckptd is shutting down; no new saves");
         return;
@@ -273,10 +275,15 @@ void kd_ckpt_events(kd_server *s)
     }
 }
 
-void kd_ckpt_shutdown(kd_server *s)
+void kd_ckpt_drain_expired(kd_server *s)
 {
     for (kd_ckpt *k = s->ckpts; k; k = k->next)
         if (!ck__saver_committable(s->saver, k->name))
-            ck__saver_abandon(s->saver, k->name, "ckptd is shutting down (SIGTERM) before "
-                             "every part was staged and the commit was asked for");
+            kd_log(s, "drain timeout: aborting checkpoint %s, still waiting for ranks", k->name);
+    char why[128];
+    snprintf(why, sizeof why, "ckptd is shutting down: the drain timeout (%u s) passed before "
+             "every rank staged its part and rank 0 asked for the commit", s->o.drain_timeout);
+    unsigned n = ck__saver_abandon_waiting(s->saver, why);
+    kd_log(s, "drain timeout (%u s): aborted %u save(s); finishing the rest",
+           s->o.drain_timeout, n);
 }

@@ -17,8 +17,10 @@ static void usage(FILE *f)
 "usage: ckptd --root DIR [options]\n"
 "\n"
 "Serves asynchronous checkpoint saves into DIR over a Unix socket (mode 0600, same\n"
-"uid only). At start it removes incomplete saves under DIR/.pending and reconciles\n"
-"the catalog. SIGTERM: stop accepting, finish the saves in flight, exit 0.\n"
+"uid only), one ckptd per root. At start it removes the incomplete saves of dead\n"
+"writers under DIR/.pending and reconciles the catalog. SIGTERM: stop accepting,\n"
+"finish the saves whose parts are all staged, abort those still waiting for ranks\n"
+"after --drain-timeout, exit 0; a second SIGTERM exits at once (status 1).\n"
 "\n"
 "  --root DIR           the checkpoint root\n"
 "  --socket PATH        socket path (default DIR/.ckptd.sock)\n"
@@ -28,11 +30,15 @@ static void usage(FILE *f)
 "                       hash blocks' worth)\n"
 "  --writers N          writer threads, ranks written at once (default 4)\n"
 "  --hash-threads N     SHA-256 threads per save (default: one per CPU)\n"
+"  --drain-timeout SECS how long a SIGTERM waits for ranks still staging (default 30)\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 "  --inject-fault SPEC  tests: fail an I/O operation, e.g. eio@17, enospc@3, short@0,\n"
 "                       fsync@0 (counted over the daemon's life)\n"
-"  -h, --help           this text\n");
+"  -h, --help           this text\n"
+"\n"
+"Exit status: 0 stopped by SIGTERM; 1 could not start, failed, or a second SIGTERM;\n"
+"2 usage; 3 another ckptd serves DIR (or the socket).\n");
 }
 
 static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -50,14 +56,15 @@ static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsi
 
 static int parse(int argc, char **argv, kd_opts *o)
 {
-    enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT };
+    enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
+           O_DRAIN };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
         { "hash-threads", 1, 0, O_HT }, { "foreground", 0, 0, O_FG }, { "log", 1, 0, O_LOG },
-        { "inject-fault", 1, 0, O_FAULT }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "inject-fault", 1, 0, O_FAULT }, { "drain-timeout", 1, 0, O_DRAIN }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
-    *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4 };
+    *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30 };
     ck_err err = { 0 };
     ck_fault f;
     int c, r = 0;
@@ -79,6 +86,7 @@ static int parse(int argc, char **argv, kd_opts *o)
         case O_DEPTH: r = number("--io-depth", optarg, 1, 4096, &o->io_depth); break;
         case O_WRITERS: r = number("--writers", optarg, 1, 256, &o->writers); break;
         case O_HT: r = number("--hash-threads", optarg, 1, 256, &o->hash_threads); break;
+        case O_DRAIN: r = number("--drain-timeout", optarg, 0, 86400, &o->drain_timeout); break;
         case O_FG: o->foreground = true; break;
         case O_LOG: o->log = optarg; break;
         case O_FAULT:

@@ -441,8 +441,9 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
     else if (c && (r = same_save(c, d, err)) == 0 && c->parts[d->rank].state != P_NONE)
         r = ck_err_set(err, -EALREADY, "checkpoint %s: rank %llu joined already", c->name,
                        (unsigned long long)d->rank);
-    if (r == 0 && !c)
-        r = begin_save(sv, d, &c, err);
+    bool fresh = r == 0 && !c;
+    if (fresh && (r = begin_save(sv, d, &c, err)) < 0)
+        fresh = false;
     if (r < 0)
         goto out;
     part *p = &c->parts[d->rank];
@@ -466,6 +467,13 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
     c->joined++;
     *image_bytes = bytes;
 out:
+    if (r < 0 && fresh) {
+        /* Begun for this rank alone, which was refused: nobody else knows the save,
+         * and left in the list it would count as in flight forever. */
+        unlink_ckpt(sv, c);
+        ck_save_abort(c->s);
+        ckpt_free_parts(c, true);
+    }
     pthread_mutex_unlock(&sv->mu);
     return r;
 }
@@ -533,6 +541,19 @@ void ck__saver_abandon(ck__saver *sv, const char *name, const char *why)
     if (c)
         fail(sv, c, -ECANCELED, why);
     pthread_mutex_unlock(&sv->mu);
+}
+
+unsigned ck__saver_abandon_waiting(ck__saver *sv, const char *why)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&sv->mu);
+    for (sv_ckpt *c = sv->list; c; c = c->next)
+        if (c->state == C_COLLECTING && !committable(c)) {
+            fail(sv, c, -ECANCELED, why);
+            n++;
+        }
+    pthread_mutex_unlock(&sv->mu);
+    return n;
 }
 
 bool ck__saver_committable(ck__saver *sv, const char *name)
