@@ -104,10 +104,11 @@ int kd_server_engine(kd_server *s, ck_err *err)
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
                          .log = kd_log_cb,
                          .event = kd_saver_event, .arg = s };
-    if ((r = ck__saver_new(&so, &s->saver, err)) < 0)
+    if ((r = ck__saver_new(&so, &s->saver, err)) < 0 || (r = kd_plan_start(s, err)) < 0)
         return r;
-    kd_log(s, "serving %s on %s (staging %llu bytes, %u writers)", s->root, s->o.socket,
-           (unsigned long long)s->o.staging, s->o.writers);
+    kd_log(s, "serving %s on %s (staging %llu bytes, plan memory %llu bytes, %u writers)",
+           s->root, s->o.socket, (unsigned long long)s->o.staging,
+           (unsigned long long)s->o.plan_memory, s->o.writers);
     return 0;
 }
 
@@ -249,7 +250,7 @@ static void on_stop_signal(kd_server *s, int signo)
 int kd_server_run(kd_server *s)
 {
     struct epoll_event evs[64];
-    while (!s->stopping || s->ckpts || ck__saver_active(s->saver)) {
+    while (!s->stopping || s->ckpts || s->plan_queued || ck__saver_active(s->saver)) {
         int n = epoll_wait(s->ep_fd, evs, 64, s->stopping ? 100 : -1);
         if (n < 0 && errno != EINTR)
             return -errno;

@@ -26,6 +26,8 @@ static void usage(FILE *f)
 "  --socket PATH        socket path (default DIR/.ckptd.sock)\n"
 "  --staging SIZE       staging memory mapped at once (default 4GiB); parts wait for\n"
 "                       room, and one larger than SIZE is refused\n"
+"  --plan-memory SIZE   memory for the plans and declarations of the saves in flight\n"
+"                       (default 1GiB); a BEGIN whose plan can never fit is refused\n"
 "  --io-depth N         1 MiB I/Os in flight per writer (default 32; at least two\n"
 "                       hash blocks' worth)\n"
 "  --writers N          writer threads, ranks written at once (default 4)\n"
@@ -57,14 +59,16 @@ static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsi
 static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
-           O_DRAIN };
+           O_DRAIN, O_PLAN };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
         { "hash-threads", 1, 0, O_HT }, { "foreground", 0, 0, O_FG }, { "log", 1, 0, O_LOG },
-        { "inject-fault", 1, 0, O_FAULT }, { "drain-timeout", 1, 0, O_DRAIN }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "inject-fault", 1, 0, O_FAULT }, { "drain-timeout", 1, 0, O_DRAIN },
+        { "plan-memory", 1, 0, O_PLAN }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
-    *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30 };
+    *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
+                 .plan_memory = 1ull << 30 };
     ck_err err = { 0 };
     ck_fault f;
     int c, r = 0;
@@ -82,6 +86,11 @@ static int parse(int argc, char **argv, kd_opts *o)
             if ((r = ck_size_parse(optarg, &o->staging, &err)) < 0 || o->staging < CK_ALIGN)
                 fprintf(stderr, "ckptd: --staging: %s\n",
                         r < 0 ? ck_err_msg(&err) : "at least 4KiB"), r = -EINVAL;
+            break;
+        case O_PLAN:
+            if ((r = ck_size_parse(optarg, &o->plan_memory, &err)) < 0 || o->plan_memory < (1 << 20))
+                fprintf(stderr, "ckptd: --plan-memory: %s\n",
+                        r < 0 ? ck_err_msg(&err) : "at least 1MiB"), r = -EINVAL;
             break;
         case O_DEPTH: r = number("--io-depth", optarg, 1, 4096, &o->io_depth); break;
         case O_WRITERS: r = number("--writers", optarg, 1, 256, &o->writers); break;
@@ -161,6 +170,7 @@ int main(int argc, char **argv)
         return r == -EBUSY || r == -EADDRINUSE ? 3 : 1;
     }
     r = kd_server_run(&s);
+    kd_plan_stop(&s);
     ck__saver_free(s.saver);
     ck_engine_destroy(s.engine);
     kd_log(&s, "exit %d", r < 0 ? 1 : 0);
