@@ -68,8 +68,9 @@ static void ckpt_free(kd_server *s, kd_ckpt *k)
     }
     s->plan_used -= k->plan_bytes;
     /* The plan was freed by the saver: give its pages back, or the daemon's RSS stays
-     * at its largest save's for good (malloc keeps freed heap for reuse). */
-    if (k->plan_bytes >= KD_TRIM_BYTES)
+     * at its largest save's for good (malloc keeps freed heap for reuse); and when the
+     * daemon falls idle, what the writers' buffers left in their threads' arenas. */
+    if (k->plan_bytes >= KD_TRIM_BYTES || !s->ckpts)
         malloc_trim(0);
     free(k);
 }
