@@ -469,7 +469,10 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
     pthread_mutex_lock(&sv->mu);
     int r = 0;
     sv_ckpt *c;
-    while ((c = find(sv, d->name)) && c->state == C_PLANNING)
+    /* A plan in the making, or a failed save still being taken apart (a retry must
+     * find it reported): wait for either to settle. */
+    while ((c = find(sv, d->name)) &&
+           (c->state == C_PLANNING || (c->state == C_FAILED && !c->fail_reported)))
         pthread_cond_wait(&sv->idle, &sv->mu);
     if (c && c->state == C_FAILED && c->fail_reported && c->parts[d->rank].state != P_NONE) {
         /* This rank was part of the failed attempt: it is a retry. */
