@@ -43,7 +43,7 @@ int main(void)
     CHECK(kd_count_entries(pend, true) == before, "the second ckptd changed %s", pend);
     CHECK(!kd_sock_alive(sock2), "the second ckptd listens on %s", sock2);
 
-    REQUIRE(ck_client_save_async(sv[1], &err) == 0, "save_async rank 1: %s", ck_err_msg(&err));
+    CHECK(ck_client_save_async(sv[1], &err) == 0, "save_async rank 1: %s", ck_err_msg(&err));
     for (uint64_t r = 0; r < 2; r++) {
         CHECK(ck_client_wait(sv[r], &err) == 0, "rank %llu: the first ckptd's save failed "
               "after a second ckptd tried the root: %s", (unsigned long long)r,

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Ranks die with their launcher. shardrun (mpirun underneath) runs 4 ranks of
-# shard-train under setsid, saving every 2 steps; once a checkpoint is committed, the
-# launcher's process group gets SIGKILL (the ranks are in process groups of their own,
-# as OpenMPI makes them). Within 10 s no rank may live, no checkpoint may appear any
-# more, and the root holds only committed checkpoints that deep-verify, the catalog,
-# and .pending debris.
+# Ranks die with their launcher. shardrun (mpirun underneath) runs under setsid, and
+# its process group gets SIGKILL (the ranks are in process groups of their own, as
+# OpenMPI makes them); within 10 s no rank may live. Twice:
+#  1. 4 ranks of a program that is not an MPI program (sleep): nothing in it notices
+#     that mpirun is gone, so only the kernel's parent-death signal ends it;
+#  2. 4 ranks of shard-train saving every 2 steps, killed once a checkpoint is
+#     committed: no checkpoint may appear afterwards, and the root holds only
+#     committed checkpoints that deep-verify, the catalog, and .pending debris.
 #   launcher_killed.sh SHARDRUN SHARD_TRAIN CKPT_VERIFY
 set -euo pipefail
 shardrun=$1 train=$2 verify=$3
@@ -21,6 +23,29 @@ cleanup() {
 trap cleanup EXIT
 export OPENBLAS_NUM_THREADS=1
 
+# kill_launcher: SIGKILL to the launcher's group; fails unless its ranks end in 10 s.
+kill_launcher() {
+    ranks=$(pgrep -P "$launcher" | tr '\n' ' ')
+    [ "$(echo $ranks | wc -w)" -eq 4 ] || { echo "FAILED: expected 4 ranks under mpirun, found: $ranks"; exit 1; }
+    kill -9 -- "-$launcher"
+    wait "$launcher" 2>/dev/null || true
+    launcher=
+    local alive=
+    for _ in $(seq 100); do
+        alive=
+        for p in $ranks; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+        [ -z "$alive" ] && return 0
+        sleep 0.1
+    done
+    echo "FAILED: ranks$alive ($1) outlived their launcher by 10 s"
+    exit 1
+}
+
+setsid "$shardrun" --nproc-per-node 4 sleep 600 >"$work/sleep.log" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do [ "$(pgrep -P "$launcher" | wc -l)" -eq 4 ] && break; sleep 0.1; done
+kill_launcher "sleep"
+
 setsid "$shardrun" --nproc-per-node 4 "$train" --data "$data" --layers 1 --dim 16 \
     --heads 2 --seq 16 --batch 4 --mesh 2x2 --steps 1000000 --ckpt-root "$work/ck" \
     --ckpt-every 2 --keep-last 3 >"$work/run.log" 2>&1 &
@@ -28,17 +53,7 @@ launcher=$!
 committed() { find "$work/ck" -mindepth 1 -maxdepth 1 -name 'step-*' 2>/dev/null | sort; }
 for _ in $(seq 1200); do [ -n "$(committed)" ] && break; sleep 0.1; done
 [ -n "$(committed)" ] || { echo "FAILED: no checkpoint within 120 s"; cat "$work/run.log"; exit 1; }
-ranks=$(pgrep -P "$launcher" | tr '\n' ' ')
-[ "$(echo $ranks | wc -w)" -eq 4 ] || { echo "FAILED: expected 4 ranks under mpirun, found: $ranks"; exit 1; }
-kill -9 -- "-$launcher"
-alive=
-for _ in $(seq 100); do
-    alive=
-    for p in $ranks; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
-    [ -z "$alive" ] && break
-    sleep 0.1
-done
-[ -z "$alive" ] || { echo "FAILED: ranks$alive outlived their launcher by 10 s"; exit 1; }
+kill_launcher "shard-train"
 before=$(committed)
 sleep 2
 [ "$(committed)" = "$before" ] || { echo "FAILED: checkpoints appeared after the ranks died"; exit 1; }
@@ -51,4 +66,4 @@ for d in "$work"/ck/* "$work"/ck/.[!.]*; do
     *) echo "FAILED: unexpected $name in the root"; exit 1 ;;
     esac
 done
-echo "ok: 4 ranks ended with their SIGKILLed launcher; the root holds $(echo $before | wc -w) committed checkpoint(s) that verify, and debris"
+echo "ok: 4 ranks of sleep and 4 of shard-train ended with their SIGKILLed launcher; the root holds $(echo $before | wc -w) committed checkpoint(s) that verify, and debris"
