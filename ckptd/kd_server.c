@@ -288,5 +288,9 @@ int kd_server_run(kd_server *s)
         kd_ckpt_events(s);
     }
     kd_log(s, "every save in flight finished; exiting");
+    /* Clients may still be connected (a drain ends with the saves, not the clients). */
+    while (s->clients)
+        drop(s, s->clients);
+    kd_ckpt_events(s);
     return 0;
 }

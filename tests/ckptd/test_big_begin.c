@@ -153,7 +153,9 @@ int main(void)
            "after its client left\n", rss0 >> 10, rss_absurd >> 10, rss1 >> 10, t_admit,
            t_status, rss2 >> 10);
     CHECK(rss_absurd - rss0 < 16 << 10, "the refused BEGIN cost %ld MiB", (rss_absurd - rss0) >> 10);
-    CHECK(rss2 - rss0 < 32 << 10 || rss2 - rss0 < (rss1 - rss0) / 4,
+    if (!KD_RSS_CHECKED)
+        printf("(RSS not checked under ASan: its allocator keeps freed memory)\n");
+    CHECK(!KD_RSS_CHECKED || rss2 - rss0 < 32 << 10 || rss2 - rss0 < (rss1 - rss0) / 4,
           "the daemon kept %ld MiB of the %ld MiB the large plan took", (rss2 - rss0) >> 10,
           (rss1 - rss0) >> 10);
     CHECK(kd_log_has(d.log, "checkpoint large: abandoned"), "the abandon is not logged");

@@ -136,8 +136,10 @@ int main(void)
            "after\n", nclients, saves, secs, fd0, fdmax, fd1, rss0 >> 10, rssmax >> 10,
            rss1 >> 10);
     CHECK(fd1 == fd0, "ckptd holds %d descriptors after the load, %d before", fd1, fd0);
-    CHECK(rss1 - rss0 < 16 << 10, "ckptd's RSS grew by %ld MiB over the load",
-          (rss1 - rss0) >> 10);
+    CHECK(!KD_RSS_CHECKED || rss1 - rss0 < 16 << 10, "ckptd's RSS grew by %ld MiB over the "
+          "load", (rss1 - rss0) >> 10);
+    if (!KD_RSS_CHECKED)
+        printf("(RSS not checked under ASan: its allocator keeps freed memory)\n");
     ck_scan sc;
     REQUIRE(ck_root_scan(e.root, &sc, NULL) == 0, "scan");
     CHECK(sc.n_committed == (size_t)(nclients * saves + 4), "%zu checkpoints committed, %d "
