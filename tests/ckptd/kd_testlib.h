@@ -158,6 +158,28 @@ static inline bool kd_exists(const char *root, const char *name)
     return stat(p, &st) == 0;
 }
 
+/* A process's resident memory (KiB, -1 when unknown) and its open descriptors. */
+static inline long kd_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+static inline int kd_count_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    return kd_count_entries(path, true);
+}
+
 /* Whether the log file holds needle. */
 static inline bool kd_log_has(const char *log, const char *needle)
 {

@@ -15,20 +15,6 @@
 #include "kd_testlib.h"
 #include "async/proto.h"
 
-static long rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 static int conn(const char *sock)
 {
     int fd;
@@ -117,7 +103,7 @@ int main(void)
     kd_start(&d, root, NULL);
     uint32_t n = 0;
     REQUIRE(status_within_1s(d.sock, &n), "no STATUS at start");
-    long rss0 = rss_kib(d.pid);
+    long rss0 = kd_rss_kib(d.pid);
 
     /* Never fits: refused at once, the connection stays. */
     int a = conn(d.sock);
@@ -128,7 +114,7 @@ int main(void)
     CHECK(reply(a, 10, msg, sizeof msg) == CK_MSG_ERROR && strstr(msg, "absurd") &&
           strstr(msg, "--plan-memory"), "the 1024x1024 BEGIN was not refused naming the save "
           "and --plan-memory: '%s'", msg);
-    long rss_absurd = rss_kib(d.pid);
+    long rss_absurd = kd_rss_kib(d.pid);
 
     /* Fits: planned beside the loop, which answers STATUS meanwhile. */
     send_begin(a, "large", "256x256", 16384);
@@ -139,7 +125,7 @@ int main(void)
     uint16_t got = reply(a, 120, msg, sizeof msg);
     double t_admit = kd_now() - t0;
     CHECK(got == CK_MSG_ADMIT, "the 256x256 BEGIN got no ADMIT (type %u: %s)", got, msg);
-    long rss1 = rss_kib(d.pid);
+    long rss1 = kd_rss_kib(d.pid);
     close(a);
     for (int i = 0; i < 500 && status_within_1s(d.sock, &n) && n; i++)
         kd_sleep_ms(20);
@@ -147,7 +133,7 @@ int main(void)
     for (int i = 0; i < 3000 && !kd_log_has(d.log, "checkpoint large failed"); i++)
         kd_sleep_ms(10);
     kd_sleep_ms(100);
-    long rss2 = rss_kib(d.pid);
+    long rss2 = kd_rss_kib(d.pid);
     printf("daemon RSS: %ld MiB at start, %ld MiB after the refused 1024x1024 BEGIN, %ld MiB "
            "with the 256x256 plan (ADMIT after %.2f s; STATUS meanwhile in %.3f s), %ld MiB "
            "after its client left\n", rss0 >> 10, rss_absurd >> 10, rss1 >> 10, t_admit,

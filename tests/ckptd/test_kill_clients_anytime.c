@@ -6,13 +6,6 @@
  * (scripts/soak). */
 #include "kc_testlib.h"
 
-static int count_fds(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    return kd_count_entries(path, true);
-}
-
 /* ckpt-synth's 4 rank processes in a process group of their own, so one kill ends
  * them all. */
 static pid_t synth_group(const char *root, const char *sock, const char *name, const char *out)
@@ -38,7 +31,7 @@ static pid_t synth_group(const char *root, const char *sock, const char *name, c
 static bool settled(const kd_proc *d, int fds)
 {
     for (int i = 0; i < 1000; i++) {
-        if (kc_status(d->sock).n == 0 && count_fds(d->pid) == fds)
+        if (kc_status(d->sock).n == 0 && kd_count_fds(d->pid) == fds)
             return true;
         kd_sleep_ms(20);
     }
@@ -65,8 +58,8 @@ int main(void)
     REQUIRE(kd_wait_pid(synth_group(root, d.sock, "timed", out), 60) == 0,
             "the unkilled save failed");
     int span_ms = (int)((kd_now() - t0) * 1200) + 1;
-    REQUIRE(settled(&d, count_fds(d.pid)), "the daemon did not settle after the first save");
-    int fds = count_fds(d.pid), complete = 0, absent = 0;
+    REQUIRE(settled(&d, kd_count_fds(d.pid)), "the daemon did not settle after the first save");
+    int fds = kd_count_fds(d.pid), complete = 0, absent = 0;
     for (int t = 0; t < trials; t++) {
         char name[32];
         snprintf(name, sizeof name, "step-%04d", t);
@@ -75,7 +68,7 @@ int main(void)
         kill(-p, SIGKILL);
         waitpid(p, NULL, 0);
         CHECK(settled(&d, fds), "trial %d: ckptd did not settle (saves in flight, or %d fds "
-              "instead of %d)", t, count_fds(d.pid), fds);
+              "instead of %d)", t, kd_count_fds(d.pid), fds);
         CHECK(kd_count_entries(pend, false) == 0, "trial %d: the dead clients' save left "
               "debris in %s", t, pend);
         if (kd_exists(root, name)) {

@@ -11,27 +11,6 @@
 static const kc_tensor ts[] = { { CK_F32, 2, { 96, 64 }, "R" },
                                 { CK_BF16, 1, { 3000 }, "R" } };
 
-static int count_fds(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    return kd_count_entries(path, true);
-}
-
-static long rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 /* One client process: saves NAME-00 .. NAME-(saves-1), one after another. */
 static int client(const char *sock, int id, int saves)
 {
@@ -93,12 +72,12 @@ int main(void)
                 WEXITSTATUS(st) == 0, "a first save failed");
     }
     /* The daemon sees the clients' closes after they exit. */
-    for (int i = 0, n = -1; i < 50 && n != count_fds(e.d.pid); i++) {
-        n = count_fds(e.d.pid);
+    for (int i = 0, n = -1; i < 50 && n != kd_count_fds(e.d.pid); i++) {
+        n = kd_count_fds(e.d.pid);
         kd_sleep_ms(50);
     }
-    int fd0 = count_fds(e.d.pid);
-    long rss0 = rss_kib(e.d.pid);
+    int fd0 = kd_count_fds(e.d.pid);
+    long rss0 = kd_rss_kib(e.d.pid);
     double t0 = kd_now();
     pid_t *pids = calloc((size_t)nclients, sizeof *pids);
     REQUIRE(pids, "out of memory");
@@ -118,8 +97,8 @@ int main(void)
             failed += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
             continue;
         }
-        int fds = count_fds(e.d.pid);
-        long rss = rss_kib(e.d.pid);
+        int fds = kd_count_fds(e.d.pid);
+        long rss = kd_rss_kib(e.d.pid);
         fdmax = fds > fdmax ? fds : fdmax;
         rssmax = rss > rssmax ? rss : rssmax;
         kd_sleep_ms(20);
@@ -127,10 +106,10 @@ int main(void)
     double secs = kd_now() - t0;
     CHECK(failed == 0, "%d of %d clients failed a save", failed, nclients);
     /* The last replies may still be on their way out: let the daemon drop them. */
-    int fd1 = count_fds(e.d.pid);
-    for (int i = 0; i < 250 && fd1 != fd0; i++, fd1 = count_fds(e.d.pid))
+    int fd1 = kd_count_fds(e.d.pid);
+    for (int i = 0; i < 250 && fd1 != fd0; i++, fd1 = kd_count_fds(e.d.pid))
         kd_sleep_ms(20);
-    long rss1 = rss_kib(e.d.pid);
+    long rss1 = kd_rss_kib(e.d.pid);
     printf("%d clients x %d saves in %.1f s; ckptd: %d fds at the start level, %d at the "
            "peak, %d after; RSS %ld MiB at the start level, %ld MiB at the peak, %ld MiB "
            "after\n", nclients, saves, secs, fd0, fdmax, fd1, rss0 >> 10, rssmax >> 10,

@@ -86,6 +86,17 @@ static void refused_begin(const char *sock)
     close(fd);
 }
 
+/* Checks that ROOT/.pending is empty, then closes the clients and ckptd. */
+static void pending_clean(kc_env *e, const char *who)
+{
+    char pend[PATH_MAX + 16];
+    snprintf(pend, sizeof pend, "%s/%s", e->root, CK_PENDING);
+    CHECK(kd_count_entries(pend, true) == 0, "%s left %d entries in %s", who,
+          kd_count_entries(pend, true), pend);
+    kc_close(e);
+    kc_remove(e);
+}
+
 static void drain_case(void)
 {
     const char *extra[] = { "--drain-timeout", "2", NULL };
@@ -122,12 +133,7 @@ static void drain_case(void)
           "done or late does not verify");
     CHECK(!kd_exists(e.root, "stuck") && !kd_exists(e.root, "half"),
           "an aborted save is visible");
-    char pend[PATH_MAX + 16];
-    snprintf(pend, sizeof pend, "%s/%s", e.root, CK_PENDING);
-    CHECK(kd_count_entries(pend, true) == 0, "the aborted saves left %d entries in %s",
-          kd_count_entries(pend, true), pend);
-    kc_close(&e);
-    kc_remove(&e);
+    pending_clean(&e, "the aborted saves");
 }
 
 static void twice_case(void)
@@ -151,12 +157,7 @@ static void twice_case(void)
     CHECK(!kd_exists(e.root, "stuck"), "the unfinished save is visible");
     kd_start(&e.d, e.root, NULL);
     kc_daemon_pid = e.d.pid;
-    char pend[PATH_MAX + 16];
-    snprintf(pend, sizeof pend, "%s/%s", e.root, CK_PENDING);
-    CHECK(kd_count_entries(pend, true) == 0, "the next start left %d entries in %s",
-          kd_count_entries(pend, true), pend);
-    kc_close(&e);
-    kc_remove(&e);
+    pending_clean(&e, "the next start");
 }
 
 int main(void)
