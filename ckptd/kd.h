@@ -163,7 +163,8 @@ void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
 void kd_ckpt_events(kd_server *s);
-/* The drain timeout passed: aborts the saves still waiting for ranks, logged by name. */
+/* The drain timeout passed: aborts the saves still waiting for ranks (the saver logs
+ * each by name). */
 void kd_ckpt_drain_expired(kd_server *s);
 void kd_saver_event(void *arg, const ck__saver_event *ev);
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);

@@ -360,13 +360,12 @@ void kd_ckpt_events(kd_server *s)
 
 void kd_ckpt_drain_expired(kd_server *s)
 {
-    for (kd_ckpt *k = s->ckpts; k; k = k->next)
-        if (!ck__saver_committable(s->saver, k->name))
-            kd_log(s, "drain timeout: aborting checkpoint %s, still waiting for ranks", k->name);
-    char why[128];
+    char why[160];
     snprintf(why, sizeof why, "ckptd is shutting down: the drain timeout (%u s) passed before "
              "every rank staged its part and rank 0 asked for the commit", s->o.drain_timeout);
+    /* Each failure is logged by the saver, naming its save. */
     unsigned n = ck__saver_abandon_waiting(s->saver, why);
-    kd_log(s, "drain timeout (%u s): aborted %u save(s); finishing the rest",
-           s->o.drain_timeout, n);
+    if (n)
+        kd_log(s, "drain timeout (%u s): aborted %u save(s) still waiting for ranks",
+               s->o.drain_timeout, n);
 }

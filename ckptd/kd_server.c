@@ -279,7 +279,9 @@ int kd_server_run(kd_server *s)
             if (c->drop)
                 drop(s, c);
         }
-        if (s->stopping && !s->drained && now_s() >= s->drain_deadline) {
+        /* Past the deadline, again on every round: a plan that was still being
+         * computed at the deadline becomes a save that waits, and must go too. */
+        if (s->stopping && now_s() >= s->drain_deadline) {
             s->drained = true;
             kd_ckpt_drain_expired(s);
         }
