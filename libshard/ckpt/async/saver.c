@@ -136,8 +136,9 @@ static void prune_failed(ck__saver *sv, const sv_ckpt *keep)
         unsigned n = 0;
         uint64_t ranks = 0;
         sv_ckpt *oldest = NULL;
+        /* Only saves taken apart: a job of one still being aborted holds it. */
         for (sv_ckpt *c = sv->list; c; c = c->next)
-            if (c->state == C_FAILED) {
+            if (c->state == C_FAILED && c->fail_reported && !c->writes) {
                 n++;
                 ranks += c->world;
                 if (c != keep)
