@@ -175,6 +175,21 @@ int main(void)
     CHECK(reply(a, 10, NULL, 0) == 0, "the connection stayed open after an out-of-limit BEGIN");
     close(a);
 
+    /* The new options refuse bad values with a message and exit 2. */
+    static const char *bad[][2] = { { "--plan-memory", "1KiB" }, { "--plan-memory", "lots" },
+                                    { "--drain-timeout", "-5" }, { "--drain-timeout", "1e9" } };
+    char out[PATH_MAX + 16];
+    snprintf(out, sizeof out, "%s.usage", root);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        unlink(out);
+        const char *argv[] = { CKPTD_PATH, "--root", root, "--socket", out, "--foreground",
+                               bad[i][0], bad[i][1], NULL };
+        int rc = kd_run(argv, out, 10);
+        CHECK(rc == 2 && kd_log_has(out, bad[i][0]), "ckptd %s %s: exit %d without naming "
+              "the option", bad[i][0], bad[i][1], rc);
+    }
+    unlink(out);
+
     CHECK(kd_wait_pid(kd_synth(root, d.sock, "fine", "2", "2", "1MiB", NULL), 60) == 0,
           "a normal save failed after the large BEGINs");
     CHECK(tl_verify_deep(root, "fine", 7) == 0, "the normal save is bad");
