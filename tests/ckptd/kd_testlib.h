@@ -52,7 +52,7 @@ static inline bool kd_sock_alive(const char *path)
 }
 
 /* Starts ckptd on root in the foreground, with extra arguments (NULL-terminated), and
- * waits until it accepts connections. */
+ * waits until it accepts connections (at most 30 s). */
 static inline void kd_start(kd_proc *d, const char *root, const char *const *extra)
 {
     snprintf(d->root, sizeof d->root, "%s", root);
@@ -70,14 +70,16 @@ static inline void kd_start(kd_proc *d, const char *root, const char *const *ext
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
-    for (int i = 0; i < 1000; i++) {
+    /* Recovery reads every committed checkpoint's manifest to reconcile the catalog:
+     * seconds for hundreds of them on a loaded machine (scripts/soak). */
+    for (int i = 0; i < 6000; i++) {
         if (kd_sock_alive(d->sock))
             return;
         int st;
         REQUIRE(waitpid(d->pid, &st, WNOHANG) == 0, "ckptd exited at start (see %s)", d->log);
         kd_sleep_ms(5);
     }
-    REQUIRE(0, "ckptd did not start listening in 5 s (see %s)", d->log);
+    REQUIRE(0, "ckptd did not start listening in 30 s (see %s)", d->log);
 }
 
 /* Waits for pid up to secs; kills it and returns -1 if it is still running. */
