@@ -58,6 +58,7 @@ struct ck_save {
     uint32_t nblobs;
     size_t capblobs;
     char pending[PATH_MAX];        /* set once created */
+    int lock;                      /* the save's lock while this process owns it, or -1 */
     /* Set by ck_save_prepare_group: */
     bool shared;                   /* other processes write into pending too */
     struct group_part *part;       /* this rank's record for rank 0 */
@@ -152,6 +153,7 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     }
     pthread_mutex_init(&s->mu, NULL);
     s->st.direct = true;
+    s->lock = -1;
     *out = s;
     return 0;
 }
@@ -264,6 +266,7 @@ static void layout_free(layout *L);
 
 static void save_free(ck_save *s)
 {
+    ck__pending_unlock(s->root, s->name, &s->lock);
     ck__hashpool_free(s->pool);
     layout_free(&s->L);
     free(s->image);
@@ -338,14 +341,8 @@ static int prepare_at(ck_save *s, const char *token, ck_err *err)
 {
     if (s->prepared)
         return 0;
-    char final[PATH_MAX + CK_NAME_MAX];
-    struct stat sb;
-    snprintf(final, sizeof final, "%s/%s", s->root, s->name);
-    if (lstat(final, &sb) == 0)
-        return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", s->root,
-                          s->name);
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, err);
+    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, &s->lock, err);
     if (r == 0)
         r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
