@@ -34,8 +34,9 @@ uint64_t kd_plan_shards(const ck__decl *d)
         for (int k = 0; k < d->mesh.ndim; k++)
             if (d->tensors[i].pl[k].kind == CK_SHARD)
                 n *= d->mesh.size[k];
-        total += n;     /* at most 2^18 tensors of 2^20 shards: no overflow */
-    }
+        /* A box list has one shard record per box (at most 2^20 in one BEGIN). */
+        total += d->tensors[i].pl[0].kind == CK_BOXES ? d->tensors[i].nboxes : n;
+    }   /* at most 2^18 tensors of 2^20 shards: no overflow */
     return total;
 }
 
@@ -47,7 +48,11 @@ uint64_t kd_plan_cost(const ck__decl *d)
 
 uint64_t kd_join_bytes(const ck__decl *d)
 {
-    return (uint64_t)d->ntensors * sizeof *d->tensors + (uint64_t)d->nblobs * sizeof *d->blobs;
+    uint64_t boxes = 0;
+    for (uint32_t i = 0; i < d->ntensors; i++)
+        boxes += d->tensors[i].nboxes;
+    return (uint64_t)d->ntensors * sizeof *d->tensors + (uint64_t)d->nblobs * sizeof *d->blobs +
+           boxes * (sizeof(ck_box) + sizeof(uint64_t));
 }
 
 void kd_join_free(kd_join *j)
