@@ -492,7 +492,7 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
     /* A linked file's hashes carry over; with none recorded the new checkpoint can
      * have none either, as hashing its links would mean reading them. */
     bool hashed = in->hashed || s->next == 0;
-    if ((r = ck__pending_create(s->e, o->root, o->name, NULL, s->pending, &s->lock, err)) < 0)
+    if ((r = ck__pending_create(s->e, o->root, o->name, NULL, true, s->pending, &s->lock, err)) < 0)
         goto out;
     if ((r = link_files(s, hashed, err)) < 0 || (r = write_copies(s, hashed, in->block_size, err)) < 0)
         goto out;

@@ -10,12 +10,11 @@
 #include "ck/catalog.h"
 #include "format/owner.h"
 
-static int owner_start(const char *root, const char *name, const char *token, int *lock,
-                       ck_err *err)
+static int owner_start(const char *root, const char *name, bool own, int *lock, ck_err *err)
 {
     char path[PATH_MAX], what[CK_NAME_MAX + 64];
     int r = 0;
-    if (!token) {
+    if (own) {
         snprintf(what, sizeof what, "checkpoint %s is being saved by another writer", name);
         if ((r = ck__save_lock_path(root, name, path, err)) < 0 ||
             (r = ck__lock_take(path, what, lock, err)) < 0)
@@ -40,7 +39,7 @@ void ck__pending_unlock(const char *root, const char *name, int *lock)
 }
 
 int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
-                       char *out, int *lock, ck_err *err)
+                       bool own, char *out, int *lock, ck_err *err)
 {
     char dir[PATH_MAX];
     *lock = -1;
@@ -50,7 +49,7 @@ int ck__pending_create(ck_engine *e, const char *root, const char *name, const c
     int r = e->ops->mkdir(e, dir, 0755);
     if (r < 0 && r != -EEXIST)
         return ck_err_set(err, r, "%s: mkdir: %s", dir, strerror(-r));
-    if ((r = owner_start(root, name, token, lock, err)) < 0)
+    if ((r = owner_start(root, name, own || !token, lock, err)) < 0)
         return r;
     if (token) {
         if (ck_name_check("save token", token, err) < 0)

@@ -11,11 +11,12 @@
 /* Creates ROOT/.pending/NAME.TOKEN into out (PATH_MAX bytes). token NULL: this
  * process owns the save: it takes the save's lock first (*lock, held until
  * ck__pending_unlock; -EBUSY while another live writer saves NAME), then a fresh
- * random token (12 hex digits, retried on collision). Else the given token, whose
- * owner holds the lock (the ranks of one multi-process save share its directory),
- * and *lock stays -1. -EEXIST when a checkpoint NAME is committed already. */
+ * random token (12 hex digits, retried on collision). Else the given token (the ranks
+ * of one multi-process save share its directory): the process that will commit (own)
+ * takes the lock as above, the others leave *lock at -1. -EEXIST when a checkpoint
+ * NAME is committed already. */
 int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
-                       char *out, int *lock, ck_err *err);
+                       bool own, char *out, int *lock, ck_err *err);
 /* Lets go of the save's lock (see format/owner.h): once the directory is committed or
  * removed, or left as debris that recovery may now remove. No-op when *lock < 0. */
 void ck__pending_unlock(const char *root, const char *name, int *lock);

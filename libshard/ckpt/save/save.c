@@ -442,12 +442,13 @@ static int build_layout(ck_save *s)
     return 0;
 }
 
-static int prepare_at(ck_save *s, const char *token, ck_err *err)
+/* own: this process commits the save, so it holds the save's lock (save/commit.h). */
+static int prepare_at(ck_save *s, const char *token, bool own, ck_err *err)
 {
     if (s->prepared)
         return 0;
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, &s->lock, err);
+    int r = ck__pending_create(s->e, s->root, s->name, token, own, s->pending, &s->lock, err);
     if (r == 0)
         r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
@@ -461,7 +462,7 @@ static int prepare_at(ck_save *s, const char *token, ck_err *err)
 
 int ck_save_prepare(ck_save *s, ck_err *err)
 {
-    return prepare_at(s, NULL, err);
+    return prepare_at(s, NULL, true, err);
 }
 
 /* The data file rank writes, into *f: 1, or 0 when it writes none. */
@@ -617,7 +618,7 @@ static const char *token_of(const ck_save *s)
 
 int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
 {
-    int r = prepare_at(s, NULL, err);
+    int r = prepare_at(s, NULL, true, err);
     if (r < 0)
         return r;
     s->shared = true;
@@ -634,7 +635,7 @@ int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
      * already): no rank but 0, and 0 only once every part is accounted for, may
      * remove it. */
     s->shared = true;
-    return prepare_at(s, token, err);
+    return prepare_at(s, token, false, err);
 }
 
 /* Bytes of rank's block hashes, known to every rank from the plan alone. */
@@ -785,9 +786,15 @@ static int group_check(const ck_save *s, const ck_group *g, ck_err *err)
 int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err)
 {
     int r = group_check(s, g, err);
-    if (r == 0)
-        r = ck_save_join(s, token, g->rank, err);
-    return r < 0 ? r : alloc_parts(s, g, err);
+    if (r < 0)
+        return r;
+    /* Rank 0 commits, so it holds the save's lock, as ck_save_prepare_group's rank 0
+     * does: recovery elsewhere must not take the directory for debris. */
+    if (g->rank == 0 && (r = prepare_at(s, token, true, err)) < 0)
+        return r;
+    if ((r = ck_save_join(s, token, g->rank, err)) < 0)
+        return r;
+    return alloc_parts(s, g, err);
 }
 
 int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
