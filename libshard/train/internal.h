@@ -39,13 +39,17 @@ struct sh_comm {
     sh_world *world;
     int rank, size;
     char name[64];
-    MPI_Comm mpi;          /* the MPI backend's handle; a NCCL backend adds its own */
+    MPI_Comm mpi;          /* MPI's handle; the NCCL backend keeps it for its bootstrap
+                              and for collectives on host buffers */
+    struct sh_nccl_link *nccl;   /* the NCCL backend's communicator and stream */
 };
 
 struct sh_work {
     sh_comm *comm;
     const char *what;      /* "all-gather", ... for error messages */
     MPI_Request req;
+    void *event;           /* NCCL backend: the CUDA event recorded after the collective;
+                              NULL when the collective went through MPI */
 };
 
 extern const sh_comm_ops sh_mpi_ops;
@@ -62,7 +66,17 @@ struct sh_world {
     sh_comm *comm;
     MPI_Op op_sum_bf16, op_sum_f16, op_max_bf16, op_max_f16;
     sh_mem_stats mem;
+    sh_device device;      /* SH_CPU until sh_world_set_device(SH_CUDA) */
+    int cuda_ordinal;      /* the CUDA device this rank drives */
+    /* How NCCL communicators are made (comm_nccl.c); tests replace it to run the
+     * bootstrap on machines without a GPU. NULL in a build without CUDA. */
+    const struct sh_nccl_seam *nccl_seam;
 };
+
+/* Device hooks (device_cuda.c, or device_none.c without CUDA): select this rank's
+ * CUDA device; then make the world's communicator a NCCL one. */
+int sh_cuda_attach(sh_world *w, ck_err *err);
+int sh_cuda_attach_comm(sh_world *w, ck_err *err);
 
 /* Counted allocations: every byte of parameters, gradients, optimizer state and
  * collective buffers goes through these, so the counters are exact. */

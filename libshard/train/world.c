@@ -64,6 +64,7 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err)
     if (!w)
         return ck_err_set(err, -ENOMEM, "sh_init: out of memory");
     w->owns_mpi = !inited;
+    w->device = SH_CPU;
     MPI_Comm world, local;
     MPI_Comm_dup(MPI_COMM_WORLD, &world);
     MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
@@ -120,6 +121,32 @@ void sh_finalize(sh_world *w)
         MPI_Finalize();
     free(w);
 }
+
+int sh_world_set_device(sh_world *w, sh_device dev, ck_err *err)
+{
+    if (dev == w->device)
+        return 0;
+    if (dev != SH_CUDA)
+        return ck_err_set(err, -EINVAL, "rank %d: a world moves from CPU to CUDA, not "
+                          "back nor to META", w->rank);
+    /* Every rank must agree before any of them starts a NCCL bootstrap, which would
+     * wait forever for a rank that has no device. */
+    int rc = sh_cuda_attach(w, err), bad = -rc, worst_bad = EIO;
+    ck_err ignore = {0};
+    sh_all_reduce(w->comm, &bad, &worst_bad, 1, CK_I32, SH_MAX, NULL, &ignore);
+    int worst = -worst_bad;
+    if (worst) {
+        if (!rc)
+            ck_err_set(err, worst, "rank %d: another rank has no usable CUDA device", w->rank);
+        return worst;
+    }
+    rc = sh_cuda_attach_comm(w, err);
+    if (!rc)
+        w->device = SH_CUDA;
+    return rc;
+}
+
+sh_device sh_world_device(const sh_world *w) { return w->device; }
 
 int sh_world_rank(const sh_world *w) { return w->rank; }
 int sh_world_size(const sh_world *w) { return w->size; }

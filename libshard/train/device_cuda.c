@@ -1,0 +1,80 @@
+/* device_cuda.c - a rank on its CUDA device: choosing the device, and the real NCCL
+ * links (communicator, stream, event) made on it. */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include "nccl_int.h"
+
+static int cuda_open(void *arg, const ncclUniqueId *id, int nranks, int rank,
+                     const char *name, sh_nccl_link **out, ck_err *err)
+{
+    (void)arg;
+    sh_nccl_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return ck_err_set(err, -ENOMEM, "NCCL communicator for %s: out of memory", name);
+    cudaStream_t s = NULL;
+    cudaEvent_t e = NULL;
+    /* Non-blocking: the legacy default stream, where the library computes, must not
+     * serialize with the collectives (that is the overlap). */
+    cudaError_t ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (ce != cudaSuccess) {
+        if (s)
+            cudaStreamDestroy(s);
+        free(l);
+        return ck_err_set(err, -EIO, "NCCL communicator for %s (rank %d of %d): %s", name,
+                          rank, nranks, cudaGetErrorString(ce));
+    }
+    ncclResult_t r = ncclCommInitRank(&l->comm, nranks, *id, rank);
+    if (r != ncclSuccess) {
+        cudaEventDestroy(e);
+        cudaStreamDestroy(s);
+        free(l);
+        /* The last error says why (two ranks on one GPU: "Duplicate GPU detected"). */
+        return ck_err_set(err, -EIO, "ncclCommInitRank for %s (rank %d of %d): %s: %s",
+                          name, rank, nranks, ncclGetErrorString(r), ncclGetLastError(NULL));
+    }
+    l->stream = s;
+    l->ready = e;
+    *out = l;
+    return 0;
+}
+
+static void cuda_close(void *arg, sh_nccl_link *l)
+{
+    (void)arg;
+    if (!l)
+        return;
+    ncclCommDestroy(l->comm);
+    cudaEventDestroy((cudaEvent_t)l->ready);
+    cudaStreamDestroy((cudaStream_t)l->stream);
+    free(l);
+}
+
+const sh_nccl_seam sh_nccl_cuda_seam = {.open = cuda_open, .close = cuda_close};
+
+int sh_cuda_attach(sh_world *w, ck_err *err)
+{
+    int n = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n);
+    if (ce != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return ck_err_set(err, -ENODEV, "rank %d: no CUDA device: %s", w->rank,
+                          ce != cudaSuccess ? cudaGetErrorString(ce) : "the driver sees none");
+    }
+    /* torchrun's cudaSetDevice(LOCAL_RANK); ranks beyond the host's devices share them
+     * round-robin (NCCL then refuses two of them in one communicator, and says so). */
+    int dev = w->local_rank % n;
+    ce = cudaSetDevice(dev);
+    if (ce != cudaSuccess)
+        return ck_err_set(err, -ENODEV, "rank %d: cudaSetDevice(%d): %s", w->rank, dev,
+                          cudaGetErrorString(ce));
+    w->cuda_ordinal = dev;
+    return 0;
+}
+
+int sh_cuda_attach_comm(sh_world *w, ck_err *err)
+{
+    return sh_nccl_attach_world(w, &sh_nccl_cuda_seam, err);
+}

@@ -1,0 +1,15 @@
+/* device_none.c - the device hooks of a build without CUDA: asking for one is an
+ * error that says how to get it. */
+#include "internal.h"
+
+int sh_cuda_attach(sh_world *w, ck_err *err)
+{
+    return ck_err_set(err, -ENOTSUP, "rank %d: CUDA was asked for, but this build has no "
+                      "CUDA (configure with -Dcuda=enabled where nvcc and NCCL are "
+                      "installed)", w->rank);
+}
+
+int sh_cuda_attach_comm(sh_world *w, ck_err *err)
+{
+    return sh_cuda_attach(w, err);
+}
