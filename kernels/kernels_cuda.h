@@ -41,6 +41,7 @@ int k_cuda_gelu_bwd(float *dx, const float *x, const float *dy, size_t n, void *
 /* Device memory for flat.h's loops: asynchronous copies (any direction the unified
  * address space can tell) and zeroing on `stream`. */
 k_mem k_cuda_mem(void *stream);
+extern const k_mem k_cuda_default_mem;   /* on the legacy default stream */
 
 /* Row-major C = alpha op(A) op(B) + beta C, op(A) m x k, op(B) k x n, C m x n, leading
  * dims in elements; A and B f32 or bf16, C f32, accumulation in f32. `blas` is a

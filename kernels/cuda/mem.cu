@@ -19,6 +19,8 @@ static int dev_zero(void *ctx, void *dst, size_t n)
     return cudaMemsetAsync(dst, 0, n, (cudaStream_t)ctx) == cudaSuccess ? 0 : -EIO;
 }
 
+extern "C" const k_mem k_cuda_default_mem = {dev_copy, dev_zero, NULL};
+
 extern "C" k_mem k_cuda_mem(void *stream)
 {
     k_mem m = {dev_copy, dev_zero, stream};

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 
+#include "kernels_cuda.h"
 #include "nccl_int.h"
 
 static int cuda_open(void *arg, const ncclUniqueId *id, int nranks, int rank,
@@ -70,8 +71,16 @@ int sh_cuda_attach(sh_world *w, ck_err *err)
     if (ce != cudaSuccess)
         return ck_err_set(err, -ENODEV, "rank %d: cudaSetDevice(%d): %s", w->rank, dev,
                           cudaGetErrorString(ce));
+    if (k_cuda_blas_new(&w->blas))
+        return ck_err_set(err, -EIO, "rank %d: cublasCreate on device %d failed", w->rank, dev);
     w->cuda_ordinal = dev;
     return 0;
+}
+
+void sh_cuda_detach(sh_world *w)
+{
+    k_cuda_blas_free(w->blas);
+    w->blas = NULL;
 }
 
 int sh_cuda_attach_comm(sh_world *w, ck_err *err)

@@ -1,6 +1,6 @@
 /* device_none.c - the device hooks of a build without CUDA: asking for one is an
  * error that says how to get it. */
-#include "internal.h"
+#include "dev.h"
 
 int sh_cuda_attach(sh_world *w, ck_err *err)
 {
@@ -12,4 +12,14 @@ int sh_cuda_attach(sh_world *w, ck_err *err)
 int sh_cuda_attach_comm(sh_world *w, ck_err *err)
 {
     return sh_cuda_attach(w, err);
+}
+
+void sh_cuda_detach(sh_world *w)
+{
+    (void)w;
+}
+
+const sh_dev_ops *sh_dev_for(sh_device d)
+{
+    return d == SH_CPU ? &sh_dev_cpu : NULL;
 }

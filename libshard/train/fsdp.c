@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev.h"
 #include "fsdp_int.h"
 
 void sh_fsdp_opts_default(sh_fsdp_opts *o)
@@ -65,7 +66,12 @@ static int shard_existing(sh_group *g, sh_param *p, ck_err *err)
         s = sh_alloc(g->module->world, SH_MEM_PARAM, n * sizeof(float), false);
         if (!s)
             return ck_err_set(err, -ENOMEM, "sharding '%s': out of memory", p->name);
-        memcpy(s, p->shard + off * p->row_elems, n * sizeof(float));
+        int rc = sh_dev(g->module->world)->copy(s, p->shard + off * p->row_elems,
+                                                n * sizeof(float));
+        if (rc) {
+            sh_free(g->module->world, SH_MEM_PARAM, s, n * sizeof(float));
+            return ck_err_set(err, rc, "sharding '%s': copying its rows", p->name);
+        }
     }
     sh_free(g->module->world, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
     p->shard = s;

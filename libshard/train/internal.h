@@ -68,6 +68,7 @@ struct sh_world {
     sh_mem_stats mem;
     sh_device device;      /* SH_CPU until sh_world_set_device(SH_CUDA) */
     int cuda_ordinal;      /* the CUDA device this rank drives */
+    void *blas;            /* its cuBLAS handle */
     /* How NCCL communicators are made (comm_nccl.c); tests replace it to run the
      * bootstrap on machines without a GPU. NULL in a build without CUDA. */
     const struct sh_nccl_seam *nccl_seam;
@@ -77,6 +78,7 @@ struct sh_world {
  * CUDA device; then make the world's communicator a NCCL one. */
 int sh_cuda_attach(sh_world *w, ck_err *err);
 int sh_cuda_attach_comm(sh_world *w, ck_err *err);
+void sh_cuda_detach(sh_world *w);
 
 /* Counted allocations: every byte of parameters, gradients, optimizer state and
  * collective buffers goes through these, so the counters are exact. */

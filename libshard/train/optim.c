@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "adamw.h"
-#include "internal.h"
+#include "dev.h"
 
 struct sh_adamw {
     sh_world *world;
@@ -93,7 +93,7 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
 
 int sh_adamw_step(sh_adamw *o, ck_err *err)
 {
-    (void)err;
+    const sh_dev_ops *d = sh_dev(o->world);
     o->calls++;
     for (int i = 0; i < o->n; i++) {
         sh_param *p = o->p[i];
@@ -104,8 +104,10 @@ int sh_adamw_step(sh_adamw *o, ck_err *err)
         k_adamw_hparams h;
         k_adamw_hparams_for_step(&h, o->o.lr, o->o.beta1, o->o.beta2, o->o.eps,
                                  o->o.weight_decay, ++o->steps[i]);
-        if (p->shard_numel)
-            k_adamw_step(p->shard, p->grad_shard, o->m[i], o->v[i], p->shard_numel, &h);
+        int rc = p->shard_numel ? d->adamw(p->shard, p->grad_shard, o->m[i], o->v[i],
+                                           p->shard_numel, &h) : 0;
+        if (rc)
+            return ck_err_set(err, rc, "AdamW step of '%s' on %s", p->name, d->name);
     }
     return 0;
 }

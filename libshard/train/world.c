@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cast_elem.h"
-#include "internal.h"
+#include "dev.h"
 
 /* Reductions MPI has no type for: bf16 and f16 travel as MPI_UINT16_T with these ops,
  * widening each pair to f32 and rounding the result once, as NCCL does. */
@@ -113,6 +113,7 @@ void sh_finalize(sh_world *w)
     if (!w)
         return;
     sh_comm_free(w->comm);
+    sh_cuda_detach(w);
     MPI_Op_free(&w->op_sum_bf16);
     MPI_Op_free(&w->op_sum_f16);
     MPI_Op_free(&w->op_max_bf16);
@@ -129,6 +130,12 @@ int sh_world_set_device(sh_world *w, sh_device dev, ck_err *err)
     if (dev != SH_CUDA)
         return ck_err_set(err, -EINVAL, "rank %d: a world moves from CPU to CUDA, not "
                           "back nor to META", w->rank);
+    /* What the library holds was allocated on the CPU and would be freed on CUDA. */
+    if (w->mem.state_cur || w->mem.cur[SH_MEM_COMM])
+        return ck_err_set(err, -EBUSY, "rank %d: sh_world_set_device after %llu bytes of "
+                          "parameters, gradients or buffers were made on the CPU: call it "
+                          "first, before any module is materialized", w->rank,
+                          (unsigned long long)(w->mem.state_cur + w->mem.cur[SH_MEM_COMM]));
     /* Every rank must agree before any of them starts a NCCL bootstrap, which would
      * wait forever for a rank that has no device. */
     int rc = sh_cuda_attach(w, err), bad = -rc, worst_bad = EIO;
@@ -164,10 +171,8 @@ void sh_mem_reset_peak(sh_world *w)
 
 void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
 {
-    if (bytes == 0)
-        return NULL;
-    void *p = zero ? calloc(1, bytes) : malloc(bytes);
-    if (!p)
+    void *p;
+    if (bytes == 0 || sh_dev(w)->alloc(&p, bytes, zero))
         return NULL;
     sh_mem_stats *m = &w->mem;
     m->cur[kind] += bytes;
@@ -185,7 +190,7 @@ void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes)
 {
     if (!p)
         return;
-    free(p);
+    sh_dev(w)->free(p);
     w->mem.cur[kind] -= bytes;
     if (kind != SH_MEM_COMM)
         w->mem.state_cur -= bytes;
