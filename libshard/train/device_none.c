@@ -1,6 +1,7 @@
 /* device_none.c - the device hooks of a build without CUDA: asking for one is an
  * error that says how to get it. */
 #include "dev.h"
+#include "stage.h"
 
 int sh_cuda_attach(sh_world *w, ck_err *err)
 {
@@ -22,4 +23,15 @@ void sh_cuda_detach(sh_world *w)
 const sh_dev_ops *sh_dev_for(sh_device d)
 {
     return d == SH_CPU ? &sh_dev_cpu : NULL;
+}
+
+int sh_stage_cuda_new(sh_stage_ops **out)
+{
+    *out = NULL;
+    return -ENOTSUP;
+}
+
+void sh_stage_cuda_free(sh_stage_ops *ops)
+{
+    (void)ops;
 }
