@@ -73,6 +73,19 @@ static int save(sh_world *w, sh_checkpoint *c, const char *name, const sh_state_
     return rc;
 }
 
+/* The entry's bytes on the device and in the checkpoint, both into host memory. */
+static void both(sh_world *w, ck_ckpt *ck, const sh_shard_entry *e, size_t bytes,
+                 void *device, void *disk)
+{
+    ck_err err = {0};
+    ck_reader *rd;
+    if (sh_copy_to_host(w, device, e->data, bytes, &err) ||
+        ck_reader_open(ck, e->name, &rd, &err) ||
+        ck_reader_read(rd, &e->box, 0, bytes, disk, &err))
+        th_die(w, e->name, &err);
+    ck_reader_close(rd);
+}
+
 /* Device bytes against the checkpoint's, read on the CPU. */
 static int bits(sh_world *w, sh_mesh *mesh, const char *root)
 {
@@ -94,12 +107,7 @@ static int bits(sh_world *w, sh_mesh *mesh, const char *root)
         const sh_shard_entry *e = &sd.entry[i];
         size_t bytes = ck_box_numel(&e->box) * sizeof(float);
         char *want = malloc(bytes + 1), *got = malloc(bytes + 1);
-        ck_reader *rd;
-        if (sh_copy_to_host(w, want, e->data, bytes, &err) ||
-            ck_reader_open(ck, e->name, &rd, &err) ||
-            ck_reader_read(rd, &e->box, 0, bytes, got, &err))
-            th_die(w, e->name, &err);
-        ck_reader_close(rd);
+        both(w, ck, e, bytes, want, got);
         if (memcmp(want, got, bytes)) {
             printf("FAIL %s: the checkpoint differs from the device's bytes\n", e->name);
             status = 1;
@@ -117,12 +125,7 @@ static int bits(sh_world *w, sh_mesh *mesh, const char *root)
         const sh_shard_entry *e = &sd.entry[i];
         size_t bytes = ck_box_numel(&e->box) * sizeof(float);
         char *back = malloc(bytes + 1), *disk = malloc(bytes + 1);
-        ck_reader *rd;
-        if (sh_copy_to_host(w, back, e->data, bytes, &err) ||
-            ck_reader_open(ck, e->name, &rd, &err) ||
-            ck_reader_read(rd, &e->box, 0, bytes, disk, &err))
-            th_die(w, e->name, &err);
-        ck_reader_close(rd);
+        both(w, ck, e, bytes, back, disk);
         if (memcmp(back, disk, bytes)) {
             printf("FAIL %s: loaded onto the device, it differs from the checkpoint\n",
                    e->name);
