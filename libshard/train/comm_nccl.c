@@ -43,7 +43,10 @@ static bool on_device(const void *p)
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-/* 1: NCCL, 0: MPI, or a negative errno when the buffers disagree or NCCL is absent. */
+enum { VIA_MPI, VIA_NCCL, VIA_HOST };
+
+/* Which way a collective goes, or a negative errno when its buffers disagree or no
+ * way exists. */
 static int route(sh_comm *c, const void *a, const void *b, sh_work *w, ck_err *err)
 {
     bool da = on_device(a), db = b ? on_device(b) : da;
@@ -52,11 +55,44 @@ static int route(sh_comm *c, const void *a, const void *b, sh_work *w, ck_err *e
                           "other in host memory; both must be on the same side", w->what,
                           c->name);
     if (!da)
-        return 0;
+        return VIA_MPI;
+    if (c->nccl && c->nccl->host_staged)
+        return VIA_HOST;
     if (!c->nccl || !c->nccl->comm)
         return ck_err_set(err, -ENODEV, "%s on %s: device buffers but no NCCL "
                           "communicator", w->what, c->name);
-    return 1;
+    return VIA_NCCL;
+}
+
+/* The host-staged way (ranks sharing a GPU): device buffers are copied to host
+ * memory, MPI runs the collective to completion, the result is copied back. b may
+ * be a (in place) or NULL (nothing received here). */
+static int stage_in(sh_comm *c, sh_work *w, const void *a, size_t ab, const void *b,
+                    size_t bb, void **ha, void **hb, ck_err *err)
+{
+    *ha = malloc(ab ? ab : 1);
+    *hb = b == a ? *ha : b ? malloc(bb ? bb : 1) : NULL;
+    if (!*ha || (b && !*hb))
+        return ck_err_set(err, -ENOMEM, "%s on %s: no host memory to stage %zu bytes",
+                          w->what, c->name, ab + bb);
+    cudaError_t e = ab ? cudaMemcpy(*ha, a, ab, cudaMemcpyDeviceToHost) : cudaSuccess;
+    return e == cudaSuccess ? 0 : ck_err_set(err, -EIO, "%s on %s: staging to the host: %s",
+                                             w->what, c->name, cudaGetErrorString(e));
+}
+
+static int stage_out(sh_comm *c, sh_work *w, void *b, size_t bb, void *ha, void *hb, int rc,
+                     ck_err *err)
+{
+    if (!rc && b && bb) {
+        cudaError_t e = cudaMemcpy(b, hb, bb, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess)
+            rc = ck_err_set(err, -EIO, "%s on %s: staging back to the device: %s", w->what,
+                            c->name, cudaGetErrorString(e));
+    }
+    if (hb != ha)
+        free(hb);
+    free(ha);
+    return rc;
 }
 
 /* The collective's stream waits for the compute stream's work queued so far. */
@@ -89,14 +125,29 @@ static int after(sh_comm *c, sh_work *w, ncclResult_t r, ck_err *err)
     return 0;
 }
 
-#define ROUTE_OR_MPI(a, b, mpi_call)                                                    \
+/* Sends the collective on its way: MPI on host buffers A and B, MPI on host copies
+ * of them (VIA_HOST), or falls through to NCCL with t set and the stream ordered.
+ * mpi_call names its buffers S and R. */
+#define ROUTE(a, ab, b, bb, mpi_call)                                                   \
     ncclDataType_t t;                                                                   \
     do {                                                                                \
         int r_ = route(c, a, b, w, err);                                                \
         if (r_ < 0)                                                                     \
             return r_;                                                                  \
-        if (r_ == 0)                                                                    \
+        if (r_ == VIA_MPI) {                                                            \
+            void *S = (void *)(a), *R = (void *)(b);                                    \
+            (void)S, (void)R;                                                           \
             return mpi_call;                                                            \
+        }                                                                               \
+        if (r_ == VIA_HOST) {                                                           \
+            void *S, *R;                                                                \
+            int s_ = stage_in(c, w, a, ab, b, bb, &S, &R, err);                         \
+            if (!s_)                                                                    \
+                s_ = mpi_call;                                                          \
+            if (!s_)                                                                    \
+                s_ = sh_mpi_ops.wait(w, err);                                           \
+            return stage_out(c, w, (void *)(b), bb, S, R, s_, err);                     \
+        }                                                                               \
         if (nccl_type(dt, &t))                                                          \
             return ck_err_set(err, -EINVAL, "%s on %s: dtype %s is not supported",      \
                               w->what, c->name, ck_dtype_name(dt) ? ck_dtype_name(dt) : "?"); \
@@ -110,7 +161,9 @@ static ncclRedOp_t red(sh_reduce_op op) { return op == SH_SUM ? ncclSum : ncclMa
 static int n_all_gather(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
                         sh_work *w, ck_err *err)
 {
-    ROUTE_OR_MPI(send, recv, sh_mpi_ops.all_gather(c, send, recv, count, dt, w, err));
+    size_t sz = ck_dtype_size(dt);
+    ROUTE(send, count * sz, recv, count * sz * (size_t)c->size,
+          sh_mpi_ops.all_gather(c, S, R, count, dt, w, err));
     return after(c, w, ncclAllGather(send, recv, count, t, c->nccl->comm, c->nccl->stream),
                  err);
 }
@@ -118,8 +171,9 @@ static int n_all_gather(sh_comm *c, const void *send, void *recv, size_t count, 
 static int n_reduce_scatter(sh_comm *c, const void *send, void *recv, size_t count,
                             ck_dtype dt, sh_reduce_op op, sh_work *w, ck_err *err)
 {
-    ROUTE_OR_MPI(send, recv,
-                 sh_mpi_ops.reduce_scatter(c, send, recv, count, dt, op, w, err));
+    size_t sz = ck_dtype_size(dt);
+    ROUTE(send, count * sz * (size_t)c->size, recv, count * sz,
+          sh_mpi_ops.reduce_scatter(c, S, R, count, dt, op, w, err));
     return after(c, w, ncclReduceScatter(send, recv, count, t, red(op), c->nccl->comm,
                                          c->nccl->stream), err);
 }
@@ -127,7 +181,8 @@ static int n_reduce_scatter(sh_comm *c, const void *send, void *recv, size_t cou
 static int n_all_reduce(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
                         sh_reduce_op op, sh_work *w, ck_err *err)
 {
-    ROUTE_OR_MPI(send, recv, sh_mpi_ops.all_reduce(c, send, recv, count, dt, op, w, err));
+    size_t bytes = count * ck_dtype_size(dt);
+    ROUTE(send, bytes, recv, bytes, sh_mpi_ops.all_reduce(c, S, R, count, dt, op, w, err));
     return after(c, w, ncclAllReduce(send, recv, count, t, red(op), c->nccl->comm,
                                      c->nccl->stream), err);
 }
@@ -135,7 +190,8 @@ static int n_all_reduce(sh_comm *c, const void *send, void *recv, size_t count, 
 static int n_broadcast(sh_comm *c, void *buf, size_t count, ck_dtype dt, int root,
                        sh_work *w, ck_err *err)
 {
-    ROUTE_OR_MPI(buf, NULL, sh_mpi_ops.broadcast(c, buf, count, dt, root, w, err));
+    size_t bytes = count * ck_dtype_size(dt);
+    ROUTE(buf, bytes, buf, bytes, sh_mpi_ops.broadcast(c, S, count, dt, root, w, err));
     return after(c, w, ncclBroadcast(buf, buf, count, t, root, c->nccl->comm,
                                      c->nccl->stream), err);
 }
@@ -145,9 +201,9 @@ static int n_broadcast(sh_comm *c, void *buf, size_t count, ck_dtype dt, int roo
 static int n_gather(sh_comm *c, const void *send, void *recv, size_t count, ck_dtype dt,
                     int root, sh_work *w, ck_err *err)
 {
-    ROUTE_OR_MPI(send, c->rank == root ? recv : NULL,
-                 sh_mpi_ops.gather(c, send, recv, count, dt, root, w, err));
     size_t bytes = count * ck_dtype_size(dt);
+    ROUTE(send, bytes, c->rank == root ? recv : NULL, bytes * (size_t)c->size,
+          sh_mpi_ops.gather(c, S, R, count, dt, root, w, err));
     cudaStream_t s = c->nccl->stream;
     ncclResult_t r = ncclGroupStart();
     if (r == ncclSuccess) {

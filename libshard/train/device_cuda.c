@@ -2,6 +2,7 @@
  * links (communicator, stream, event) made on it. */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels_cuda.h"
 #include "nccl_int.h"
@@ -55,6 +56,27 @@ static void cuda_close(void *arg, sh_nccl_link *l)
 
 const sh_nccl_seam sh_nccl_cuda_seam = {.open = cuda_open, .close = cuda_close};
 
+static int staged_open(void *arg, const ncclUniqueId *id, int nranks, int rank,
+                       const char *name, sh_nccl_link **out, ck_err *err)
+{
+    (void)arg, (void)id;
+    sh_nccl_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return ck_err_set(err, -ENOMEM, "communicator %s (rank %d of %d): out of memory",
+                          name, rank, nranks);
+    l->host_staged = true;
+    *out = l;
+    return 0;
+}
+
+static void staged_close(void *arg, sh_nccl_link *l)
+{
+    (void)arg;
+    free(l);
+}
+
+const sh_nccl_seam sh_nccl_staged_seam = {.open = staged_open, .close = staged_close};
+
 int sh_cuda_attach(sh_world *w, ck_err *err)
 {
     int n = 0;
@@ -85,5 +107,12 @@ void sh_cuda_detach(sh_world *w)
 
 int sh_cuda_attach_comm(sh_world *w, ck_err *err)
 {
-    return sh_nccl_attach_world(w, &sh_nccl_cuda_seam, err);
+    /* Ranks sharing one GPU cannot be ranks of one NCCL communicator; they can still
+     * run the same program, with MPI moving host copies of the device buffers. */
+    const char *how = getenv("SH_DEVICE_COMM");
+    if (how && *how && strcmp(how, "nccl") && strcmp(how, "mpi"))
+        return ck_err_set(err, -EINVAL, "rank %d: SH_DEVICE_COMM=%s: nccl or mpi", w->rank,
+                          how);
+    bool staged = how && !strcmp(how, "mpi");
+    return sh_nccl_attach_world(w, staged ? &sh_nccl_staged_seam : &sh_nccl_cuda_seam, err);
 }

@@ -18,6 +18,9 @@ typedef struct sh_nccl_link {
     ncclComm_t comm;         /* NULL under a test seam */
     void *stream;            /* cudaStream_t the collectives run on; NULL under a seam */
     void *ready;             /* cudaEvent_t: the compute stream's work before a collective */
+    /* No NCCL: device buffers go through MPI on host copies. For ranks that share a
+     * GPU, which NCCL refuses in one communicator ($SH_DEVICE_COMM=mpi). */
+    bool host_staged;
 } sh_nccl_link;
 
 typedef struct sh_nccl_seam {
@@ -31,6 +34,8 @@ typedef struct sh_nccl_seam {
 
 /* The real seam: ncclCommInitRank on the current device and a non-blocking stream. */
 extern const sh_nccl_seam sh_nccl_cuda_seam;
+/* Host-staged links, no NCCL communicator. */
+extern const sh_nccl_seam sh_nccl_staged_seam;
 
 /* Rank 0 of c's MPI communicator makes a unique id and broadcasts it over MPI; every
  * rank then opens its link through the world's seam. Every rank returns the same
