@@ -1,5 +1,9 @@
-/* dev_cuda.c - CUDA's device table: cudaMalloc, the CUDA twins and cuBLAS, all on the
- * legacy default stream (NULL), where the NCCL backend orders its collectives. */
+/* dev_cuda.c - CUDA's device table: stream-ordered allocations, the CUDA twins and
+ * cuBLAS, all on the legacy default stream (NULL), where the NCCL backend orders its
+ * collectives. cudaFree would synchronize the device at every reshard; a buffer freed
+ * with cudaFreeAsync is reused only by work queued after it, and FSDP frees a
+ * collective's buffers only after sh_work_wait has ordered the default stream behind
+ * the collective. */
 #include <cuda_runtime_api.h>
 
 #include "dev.h"
@@ -18,7 +22,7 @@ static int g_alloc(void **p, size_t bytes, bool zero)
     *p = NULL;
     if (!bytes)
         return 0;
-    int rc = ok(cudaMalloc(p, bytes));
+    int rc = ok(cudaMallocAsync(p, bytes, NULL));
     if (!rc && zero)
         rc = ok(cudaMemsetAsync(*p, 0, bytes, NULL));
     return rc;
@@ -27,7 +31,7 @@ static int g_alloc(void **p, size_t bytes, bool zero)
 static void g_free(void *p)
 {
     if (p)
-        cudaFree(p);
+        cudaFreeAsync(p, NULL);
 }
 
 static int g_copy(void *dst, const void *src, size_t bytes)

@@ -1,6 +1,7 @@
 /* device_cuda.c - a rank on its CUDA device: choosing the device, and the real NCCL
  * links (communicator, stream, event) made on it. */
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,12 @@ int sh_cuda_attach(sh_world *w, ck_err *err)
     if (ce != cudaSuccess)
         return ck_err_set(err, -ENODEV, "rank %d: cudaSetDevice(%d): %s", w->rank, dev,
                           cudaGetErrorString(ce));
+    /* The pool keeps what FSDP frees each step instead of returning it to the driver
+     * at every synchronization. */
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess)
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     if (k_cuda_blas_new(&w->blas))
         return ck_err_set(err, -EIO, "rank %d: cublasCreate on device %d failed", w->rank, dev);
     w->cuda_ordinal = dev;

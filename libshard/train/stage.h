@@ -3,8 +3,9 @@
  * A save offers a device shard through a fill callback (ck_client_shard_fill,
  * ck_save_shard_fill): the core hands it the place in the staging area (ckptd's
  * memfd, or the embedded data file image) and sh_stage_fill makes that place
- * DMA-able (cudaHostRegister), queues the device-to-host copy on the checkpoint's
- * side stream, waits for it and releases the registration. The save therefore stalls
+ * DMA-able (cudaHostRegister; where that fails the copy goes through pageable
+ * memory, slower), queues the device-to-host copy on the checkpoint's side stream,
+ * waits for it and releases the registration. The save therefore stalls
  * for the DMA copy only, and the staging holds the bytes before the core reads them.
  *
  * The memory operations are a seam (sh_stage_ops): CUDA's in stage_cuda.c, plain
@@ -18,7 +19,7 @@
 
 typedef struct sh_stage_ops {
     /* Makes [base, base + len) (page-aligned) DMA-able; -EEXIST: it already was (and
-     * stays so: unpin is not called). */
+     * stays so). unpin is called after a 0 only. */
     int (*pin)(void *arg, void *base, size_t len);
     void (*unpin)(void *arg, void *base);
     /* Queues a copy of len bytes from the device to host dst. */
