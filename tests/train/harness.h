@@ -3,6 +3,8 @@
 #ifndef TM_HARNESS_H
 #define TM_HARNESS_H
 
+#include <stdio.h>
+
 #include "sh/sh.h"
 
 /* sh_init, or exit 77 (skip) when MPI cannot start. */
@@ -13,6 +15,18 @@ sh_mesh *th_mesh(sh_world *w, int argc, char **argv);
 /* Every rank returns the largest status of any rank (a failure anywhere fails every
  * rank the same way; 77, skip, wins over 1); finalizes the world. */
 int th_finish(sh_world *w, int status);
+/* A failed check prints the rank and the condition and counts into the caller's
+ * `failures`. */
+#define TH_CHECK(rank, cond, ...)                                                        \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            printf("rank %d: FAIL %s: ", (rank), #cond);                                 \
+            printf(__VA_ARGS__);                                                         \
+            printf("\n");                                                                \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
 /* Prints "rank R: what: message" and exits 1 (tests only). */
 void th_die(sh_world *w, const char *what, const ck_err *err);
 

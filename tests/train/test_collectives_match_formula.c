@@ -10,15 +10,7 @@
 #include "harness.h"
 
 static int failures;
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("rank %d: FAIL %s: ", rank, #cond);                                   \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
+#define CHECK(cond, ...) TH_CHECK(rank, cond, __VA_ARGS__)
 
 /* On a CUDA world the collectives run on device copies of the buffers (NCCL); the
  * results come back to these host arrays for the checks. */

@@ -53,15 +53,7 @@ static void rec_close(void *arg, sh_nccl_link *l)
 }
 
 static int failures;
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("rank %d: FAIL %s: ", wr, #cond);                                     \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
+#define CHECK(cond, ...) TH_CHECK(wr, cond, __VA_ARGS__)
 
 int main(int argc, char **argv)
 {

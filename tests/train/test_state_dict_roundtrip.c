@@ -16,15 +16,7 @@ static const tm_dims DIMS = {.din = 5, .d = 7, .h = 9, .dout = 2, .nblocks = 2,
 static const uint64_t SEED = 99;
 static int failures;
 
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("rank %d: FAIL %s: ", sh_world_rank(w), #cond);                       \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
+#define CHECK(cond, ...) TH_CHECK(sh_world_rank(w), cond, __VA_ARGS__)
 
 static const tm_param_desc *desc_of(const tm_param_desc *d, int n, const char *name)
 {
