@@ -34,7 +34,9 @@ void sh_finalize(sh_world *w);
  * world's communicator becomes a NCCL one, bootstrapped over MPI; meshes made
  * afterwards get one NCCL communicator per dim. Collectives on device buffers then
  * run on NCCL, on a stream of their own; collectives on host buffers (control words,
- * norms) still run on MPI. Call it before making any mesh, on every rank.
+ * norms) still run on MPI. $SH_DEVICE_COMM=mpi instead moves device buffers through
+ * MPI on host copies (ranks sharing one GPU, which NCCL refuses). Call it first, on
+ * every rank, before making any mesh or module (-EBUSY once the library holds memory).
  * -ENOTSUP in a build without CUDA; -ENODEV when no device can be used (the message
  * says why: no driver, no device). */
 int sh_world_set_device(sh_world *w, sh_device dev, ck_err *err);
