@@ -106,6 +106,25 @@ int sh_cuda_attach(sh_world *w, ck_err *err)
     return 0;
 }
 
+int sh_pinned_alloc(void **p, size_t bytes, bool zero)
+{
+    /* Under unified addressing pinned memory is mapped: kernels read and write it in
+     * place, so offloaded state needs no copies around the optimizer step. */
+    if (cudaHostAlloc(p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        *p = NULL;
+        return -ENOMEM;
+    }
+    if (zero)
+        memset(*p, 0, bytes);
+    return 0;
+}
+
+void sh_pinned_free(void *p)
+{
+    cudaFreeHost(p);
+}
+
 void sh_cuda_detach(sh_world *w)
 {
     k_cuda_blas_free(w->blas);

@@ -20,6 +20,18 @@ void sh_cuda_detach(sh_world *w)
     (void)w;
 }
 
+int sh_pinned_alloc(void **p, size_t bytes, bool zero)
+{
+    (void)bytes, (void)zero;
+    *p = NULL;
+    return -ENOTSUP;
+}
+
+void sh_pinned_free(void *p)
+{
+    (void)p;
+}
+
 const sh_dev_ops *sh_dev_for(sh_device d)
 {
     return d == SH_CPU ? &sh_dev_cpu : NULL;

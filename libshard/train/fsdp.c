@@ -216,12 +216,15 @@ int sh_fully_shard(sh_module *m, sh_mesh *mesh, const sh_fsdp_opts *opts, ck_err
     for (int i = 0; i < g->nparam; i++) {
         sh_param *p = g->param[i];
         if (!p->materialized) {
-            /* to_empty allocates this rank's rows only. */
+            /* to_empty allocates this rank's rows only: in pinned host memory under
+             * CPU offload on a CUDA rank (CPUOffloadPolicy); a parameter materialized
+             * before fully_shard keeps its shard where it is. */
             uint64_t off, len;
             ck_chunk(p->rows, (uint64_t)g->W, (uint64_t)g->r, &off, &len);
             p->shard_row = off;
             p->shard_rows = len;
             p->shard_numel = len * p->row_elems;
+            p->host_state = opts->offload.enabled && m->world->device == SH_CUDA;
         }
         p->sharded_by = m;
         p->value.dtype = g->pdt;

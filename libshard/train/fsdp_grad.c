@@ -107,7 +107,7 @@ static int drop_grads(sh_module *m, void *arg, ck_err *err)
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
         sh_free(m->world, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
-        sh_free(m->world, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
+        sh_free_state(m->world, p, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
         p->grad_full = p->grad_shard = NULL;
     }
     return 0;

@@ -88,7 +88,8 @@ static int land_reduced(sh_group *g, ck_err *err)
         if (!p->shard_numel)
             continue;
         if (!p->grad_shard) {
-            p->grad_shard = sh_alloc(w, SH_MEM_GRAD, p->shard_numel * sizeof(float), true);
+            p->grad_shard = sh_alloc_state(w, p, SH_MEM_GRAD, p->shard_numel * sizeof(float),
+                                           true);
             if (!p->grad_shard) {
                 rc = ck_err_set(err, -ENOMEM, "gradient of '%s': out of memory", p->name);
                 break;

@@ -84,6 +84,14 @@ void sh_cuda_detach(sh_world *w);
  * collective buffers goes through these, so the counters are exact. */
 void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero);
 void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes);
+/* The same for p's sharded state (shard, sharded gradient, optimizer state): pinned
+ * host memory when p->host_state, else the world's device. */
+void *sh_alloc_state(sh_world *w, const sh_param *p, sh_mem_kind kind, size_t bytes,
+                     bool zero);
+void sh_free_state(sh_world *w, const sh_param *p, sh_mem_kind kind, void *ptr, size_t bytes);
+/* Pinned host memory (device_cuda.c; -ENOTSUP without CUDA). */
+int sh_pinned_alloc(void **p, size_t bytes, bool zero);
+void sh_pinned_free(void *p);
 
 /* ---- mesh ---- */
 
@@ -136,6 +144,9 @@ struct sh_param {
      * parameter outside any group it aliases `shard`. */
     sh_tensor value;
     float *grad_full;            /* unsharded f32 gradient, NULL when none */
+    /* CPU offload on a CUDA rank: the shard, its sharded gradient and its optimizer
+     * state live in pinned host memory, which the device reaches directly. */
+    bool host_state;
     float *grad_shard;           /* sharded f32 gradient, NULL when none */
 };
 

@@ -66,9 +66,9 @@ static void free_param_storage(sh_param *p)
         sh_free(w, SH_MEM_PARAM, p->value.data, p->value.cap);
     p->value.data = NULL;
     p->value.cap = 0;
-    sh_free(w, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
+    sh_free_state(w, p, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
     sh_free(w, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
-    sh_free(w, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
+    sh_free_state(w, p, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
     p->shard = p->grad_full = p->grad_shard = NULL;
     p->materialized = false;
 }
@@ -171,7 +171,8 @@ static int materialize(sh_module *m, void *arg, ck_err *err)
             continue;
         /* Whoever sharded p already set which rows are local. */
         if (p->shard_numel) {
-            p->shard = sh_alloc(m->world, SH_MEM_PARAM, p->shard_numel * sizeof(float), true);
+            p->shard = sh_alloc_state(m->world, p, SH_MEM_PARAM,
+                                      p->shard_numel * sizeof(float), true);
             if (!p->shard)
                 return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory for its "
                                   "%zu-element shard", p->name, p->shard_numel);
@@ -213,7 +214,8 @@ static int reset(sh_module *m, void *arg, ck_err *err)
         /* Values are made on the host (they depend only on the seed, the name and the
          * index) and copied to the device's shard. */
         const sh_dev_ops *d = sh_dev(m->world);
-        float *host = d->device == SH_CPU ? p->shard : malloc(p->shard_numel * sizeof(float));
+        bool in_host = d->device == SH_CPU || p->host_state;
+        float *host = in_host ? p->shard : malloc(p->shard_numel * sizeof(float));
         if (!host && p->shard_numel)
             return ck_err_set(err, -ENOMEM, "initializing '%s': out of memory", p->name);
         sh_init_fill(&p->init, seed, p->name, p->shard_row * p->row_elems, host,

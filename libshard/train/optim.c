@@ -77,8 +77,8 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
     }
     for (int i = 0; !rc && i < o->n; i++) {
         size_t bytes = o->p[i]->shard_numel * sizeof(float);
-        o->m[i] = sh_alloc(o->world, SH_MEM_OPTIM, bytes, true);
-        o->v[i] = sh_alloc(o->world, SH_MEM_OPTIM, bytes, true);
+        o->m[i] = sh_alloc_state(o->world, o->p[i], SH_MEM_OPTIM, bytes, true);
+        o->v[i] = sh_alloc_state(o->world, o->p[i], SH_MEM_OPTIM, bytes, true);
         if (bytes && (!o->m[i] || !o->v[i]))
             rc = ck_err_set(err, -ENOMEM, "optimizer state of '%s': out of memory",
                             o->p[i]->name);
@@ -129,8 +129,8 @@ void sh_adamw_free(sh_adamw *o)
         return;
     for (int i = 0; o->m && i < o->n; i++) {
         size_t bytes = o->p[i]->shard_numel * sizeof(float);
-        sh_free(o->world, SH_MEM_OPTIM, o->m[i], bytes);
-        sh_free(o->world, SH_MEM_OPTIM, o->v[i], bytes);
+        sh_free_state(o->world, o->p[i], SH_MEM_OPTIM, o->m[i], bytes);
+        sh_free_state(o->world, o->p[i], SH_MEM_OPTIM, o->v[i], bytes);
     }
     free(o->m);
     free(o->v);

@@ -51,7 +51,7 @@ static void describe(sh_shard_entry *e, const sh_param *p, const char *suffix, v
      * are torch.chunk on dim 0), and stated once there. */
     ck_shard_box(p->ndim, e->shape, &e->mesh, e->placement, e->coord, &e->box);
     e->data = p->shard_numel ? data : NULL;
-    e->device = p->owner->world->device;
+    e->device = p->host_state ? SH_CPU : p->owner->world->device;
 }
 
 static int add_params(sh_module *m, void *arg, ck_err *err)

@@ -169,11 +169,8 @@ void sh_mem_reset_peak(sh_world *w)
     w->mem.state_peak = w->mem.state_cur;
 }
 
-void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
+static void counted(sh_world *w, sh_mem_kind kind, size_t bytes)
 {
-    void *p;
-    if (bytes == 0 || sh_dev(w)->alloc(&p, bytes, zero))
-        return NULL;
     sh_mem_stats *m = &w->mem;
     m->cur[kind] += bytes;
     if (m->cur[kind] > m->peak[kind])
@@ -183,6 +180,21 @@ void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
         if (m->state_cur > m->state_peak)
             m->state_peak = m->state_cur;
     }
+}
+
+static void uncounted(sh_world *w, sh_mem_kind kind, size_t bytes)
+{
+    w->mem.cur[kind] -= bytes;
+    if (kind != SH_MEM_COMM)
+        w->mem.state_cur -= bytes;
+}
+
+void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
+{
+    void *p;
+    if (bytes == 0 || sh_dev(w)->alloc(&p, bytes, zero))
+        return NULL;
+    counted(w, kind, bytes);
     return p;
 }
 
@@ -191,7 +203,27 @@ void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes)
     if (!p)
         return;
     sh_dev(w)->free(p);
-    w->mem.cur[kind] -= bytes;
-    if (kind != SH_MEM_COMM)
-        w->mem.state_cur -= bytes;
+    uncounted(w, kind, bytes);
+}
+
+void *sh_alloc_state(sh_world *w, const sh_param *p, sh_mem_kind kind, size_t bytes,
+                     bool zero)
+{
+    void *ptr;
+    if (!p->host_state)
+        return sh_alloc(w, kind, bytes, zero);
+    if (bytes == 0 || sh_pinned_alloc(&ptr, bytes, zero))
+        return NULL;
+    counted(w, kind, bytes);
+    return ptr;
+}
+
+void sh_free_state(sh_world *w, const sh_param *p, sh_mem_kind kind, void *ptr, size_t bytes)
+{
+    if (!p->host_state) {
+        sh_free(w, kind, ptr, bytes);
+    } else if (ptr) {
+        sh_pinned_free(ptr);
+        uncounted(w, kind, bytes);
+    }
 }

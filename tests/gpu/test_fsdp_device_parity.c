@@ -11,7 +11,8 @@
  * losses within 1e-5 relative, parameters within 1e-5 absolute (the bounds of
  * test_sharded_matches_unsharded). `--bf16`: mixed precision (bf16 parameters and
  * GEMM inputs, f32 gradients and reduction): losses within 1e-2 of the first step's,
- * parameters within 5e-2 (a few AdamW steps of lr 1e-2). tests/gpu/parity runs it CPU-unsharded first, then
+ * parameters within 5e-2 (a few AdamW steps of lr 1e-2). `--offload`: CPUOffloadPolicy
+ * (on CUDA: shards, gradients and optimizer state in pinned host memory). tests/gpu/parity runs it CPU-unsharded first, then
  * sharded and on CUDA against that. `--device cuda` without a GPU skips (77). */
 #include <math.h>
 #include <stdio.h>
@@ -121,7 +122,7 @@ static int root_bwd(sh_module *m, const sh_tensor *dy, sh_tensor *dx, void *user
     return rc;
 }
 
-static void build(sh_world *w, sh_mesh *mesh, model *md, bool bf16)
+static void build(sh_world *w, sh_mesh *mesh, model *md, bool bf16, bool offload)
 {
     ck_err err = {0};
     sh_device dev = sh_world_device(w);
@@ -151,6 +152,7 @@ static void build(sh_world *w, sh_mesh *mesh, model *md, bool bf16)
         o.mp.param_dtype = CK_BF16;
         o.mp.reduce_dtype = CK_F32;
     }
+    o.offload.enabled = o.offload.pin_memory = offload;
     for (int i = 0; i < 2; i++)
         if (sh_fully_shard(md->fc[i], mesh, &o, &err))
             th_die(w, "fully_shard", &err);
@@ -181,9 +183,11 @@ int main(int argc, char **argv)
     sh_world *w = th_init(&argc, &argv);
     ck_err err = {0};
     const char *dump = NULL, *against = NULL, *device = "cpu";
-    bool bf16 = false;
-    for (int i = 1; i < argc; i++)
+    bool bf16 = false, offload = false;
+    for (int i = 1; i < argc; i++) {
         bf16 |= !strcmp(argv[i], "--bf16");
+        offload |= !strcmp(argv[i], "--offload");
+    }
     /* bf16: AdamW moves a parameter by about lr (1e-2) a step whatever the gradient's
      * size, so where bf16 rounding flips a small gradient's sign the parameters part
      * by a few lr; the loss is the sharper measure there. */
@@ -208,7 +212,7 @@ int main(int argc, char **argv)
     }
     sh_mesh *mesh = th_mesh(w, argc, argv);
     model md;
-    build(w, mesh, &md, bf16);
+    build(w, mesh, &md, bf16, offload);
     sh_adamw_opts ao;
     sh_adamw_opts_default(&ao);
     ao.lr = 1e-2f;
@@ -290,9 +294,10 @@ int main(int argc, char **argv)
                     lrel = diff;
             }
             status = lrel <= tol && pabs <= ptol ? 0 : 1;
-            printf("%s: %s%s, world %d, %d steps against %s: loss %.6g -> %.6g, max loss "
+            printf("%s: %s%s%s, world %d, %d steps against %s: loss %.6g -> %.6g, max loss "
                    "rel diff %.3g (<= %g), max param abs diff %.3g (<= %g)\n",
-                   status ? "FAIL" : "ok", device, bf16 ? " bf16" : "", ws, STEPS, against,
+                   status ? "FAIL" : "ok", device, bf16 ? " bf16" : "",
+                   offload ? " offload" : "", ws, STEPS, against,
                    loss[0], loss[STEPS - 1], lrel, tol, pabs, ptol);
         }
         if (f)
