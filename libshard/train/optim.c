@@ -14,7 +14,15 @@ struct sh_adamw {
     long *steps;          /* per parameter, as torch: a step without a gradient skips */
     int n;
     long calls;
+    int (*fence)(void *arg, ck_err *err);
+    void *fence_arg;
 };
+
+void sh_adamw_set_fence(sh_adamw *o, int (*fence)(void *arg, ck_err *err), void *arg)
+{
+    o->fence = fence;
+    o->fence_arg = arg;
+}
 
 void sh_adamw_opts_default(sh_adamw_opts *o)
 {
@@ -94,6 +102,9 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
 int sh_adamw_step(sh_adamw *o, ck_err *err)
 {
     const sh_dev_ops *d = sh_dev(o->world);
+    int rc = o->fence ? o->fence(o->fence_arg, err) : 0;
+    if (rc)
+        return rc;
     o->calls++;
     for (int i = 0; i < o->n; i++) {
         sh_param *p = o->p[i];
@@ -104,8 +115,8 @@ int sh_adamw_step(sh_adamw *o, ck_err *err)
         k_adamw_hparams h;
         k_adamw_hparams_for_step(&h, o->o.lr, o->o.beta1, o->o.beta2, o->o.eps,
                                  o->o.weight_decay, ++o->steps[i]);
-        int rc = p->shard_numel ? d->adamw(p->shard, p->grad_shard, o->m[i], o->v[i],
-                                           p->shard_numel, &h) : 0;
+        rc = p->shard_numel ? d->adamw(p->shard, p->grad_shard, o->m[i], o->v[i],
+                                       p->shard_numel, &h) : 0;
         if (rc)
             return ck_err_set(err, rc, "AdamW step of '%s' on %s", p->name, d->name);
     }

@@ -15,19 +15,21 @@ sh_mesh *th_mesh(sh_world *w, int argc, char **argv);
 /* Every rank returns the largest status of any rank (a failure anywhere fails every
  * rank the same way; 77, skip, wins over 1); finalizes the world. */
 int th_finish(sh_world *w, int status);
-/* A failed check prints the rank and the condition and counts into the caller's
- * `failures`. */
-#define TH_CHECK(rank, cond, ...)                                                        \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("rank %d: FAIL %s: ", (rank), #cond);                                 \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
-
 /* Prints "rank R: what: message" and exits 1 (tests only). */
 void th_die(sh_world *w, const char *what, const ck_err *err);
+
+/* A claim: when cond is false, prints "rank R: FAIL cond: message" and counts it;
+ * th_failures() is the count so far. */
+#define TH_CHECK(w, cond, ...)                                                           \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            printf("rank %d: FAIL %s: ", sh_world_rank(w), #cond);                       \
+            printf(__VA_ARGS__);                                                         \
+            printf("\n");                                                                \
+            th_failed();                                                                 \
+        }                                                                                \
+    } while (0)
+void th_failed(void);
+int th_failures(void);
 
 #endif

@@ -9,8 +9,7 @@
 #include "cast_elem.h"
 #include "harness.h"
 
-static int failures;
-#define CHECK(cond, ...) TH_CHECK(rank, cond, __VA_ARGS__)
+#define CHECK(cond, ...) TH_CHECK(w, cond, __VA_ARGS__)
 
 /* On a CUDA world the collectives run on device copies of the buffers (NCCL); the
  * results come back to these host arrays for the checks. */
@@ -43,7 +42,7 @@ static void back(bufs *b, void *host, const void *dev, size_t floats)
 static void run(sh_world *w, sh_comm *c)
 {
     ck_err err = {0};
-    int rank = sh_world_rank(w), r = sh_comm_rank(c), n = sh_comm_size(c);
+    int r = sh_comm_rank(c), n = sh_comm_size(c);
     enum { K = 3 };
     size_t kn = (size_t)K * (size_t)n;
     float send[K], *ag = malloc(sizeof(float) * kn), *rs_in = malloc(sizeof(float) * kn);
@@ -125,5 +124,5 @@ int main(int argc, char **argv)
     }
     CHECK(sh_mesh_dim(mesh, "shard") == sh_mesh_ndim(mesh) - 1, "dim names");
     sh_mesh_free(mesh);
-    return th_finish(w, failures ? 1 : 0);
+    return th_finish(w, th_failures() ? 1 : 0);
 }

@@ -52,8 +52,7 @@ static void rec_close(void *arg, sh_nccl_link *l)
     free(l);
 }
 
-static int failures;
-#define CHECK(cond, ...) TH_CHECK(wr, cond, __VA_ARGS__)
+#define CHECK(cond, ...) TH_CHECK(w, cond, __VA_ARGS__)
 
 int main(int argc, char **argv)
 {
@@ -140,8 +139,8 @@ int main(int argc, char **argv)
     free(all);
     free(coords);
     sh_mesh_free(mesh);
-    if (!failures && wr == 0)
+    if (!th_failures() && wr == 0)
         printf("ok: %d communicators per rank, one id each, shared by exactly their ranks\n",
                1 + nd);
-    return th_finish(w, failures ? 1 : 0);
+    return th_finish(w, th_failures() ? 1 : 0);
 }

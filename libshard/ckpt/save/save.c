@@ -58,6 +58,7 @@ struct ck_save {
     uint32_t nblobs;
     size_t capblobs;
     char pending[PATH_MAX];        /* set once created */
+    int lock;                      /* the save's lock while this process owns it, or -1 */
     /* Set by ck_save_prepare_group: */
     bool shared;                   /* other processes write into pending too */
     struct group_part *part;       /* this rank's record for rank 0 */
@@ -152,6 +153,7 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     }
     pthread_mutex_init(&s->mu, NULL);
     s->st.direct = true;
+    s->lock = -1;
     *out = s;
     return 0;
 }
@@ -264,6 +266,7 @@ static void layout_free(layout *L);
 
 static void save_free(ck_save *s)
 {
+    ck__pending_unlock(s->root, s->name, &s->lock);
     ck__hashpool_free(s->pool);
     layout_free(&s->L);
     free(s->image);
@@ -338,14 +341,8 @@ static int prepare_at(ck_save *s, const char *token, ck_err *err)
 {
     if (s->prepared)
         return 0;
-    char final[PATH_MAX + CK_NAME_MAX];
-    struct stat sb;
-    snprintf(final, sizeof final, "%s/%s", s->root, s->name);
-    if (lstat(final, &sb) == 0)
-        return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", s->root,
-                          s->name);
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, err);
+    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, &s->lock, err);
     if (r == 0)
         r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
@@ -400,18 +397,18 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     return 0;
 }
 
-int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
 {
-    int r = ck_save_rank_image(s, rank, image, err);
-    if (r < 0)
-        return r;
+    if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
     ck__shard_src *src = malloc((s->ntensors ? s->ntensors : 1) * sizeof *src);
     if (!src)
         return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", s->name);
     for (uint32_t t = 0; t < s->ntensors; t++)
         src[t] = s->src[ck__plan_shard_of(s->plan, t, rank)];
     uint32_t t = 0;
-    r = ck__rank_image(s->plan, rank, src, image, &t);
+    int r = ck__rank_image(s->plan, rank, src, image, &t);
     if (r < 0 && !src[t].mem && !src[t].fill)
         ck_err_set(err, r, "checkpoint %s: tensor %s: rank %llu never offered its shard",
                    s->name, s->tensors[t].name, (unsigned long long)rank);
@@ -419,7 +416,13 @@ int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
         ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s", s->name,
                    (unsigned long long)rank, s->tensors[t].name, strerror(-r));
     free(src);
-    if (r < 0)
+    return r;
+}
+
+int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+{
+    int r = ck_save_rank_image(s, rank, image, err);
+    if (r == 0 && (r = ck_save_fill_rank(s, rank, image, err)) < 0)
         ck_save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
     return r;
 }
@@ -544,13 +547,32 @@ static int alloc_parts(ck_save *s, const ck_group *g, ck_err *err)
     return 0;
 }
 
-int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
+static int group_check(const ck_save *s, const ck_group *g, ck_err *err)
 {
     uint64_t world = ck_mesh_world(ck__plan_mesh(s->plan));
     if (g->world != world || g->rank >= world)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of a group of %llu, but the "
                           "mesh has %llu ranks", s->name, (unsigned long long)g->rank,
                           (unsigned long long)g->world, (unsigned long long)world);
+    return 0;
+}
+
+int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err)
+{
+    int r = group_check(s, g, err);
+    if (r < 0)
+        return r;
+    /* Another rank may have made the directory already: it is the group's at once. */
+    s->shared = true;
+    r = prepare_at(s, token, err);
+    return r < 0 ? r : alloc_parts(s, g, err);
+}
+
+int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
+{
+    int r = group_check(s, g, err);
+    if (r < 0)
+        return r;
     group_start m = { 0 };
     if (g->rank == 0) {
         ck_err why = { 0 };
@@ -560,7 +582,7 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
         else
             snprintf(m.token, sizeof m.token, "%s", strrchr(s->pending, '.') + 1);
     }
-    int r = g->broadcast(g->arg, &m, sizeof m, err);
+    r = g->broadcast(g->arg, &m, sizeof m, err);
     if (r < 0)
         return ck_err_set(err, r, "checkpoint %s: rank %llu: the token from rank 0", s->name,
                           (unsigned long long)g->rank);

@@ -14,7 +14,8 @@
  *   inspect a checkpoint                   ck/ckpt.h       ck_open, ck_tensors_each, ck_shards_get
  *   save (one process, every rank's part)  ck/save.h       ck_save_begin ... ck_save_commit
  *   async save from training ranks         ck/client.h     ck_client_open, ck_client_save_async
- *     (embedded, or through ckptd)
+ *     (embedded, or through ckptd; lazy)                   ck_client_save_lazy, _save_fence
+ *   staging memory faulted in ahead        ck/staging.h    ck_staging_map
  *   load any box onto any mesh             ck/load.h       ck_reader_open, ck_reader_read_shard
  *   verify (structure, deep re-hash)       ck/verify.h     ck_verify
  *   compare two checkpoints element-wise   ck/compare.h    ck_compare
@@ -42,5 +43,6 @@
 #include "ck/compare.h"
 #include "ck/reshard.h"
 #include "ck/client.h"
+#include "ck/staging.h"
 
 #endif
