@@ -10,10 +10,12 @@
 #ifndef KERNELS_CUDA_H
 #define KERNELS_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "adamw_elem.h"
+#include "flat.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,6 +33,25 @@ int k_cuda_adamw_step(float *p, const float *g, float *m, float *v, size_t n,
 int k_cuda_sumsq(const float *x, size_t n, double *out, void *stream);
 int k_cuda_scale(float *x, float s, size_t n, void *stream);
 int k_cuda_scale_add(float *dst, const float *src, float s, size_t n, void *stream);
+
+/* GELU forward and backward (gelu_elem.h; tanhf is the device's: not bitwise). */
+int k_cuda_gelu(float *y, const float *x, size_t n, void *stream);
+int k_cuda_gelu_bwd(float *dx, const float *x, const float *dy, size_t n, void *stream);
+
+/* Device memory for flat.h's loops: asynchronous copies (any direction the unified
+ * address space can tell) and zeroing on `stream`. */
+k_mem k_cuda_mem(void *stream);
+extern const k_mem k_cuda_default_mem;   /* on the legacy default stream */
+
+/* Row-major C = alpha op(A) op(B) + beta C, op(A) m x k, op(B) k x n, C m x n, leading
+ * dims in elements; A and B f32 or bf16, C f32, accumulation in f32. `blas` is a
+ * cuBLAS handle from k_cuda_blas_new (one per thread). */
+typedef enum k_gemm_type { K_GEMM_F32, K_GEMM_BF16 } k_gemm_type;
+int k_cuda_blas_new(void **out);
+void k_cuda_blas_free(void *blas);
+int k_cuda_gemm(void *blas, void *stream, k_gemm_type type, bool ta, bool tb, int m, int n,
+                int k, float alpha, const void *a, int lda, const void *b, int ldb,
+                float beta, float *c, int ldc);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,8 @@
 #include "ck/save.h"
 #include "ck/staging.h"
 #include "sh/comm.h"
+#include "dev.h"
+#include "stage.h"
 
 typedef enum phase { IDLE, WRITING, COMMITTING } phase;
 
@@ -76,6 +78,11 @@ struct sh_checkpoint {
     pthread_mutex_t mu;            /* copied; part, while the thread may set it */
     pthread_cond_t cv;
     bool copied;                   /* the part is handed over, or failed */
+    /* A GPU rank's shards are offered through fill callbacks that copy them from the
+     * device into the staging (stage.h); one source per shard of the save in flight. */
+    sh_stage_ops *stage;
+    sh_stage_src *src;
+    size_t nsrc, src_cap;
 };
 
 static double since_ms(const struct timespec *t0)
@@ -140,6 +147,9 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
         rc = ck_err_set(err, (int)msg[0], "checkpoint root %s: %s", c->root,
                         strerror((int)-msg[0]));
     c->nonce = (uint64_t)msg[1];
+    if (!rc && sh_world_device(w) == SH_CUDA && (rc = sh_stage_cuda_new(&c->stage)))
+        rc = ck_err_set(err, rc, "checkpoints on rank %d: no CUDA stream for device copies",
+                        sh_world_rank(w));
     const char *env = getenv("CKPTD_SOCKET");
     if (!rc && (o->daemon || (env && *env)))
         rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){ .socket = o->daemon }, err);
@@ -309,6 +319,36 @@ static int retire(sh_checkpoint *c, ck_err *err)
     return over(c, code, ck_err_msg(&why), err);
 }
 
+/* Room for one fill source per shard of sd, before any is handed out (the core keeps
+ * the pointers until the shards are staged, which a lazy save does after returning;
+ * the next save, which reuses them, waits for that). */
+static int reserve_sources(sh_checkpoint *c, const sh_state_dict *const *sd, int nsd,
+                           ck_err *err)
+{
+    size_t n = 0;
+    for (int d = 0; d < nsd; d++)
+        n += sd[d]->n;
+    c->nsrc = 0;
+    if (n <= c->src_cap)
+        return 0;
+    sh_stage_src *s = realloc(c->src, n * sizeof *s);
+    if (!s)
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", c->name);
+    c->src = s;
+    c->src_cap = n;
+    return 0;
+}
+
+/* The fill source of a shard in device memory; NULL for one in host memory. */
+static sh_stage_src *device_source(sh_checkpoint *c, const sh_shard_entry *e)
+{
+    if (e->device != SH_CUDA)
+        return NULL;
+    sh_stage_src *s = &c->src[c->nsrc++];
+    *s = (sh_stage_src){c->stage, e->data};
+    return s;
+}
+
 /* Declares this rank's part, offers its shards and, on rank 0, the blobs. */
 static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint64_t step,
                    const sh_state_dict *const *sd, int nsd, bool shards, const sh_blob *blobs,
@@ -323,10 +363,17 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
             rc = ck_client_tensor(*sv, e->name, e->dtype, e->ndim, e->shape, e->placement,
                                   err);
         }
+    if (!rc && shards)
+        rc = reserve_sources(c, sd, nsd, err);
     for (int d = 0; !rc && shards && d < nsd; d++)
-        for (size_t i = 0; !rc && i < sd[d]->n; i++)
-            if (ck_box_numel(&sd[d]->entry[i].box))
-                rc = ck_client_shard(*sv, sd[d]->entry[i].name, sd[d]->entry[i].data, err);
+        for (size_t i = 0; !rc && i < sd[d]->n; i++) {
+            const sh_shard_entry *e = &sd[d]->entry[i];
+            if (!ck_box_numel(&e->box))
+                continue;
+            sh_stage_src *src = device_source(c, e);
+            rc = src ? ck_client_shard_fill(*sv, e->name, sh_stage_fill, src, err)
+                     : ck_client_shard(*sv, e->name, e->data, err);
+        }
     for (int b = 0; !rc && c->group.rank == 0 && b < nblobs; b++)
         rc = ck_client_blob(*sv, blobs[b].name, blobs[b].data, blobs[b].len, err);
     return rc;
@@ -408,12 +455,18 @@ static int build(sh_checkpoint *c, ck_save **out, const char *name, uint64_t ste
                  ck_err *err)
 {
     int rc = ck_save_begin(out, c->root, name, step, &sd[0]->entry[0].mesh, NULL, err);
+    if (!rc)
+        rc = reserve_sources(c, sd, nsd, err);
     for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
             rc = ck_save_tensor(*out, e->name, e->dtype, e->ndim, e->shape, e->placement,
                                 err);
-            if (!rc && ck_box_numel(&e->box))
+            sh_stage_src *src = !rc && ck_box_numel(&e->box) ? device_source(c, e) : NULL;
+            if (src)
+                rc = ck_save_shard_fill(*out, e->name, c->group.rank, sh_stage_fill, src,
+                                        err);
+            else if (!rc && ck_box_numel(&e->box))
                 rc = ck_save_shard(*out, e->name, c->group.rank, e->data, err);
         }
     for (int b = 0; !rc && c->group.rank == 0 && b < nblobs; b++)
@@ -686,6 +739,8 @@ void sh_checkpoint_free(sh_checkpoint *c)
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->report);
+    free(c->src);
+    sh_stage_cuda_free(c->stage);
     free(c);
 }
 
@@ -724,6 +779,33 @@ int sh_checkpoint_latest(sh_world *w, const char *root, char name[CK_NAME_MAX], 
     return 0;
 }
 
+/* A shard in device memory is read into host memory, then copied to the device. */
+static int read_entry(ck_ckpt *ck, ck_reader *rd, const sh_shard_entry *e, size_t bytes,
+                      ck_err *err)
+{
+    if (e->device != SH_CUDA)
+        return ck_reader_read(rd, &e->box, 0, bytes, e->data, err);
+    const sh_dev_ops *d = sh_dev_for(SH_CUDA);
+    void *host = malloc(bytes);
+    if (!d || !host) {
+        free(host);
+        return ck_err_set(err, d ? -ENOMEM : -ENOTSUP, "checkpoint %s: loading '%s' onto "
+                          "the device: %s", ck_get_info(ck)->name, e->name,
+                          d ? "out of memory" : "this build has no CUDA");
+    }
+    int rc = ck_reader_read(rd, &e->box, 0, bytes, host, err);
+    if (!rc) {
+        rc = d->copy(e->data, host, bytes);
+        if (!rc)
+            rc = d->sync();
+        if (rc)
+            ck_err_set(err, rc, "checkpoint %s: copying '%s' to the device",
+                       ck_get_info(ck)->name, e->name);
+    }
+    free(host);
+    return rc;
+}
+
 int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *err)
 {
     for (size_t i = 0; i < sd->n; i++) {
@@ -742,7 +824,7 @@ int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *
                             "shape than the model's (a different configuration?)",
                             ck_get_info(ck)->name, e->name);
         else if (n)
-            rc = ck_reader_read(rd, &e->box, 0, n * ck_dtype_size(e->dtype), e->data, err);
+            rc = read_entry(ck, rd, e, n * ck_dtype_size(e->dtype), err);
         ck_reader_close(rd);
         if (rc)
             return rc;

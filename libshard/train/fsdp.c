@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev.h"
 #include "fsdp_int.h"
 
 void sh_fsdp_opts_default(sh_fsdp_opts *o)
@@ -65,7 +66,12 @@ static int shard_existing(sh_group *g, sh_param *p, ck_err *err)
         s = sh_alloc(g->module->world, SH_MEM_PARAM, n * sizeof(float), false);
         if (!s)
             return ck_err_set(err, -ENOMEM, "sharding '%s': out of memory", p->name);
-        memcpy(s, p->shard + off * p->row_elems, n * sizeof(float));
+        int rc = sh_dev(g->module->world)->copy(s, p->shard + off * p->row_elems,
+                                                n * sizeof(float));
+        if (rc) {
+            sh_free(g->module->world, SH_MEM_PARAM, s, n * sizeof(float));
+            return ck_err_set(err, rc, "sharding '%s': copying its rows", p->name);
+        }
     }
     sh_free(g->module->world, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
     p->shard = s;
@@ -210,12 +216,15 @@ int sh_fully_shard(sh_module *m, sh_mesh *mesh, const sh_fsdp_opts *opts, ck_err
     for (int i = 0; i < g->nparam; i++) {
         sh_param *p = g->param[i];
         if (!p->materialized) {
-            /* to_empty allocates this rank's rows only. */
+            /* to_empty allocates this rank's rows only: in pinned host memory under
+             * CPU offload on a CUDA rank (CPUOffloadPolicy); a parameter materialized
+             * before fully_shard keeps its shard where it is. */
             uint64_t off, len;
             ck_chunk(p->rows, (uint64_t)g->W, (uint64_t)g->r, &off, &len);
             p->shard_row = off;
             p->shard_rows = len;
             p->shard_numel = len * p->row_elems;
+            p->host_state = opts->offload.enabled && m->world->device == SH_CUDA;
         }
         p->sharded_by = m;
         p->value.dtype = g->pdt;

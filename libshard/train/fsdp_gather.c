@@ -4,6 +4,7 @@
  * to the smaller post-forward world. When this happens is fsdp_hooks.c's choice. */
 #include <stdlib.h>
 
+#include "dev.h"
 #include "fsdp_int.h"
 
 int sh_group_unshard(sh_group *g, ck_err *err)
@@ -45,13 +46,20 @@ int sh_group_unshard(sh_group *g, ck_err *err)
         }
         for (int i = 0; i < g->nparam; i++)
             src[i] = g->param[i]->shard;
-        k_ag_copy_in(f32, src, false, g->seg_f32, (size_t)g->nparam, (size_t)g->W,
-                     (size_t)g->r);
+        const sh_dev_ops *d = sh_dev(w);
+        int rc = k_ag_copy_in_on(d->mem, f32, src, false, g->seg_f32, (size_t)g->nparam,
+                                 (size_t)g->W, (size_t)g->r);
         free(src);
+        if (rc)
+            ck_err_set(err, rc, "unsharding module '%s': copying in on %s", g->module->name,
+                       d->name);
         if (f32 != g->ag_in) {
-            sh_cast(g->ag_in, g->pdt, f32, CK_F32, g->slot_elems, err);
+            if (!rc)
+                rc = sh_dev_cast(d, g->ag_in, g->pdt, f32, CK_F32, g->slot_elems, err);
             sh_free(w, SH_MEM_COMM, f32, g->slot_f32);
         }
+        if (rc)
+            return rc;
     }
     g->ag_out_bytes = world * slot;
     g->ag_out = sh_alloc(w, SH_MEM_COMM, g->ag_out_bytes, false);
@@ -89,12 +97,16 @@ int sh_group_wait_unshard(sh_group *g, ck_err *err)
         dst[i] = p->value.data;
     }
     if (!rc) {
+        const sh_dev_ops *d = sh_dev(w);
         if (g->ag_from_pf)
-            k_ag_copy_out(dst, g->ag_out, g->slot_pf, g->seg_pf, (size_t)g->nparam,
-                          (size_t)g->pf_world);
+            rc = k_ag_copy_out_on(d->mem, dst, g->ag_out, g->slot_pf, g->seg_pf,
+                                  (size_t)g->nparam, (size_t)g->pf_world);
         else
-            k_ag_copy_out(dst, g->ag_out, g->slot_p, g->seg_p, (size_t)g->nparam,
-                          (size_t)g->W);
+            rc = k_ag_copy_out_on(d->mem, dst, g->ag_out, g->slot_p, g->seg_p,
+                                  (size_t)g->nparam, (size_t)g->W);
+        if (rc)
+            ck_err_set(err, rc, "unsharding module '%s': copying out on %s",
+                       g->module->name, d->name);
     }
     free(dst);
     sh_free(w, SH_MEM_COMM, g->ag_in, g->ag_in_bytes);
@@ -143,9 +155,13 @@ int sh_group_reshard_post_forward(sh_group *g, ck_err *err)
     }
     for (int i = 0; i < g->nparam; i++)
         src[i] = g->param[i]->value.data;
-    k_ag_copy_in(g->pf_shard, src, true, g->seg_pf, (size_t)g->nparam, (size_t)g->pf_world,
-                 (size_t)(g->r % g->pf_world));
+    const sh_dev_ops *d = sh_dev(group_world(g));
+    int rc = k_ag_copy_in_on(d->mem, g->pf_shard, src, true, g->seg_pf, (size_t)g->nparam,
+                             (size_t)g->pf_world, (size_t)(g->r % g->pf_world));
     free(src);
+    if (rc)
+        return ck_err_set(err, rc, "resharding module '%s' after forward: copying on %s",
+                          g->module->name, d->name);
     free_values(g);
     g->state = GS_POSTFWD;
     return 0;

@@ -3,8 +3,8 @@
  * by the global norm, and zeroing. The gradients are made in fsdp_reduce.c. */
 #include <math.h>
 
+#include "dev.h"
 #include "fsdp_int.h"
-#include "norm.h"
 
 static int set_sync(sh_module *m, void *arg, ck_err *err)
 {
@@ -34,30 +34,41 @@ static int add_sumsq(sh_module *m, void *arg, ck_err *err)
     if (m->group && m->group->mesh != a->first->mesh)
         return ck_err_set(err, -EINVAL, "clip_grad_norm: modules '%s' and '%s' are sharded "
                           "on different meshes", a->first->module->name, m->name);
+    const sh_dev_ops *d = sh_dev(m->world);
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
+        double s = 0;
+        int rc = 0;
         if (!p->sharded_by) {
             a->ungrouped = true;
             a->ungrouped_name = p->name;
             if (p->grad_full)
-                a->sumsq += k_sumsq(p->grad_full, p->numel);
+                rc = d->sumsq(p->grad_full, p->numel, &s);
         } else if (p->grad_shard) {
-            a->sumsq += k_sumsq(p->grad_shard, p->shard_numel);
+            rc = d->sumsq(p->grad_shard, p->shard_numel, &s);
         }
+        if (rc)
+            return ck_err_set(err, rc, "clip_grad_norm: the norm of '%s' on %s", p->name,
+                              d->name);
+        a->sumsq += s;
     }
     return 0;
 }
 
 static int scale_grads(sh_module *m, void *arg, ck_err *err)
 {
-    (void)err;
     float s = *(const float *)arg;
+    const sh_dev_ops *d = sh_dev(m->world);
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
+        int rc = 0;
         if (p->sharded_by && p->grad_shard)
-            k_scale(p->grad_shard, s, p->shard_numel);
+            rc = d->scale(p->grad_shard, s, p->shard_numel);
         else if (!p->sharded_by && p->grad_full)
-            k_scale(p->grad_full, s, p->numel);
+            rc = d->scale(p->grad_full, s, p->numel);
+        if (rc)
+            return ck_err_set(err, rc, "clip_grad_norm: scaling '%s' on %s", p->name,
+                              d->name);
     }
     return 0;
 }
@@ -96,7 +107,7 @@ static int drop_grads(sh_module *m, void *arg, ck_err *err)
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
         sh_free(m->world, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
-        sh_free(m->world, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
+        sh_free_state(m->world, p, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
         p->grad_full = p->grad_shard = NULL;
     }
     return 0;

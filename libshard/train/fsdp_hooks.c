@@ -6,6 +6,7 @@
  * fsdp_reduce.c. */
 #include <stdlib.h>
 
+#include "dev.h"
 #include "fsdp_int.h"
 
 /* The FSDP root group above m (m's own when m is the root). */
@@ -138,9 +139,11 @@ static int pre_forward(void *state, const sh_tensor **in, sh_tensor *scratch, ck
     if (rc || !g->opts.mp.cast_forward_inputs || !g->opts.mp.param_dtype || !x ||
         x->dtype == g->pdt)
         return rc;
+    scratch->device = x->device;
     rc = sh_tensor_resize(scratch, g->pdt, x->ndim, x->shape, err);
     if (!rc)
-        rc = sh_cast(scratch->data, g->pdt, x->data, x->dtype, x->numel, err);
+        rc = sh_dev_cast(sh_dev_for(x->device), scratch->data, g->pdt, x->data, x->dtype,
+                         x->numel, err);
     if (!rc)
         *in = scratch;
     return rc;

@@ -4,8 +4,8 @@
  * the sharded f32 gradients. */
 #include <stdlib.h>
 
+#include "dev.h"
 #include "fsdp_int.h"
-#include "norm.h"
 
 int sh_group_start_reduce(sh_group *g, ck_err *err)
 {
@@ -31,8 +31,15 @@ int sh_group_start_reduce(sh_group *g, ck_err *err)
         }
         src[i] = p->grad_full;
     }
-    k_rs_chunk_cat(flat, g->slot_f32, src, g->seg_f32, (size_t)g->nparam, W);
+    const sh_dev_ops *d = sh_dev(w);
+    int rc = k_rs_chunk_cat_on(d->mem, flat, g->slot_f32, src, g->seg_f32, (size_t)g->nparam,
+                               W);
     free(src);
+    if (rc) {
+        sh_free(w, SH_MEM_COMM, flat, W * g->slot_f32);
+        return ck_err_set(err, rc, "reducing gradients of module '%s': chunk-cat on %s",
+                          g->module->name, d->name);
+    }
     for (int i = 0; i < g->nparam; i++) {
         sh_param *p = g->param[i];
         sh_free(w, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
@@ -43,15 +50,17 @@ int sh_group_start_reduce(sh_group *g, ck_err *err)
     } else {
         g->rs_in = sh_alloc(w, SH_MEM_COMM, W * g->slot_r, false);
         if (g->rs_in)
-            sh_cast(g->rs_in, g->rdt, flat, CK_F32, W * g->slot_elems, err);
+            rc = sh_dev_cast(d, g->rs_in, g->rdt, flat, CK_F32, W * g->slot_elems, err);
         sh_free(w, SH_MEM_COMM, flat, W * g->slot_f32);
+        if (rc)
+            return rc;
     }
     g->rs_out = sh_alloc(w, SH_MEM_COMM, g->slot_r, false);
     if (!g->rs_in || !g->rs_out)
         return ck_err_set(err, -ENOMEM, "reducing gradients of module '%s': out of memory",
                           g->module->name);
     g->rs_pending = true;
-    int rc = sh_reduce_scatter(g->shard_comm, g->rs_in, g->rs_out, g->slot_elems, g->rdt,
+    rc = sh_reduce_scatter(g->shard_comm, g->rs_in, g->rs_out, g->slot_elems, g->rdt,
                                SH_SUM, &g->rs_work, err);
     return rc ? ck_err_set(err, rc, "reduce-scatter of module '%s'", g->module->name) : 0;
 }
@@ -61,31 +70,35 @@ int sh_group_start_reduce(sh_group *g, ck_err *err)
 static int land_reduced(sh_group *g, ck_err *err)
 {
     sh_world *w = group_world(g);
+    const sh_dev_ops *d = sh_dev(w);
     const float *red = g->rs_out;
     float *tmp = NULL;
+    int rc = 0;
     if (g->rdt != CK_F32) {
         tmp = sh_alloc(w, SH_MEM_COMM, g->slot_f32, false);
         if (!tmp && g->slot_f32)
             return ck_err_set(err, -ENOMEM, "gradients of module '%s': out of memory",
                               g->module->name);
-        sh_cast(tmp, CK_F32, g->rs_out, g->rdt, g->slot_elems, err);
+        rc = sh_dev_cast(d, tmp, CK_F32, g->rs_out, g->rdt, g->slot_elems, err);
         red = tmp;
     }
     float scale = 1.0f / (float)(g->W * g->R);
-    int rc = 0;
     for (int i = 0; !rc && i < g->nparam; i++) {
         sh_param *p = g->param[i];
         if (!p->shard_numel)
             continue;
         if (!p->grad_shard) {
-            p->grad_shard = sh_alloc(w, SH_MEM_GRAD, p->shard_numel * sizeof(float), true);
+            p->grad_shard = sh_alloc_state(w, p, SH_MEM_GRAD, p->shard_numel * sizeof(float),
+                                           true);
             if (!p->grad_shard) {
                 rc = ck_err_set(err, -ENOMEM, "gradient of '%s': out of memory", p->name);
                 break;
             }
         }
-        k_scale_add(p->grad_shard, red + g->seg_f32[i].flat_off / sizeof(float), scale,
-                    p->shard_numel);
+        rc = d->scale_add(p->grad_shard, red + g->seg_f32[i].flat_off / sizeof(float), scale,
+                          p->shard_numel);
+        if (rc)
+            ck_err_set(err, rc, "gradient of '%s': accumulating on %s", p->name, d->name);
     }
     sh_free(w, SH_MEM_COMM, tmp, g->slot_f32);
     sh_free(w, SH_MEM_COMM, g->rs_out, g->slot_r);

@@ -39,13 +39,17 @@ struct sh_comm {
     sh_world *world;
     int rank, size;
     char name[64];
-    MPI_Comm mpi;          /* the MPI backend's handle; a NCCL backend adds its own */
+    MPI_Comm mpi;          /* MPI's handle; the NCCL backend keeps it for its bootstrap
+                              and for collectives on host buffers */
+    struct sh_nccl_link *nccl;   /* the NCCL backend's communicator and stream */
 };
 
 struct sh_work {
     sh_comm *comm;
     const char *what;      /* "all-gather", ... for error messages */
     MPI_Request req;
+    void *event;           /* NCCL backend: the CUDA event recorded after the collective;
+                              NULL when the collective went through MPI */
 };
 
 extern const sh_comm_ops sh_mpi_ops;
@@ -62,12 +66,32 @@ struct sh_world {
     sh_comm *comm;
     MPI_Op op_sum_bf16, op_sum_f16, op_max_bf16, op_max_f16;
     sh_mem_stats mem;
+    sh_device device;      /* SH_CPU until sh_world_set_device(SH_CUDA) */
+    int cuda_ordinal;      /* the CUDA device this rank drives */
+    void *blas;            /* its cuBLAS handle */
+    /* How NCCL communicators are made (comm_nccl.c); tests replace it to run the
+     * bootstrap on machines without a GPU. NULL in a build without CUDA. */
+    const struct sh_nccl_seam *nccl_seam;
 };
+
+/* Device hooks (device_cuda.c, or device_none.c without CUDA): select this rank's
+ * CUDA device; then make the world's communicator a NCCL one. */
+int sh_cuda_attach(sh_world *w, ck_err *err);
+int sh_cuda_attach_comm(sh_world *w, ck_err *err);
+void sh_cuda_detach(sh_world *w);
 
 /* Counted allocations: every byte of parameters, gradients, optimizer state and
  * collective buffers goes through these, so the counters are exact. */
 void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero);
 void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes);
+/* The same for p's sharded state (shard, sharded gradient, optimizer state): pinned
+ * host memory when p->host_state, else the world's device. */
+void *sh_alloc_state(sh_world *w, const sh_param *p, sh_mem_kind kind, size_t bytes,
+                     bool zero);
+void sh_free_state(sh_world *w, const sh_param *p, sh_mem_kind kind, void *ptr, size_t bytes);
+/* Pinned host memory (device_cuda.c; -ENOTSUP without CUDA). */
+int sh_pinned_alloc(void **p, size_t bytes, bool zero);
+void sh_pinned_free(void *p);
 
 /* ---- mesh ---- */
 
@@ -120,6 +144,9 @@ struct sh_param {
      * parameter outside any group it aliases `shard`. */
     sh_tensor value;
     float *grad_full;            /* unsharded f32 gradient, NULL when none */
+    /* CPU offload on a CUDA rank: the shard, its sharded gradient and its optimizer
+     * state live in pinned host memory, which the device reaches directly. */
+    bool host_state;
     float *grad_shard;           /* sharded f32 gradient, NULL when none */
 };
 

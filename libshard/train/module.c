@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "dev.h"
 
 static int grow(void **arr, int n, size_t elem)
 {
@@ -66,9 +66,9 @@ static void free_param_storage(sh_param *p)
         sh_free(w, SH_MEM_PARAM, p->value.data, p->value.cap);
     p->value.data = NULL;
     p->value.cap = 0;
-    sh_free(w, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
+    sh_free_state(w, p, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
     sh_free(w, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
-    sh_free(w, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
+    sh_free_state(w, p, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
     p->shard = p->grad_full = p->grad_shard = NULL;
     p->materialized = false;
 }
@@ -171,13 +171,14 @@ static int materialize(sh_module *m, void *arg, ck_err *err)
             continue;
         /* Whoever sharded p already set which rows are local. */
         if (p->shard_numel) {
-            p->shard = sh_alloc(m->world, SH_MEM_PARAM, p->shard_numel * sizeof(float), true);
+            p->shard = sh_alloc_state(m->world, p, SH_MEM_PARAM,
+                                      p->shard_numel * sizeof(float), true);
             if (!p->shard)
                 return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory for its "
                                   "%zu-element shard", p->name, p->shard_numel);
         }
         p->materialized = true;
-        p->value.device = SH_CPU;
+        p->value.device = m->world->device;
         if (!p->sharded_by) {
             /* An unsharded parameter is its own full value. */
             p->value.data = p->shard;
@@ -189,12 +190,16 @@ static int materialize(sh_module *m, void *arg, ck_err *err)
 
 int sh_module_to_empty(sh_module *root, sh_device dev, ck_err *err)
 {
-    if (dev == SH_CUDA)
-        return ck_err_set(err, -ENOTSUP, "module '%s': to_empty on CUDA needs the GPU "
-                          "backend, which this build lacks", root->name);
-    if (dev != SH_CPU)
+    if (dev != SH_CPU && dev != SH_CUDA)
         return ck_err_set(err, -EINVAL, "module '%s': to_empty needs a real device",
                           root->name);
+    if (dev != root->world->device)
+        return ck_err_set(err, dev == SH_CUDA ? -ENODEV : -EINVAL,
+                          "module '%s': to_empty on %s, but rank %d's world is on %s: call "
+                          "sh_world_set_device(w, %s) first", root->name,
+                          dev == SH_CUDA ? "CUDA" : "CPU", root->world->rank,
+                          root->world->device == SH_CUDA ? "CUDA" : "CPU",
+                          dev == SH_CUDA ? "SH_CUDA" : "SH_CPU");
     return sh_module_walk(root, materialize, NULL, err);
 }
 
@@ -206,8 +211,24 @@ static int reset(sh_module *m, void *arg, ck_err *err)
         if (!p->materialized)
             return ck_err_set(err, -EINVAL, "parameter '%s' is on META: call "
                               "sh_module_to_empty before reset_parameters", p->name);
-        sh_init_fill(&p->init, seed, p->name, p->shard_row * p->row_elems, p->shard,
+        /* Values are made on the host (they depend only on the seed, the name and the
+         * index) and copied to the device's shard. */
+        const sh_dev_ops *d = sh_dev(m->world);
+        bool in_host = d->device == SH_CPU || p->host_state;
+        float *host = in_host ? p->shard : malloc(p->shard_numel * sizeof(float));
+        if (!host && p->shard_numel)
+            return ck_err_set(err, -ENOMEM, "initializing '%s': out of memory", p->name);
+        sh_init_fill(&p->init, seed, p->name, p->shard_row * p->row_elems, host,
                      p->shard_numel);
+        int rc = 0;
+        if (host != p->shard) {
+            rc = d->copy(p->shard, host, p->shard_numel * sizeof(float));
+            if (!rc)
+                rc = d->sync();
+            free(host);
+        }
+        if (rc)
+            return ck_err_set(err, rc, "initializing '%s': copying to %s", p->name, d->name);
     }
     return 0;
 }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "adamw.h"
-#include "internal.h"
+#include "dev.h"
 
 struct sh_adamw {
     sh_world *world;
@@ -85,8 +85,8 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
     }
     for (int i = 0; !rc && i < o->n; i++) {
         size_t bytes = o->p[i]->shard_numel * sizeof(float);
-        o->m[i] = sh_alloc(o->world, SH_MEM_OPTIM, bytes, true);
-        o->v[i] = sh_alloc(o->world, SH_MEM_OPTIM, bytes, true);
+        o->m[i] = sh_alloc_state(o->world, o->p[i], SH_MEM_OPTIM, bytes, true);
+        o->v[i] = sh_alloc_state(o->world, o->p[i], SH_MEM_OPTIM, bytes, true);
         if (bytes && (!o->m[i] || !o->v[i]))
             rc = ck_err_set(err, -ENOMEM, "optimizer state of '%s': out of memory",
                             o->p[i]->name);
@@ -101,6 +101,7 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
 
 int sh_adamw_step(sh_adamw *o, ck_err *err)
 {
+    const sh_dev_ops *d = sh_dev(o->world);
     int rc = o->fence ? o->fence(o->fence_arg, err) : 0;
     if (rc)
         return rc;
@@ -114,8 +115,10 @@ int sh_adamw_step(sh_adamw *o, ck_err *err)
         k_adamw_hparams h;
         k_adamw_hparams_for_step(&h, o->o.lr, o->o.beta1, o->o.beta2, o->o.eps,
                                  o->o.weight_decay, ++o->steps[i]);
-        if (p->shard_numel)
-            k_adamw_step(p->shard, p->grad_shard, o->m[i], o->v[i], p->shard_numel, &h);
+        rc = p->shard_numel ? d->adamw(p->shard, p->grad_shard, o->m[i], o->v[i],
+                                       p->shard_numel, &h) : 0;
+        if (rc)
+            return ck_err_set(err, rc, "AdamW step of '%s' on %s", p->name, d->name);
     }
     return 0;
 }
@@ -137,8 +140,8 @@ void sh_adamw_free(sh_adamw *o)
         return;
     for (int i = 0; o->m && i < o->n; i++) {
         size_t bytes = o->p[i]->shard_numel * sizeof(float);
-        sh_free(o->world, SH_MEM_OPTIM, o->m[i], bytes);
-        sh_free(o->world, SH_MEM_OPTIM, o->v[i], bytes);
+        sh_free_state(o->world, o->p[i], SH_MEM_OPTIM, o->m[i], bytes);
+        sh_free_state(o->world, o->p[i], SH_MEM_OPTIM, o->v[i], bytes);
     }
     free(o->m);
     free(o->v);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev.h"
 #include "fsdp_int.h"
 
 typedef struct sd_build {
@@ -50,6 +51,7 @@ static void describe(sh_shard_entry *e, const sh_param *p, const char *suffix, v
      * are torch.chunk on dim 0), and stated once there. */
     ck_shard_box(p->ndim, e->shape, &e->mesh, e->placement, e->coord, &e->box);
     e->data = p->shard_numel ? data : NULL;
+    e->device = p->host_state ? SH_CPU : p->owner->world->device;
 }
 
 static int add_params(sh_module *m, void *arg, ck_err *err)
@@ -102,6 +104,16 @@ static const sh_shard_entry *find(const sh_state_dict *sd, const char *name)
     return NULL;
 }
 
+/* src (host memory) into p's shard on the world's device. */
+static int copy_to_shard(sh_param *p, const float *src, ck_err *err)
+{
+    const sh_dev_ops *d = sh_dev(p->owner->world);
+    int rc = d->copy(p->shard, src, p->shard_numel * sizeof(float));
+    if (!rc)
+        rc = d->sync();
+    return rc ? ck_err_set(err, rc, "loading '%s': copying to %s", p->name, d->name) : 0;
+}
+
 static int load_params(sh_module *m, void *arg, ck_err *err)
 {
     const sh_state_dict *sd = arg;
@@ -117,8 +129,9 @@ static int load_params(sh_module *m, void *arg, ck_err *err)
             return ck_err_set(err, -EINVAL, "load state dict: entry '%s' (rank %d) is not "
                               "this rank's f32 shard of it; reshard through the checkpoint "
                               "core", p->name, m->world->rank);
-        if (p->shard_numel)
-            memcpy(p->shard, e->data, p->shard_numel * sizeof(float));
+        int rc = copy_to_shard(p, e->data, err);
+        if (rc)
+            return rc;
     }
     return 0;
 }
@@ -159,10 +172,14 @@ static int gather_full(sh_param *p, float *full, ck_err *err)
 {
     sh_group *g = p->sharded_by ? p->sharded_by->group : NULL;
     sh_world *w = p->owner->world;
+    const sh_dev_ops *d = sh_dev(w);
     if (!g) {
+        int rc = 0;
         if (w->rank == 0 && p->numel)
-            memcpy(full, p->shard, p->numel * sizeof(float));
-        return 0;
+            rc = d->copy(full, p->shard, p->numel * sizeof(float));
+        if (!rc)
+            rc = d->sync();
+        return rc ? ck_err_set(err, rc, "gathering '%s' from %s", p->name, d->name) : 0;
     }
     if (g->R > 1 && g->mesh->coord[0] != 0)
         return 0;
@@ -170,22 +187,29 @@ static int gather_full(sh_param *p, float *full, ck_err *err)
     size_t slot = k_flat_layout(&seg, 1, (size_t)g->W);
     if (!slot)
         return 0;
-    float *send = malloc(slot);
-    float *recv = g->r == 0 ? malloc(slot * (size_t)g->W) : NULL;
-    int rc = 0;
-    if (!send || (g->r == 0 && !recv))
-        rc = ck_err_set(err, -ENOMEM, "gathering '%s': out of memory", p->name);
+    /* The gather runs where the shards live (NCCL on a GPU); the result is copied out
+     * into host memory. */
+    void *send = NULL, *recv = NULL;
+    int rc = d->alloc(&send, slot, false);
+    if (!rc && g->r == 0)
+        rc = d->alloc(&recv, slot * (size_t)g->W, false);
+    if (rc)
+        rc = ck_err_set(err, rc, "gathering '%s': out of %s memory", p->name, d->name);
     if (!rc) {
         const void *src[1] = {p->shard};
-        k_ag_copy_in(send, src, false, &seg, 1, (size_t)g->W, (size_t)g->r);
-        rc = sh_gather(g->shard_comm, send, recv, slot / sizeof(float), CK_F32, 0, NULL, err);
+        rc = k_ag_copy_in_on(d->mem, send, src, false, &seg, 1, (size_t)g->W, (size_t)g->r);
+        if (!rc)
+            rc = sh_gather(g->shard_comm, send, recv, slot / sizeof(float), CK_F32, 0, NULL,
+                           err);
     }
     if (!rc && g->r == 0) {
         void *dst[1] = {full};
-        k_ag_copy_out(dst, recv, slot, &seg, 1, (size_t)g->W);
+        rc = k_ag_copy_out_on(d->mem, dst, recv, slot, &seg, 1, (size_t)g->W);
     }
-    free(send);
-    free(recv);
+    if (!rc)
+        rc = d->sync();
+    d->free(send);
+    d->free(recv);
     return rc ? ck_err_set(err, rc, "gathering '%s'", p->name) : 0;
 }
 
@@ -267,8 +291,7 @@ int sh_model_load_full_state_dict(sh_module *root, const sh_state_dict *sd, ck_e
             memcpy(full, find(sd, p->name)->data, p->numel * sizeof(float));
         rc = sh_broadcast(w->comm, full, p->numel, CK_F32, 0, NULL, err);
         if (!rc && p->shard_numel)
-            memcpy(p->shard, full + p->shard_row * p->row_elems,
-                   p->shard_numel * sizeof(float));
+            rc = copy_to_shard(p, full + p->shard_row * p->row_elems, err);
         free(full);
     }
     free(v.p);

@@ -1,10 +1,10 @@
-/* tensor.c - CPU tensors, dtype casts through kernels/, and parameter initializers. */
+/* tensor.c - tensors on the CPU or a CUDA device, dtype casts through the device's
+ * kernels, and parameter initializers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cast.h"
-#include "internal.h"
+#include "dev.h"
 
 static bool is_float(ck_dtype dt)
 {
@@ -28,15 +28,25 @@ int sh_tensor_resize(sh_tensor *t, ck_dtype dtype, int ndim, const int64_t *shap
         numel *= (size_t)shape[d];
     }
     size_t bytes = numel * ck_dtype_size(dtype);
+    /* A zeroed sh_tensor is on META: it becomes a CPU tensor, as it always has. */
+    if (t->device == SH_META)
+        t->device = SH_CPU;
+    const sh_dev_ops *dev = sh_dev_for(t->device);
+    if (!dev)
+        return ck_err_set(err, -ENOTSUP, "a CUDA tensor of %zu bytes: this build has no "
+                          "CUDA", bytes);
     if (bytes > t->cap) {
-        void *p = realloc(t->data, bytes);
-        if (!p)
-            return ck_err_set(err, -ENOMEM, "tensor of %zu bytes: out of memory", bytes);
+        /* The contents are unspecified, so nothing is carried over. */
+        void *p;
+        int rc = dev->alloc(&p, bytes, false);
+        if (rc)
+            return ck_err_set(err, rc, "tensor of %zu bytes on %s: out of memory", bytes,
+                              dev->name);
+        dev->free(t->data);
         t->data = p;
         t->cap = bytes;
     }
     t->dtype = dtype;
-    t->device = SH_CPU;
     t->ndim = ndim;
     for (int d = 0; d < ndim; d++)
         t->shape[d] = shape[d];
@@ -49,9 +59,11 @@ int sh_tensor_cast(sh_tensor *t, ck_dtype dtype, ck_err *err)
     if (t->dtype == dtype)
         return 0;
     sh_tensor n = SH_TENSOR_INIT;
+    n.device = t->device;
     int rc = sh_tensor_resize(&n, dtype, t->ndim, t->shape, err);
     if (!rc)
-        rc = sh_cast(n.data, dtype, t->data, t->dtype, t->numel, err);
+        rc = sh_dev_cast(sh_dev_for(t->device), n.data, dtype, t->data, t->dtype, t->numel,
+                         err);
     if (rc) {
         sh_tensor_free(&n);
         return rc;
@@ -63,34 +75,38 @@ int sh_tensor_cast(sh_tensor *t, ck_dtype dtype, ck_err *err)
 
 void sh_tensor_free(sh_tensor *t)
 {
-    free(t->data);
+    const sh_dev_ops *d = sh_dev_for(t->device);
+    if (d)
+        d->free(t->data);
     t->data = NULL;
     t->cap = 0;
     t->numel = 0;
 }
 
-int sh_cast(void *dst, ck_dtype dst_dtype, const void *src, ck_dtype src_dtype, size_t n,
-            ck_err *err)
+int sh_dev_cast(const sh_dev_ops *d, void *dst, ck_dtype dst_dtype, const void *src,
+                ck_dtype src_dtype, size_t n, ck_err *err)
 {
     if (n == 0)
         return 0;
-    if (dst_dtype == src_dtype && is_float(dst_dtype)) {
-        memcpy(dst, src, n * ck_dtype_size(dst_dtype));
-        return 0;
-    }
-    if (src_dtype == CK_F32 && dst_dtype == CK_BF16)
-        k_cast_f32_to_bf16(dst, src, n);
-    else if (src_dtype == CK_F32 && dst_dtype == CK_F16)
-        k_cast_f32_to_f16(dst, src, n);
-    else if (src_dtype == CK_BF16 && dst_dtype == CK_F32)
-        k_cast_bf16_to_f32(dst, src, n);
-    else if (src_dtype == CK_F16 && dst_dtype == CK_F32)
-        k_cast_f16_to_f32(dst, src, n);
+    int rc;
+    if (dst_dtype == src_dtype && is_float(dst_dtype))
+        rc = d->copy(dst, src, n * ck_dtype_size(dst_dtype));
+    else if ((src_dtype == CK_F32 && (dst_dtype == CK_BF16 || dst_dtype == CK_F16)) ||
+             (dst_dtype == CK_F32 && (src_dtype == CK_BF16 || src_dtype == CK_F16)))
+        rc = d->cast(dst, dst_dtype, src, src_dtype, n);
     else
         return ck_err_set(err, -EINVAL, "no cast from %s to %s (f32 <-> bf16/f16 only)",
                           ck_dtype_name(src_dtype) ? ck_dtype_name(src_dtype) : "?",
                           ck_dtype_name(dst_dtype) ? ck_dtype_name(dst_dtype) : "?");
-    return 0;
+    return rc ? ck_err_set(err, rc, "casting %zu elements from %s to %s on %s", n,
+                           ck_dtype_name(src_dtype), ck_dtype_name(dst_dtype), d->name)
+              : 0;
+}
+
+int sh_cast(void *dst, ck_dtype dst_dtype, const void *src, ck_dtype src_dtype, size_t n,
+            ck_err *err)
+{
+    return sh_dev_cast(&sh_dev_cpu, dst, dst_dtype, src, src_dtype, n, err);
 }
 
 /* splitmix64: a counter-based generator, so element i's value needs no state. */

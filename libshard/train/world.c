@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cast_elem.h"
-#include "internal.h"
+#include "dev.h"
 
 /* Reductions MPI has no type for: bf16 and f16 travel as MPI_UINT16_T with these ops,
  * widening each pair to f32 and rounding the result once, as NCCL does. */
@@ -64,6 +64,7 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err)
     if (!w)
         return ck_err_set(err, -ENOMEM, "sh_init: out of memory");
     w->owns_mpi = !inited;
+    w->device = SH_CPU;
     MPI_Comm world, local;
     MPI_Comm_dup(MPI_COMM_WORLD, &world);
     MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
@@ -112,6 +113,7 @@ void sh_finalize(sh_world *w)
     if (!w)
         return;
     sh_comm_free(w->comm);
+    sh_cuda_detach(w);
     MPI_Op_free(&w->op_sum_bf16);
     MPI_Op_free(&w->op_sum_f16);
     MPI_Op_free(&w->op_max_bf16);
@@ -120,6 +122,38 @@ void sh_finalize(sh_world *w)
         MPI_Finalize();
     free(w);
 }
+
+int sh_world_set_device(sh_world *w, sh_device dev, ck_err *err)
+{
+    if (dev == w->device)
+        return 0;
+    if (dev != SH_CUDA)
+        return ck_err_set(err, -EINVAL, "rank %d: a world moves from CPU to CUDA, not "
+                          "back nor to META", w->rank);
+    /* What the library holds was allocated on the CPU and would be freed on CUDA. */
+    if (w->mem.state_cur || w->mem.cur[SH_MEM_COMM])
+        return ck_err_set(err, -EBUSY, "rank %d: sh_world_set_device after %llu bytes of "
+                          "parameters, gradients or buffers were made on the CPU: call it "
+                          "first, before any module is materialized", w->rank,
+                          (unsigned long long)(w->mem.state_cur + w->mem.cur[SH_MEM_COMM]));
+    /* Every rank must agree before any of them starts a NCCL bootstrap, which would
+     * wait forever for a rank that has no device. */
+    int rc = sh_cuda_attach(w, err), bad = -rc, worst_bad = EIO;
+    ck_err ignore = {0};
+    sh_all_reduce(w->comm, &bad, &worst_bad, 1, CK_I32, SH_MAX, NULL, &ignore);
+    int worst = -worst_bad;
+    if (worst) {
+        if (!rc)
+            ck_err_set(err, worst, "rank %d: another rank has no usable CUDA device", w->rank);
+        return worst;
+    }
+    rc = sh_cuda_attach_comm(w, err);
+    if (!rc)
+        w->device = SH_CUDA;
+    return rc;
+}
+
+sh_device sh_world_device(const sh_world *w) { return w->device; }
 
 int sh_world_rank(const sh_world *w) { return w->rank; }
 int sh_world_size(const sh_world *w) { return w->size; }
@@ -135,13 +169,8 @@ void sh_mem_reset_peak(sh_world *w)
     w->mem.state_peak = w->mem.state_cur;
 }
 
-void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
+static void counted(sh_world *w, sh_mem_kind kind, size_t bytes)
 {
-    if (bytes == 0)
-        return NULL;
-    void *p = zero ? calloc(1, bytes) : malloc(bytes);
-    if (!p)
-        return NULL;
     sh_mem_stats *m = &w->mem;
     m->cur[kind] += bytes;
     if (m->cur[kind] > m->peak[kind])
@@ -151,6 +180,21 @@ void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
         if (m->state_cur > m->state_peak)
             m->state_peak = m->state_cur;
     }
+}
+
+static void uncounted(sh_world *w, sh_mem_kind kind, size_t bytes)
+{
+    w->mem.cur[kind] -= bytes;
+    if (kind != SH_MEM_COMM)
+        w->mem.state_cur -= bytes;
+}
+
+void *sh_alloc(sh_world *w, sh_mem_kind kind, size_t bytes, bool zero)
+{
+    void *p;
+    if (bytes == 0 || sh_dev(w)->alloc(&p, bytes, zero))
+        return NULL;
+    counted(w, kind, bytes);
     return p;
 }
 
@@ -158,8 +202,28 @@ void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes)
 {
     if (!p)
         return;
-    free(p);
-    w->mem.cur[kind] -= bytes;
-    if (kind != SH_MEM_COMM)
-        w->mem.state_cur -= bytes;
+    sh_dev(w)->free(p);
+    uncounted(w, kind, bytes);
+}
+
+void *sh_alloc_state(sh_world *w, const sh_param *p, sh_mem_kind kind, size_t bytes,
+                     bool zero)
+{
+    void *ptr;
+    if (!p->host_state)
+        return sh_alloc(w, kind, bytes, zero);
+    if (bytes == 0 || sh_pinned_alloc(&ptr, bytes, zero))
+        return NULL;
+    counted(w, kind, bytes);
+    return ptr;
+}
+
+void sh_free_state(sh_world *w, const sh_param *p, sh_mem_kind kind, void *ptr, size_t bytes)
+{
+    if (!p->host_state) {
+        sh_free(w, kind, ptr, bytes);
+    } else if (ptr) {
+        sh_pinned_free(ptr);
+        uncounted(w, kind, bytes);
+    }
 }

@@ -14,17 +14,8 @@
 static const tm_dims DIMS = {.din = 5, .d = 7, .h = 9, .dout = 2, .nblocks = 2,
                              .root_params = true, .init_bound = 0.5f};
 static const uint64_t SEED = 99;
-static int failures;
 
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("rank %d: FAIL %s: ", sh_world_rank(w), #cond);                       \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
+#define CHECK(cond, ...) TH_CHECK(w, cond, __VA_ARGS__)
 
 static const tm_param_desc *desc_of(const tm_param_desc *d, int n, const char *name)
 {
@@ -184,6 +175,6 @@ int main(int argc, char **argv)
     tm_free(&m);
     sh_mesh_free(mesh);
     if (sh_world_rank(w) == 0)
-        printf("%d failure(s)\n", failures);
-    return th_finish(w, failures ? 1 : 0);
+        printf("%d failure(s)\n", th_failures());
+    return th_finish(w, th_failures() ? 1 : 0);
 }

@@ -35,8 +35,10 @@ typedef struct sh_mp_policy {
     bool cast_forward_inputs;      /* cast floating inputs to param_dtype */
 } sh_mp_policy;
 
-/* Accepted for FSDP2 compatibility. On CPU ranks the parameters already live in host
- * memory, so offloading them there changes nothing (see docs/TRAINING.md). */
+/* FSDP2's CPUOffloadPolicy. On CUDA ranks each parameter's shard, sharded gradient
+ * and optimizer state live in pinned host memory, which the device's kernels reach in
+ * place (the parameters must be on META when fully_shard runs). On CPU ranks they
+ * are in host memory already, so it changes nothing (see docs/TRAINING.md). */
 typedef struct sh_offload_policy {
     bool enabled;
     bool pin_memory;

@@ -6,6 +6,7 @@
 #include "sh/comm.h"
 #include "sh/fsdp.h"
 #include "sh/module.h"
+#include "sh/ops.h"
 #include "sh/optim.h"
 #include "sh/state_dict.h"
 #include "sh/tensor.h"

@@ -32,6 +32,8 @@ typedef struct sh_shard_entry {
     uint32_t coord[CK_MAX_MESH_DIMS];
     ck_box box;                    /* the part of the global tensor `data` holds */
     void *data;                    /* NULL when the box is empty */
+    sh_device device;              /* where data lives: SH_CUDA on a GPU rank; SH_CPU, or 0
+                                      in a dict built by hand, is host memory */
 } sh_shard_entry;
 
 typedef struct sh_state_dict {

@@ -1,8 +1,8 @@
 /* sh/tensor.h - tensors: a dtype, a shape, a device, and storage.
  *
  * A META tensor has a shape and no storage (the model is built on META, sharded,
- * then materialized). CUDA is reserved for the GPU backend; this build's tensors live
- * on CPU. Storage is row-major and owned by the tensor.
+ * then materialized). A CUDA tensor's storage is device memory (cudaMalloc), in a
+ * build with CUDA. Storage is row-major and owned by the tensor.
  */
 #ifndef SH_TENSOR_H
 #define SH_TENSOR_H
@@ -26,16 +26,20 @@ typedef struct sh_tensor {
 
 /* An empty f32 CPU tensor owning nothing; fill it with sh_tensor_resize. */
 #define SH_TENSOR_INIT {CK_F32, SH_CPU, 0, {0}, 0, NULL, 0}
+/* The same on a device (SH_CPU or SH_CUDA, e.g. sh_world_device(w)). */
+#define SH_TENSOR_INIT_ON(dev) {CK_F32, (dev), 0, {0}, 0, NULL, 0}
 
-/* Gives t this dtype and shape on CPU, reusing its storage when large enough. The
- * contents are unspecified. */
+/* Gives t this dtype and shape on its device (a META one, e.g. a zeroed sh_tensor,
+ * becomes a CPU tensor), reusing its storage when large enough. The contents are
+ * unspecified. -ENOTSUP for a CUDA tensor in a build without CUDA. */
 int sh_tensor_resize(sh_tensor *t, ck_dtype dtype, int ndim, const int64_t *shape,
                      ck_err *err);
-/* Converts t's elements to dtype in place (reallocating when they grow). */
+/* Converts t's elements to dtype in place, on its device. */
 int sh_tensor_cast(sh_tensor *t, ck_dtype dtype, ck_err *err);
 void sh_tensor_free(sh_tensor *t);
 
-/* dst[i] = src[i] converted, for the floating dtypes f32, bf16, f16. */
+/* dst[i] = src[i] converted, for the floating dtypes f32, bf16, f16; host memory
+ * (sh/ops.h's sh_convert works on the world's device). */
 int sh_cast(void *dst, ck_dtype dst_dtype, const void *src, ck_dtype src_dtype, size_t n,
             ck_err *err);
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "ck/error.h"
+#include "sh/tensor.h"
 
 typedef struct sh_world sh_world;
 typedef struct sh_comm sh_comm;
@@ -26,6 +27,20 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err);
 /* Frees the world; finalizes MPI only when sh_init initialized it. Every comm, mesh
  * and module made from the world must be freed first. */
 void sh_finalize(sh_world *w);
+
+/* Puts this rank on a device, as a torchrun script's cudaSetDevice(LOCAL_RANK) and
+ * init_process_group("nccl") do. SH_CPU: nothing changes (the default). SH_CUDA:
+ * the rank drives CUDA device LOCAL_RANK (modulo the devices this host has) and the
+ * world's communicator becomes a NCCL one, bootstrapped over MPI; meshes made
+ * afterwards get one NCCL communicator per dim. Collectives on device buffers then
+ * run on NCCL, on a stream of their own; collectives on host buffers (control words,
+ * norms) still run on MPI. $SH_DEVICE_COMM=mpi instead moves device buffers through
+ * MPI on host copies (ranks sharing one GPU, which NCCL refuses). Call it first, on
+ * every rank, before making any mesh or module (-EBUSY once the library holds memory).
+ * -ENOTSUP in a build without CUDA; -ENODEV when no device can be used (the message
+ * says why: no driver, no device). */
+int sh_world_set_device(sh_world *w, sh_device dev, ck_err *err);
+sh_device sh_world_device(const sh_world *w);
 
 int sh_world_rank(const sh_world *w);
 int sh_world_size(const sh_world *w);

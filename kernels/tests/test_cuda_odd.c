@@ -1,0 +1,245 @@
+/* The CUDA twins against the CPU on random inputs of odd sizes, each printing its
+ * maximum absolute and relative error: casts, AdamW, scale-add (bitwise: the same
+ * *_elem.h arithmetic without fused multiply-adds), GELU (the device's tanhf: a few
+ * ulps), flat copy-in / copy-out / chunk-cat through device memory (bitwise), and
+ * cuBLAS GEMMs, f32 and bf16 inputs with every transpose, against a double-precision
+ * reference (f32 accumulation: relative to sum |a||b|). Exits 77 without a GPU. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adamw.h"
+#include "cast.h"
+#include "cast_elem.h"
+#include "check.h"
+#include "flat.h"
+#include "gelu.h"
+#include "kernels_cuda.h"
+#include "norm.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float uniform(void)   /* [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
+}
+
+static void *dev(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        fprintf(stderr, "cudaMalloc(%zu) failed\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+static void *up(const void *h, size_t b)
+{
+    void *d = dev(b);
+    cudaMemcpy(d, h, b, cudaMemcpyHostToDevice);
+    return d;
+}
+static void down(void *h, const void *d, size_t b) { cudaMemcpy(h, d, b, cudaMemcpyDeviceToHost); }
+
+/* Prints and returns the max abs and rel error of got against want. */
+static double report(const char *what, size_t n, const float *want, const float *got,
+                     double *max_rel)
+{
+    double ma = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)got[i] - want[i]), r = a / (fabs(want[i]) + 1e-30);
+        if (a > ma)
+            ma = a;
+        if (r > mr && a > 0)
+            mr = r;
+    }
+    printf("%-34s n=%-8zu max abs err %.3g, max rel err %.3g%s\n", what, n, ma, mr,
+           memcmp(want, got, n * sizeof(float)) ? "" : " (bitwise)");
+    if (max_rel)
+        *max_rel = mr;
+    return ma;
+}
+
+static void elementwise(size_t n)
+{
+    float *x = malloc(n * 4 + 4), *g = malloc(n * 4 + 4), *cpu = malloc(n * 4 + 4),
+          *gpu = malloc(n * 4 + 4), *m = calloc(n + 1, 4), *v = calloc(n + 1, 4);
+    uint16_t *hc = malloc(n * 2 + 2), *hg = malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = uniform() * 8.0f;
+        g[i] = uniform() * 0.01f;
+    }
+    float *dx = up(x, n * 4), *dg = up(g, n * 4), *dm = up(m, n * 4), *dv = up(v, n * 4);
+    float *dy = dev(n * 4);
+    uint16_t *dh = dev(n * 2);
+
+    k_cast_f32_to_bf16(hc, x, n);
+    CHECK(k_cuda_cast_f32_to_bf16(dh, dx, n, NULL) == 0, "launch");
+    down(hg, dh, n * 2);
+    CHECK(memcmp(hc, hg, n * 2) == 0, "f32->bf16, n=%zu, differs from the CPU", n);
+    k_cast_bf16_to_f32(cpu, hc, n);
+    CHECK(k_cuda_cast_bf16_to_f32(dy, dh, n, NULL) == 0, "launch");
+    down(gpu, dy, n * 4);
+    report("cast bf16->f32", n, cpu, gpu, NULL);
+    CHECK(memcmp(cpu, gpu, n * 4) == 0, "bf16->f32, n=%zu, differs from the CPU", n);
+
+    k_gelu(cpu, x, n);
+    CHECK(k_cuda_gelu(dy, dx, n, NULL) == 0, "launch");
+    down(gpu, dy, n * 4);
+    double rel;
+    double abs_err = report("gelu", n, cpu, gpu, &rel);
+    CHECK(abs_err <= 1e-5, "gelu, n=%zu: max abs err %g", n, abs_err);
+    k_gelu_bwd(cpu, x, g, n);
+    CHECK(k_cuda_gelu_bwd(dy, dx, dg, n, NULL) == 0, "launch");
+    down(gpu, dy, n * 4);
+    abs_err = report("gelu backward", n, cpu, gpu, &rel);
+    CHECK(abs_err <= 1e-6, "gelu backward, n=%zu: max abs err %g", n, abs_err);
+
+    float *p = malloc(n * 4 + 4);
+    memcpy(p, x, n * 4);
+    for (long t = 1; t <= 3; t++) {
+        k_adamw_hparams hp;
+        k_adamw_hparams_for_step(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        k_adamw_step(p, g, m, v, n, &hp);
+        CHECK(k_cuda_adamw_step(dx, dg, dm, dv, n, &hp, NULL) == 0, "launch");
+    }
+    down(gpu, dx, n * 4);
+    report("adamw (3 steps)", n, p, gpu, NULL);
+    CHECK(memcmp(p, gpu, n * 4) == 0, "AdamW, n=%zu, differs from the CPU", n);
+
+    memcpy(cpu, p, n * 4);
+    k_scale_add(cpu, g, -0.37f, n);
+    CHECK(k_cuda_scale_add(dx, dg, -0.37f, n, NULL) == 0, "launch");
+    down(gpu, dx, n * 4);
+    report("scale-add", n, cpu, gpu, NULL);
+    CHECK(memcmp(cpu, gpu, n * 4) == 0, "scale-add, n=%zu, differs from the CPU", n);
+
+    cudaFree(dx); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(dy); cudaFree(dh);
+    free(x); free(g); free(cpu); free(gpu); free(m); free(v); free(hc); free(hg); free(p);
+}
+
+/* Three tensors of odd row counts through copy-in, copy-out and chunk-cat on the
+ * device, against the same loops on the host. */
+static void flat(size_t world)
+{
+    k_seg seg[3] = {{7, 12, 0}, {1, 20, 0}, {13, 4, 0}};
+    size_t slot = k_flat_layout(seg, 3, world), full = 0;
+    for (int i = 0; i < 3; i++)
+        full += seg[i].rows * seg[i].row_bytes;
+    char *h = malloc(full), *hflat = malloc(world * slot), *dflat_h = malloc(world * slot);
+    for (size_t i = 0; i < full; i++)
+        h[i] = (char)(uniform() * 127.0f);
+    char *d = up(h, full), *dflat = dev(world * slot);
+    const void *hs[3], *ds[3];
+    void *hd[3], *dd[3];
+    char *hout = malloc(full), *dout = dev(full), *dout_h = malloc(full);
+    for (size_t i = 0, off = 0; i < 3; off += seg[i].rows * seg[i].row_bytes, i++) {
+        hs[i] = h + off;
+        ds[i] = d + off;
+        hd[i] = hout + off;
+        dd[i] = dout + off;
+    }
+    k_mem dm = k_cuda_mem(NULL);
+    k_rs_chunk_cat(hflat, slot, hs, seg, 3, world);
+    CHECK(k_rs_chunk_cat_on(&dm, dflat, slot, ds, seg, 3, world) == 0, "device chunk-cat");
+    down(dflat_h, dflat, world * slot);
+    CHECK(memcmp(hflat, dflat_h, world * slot) == 0, "chunk-cat, world %zu, differs", world);
+    k_ag_copy_out(hd, hflat, slot, seg, 3, world);
+    CHECK(k_ag_copy_out_on(&dm, dd, dflat, slot, seg, 3, world) == 0, "device copy-out");
+    down(dout_h, dout, full);
+    CHECK(memcmp(hout, dout_h, full) == 0 && memcmp(hout, h, full) == 0,
+          "copy-out, world %zu, differs", world);
+    k_ag_copy_in(hflat, hs, true, seg, 3, world, world - 1);
+    CHECK(k_ag_copy_in_on(&dm, dflat, ds, true, seg, 3, world, world - 1) == 0, "copy-in");
+    down(dflat_h, dflat, slot);
+    CHECK(memcmp(hflat, dflat_h, slot) == 0, "copy-in, world %zu, differs", world);
+    printf("%-34s world=%zu, slot %zu bytes: %s\n", "flat copy-in/out, chunk-cat", world,
+           slot, check_failures ? "differs" : "bitwise");
+    cudaFree(d); cudaFree(dflat); cudaFree(dout);
+    free(h); free(hflat); free(dflat_h); free(hout); free(dout_h);
+}
+
+static void gemm(void *blas, k_gemm_type type, bool ta, bool tb, int m, int n, int k)
+{
+    size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *want = malloc(nc * 4);
+    uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2);
+    for (size_t i = 0; i < na; i++)
+        a[i] = uniform();
+    for (size_t i = 0; i < nb; i++)
+        b[i] = uniform();
+    for (size_t i = 0; i < nc; i++)
+        c[i] = uniform();
+    if (type == K_GEMM_BF16) {   /* the reference sees the rounded inputs */
+        k_cast_f32_to_bf16(a16, a, na);
+        k_cast_bf16_to_f32(a, a16, na);
+        k_cast_f32_to_bf16(b16, b, nb);
+        k_cast_bf16_to_f32(b, b16, nb);
+    }
+    int lda = ta ? m : k, ldb = tb ? k : n;
+    float alpha = 0.75f, beta = 0.5f;
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int l = 0; l < k; l++)
+                s += (double)(ta ? a[(size_t)l * lda + i] : a[(size_t)i * lda + l]) *
+                     (tb ? b[(size_t)j * ldb + l] : b[(size_t)l * ldb + j]);
+            want[(size_t)i * n + j] = (float)(alpha * s + beta * c[(size_t)i * n + j]);
+        }
+    void *da = type == K_GEMM_F32 ? up(a, na * 4) : up(a16, na * 2);
+    void *db = type == K_GEMM_F32 ? up(b, nb * 4) : up(b16, nb * 2);
+    float *dc = up(c, nc * 4), *got = malloc(nc * 4);
+    CHECK(k_cuda_gemm(blas, NULL, type, ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc,
+                      n) == 0, "cuBLAS");
+    down(got, dc, nc * 4);
+    /* f32 accumulation of k products: relative to the sum of magnitudes. */
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double mag = fabs(beta * c[(size_t)i * n + j]);
+            for (int l = 0; l < k; l++)
+                mag += fabs(alpha * (ta ? a[(size_t)l * lda + i] : a[(size_t)i * lda + l]) *
+                            (tb ? b[(size_t)j * ldb + l] : b[(size_t)l * ldb + j]));
+            double e = fabs((double)got[(size_t)i * n + j] - want[(size_t)i * n + j]) / mag;
+            if (e > worst)
+                worst = e;
+        }
+    char what[64];
+    snprintf(what, sizeof what, "gemm %s %c%c %dx%dx%d", type == K_GEMM_F32 ? "f32" : "bf16",
+             ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k);
+    report(what, nc, want, got, NULL);
+    printf("%-34s max err / sum|a||b| %.3g\n", "", worst);
+    CHECK(worst <= 1e-5, "%s: error %g of the magnitude", what, worst);
+    cudaFree(da); cudaFree(db); cudaFree(dc);
+    free(a); free(b); free(c); free(want); free(got); free(a16); free(b16);
+}
+
+int main(void)
+{
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev == 0) {
+        printf("skip: no CUDA device (%s)\n",
+               ce != cudaSuccess ? cudaGetErrorString(ce) : "the driver sees none");
+        return 77;
+    }
+    static const size_t sizes[] = {1, 7, 4097, 1000003};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        elementwise(sizes[i]);
+    for (size_t world = 1; world <= 5; world += 2)
+        flat(world);
+    void *blas;
+    CHECK(k_cuda_blas_new(&blas) == 0, "cublasCreate");
+    static const int shapes[][3] = {{1, 1, 1}, {37, 53, 129}, {64, 96, 768}, {5, 300, 17}};
+    for (int t = 0; t < 2; t++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int tr = 0; tr < 4; tr++)
+                gemm(blas, t ? K_GEMM_BF16 : K_GEMM_F32, tr & 1, tr & 2, shapes[s][0],
+                     shapes[s][1], shapes[s][2]);
+    k_cuda_blas_free(blas);
+    CHECK_DONE();
+}

@@ -1,0 +1,43 @@
+/* sh/ops.h - compute on the world's device, for module callbacks.
+ *
+ * A callback that computes through these runs unchanged on CPU ranks (kernels/ loops,
+ * OpenBLAS) and on CUDA ranks (the CUDA twins, cuBLAS). Pointers are memory of the
+ * world's device: parameter values and gradients (sh_param_value, sh_param_grad) and
+ * tensors made with SH_TENSOR_INIT_ON(sh_world_device(w)). On CUDA the work is queued
+ * on the legacy default stream, in order with the library's own kernels, copies and
+ * collectives; only sh_copy_to_host and sh_sumsq make the host wait.
+ */
+#ifndef SH_OPS_H
+#define SH_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sh/tensor.h"
+#include "sh/world.h"
+
+/* Row-major C = alpha op(A) op(B) + beta C: op(A) is m x k, op(B) k x n, C m x n;
+ * leading dims in elements. A and B are `in` (f32 or bf16), C is f32; products
+ * accumulate in f32 (cuBLAS without TF32; OpenBLAS after widening bf16). */
+int sh_gemm(sh_world *w, ck_dtype in, bool ta, bool tb, int m, int n, int k, float alpha,
+            const void *a, int lda, const void *b, int ldb, float beta, float *c, int ldc,
+            ck_err *err);
+/* y = gelu(x) (tanh form); dx = dy * gelu'(x). */
+int sh_gelu(sh_world *w, float *y, const float *x, size_t n, ck_err *err);
+int sh_gelu_bwd(sh_world *w, float *dx, const float *x, const float *dy, size_t n,
+                ck_err *err);
+/* x *= s;  dst += s * src. */
+int sh_scale(sh_world *w, float *x, float s, size_t n, ck_err *err);
+int sh_scale_add(sh_world *w, float *dst, const float *src, float s, size_t n, ck_err *err);
+/* *out (host) = sum of x[i]^2, accumulated in double. */
+int sh_sumsq(sh_world *w, const float *x, size_t n, double *out, ck_err *err);
+/* Copies on the device, or from host memory to it (queued). */
+int sh_copy(sh_world *w, void *dst, const void *src, size_t bytes, ck_err *err);
+/* Copies device memory into host memory; returns when the bytes are there. */
+int sh_copy_to_host(sh_world *w, void *dst, const void *src, size_t bytes, ck_err *err);
+int sh_zero(sh_world *w, void *dst, size_t bytes, ck_err *err);
+/* dst = src converted (f32 <-> bf16/f16), both on the device. */
+int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
+               ck_dtype src_dtype, size_t n, ck_err *err);
+
+#endif

@@ -1,0 +1,54 @@
+/* dev.h - where the library's memory lives and how its kernels run there.
+ *
+ * One table per device: the CPU's (libc, kernels/ loops, OpenBLAS) and, in a CUDA
+ * build, CUDA's (cudaMalloc, the CUDA twins and cuBLAS on the legacy default stream,
+ * where the NCCL backend orders its collectives). FSDP, the optimizer, tensors and
+ * the public ops (sh/ops.h) call through the table of the world's device, so the
+ * same code runs on both. Functions return 0 or a negative errno; messages are the
+ * caller's to write.
+ */
+#ifndef SH_DEV_H
+#define SH_DEV_H
+
+#include "adamw_elem.h"
+#include "flat.h"
+#include "internal.h"
+
+typedef struct sh_dev_ops {
+    sh_device device;
+    const char *name;                         /* "CPU", "CUDA" */
+    int (*alloc)(void **p, size_t bytes, bool zero);
+    void (*free)(void *p);
+    /* Between any two of this device's and host memory (host to device included). */
+    int (*copy)(void *dst, const void *src, size_t bytes);
+    int (*zero)(void *dst, size_t bytes);
+    const k_mem *mem;                         /* for flat.h's loops */
+    /* Only f32 <-> bf16/f16 (tensor.c checks the pair). */
+    int (*cast)(void *dst, ck_dtype dd, const void *src, ck_dtype sd, size_t n);
+    int (*scale)(float *x, float s, size_t n);
+    int (*scale_add)(float *dst, const float *src, float s, size_t n);
+    int (*sumsq)(const float *x, size_t n, double *out);   /* *out in host memory */
+    int (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
+                 const k_adamw_hparams *h);
+    int (*gelu)(float *y, const float *x, size_t n);
+    int (*gelu_bwd)(float *dx, const float *x, const float *dy, size_t n);
+    /* Row-major, A and B f32 or bf16 (in), C f32; blas: the world's handle. */
+    int (*gemm)(void *blas, ck_dtype in, bool ta, bool tb, int m, int n, int k, float alpha,
+                const void *a, int lda, const void *b, int ldb, float beta, float *c,
+                int ldc);
+    int (*sync)(void);                        /* the host waits for queued work */
+} sh_dev_ops;
+
+extern const sh_dev_ops sh_dev_cpu;
+
+/* The table of a device: NULL for META, and for CUDA in a build without it. */
+const sh_dev_ops *sh_dev_for(sh_device d);
+
+/* The world's table. */
+static inline const sh_dev_ops *sh_dev(const sh_world *w) { return sh_dev_for(w->device); }
+
+/* dst[i] = src[i] converted, on d (the dtype pair checked, equal dtypes copied). */
+int sh_dev_cast(const sh_dev_ops *d, void *dst, ck_dtype dst_dtype, const void *src,
+                ck_dtype src_dtype, size_t n, ck_err *err);
+
+#endif
