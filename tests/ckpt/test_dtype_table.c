@@ -11,6 +11,10 @@ static const struct {
     {4, 8, "f64", "float64"},  {5, 8, "i64", "int64"},     {6, 4, "i32", "int32"},
     {7, 2, "i16", "int16"},    {8, 1, "i8", "int8"},       {9, 1, "u8", "uint8"},
     {10, 1, "bool", NULL},
+    /* format 1.1 */
+    {11, 2, "u16", "uint16"},  {12, 4, "u32", "uint32"},   {13, 8, "u64", "uint64"},
+    {14, 1, "f8e4m3", "float8_e4m3fn"}, {15, 1, "f8e5m2", "float8_e5m2"},
+    {16, 8, "c64", "complex64"}, {17, 16, "c128", "complex128"},
 };
 
 static int check_parses_to(const char *s, int code)
@@ -25,7 +29,7 @@ static int check_parses_to(const char *s, int code)
 
 int main(void)
 {
-    LT_CHECK(CK_DTYPE_MAX == 10, "CK_DTYPE_MAX is %d, the table here has 10",
+    LT_CHECK(CK_DTYPE_MAX == 17, "CK_DTYPE_MAX is %d, the table here has 17",
              CK_DTYPE_MAX);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         int c = want[i].code;
@@ -38,7 +42,7 @@ int main(void)
             (want[i].alias && check_parses_to(want[i].alias, c)))
             return 1;
     }
-    const int bad_codes[] = {0, -1, 11, 255, 1 << 20};
+    const int bad_codes[] = {0, -1, 18, 255, 1 << 20};
     for (size_t i = 0; i < sizeof bad_codes / sizeof bad_codes[0]; i++)
         LT_CHECK(ck_dtype_size(bad_codes[i]) == 0 && ck_dtype_name(bad_codes[i]) == NULL,
                  "code %d is not a dtype but has a size or a name", bad_codes[i]);

@@ -529,3 +529,32 @@ int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck
     ck_close(ck);
     return r;
 }
+
+int ck_client_tensor_boxes(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
+                           const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
+                           const uint64_t *writers, ck_err *err)
+{
+    (void)sv, (void)dtype, (void)ndim, (void)shape, (void)nboxes, (void)boxes, (void)writers;
+    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", name);
+}
+
+int ck_client_box(ck_client_save *sv, const char *tensor, uint32_t box, const void *data,
+                  ck_err *err)
+{
+    (void)sv, (void)box, (void)data;
+    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
+}
+
+int ck_client_box_fill(ck_client_save *sv, const char *tensor, uint32_t box, ck_fill_fn fill,
+                       void *arg, ck_err *err)
+{
+    (void)sv, (void)box, (void)fill, (void)arg;
+    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
+}
+
+int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
+                       void *dst, size_t dst_len, ck_err *err)
+{
+    (void)cl, (void)name, (void)box, (void)dst, (void)dst_len;
+    return ck_err_set(err, -ENOSYS, "tensor %s: load_box is not implemented yet", tensor);
+}

@@ -573,3 +573,20 @@ int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
     }
     return *slot = fd;
 }
+
+int ck_key_check(const char *what, const char *name, ck_err *err)
+{
+    return ck_name_check(what, name, err);
+}
+
+int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len)
+{
+    (void)raw, (void)raw_len, (void)out, (void)len;
+    return -ENOSYS;
+}
+
+int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len)
+{
+    (void)name, (void)out, (void)len, (void)out_len;
+    return -ENOSYS;
+}

@@ -22,6 +22,13 @@ static const struct {
     [CK_I8]   = {1, "i8",   "int8"},
     [CK_U8]   = {1, "u8",   "uint8"},
     [CK_BOOL] = {1, "bool", NULL},
+    [CK_U16]  = {2, "u16",  "uint16"},
+    [CK_U32]  = {4, "u32",  "uint32"},
+    [CK_U64]  = {8, "u64",  "uint64"},
+    [CK_F8E4M3] = {1, "f8e4m3", "float8_e4m3fn"},
+    [CK_F8E5M2] = {1, "f8e5m2", "float8_e5m2"},
+    [CK_C64]  = {8, "c64",  "complex64"},
+    [CK_C128] = {16, "c128", "complex128"},
 };
 
 size_t ck_dtype_size(int dtype)
@@ -50,7 +57,8 @@ int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err)
         }
     }
     return ck_err_set(err, -EINVAL, "unknown dtype \"%s\" (expected f32, bf16, f16, f64, "
-                      "i64, i32, i16, i8, u8 or bool)", s);
+                      "i64, i32, i16, i8, u8, bool, u16, u32, u64, f8e4m3, f8e5m2, c64 or "
+                      "c128)", s);
 }
 
 /* Appends like snprintf but keeps counting once buf is full, so the formatters can

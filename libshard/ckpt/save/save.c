@@ -683,3 +683,49 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
     save_free(s);
     return r;
 }
+
+int ck_save_tensor_boxes(ck_save *s, const char *name, ck_dtype dtype, int ndim,
+                         const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
+                         const uint64_t *writers, ck_err *err)
+{
+    (void)s, (void)dtype, (void)ndim, (void)shape, (void)nboxes, (void)boxes, (void)writers;
+    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", name);
+}
+
+int ck_save_box(ck_save *s, const char *tensor, uint32_t box, const void *data, ck_err *err)
+{
+    (void)s, (void)box, (void)data;
+    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
+}
+
+int ck_save_box_fill(ck_save *s, const char *tensor, uint32_t box, ck_fill_fn fill,
+                     void *arg, ck_err *err)
+{
+    (void)s, (void)box, (void)fill, (void)arg;
+    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
+}
+
+int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
+{
+    (void)token;
+    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
+}
+
+int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
+{
+    (void)token, (void)rank;
+    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
+}
+
+int ck_save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
+                 ck_err *err)
+{
+    (void)rank, (void)outcome, (void)rec, (void)len;
+    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
+}
+
+int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
+{
+    (void)rec, (void)len;
+    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
+}

@@ -20,7 +20,7 @@
 #include "ck/types.h"
 
 #define CK_FORMAT_MAJOR 1
-#define CK_FORMAT_MINOR 0
+#define CK_FORMAT_MINOR 1
 #define CK_MAGIC "LIBSHARD"          /* 8 bytes, first field of the checkpoint record */
 
 #define CK_NAME_MAX    256            /* checkpoint, tensor and blob names, with the NUL */
@@ -45,6 +45,10 @@ typedef struct ck_info {
     uint64_t tensor_bytes;           /* sum of the tensors' full sizes */
 } ck_info;
 
+/* A tensor is stored either by placements over the checkpoint's mesh (its shards are
+ * what the placements give, one per distinct box) or, since format 1.1, as an
+ * explicit list of boxes that tile it, shard i being box i, written by the rank its
+ * coordinate names; pl[] then holds CK_BOXES on every mesh dim (ck_tensor_is_boxes). */
 typedef struct ck_tensor {
     char name[CK_NAME_MAX];
     uint32_t id;                     /* key of its shards */
@@ -54,6 +58,11 @@ typedef struct ck_tensor {
     ck_placement pl[CK_MAX_MESH_DIMS];
     uint32_t n_shards;
 } ck_tensor;
+
+static inline bool ck_tensor_is_boxes(const ck_tensor *t)
+{
+    return t->pl[0].kind == CK_BOXES;
+}
 
 typedef struct ck_extent {
     uint32_t file;
@@ -81,6 +90,20 @@ typedef struct ck_ckpt ck_ckpt;
 /* Checks that name can be a checkpoint (or tensor/blob) name on disk: 1..255 bytes of
  * [A-Za-z0-9._-], not starting with '.'. Never a path. */
 int ck_name_check(const char *what, const char *name, ck_err *err);
+
+/* Tensor and blob names (format 1.1) may also hold percent escapes, '%' and two
+ * uppercase hex digits, so that any key of a state dict can be stored reversibly:
+ * ck_key_encode escapes every byte outside [A-Za-z0-9._-] (and a leading '.'),
+ * ck_key_decode undoes it. Checkpoint names stay plain. ck_key_check is ck_name_check
+ * for tensor and blob names: it also refuses a malformed escape ("%4", "%zz", "%2f"). */
+int ck_key_check(const char *what, const char *name, ck_err *err);
+/* Writes the escaped key into out (len bytes): 0, or -ENAMETOOLONG when it does not
+ * fit in len or in CK_NAME_MAX - 1 bytes, or -EINVAL for an empty key. */
+int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len);
+/* Writes the key with its escapes undone into out (at most strlen(name) + 1 bytes,
+ * NUL-terminated; a decoded key may itself hold a NUL byte, so *out_len is its
+ * length). -EINVAL for a malformed escape. */
+int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len);
 
 /* Opens ROOT/NAME. -ENOENT when there is no such checkpoint. */
 int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err);

@@ -77,6 +77,21 @@ int ck_client_shard(ck_client_save *sv, const char *tensor, const void *data, ck
 /* The same, produced by fill(arg, off, dst, len) straight into staging. */
 int ck_client_shard_fill(ck_client_save *sv, const char *tensor, ck_fill_fn fill, void *arg,
                          ck_err *err);
+/* A tensor stored as an explicit list of boxes (format 1.1, ck_save_tensor_boxes):
+ * every rank declares the same full list in the same place among its tensors (DCP's
+ * coordinator knows every rank's plan and ships the list to each rank); the engine
+ * checks that the ranks agree and refuses the save, naming the tensor, when they do
+ * not. */
+int ck_client_tensor_boxes(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
+                           const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
+                           const uint64_t *writers, ck_err *err);
+/* One of this rank's boxes of a box-list tensor: the row-major bytes of box number box
+ * (writers[box] must be this rank), read during ck_client_save_async only. Every box
+ * this rank writes must be given. */
+int ck_client_box(ck_client_save *sv, const char *tensor, uint32_t box, const void *data,
+                  ck_err *err);
+int ck_client_box_fill(ck_client_save *sv, const char *tensor, uint32_t box, ck_fill_fn fill,
+                       void *arg, ck_err *err);
 /* A named byte string of this rank (copied); names are unique over all ranks. */
 int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_t len,
                    ck_err *err);
@@ -108,5 +123,9 @@ void ck_client_save_free(ck_client_save *sv);
 int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
                    const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
                    ck_err *err);
+/* Loads any box of tensor (inside its shape) into dst, dst_len = ck_box_numel(box) *
+ * itemsize bytes, whatever layout it was saved with (DCP's read items). */
+int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
+                       void *dst, size_t dst_len, ck_err *err);
 
 #endif

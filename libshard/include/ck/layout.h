@@ -43,6 +43,18 @@ bool ck_box_equal(const ck_box *a, const ck_box *b);
 /* true and *out when a and b share at least one element; false otherwise. */
 bool ck_box_intersect(const ck_box *a, const ck_box *b, ck_box *out);
 
+/* At most this many boxes in a tensor's box list (format 1.1): a tensor is cut into
+ * no more pieces than the largest world has ranks. */
+#define CK_MAX_BOXES CK_MAX_WORLD
+
+/* Checks that n boxes tile the tensor: each has the tensor's ndim and lies inside its
+ * shape, no two share an element, and together they cover every element (empty
+ * boxes are allowed and cover nothing). O(n log n) plus the pairs that overlap along
+ * dim 0. Errors (-EINVAL) name the tensor and the boxes at fault, e.g. "tensor w:
+ * boxes 3 [0:4, 0:8) and 5 [2:6, 0:8) overlap". */
+int ck_boxes_check(const char *tensor, int ndim, const uint64_t *shape, uint32_t n,
+                   const ck_box *boxes, ck_err *err);
+
 /* Contiguous runs: the elements of `sub` (which lies inside both `src` and `dst`)
  * as maximal runs that are contiguous in the row-major storage of src and of dst.
  * Each run gives the element offset inside src's storage, inside dst's storage,

@@ -59,8 +59,28 @@ int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *dat
 /* The same with the bytes produced on demand (streams, bounded memory). */
 int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
                        void *arg, ck_err *err);
+/* ---- tensors stored as explicit box lists (format 1.1) ----
+ * For layouts that placements cannot say (DCP's planner: uneven chunks, replicas
+ * deduplicated by bytes, 2-D tiles of TP + FSDP): the tensor is the union of nboxes
+ * disjoint boxes that tile it (ck_boxes_check), box i written by rank writers[i]. A
+ * rank may write several boxes of one tensor, or none. Every process of the save
+ * declares the same list, in the same order as its other tensors. Box i goes to
+ * writers[i]'s data file; the rank-by-rank path, the group save and the part
+ * records below work unchanged. Errors name the tensor and the box. */
+int ck_save_tensor_boxes(ck_save *s, const char *name, ck_dtype dtype, int ndim,
+                         const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
+                         const uint64_t *writers, ck_err *err);
+/* Offers box number box of a box-list tensor: the row-major bytes of that box. data
+ * must stay valid until the box's rank is written (as ck_save_shard's). ck_save_shard
+ * on a box-list tensor, or ck_save_box on a placed one, is -EINVAL. */
+int ck_save_box(ck_save *s, const char *tensor, uint32_t box, const void *data, ck_err *err);
+/* The same with the bytes produced on demand. */
+int ck_save_box_fill(ck_save *s, const char *tensor, uint32_t box, ck_fill_fn fill,
+                     void *arg, ck_err *err);
+
 /* true when rank writes its shard of tensor (it is the chosen replica and the shard
- * is not empty), so callers can skip producing bytes that will be ignored. */
+ * is not empty), so callers can skip producing bytes that will be ignored. For a box-list
+ * tensor: whether rank writes any non-empty box of it. */
 bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank);
 /* A named byte string (step counters, RNG state, data position), copied. */
 int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err);
@@ -106,6 +126,8 @@ typedef struct ck_group {
  *   ck_save_finish_group(s, &g, &outcome, &err); // collective
  *   if (g.rank == 0) ck_save_commit(s, &stats, &err);   // may run on a thread
  *
+ * It is the part-record flow below over the two collectives: the same token, the same
+ * records, gathered in one call.
  * Rank 0 draws a token, creates ROOT/.pending/NAME.TOKEN and broadcasts the token (its
  * failure fails every rank); each rank writes only its own file there. A rank that
  * dies leaves .pending debris only. After the broadcast, prepare can fail on one rank
@@ -120,11 +142,55 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err);
  * and rank 0 on error, free s (a rank's file is rank 0's once gathered). */
 int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err);
 
+/* ---- one save, many processes, without collectives: part records ----
+ * The steps of the group save, for callers whose processes meet only through their
+ * own framework (DCP: prepare_global_plan and finish run on the coordinator, write_data
+ * on every rank, and the ranks' results travel as pickled bytes). Every process builds
+ * the same ck_save, then:
+ *
+ *   rank 0:  ck_save_share(s, token, &err);         // creates ROOT/.pending/NAME.TOKEN
+ *            ... token reaches the other ranks through the caller ...
+ *   others:  ck_save_join(s, token, rank, &err);    // the same directory
+ *   each:    ck_save_copy_rank(s, rank, image, &err) or offer shards/boxes;
+ *            ck_save_write_rank(s, rank, &err);      // this rank's file, durable
+ *            ck_save_part(s, rank, &outcome, &rec, &len, &err);   // its part record
+ *            ranks other than 0: ck_save_abort(s)   // frees s, removes nothing
+ *   rank 0:  for each rank's record: ck_save_adopt(s, rec, len, &err);
+ *            ck_save_commit(s, &stats, &err);
+ *
+ * A part record (docs/FORMAT.md, "Part records") is versioned bytes that name the
+ * save (checkpoint name and token), the rank, its outcome, its file's size and block
+ * hashes; holding it is the proof that the rank's file is durable. ck_save_adopt
+ * checks every field against rank 0's own plan and refuses what does not match (a
+ * record of another save, rank or layout, truncated, forged counts) with -EBADMSG
+ * naming the rank, or returns the rank's own failure when its outcome was one.
+ * ck_save_commit of a shared save refuses to publish while a rank's file is neither
+ * written by this process nor adopted, naming that rank, and then removes the pending
+ * directory: rank 0 calls it once every rank has stopped writing (DCP's finish). A
+ * shared save's ck_save_abort never removes anything; what a dead save leaves is
+ * .pending debris for recovery. */
+#define CK_TOKEN_MAX 16           /* a save token with its NUL */
+/* Rank 0: fixes the layout, creates the pending directory under a fresh token and
+ * writes the token (12 hex digits) into token. */
+int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err);
+/* Every other rank: the same, in the directory rank 0 created under token. */
+int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err);
+/* This rank's part record, malloc'd into *rec (*len bytes): outcome is its
+ * ck_save_write_rank's result (code 0) or whatever failed it. A rank that writes no
+ * file has a record too. */
+int ck_save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
+                 ck_err *err);
+/* Rank 0: takes the rank's file as written, with the hashes its record carries. A
+ * rank's record is adopted at most once; rank 0's own record may be adopted or not
+ * (its file is written by this process). */
+int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err);
+
 /* Writes what is not yet written, fsyncs, commits, records in the catalog, and frees
  * s in every case. */
 int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err);
-/* Frees s and removes what it wrote. After ck_save_prepare_group it removes nothing:
- * the directory is shared, so what it holds is debris for recovery. */
+/* Frees s and removes what it wrote. After ck_save_prepare_group, ck_save_share or
+ * ck_save_join it removes nothing: the directory is shared, so what it holds is
+ * debris for recovery. */
 void ck_save_abort(ck_save *s);
 
 #endif

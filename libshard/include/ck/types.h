@@ -17,19 +17,25 @@
 #define CK_MESH_NAME_MAX 32   /* bytes of a mesh dim name, with the NUL */
 #define CK_MAX_WORLD     (1u << 20)
 
-/* The on-disk codes are part of the format: never renumber. */
+/* The on-disk codes are part of the format: never renumber. Codes 11-17 came with
+ * format 1.1 (the dtypes a DCP state dict may carry); a 1.0 reader refuses them by
+ * code. F8 types are the OCP formats torch calls float8_e4m3fn and float8_e5m2; a
+ * complex element is its real part then its imaginary part, each an f32 (C64) or an
+ * f64 (C128). */
 typedef enum ck_dtype {
     CK_F32 = 1, CK_BF16 = 2, CK_F16 = 3, CK_F64 = 4, CK_I64 = 5,
     CK_I32 = 6, CK_I16 = 7, CK_I8 = 8, CK_U8 = 9, CK_BOOL = 10,
+    CK_U16 = 11, CK_U32 = 12, CK_U64 = 13, CK_F8E4M3 = 14, CK_F8E5M2 = 15,
+    CK_C64 = 16, CK_C128 = 17,
 } ck_dtype;
-#define CK_DTYPE_MAX CK_BOOL
+#define CK_DTYPE_MAX CK_C128
 
 /* Bytes per element, or 0 for a code that is not a dtype. */
 size_t ck_dtype_size(int dtype);
 /* "f32", "bf16", ... or NULL for an unknown code. */
 const char *ck_dtype_name(int dtype);
-/* Parses a name ("f32", also "float32", "bfloat16", "float16", "float64", "int64",
- * "int32", "int16", "int8", "uint8"). */
+/* Parses a name ("f32", ...) or torch's spelling ("float32", "bfloat16", "uint16",
+ * "float8_e4m3fn", "float8_e5m2", "complex64", ...). */
 int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err);
 
 typedef struct ck_mesh {
@@ -50,7 +56,11 @@ void ck_mesh_coord(const ck_mesh *m, uint64_t rank, uint32_t *coord);
 uint64_t ck_mesh_rank(const ck_mesh *m, const uint32_t *coord);
 bool ck_mesh_equal(const ck_mesh *a, const ck_mesh *b);
 
-typedef enum ck_place_kind { CK_REPLICATE = 0, CK_SHARD = 1 } ck_place_kind;
+/* CK_BOXES is not a placement: a tensor stored as an explicit list of boxes (format
+ * 1.1, ck_save_tensor_boxes) carries it on every mesh dim in place of placements, so
+ * that nothing reads placements it does not have and a 1.0 reader refuses the
+ * tensor by its placement code. */
+typedef enum ck_place_kind { CK_REPLICATE = 0, CK_SHARD = 1, CK_BOXES = 2 } ck_place_kind;
 
 typedef struct ck_placement {
     uint8_t kind;   /* ck_place_kind */
