@@ -10,5 +10,13 @@
 See README.md ("PyTorch") for what differs from FileSystemWriter.
 """
 from .reader import CkptReader
+from .writer import CkptWriter
 
-__all__ = ["CkptReader"]
+__all__ = ["CkptReader", "CkptWriter", "import_dcp"]
+
+
+def import_dcp(src_dir, root, name, **kw):
+    """Converts a directory written by DCP's FileSystemWriter into a committed
+    checkpoint ROOT/NAME (see libshard.import_dcp)."""
+    from .import_dcp import import_dcp as run
+    return run(src_dir, root, name, **kw)

@@ -38,15 +38,23 @@ PyObject *ckpy_tuple_u64(const uint64_t *v, int n);
 /* (address, nbytes) of caller memory as a pointer. */
 int ckpy_addr(PyObject *o, void *out);
 
+/* A box list: boxes, a sequence of (offsets, lengths), and writers, a sequence of
+ * ranks, of the same length, into malloc'd arrays (free both). 0 or -1 with a Python
+ * exception set. */
+int ckpy_box_list(PyObject *boxes, PyObject *writers, uint32_t *n, ck_box **out,
+                  uint64_t **wr);
+
 extern PyTypeObject ckpy_ckpt_type;     /* ckpt.c:   libshard._ck.Checkpoint */
 extern PyTypeObject ckpy_client_type;   /* client.c: libshard._ck.Client */
-extern PyTypeObject ckpy_save_type;     /* client.c: libshard._ck.Save */
-extern PyTypeObject ckpy_staging_type;  /* staging.c: libshard._ck.Staging */
+extern PyTypeObject ckpy_save_type;     /* save.c:   libshard._ck.Save */
+extern PyTypeObject ckpy_csave_type;    /* client.c: libshard._ck.ClientSave */
 
 /* root.c */
 PyObject *ckpy_scan(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_name(PyObject *self, PyObject *args);
 PyObject *ckpy_name_check(PyObject *self, PyObject *args);
+PyObject *ckpy_key_encode(PyObject *self, PyObject *args);
+PyObject *ckpy_key_decode(PyObject *self, PyObject *args);
 
 
 #endif

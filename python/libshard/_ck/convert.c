@@ -1,6 +1,8 @@
 /* convert.c - errors and argument conversions shared by the extension's objects. */
 #include "ckpy.h"
 
+#include <stdlib.h>
+
 PyObject *ckpy_error;
 
 PyObject *ckpy_raise(int rc, const ck_err *err)
@@ -95,4 +97,54 @@ int ckpy_addr(PyObject *o, void *out)
     void **p = out;
     *p = PyLong_AsVoidPtr(o);
     return !(*p == NULL && PyErr_Occurred());
+}
+
+int ckpy_box_list(PyObject *boxes, PyObject *writers, uint32_t *n, ck_box **out,
+                  uint64_t **wr)
+{
+    *out = NULL;
+    *wr = NULL;
+    PyObject *bs = PySequence_Fast(boxes, "boxes: expected a sequence of (offsets, lengths)");
+    if (!bs)
+        return -1;
+    PyObject *ws = PySequence_Fast(writers, "writers: expected a sequence of ranks");
+    if (!ws) {
+        Py_DECREF(bs);
+        return -1;
+    }
+    Py_ssize_t nb = PySequence_Fast_GET_SIZE(bs);
+    int rc = -1;
+    if (nb != PySequence_Fast_GET_SIZE(ws) || nb > CK_MAX_BOXES) {
+        PyErr_Format(PyExc_ValueError, "%zd boxes with %zd writers (at most %u boxes)", nb,
+                     PySequence_Fast_GET_SIZE(ws), (unsigned)CK_MAX_BOXES);
+        goto out;
+    }
+    *out = calloc(nb ? (size_t)nb : 1, sizeof **out);
+    *wr = calloc(nb ? (size_t)nb : 1, sizeof **wr);
+    if (!*out || !*wr) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        ckpy_u64s off, len;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(bs, i), "O&O&", ckpy_u64_tuple, &off,
+                              ckpy_u64_tuple, &len) ||
+            ckpy_box(&off, &len, &(*out)[i]) < 0)
+            goto out;
+        (*wr)[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(ws, i));
+        if (PyErr_Occurred())
+            goto out;
+    }
+    *n = (uint32_t)nb;
+    rc = 0;
+out:
+    if (rc < 0) {
+        free(*out);
+        free(*wr);
+        *out = NULL;
+        *wr = NULL;
+    }
+    Py_DECREF(bs);
+    Py_DECREF(ws);
+    return rc;
 }

@@ -6,6 +6,9 @@ static PyMethodDef module_methods[] = {
      "scan(root) -> (committed checkpoint names, .pending entries)."},
     {"dtype_name", ckpy_dtype_name, METH_VARARGS,
      "dtype_name(code) -> 'f32', 'bf16', ... or None for a code this build lacks."},
+    {"key_encode", ckpy_key_encode, METH_VARARGS,
+     "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
+    {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},
     {"name_check", ckpy_name_check, METH_VARARGS,
      "name_check(what, name): raises CkptError unless name is a valid name on disk."},
     {NULL, NULL, 0, NULL},
@@ -31,6 +34,7 @@ static int add_type(PyObject *m, PyTypeObject *t, const char *name)
     return 0;
 }
 
+PyMODINIT_FUNC PyInit__ck(void);
 PyMODINIT_FUNC PyInit__ck(void)
 {
     PyObject *m = PyModule_Create(&module_def);
@@ -43,6 +47,9 @@ PyMODINIT_FUNC PyInit__ck(void)
         PyExc_OSError, NULL);
     if (!ckpy_error || PyModule_AddObjectRef(m, "CkptError", ckpy_error) < 0 ||
         add_type(m, &ckpy_ckpt_type, "Checkpoint") < 0 ||
+        add_type(m, &ckpy_save_type, "Save") < 0 ||
+        add_type(m, &ckpy_client_type, "Client") < 0 ||
+        add_type(m, &ckpy_csave_type, "ClientSave") < 0 ||
         PyModule_AddIntConstant(m, "FORMAT_MAJOR", CK_FORMAT_MAJOR) < 0 ||
         PyModule_AddIntConstant(m, "FORMAT_MINOR", CK_FORMAT_MINOR) < 0 ||
         PyModule_AddIntConstant(m, "BLOB_MAX", CK_BLOB_MAX) < 0) {

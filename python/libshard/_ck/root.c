@@ -59,3 +59,36 @@ PyObject *ckpy_name_check(PyObject *self, PyObject *args)
         return ckpy_raise(rc, &err);
     Py_RETURN_NONE;
 }
+
+PyObject *ckpy_key_encode(PyObject *self, PyObject *args)
+{
+    const char *key;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "s#", &key, &len))
+        return NULL;
+    char out[CK_NAME_MAX];
+    int rc = ck_key_encode(key, (size_t)len, out, sizeof out);
+    if (rc < 0) {
+        ck_err err = {0};
+        ck_err_set(&err, rc, "state-dict key '%.200s' (%zd bytes) cannot be a name on disk%s",
+                   key, len, rc == -ENAMETOOLONG ? ": escaped, it exceeds 255 bytes" : "");
+        return ckpy_raise(rc, &err);
+    }
+    return PyUnicode_FromString(out);
+}
+
+PyObject *ckpy_key_decode(PyObject *self, PyObject *args)
+{
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s", &name))
+        return NULL;
+    char out[CK_NAME_MAX];
+    size_t len = 0;
+    int rc = ck_key_decode(name, out, sizeof out, &len);
+    if (rc < 0) {
+        ck_err err = {0};
+        ck_err_set(&err, rc, "name '%s' has a malformed escape", name);
+        return ckpy_raise(rc, &err);
+    }
+    return PyUnicode_DecodeUTF8(out, (Py_ssize_t)len, "surrogateescape");
+}
