@@ -43,28 +43,37 @@ static int check_decl(const ck__decl *d, ck_err *err)
                           (unsigned long long)d->world, (unsigned long long)world);
     for (uint32_t i = 0; i < d->ntensors; i++) {
         const ck__decl_tensor *t = &d->tensors[i];
-        if ((r = ck_name_check("tensor", t->name, err)) < 0)
+        if ((r = ck_key_check("tensor", t->name, err)) < 0)
             return ck_err_set(err, r, "checkpoint %s", d->name);
         if (!ck_dtype_size(t->dtype))
             return ck_err_set(err, -EINVAL, "tensor %s: unknown dtype code %u", t->name,
                               t->dtype);
+        bool boxes = t->pl[0].kind == CK_BOXES;
         for (int k = 0; k < d->mesh.ndim; k++)
-            if (t->pl[k].kind > CK_SHARD ||
+            if (boxes ? t->pl[k].kind != CK_BOXES || t->pl[k].dim : t->pl[k].kind > CK_SHARD ||
                 (t->pl[k].kind == CK_SHARD && t->pl[k].dim >= t->ndim))
                 return ck_err_set(err, -EINVAL, "tensor %s: bad placement on mesh dim %d",
                                   t->name, k);
+        for (uint32_t b = 0; boxes && b < t->nboxes; b++)
+            if (t->writers[b] >= world)
+                return ck_err_set(err, -EINVAL, "tensor %s: box %u is written by rank %llu, "
+                                  "outside the world of %llu", t->name, b,
+                                  (unsigned long long)t->writers[b], (unsigned long long)world);
         uint64_t elems = 1;
         for (int k = 0; k < t->ndim; k++) {
             if (t->shape[k] && elems > (UINT64_MAX >> 4) / t->shape[k])
                 return ck_err_set(err, -EINVAL, "tensor %s: shape overflows", t->name);
             elems *= t->shape[k];
         }
+        if (boxes && (r = ck_boxes_check(t->name, t->ndim, t->shape, t->nboxes, t->boxes,
+                                         err)) < 0)
+            return r;
     }
     uint64_t blob_bytes;
     if (!ck__decl_blob_bytes(d, &blob_bytes))
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);
     for (uint32_t i = 0; i < d->nblobs; i++) {
-        if ((r = ck_name_check("blob", d->blobs[i].name, err)) < 0)
+        if ((r = ck_key_check("blob", d->blobs[i].name, err)) < 0)
             return ck_err_set(err, r, "checkpoint %s", d->name);
         if (d->blobs[i].len > CK_BLOB_MAX)
             return ck_err_set(err, -EFBIG, "blob %s: %llu bytes (at most %u)",

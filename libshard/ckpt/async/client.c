@@ -156,26 +156,33 @@ static int building(const ck_client_save *sv, ck_err *err)
     return 0;
 }
 
-int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
-                     const uint64_t *shape, const ck_placement *pl, ck_err *err)
+/* Room for one more tensor; the new declaration, zeroed, in *out. */
+static int add_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
+                      const uint64_t *shape, ck__decl_tensor **out, ck_err *err)
 {
     int r = building(sv, err);
     if (r == 0)
-        r = ck_name_check("tensor", name, err);
+        r = ck_key_check("tensor", name, err);
     if (r < 0)
         return r;
     if (ndim < 0 || ndim > CK_MAX_NDIM || !ck_dtype_size(dtype))
         return ck_err_set(err, -EINVAL, "tensor %s: bad dtype %d or %d dims", name, (int)dtype,
                           ndim);
+    if (sv->d.ntensors >= CK_PROTO_MAX_TENSORS)
+        return ck_err_set(err, -E2BIG, "tensor %s: more than %u tensors", name,
+                          CK_PROTO_MAX_TENSORS);
     if (sv->d.ntensors == sv->cap_t) {
         uint32_t cap = sv->cap_t ? sv->cap_t * 2 : 64;
         ck__decl_tensor *t = realloc(sv->d.tensors, cap * sizeof *t);
         if (t)
             sv->d.tensors = t;
         ck__shard_src *s = t ? realloc(sv->src, cap * sizeof *s) : NULL;
-        if (!s)
+        if (s)
+            sv->src = s;
+        ck__shard_src **b = s ? realloc(sv->box_src, cap * sizeof *b) : NULL;
+        if (!b)
             return ck_err_set(err, -ENOMEM, "tensor %s: out of memory", name);
-        sv->src = s;
+        sv->box_src = b;
         sv->cap_t = cap;
     }
     ck__decl_tensor *t = &sv->d.tensors[sv->d.ntensors];
@@ -184,23 +191,114 @@ int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int n
     t->dtype = (uint8_t)dtype;
     t->ndim = (uint8_t)ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    memcpy(t->pl, pl, (size_t)sv->d.mesh.ndim * sizeof *pl);
-    sv->src[sv->d.ntensors++] = (ck__shard_src){ 0 };
+    sv->src[sv->d.ntensors] = (ck__shard_src){ 0 };
+    sv->box_src[sv->d.ntensors] = NULL;
+    *out = t;
     return 0;
 }
 
-static int set_src(ck_client_save *sv, const char *tensor, ck__shard_src src, ck_err *err)
+int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
+                     const uint64_t *shape, const ck_placement *pl, ck_err *err)
+{
+    ck__decl_tensor *t;
+    int r = add_tensor(sv, name, dtype, ndim, shape, &t, err);
+    if (r < 0)
+        return r;
+    memcpy(t->pl, pl, (size_t)sv->d.mesh.ndim * sizeof *pl);
+    sv->d.ntensors++;
+    return 0;
+}
+
+int ck_client_tensor_boxes(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
+                           const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
+                           const uint64_t *writers, ck_err *err)
+{
+    ck__decl_tensor *t;
+    int r = add_tensor(sv, name, dtype, ndim, shape, &t, err);
+    if (r < 0)
+        return r;
+    /* The engine checks the tiling again; checking here names the caller's mistake in
+     * the caller's process, before anything is sent. */
+    if ((r = ck_boxes_check(name, ndim, shape, nboxes, boxes, err)) < 0)
+        return r;
+    for (uint32_t i = 0; i < nboxes; i++)
+        if (writers[i] >= sv->d.world)
+            return ck_err_set(err, -EINVAL, "tensor %s: box %u is written by rank %llu, outside "
+                              "the world of %llu", name, i, (unsigned long long)writers[i],
+                              (unsigned long long)sv->d.world);
+    for (int d = 0; d < CK_MAX_MESH_DIMS; d++)
+        t->pl[d] = (ck_placement){ .kind = CK_BOXES };
+    ck__decl_tensor src = *t;
+    src.nboxes = nboxes;
+    src.boxes = (ck_box *)boxes;
+    src.writers = (uint64_t *)writers;
+    ck__shard_src *bs = calloc(nboxes ? nboxes : 1, sizeof *bs);
+    if (!bs || ck__decl_tensor_copy(t, &src) < 0) {
+        free(bs);
+        return ck_err_set(err, -ENOMEM, "tensor %s: out of memory for %u boxes", name, nboxes);
+    }
+    sv->box_src[sv->d.ntensors++] = bs;
+    return 0;
+}
+
+static int find(ck_client_save *sv, const char *tensor, uint32_t *idx, ck_err *err)
 {
     int r = building(sv, err);
     if (r < 0)
         return r;
     for (uint32_t i = 0; i < sv->d.ntensors; i++)
         if (!strcmp(sv->d.tensors[i].name, tensor)) {
-            sv->src[i] = src;
+            *idx = i;
             return 0;
         }
     return ck_err_set(err, -ENOENT, "checkpoint %s: no tensor %s was declared", sv->d.name,
                       tensor);
+}
+
+static int set_src(ck_client_save *sv, const char *tensor, ck__shard_src src, ck_err *err)
+{
+    uint32_t i = 0;
+    int r = find(sv, tensor, &i, err);
+    if (r == 0 && sv->box_src[i])
+        r = ck_err_set(err, -EINVAL, "tensor %s is a box list: give its boxes "
+                       "(ck_client_box)", tensor);
+    if (r == 0)
+        sv->src[i] = src;
+    return r;
+}
+
+static int set_box(ck_client_save *sv, const char *tensor, uint32_t box, ck__shard_src src,
+                   ck_err *err)
+{
+    uint32_t i = 0;
+    int r = find(sv, tensor, &i, err);
+    if (r < 0)
+        return r;
+    const ck__decl_tensor *t = &sv->d.tensors[i];
+    if (!sv->box_src[i])
+        return ck_err_set(err, -EINVAL, "tensor %s has placements, not a box list: give its "
+                          "shard (ck_client_shard)", tensor);
+    if (box >= t->nboxes)
+        return ck_err_set(err, -EINVAL, "tensor %s: box %u does not exist (it has %u)", tensor,
+                          box, t->nboxes);
+    if (t->writers[box] != sv->d.rank)
+        return ck_err_set(err, -EINVAL, "tensor %s: box %u is rank %llu's to write, not rank "
+                          "%llu's", tensor, box, (unsigned long long)t->writers[box],
+                          (unsigned long long)sv->d.rank);
+    sv->box_src[i][box] = src;
+    return 0;
+}
+
+int ck_client_box(ck_client_save *sv, const char *tensor, uint32_t box, const void *data,
+                  ck_err *err)
+{
+    return set_box(sv, tensor, box, (ck__shard_src){ .mem = data }, err);
+}
+
+int ck_client_box_fill(ck_client_save *sv, const char *tensor, uint32_t box, ck_fill_fn fill,
+                       void *arg, ck_err *err)
+{
+    return set_box(sv, tensor, box, (ck__shard_src){ .fill = fill, .arg = arg }, err);
 }
 
 int ck_client_shard(ck_client_save *sv, const char *tensor, const void *data, ck_err *err)
@@ -219,7 +317,7 @@ int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_
 {
     int r = building(sv, err);
     if (r == 0)
-        r = ck_name_check("blob", name, err);
+        r = ck_key_check("blob", name, err);
     if (r < 0)
         return r;
     if (len > CK_BLOB_MAX)
@@ -319,15 +417,15 @@ static int slot_fit(ck_client_save *sv, ck__client_slot *s, uint64_t need, ck_er
 }
 
 /* This rank's file image from the shared plan (save/image.h), then the blobs. */
-static int copy_in(ck_client_save *sv, const ck__plan *p, uint8_t *dst, uint64_t image,
-                   ck_err *err)
+static int copy_in(ck_client_save *sv, const ck__plan *p, const ck__shard_src *src,
+                   uint8_t *dst, uint64_t image, ck_err *err)
 {
-    uint32_t t;
-    int r = ck__rank_image(p, sv->d.rank, sv->src, dst, &t);
+    uint32_t i;
+    int r = ck__rank_image(p, sv->d.rank, src, dst, &i);
     if (r < 0)
         return ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s",
-                          sv->d.name, (unsigned long long)sv->d.rank, sv->d.tensors[t].name,
-                          strerror(-r));
+                          sv->d.name, (unsigned long long)sv->d.rank,
+                          sv->d.tensors[ck__plan_shard_at(p, i)->tensor].name, strerror(-r));
     for (uint32_t b = 0; b < sv->d.nblobs; b++) {
         memcpy(dst + image, sv->blob_data[b], sv->d.blobs[b].len);
         image += sv->d.blobs[b].len;
@@ -335,7 +433,37 @@ static int copy_in(ck_client_save *sv, const ck__plan *p, uint8_t *dst, uint64_t
     return 0;
 }
 
-static int make_plan(ck_client_save *sv, ck__plan **out, ck_err *err)
+/* Tensor t's sources in the plan's order, into src (one per plan shard); an error
+ * names a shard or box this rank writes but was not given. */
+static int plan_sources(ck_client_save *sv, const ck__plan *p, uint32_t t, ck__shard_src *src,
+                        ck_err *err)
+{
+    const ck__decl_tensor *d = &sv->d.tensors[t];
+    uint32_t first, count;
+    if (!sv->box_src[t]) {
+        uint32_t i = ck__plan_shard_of(p, t, sv->d.rank);
+        const ck__plan_shard *ps = ck__plan_shard_at(p, i);
+        src[i] = sv->src[t];
+        if (ps->writer == sv->d.rank && ps->bytes && !src[i].mem && !src[i].fill)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu writes tensor %s but "
+                              "gave no shard for it", sv->d.name, (unsigned long long)sv->d.rank,
+                              d->name);
+        return 0;
+    }
+    ck__plan_range(p, t, &first, &count);
+    for (uint32_t b = 0; b < count; b++) {
+        const ck__plan_shard *ps = ck__plan_shard_at(p, first + b);
+        src[first + b] = sv->box_src[t][b];
+        if (ps->writer == sv->d.rank && ps->bytes && !src[first + b].mem &&
+            !src[first + b].fill)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu writes box %u of tensor "
+                              "%s but gave no bytes for it", sv->d.name,
+                              (unsigned long long)sv->d.rank, b, d->name);
+    }
+    return 0;
+}
+
+static int make_plan(ck_client_save *sv, ck__plan **out, ck__shard_src **src, ck_err *err)
 {
     int r = ck__plan_new(&sv->d.mesh, out);
     if (r < 0)
@@ -343,17 +471,23 @@ static int make_plan(ck_client_save *sv, ck__plan **out, ck_err *err)
     for (uint32_t t = 0; t < sv->d.ntensors && r == 0; t++) {
         const ck__decl_tensor *d = &sv->d.tensors[t];
         uint32_t first, count;
-        r = ck__plan_add(*out, d->name, d->ndim, d->shape, ck_dtype_size(d->dtype), d->pl,
-                        &first, &count, err);
-        const ck__plan_shard *ps = r == 0 ? ck__plan_shard_at(*out, ck__plan_shard_of(*out, t,
-                                                            sv->d.rank)) : NULL;
-        if (ps && ps->writer == sv->d.rank && ps->bytes && !sv->src[t].mem && !sv->src[t].fill)
-            r = ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu writes tensor %s but gave "
-                           "no shard for it", sv->d.name, (unsigned long long)sv->d.rank, d->name);
+        size_t is = ck_dtype_size(d->dtype);
+        r = sv->box_src[t] ? ck__plan_add_boxes(*out, d->name, d->ndim, d->shape, is, d->nboxes,
+                                                d->boxes, d->writers, &first, &count, err)
+                           : ck__plan_add(*out, d->name, d->ndim, d->shape, is, d->pl, &first,
+                                          &count, err);
     }
+    uint32_t n = r == 0 ? ck__plan_nshards(*out) : 0;
+    *src = r == 0 ? calloc(n ? n : 1, sizeof **src) : NULL;
+    if (r == 0 && !*src)
+        r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", sv->d.name);
+    for (uint32_t t = 0; t < sv->d.ntensors && r == 0; t++)
+        r = plan_sources(sv, *out, t, *src, err);
     if (r < 0) {
         ck__plan_free(*out);
         *out = NULL;
+        free(*src);
+        *src = NULL;
     }
     return r;
 }
@@ -383,11 +517,12 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
     ck_client *cl = sv->cl;
     int r = building(sv, err);
     ck__plan *p = NULL;
+    ck__shard_src *src = NULL;
     uint64_t blob_bytes = 0;
     if (r == 0 && !ck__decl_blob_bytes(&sv->d, &blob_bytes))
         r = ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", sv->d.name);
     if (r == 0)
-        r = make_plan(sv, &p, err);
+        r = make_plan(sv, &p, &src, err);
     if (r < 0)
         return r;
     uint64_t image = ck__plan_file_size(p, sv->d.rank);
@@ -407,6 +542,7 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
     unlock(cl);
     if (k < 0) {
         ck__plan_free(p);
+        free(src);
         return ck_err_set(err, -ECONNRESET, "checkpoint %s: no staging area came free (the "
                           "engine stopped answering)", sv->d.name);
     }
@@ -422,8 +558,9 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
                        "bytes, this client %llu", sv->d.name, (unsigned long long)sv->d.rank,
                        (unsigned long long)sv->image_bytes, (unsigned long long)image);
     if (r == 0)
-        r = copy_in(sv, p, s->map, image, err);
+        r = copy_in(sv, p, src, s->map, image, err);
     ck__plan_free(p);
+    free(src);
     if (r == 0) {
         lock(cl);
         s->user = sv;
@@ -490,6 +627,9 @@ void ck_client_save_free(ck_client_save *sv)
     for (uint32_t b = 0; b < sv->d.nblobs; b++)
         free(sv->blob_data[b]);
     free(sv->blob_data);
+    for (uint32_t t = 0; t < sv->d.ntensors; t++)
+        free(sv->box_src[t]);
+    free(sv->box_src);
     free(sv->src);
     ck__decl_free(&sv->d);
     free(sv);
@@ -530,31 +670,33 @@ int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck
     return r;
 }
 
-int ck_client_tensor_boxes(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
-                           const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
-                           const uint64_t *writers, ck_err *err)
-{
-    (void)sv, (void)dtype, (void)ndim, (void)shape, (void)nboxes, (void)boxes, (void)writers;
-    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", name);
-}
-
-int ck_client_box(ck_client_save *sv, const char *tensor, uint32_t box, const void *data,
-                  ck_err *err)
-{
-    (void)sv, (void)box, (void)data;
-    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
-}
-
-int ck_client_box_fill(ck_client_save *sv, const char *tensor, uint32_t box, ck_fill_fn fill,
-                       void *arg, ck_err *err)
-{
-    (void)sv, (void)box, (void)fill, (void)arg;
-    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
-}
-
 int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
                        void *dst, size_t dst_len, ck_err *err)
 {
-    (void)cl, (void)name, (void)box, (void)dst, (void)dst_len;
-    return ck_err_set(err, -ENOSYS, "tensor %s: load_box is not implemented yet", tensor);
+    ck_ckpt *ck;
+    int r = ck_open(cl->root, name, &ck, err);
+    if (r < 0)
+        return r;
+    ck_reader *rd;
+    r = ck_reader_open(ck, tensor, &rd, err);
+    if (r == 0) {
+        const ck_tensor *t = ck_reader_tensor(rd);
+        bool ok = box->ndim == t->ndim;
+        for (int d = 0; ok && d < t->ndim; d++)
+            ok = box->off[d] <= t->shape[d] && box->len[d] <= t->shape[d] - box->off[d];
+        uint64_t need = ok ? ck_box_numel(box) * ck_dtype_size(t->dtype) : 0;
+        if (!ok)
+            r = ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for lies "
+                           "outside its shape or has %d dims (the tensor %d)", name, t->name,
+                           box->ndim, t->ndim);
+        else if (need != dst_len)
+            r = ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for is %llu "
+                           "bytes, the buffer %zu", name, t->name, (unsigned long long)need,
+                           dst_len);
+        else if (need)
+            r = ck_reader_read(rd, box, 0, need, dst, err);
+        ck_reader_close(rd);
+    }
+    ck_close(ck);
+    return r;
 }

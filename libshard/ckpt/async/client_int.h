@@ -54,7 +54,8 @@ struct ck_client_save {
     ck_client *cl;
     ck__decl d;
     uint32_t cap_t, cap_b;
-    ck__shard_src *src;          /* per tensor: where its bytes come from */
+    ck__shard_src *src;          /* per placed tensor: where its shard's bytes come from */
+    ck__shard_src **box_src;     /* per tensor: a box list's sources, one per box; or NULL */
     uint8_t **blob_data;        /* per blob, copies */
     ck_client_state state;
     bool admitted;

@@ -4,8 +4,63 @@
 #include <stdlib.h>
 #include <string.h>
 
+void ck__decl_tensor_free(ck__decl_tensor *t)
+{
+    free(t->boxes);
+    free(t->writers);
+    t->boxes = NULL;
+    t->writers = NULL;
+    t->nboxes = 0;
+}
+
+int ck__decl_tensor_copy(ck__decl_tensor *dst, const ck__decl_tensor *src)
+{
+    *dst = *src;
+    dst->boxes = NULL;
+    dst->writers = NULL;
+    if (!src->nboxes)
+        return 0;
+    dst->boxes = malloc(src->nboxes * sizeof *dst->boxes);
+    dst->writers = malloc(src->nboxes * sizeof *dst->writers);
+    if (!dst->boxes || !dst->writers) {
+        ck__decl_tensor_free(dst);
+        return -ENOMEM;
+    }
+    memcpy(dst->boxes, src->boxes, src->nboxes * sizeof *dst->boxes);
+    memcpy(dst->writers, src->writers, src->nboxes * sizeof *dst->writers);
+    return 0;
+}
+
+const char *ck__decl_tensor_diff(const ck__decl_tensor *a, const ck__decl_tensor *b,
+                                 int mesh_ndim)
+{
+    if (strcmp(a->name, b->name))
+        return "name";
+    if (a->dtype != b->dtype)
+        return "dtype";
+    if (a->ndim != b->ndim)
+        return "rank";
+    for (int k = 0; k < a->ndim && k < CK_MAX_NDIM; k++)
+        if (a->shape[k] != b->shape[k])
+            return "shape";
+    for (int k = 0; k < mesh_ndim; k++)
+        if (a->pl[k].kind != b->pl[k].kind || a->pl[k].dim != b->pl[k].dim)
+            return "placements";
+    if (a->nboxes != b->nboxes)
+        return "boxes";
+    for (uint32_t i = 0; i < a->nboxes; i++) {
+        if (a->writers[i] != b->writers[i])
+            return "box writers";
+        if (!ck_box_equal(&a->boxes[i], &b->boxes[i]))
+            return "boxes";
+    }
+    return NULL;
+}
+
 void ck__decl_free(ck__decl *d)
 {
+    for (uint32_t i = 0; d->tensors && i < d->ntensors; i++)
+        ck__decl_tensor_free(&d->tensors[i]);
     free(d->tensors);
     free(d->blobs);
     d->tensors = NULL;
@@ -108,6 +163,16 @@ void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d)
             ck__put_u8(w, t->pl[k].kind);
             ck__put_u8(w, t->pl[k].dim);
         }
+        if (t->pl[0].kind != CK_BOXES)
+            continue;
+        ck__put_u32(w, t->nboxes);
+        for (uint32_t b = 0; b < t->nboxes; b++) {
+            for (int k = 0; k < t->ndim; k++) {
+                ck__put_u64(w, t->boxes[b].off[k]);
+                ck__put_u64(w, t->boxes[b].len[k]);
+            }
+            ck__put_u64(w, t->writers[b]);
+        }
     }
     ck__put_u32(w, d->nblobs);
     for (uint32_t i = 0; i < d->nblobs; i++) {
@@ -116,10 +181,38 @@ void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d)
     }
 }
 
+/* A box list: its count is checked against the limits and against the bytes left
+ * (a box takes 8 * (2 * ndim + 1) of them) before anything is allocated. *total
+ * counts the boxes of the whole message. */
+static int get_boxes(ck__rbuf *r, ck__decl_tensor *t, uint64_t *total)
+{
+    uint32_t n = ck__get_u32(r);
+    size_t each = 8u * (2u * t->ndim + 1u);
+    if (r->bad || n > CK_MAX_BOXES || *total + n > CK_PROTO_MAX_BOXES ||
+        n > (r->len - r->pos) / each)
+        return -EBADMSG;
+    *total += n;
+    t->nboxes = n;
+    t->boxes = calloc(n ? n : 1, sizeof *t->boxes);
+    t->writers = calloc(n ? n : 1, sizeof *t->writers);
+    if (!t->boxes || !t->writers)
+        return -EBADMSG;
+    for (uint32_t b = 0; b < n; b++) {
+        t->boxes[b].ndim = t->ndim;
+        for (int k = 0; k < t->ndim; k++) {
+            t->boxes[b].off[k] = ck__get_u64(r);
+            t->boxes[b].len[k] = ck__get_u64(r);
+        }
+        t->writers[b] = ck__get_u64(r);
+    }
+    return r->bad ? -EBADMSG : 0;
+}
+
 int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err)
 {
     ck__rbuf r = ck__rbuf_make(p, len);
     memset(d, 0, sizeof *d);
+    uint64_t boxes = 0;
     ck__get_str(&r, d->name, sizeof d->name);
     d->step = ck__get_u64(&r);
     get_mesh(&r, &d->mesh);
@@ -148,6 +241,8 @@ int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err)
             t->pl[k].kind = ck__get_u8(&r);
             t->pl[k].dim = ck__get_u8(&r);
         }
+        if (!r.bad && t->pl[0].kind == CK_BOXES && get_boxes(&r, t, &boxes) < 0)
+            goto bad;
     }
     d->nblobs = ck__get_u32(&r);
     if (r.bad || d->nblobs > CK_PROTO_MAX_BLOBS)
@@ -166,8 +261,8 @@ int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err)
 bad:
     ck__decl_free(d);
     return ck_err_set(err, -EBADMSG, "malformed BEGIN message (truncated, trailing bytes, "
-                      "or more than %u tensors / %u blobs)", CK_PROTO_MAX_TENSORS,
-                      CK_PROTO_MAX_BLOBS);
+                      "or more than %u tensors / %u blobs / %u boxes)", CK_PROTO_MAX_TENSORS,
+                      CK_PROTO_MAX_BLOBS, CK_PROTO_MAX_BOXES);
 }
 
 void ck__proto_put_status(ck__wbuf *w, const ck__proto_status *s)

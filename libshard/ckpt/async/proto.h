@@ -18,11 +18,12 @@
 #include "format/enc.h"
 
 #define CK_PROTO_MAGIC   0x31444b43u      /* "CKD1" */
-#define CK_PROTO_VERSION 1
+#define CK_PROTO_VERSION 2
 #define CK_PROTO_HDR     16
 #define CK_PROTO_MAX_MSG (16u << 20)      /* payload bytes */
 #define CK_PROTO_MAX_TENSORS (1u << 18)
 #define CK_PROTO_MAX_BLOBS 4096u
+#define CK_PROTO_MAX_BOXES (1u << 20)     /* boxes of all box-list tensors of a BEGIN */
 
 enum ck__msg_type {
     /* client -> daemon */
@@ -45,7 +46,10 @@ typedef struct ck__decl_tensor {
     uint8_t dtype;
     uint8_t ndim;
     uint64_t shape[CK_MAX_NDIM];
-    ck_placement pl[CK_MAX_MESH_DIMS];
+    ck_placement pl[CK_MAX_MESH_DIMS];  /* CK_BOXES on every dim: a box list */
+    uint32_t nboxes;                    /* a box list's boxes and their writers (owned) */
+    ck_box *boxes;
+    uint64_t *writers;
 } ck__decl_tensor;
 
 typedef struct ck__decl_blob {
@@ -69,6 +73,12 @@ typedef struct ck__decl {
 } ck__decl;
 
 void ck__decl_free(ck__decl *d);
+/* A deep copy of a tensor's declaration (its box list too), and its release. */
+int ck__decl_tensor_copy(ck__decl_tensor *dst, const ck__decl_tensor *src);
+void ck__decl_tensor_free(ck__decl_tensor *t);
+/* NULL when a and b declare the same tensor, else what differs ("dtype", "boxes"...). */
+const char *ck__decl_tensor_diff(const ck__decl_tensor *a, const ck__decl_tensor *b,
+                                 int mesh_ndim);
 /* Bytes of the blobs, and whether their sum overflows. */
 bool ck__decl_blob_bytes(const ck__decl *d, uint64_t *out);
 

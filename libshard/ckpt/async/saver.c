@@ -107,6 +107,8 @@ static void ckpt_free_parts(sv_ckpt *c, bool all)
     }
     if (all) {
         free(c->parts);
+        for (uint32_t i = 0; c->tensors && i < c->ntensors; i++)
+            ck__decl_tensor_free(&c->tensors[i]);
         free(c->tensors);
         free(c);
     }
@@ -341,33 +343,23 @@ void ck__saver_free(ck__saver *sv)
     free(sv);
 }
 
-static bool tensor_equal(const ck__decl_tensor *a, const ck__decl_tensor *b, int mesh_ndim)
-{
-    if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->ndim != b->ndim)
-        return false;
-    for (int k = 0; k < a->ndim && k < CK_MAX_NDIM; k++)
-        if (a->shape[k] != b->shape[k])
-            return false;
-    for (int k = 0; k < mesh_ndim; k++)
-        if (a->pl[k].kind != b->pl[k].kind || a->pl[k].dim != b->pl[k].dim)
-            return false;
-    return true;
-}
-
 /* What a later part must agree on with the first. */
 static int same_save(const sv_ckpt *c, const ck__decl *d, ck_err *err)
 {
-    bool tensors_same = d->ntensors == c->ntensors;
-    for (uint32_t i = 0; tensors_same && i < c->ntensors; i++)
-        tensors_same = tensor_equal(&d->tensors[i], &c->tensors[i], c->mesh.ndim);
     const char *what = d->step != c->step ? "step"
                      : !ck_mesh_equal(&d->mesh, &c->mesh) ? "mesh"
                      : d->no_hash != c->no_hash ? "hashing"
-                     : d->ntensors != c->ntensors ? "tensor count"
-                     : !tensors_same ? "tensors" : NULL;
+                     : d->ntensors != c->ntensors ? "tensor count" : NULL;
     if (what)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares other %s than the "
                           "ranks before it", c->name, (unsigned long long)d->rank, what);
+    for (uint32_t i = 0; i < c->ntensors; i++) {
+        const char *diff = ck__decl_tensor_diff(&d->tensors[i], &c->tensors[i], c->mesh.ndim);
+        if (diff)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares tensor %s with "
+                              "other %s than the ranks before it", c->name,
+                              (unsigned long long)d->rank, d->tensors[i].name, diff);
+    }
     return 0;
 }
 
@@ -382,7 +374,7 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
     c->mesh = d->mesh;
     c->no_hash = d->no_hash;
     c->ntensors = d->ntensors;
-    c->tensors = malloc((d->ntensors ? d->ntensors : 1) * sizeof *c->tensors);
+    c->tensors = calloc(d->ntensors ? d->ntensors : 1, sizeof *c->tensors);
     c->parts = calloc(d->world, sizeof *c->parts);
     c->t0 = now_s();
     if (!c->tensors || !c->parts) {
@@ -390,7 +382,11 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
         return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for %llu ranks",
                           d->name, (unsigned long long)d->world);
     }
-    memcpy(c->tensors, d->tensors, d->ntensors * sizeof *c->tensors);
+    for (uint32_t i = 0; i < d->ntensors; i++)
+        if (ck__decl_tensor_copy(&c->tensors[i], &d->tensors[i]) < 0) {
+            ckpt_free_parts(c, true);
+            return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
+        }
     ck_save_opts so = { .engine = sv->o.engine, .hash_threads = sv->o.hash_threads,
                         .io_size = sv->o.io_size, .mem_limit = sv->o.mem_limit,
                         .no_hash = d->no_hash, .log = sv->o.log,
@@ -398,7 +394,10 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
     int r = ck_save_begin(&c->s, sv->root, d->name, d->step, &d->mesh, &so, err);
     for (uint32_t i = 0; r == 0 && i < d->ntensors; i++) {
         const ck__decl_tensor *t = &d->tensors[i];
-        r = ck_save_tensor(c->s, t->name, t->dtype, t->ndim, t->shape, t->pl, err);
+        r = t->pl[0].kind == CK_BOXES
+          ? ck_save_tensor_boxes(c->s, t->name, t->dtype, t->ndim, t->shape, t->nboxes,
+                                 t->boxes, t->writers, err)
+          : ck_save_tensor(c->s, t->name, t->dtype, t->ndim, t->shape, t->pl, err);
     }
     if (r == 0)
         r = ck_save_prepare(c->s, err);

@@ -9,7 +9,19 @@
 #include "format/reader_int.h"
 
 
-int ck_name_check(const char *what, const char *name, ck_err *err)
+static bool plain(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Names of both kinds; escapes says whether %XX is allowed (tensor and blob names). */
+static int check_name(const char *what, const char *name, bool escapes, ck_err *err)
 {
     size_t n = strlen(name);
     if (n == 0 || n >= CK_NAME_MAX)
@@ -18,14 +30,77 @@ int ck_name_check(const char *what, const char *name, ck_err *err)
     if (name[0] == '.')
         return ck_err_set(err, -EINVAL, "%s name '%s' must not start with '.'", what, name);
     for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == '-';
-        if (!ok)
-            return ck_err_set(err, -EINVAL,
-                              "%s name '%s' has a character outside [A-Za-z0-9._-] at byte %zu",
-                              what, name, i);
+        if (plain(name[i]))
+            continue;
+        if (escapes && name[i] == '%') {
+            if (hexval(name[i + 1]) >= 0 && hexval(name[i + 2]) >= 0) {
+                i += 2;
+                continue;
+            }
+            return ck_err_set(err, -EINVAL, "%s name '%s' has a malformed escape at byte %zu "
+                              "('%%' takes two uppercase hex digits)", what, name, i);
+        }
+        return ck_err_set(err, -EINVAL, "%s name '%s' has a character outside %s at byte %zu",
+                          what, name, escapes ? "[A-Za-z0-9._-] and its escapes" :
+                          "[A-Za-z0-9._-]", i);
     }
+    return 0;
+}
+
+int ck_name_check(const char *what, const char *name, ck_err *err)
+{
+    return check_name(what, name, false, err);
+}
+
+int ck_key_check(const char *what, const char *name, ck_err *err)
+{
+    return check_name(what, name, true, err);
+}
+
+int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    if (raw_len == 0)
+        return -EINVAL;
+    size_t at = 0;
+    for (size_t i = 0; i < raw_len; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        bool keep = plain((char)c) && !(i == 0 && c == '.');
+        size_t need = keep ? 1 : 3;
+        if (at + need >= len || at + need >= CK_NAME_MAX)
+            return -ENAMETOOLONG;
+        if (keep) {
+            out[at++] = (char)c;
+        } else {
+            out[at++] = '%';
+            out[at++] = hex[c >> 4];
+            out[at++] = hex[c & 15];
+        }
+    }
+    out[at] = '\0';
+    return 0;
+}
+
+int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len)
+{
+    size_t n = strlen(name), at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (at + 1 >= len)
+            return -ENAMETOOLONG;
+        if (name[i] != '%') {
+            out[at++] = name[i];
+            continue;
+        }
+        int hi = hexval(name[i + 1]);   /* the NUL stops a short escape */
+        int lo = hi >= 0 ? hexval(name[i + 2]) : -1;
+        if (lo < 0)
+            return -EINVAL;
+        out[at++] = (char)(hi << 4 | lo);
+        i += 2;
+    }
+    out[at] = '\0';
+    if (out_len)
+        *out_len = at;
     return 0;
 }
 
@@ -266,13 +341,24 @@ int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor
         return ck_err_set(err, -EBADMSG, "%s: tensor %s has unknown dtype code %d", ck->mpath,
                           t->name, dtype);
     t->dtype = (ck_dtype)dtype;
-    for (int d = 0; d < mesh_ndim; d++)
-        if (t->pl[d].kind > CK_SHARD)
-            return ck_err_set(err, -EBADMSG, "%s: tensor %s has unknown placement code %u",
-                              ck->mpath, t->name, t->pl[d].kind);
+    /* A box list (1.1) says so on every mesh dim; its shape is checked as a replicated
+     * tensor's, its boxes when its shards are read. */
+    bool boxes = ck_tensor_is_boxes(t);
+    ck_placement pl[CK_MAX_MESH_DIMS] = { { 0 } };
+    for (int d = 0; d < mesh_ndim; d++) {
+        if (boxes ? t->pl[d].kind != CK_BOXES || t->pl[d].dim : t->pl[d].kind > CK_SHARD)
+            return ck_err_set(err, -EBADMSG, "%s: tensor %s has %s placement code %u on mesh "
+                              "dim %d", ck->mpath, t->name, boxes ? "a box list and the" :
+                              "unknown", t->pl[d].kind, d);
+        if (!boxes)
+            pl[d] = t->pl[d];
+    }
+    if (boxes && t->n_shards > CK_MAX_BOXES)
+        return ck_err_set(err, -EBADMSG, "%s: tensor %s says it has %u boxes (at most %u)",
+                          ck->mpath, t->name, t->n_shards, CK_MAX_BOXES);
     ck_err e2 = { 0 };
     if (ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), &ck->info.mesh,
-                        t->pl, &e2) < 0)
+                        pl, &e2) < 0)
         return ck_err_set(err, -EBADMSG, "%s: %s", ck->mpath, ck_err_msg(&e2));
     return 0;
 }
@@ -387,6 +473,24 @@ int ck__decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_va
     return 0;
 }
 
+/* A box list's boxes must tile its tensor: anything else would leave bytes of a load
+ * unwritten or let two ranks' bytes disagree. */
+static int boxes_tile(ck_ckpt *ck, const ck_tensor *t, const ck_shard *sh, size_t n,
+                      ck_err *err)
+{
+    ck_box *b = malloc((n ? n : 1) * sizeof *b);
+    if (!b)
+        return ck_err_set(err, -ENOMEM, "%s: out of memory", ck->mpath);
+    for (size_t i = 0; i < n; i++)
+        b[i] = sh[i].box;
+    ck_err e2 = { 0 };
+    int r = ck_boxes_check(t->name, t->ndim, t->shape, (uint32_t)n, b, &e2);
+    free(b);
+    if (r == -ENOMEM)
+        return ck_err_set(err, r, "%s", ck_err_msg(&e2));
+    return r < 0 ? ck_err_set(err, -EBADMSG, "%s: %s", ck->mpath, ck_err_msg(&e2)) : 0;
+}
+
 int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, ck_err *err)
 {
     MDB_cursor *cur;
@@ -434,6 +538,8 @@ int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, 
             goto out;
         ext += arr[i].n_extents;
     }
+    if (ck_tensor_is_boxes(t))
+        r = boxes_tile(ck, t, arr, count, err);
 out:
     mdb_cursor_close(cur);
     if (r < 0) {
@@ -572,21 +678,4 @@ int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
         return *slot = NO_DIRECT;
     }
     return *slot = fd;
-}
-
-int ck_key_check(const char *what, const char *name, ck_err *err)
-{
-    return ck_name_check(what, name, err);
-}
-
-int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len)
-{
-    (void)raw, (void)raw_len, (void)out, (void)len;
-    return -ENOSYS;
-}
-
-int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len)
-{
-    (void)name, (void)out, (void)len, (void)out_len;
-    return -ENOSYS;
 }

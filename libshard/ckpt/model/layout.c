@@ -190,10 +190,3 @@ bool ck_runs_next(ck_runs *it, uint64_t *src_off, uint64_t *dst_off, uint64_t *n
         it->done = true;
     return true;
 }
-
-int ck_boxes_check(const char *tensor, int ndim, const uint64_t *shape, uint32_t n,
-                   const ck_box *boxes, ck_err *err)
-{
-    (void)ndim, (void)shape, (void)n, (void)boxes;
-    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
-}

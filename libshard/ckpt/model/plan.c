@@ -8,6 +8,7 @@
 
 typedef struct plan_tensor {
     uint32_t first, count;
+    bool boxes;                  /* a box list: pl is not used */
     ck_placement pl[CK_MAX_MESH_DIMS];
 } plan_tensor;
 
@@ -79,6 +80,39 @@ static uint64_t replica_rank(const ck_mesh *m, const ck_placement *pl, uint64_t 
     return ck_mesh_rank(m, coord);
 }
 
+/* Room for a tensor of n shards, at the end of the plan. */
+static int new_tensor(ck__plan *p, const char *name, uint64_t n, plan_tensor **out, ck_err *err)
+{
+    if ((uint64_t)p->nshards + n > UINT32_MAX)
+        return ck_err_set(err, -E2BIG, "tensor %s: more than 2^32 shards in one checkpoint", name);
+    if (ck__grow(&p->shards, &p->capshards, p->nshards + n, sizeof *p->shards) < 0 ||
+        ck__grow(&p->tensors, &p->captensors, p->ntensors + 1, sizeof *p->tensors) < 0)
+        return ck_err_set(err, -ENOMEM, "tensor %s: out of memory planning", name);
+    plan_tensor *t = &p->tensors[p->ntensors];
+    memset(t, 0, sizeof *t);
+    t->first = p->nshards;
+    t->count = (uint32_t)n;
+    *out = t;
+    return 0;
+}
+
+/* Puts shard s at the end of its writer's file. */
+static void place(ck__plan *p, ck__plan_shard *s, size_t itemsize)
+{
+    s->bytes = ck_box_numel(&s->box) * itemsize;
+    s->file_off = p->rank_bytes[s->writer];
+    p->rank_bytes[s->writer] = align_up(s->file_off + s->bytes);
+}
+
+static int tensor_done(ck__plan *p, const plan_tensor *t, uint32_t *first, uint32_t *count)
+{
+    *first = t->first;
+    *count = t->count;
+    p->nshards += t->count;
+    p->ntensors++;
+    return 0;
+}
+
 int ck__plan_add(ck__plan *p, const char *name, int ndim, const uint64_t *shape, size_t itemsize,
                 const ck_placement *pl, uint32_t *first, uint32_t *count, ck_err *err)
 {
@@ -89,14 +123,9 @@ int ck__plan_add(ck__plan *p, const char *name, int ndim, const uint64_t *shape,
     for (int d = 0; d < p->mesh.ndim; d++)
         if (pl[d].kind == CK_SHARD)
             n *= p->mesh.size[d];
-    if ((uint64_t)p->nshards + n > UINT32_MAX)
-        return ck_err_set(err, -E2BIG, "tensor %s: more than 2^32 shards in one checkpoint", name);
-    if (ck__grow(&p->shards, &p->capshards, p->nshards + n, sizeof *p->shards) < 0 ||
-        ck__grow(&p->tensors, &p->captensors, p->ntensors + 1, sizeof *p->tensors) < 0)
-        return ck_err_set(err, -ENOMEM, "tensor %s: out of memory planning", name);
-    plan_tensor *t = &p->tensors[p->ntensors];
-    t->first = p->nshards;
-    t->count = (uint32_t)n;
+    plan_tensor *t;
+    if ((r = new_tensor(p, name, n, &t, err)) < 0)
+        return r;
     memcpy(t->pl, pl, (size_t)p->mesh.ndim * sizeof *pl);
 
     /* Each shard goes to the least-loaded of its replicas. Ties rotate with the shard
@@ -114,15 +143,47 @@ int ck__plan_add(ck__plan *p, const char *name, int ndim, const uint64_t *shape,
         }
         ck_mesh_coord(&p->mesh, s->writer, coord);
         ck_shard_box(ndim, shape, &p->mesh, pl, coord, &s->box);
-        s->bytes = ck_box_numel(&s->box) * itemsize;
-        s->file_off = p->rank_bytes[s->writer];
-        p->rank_bytes[s->writer] = align_up(s->file_off + s->bytes);
+        place(p, s, itemsize);
     }
-    *first = t->first;
-    *count = t->count;
-    p->nshards += (uint32_t)n;
-    p->ntensors++;
-    return 0;
+    return tensor_done(p, t, first, count);
+}
+
+int ck__plan_add_boxes(ck__plan *p, const char *name, int ndim, const uint64_t *shape,
+                       size_t itemsize, uint32_t nboxes, const ck_box *boxes,
+                       const uint64_t *writers, uint32_t *first, uint32_t *count, ck_err *err)
+{
+    ck_placement all_r[CK_MAX_MESH_DIMS] = { { 0 } };
+    int r = ck_layout_check(name, ndim, shape, itemsize, &p->mesh, all_r, err);
+    if (r == 0)
+        r = ck_boxes_check(name, ndim, shape, nboxes, boxes, err);
+    for (uint32_t i = 0; r == 0 && i < nboxes; i++)
+        if (writers[i] >= p->world)
+            r = ck_err_set(err, -EINVAL, "tensor %s: box %u is written by rank %llu, outside "
+                           "the mesh of %llu ranks", name, i, (unsigned long long)writers[i],
+                           (unsigned long long)p->world);
+    plan_tensor *t;
+    if (r < 0 || (r = new_tensor(p, name, nboxes, &t, err)) < 0)
+        return r;
+    t->boxes = true;
+    for (uint32_t i = 0; i < nboxes; i++) {
+        ck__plan_shard *s = &p->shards[t->first + i];
+        s->tensor = p->ntensors;
+        s->writer = writers[i];
+        s->box = boxes[i];
+        place(p, s, itemsize);
+    }
+    return tensor_done(p, t, first, count);
+}
+
+bool ck__plan_is_boxes(const ck__plan *p, uint32_t t)
+{
+    return p->tensors[t].boxes;
+}
+
+void ck__plan_range(const ck__plan *p, uint32_t t, uint32_t *first, uint32_t *count)
+{
+    *first = p->tensors[t].first;
+    *count = p->tensors[t].count;
 }
 
 uint32_t ck__plan_nshards(const ck__plan *p)

@@ -90,13 +90,6 @@ static int add_ext(vstate *v, const ck_extent *e, uint32_t tensor, uint32_t shar
     return 0;
 }
 
-static int cmp_box_off0(const void *a, const void *b)
-{
-    const ck_shard *x = a, *y = b;
-    uint64_t p = x->box.ndim ? x->box.off[0] : 0, q = y->box.ndim ? y->box.off[0] : 0;
-    return p < q ? -1 : p > q;
-}
-
 static void fmt_box(const ck_box *b, char *buf, size_t len)
 {
     size_t n = (size_t)snprintf(buf, len, "[");
@@ -107,42 +100,21 @@ static void fmt_box(const ck_box *b, char *buf, size_t len)
         snprintf(buf + n, len - n, "]");
 }
 
-/* Exact cover: the boxes' volumes add up to the tensor's and no two intersect.
- * Sorting by the dim-0 offset lets a sweep compare only boxes whose dim-0 ranges
- * meet, which for FSDP's dim-0 shards is each box with its neighbour. */
-static void check_cover(vstate *v, const ck_tensor *t, ck_shard *sh, uint32_t n)
+/* Exact cover, for both kinds of tensor: the one tiling check of the core
+ * (ck_boxes_check), over the shards' boxes. */
+static void check_cover(vstate *v, const ck_tensor *t, const ck_shard *sh, uint32_t n)
 {
-    ck_box full;
-    ck_box_full(t->ndim, t->shape, &full);
-    uint64_t total = ck_box_numel(&full), sum = 0;
-    for (uint32_t i = 0; i < n; i++)
-        sum += ck_box_numel(&sh[i].box);
-    qsort(sh, n, sizeof *sh, cmp_box_off0);
-    uint64_t overlaps = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (ck_box_numel(&sh[i].box) == 0)
-            continue;
-        for (uint32_t j = i + 1; j < n; j++) {
-            if (t->ndim && sh[j].box.off[0] >= sh[i].box.off[0] + sh[i].box.len[0])
-                break;
-            ck_box x;
-            if (ck_box_numel(&sh[j].box) && ck_box_intersect(&sh[i].box, &sh[j].box, &x)) {
-                char a[256], b[256];
-                fmt_box(&sh[i].box, a, sizeof a);
-                fmt_box(&sh[j].box, b, sizeof b);
-                if (overlaps++ < 8)
-                    problem(v, "tensor %s: shards %u %s and %u %s overlap", t->name, sh[i].idx,
-                            a, sh[j].idx, b);
-                sum -= ck_box_numel(&x);
-            }
-        }
+    ck_box *b = malloc((n ? n : 1) * sizeof *b);
+    if (!b) {
+        problem(v, "tensor %s: out of memory checking its cover", t->name);
+        return;
     }
-    if (overlaps > 8)
-        problem(v, "tensor %s: %llu overlapping shard pairs in all", t->name,
-                (unsigned long long)overlaps);
-    if (!overlaps && sum != total)
-        problem(v, "tensor %s: its shards cover %llu of its %llu elements", t->name,
-                (unsigned long long)sum, (unsigned long long)total);
+    for (uint32_t i = 0; i < n; i++)
+        b[i] = sh[i].box;
+    ck_err e = { 0 };
+    if (ck_boxes_check(t->name, t->ndim, t->shape, n, b, &e) < 0)
+        problem(v, "%s", ck_err_msg(&e));
+    free(b);
 }
 
 static void check_tensor(vstate *v, const ck_tensor *t, uint32_t tix)
@@ -158,8 +130,9 @@ static void check_tensor(vstate *v, const ck_tensor *t, uint32_t tix)
     v->res->shards += n;
     for (uint32_t i = 0; i < n; i++) {
         ck_box want;
-        ck_shard_box(t->ndim, t->shape, &in->mesh, t->pl, sh[i].coord, &want);
-        if (!ck_box_equal(&want, &sh[i].box)) {
+        if (!ck_tensor_is_boxes(t))
+            ck_shard_box(t->ndim, t->shape, &in->mesh, t->pl, sh[i].coord, &want);
+        if (!ck_tensor_is_boxes(t) && !ck_box_equal(&want, &sh[i].box)) {
             char a[256], b[256];
             fmt_box(&sh[i].box, a, sizeof a);
             fmt_box(&want, b, sizeof b);

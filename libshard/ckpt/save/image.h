@@ -19,10 +19,9 @@ typedef struct ck__shard_src {
     void *arg;
 } ck__shard_src;
 
-/* Fills image, ck__plan_file_size(p, rank) bytes, from src (one per tensor, in
- * declaration order; read only for the shards rank writes). 0, or the fill's error,
- * or -EINVAL for a source that is empty; *bad then names the tensor, for the caller's
- * message. */
+/* Fills image, ck__plan_file_size(p, rank) bytes, from src (one per plan shard, read
+ * only for the shards rank writes). 0, or the fill's error, or -EINVAL for a source
+ * that is empty; *bad then is the plan shard at fault, for the caller's message. */
 int ck__rank_image(const ck__plan *p, uint64_t rank, const ck__shard_src *src, void *image,
                    uint32_t *bad);
 

@@ -156,10 +156,15 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     return 0;
 }
 
-int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
-                   const uint64_t *shape, const ck_placement *pl, ck_err *err)
+/* What both kinds of tensor declaration check and record; plan_add adds the tensor to
+ * the plan, which checks its layout. */
+static int declare(ck_save *s, const char *name, ck_dtype dtype, int ndim,
+                   const uint64_t *shape, const ck_placement *pl,
+                   int (*plan_add)(ck_save *s, const void *arg, uint32_t *first,
+                                   uint32_t *count, ck_err *err),
+                   const void *arg, ck_err *err)
 {
-    int r = ck_name_check("tensor", name, err);
+    int r = ck_key_check("tensor", name, err);
     if (r < 0)
         return r;
     uint32_t dummy;
@@ -176,7 +181,7 @@ int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     if ((s->ntensors + 1) * 2 > s->index_cap && (r = index_grow(s)) < 0)
         return r;
     uint32_t first, count;
-    r = ck__plan_add(s->plan, name, ndim, shape, ck_dtype_size(dtype), pl, &first, &count, err);
+    r = plan_add(s, arg, &first, &count, err);
     if (r < 0)
         return r;
     size_t had = s->capsrc;
@@ -197,6 +202,58 @@ int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     return 0;
 }
 
+typedef struct placed_decl {
+    const char *name;
+    int ndim;
+    const uint64_t *shape;
+    size_t itemsize;
+    const ck_placement *pl;
+} placed_decl;
+
+static int add_placed(ck_save *s, const void *arg, uint32_t *first, uint32_t *count,
+                      ck_err *err)
+{
+    const placed_decl *d = arg;
+    return ck__plan_add(s->plan, d->name, d->ndim, d->shape, d->itemsize, d->pl, first, count,
+                        err);
+}
+
+int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
+                   const uint64_t *shape, const ck_placement *pl, ck_err *err)
+{
+    placed_decl d = { name, ndim, shape, ck_dtype_size(dtype), pl };
+    return declare(s, name, dtype, ndim, shape, pl, add_placed, &d, err);
+}
+
+typedef struct boxes_decl {
+    const char *name;
+    int ndim;
+    const uint64_t *shape;
+    size_t itemsize;
+    uint32_t n;
+    const ck_box *boxes;
+    const uint64_t *writers;
+} boxes_decl;
+
+static int add_boxes(ck_save *s, const void *arg, uint32_t *first, uint32_t *count,
+                     ck_err *err)
+{
+    const boxes_decl *d = arg;
+    return ck__plan_add_boxes(s->plan, d->name, d->ndim, d->shape, d->itemsize, d->n, d->boxes,
+                              d->writers, first, count, err);
+}
+
+int ck_save_tensor_boxes(ck_save *s, const char *name, ck_dtype dtype, int ndim,
+                         const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
+                         const uint64_t *writers, ck_err *err)
+{
+    ck_placement pl[CK_MAX_MESH_DIMS];
+    for (int d = 0; d < CK_MAX_MESH_DIMS; d++)
+        pl[d] = (ck_placement){ .kind = CK_BOXES };
+    boxes_decl d = { name, ndim, shape, ck_dtype_size(dtype), nboxes, boxes, writers };
+    return declare(s, name, dtype, ndim, shape, pl, add_boxes, &d, err);
+}
+
 /* The plan shard that rank writes of tensor, or NULL when another replica writes it. */
 static const ck__plan_shard *writes(const ck_save *s, const char *tensor, uint64_t rank,
                                    uint32_t *shard, ck_err *err)
@@ -204,6 +261,11 @@ static const ck__plan_shard *writes(const ck_save *s, const char *tensor, uint64
     uint32_t t;
     if (!find_tensor(s, tensor, &t)) {
         ck_err_set(err, -ENOENT, "checkpoint %s: no tensor %s was declared", s->name, tensor);
+        return NULL;
+    }
+    if (ck__plan_is_boxes(s->plan, t)) {
+        ck_err_set(err, -EINVAL, "tensor %s is a box list: offer its boxes (ck_save_box)",
+                   tensor);
         return NULL;
     }
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan))) {
@@ -218,7 +280,16 @@ static const ck__plan_shard *writes(const ck_save *s, const char *tensor, uint64
 
 bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank)
 {
-    uint32_t idx;
+    uint32_t idx, first, count;
+    if (find_tensor(s, tensor, &idx) && ck__plan_is_boxes(s->plan, idx)) {
+        ck__plan_range(s->plan, idx, &first, &count);
+        for (uint32_t i = first; i < first + count; i++) {
+            const ck__plan_shard *ps = ck__plan_shard_at(s->plan, i);
+            if (ps->writer == rank && ps->bytes)
+                return true;
+        }
+        return false;
+    }
     const ck__plan_shard *ps = writes(s, tensor, rank, &idx, NULL);
     return ps && ps->bytes > 0;
 }
@@ -246,9 +317,38 @@ int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn
     return offer(s, tensor, rank, (ck__shard_src){ .fill = fill, .arg = arg }, err);
 }
 
+static int offer_box(ck_save *s, const char *tensor, uint32_t box, ck__shard_src src,
+                     ck_err *err)
+{
+    uint32_t t, first, count;
+    if (!find_tensor(s, tensor, &t))
+        return ck_err_set(err, -ENOENT, "checkpoint %s: no tensor %s was declared", s->name,
+                          tensor);
+    if (!ck__plan_is_boxes(s->plan, t))
+        return ck_err_set(err, -EINVAL, "tensor %s has placements, not a box list: offer "
+                          "its shards (ck_save_shard)", tensor);
+    ck__plan_range(s->plan, t, &first, &count);
+    if (box >= count)
+        return ck_err_set(err, -EINVAL, "tensor %s: box %u does not exist (it has %u)", tensor,
+                          box, count);
+    s->src[first + box] = src;
+    return 0;
+}
+
+int ck_save_box(ck_save *s, const char *tensor, uint32_t box, const void *data, ck_err *err)
+{
+    return offer_box(s, tensor, box, (ck__shard_src){ .mem = data }, err);
+}
+
+int ck_save_box_fill(ck_save *s, const char *tensor, uint32_t box, ck_fill_fn fill,
+                     void *arg, ck_err *err)
+{
+    return offer_box(s, tensor, box, (ck__shard_src){ .fill = fill, .arg = arg }, err);
+}
+
 int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err)
 {
-    int r = ck_name_check("blob", name, err);
+    int r = ck_key_check("blob", name, err);
     if (r < 0)
         return r;
     if (len > CK_BLOB_MAX)
@@ -405,20 +505,21 @@ int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
     int r = ck_save_rank_image(s, rank, image, err);
     if (r < 0)
         return r;
-    ck__shard_src *src = malloc((s->ntensors ? s->ntensors : 1) * sizeof *src);
-    if (!src)
-        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", s->name);
-    for (uint32_t t = 0; t < s->ntensors; t++)
-        src[t] = s->src[ck__plan_shard_of(s->plan, t, rank)];
-    uint32_t t = 0;
-    r = ck__rank_image(s->plan, rank, src, image, &t);
-    if (r < 0 && !src[t].mem && !src[t].fill)
-        ck_err_set(err, r, "checkpoint %s: tensor %s: rank %llu never offered its shard",
-                   s->name, s->tensors[t].name, (unsigned long long)rank);
-    else if (r < 0)
-        ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s: %s", s->name,
-                   (unsigned long long)rank, s->tensors[t].name, strerror(-r));
-    free(src);
+    uint32_t i = 0;
+    r = ck__rank_image(s->plan, rank, s->src, image, &i);
+    if (r < 0) {
+        const ck_tensor *t = &s->tensors[ck__plan_shard_at(s->plan, i)->tensor];
+        char box[32] = "";
+        if (ck_tensor_is_boxes(t))
+            snprintf(box, sizeof box, " box %u", i - s->tensor_first[t->id]);
+        if (!s->src[i].mem && !s->src[i].fill)
+            ck_err_set(err, r, "checkpoint %s: tensor %s%s: rank %llu never offered its %s",
+                       s->name, t->name, box, (unsigned long long)rank,
+                       *box ? "bytes" : "shard");
+        else
+            ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s%s: %s", s->name,
+                       (unsigned long long)rank, t->name, box, strerror(-r));
+    }
     if (r < 0)
         ck_save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
     return r;
@@ -682,27 +783,6 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
         *stats = s->st;
     save_free(s);
     return r;
-}
-
-int ck_save_tensor_boxes(ck_save *s, const char *name, ck_dtype dtype, int ndim,
-                         const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
-                         const uint64_t *writers, ck_err *err)
-{
-    (void)s, (void)dtype, (void)ndim, (void)shape, (void)nboxes, (void)boxes, (void)writers;
-    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", name);
-}
-
-int ck_save_box(ck_save *s, const char *tensor, uint32_t box, const void *data, ck_err *err)
-{
-    (void)s, (void)box, (void)data;
-    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
-}
-
-int ck_save_box_fill(ck_save *s, const char *tensor, uint32_t box, ck_fill_fn fill,
-                     void *arg, ck_err *err)
-{
-    (void)s, (void)box, (void)fill, (void)arg;
-    return ck_err_set(err, -ENOSYS, "tensor %s: box lists are not implemented yet", tensor);
 }
 
 int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
