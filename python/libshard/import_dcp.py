@@ -76,11 +76,15 @@ class _ItemPickle(pickle.Unpickler):
     # parsing an item runs no code from the file.
     def find_class(self, module, name):
         if (module, name) in (("torch._utils", "_rebuild_tensor_v2"),
+                              ("torch._utils", "_rebuild_tensor_v3"),
                               ("torch._utils", "_rebuild_tensor")):
             return _Rebuild
         if module == "collections" and name == "OrderedDict":
             return dict
-        if module == "torch" and name.endswith("Storage"):
+        if module in ("torch", "torch.storage") and name.endswith("Storage"):
+            return name
+        if module == "torch" and name in ("float8_e4m3fn", "float8_e5m2", "complex64",
+                                          "complex128", "uint16", "uint32", "uint64"):
             return name
         raise pickle.UnpicklingError(f"unexpected {module}.{name} in a tensor item")
 
