@@ -137,6 +137,16 @@ def _check_crc(f, path, off, n, crc, what):
                         f"the zip records {crc:08x} (corrupt)")
 
 
+def _check_object(path, fqn, data):
+    """An object item is torch.save's zip of it: every record's CRC-32 must hold."""
+    try:
+        bad = zipfile.ZipFile(io.BytesIO(data)).testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:
+        raise BadSource(f"{path}: object {fqn} is not a readable torch.save zip: {e}") from None
+    if bad is not None:
+        raise BadSource(f"{path}: object {fqn}: record {bad} fails its CRC-32 (corrupt)")
+
+
 def _row_major(size):
     st, acc = [], 1
     for d in reversed(size):
@@ -240,6 +250,7 @@ def import_dcp(src_dir, root, name, *, hash=True, step=None):
             data = os.pread(f.fileno(), info.length, info.offset)
             if len(data) != info.length:
                 raise BadSource(f"{path}: object {fqn} is truncated")
+            _check_object(path, fqn, data)
             save.blob(names.encode(fqn), data)
             summary["blobs"] += 1
         if meta.planner_data:
