@@ -56,6 +56,7 @@ class CkptReader(StorageReader):
         self.name = name
         self._ck = None
         self._opened = None
+        self.loaded_step = None
         self.load_id = None
 
     def reset(self, checkpoint_id=None):
@@ -86,6 +87,7 @@ class CkptReader(StorageReader):
             raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
         self._ck = _ck.Checkpoint(self.root, name)
         self._opened = name
+        self.loaded_step = self._ck.info()["step"]
         return self._ck
 
     def read_metadata(self, *args, **kwargs):

@@ -9,6 +9,8 @@ static PyMethodDef module_methods[] = {
     {"key_encode", ckpy_key_encode, METH_VARARGS,
      "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
     {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},
+    {"catalog_del", ckpy_catalog_del, METH_VARARGS,
+     "catalog_del(root, name): drops the catalog entry of a removed checkpoint."},
     {"name_check", ckpy_name_check, METH_VARARGS,
      "name_check(what, name): raises CkptError unless name is a valid name on disk."},
     {NULL, NULL, 0, NULL},

@@ -92,3 +92,20 @@ PyObject *ckpy_key_decode(PyObject *self, PyObject *args)
     }
     return PyUnicode_DecodeUTF8(out, (Py_ssize_t)len, "surrogateescape");
 }
+
+/* catalog_del(root, name): drops a checkpoint's catalog entry (after its directory
+ * left the root: the directories are the truth, the catalog follows them). */
+PyObject *ckpy_catalog_del(PyObject *self, PyObject *args)
+{
+    const char *root, *name;
+    if (!PyArg_ParseTuple(args, "ss", &root, &name))
+        return NULL;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_catalog_del(root, name, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0 && rc != -ENOENT)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
