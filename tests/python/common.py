@@ -42,8 +42,9 @@ def _entry(rank, world, store, fn, args, errq):
         dist.destroy_process_group()
 
 
-def run_ranks(world, fn, *args, timeout=240):
-    """Runs fn(rank, world, *args) on world processes; raises with the first failure."""
+def run_ranks(world, fn, *args, timeout=240, expect_exit=False):
+    """Runs fn(rank, world, *args) on world processes; raises with the first failure.
+    expect_exit: the ranks may die (tests that kill them); returns their exit codes."""
     store = os.path.join(tmpdir("store"), "store")
     ctx = mp.get_context("spawn")
     errq = ctx.SimpleQueue()
@@ -58,6 +59,8 @@ def run_ranks(world, fn, *args, timeout=240):
     for p in hung:
         p.kill()
         p.join()
+    if expect_exit:
+        return [p.exitcode for p in procs]
     if not errq.empty():
         rank, tb = errq.get()
         raise RuntimeError(f"rank {rank} failed:\n{tb}")
