@@ -27,6 +27,7 @@
 #include "model/plan.h"
 #include "save/commit.h"
 #include "save/image.h"
+#include "save/part.h"
 #include "save/rankfiles.h"
 #include "format/manifest.h"
 #include "model/grow.h"
@@ -60,7 +61,8 @@ struct ck_save {
     char pending[PATH_MAX];        /* set once created */
     /* Set by ck_save_prepare_group: */
     bool shared;                   /* other processes write into pending too */
-    struct group_part *part;       /* this rank's record for rank 0 */
+    bool *adopted;                 /* per rank: its part record was adopted */
+    uint8_t *part;                 /* the group save: this rank's record slot */
     uint8_t *parts;                /* rank 0: room for every rank's */
     size_t part_len;
     /* Set by ck_save_prepare: */
@@ -370,6 +372,7 @@ static void save_free(ck_save *s)
     free(s->written);
     free(s->part);
     free(s->parts);
+    free(s->adopted);
     pthread_mutex_destroy(&s->mu);
     ck__plan_free(s->plan);
     free(s->tensors);
@@ -412,7 +415,8 @@ static int build_layout(ck_save *s)
     L->ext = calloc(ns, sizeof *L->ext);
     s->image = calloc(nf, sizeof *s->image);
     s->written = calloc(nf, sizeof *s->written);
-    if (!L->shards || !L->ext || !s->image || !s->written)
+    s->adopted = calloc(ck_mesh_world(mesh), sizeof *s->adopted);
+    if (!L->shards || !L->ext || !s->image || !s->written || !s->adopted)
         return -ENOMEM;
     for (uint32_t t = 0; t < s->ntensors; t++) {
         for (uint32_t j = 0; j < s->tensors[t].n_shards; j++) {
@@ -582,7 +586,7 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
 
 int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
 {
-    uint32_t f;
+    uint32_t f = 0;
     int r = rank_file(s, rank, &f, err);
     if (r <= 0)
         return r;
@@ -596,47 +600,165 @@ int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
 }
 
 /* ---- one save, many processes ----
- * The ranks share ROOT/.pending/NAME.TOKEN: rank 0 creates it under a fresh token and
- * broadcasts the token. Each rank writes its own file, then every rank sends rank 0
- * its outcome and its file's block hashes in one gather: receiving them is the proof
- * that the file is durable, so rank 0 needs nothing else from the others to commit. */
+ * The ranks share ROOT/.pending/NAME.TOKEN: rank 0 creates it under a fresh token
+ * (ck_save_share), the others open it (ck_save_join). Each rank writes its own file,
+ * then proves it to rank 0 with its part record (save/part.h): its outcome and its
+ * file's block hashes. Rank 0 needs nothing else from the others to commit. The group
+ * save is these steps over the caller's broadcast and gather. */
+
+static const char *token_of(const ck_save *s)
+{
+    return strrchr(s->pending, '.') + 1;
+}
+
+int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
+{
+    int r = prepare_at(s, NULL, err);
+    if (r < 0)
+        return r;
+    s->shared = true;
+    snprintf(token, CK_TOKEN_MAX, "%s", token_of(s));
+    return 0;
+}
+
+int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
+{
+    if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
+    /* From here on the directory is the group's: no rank but 0, and 0 only once every
+     * part is accounted for, may remove it. */
+    s->shared = true;
+    return prepare_at(s, token, err);
+}
+
+/* Bytes of rank's block hashes, known to every rank from the plan alone. */
+static uint64_t n_hashes(const ck_save *s, uint64_t rank)
+{
+    uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
+    return s->o.no_hash ? 0 : (ck__plan_file_size(s->plan, rank) + block - 1) / block;
+}
+
+/* This rank's record: its outcome and, when it wrote its file, the file's hashes. */
+static void part_of(const ck_save *s, uint64_t rank, const ck_err *outcome, ck__part *p)
+{
+    uint32_t f = s->L.F.file_of[rank];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", s->name);
+    snprintf(p->token, sizeof p->token, "%s", token_of(s));
+    p->rank = rank;
+    p->world = ck_mesh_world(ck__plan_mesh(s->plan));
+    p->code = outcome->code;
+    p->file_size = ck__plan_file_size(s->plan, rank);
+    p->block_size = s->block;
+    p->hashed = !s->o.no_hash;
+    if (!p->code && f && !s->written[f - 1]) {
+        p->code = -EINVAL;
+        snprintf(p->msg, sizeof p->msg, "its file was never written (ck_save_write_rank)");
+    } else if (p->code) {
+        snprintf(p->msg, sizeof p->msg, "%s", ck_err_msg(outcome));
+    } else if (f) {
+        p->n_hashes = n_hashes(s, rank);
+        p->hashes = s->L.F.hashes[f - 1];
+    }
+}
+
+int ck_save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
+                 ck_err *err)
+{
+    if (!s->shared || !s->prepared)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: a part record needs ck_save_share or "
+                          "ck_save_join first", s->name);
+    if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
+    ck__part p;
+    part_of(s, rank, outcome, &p);
+    *len = ck__part_size(&p);
+    *rec = malloc(*len);
+    int r = *rec ? ck__part_encode(&p, *rec) : -ENOMEM;
+    if (r < 0) {
+        free(*rec);
+        *rec = NULL;
+        return ck_err_set(err, r, "checkpoint %s, rank %llu: encoding its part record: %s",
+                          s->name, (unsigned long long)rank, strerror(-r));
+    }
+    return 0;
+}
+
+/* What rank 0's own plan says a record of that rank must hold; NULL when it agrees. */
+static const char *part_mismatch(const ck_save *s, const ck__part *p)
+{
+    if (strcmp(p->name, s->name) || strcmp(p->token, token_of(s)))
+        return "it belongs to another save (checkpoint name or token)";
+    if (p->world != ck_mesh_world(ck__plan_mesh(s->plan)))
+        return "its world differs";
+    if (p->rank >= p->world)
+        return "its rank is outside the world";
+    if (p->code)
+        return NULL;      /* a failure carries no layout */
+    if (p->file_size != ck__plan_file_size(s->plan, p->rank))
+        return "its file size is not the one the plan gives that rank";
+    if (p->block_size != s->block || p->hashed == s->o.no_hash)
+        return "its block size or hashing differs";
+    if (p->n_hashes != n_hashes(s, p->rank) && s->L.F.file_of[p->rank])
+        return "its hash count is not its file's block count";
+    return NULL;
+}
+
+int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
+{
+    if (!s->shared || !s->prepared)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: adopting a part needs ck_save_share "
+                          "first", s->name);
+    ck__part p;
+    ck_err why = { 0 };
+    int r = ck__part_decode(rec, len, &p, &why);
+    if (r < 0)
+        return ck_err_set(err, r, "checkpoint %s: a part record was refused: %s", s->name,
+                          ck_err_msg(&why));
+    const char *bad = part_mismatch(s, &p);
+    if (bad)
+        return ck_err_set(err, -EBADMSG, "checkpoint %s: the part record of rank %llu was "
+                          "refused: %s", s->name, (unsigned long long)p.rank, bad);
+    if (p.code)
+        return ck_err_set(err, p.code, "checkpoint %s: rank %llu could not write its part: %s",
+                          s->name, (unsigned long long)p.rank, p.msg);
+    if (s->adopted[p.rank])
+        return ck_err_set(err, -EBADMSG, "checkpoint %s: the part record of rank %llu was "
+                          "adopted already", s->name, (unsigned long long)p.rank);
+    s->adopted[p.rank] = true;
+    uint32_t f = s->L.F.file_of[p.rank];
+    if (!f)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    bool mine = s->written[f - 1];       /* written by this process: its hashes are ours */
+    if (!mine && p.n_hashes)
+        memcpy(s->L.F.hashes[f - 1], p.hashes, (size_t)p.n_hashes * CK_HASH_LEN);
+    s->written[f - 1] = true;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
 
 /* What rank 0 tells the group once the pending directory exists (or could not be
  * made). */
 typedef struct group_start {
     int64_t code;
-    char token[16];
+    char token[CK_TOKEN_MAX];
     char msg[CK_ERR_MSG_MAX];
 } group_start;
 
-/* What each rank tells rank 0 when its part is done: the outcome of its write, then
- * its file's block hashes. */
-typedef struct group_part {
-    int64_t code;
-    char msg[CK_ERR_MSG_MAX];
-    uint8_t hashes[];
-} group_part;
+/* ck_group promises lengths in multiples of 8. */
+_Static_assert(sizeof(group_start) % 8 == 0, "the token travels in 8-byte words");
 
-/* ck_group promises lengths in multiples of 8; hashes are CK_HASH_LEN each. */
-_Static_assert(sizeof(group_start) % 8 == 0 && sizeof(group_part) % 8 == 0 &&
-               CK_HASH_LEN % 8 == 0, "group records travel in 8-byte words");
-
-/* Bytes of rank's block hashes, known to every rank from the plan alone. */
-static size_t hash_bytes(const ck_save *s, uint64_t rank)
-{
-    uint32_t block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    return s->o.no_hash ? 0
-         : (size_t)((ck__plan_file_size(s->plan, rank) + block - 1) / block) * CK_HASH_LEN;
-}
-
-/* The records of ck_save_finish_group, made here so that finish cannot fail before
- * its gather and leave the other ranks waiting in it. */
+/* The slots of ck_save_finish_group, made here so that finish cannot fail before its
+ * gather and leave the other ranks waiting in it: every rank's record fits one. */
 static int alloc_parts(ck_save *s, const ck_group *g, ck_err *err)
 {
-    size_t most = 0;
+    uint64_t most = 0;
     for (uint64_t k = 0; k < g->world; k++)
-        most = hash_bytes(s, k) > most ? hash_bytes(s, k) : most;
-    s->part_len = sizeof(group_part) + most;
+        most = n_hashes(s, k) > most ? n_hashes(s, k) : most;
+    s->part_len = (ck__part_max(strlen(s->name), most) + 7) & ~(size_t)7;
     s->part = calloc(1, s->part_len);
     s->parts = g->rank == 0 ? calloc(g->world, s->part_len) : NULL;
     if (!s->part || (g->rank == 0 && !s->parts))
@@ -655,11 +777,9 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
     group_start m = { 0 };
     if (g->rank == 0) {
         ck_err why = { 0 };
-        m.code = prepare_at(s, NULL, &why);
+        m.code = ck_save_share(s, m.token, &why);
         if (m.code)
             snprintf(m.msg, sizeof m.msg, "%s", ck_err_msg(&why));
-        else
-            snprintf(m.token, sizeof m.token, "%s", strrchr(s->pending, '.') + 1);
     }
     int r = g->broadcast(g->arg, &m, sizeof m, err);
     if (r < 0)
@@ -668,60 +788,36 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
     if (m.code)
         return ck_err_set(err, (int)m.code, "checkpoint %s: rank 0 could not prepare the "
                           "save: %s", s->name, m.msg);
-    /* From here on the directory is the group's: no rank but 0, and 0 only once every
-     * part is accounted for, may remove it. */
-    s->shared = true;
-    if (g->rank != 0 && (r = prepare_at(s, m.token, err)) < 0)
+    if (g->rank != 0 && (r = ck_save_join(s, m.token, g->rank, err)) < 0)
         return r;
     return alloc_parts(s, g, err);
-}
-
-/* This rank's record: its outcome and, when it wrote its file, the file's hashes. */
-static void part_record(const ck_save *s, uint64_t rank, const ck_err *outcome,
-                        group_part *p)
-{
-    uint32_t f = s->prepared ? s->L.F.file_of[rank] : 0;
-    p->code = outcome->code;
-    if (!p->code && f && !s->written[f - 1]) {
-        p->code = -EINVAL;
-        snprintf(p->msg, sizeof p->msg, "its file was never written (ck_save_write_rank)");
-    } else if (p->code) {
-        snprintf(p->msg, sizeof p->msg, "%s", ck_err_msg(outcome));
-    } else if (f && hash_bytes(s, rank)) {
-        memcpy(p->hashes, s->L.F.hashes[f - 1], hash_bytes(s, rank));
-    }
-}
-
-/* Rank 0 takes rank's file as written, with the hashes that rank computed. */
-static int adopt(ck_save *s, uint64_t rank, const uint8_t *hashes, ck_err *err)
-{
-    uint32_t f;
-    int r = rank_file(s, rank, &f, err);
-    if (r <= 0)
-        return r;
-    if (hash_bytes(s, rank))
-        memcpy(s->L.F.hashes[f], hashes, hash_bytes(s, rank));
-    pthread_mutex_lock(&s->mu);
-    s->written[f] = true;
-    pthread_mutex_unlock(&s->mu);
-    return 0;
 }
 
 int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err)
 {
     if (!s->part)
         return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare_group first", s->name);
-    part_record(s, g->rank, outcome, s->part);
-    int r = g->gather(g->arg, s->part, s->parts, s->part_len, err);
+    ck__part p;
+    part_of(s, g->rank, outcome, &p);
+    int r = ck__part_encode(&p, s->part);
+    if (r < 0)   /* the gather must happen: a record that says why goes instead */
+        ck__part_encode(&(ck__part){ .rank = g->rank, .code = r }, s->part);
+    r = g->gather(g->arg, s->part, s->parts, s->part_len, err);
     if (r < 0)
         ck_err_set(err, r, "checkpoint %s: rank %llu: gathering the parts to rank 0", s->name,
                    (unsigned long long)g->rank);
     bool gathered = r == 0;
     for (uint64_t k = 0; r == 0 && g->rank == 0 && k < g->world; k++) {
-        const group_part *p = (const group_part *)(s->parts + k * s->part_len);
-        r = p->code ? ck_err_set(err, (int)p->code, "checkpoint %s: rank %llu could not write "
-                                 "its part: %s", s->name, (unsigned long long)k, p->msg)
-                    : adopt(s, k, p->hashes, err);
+        const uint8_t *slot = s->parts + k * s->part_len;
+        size_t len = ck__part_len(slot, s->part_len);
+        r = len <= s->part_len ? ck_save_adopt(s, slot, len, err)
+                               : ck_err_set(err, -EBADMSG, "checkpoint %s: rank %llu's part "
+                                            "record overflows its slot", s->name,
+                                            (unsigned long long)k);
+        if (r == 0 && ck__part_decode(slot, len, &p, NULL) == 0 && p.rank != k)
+            r = ck_err_set(err, -EBADMSG, "checkpoint %s: the gather's slot %llu holds rank "
+                           "%llu's record", s->name, (unsigned long long)k,
+                           (unsigned long long)p.rank);
     }
     if (r == 0 && g->rank == 0)
         return 0;       /* s awaits ck_save_commit */
@@ -753,6 +849,12 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
     for (uint32_t f = 0; r == 0 && f < s->L.F.n; f++)
         if (!s->written[f])
             todo[n++] = f;
+    /* A shared save's other files are other processes': only their records say that
+     * they are durable. */
+    if (r == 0 && s->shared && n)
+        r = ck_err_set(err, -EINVAL, "checkpoint %s: rank %u's part was never adopted (its "
+                       "file is not known to be durable); nothing was published", s->name,
+                       s->L.F.files[todo[0]].rank);
     if (r == 0)
         r = write_files(s, todo, n, err);
     free(todo);
@@ -785,27 +887,3 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
     return r;
 }
 
-int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
-{
-    (void)token;
-    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
-}
-
-int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
-{
-    (void)token, (void)rank;
-    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
-}
-
-int ck_save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
-                 ck_err *err)
-{
-    (void)rank, (void)outcome, (void)rec, (void)len;
-    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
-}
-
-int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
-{
-    (void)rec, (void)len;
-    return ck_err_set(err, -ENOSYS, "checkpoint %s: part records are not implemented yet", s->name);
-}
