@@ -35,7 +35,7 @@ def save(rank, world, root, fsdir, sock, full_path):
     # A committed name is refused on every rank (DCP raises CheckpointException).
     try:
         dcp.save(common.state(*common.build(seed=5)), storage_writer=CkptWriter(root, SAVES[0][0]))
-    except Exception as e:
+    except BaseException as e:    # DCP's CheckpointException is a BaseException
         assert "already committed" in str(e), e
     else:
         raise AssertionError("saving over a committed checkpoint did not fail")
