@@ -100,6 +100,7 @@ int main(void)
     struct { const char *what; uint32_t magic; uint16_t ver, type; uint32_t len; } hf[] = {
         { "oversized", CK_PROTO_MAGIC, CK_PROTO_VERSION, CK_MSG_BEGIN, CK_PROTO_MAX_MSG + 1 },
         { "wrong version", CK_PROTO_MAGIC, CK_PROTO_VERSION + 1, CK_MSG_STATUS, 0 },
+        { "version 1 (a client of before box lists)", CK_PROTO_MAGIC, 1, CK_MSG_STATUS, 0 },
         { "bad magic", 0x12345678, CK_PROTO_VERSION, CK_MSG_STATUS, 0 },
         { "unknown type", CK_PROTO_MAGIC, CK_PROTO_VERSION, 999, 0 },
     };
@@ -160,6 +161,33 @@ int main(void)
     bt.ndim = 1;
     bt.pl[0] = (ck_placement){ .kind = CK_SHARD, .dim = 5 };
     CHECK(begin_refused(d.sock, &b, 16384, true), "S(5) of a 1-D tensor accepted");
+    /* Box lists: overlapping, a writer outside the world, an absurd count. */
+    ck_box two[2] = { { 1, { 0 }, { 3000 } }, { 1, { 2000 }, { 2096 } } };
+    uint64_t wr[2] = { 0, 0 };
+    bt = tensor;
+    bt.pl[0] = (ck_placement){ .kind = CK_BOXES };
+    bt.nboxes = 2, bt.boxes = two, bt.writers = wr;
+    CHECK(begin_refused(d.sock, &b, 16384, true), "overlapping boxes accepted");
+    two[0].len[0] = 2000;
+    wr[1] = 1;
+    CHECK(begin_refused(d.sock, &b, 16384, true), "a box of rank 1 in a world of 1 accepted");
+    wr[1] = 0;
+    two[1].off[0] = 0x0102030405060708ull;      /* a mark to find the count by */
+    ck__proto_start(&w, CK_MSG_BEGIN);
+    ck__proto_put_decl(&w, &b);
+    ck__proto_end(&w);
+    for (size_t at = 4; at + 8 <= w.len; at++)
+        if (w.p[at] == 0x08 && w.p[at + 7] == 0x01 && w.p[at + 1] == 0x07) {
+            size_t count = at - 4 - 3 * 8;       /* box 0 (off, len, writer) before it */
+            w.p[count] = 0xff, w.p[count + 1] = 0xff, w.p[count + 2] = 0xff, w.p[count + 3] = 0x7f;
+            break;
+        }
+    fd = conn(d.sock);
+    mfd = memfd(16384, true);
+    send_raw(fd, w.p, w.len, mfd);
+    close(mfd);
+    CHECK(got_error_then_close(fd), "a box count of 2^31 in a short message: no ERROR");
+    ck__wbuf_free(&w);
     b = good_decl();
     b.rank = 3;
     CHECK(begin_refused(d.sock, &b, 16384, true), "rank 3 of world 1 accepted");

@@ -111,8 +111,9 @@ int ck__proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *
     if (magic != CK_PROTO_MAGIC || zero != 0)
         return ck_err_set(err, -EPROTO, "not a ckptd message (bad magic or header)");
     if (version != CK_PROTO_VERSION)
-        return ck_err_set(err, -EPROTONOSUPPORT, "protocol version %u (this build speaks %u)",
-                          version, CK_PROTO_VERSION);
+        return ck_err_set(err, -EPROTONOSUPPORT, "the peer speaks ckptd protocol version %u, "
+                          "this build %u: run a client and a ckptd of one release", version,
+                          CK_PROTO_VERSION);
     if (*len > CK_PROTO_MAX_MSG)
         return ck_err_set(err, -EMSGSIZE, "message of %u bytes (at most %u)", *len,
                           CK_PROTO_MAX_MSG);
