@@ -128,8 +128,11 @@ class CkptWriter(StorageWriter, AsyncStager):
     # (async_save with the process executor) starts without any.
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("_save", "_client", "_csave", "_keep", "_table", "_staged"):
+        for k in ("_save", "_client", "_csave", "_table"):
             state[k] = None
+        state["_keep"] = []
+        if self._staged is not None:
+            state["_staged"] = _Staged(name=self._staged.name, pending=None)
         state["_unpickled"] = True
         return state
 
@@ -176,7 +179,15 @@ class CkptWriter(StorageWriter, AsyncStager):
     def _connected(self):
         return bool(self.socket or os.environ.get("CKPTD_SOCKET"))
 
+    def _check_staged_here(self):
+        if self._staged is not None and self._unpickled:
+            raise RuntimeError(
+                f"CkptWriter: {self._staged.name} was staged in another process; with "
+                "AsyncCheckpointerType.PROCESS pass async_stager=DefaultStager() to "
+                "dcp.async_save")
+
     def prepare_global_plan(self, plans):
+        self._check_staged_here()
         if self._staged is not None:
             return plans               # stage() planned and staged this save already
         table = self._plan_save(plans)
@@ -294,12 +305,8 @@ class CkptWriter(StorageWriter, AsyncStager):
 
     def write_data(self, plan, planner):
         try:
+            self._check_staged_here()
             if self._staged is not None:
-                if self._unpickled:
-                    raise RuntimeError(
-                        "CkptWriter: this save was staged in another process; with "
-                        "AsyncCheckpointerType.PROCESS pass async_stager=DefaultStager() "
-                        "to dcp.async_save")
                 results = self._write(*self._staged.pending)
             else:
                 results, blobs = self._offer(plan, planner, plan.storage_data)

@@ -121,8 +121,9 @@ static int tensor_item(const ck_tensor *t, void *arg)
     return rc < 0 ? -ENOMEM : 0;
 }
 
-/* [(name, dtype code, shape, n_shards)] in name order. */
-static PyObject *ckpt_tensors(ckpt_obj *self, PyObject *unused)
+/* A list filled by one of the core's walks (tensors, blobs); a callback that fails
+ * leaves its Python exception set and stops the walk. */
+static PyObject *collect(ckpt_obj *self, int (*walk)(ck_ckpt *, PyObject *, ck_err *))
 {
     if (ckpt_open_check(self) < 0)
         return NULL;
@@ -130,12 +131,23 @@ static PyObject *ckpt_tensors(ckpt_obj *self, PyObject *unused)
     if (!list)
         return NULL;
     ck_err err = {0};
-    int rc = ck_tensors_each(self->ck, tensor_item, list, &err);
+    int rc = walk(self->ck, list, &err);
     if (rc < 0) {
         Py_DECREF(list);
         return PyErr_Occurred() ? NULL : ckpy_raise(rc, &err);
     }
     return list;
+}
+
+static int walk_tensors(ck_ckpt *ck, PyObject *list, ck_err *err)
+{
+    return ck_tensors_each(ck, tensor_item, list, err);
+}
+
+/* [(name, dtype code, shape, n_shards)] in name order. */
+static PyObject *ckpt_tensors(ckpt_obj *self, PyObject *unused)
+{
+    return collect(self, walk_tensors);
 }
 
 /* [(offsets, lengths)] of a tensor's saved boxes, in shard order. */
@@ -177,20 +189,14 @@ static int blob_name(const char *name, const void *data, size_t len, void *arg)
     return rc < 0 ? -ENOMEM : 0;
 }
 
+static int walk_blobs(ck_ckpt *ck, PyObject *list, ck_err *err)
+{
+    return ck_blobs_each(ck, blob_name, list, err);
+}
+
 static PyObject *ckpt_blob_names(ckpt_obj *self, PyObject *unused)
 {
-    if (ckpt_open_check(self) < 0)
-        return NULL;
-    PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
-    ck_err err = {0};
-    int rc = ck_blobs_each(self->ck, blob_name, list, &err);
-    if (rc < 0) {
-        Py_DECREF(list);
-        return PyErr_Occurred() ? NULL : ckpy_raise(rc, &err);
-    }
-    return list;
+    return collect(self, walk_blobs);
 }
 
 static PyObject *ckpt_blob(ckpt_obj *self, PyObject *args)

@@ -44,6 +44,19 @@ int ckpy_addr(PyObject *o, void *out);
 int ckpy_box_list(PyObject *boxes, PyObject *writers, uint32_t *n, ck_box **out,
                   uint64_t **wr);
 
+/* declare.c: tensor_boxes(name, dtype, shape, boxes, writers), box(tensor, index,
+ * address), blob(name, bytes) over a handle h (NULL: closed) and its core call. */
+typedef int (*ckpy_tensor_boxes_fn)(void *h, const char *name, ck_dtype dtype, int ndim,
+                                    const uint64_t *shape, uint32_t n, const ck_box *boxes,
+                                    const uint64_t *writers, ck_err *err);
+typedef int (*ckpy_box_fn)(void *h, const char *tensor, uint32_t box, const void *data,
+                           ck_err *err);
+typedef int (*ckpy_blob_fn)(void *h, const char *name, const void *data, size_t len,
+                            ck_err *err);
+PyObject *ckpy_call_tensor_boxes(PyObject *args, void *h, ckpy_tensor_boxes_fn fn);
+PyObject *ckpy_call_box(PyObject *args, void *h, ckpy_box_fn fn);
+PyObject *ckpy_call_blob(PyObject *args, void *h, ckpy_blob_fn fn);
+
 extern PyTypeObject ckpy_ckpt_type;     /* ckpt.c:   libshard._ck.Checkpoint */
 extern PyTypeObject ckpy_client_type;   /* client.c: libshard._ck.Client */
 extern PyTypeObject ckpy_save_type;     /* save.c:   libshard._ck.Save */

@@ -176,57 +176,36 @@ static int csave_live(csave_obj *self)
     return -1;
 }
 
+static int tensor_boxes_fn(void *h, const char *name, ck_dtype dtype, int ndim,
+                           const uint64_t *shape, uint32_t n, const ck_box *boxes,
+                           const uint64_t *writers, ck_err *err)
+{
+    return ck_client_tensor_boxes(h, name, dtype, ndim, shape, n, boxes, writers, err);
+}
+
+static int box_fn(void *h, const char *tensor, uint32_t box, const void *data, ck_err *err)
+{
+    return ck_client_box(h, tensor, box, data, err);
+}
+
+static int blob_fn(void *h, const char *name, const void *data, size_t len, ck_err *err)
+{
+    return ck_client_blob(h, name, data, len, err);
+}
+
 static PyObject *csave_tensor_boxes(csave_obj *self, PyObject *args)
 {
-    const char *name;
-    int dtype;
-    ckpy_u64s shape;
-    PyObject *boxes, *writers;
-    if (!PyArg_ParseTuple(args, "siO&OO", &name, &dtype, ckpy_u64_tuple, &shape, &boxes,
-                          &writers) || csave_live(self) < 0)
-        return NULL;
-    uint32_t n;
-    ck_box *bx;
-    uint64_t *wr;
-    if (ckpy_box_list(boxes, writers, &n, &bx, &wr) < 0)
-        return NULL;
-    ck_err err = {0};
-    int rc = ck_client_tensor_boxes(self->sv, name, (ck_dtype)dtype, shape.n, shape.v, n, bx,
-                                    wr, &err);
-    free(bx);
-    free(wr);
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
+    return ckpy_call_tensor_boxes(args, self->sv, tensor_boxes_fn);
 }
 
 static PyObject *csave_box(csave_obj *self, PyObject *args)
 {
-    const char *name;
-    unsigned int idx;
-    void *data;
-    if (!PyArg_ParseTuple(args, "sIO&", &name, &idx, ckpy_addr, &data) || csave_live(self) < 0)
-        return NULL;
-    ck_err err = {0};
-    int rc = ck_client_box(self->sv, name, idx, data, &err);
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
+    return ckpy_call_box(args, self->sv, box_fn);
 }
 
 static PyObject *csave_blob(csave_obj *self, PyObject *args)
 {
-    const char *name;
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "sy*", &name, &b))
-        return NULL;
-    ck_err err = {0};
-    int rc = csave_live(self) < 0 ? -EINVAL
-                                  : ck_client_blob(self->sv, name, b.buf, (size_t)b.len, &err);
-    PyBuffer_Release(&b);
-    if (rc < 0)
-        return PyErr_Occurred() ? NULL : ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
+    return ckpy_call_blob(args, self->sv, blob_fn);
 }
 
 /* The blocking calls without arguments: save_async, commit, wait. */

@@ -102,42 +102,36 @@ static int live(save_obj *self)
     return -1;
 }
 
+static int tensor_boxes_fn(void *h, const char *name, ck_dtype dtype, int ndim,
+                           const uint64_t *shape, uint32_t n, const ck_box *boxes,
+                           const uint64_t *writers, ck_err *err)
+{
+    return ck_save_tensor_boxes(h, name, dtype, ndim, shape, n, boxes, writers, err);
+}
+
+static int box_fn(void *h, const char *tensor, uint32_t box, const void *data, ck_err *err)
+{
+    return ck_save_box(h, tensor, box, data, err);
+}
+
+static int blob_fn(void *h, const char *name, const void *data, size_t len, ck_err *err)
+{
+    return ck_save_blob(h, name, data, len, err);
+}
+
 static PyObject *save_tensor_boxes(save_obj *self, PyObject *args)
 {
-    const char *name;
-    int dtype;
-    ckpy_u64s shape;
-    PyObject *boxes, *writers;
-    if (!PyArg_ParseTuple(args, "siO&OO", &name, &dtype, ckpy_u64_tuple, &shape, &boxes,
-                          &writers) || live(self) < 0)
-        return NULL;
-    uint32_t n;
-    ck_box *bx;
-    uint64_t *wr;
-    if (ckpy_box_list(boxes, writers, &n, &bx, &wr) < 0)
-        return NULL;
-    ck_err err = {0};
-    int rc = ck_save_tensor_boxes(self->s, name, (ck_dtype)dtype, shape.n, shape.v, n, bx, wr,
-                                  &err);
-    free(bx);
-    free(wr);
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
+    return ckpy_call_tensor_boxes(args, self->s, tensor_boxes_fn);
 }
 
 static PyObject *save_box(save_obj *self, PyObject *args)
 {
-    const char *name;
-    unsigned int idx;
-    void *data;
-    if (!PyArg_ParseTuple(args, "sIO&", &name, &idx, ckpy_addr, &data) || live(self) < 0)
-        return NULL;
-    ck_err err = {0};
-    int rc = ck_save_box(self->s, name, idx, data, &err);
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
+    return ckpy_call_box(args, self->s, box_fn);
+}
+
+static PyObject *save_blob(save_obj *self, PyObject *args)
+{
+    return ckpy_call_blob(args, self->s, blob_fn);
 }
 
 static int file_fill(void *arg, uint64_t off, void *dst, size_t len)
@@ -182,20 +176,6 @@ static PyObject *save_box_from_file(save_obj *self, PyObject *args)
     int rc = ck_save_box_fill(self->s, name, idx, file_fill, f, &err);
     if (rc < 0)
         return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
-}
-
-static PyObject *save_blob(save_obj *self, PyObject *args)
-{
-    const char *name;
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "sy*", &name, &b))
-        return NULL;
-    ck_err err = {0};
-    int rc = live(self) < 0 ? -EINVAL : ck_save_blob(self->s, name, b.buf, (size_t)b.len, &err);
-    PyBuffer_Release(&b);
-    if (rc < 0)
-        return PyErr_Occurred() ? NULL : ckpy_raise(rc, &err);
     Py_RETURN_NONE;
 }
 
