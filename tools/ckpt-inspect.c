@@ -29,10 +29,11 @@ static void usage(FILE *f)
 "Without NAME, lists the checkpoints of ROOT with step, time, bytes and mesh, and\n"
 "reports incomplete saves under ROOT/.pending and directories the catalog misses.\n"
 "With NAME, shows its mesh, format version, bytes and each tensor's dtype, shape and\n"
-"placements.\n"
+"placements (\"boxes\" for a tensor stored as a list of boxes, format 1.1).\n"
 "\n"
-"  --tensor T           also list tensor T's shards: mesh coordinate, offsets,\n"
-"                       lengths and extents (file, file offset, bytes)\n"
+"  --tensor T           also list tensor T's shards (or boxes): the writer's mesh\n"
+"                       coordinate, offsets, lengths and extents (file, file\n"
+"                       offset, bytes)\n"
 "  --blobs              also list the blobs (name, bytes)\n"
 "  --rebuild-catalog    rewrite ROOT/catalog.mdb from the checkpoint directories\n"
 "  --json               machine-readable output\n"
@@ -165,8 +166,9 @@ static int print_shards(ck_ckpt *ck, const ck_tensor *t, json_t *jt)
     const ck_mesh *m = &ck_get_info(ck)->mesh;
     json_t *ja = jt ? json_array() : NULL;
     if (!jt)
-        printf("  shards of %s:\n  %5s  %-12s %-24s %-24s %s\n", t->name, "IDX", "COORD",
-               "OFFSETS", "LENGTHS", "EXTENTS (file @ offset + bytes)");
+        printf("  %s of %s:\n  %5s  %-12s %-24s %-24s %s\n",
+               ck_tensor_is_boxes(t) ? "boxes (each written by the rank at COORD)" : "shards",
+               t->name, "IDX", "COORD", "OFFSETS", "LENGTHS", "EXTENTS (file @ offset + bytes)");
     for (uint32_t i = 0; i < n; i++) {
         uint64_t coord[CK_MAX_MESH_DIMS];
         for (int d = 0; d < m->ndim; d++)
@@ -177,9 +179,11 @@ static int print_shards(ck_ckpt *ck, const ck_tensor *t, json_t *jt)
                 json_array_append_new(je, json_pack("{s:s, s:I, s:I}", "file",
                     ck_file_get(ck, sh[i].ext[x].file)->name, "offset",
                     (json_int_t)sh[i].ext[x].off, "bytes", (json_int_t)sh[i].ext[x].len));
-            json_array_append_new(ja, json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", (int)i,
-                "coord", u64_array(coord, m->ndim), "offsets", u64_array(sh[i].box.off, t->ndim),
-                "lengths", u64_array(sh[i].box.len, t->ndim), "extents", je));
+            json_array_append_new(ja, json_pack("{s:i, s:o, s:I, s:o, s:o, s:o}", "index",
+                (int)i, "coord", u64_array(coord, m->ndim), "rank",
+                (json_int_t)ck_mesh_rank(m, sh[i].coord), "offsets",
+                u64_array(sh[i].box.off, t->ndim), "lengths", u64_array(sh[i].box.len, t->ndim),
+                "extents", je));
             continue;
         }
         char c[64], o[128], l[128];
@@ -218,8 +222,9 @@ static int walk_tensor(const ck_tensor *t, void *arg)
         numel *= t->shape[d];
     uint64_t bytes = numel * ck_dtype_size(t->dtype);
     if (w->json) {
-        json_t *jt = json_pack("{s:s, s:s, s:o, s:s, s:I, s:i}", "name", t->name, "dtype",
+        json_t *jt = json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:i}", "name", t->name, "dtype",
                                ck_dtype_name(t->dtype), "shape", u64_array(t->shape, t->ndim),
+                               "layout", ck_tensor_is_boxes(t) ? "boxes" : "placements",
                                "placements", pl, "bytes", (json_int_t)bytes, "shards",
                                (int)t->n_shards);
         json_array_append_new(w->arr, jt);

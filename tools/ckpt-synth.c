@@ -38,8 +38,13 @@ static void usage(FILE *f)
 "                       mesh dim, R on the others)\n"
 "  --tensors N          number of tensors\n"
 "  --bytes SIZE         total bytes of the full tensors (KiB/MiB/GiB or KB/MB/GB)\n"
-"  --dtype T            f32 (default), bf16, f16, f64, i64, i32, i16, i8, u8, bool\n"
+"  --dtype T            f32 (default), bf16, f16, f64, i64, i32, i16, i8, u8, bool,\n"
+"                       u16, u32, u64, f8e4m3, f8e5m2, c64, c128\n"
 "  --uneven             sizes that do not divide by the shard count; some shards empty\n"
+"  --boxes              store each tensor as a box list (format 1.1): a random tiling\n"
+"                       drawn from the seed, rows cut unevenly (odd tensors also cut\n"
+"                       into 2-D tiles), each box written by a random rank, so some\n"
+"                       ranks write several boxes of a tensor and some none\n"
 "  --seed S             formula seed (default 0)\n"
 "  --step N             training step recorded in the checkpoint (default 0)\n"
 "  --no-hash            do not record SHA-256 block hashes\n"
@@ -58,7 +63,7 @@ typedef struct opts {
     const char *root, *name, *mesh, *dims, *placements, *daemon;
     uint64_t tensors, bytes, seed, step, world;
     ck_dtype dtype;
-    bool uneven, no_hash, json;
+    bool uneven, no_hash, json, boxes;
     uint32_t block_size;
     unsigned hash_threads;
 } opts;
@@ -66,14 +71,14 @@ typedef struct opts {
 static int parse(int argc, char **argv, opts *o)
 {
     enum { O_NAME = 256, O_MESH, O_DIMS, O_PL, O_TENSORS, O_BYTES, O_DTYPE, O_UNEVEN, O_SEED,
-           O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON, O_WORLD, O_DAEMON };
+           O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON, O_WORLD, O_DAEMON, O_BOXES };
     static const struct option lo[] = {
         { "name", 1, 0, O_NAME }, { "mesh", 1, 0, O_MESH }, { "dims", 1, 0, O_DIMS },
         { "placements", 1, 0, O_PL }, { "tensors", 1, 0, O_TENSORS }, { "bytes", 1, 0, O_BYTES },
         { "dtype", 1, 0, O_DTYPE }, { "uneven", 0, 0, O_UNEVEN }, { "seed", 1, 0, O_SEED },
         { "step", 1, 0, O_STEP }, { "no-hash", 0, 0, O_NOHASH }, { "block-size", 1, 0, O_BLOCK },
         { "hash-threads", 1, 0, O_HT }, { "json", 0, 0, O_JSON }, { "world", 1, 0, O_WORLD },
-        { "daemon", 1, 0, O_DAEMON }, { "help", 0, 0, 'h' },
+        { "daemon", 1, 0, O_DAEMON }, { "boxes", 0, 0, O_BOXES }, { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
     *o = (opts){ .dtype = CK_F32 };
@@ -91,6 +96,7 @@ static int parse(int argc, char **argv, opts *o)
         case O_NOHASH: o->no_hash = true; break;
         case O_JSON: o->json = true; break;
         case O_DAEMON: o->daemon = optarg; break;
+        case O_BOXES: o->boxes = true; break;
         case O_WORLD:
         case O_TENSORS:
         case O_SEED:
@@ -150,6 +156,10 @@ static int parse(int argc, char **argv, opts *o)
         tool_error(prog, "%s is required (and non-zero); see --help", miss);
         return -EINVAL;
     }
+    if (o->boxes && o->placements) {
+        tool_error(prog, "--boxes and --placements: a box list has no placements");
+        return -EINVAL;
+    }
     if (o->daemon && !o->world) {
         tool_error(prog, "--daemon needs --world");
         return -EINVAL;
@@ -199,9 +209,68 @@ static void shape_of(const opts *o, uint64_t i, const uint64_t parts[2], uint64_
     shape[1] = cols;
 }
 
+/* ---- --boxes: a random tiling per tensor ---- */
+
+/* The box list of tensor i, a pure function of the seed, the tensor and the world, so
+ * that every rank draws the same one: cuts of the rows (and, for odd tensors, of the
+ * columns) at random points, repeated points giving empty boxes, and a random writer
+ * per box. malloc'd into *boxes and *writers. */
+static int tiling(const opts *o, uint64_t i, const uint64_t shape[2], uint64_t world,
+                  ck_box **boxes, uint64_t **writers, uint32_t *n)
+{
+    uint64_t x = o->seed ^ (i << 40) ^ 0x626f786573ull;        /* "boxes" */
+    uint64_t cuts[2][10], nc[2];
+    for (int d = 0; d < 2; d++) {
+        uint64_t most = d == 0 ? (world + 1 < 8 ? world + 1 : 8) : (i % 2 ? 3 : 1);
+        nc[d] = 1 + ck_splitmix64(x++) % most;
+        cuts[d][0] = 0;
+        cuts[d][nc[d]] = shape[d];
+        for (uint64_t k = 1; k < nc[d]; k++)
+            cuts[d][k] = ck_splitmix64(x++) % (shape[d] + 1);
+        for (uint64_t a = 1; a < nc[d]; a++)        /* insertion sort of the inner cuts */
+            for (uint64_t b = a; b > 1 && cuts[d][b - 1] > cuts[d][b]; b--) {
+                uint64_t t = cuts[d][b];
+                cuts[d][b] = cuts[d][b - 1];
+                cuts[d][b - 1] = t;
+            }
+    }
+    *n = (uint32_t)(nc[0] * nc[1]);
+    *boxes = calloc(*n, sizeof **boxes);
+    *writers = calloc(*n, sizeof **writers);
+    if (!*boxes || !*writers) {
+        free(*boxes);
+        free(*writers);
+        return -ENOMEM;
+    }
+    for (uint64_t r = 0, b = 0; r < nc[0]; r++)
+        for (uint64_t c = 0; c < nc[1]; c++, b++) {
+            (*boxes)[b] = (ck_box){ .ndim = 2, .off = { cuts[0][r], cuts[1][c] },
+                                    .len = { cuts[0][r + 1] - cuts[0][r],
+                                             cuts[1][c + 1] - cuts[1][c] } };
+            (*writers)[b] = ck_splitmix64(x++) % world;
+        }
+    return 0;
+}
+
 /* ---- --world: every rank saves its own part through the client API ---- */
 
+/* One box's generator, listed until the save that reads it is over. */
+typedef struct box_src {
+    ck_synth_src src;
+    struct box_src *next;
+} box_src;
+
+static void box_srcs_free(box_src *b)
+{
+    while (b) {
+        box_src *next = b->next;
+        free(b);
+        b = next;
+    }
+}
+
 typedef struct rank_job {
+    box_src *box_srcs;        /* --boxes: this rank's generators */
     const opts *o;
     const ck_mesh *mesh;
     const ck_placement *pl;
@@ -212,6 +281,37 @@ typedef struct rank_job {
     int rc;
     ck_err err;
 } rank_job;
+
+/* Tensor g->tensor as a box list: every rank declares the whole tiling and gives the
+ * boxes it writes, each from its own generator (kept in j->box_srcs until the save is
+ * staged). */
+static int client_boxes(rank_job *j, ck_client_save *sv, const char *name, const ck_synth_src *g)
+{
+    ck_box *b;
+    uint64_t *w;
+    uint32_t n;
+    int r = tiling(j->o, g->tensor, g->shape, ck_mesh_world(j->mesh), &b, &w, &n);
+    if (r < 0)
+        return ck_err_set(&j->err, r, "tensor %s: out of memory", name);
+    r = ck_client_tensor_boxes(sv, name, j->o->dtype, 2, g->shape, n, b, w, &j->err);
+    for (uint32_t k = 0; k < n && r == 0; k++) {
+        if (w[k] != j->rank)
+            continue;
+        box_src *x = malloc(sizeof *x);
+        if (!x) {
+            r = ck_err_set(&j->err, -ENOMEM, "tensor %s: out of memory", name);
+            break;
+        }
+        x->src = *g;
+        x->src.box = b[k];
+        x->next = j->box_srcs;
+        j->box_srcs = x;
+        r = ck_client_box_fill(sv, name, k, ck_synth_fill, &x->src, &j->err);
+    }
+    free(b);
+    free(w);
+    return r;
+}
 
 /* Declares every tensor, offers this rank's shards straight from the formula, stages
  * them, asks for the commit on rank 0, and waits for the outcome. */
@@ -238,8 +338,12 @@ static int synth_rank(rank_job *j)
         *g = (ck_synth_src){ .seed = o->seed, .tensor = (uint32_t)i,
                              .itemsize = ck_dtype_size(o->dtype), .ndim = 2 };
         shape_of(o, i, j->parts, g->shape);
-        ck_shard_box(2, g->shape, j->mesh, j->pl, coord, &g->box);
         snprintf(name, sizeof name, "t%llu", (unsigned long long)i);
+        if (o->boxes) {
+            r = client_boxes(j, sv, name, g);
+            continue;
+        }
+        ck_shard_box(2, g->shape, j->mesh, j->pl, coord, &g->box);
         r = ck_client_tensor(sv, name, o->dtype, 2, g->shape, j->pl, &j->err);
         if (r == 0)
             r = ck_client_shard_fill(sv, name, ck_synth_fill, g, &j->err);
@@ -254,6 +358,8 @@ static int synth_rank(rank_job *j)
         r = ck_client_wait(sv, &j->err);
     ck_client_save_free(sv);
     free(srcs);
+    box_srcs_free(j->box_srcs);
+    j->box_srcs = NULL;
     return r;
 }
 
@@ -344,6 +450,35 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
     return rc;
 }
 
+/* Tensor i as a box list on a direct save: every box with its generator. */
+static int save_boxes(const opts *o, ck_save *s, const char *name, uint64_t i,
+                      const uint64_t shape[2], uint64_t world, box_src **list, ck_err *err)
+{
+    ck_box *b;
+    uint64_t *w;
+    uint32_t n;
+    int r = tiling(o, i, shape, world, &b, &w, &n);
+    if (r < 0)
+        return r;
+    r = ck_save_tensor_boxes(s, name, o->dtype, 2, shape, n, b, w, err);
+    for (uint32_t k = 0; k < n && r == 0; k++) {
+        box_src *x = malloc(sizeof *x);
+        if (!x) {
+            r = -ENOMEM;
+            break;
+        }
+        x->src = (ck_synth_src){ .seed = o->seed, .tensor = (uint32_t)i,
+                                 .itemsize = ck_dtype_size(o->dtype), .ndim = 2,
+                                 .shape = { shape[0], shape[1] }, .box = b[k] };
+        x->next = *list;
+        *list = x;
+        r = ck_save_box_fill(s, name, k, ck_synth_fill, &x->src, err);
+    }
+    free(b);
+    free(w);
+    return r;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -387,10 +522,15 @@ int main(int argc, char **argv)
     ck_synth_src *srcs = NULL;
     size_t nsrc = 0, cap = 0;
     char name[32];
+    box_src *box_srcs = NULL;
     for (uint64_t i = 0; i < o.tensors && r == 0; i++) {
         uint64_t shape[2];
         shape_of(&o, i, parts, shape);
         snprintf(name, sizeof name, "t%llu", (unsigned long long)i);
+        if (o.boxes) {
+            r = save_boxes(&o, s, name, i, shape, world, &box_srcs, &err);
+            continue;
+        }
         if ((r = ck_save_tensor(s, name, o.dtype, 2, shape, pl, &err)) < 0)
             break;
         for (uint64_t rank = 0; rank < world && r == 0; rank++) {
@@ -416,7 +556,7 @@ int main(int argc, char **argv)
         }
     }
     /* Register fills only after the array stops moving. */
-    for (size_t j = 0, k = 0; r == 0 && k < o.tensors; k++) {
+    for (size_t j = 0, k = 0; r == 0 && !o.boxes && k < o.tensors; k++) {
         snprintf(name, sizeof name, "t%llu", (unsigned long long)k);
         for (uint64_t rank = 0; rank < world && r == 0; rank++) {
             if (!ck_save_writes(s, name, rank))
@@ -428,12 +568,14 @@ int main(int argc, char **argv)
         tool_error(prog, "%s", r == -ENOMEM ? "out of memory" : ck_err_msg(&err));
         ck_save_abort(s);
         free(srcs);
+        box_srcs_free(box_srcs);
         return tool_exit_code(r);
     }
     ck_save_stats st;
     r = ck_save_commit(s, &st, &err);
     tool_progress_done(&prog_line);
     free(srcs);
+    box_srcs_free(box_srcs);
     if (r < 0) {
         tool_error(prog, "%s", ck_err_msg(&err));
         return tool_exit_code(r);

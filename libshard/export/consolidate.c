@@ -40,6 +40,7 @@ typedef struct cctx {
     ck_readers *readers;     /* fills run on the writer's workers, each with its own */
     pthread_mutex_t err_mu;
     ck_err fill_err;         /* the first fill error, under err_mu */
+    ck_err *err;             /* the caller's, for select_tensor's refusals */
 } cctx;
 
 typedef struct out_file {
@@ -64,9 +65,16 @@ static int select_tensor(const ck_tensor *t, void *arg)
         return 0;
     if (ck__grow(&c->all, &c->capall, c->nall + 1, sizeof *c->all) < 0)
         return -ENOMEM;
+    if (!ck_st_dtype_name(t->dtype))
+        return ck_err_set(c->err, -EINVAL, "tensor %s: dtype %s has no safetensors name; "
+                          "leave it out with --filter", t->name, ck_dtype_name(t->dtype));
     ck_st_tensor *s = &c->all[c->nall++];
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", t->name);
+    size_t klen;
+    if (ck_key_decode(t->name, s->key, sizeof s->key, &klen) < 0 || strlen(s->key) != klen)
+        return ck_err_set(c->err, -EINVAL, "tensor %s: its name has a malformed escape or "
+                          "decodes to a NUL byte, which a safetensors key cannot hold", t->name);
     s->dtype = out_dtype(c->o, t->dtype);
     s->ndim = t->ndim;
     memcpy(s->shape, t->shape, sizeof s->shape);
@@ -162,7 +170,7 @@ static int write_index(const ck_consolidate_opts *o, out_file *F, size_t nf, uin
     json_t *map = json_object();
     for (size_t i = 0; i < nf; i++)
         for (size_t k = 0; k < F[i].n; k++)
-            json_object_set_new(map, F[i].t[k].name, json_string(F[i].name));
+            json_object_set_new(map, F[i].t[k].key, json_string(F[i].name));
     json_t *j = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
                           "weight_map", map);
     char path[PATH_MAX], tmp[PATH_MAX + 8];
@@ -215,7 +223,7 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         return ck_err_set(err, -EINVAL, "consolidate: --dtype converts to f32 or bf16 only");
     if (mkdir(o->dir, 0755) < 0 && errno != EEXIST)
         return ck_err_set(err, -errno, "%s: mkdir: %s", o->dir, strerror(errno));
-    cctx c = { .ck = ck, .o = o, .err_mu = PTHREAD_MUTEX_INITIALIZER };
+    cctx c = { .ck = ck, .o = o, .err_mu = PTHREAD_MUTEX_INITIALIZER, .err = err };
     out_file *F = NULL;
     ck__hashpool *pool = NULL;
     ck__wfile *wf = NULL;

@@ -17,7 +17,8 @@
 static const struct { ck_dtype dt; const char *name; } st_names[] = {
     { CK_F32, "F32" }, { CK_BF16, "BF16" }, { CK_F16, "F16" }, { CK_F64, "F64" },
     { CK_I64, "I64" }, { CK_I32, "I32" }, { CK_I16, "I16" }, { CK_I8, "I8" },
-    { CK_U8, "U8" }, { CK_BOOL, "BOOL" },
+    { CK_U8, "U8" }, { CK_BOOL, "BOOL" }, { CK_U16, "U16" }, { CK_U32, "U32" },
+    { CK_U64, "U64" }, { CK_F8E4M3, "F8_E4M3" }, { CK_F8E5M2, "F8_E5M2" },
 };
 
 const char *ck_st_dtype_name(ck_dtype dtype)
@@ -66,9 +67,14 @@ int ck_st_layout(ck_st_tensor *t, size_t n, char **head, size_t *head_len, ck_er
             json_array_append_new(shape, json_integer((json_int_t)t[i].shape[d]));
         t[i].begin = off;
         t[i].end = off += st_bytes(&t[i]);
-        json_object_set_new(h, t[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype",
-                            ck_st_dtype_name(t[i].dtype), "shape", shape, "data_offsets",
-                            (json_int_t)t[i].begin, (json_int_t)t[i].end));
+        /* jansson refuses a key that is not UTF-8: a decoded name may not be. */
+        if (json_object_set_new(h, t[i].key, json_pack("{s:s, s:o, s:[I, I]}", "dtype",
+                                ck_st_dtype_name(t[i].dtype), "shape", shape, "data_offsets",
+                                (json_int_t)t[i].begin, (json_int_t)t[i].end)) < 0) {
+            json_decref(h);
+            return ck_err_set(err, -EINVAL, "tensor %s: its key is not UTF-8, which a "
+                              "safetensors header must be", t[i].name);
+        }
     }
     /* Sorted keys: the same tensors always give the same bytes. */
     char *js = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
@@ -198,6 +204,7 @@ int ck_st_open(const char *path, ck_st_file *out, ck_err *err)
             goto out;
         }
         snprintf(t->name, sizeof t->name, "%s", key);
+        snprintf(t->key, sizeof t->key, "%s", key);
         out->n++;
     }
     qsort(out->t, out->n, sizeof *out->t, by_begin);

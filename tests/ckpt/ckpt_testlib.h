@@ -76,7 +76,7 @@ static inline void tl_elem(uint64_t seed, uint32_t tensor, size_t itemsize, uint
 {
     uint64_t v = ck_synth_elem(seed, tensor, k);
     for (size_t i = 0; i < itemsize; i++)
-        out[i] = (uint8_t)(v >> (8 * i));
+        out[i] = (uint8_t)(v >> (8 * (i % 8)));
 }
 
 /* The row-major bytes of box b of a tensor of the given shape, from the formula. */

@@ -17,6 +17,11 @@
  *   overlap-box      TENSOR's shard 1 moved to start half-way into shard 0 (dim 0)
  *   overlap-extent   an extent of one shard moved onto an extent of another shard in
  *                    the same data file (still inside the file)
+ *   box-dup          (a box list) the record of TENSOR's second non-empty box := its
+ *                    first's, extents and all: two boxes overlap, one part is a gap
+ *   box-gap          (a box list) the last row of TENSOR's first box of two or more
+ *                    rows dropped, with its bytes: the boxes leave a gap
+ *   box-count        tensors/TENSOR's shard count := 2^31 - 1
  *
  * On success it prints, on stdout, one line of key=value facts about what it changed
  * (tensor=, shard=, record=, file=, ...) so the test can check that the tools' messages
@@ -24,6 +29,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,8 +112,10 @@ typedef struct tinfo {
     int ndim;
     uint64_t shape[CK_MAX_NDIM];
     uint32_t n_shards;
+    int dtype;
     size_t id_pos;          /* byte offsets in the value */
     size_t dtype_pos;
+    size_t n_shards_pos;
 } tinfo;
 
 static tinfo tensor_info(const char *name)
@@ -120,7 +128,7 @@ static tinfo tensor_info(const char *name)
     t.id_pos = b.pos;
     t.id = ck__get_u32(&b);
     t.dtype_pos = b.pos;
-    ck__get_u8(&b);
+    t.dtype = ck__get_u8(&b);
     t.ndim = ck__get_u8(&b);
     if (t.ndim > CK_MAX_NDIM)
         die("tensors/%s: ndim %d", name, t.ndim);
@@ -129,6 +137,7 @@ static tinfo tensor_info(const char *name)
     int mnd = ck__get_u8(&b);
     for (int d = 0; d < mnd; d++)
         ck__get_u8(&b), ck__get_u8(&b);
+    t.n_shards_pos = b.pos;
     t.n_shards = ck__get_u32(&b);
     if (!ck__rbuf_done(&b))
         die("tensors/%s does not decode (already corrupt?)", name);
@@ -347,6 +356,57 @@ static void m_overlap_box(const char *tensor)
            (unsigned long long)to);
 }
 
+static void m_box_dup(const char *tensor)
+{
+    tinfo t = tensor_info(tensor);
+    uint32_t a = UINT32_MAX;
+    for (uint32_t i = 0; i < t.n_shards; i++) {
+        sinfo s = shard_info(t.id, i);
+        bool full = s.n_ext > 0;
+        if (full && a == UINT32_MAX) {
+            a = i;
+        } else if (full) {
+            sinfo sa = shard_info(t.id, a);
+            free(s.r.p);
+            s.r = sa.r;                       /* b's key, a's value */
+            shard_put(&s);
+            printf("tensor=%s shard_a=%u shard_b=%u\n", tensor, a, i);
+            return;
+        }
+        free(s.r.p);
+    }
+    die("tensor %s has fewer than two non-empty boxes", tensor);
+}
+
+static void m_box_gap(const char *tensor)
+{
+    tinfo t = tensor_info(tensor);
+    for (uint32_t i = 0; i < t.n_shards; i++) {
+        sinfo s = shard_info(t.id, i);
+        if (s.n_ext == 1 && s.ndim > 0 && s.len[0] >= 2) {
+            uint64_t row = ck_dtype_size(t.dtype);
+            for (int d = 1; d < s.ndim; d++)
+                row *= s.len[d];
+            wr_le(s.r.p + s.box_pos + 8, s.len[0] - 1, 8);
+            set_ext_len(&s, 0, ext_len(&s, 0) - row);
+            shard_put(&s);
+            printf("tensor=%s shard=%u\n", tensor, i);
+            return;
+        }
+        free(s.r.p);
+    }
+    die("tensor %s has no box of one extent and two rows", tensor);
+}
+
+static void m_box_count(const char *tensor)
+{
+    tinfo t = tensor_info(tensor);
+    rec r = get(db_tensors, tensor, strlen(tensor), tensor);
+    wr_le(r.p + t.n_shards_pos, 0x7fffffff, 4);
+    put(db_tensors, tensor, strlen(tensor), &r, tensor);
+    printf("tensor=%s count=2147483647\n", tensor);
+}
+
 /* Every extent of every shard, to find two in one file. */
 typedef struct xref {
     uint32_t tensor, idx, ext, file;
@@ -417,7 +477,7 @@ int main(int argc, char **argv)
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: mf-corrupt MANIFEST version|dtype|extent-past-eof|"
                 "extent-overflow|file-size-absurd|file-size-huge|box-outside|dup-id|overlap-box|"
-                "overlap-extent [TENSOR [OTHER]]\n");
+                "overlap-extent|box-dup|box-gap|box-count [TENSOR [OTHER]]\n");
         return 2;
     }
     mpath = argv[1];
@@ -452,6 +512,12 @@ int main(int argc, char **argv)
         m_overlap_box(tensor);
     else if (!strcmp(how, "overlap-extent"))
         m_overlap_extent();
+    else if (!strcmp(how, "box-dup"))
+        m_box_dup(tensor);
+    else if (!strcmp(how, "box-gap"))
+        m_box_gap(tensor);
+    else if (!strcmp(how, "box-count"))
+        m_box_count(tensor);
     else
         die("unknown mutation '%s'", how);
 

@@ -1,8 +1,8 @@
 /* One save, three processes, no collectives: DCP's flow. Rank 0 shares the save and
  * hands the token to two forked ranks through pipes (as DCP's coordinator would);
  * each rank declares the same box lists, writes its own file and sends back its part
- * record; rank 0 adopts them and commits. The checkpoint deep-verifies and holds the
- * formula. Then what must not commit: a record with a flipped byte, a record forged
+ * record; rank 0 adopts them, adds a blob another rank produced, and commits. The
+ * checkpoint deep-verifies and holds the formula and the blob. Then what must not commit: a record with a flipped byte, a record forged
  * with a valid digest (file size changed, at the offset docs/FORMAT.md gives), a
  * record of another save, one adopted twice, a truncated one, a rank that reports a
  * failure, and a rank whose record never arrives: each is refused naming the rank,
@@ -210,8 +210,20 @@ int main(void)
               ck_err_msg(&err));
     CHECK(ck_save_adopt(R.s, R.rec[1], R.len[1], &err) < 0 &&
           strstr(ck_err_msg(&err), "adopted already"), "adopting twice: '%s'", ck_err_msg(&err));
+    /* A blob another rank produced, carried by the caller: rank 0 adds it late. */
+    static const char blob[] = "param_groups of rank 2";
+    REQUIRE(ck_save_blob(R.s, "optim.param%5Fgroups", blob, sizeof blob, &err) == 0, "%s",
+            ck_err_msg(&err));
     REQUIRE(ck_save_commit(R.s, NULL, &err) == 0, "%s", ck_err_msg(&err));
     CHECK(tl_verify_deep(root, "good", seed) == 0, "the part-record save does not verify");
+    ck_ckpt *ck;
+    void *got = NULL;
+    size_t glen = 0;
+    REQUIRE(ck_open(root, "good", &ck, &err) == 0, "%s", ck_err_msg(&err));
+    CHECK(ck_blob_get(ck, "optim.param%5Fgroups", &got, &glen, &err) == 0 &&
+          glen == sizeof blob && !memcmp(got, blob, glen), "the late blob: %s", ck_err_msg(&err));
+    free(got);
+    ck_close(ck);
     run_free(&R);
 
     run_save(root, "flipped", -1, &R);

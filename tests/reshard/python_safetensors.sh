@@ -15,7 +15,10 @@ trap 'rm -rf "$root"' EXIT
     >/dev/null || exit 1
 "$CKPT_SYNTH" "$root" --name h --mesh 3 --tensors 2 --bytes 1MiB --dtype bf16 --seed 12 \
     >/dev/null || exit 1
+"$CKPT_SYNTH" "$root" --name u --mesh 4 --tensors 3 --bytes 1MiB --dtype u16 --boxes --uneven \
+    --seed 13 >/dev/null || exit 1
 "$CKPT_CONSOLIDATE" "$root" src -o "$root/single" >/dev/null || exit 1
+"$CKPT_CONSOLIDATE" "$root" u -o "$root/u" >/dev/null || exit 1
 "$CKPT_CONSOLIDATE" "$root" src -o "$root/sharded" --max-shard-size 700KB >/dev/null || exit 1
 "$CKPT_CONSOLIDATE" "$root" h -o "$root/h" >/dev/null || exit 1
 "$venv/bin/python" - "$root" <<'PY'
@@ -67,5 +70,9 @@ for name, v in hdr.items():
     assert v["dtype"] == "BF16"
     b, e = v["data_offsets"]
     check({name: np.frombuffer(data[b:e], dtype=np.uint16)}, 12, 2)
+# A box-list checkpoint of a 1.1 dtype: U16 in the header, the formula's bytes.
+u = load_file(os.path.join(root, "u", "model.safetensors"))
+assert sorted(u) == ["t0", "t1", "t2"] and all(a.dtype == np.uint16 for a in u.values())
+check(u, 13, 2)
 print("python safetensors: ok")
 PY

@@ -635,9 +635,10 @@ void ck_client_save_free(ck_client_save *sv)
     free(sv);
 }
 
-int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
-                   ck_err *err)
+/* Opens checkpoint name's tensor for one read: fn(rd, arg, err) does it. */
+static int with_reader(ck_client *cl, const char *name, const char *tensor,
+                       int (*fn)(ck_reader *rd, const char *name, const void *arg, ck_err *err),
+                       const void *arg, ck_err *err)
 {
     ck_ckpt *ck;
     int r = ck_open(cl->root, name, &ck, err);
@@ -646,57 +647,76 @@ int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck
     ck_reader *rd;
     r = ck_reader_open(ck, tensor, &rd, err);
     if (r == 0) {
-        const ck_tensor *t = ck_reader_tensor(rd);
-        r = ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), mesh, pl, err);
-        if (r == 0 && rank >= ck_mesh_world(mesh))
-            r = ck_err_set(err, -EINVAL, "tensor %s: rank %llu is outside the target mesh",
-                           t->name, (unsigned long long)rank);
-        if (r == 0) {
-            uint32_t coord[CK_MAX_MESH_DIMS];
-            ck_box box;
-            ck_mesh_coord(mesh, rank, coord);
-            ck_shard_box(t->ndim, t->shape, mesh, pl, coord, &box);
-            uint64_t need = ck_box_numel(&box) * ck_dtype_size(t->dtype);
-            if (need != dst_len)
-                r = ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: rank %llu's part on "
-                               "the target mesh is %llu bytes, the buffer %zu", name, t->name,
-                               (unsigned long long)rank, (unsigned long long)need, dst_len);
-        }
-        if (r == 0)
-            r = ck_reader_read_shard(rd, mesh, pl, rank, dst, err);
+        r = fn(rd, name, arg, err);
         ck_reader_close(rd);
     }
     ck_close(ck);
     return r;
 }
 
+typedef struct load_req {
+    const ck_mesh *mesh;
+    const ck_placement *pl;
+    uint64_t rank;
+    const ck_box *box;          /* NULL: rank's part on mesh */
+    void *dst;
+    size_t dst_len;
+} load_req;
+
+static int load_part(ck_reader *rd, const char *name, const void *arg, ck_err *err)
+{
+    const load_req *q = arg;
+    const ck_tensor *t = ck_reader_tensor(rd);
+    int r = ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), q->mesh, q->pl,
+                            err);
+    if (r == 0 && q->rank >= ck_mesh_world(q->mesh))
+        r = ck_err_set(err, -EINVAL, "tensor %s: rank %llu is outside the target mesh",
+                       t->name, (unsigned long long)q->rank);
+    if (r < 0)
+        return r;
+    uint32_t coord[CK_MAX_MESH_DIMS];
+    ck_box box;
+    ck_mesh_coord(q->mesh, q->rank, coord);
+    ck_shard_box(t->ndim, t->shape, q->mesh, q->pl, coord, &box);
+    uint64_t need = ck_box_numel(&box) * ck_dtype_size(t->dtype);
+    if (need != q->dst_len)
+        return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: rank %llu's part on the "
+                          "target mesh is %llu bytes, the buffer %zu", name, t->name,
+                          (unsigned long long)q->rank, (unsigned long long)need, q->dst_len);
+    return ck_reader_read_shard(rd, q->mesh, q->pl, q->rank, q->dst, err);
+}
+
+int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
+                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
+                   ck_err *err)
+{
+    load_req q = { .mesh = mesh, .pl = pl, .rank = rank, .dst = dst, .dst_len = dst_len };
+    return with_reader(cl, name, tensor, load_part, &q, err);
+}
+
+static int load_box(ck_reader *rd, const char *name, const void *arg, ck_err *err)
+{
+    const load_req *q = arg;
+    const ck_tensor *t = ck_reader_tensor(rd);
+    const ck_box *box = q->box;
+    bool ok = box->ndim == t->ndim;
+    for (int d = 0; ok && d < t->ndim; d++)
+        ok = box->off[d] <= t->shape[d] && box->len[d] <= t->shape[d] - box->off[d];
+    if (!ok)
+        return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for lies "
+                          "outside its shape or has %d dims (the tensor %d)", name, t->name,
+                          box->ndim, t->ndim);
+    uint64_t need = ck_box_numel(box) * ck_dtype_size(t->dtype);
+    if (need != q->dst_len)
+        return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for is %llu "
+                          "bytes, the buffer %zu", name, t->name, (unsigned long long)need,
+                          q->dst_len);
+    return need ? ck_reader_read(rd, box, 0, need, q->dst, err) : 0;
+}
+
 int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
                        void *dst, size_t dst_len, ck_err *err)
 {
-    ck_ckpt *ck;
-    int r = ck_open(cl->root, name, &ck, err);
-    if (r < 0)
-        return r;
-    ck_reader *rd;
-    r = ck_reader_open(ck, tensor, &rd, err);
-    if (r == 0) {
-        const ck_tensor *t = ck_reader_tensor(rd);
-        bool ok = box->ndim == t->ndim;
-        for (int d = 0; ok && d < t->ndim; d++)
-            ok = box->off[d] <= t->shape[d] && box->len[d] <= t->shape[d] - box->off[d];
-        uint64_t need = ok ? ck_box_numel(box) * ck_dtype_size(t->dtype) : 0;
-        if (!ok)
-            r = ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for lies "
-                           "outside its shape or has %d dims (the tensor %d)", name, t->name,
-                           box->ndim, t->ndim);
-        else if (need != dst_len)
-            r = ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for is %llu "
-                           "bytes, the buffer %zu", name, t->name, (unsigned long long)need,
-                           dst_len);
-        else if (need)
-            r = ck_reader_read(rd, box, 0, need, dst, err);
-        ck_reader_close(rd);
-    }
-    ck_close(ck);
-    return r;
+    load_req q = { .box = box, .dst = dst, .dst_len = dst_len };
+    return with_reader(cl, name, tensor, load_box, &q, err);
 }

@@ -34,11 +34,13 @@ int ck_synth_fill(void *arg, uint64_t off, void *dst, size_t len)
             for (uint64_t j = 0; j < n; j++) {
                 uint64_t v = ck_synth_elem(s->seed, s->tensor, k + j);
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-                memcpy(out + j * is, &v, is);
-#else
-                for (size_t x = 0; x < is; x++)
-                    out[j * is + x] = (uint8_t)(v >> (8 * x));
+                if (is <= 8) {
+                    memcpy(out + j * is, &v, is);
+                    continue;
+                }
 #endif
+                for (size_t x = 0; x < is; x++)
+                    out[j * is + x] = (uint8_t)(v >> (8 * (x % 8)));
             }
             out += n * is;
             len -= n * is;
@@ -48,9 +50,9 @@ int ck_synth_fill(void *arg, uint64_t off, void *dst, size_t len)
             k += n - 1;
         } else {
             uint64_t v = ck_synth_elem(s->seed, s->tensor, k);
-            uint8_t bytes[8];
-            for (size_t i = 0; i < 8; i++)
-                bytes[i] = (uint8_t)(v >> (8 * i));
+            uint8_t bytes[16];
+            for (size_t i = 0; i < sizeof bytes; i++)
+                bytes[i] = (uint8_t)(v >> (8 * (i % 8)));
             size_t n = is - skip < len ? is - skip : len;
             memcpy(out, bytes + skip, n);
             out += n;

@@ -312,7 +312,9 @@ int ck_placements_format(const ck_placement *p, int mesh_ndim, char *buf, size_t
     size_t pos = 0;
     if (len > 0)
         buf[0] = '\0';
-    for (int d = 0; d < mesh_ndim; d++) {
+    if (mesh_ndim > 0 && p[0].kind == CK_BOXES)   /* a box list has no placements */
+        fmt_append(buf, len, &pos, "boxes");
+    for (int d = 0; d < mesh_ndim && p[0].kind != CK_BOXES; d++) {
         const char *sep = d ? "," : "";
         if (p[d].kind == CK_SHARD)
             fmt_append(buf, len, &pos, "%sS(%u)", sep, (unsigned)p[d].dim);

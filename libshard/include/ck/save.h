@@ -168,7 +168,9 @@ int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, c
  * written by this process nor adopted, naming that rank, and then removes the pending
  * directory: rank 0 calls it once every rank has stopped writing (DCP's finish). A
  * shared save's ck_save_abort never removes anything; what a dead save leaves is
- * .pending debris for recovery. */
+ * .pending debris for recovery. Blobs live in the manifest, which rank 0 writes: rank
+ * 0 may add them (ck_save_blob) until it commits, also those another rank produced and
+ * the caller carried over (DCP's BYTE_IO items written on other ranks). */
 #define CK_TOKEN_MAX 16           /* a save token with its NUL */
 /* Rank 0: fixes the layout, creates the pending directory under a fresh token and
  * writes the token (12 hex digits) into token. */

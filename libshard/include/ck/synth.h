@@ -1,7 +1,8 @@
 /* ck/synth.h - the synthetic checkpoint formula, shared by ckpt-synth and the tests.
  *
  * Element k (row-major index into the full tensor) of tensor i holds the low itemsize
- * bytes, little-endian, of splitmix64(seed ^ ((uint64)i << 40) ^ k). Anyone can
+ * bytes, little-endian, of splitmix64(seed ^ ((uint64)i << 40) ^ k); an element wider
+ * than 8 bytes (c128) holds those 8 bytes twice (byte x is byte x mod 8). Anyone can
  * recompute any byte of a synthetic checkpoint, an export or a reshard from it.
  */
 #ifndef CK_SYNTH_H

@@ -71,7 +71,7 @@ typedef struct ck_placement {
  * against tensor_ndim when tensor_ndim >= 0. */
 int ck_placements_parse(const char *s, int mesh_ndim, int tensor_ndim,
                         ck_placement *out, ck_err *err);
-/* Writes "R,S(0)" into buf. */
+/* Writes "R,S(0)" into buf ("boxes" for a box list's CK_BOXES). */
 int ck_placements_format(const ck_placement *p, int mesh_ndim, char *buf, size_t len);
 /* The default placement of ckpt-synth and of FSDP: S(0) on the last mesh dim, R
  * on the others. */

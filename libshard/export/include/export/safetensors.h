@@ -28,7 +28,8 @@ int ck_st_dtype_parse(const char *s, ck_dtype *out);
 
 /* One tensor of a safetensors file. */
 typedef struct ck_st_tensor {
-    char name[CK_NAME_MAX];
+    char name[CK_NAME_MAX];  /* the checkpoint's tensor name */
+    char key[CK_NAME_MAX];   /* its key in the file: name with its %XX escapes undone */
     ck_dtype dtype;
     int ndim;
     uint64_t shape[CK_MAX_NDIM];
