@@ -160,9 +160,15 @@ static PyObject *ckpt_boxes(ckpt_obj *self, PyObject *args)
     ck_tensor t;
     ck_shard *sh = NULL;
     uint32_t n = 0;
-    int rc = ck_tensor_get(self->ck, name, &t, &err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    rc = self->ck ? ck_tensor_get(self->ck, name, &t, &err)
+                  : ck_err_set(&err, -EBADF, "checkpoint closed");
     if (rc == 0)
         rc = ck_shards_get(self->ck, &t, &sh, &n, &err);
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
     if (rc < 0)
         return ckpy_raise(rc, &err);
     PyObject *list = PyList_New(n);
@@ -207,7 +213,13 @@ static PyObject *ckpt_blob(ckpt_obj *self, PyObject *args)
     ck_err err = {0};
     void *data = NULL;
     size_t len = 0;
-    int rc = ck_blob_get(self->ck, name, &data, &len, &err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    rc = self->ck ? ck_blob_get(self->ck, name, &data, &len, &err)
+                  : ck_err_set(&err, -EBADF, "checkpoint closed");
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
     if (rc < 0)
         return ckpy_raise(rc, &err);
     PyObject *b = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);

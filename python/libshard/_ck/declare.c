@@ -1,6 +1,7 @@
 /* declare.c - the calls that Save (embedded engine) and ClientSave (ckptd or embedded
  * client) share: declaring a box-list tensor, offering a box, adding a blob. Each type
- * passes its handle and an adapter to its core function; the parsing is here once. */
+ * passes its handle and an adapter to its core function; the parsing is here once.
+ * The calls run without the GIL: through ckptd a declaration may wait on the socket. */
 #include "ckpy.h"
 
 #include <stdlib.h>
@@ -28,7 +29,10 @@ PyObject *ckpy_call_tensor_boxes(PyObject *args, void *h, ckpy_tensor_boxes_fn f
     if (ckpy_box_list(boxes, writers, &n, &bx, &wr) < 0)
         return NULL;
     ck_err err = {0};
-    int rc = fn(h, name, (ck_dtype)dtype, shape.n, shape.v, n, bx, wr, &err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(h, name, (ck_dtype)dtype, shape.n, shape.v, n, bx, wr, &err);
+    Py_END_ALLOW_THREADS
     free(bx);
     free(wr);
     if (rc < 0)
@@ -46,7 +50,10 @@ PyObject *ckpy_call_box(PyObject *args, void *h, ckpy_box_fn fn)
     if (!h)
         return closed();
     ck_err err = {0};
-    int rc = fn(h, name, idx, data, &err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(h, name, idx, data, &err);
+    Py_END_ALLOW_THREADS
     if (rc < 0)
         return ckpy_raise(rc, &err);
     Py_RETURN_NONE;
@@ -63,7 +70,10 @@ PyObject *ckpy_call_blob(PyObject *args, void *h, ckpy_blob_fn fn)
         return closed();
     }
     ck_err err = {0};
-    int rc = fn(h, name, b.buf, (size_t)b.len, &err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(h, name, b.buf, (size_t)b.len, &err);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&b);
     if (rc < 0)
         return ckpy_raise(rc, &err);
