@@ -2,7 +2,8 @@
  * 3-D, some empty, shuffled) it accepts; after one random change (a tile grown,
  * shrunk, moved, duplicated, dropped, pushed outside) it accepts exactly when every
  * element is still covered once and every box lies inside, as a per-element count
- * says; a refusal names the tensor. */
+ * says; a refusal names the tensor. Counts past the limit and element counts that
+ * overflow are refused before any box is read. */
 #include <stdlib.h>
 
 #include "ck/error.h"
@@ -114,5 +115,11 @@ int main(void)
     ck_err err = { 0 };
     LT_CHECK(ck_boxes_check("w", 1, &four, CK_MAX_BOXES + 1, &one, &err) == -E2BIG,
              "a count past CK_MAX_BOXES was not refused before reading the list");
+    uint64_t huge[3] = { 1ull << 40, 1ull << 40, 0 };
+    ck_box none[1] = { { .ndim = 3 } };
+    LT_CHECK(ck_boxes_check("w", 3, huge, 0, none, &err) == 0,
+             "an empty tensor of huge dims: no boxes needed: %s", ck_err_msg(&err));
+    LT_CHECK(ck_boxes_check("w", 2, huge, 1, none, &err) == -EINVAL &&
+             strstr(ck_err_msg(&err), "overflows"), "2^80 elements: '%s'", ck_err_msg(&err));
     return 0;
 }

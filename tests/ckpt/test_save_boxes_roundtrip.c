@@ -224,6 +224,22 @@ int main(void)
         for (size_t k = 0; k < sizeof targets / sizeof targets[0]; k++)
             load_onto(ck, i, targets[k].mesh, targets[k].pl, &rng);
     ck_close(ck);
+
+    /* A 0-D box list declared with no shape array at all, as a binding may pass it. */
+    ck_save *s;
+    ck_box scalar = { .ndim = 0 };
+    uint64_t w3 = 3, value = 0x1122334455667788ull, back = 0;
+    REQUIRE(ck_save_begin(&s, root, "scalar", 1, &mesh4, NULL, &err) == 0 &&
+            ck_save_tensor_boxes(s, "step", CK_I64, 0, NULL, 1, &scalar, &w3, &err) == 0 &&
+            ck_save_box(s, "step", 0, &value, &err) == 0 &&
+            ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_reader *rd;
+    REQUIRE(ck_open(root, "scalar", &ck, &err) == 0 && ck_reader_open(ck, "step", &rd, &err) == 0,
+            "%s", ck_err_msg(&err));
+    CHECK(ck_reader_read(rd, &scalar, 0, 8, &back, &err) == 0 && back == value,
+          "the 0-D box reads back %llx: %s", (unsigned long long)back, ck_err_msg(&err));
+    ck_reader_close(rd);
+    ck_close(ck);
     misuse(root);
     tl_rmtree(root);
     return tl_failures ? 1 : 0;

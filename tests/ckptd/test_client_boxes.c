@@ -5,8 +5,9 @@
  * checkpoint deep-verifies with the formula's bytes, loads as random boxes
  * (ck_client_load_box) and onto a mesh of 3, and both modes commit the same thing. A
  * rank that declares other boxes than the ranks before it is refused naming the
- * tensor; a box of another rank, a box that does not exist and a list that does not
- * tile are refused by the client before anything is sent. */
+ * tensor; a box of another rank, a box that does not exist, a list that does not tile
+ * and (connected) a declaration over ckptd's message limit are refused by the client
+ * before anything is sent. */
 #include "kc_testlib.h"
 
 #define W 4
@@ -97,6 +98,35 @@ static void misuse(ck_client *cl, const ck_mesh *mesh, const char *mode)
     CHECK(ck_client_save_async(sv, &err) < 0 && strstr(ck_err_msg(&err), "box 0"),
           "%s: save_async without box 0: '%s'", mode, ck_err_msg(&err));
     ck_client_save_free(sv);
+}
+
+/* Connected: a declaration larger than ckptd's message limit (130000 boxes of an 8-D
+ * tensor, 136 bytes each on the wire) is refused by the client before it is sent. */
+static void too_big(ck_client *cl, const ck_mesh *mesh)
+{
+    enum { N = 130000 };
+    uint64_t shape[8] = { N, 1, 1, 1, 1, 1, 1, 1 };
+    ck_box *b = calloc(N, sizeof *b);
+    uint64_t *w = calloc(N, sizeof *w);
+    uint8_t *one = calloc(N, 1);
+    REQUIRE(b && w && one, "oom");
+    ck_err err = { 0 };
+    ck_client_save *sv;
+    REQUIRE(ck_client_begin(cl, &sv, "big", 1, mesh, 0, W, &err) == 0, "%s", ck_err_msg(&err));
+    for (uint32_t i = 0; i < N; i++) {
+        b[i] = (ck_box){ .ndim = 8, .off = { i }, .len = { 1, 1, 1, 1, 1, 1, 1, 1 } };
+        w[i] = 0;
+    }
+    REQUIRE(ck_client_tensor_boxes(sv, "big", CK_U8, 8, shape, N, b, w, &err) == 0, "%s",
+            ck_err_msg(&err));
+    for (uint32_t i = 0; i < N; i++)
+        ck_client_box(sv, "big", i, one + i, &err);
+    CHECK(ck_client_save_async(sv, &err) == -EMSGSIZE && strstr(ck_err_msg(&err), "limit"),
+          "connected: a 17 MB declaration: '%s'", ck_err_msg(&err));
+    ck_client_save_free(sv);
+    free(b);
+    free(w);
+    free(one);
 }
 
 /* Rank 2 declares t1 with its last two boxes' writers swapped. */
@@ -203,6 +233,8 @@ static uint64_t run(bool connected)
         free(got);
     }
     misuse(e.cl[0], &mesh, mode);
+    if (connected)
+        too_big(e.cl[0], &mesh);
     disagree(&e, &mesh, mode);
     uint64_t h = kc_digest(e.root, "boxes");
     kc_close(&e);

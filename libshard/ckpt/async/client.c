@@ -190,7 +190,8 @@ static int add_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int 
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = (uint8_t)dtype;
     t->ndim = (uint8_t)ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim)           /* a 0-D tensor's shape may be NULL */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     sv->src[sv->d.ntensors] = (ck__shard_src){ 0 };
     sv->box_src[sv->d.ntensors] = NULL;
     *out = t;
@@ -221,6 +222,12 @@ int ck_client_tensor_boxes(ck_client_save *sv, const char *name, ck_dtype dtype,
      * the caller's process, before anything is sent. */
     if ((r = ck_boxes_check(name, ndim, shape, nboxes, boxes, err)) < 0)
         return r;
+    uint64_t total = nboxes;
+    for (uint32_t k = 0; k < sv->d.ntensors; k++)
+        total += sv->d.tensors[k].nboxes;
+    if (total > CK_PROTO_MAX_BOXES)
+        return ck_err_set(err, -E2BIG, "tensor %s: more than %u boxes in one save", name,
+                          CK_PROTO_MAX_BOXES);
     for (uint32_t i = 0; i < nboxes; i++)
         if (writers[i] >= sv->d.world)
             return ck_err_set(err, -EINVAL, "tensor %s: box %u is written by rank %llu, outside "

@@ -97,7 +97,10 @@ static int pump(ck_client *cl, bool block)
 static int send_msg(ck_client *cl, ck__wbuf *w, int fd, ck_err *err)
 {
     int r = ck__proto_end(w);
-    if (r < 0)
+    if (r == -EMSGSIZE)
+        r = ck_err_set(err, r, "a message of %zu bytes, over ckptd's limit of %u (too many "
+                       "tensors or boxes in one save)", w->len - CK_PROTO_HDR, CK_PROTO_MAX_MSG);
+    else if (r < 0)
         r = ck_err_set(err, r, "out of memory building a message");
     else if (cl->dead)
         r = ck_err_set(err, -ECONNRESET, "the connection to ckptd at %s is broken",

@@ -93,6 +93,8 @@ int ck__proto_end(ck__wbuf *w)
 {
     if (w->oom)
         return -ENOMEM;
+    if (w->len - CK_PROTO_HDR > CK_PROTO_MAX_MSG)   /* the peer would refuse it unread */
+        return -EMSGSIZE;
     uint32_t n = (uint32_t)(w->len - CK_PROTO_HDR);
     for (int i = 0; i < 4; i++)
         w->p[8 + i] = (uint8_t)(n >> (8 * i));

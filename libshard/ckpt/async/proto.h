@@ -82,7 +82,8 @@ const char *ck__decl_tensor_diff(const ck__decl_tensor *a, const ck__decl_tensor
 /* Bytes of the blobs, and whether their sum overflows. */
 bool ck__decl_blob_bytes(const ck__decl *d, uint64_t *out);
 
-/* Starts a message in w (reserving the header); ck__proto_end fills the header in. */
+/* Starts a message in w (reserving the header); ck__proto_end fills the header in:
+ * 0, -ENOMEM, or -EMSGSIZE for a payload over CK_PROTO_MAX_MSG. */
 void ck__proto_start(ck__wbuf *w, uint16_t type);
 int ck__proto_end(ck__wbuf *w);
 

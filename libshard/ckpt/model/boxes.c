@@ -104,7 +104,12 @@ int ck_boxes_check(const char *tensor, int ndim, const uint64_t *shape, uint32_t
                           CK_MAX_BOXES);
     uint64_t total = 1;
     for (int d = 0; d < ndim; d++)
+        total = shape[d] ? total : 0;
+    for (int d = 0; d < ndim && total; d++) {
+        if (total > UINT64_MAX / shape[d])
+            return ck_err_set(err, -EINVAL, "tensor %s: its element count overflows", tensor);
         total *= shape[d];
+    }
     uint64_t covered = 0;
     for (uint32_t i = 0; i < n; i++) {
         const ck_box *b = &boxes[i];

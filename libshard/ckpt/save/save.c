@@ -59,7 +59,7 @@ struct ck_save {
     uint32_t nblobs;
     size_t capblobs;
     char pending[PATH_MAX];        /* set once created */
-    /* Set by ck_save_prepare_group: */
+    /* Set by ck_save_share or ck_save_join (the group save's first step): */
     bool shared;                   /* other processes write into pending too */
     bool *adopted;                 /* per rank: its part record was adopted */
     uint8_t *part;                 /* the group save: this rank's record slot */
@@ -196,7 +196,8 @@ static int declare(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     t->id = s->ntensors;
     t->dtype = dtype;
     t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim)           /* a 0-D tensor's shape may be NULL */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     memcpy(t->pl, pl, (size_t)ck__plan_mesh(s->plan)->ndim * sizeof *pl);
     t->n_shards = count;
     s->tensor_first[s->ntensors] = first;
