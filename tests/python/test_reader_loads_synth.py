@@ -1,6 +1,7 @@
 """CkptReader loads a checkpoint written by ckpt-synth (format 1.0, mesh placements,
-uneven shards) with dcp.load onto 3 ranks, and onto one process, and every element
-equals what ckpt-consolidate exports (safetensors, read by safetensors.torch)."""
+uneven shards) with dcp.load onto 3 ranks, and onto one process, and one written by the
+C trainer (where the training library is built), and every element equals what
+ckpt-consolidate exports (safetensors, read by safetensors.torch)."""
 import os
 
 import torch
@@ -39,6 +40,28 @@ def main():
     for k in full:
         assert common.same_bits(sd[k], full[k]), f"{k} differs from ckpt-consolidate's export"
     common.run_ranks(3, load_on_ranks, root, full)
+    if os.environ.get("SHARD_TRAIN"):
+        trainer_checkpoint()
+
+
+def trainer_checkpoint():
+    import libshard
+    from libshard.torchio import torch_dtype
+    root = common.tmpdir("trainer")
+    common.check([os.environ["SHARDRUN"], "--nproc-per-node", "2", os.environ["SHARD_TRAIN"],
+                  "--data", os.environ["TRAIN_DATA"], "--mesh", "1x2", "--layers", "1",
+                  "--dim", "16", "--heads", "2", "--seq", "16", "--batch", "4", "--steps", "2",
+                  "--ckpt-root", root, "--ckpt-every", "2"])
+    name = libshard.newest(root)
+    tensors = libshard.Checkpoint(root, name).tensors()
+    sd = {n: torch.zeros(shape, dtype=torch_dtype(code, n)) for n, code, shape, _ in tensors}
+    dcp.load(sd, storage_reader=CkptReader(root), no_dist=True)
+    out = os.path.join(root, "export")
+    common.check([common.tool("ckpt-consolidate"), root, name, "-o", out])
+    full = load_file(os.path.join(out, "model.safetensors"))
+    assert set(full) == set(sd), sorted(set(full) ^ set(sd))
+    for k in full:
+        assert common.same_bits(sd[k], full[k]), f"trainer checkpoint: {k} differs"
 
 
 if __name__ == "__main__":
