@@ -8,8 +8,11 @@
  *    with hashing off, beside bench.h's raw write of the same bytes (one file per
  *    client, all at once; preallocated, O_DIRECT, io_uring, 1 MiB I/Os, 32 in flight,
  *    fsync) in the same run (target >= 0.9x).
- * The engine is ckptd with --daemon SOCKET, else the embedded one. The first two saves
- * of each client fill its two staging areas and are not timed.
+ * The engine is ckptd with --daemon SOCKET, else the embedded one. Each client
+ * declares its part's size when it opens (ck_client_save_reserve, waiting: start-up),
+ * so its staging is faulted in before the first save; --no-reserve leaves that to the
+ * saves. The first and the second save, which land in fresh staging areas, are shown
+ * apart from the steady state (the best of the later ones).
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -29,7 +32,9 @@ typedef struct run {
     unsigned n;                /* clients */
     uint64_t size;             /* bytes per client */
     unsigned repeat;
+    bool no_reserve;
     pthread_barrier_t bar;
+    double first_max[2];       /* the first and second saves' stalls, slowest client */
     double stall_max, copy_max, drain, raw;
 } run;
 
@@ -38,12 +43,13 @@ typedef struct client {
     unsigned rank;
     ck_client *cl;
     uint8_t *src, *dst;
-    double stall, copy, raw;
+    double first[2], stall, copy, raw;
     int rc;
     ck_err err;
 } client;
 
-static int save_once(client *c, unsigned iter, bool timed)
+/* Begins save iter of this client: one tensor, this client's shard of it. */
+static int declare(client *c, unsigned iter, ck_client_save **sv)
 {
     run *R = c->R;
     ck_mesh mesh = { .ndim = 1, .size = { R->n } };
@@ -51,13 +57,22 @@ static int save_once(client *c, unsigned iter, bool timed)
     uint64_t shape[2] = { R->size / 4096 * R->n, 1024 };
     char name[32];
     snprintf(name, sizeof name, "bench-%u-%u", R->n, iter);
-    ck_client_save *sv;
-    int r = ck_client_begin(c->cl, &sv, name, iter, &mesh, c->rank, R->n, &c->err);
+    int r = ck_client_begin(c->cl, sv, name, iter, &mesh, c->rank, R->n, &c->err);
     if (r < 0)
         return r;
-    ck_client_no_hash(sv);
-    if ((r = ck_client_tensor(sv, "w", CK_F32, 2, shape, pl, &c->err)) == 0)
-        r = ck_client_shard(sv, "w", c->src, &c->err);
+    ck_client_no_hash(*sv);
+    if ((r = ck_client_tensor(*sv, "w", CK_F32, 2, shape, pl, &c->err)) == 0)
+        r = ck_client_shard(*sv, "w", c->src, &c->err);
+    return r;
+}
+
+static int save_once(client *c, unsigned iter, bool timed)
+{
+    run *R = c->R;
+    ck_client_save *sv;
+    int r = declare(c, iter, &sv);
+    if (r < 0)
+        return r;
     pthread_barrier_wait(&R->bar);
     double t0 = tool_now();
     if (r == 0)
@@ -84,9 +99,13 @@ static void *client_main(void *arg)
     run *R = c->R;
     double best_stall = 1e9, best_drain = 1e9, best_copy = 1e9, best_raw = 1e9;
     for (unsigned i = 0; i < R->repeat + 2 && c->rc == 0; i++) {
-        c->rc = save_once(c, i, i >= 2);
-        if (i < 2 || c->rc < 0)
+        c->rc = save_once(c, i, true);
+        if (c->rc < 0)
             continue;
+        if (i < 2) {
+            c->first[i] = c->stall;
+            continue;
+        }
         best_stall = c->stall < best_stall ? c->stall : best_stall;
         best_drain = c->raw < best_drain ? c->raw : best_drain;
         /* The memcpy reference: the same bytes, all clients at once. */
@@ -140,16 +159,26 @@ static int run_clients(run *R)
             tool_error(prog, "client %u: %s", i, ck_err_msg(&c->err));
             return rc;
         }
+        ck_client_save *sv;
+        if (!R->no_reserve && ((rc = declare(c, 0, &sv)) < 0 ||
+                               (rc = ck_client_save_reserve(sv, true, &c->err)) < 0)) {
+            tool_error(prog, "client %u: %s", i, ck_err_msg(&c->err));
+            return rc;
+        }
+        if (!R->no_reserve)
+            ck_client_save_free(sv);
     }
     for (unsigned i = 0; i < R->n; i++)
         pthread_create(&th[i], NULL, client_main, &cs[i]);
-    R->stall_max = R->copy_max = R->raw = 0;
+    R->stall_max = R->copy_max = R->raw = R->first_max[0] = R->first_max[1] = 0;
     for (unsigned i = 0; i < R->n; i++) {
         pthread_join(th[i], NULL);
         if (cs[i].rc < 0) {
             tool_error(prog, "client %u: %s", i, ck_err_msg(&cs[i].err));
             rc = cs[i].rc;
         }
+        for (int k = 0; k < 2; k++)
+            R->first_max[k] = cs[i].first[k] > R->first_max[k] ? cs[i].first[k] : R->first_max[k];
         R->stall_max = cs[i].stall > R->stall_max ? cs[i].stall : R->stall_max;
         R->copy_max = cs[i].copy > R->copy_max ? cs[i].copy : R->copy_max;
         R->raw = cs[i].raw > R->raw ? cs[i].raw : R->raw;
@@ -169,7 +198,7 @@ int main(int argc, char **argv)
 {
     static const struct option lo[] = {
         { "daemon", 1, 0, 'd' }, { "size", 1, 0, 's' }, { "repeat", 1, 0, 'r' },
-        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "no-reserve", 0, 0, 'n' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     run R = { .size = 128u << 20, .repeat = 3 };
     ck_err err = { 0 };
@@ -179,12 +208,14 @@ int main(int argc, char **argv)
             R.daemon = optarg;
         } else if (c == 's' && ck_size_parse(optarg, &R.size, &err) == 0 && R.size >= (1u << 20)) {
             R.size &= ~(uint64_t)((1u << 20) - 1);
+        } else if (c == 'n') {
+            R.no_reserve = true;
         } else if (c == 'r' && atoi(optarg) > 0) {
             R.repeat = (unsigned)atoi(optarg);
         } else {
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: async-save ROOT [--daemon SOCKET] [--size SIZE per client, default "
-                    "128MiB] [--repeat N]\n");
+                    "128MiB] [--repeat N] [--no-reserve]\n");
             return c == 'h' ? EXIT_OK : EXIT_USAGE;
         }
     }
@@ -193,10 +224,12 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     R.root = argv[optind];
-    printf("%s: %s engine, %llu MiB per client, best of %u, hashing off\n", prog,
-           R.daemon ? "ckptd" : "embedded", (unsigned long long)(R.size >> 20), R.repeat);
-    printf("%8s %12s %12s %7s %14s %14s %7s\n", "clients", "stall ms", "memcpy ms", "ratio",
-           "drain GB/s", "raw GB/s", "ratio");
+    printf("%s: %s engine, %llu MiB per client, steady state best of %u, hashing off, "
+           "staging %s\n", prog, R.daemon ? "ckptd" : "embedded",
+           (unsigned long long)(R.size >> 20), R.repeat,
+           R.no_reserve ? "made by the saves (--no-reserve)" : "declared at open");
+    printf("%8s %10s %10s %10s %10s %16s %11s %10s %7s\n", "clients", "1st ms", "2nd ms",
+           "steady ms", "memcpy ms", "ratios 1st/2nd/st", "drain GB/s", "raw GB/s", "ratio");
     static const unsigned ns[] = { 1, 4, 8 };
     bool met = true;
     for (size_t i = 0; i < 3; i++) {
@@ -204,12 +237,14 @@ int main(int argc, char **argv)
         if (run_clients(&R) < 0)
             return EXIT_USAGE;
         double bytes = (double)R.size * R.n;
+        double r1 = R.first_max[0] / R.copy_max, r2 = R.first_max[1] / R.copy_max;
         double sr = R.stall_max / R.copy_max, dr = R.raw / R.drain;
-        met &= sr <= 1.2 && dr >= 0.9;
-        printf("%8u %12.2f %12.2f %6.2fx %14.2f %14.2f %6.2fx\n", R.n, R.stall_max * 1e3,
-               R.copy_max * 1e3, sr, bytes / R.drain / 1e9, bytes / R.raw / 1e9, dr);
+        met &= r1 <= 1.3 && r2 <= 1.3 && sr <= 1.3 && dr >= 0.9;
+        printf("%8u %10.2f %10.2f %10.2f %10.2f %5.2f/%4.2f/%4.2fx %11.2f %10.2f %6.2fx\n",
+               R.n, R.first_max[0] * 1e3, R.first_max[1] * 1e3, R.stall_max * 1e3,
+               R.copy_max * 1e3, r1, r2, sr, bytes / R.drain / 1e9, bytes / R.raw / 1e9, dr);
     }
-    printf("%s: targets (stall <= 1.2x memcpy, drain >= 0.9x raw) %s\n", prog,
-           met ? "met" : "NOT met");
+    printf("%s: targets (every stall, the first two too, <= 1.3x memcpy; drain >= 0.9x raw) "
+           "%s\n", prog, met ? "met" : "NOT met");
     return EXIT_OK;
 }

@@ -1,15 +1,21 @@
-/* bench/train - training throughput, and the stall of an asynchronous checkpoint
- * beside a memcpy of the same bytes, measured in the same run.
+/* bench/train - training throughput, and what an asynchronous checkpoint costs the
+ * training thread beside a memcpy of the same bytes, measured in the same run.
  *
  *   shardrun --nproc-per-node 4 build/bench/train [--mesh 2x2] [--daemon SOCKET]
- *            [shard-train's model and batch options] [--steps S] [--ckpt-every K]
+ *            [--params 50M|200M] [shard-train's model and batch options]
+ *            [--steps S] [--ckpt-every K] [--ckpt-mode lazy|copy]
  *
- * Phase 1 trains S steps without saving (tokens/s). Phase 2 trains S steps with a
- * save every K steps through the trainer's checkpoint path (ckptd with --daemon, or
- * the embedded engine) and records each save's stall: the time save_async blocked
- * the slowest rank. The reference is a memcpy of one rank's shard bytes (model and
- * AdamW moments, the largest rank's) into memory already touched. Checkpoints go to
- * a fresh directory under /var/tmp (or --ckpt-root), removed at the end.
+ * --params picks a model of about that many parameters, with a few steps (run it on
+ * 2 ranks); later options still win. Phase 1 trains S steps without saving
+ * (tokens/s). Phase 2 trains S steps with a save every K steps (not after the last,
+ * so that every save's fence is measured) through the trainer's checkpoint path
+ * (ckptd with --daemon, or the embedded engine; staging reserved at start as
+ * shard-train does) and records, per save, on the slowest rank: the stall (the time
+ * save_async or save_lazy blocked) and the fence (the time the next optimizer step
+ * waited for the lazy copy). The reference is a memcpy of one rank's shard bytes
+ * (model and AdamW moments, the largest rank's) into memory already touched.
+ * Checkpoints go to a fresh directory under /var/tmp (or --ckpt-root), removed at
+ * the end.
  */
 #include <cblas.h>
 #include <ftw.h>
@@ -59,21 +65,51 @@ static void die(sh_world *w, const char *what, const ck_err *err)
     exit(1);
 }
 
-/* The defaults, then the user's options (later ones win). */
+/* --params presets: a model of about that many parameters, a batch and a step count
+ * that keep a run on 2 ranks of 2 cores to a few minutes. */
+static const struct {
+    const char *name;
+    const char *args[14];
+} presets[] = {
+    {"50M", {"--layers", "8", "--dim", "720", "--heads", "8", "--seq", "64", "--batch", "4",
+             "--steps", "6", "--ckpt-every", "2"}},
+    {"200M", {"--layers", "16", "--dim", "1024", "--heads", "16", "--seq", "64", "--batch",
+              "2", "--steps", "6", "--ckpt-every", "2"}},
+};
+
+/* The defaults, then a --params preset, then the user's other options (later ones
+ * win). NULL, with *n 0, for an unknown preset. */
 static char **with_defaults(int argc, char **argv, int *n)
 {
     static const char *const def[] = {"--layers", "4", "--dim", "256", "--heads", "8",
                                       "--seq", "128", "--batch", "24", "--steps", "20",
                                       "--ckpt-every", "4", "--ckpt-root", ""};
-    size_t nd = sizeof def / sizeof *def;
-    char **v = calloc(nd + (size_t)argc + 1, sizeof *v);
+    size_t nd = sizeof def / sizeof *def, np = 14;
+    char **v = calloc(nd + np + (size_t)argc + 1, sizeof *v);
     if (!v)
         return NULL;
     v[0] = argv[0];
     memcpy(v + 1, def, sizeof def);
-    for (int i = 1; i < argc; i++)
-        v[nd + (size_t)i] = argv[i];
-    *n = (int)nd + argc;
+    *n = (int)nd + 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--params") || i + 1 == argc) {
+            v[(*n)++] = argv[i];
+            continue;
+        }
+        size_t k = 0;
+        while (k < sizeof presets / sizeof *presets && strcmp(presets[k].name, argv[i + 1]))
+            k++;
+        if (k == sizeof presets / sizeof *presets) {
+            fprintf(stderr, "bench/train: --params %s: the presets are 50M and 200M\n",
+                    argv[i + 1]);
+            free(v);
+            *n = 0;
+            return NULL;
+        }
+        for (size_t j = 0; j < np; j++)
+            v[(*n)++] = (char *)presets[k].args[j];
+        i++;
+    }
     return v;
 }
 
@@ -88,6 +124,8 @@ int main(int argc, char **argv)
     }
     int rank = sh_world_rank(w), W = sh_world_size(w), n;
     char **args = with_defaults(argc, argv, &n);
+    if (!args && !n)
+        return 2;
     tr_args a;
     int rc = args ? tr_args_parse(n, args, &a, &err) : -ENOMEM;
     free(args);
@@ -128,8 +166,12 @@ int main(int argc, char **argv)
         sh_adamw_new(m.root, &ao, &opt, &err) || sh_model_state_dict(m.root, &msd, &err) ||
         sh_optim_state_dict(opt, &osd, &err))
         die(w, "setup", &err);
+    const sh_state_dict *sd[] = {&msd, &osd};
+    const char blob[] = "bench";
+    const sh_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
     sh_checkpoint *ck;
-    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){root, a.daemon}, &ck, &err))
+    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){root, a.daemon, opt}, &ck, &err) ||
+        sh_checkpoint_reserve(ck, sd, 2, blobs, 1, &err))
         die(w, "checkpoints", &err);
 
     tr_step_buf buf = {0};
@@ -145,33 +187,32 @@ int main(int argc, char **argv)
             die(w, "step", &err);
     double plain = now_s() - t0;
 
-    const sh_state_dict *sd[] = {&msd, &osd};
-    const char blob[] = "bench";
-    const sh_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
-    double stall_sum = 0.0, stall_max = 0.0, drain_sum = 0.0;
+    /* Per save, this rank's stall and fence; the slowest rank's after the run. */
+    int max_saves = (int)(a.steps / a.ckpt_every) + 1;
+    double *stall = calloc((size_t)max_saves * 2, sizeof *stall), *fence = stall + max_saves;
+    double drain_sum = 0.0;
     int saves = 0, done_n = 0;
+    if (!stall)
+        die(w, "setup", &(ck_err){-ENOMEM, "out of memory"});
     t0 = now_s();
     for (long s = 1; s <= a.steps; s++) {
         if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
             die(w, "step", &err);
+        if (saves && s - 1 == (long)saves * a.ckpt_every)
+            fence[saves - 1] = sh_checkpoint_fence_ms(ck);
         /* As the trainer does: move the save in flight on once per step, and take the
          * reports of the finished ones, so that the next save does not wait for it and
          * its time to commit is measured when it commits. */
         if (sh_checkpoint_progress(ck, &err))
             die(w, "checkpoint progress", &err);
         take_reports(ck, &drain_sum, &done_n);
-        if (s % a.ckpt_every)
+        if (s % a.ckpt_every || s == a.steps)
             continue;
-        double stall;
         char name[CK_NAME_MAX];
         tr_save_name((uint64_t)s, name);
-        if (sh_checkpoint_save_async(ck, name, (uint64_t)s, sd, 2, blobs, 1, &stall, &err))
+        if ((a.ckpt_copy ? sh_checkpoint_save_async : sh_checkpoint_save_lazy)(
+                ck, name, (uint64_t)s, sd, 2, blobs, 1, &stall[saves], &err))
             die(w, "save", &err);
-        /* The slowest rank's stall is the step's. */
-        if (sh_all_reduce(sh_world_comm(w), &stall, &stall, 1, CK_F64, SH_MAX, NULL, &err))
-            die(w, "all-reduce", &err);
-        stall_sum += stall;
-        stall_max = stall > stall_max ? stall : stall_max;
         saves++;
     }
     double with_saves = now_s() - t0;
@@ -205,8 +246,11 @@ int main(int argc, char **argv)
     free(dst);
     double memcpy_ms = best;
     uint64_t most = bytes;
+    /* The slowest rank's stall and fence are the step's. */
     if (sh_all_reduce(sh_world_comm(w), &memcpy_ms, &memcpy_ms, 1, CK_F64, SH_MAX, NULL, &err) ||
-        sh_all_reduce(sh_world_comm(w), &most, &most, 1, CK_I64, SH_MAX, NULL, &err))
+        sh_all_reduce(sh_world_comm(w), &most, &most, 1, CK_I64, SH_MAX, NULL, &err) ||
+        sh_all_reduce(sh_world_comm(w), stall, stall, (size_t)max_saves * 2, CK_F64, SH_MAX,
+                      NULL, &err))
         die(w, "all-reduce", &err);
 
     if (rank == 0) {
@@ -217,19 +261,29 @@ int main(int argc, char **argv)
                a.daemon || getenv("CKPTD_SOCKET") ? "ckptd" : "the embedded engine");
         printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens)\n",
                tok / plain, a.steps, a.batch, a.model.seq);
-        printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves)\n",
-               tok / with_saves, a.ckpt_every, saves);
-        printf("  save stall        %10.2f ms mean, %.2f ms max per save "
-               "(%.2f MB on the largest rank)\n", saves ? stall_sum / saves : 0.0, stall_max,
+        printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
+               "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
+        printf("  memcpy same bytes %10.3f ms  (%.2f MB on the largest rank)\n", memcpy_ms,
                (double)most / 1e6);
-        printf("  memcpy same bytes %10.3f ms  -> stall / memcpy = %.1fx\n", memcpy_ms,
-               saves && memcpy_ms > 0 ? stall_sum / saves / memcpy_ms : 0.0);
+        double sum = 0.0, worst = 0.0;
+        for (int k = 0; k < saves; k++) {
+            double waited = stall[k] + fence[k];
+            sum += waited;
+            worst = waited > worst ? waited : worst;
+            printf("  save %d            stall %8.2f ms  fence %8.2f ms  (stall + fence) / "
+                   "memcpy = %.2fx\n", k + 1, stall[k], fence[k],
+                   memcpy_ms > 0 ? waited / memcpy_ms : 0.0);
+        }
+        printf("  training waited   %10.2f ms mean, %.2f ms max per save -> %.2fx memcpy "
+               "(mean)\n", saves ? sum / saves : 0.0, worst,
+               saves && memcpy_ms > 0 ? sum / saves / memcpy_ms : 0.0);
         printf("  save to commit    %10.0f ms mean (drained while training)\n",
                done_n ? drain_sum / done_n * 1e3 : 0.0);
         if (!a.ckpt_root[0])
             nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
     }
     sh_checkpoint_free(ck);
+    free(stall);
     tr_step_buf_free(&buf);
     sh_state_dict_free(&msd);
     sh_state_dict_free(&osd);

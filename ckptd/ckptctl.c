@@ -20,7 +20,7 @@ static void usage(FILE *f)
 
 static const char *state_name(const ck__proto_ckpt *c)
 {
-    return c->state == 1 ? "committing" : c->commit_requested ? "collecting, commit asked"
+    return c->state == 1 ? "committing" : c->state == 3 ? "planning" : c->commit_requested ? "collecting, commit asked"
                                                                : "collecting";
 }
 

@@ -10,10 +10,11 @@
  * clients it must tell), so each file can be read knowing only what is below it.
  *   main.c        options, daemonizing, start and exit
  *   kd_server.c   socket, peer credentials, the event loop
- *   kd_recover.c  recovery of the root at start
+ *   kd_recover.c  owning the root (its lock) and recovering it at start
  *   kd_proto.c    reading and validating messages, dispatching them
  *   kd_status.c   the STATUS reply
  *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
+ *   kd_plan.c     the planner thread: joins ranks to saves, off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
  *   kd_reply.c    finding a client by id, sending replies
  *   kd_log.c      the log
@@ -33,14 +34,17 @@
 #include "async/proto.h"
 
 #define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
+#define KD_MAX_SHARDS (1u << 24) /* shard records per save (docs/PROTOCOL.md) */
 
 typedef struct kd_opts {
     const char *root;
     char socket[108];
     uint64_t staging;          /* bytes of staging mapped at once */
+    uint64_t plan_memory;      /* bytes of plans and declarations held at once */
     unsigned io_depth;
     unsigned hash_threads;
     unsigned writers;
+    unsigned drain_timeout;    /* seconds a SIGTERM waits for ranks still staging */
     bool foreground;
     const char *log;
     const char *inject_fault;
@@ -77,7 +81,23 @@ typedef struct kd_ckpt {
     struct kd_ckpt *next;
     char name[CK_NAME_MAX];
     kd_part *parts;
+    uint64_t plan_bytes;       /* counted against --plan-memory until the save ends */
+    unsigned joins;            /* BEGINs of it in the planner */
 } kd_ckpt;
+
+/* A BEGIN on its way through the planner: the rank's declaration and staging memfd,
+ * then the outcome of its join. */
+typedef struct kd_join {
+    struct kd_join *next;
+    uint64_t client;
+    pid_t pid;
+    int fd;
+    ck__decl d;
+    uint64_t bytes;            /* the declaration's, counted against --plan-memory */
+    int r;
+    uint64_t image;
+    char msg[CK_ERR_MSG_MAX];
+} kd_join;
 
 typedef struct kd_event {
     struct kd_event *next;
@@ -93,6 +113,7 @@ typedef struct kd_server {
     char root[PATH_MAX];       /* realpath */
     FILE *log;
     int listen_fd, ep_fd, sig_fd, ev_fd;
+    int lock_fd;               /* ROOT/.ckptd.lock, held for the daemon's life */
     ck_engine *engine;         /* the fault engine with --inject-fault, else NULL */
     ck__saver *saver;
     kd_client *clients;
@@ -103,7 +124,16 @@ typedef struct kd_server {
     kd_part *wait_head, *wait_tail;
     pthread_mutex_t ev_mu;     /* the event queue, filled by saver threads */
     kd_event *ev_head, *ev_tail;
+    uint64_t plan_used;        /* of --plan-memory: saves in flight and queued joins */
+    pthread_t plan_th;
+    pthread_mutex_t plan_mu;   /* the planner's queues */
+    pthread_cond_t plan_cv;
+    kd_join *plan_todo, *plan_done;
+    unsigned plan_queued;      /* joins submitted and not yet taken back */
+    bool plan_stop, plan_running;
     bool stopping;
+    bool drained;              /* the drain timeout passed: waiting saves were aborted */
+    double drain_deadline;     /* CLOCK_MONOTONIC seconds */
 } kd_server;
 
 /* kd_server.c */
@@ -112,9 +142,9 @@ int kd_server_start(kd_server *s, ck_err *err);
 /* Starts the save engine's threads (after any fork). */
 int kd_server_engine(kd_server *s, ck_err *err);
 int kd_server_run(kd_server *s);
-void kd_server_stop(kd_server *s);
 
 /* kd_recover.c */
+/* Takes the root's lock (-EBUSY: another ckptd holds it), then recovers the root. */
 int kd_recover(kd_server *s, ck_err *err);
 
 /* kd_proto.c */
@@ -127,14 +157,31 @@ void kd_proto_truncated(kd_server *s, kd_client *c);
 void kd_status_reply(kd_server *s, kd_client *c);
 
 /* kd_ckpt.c */
-void kd_ckpt_begin(kd_server *s, kd_client *c, const ck__decl *d, int fd);
+/* Takes d's arrays and fd: the rank joins through the planner. */
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd);
 void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank);
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
 void kd_ckpt_events(kd_server *s);
-void kd_ckpt_shutdown(kd_server *s);
+/* The drain timeout passed: aborts the saves still waiting for ranks (the saver logs
+ * each by name). */
+void kd_ckpt_drain_expired(kd_server *s);
 void kd_saver_event(void *arg, const ck__saver_event *ev);
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);
+
+/* kd_plan.c */
+/* Shard records the declared tensors make on the declared mesh. */
+uint64_t kd_plan_shards(const ck__decl *d);
+/* Upper bound of the bytes the save's plan and state hold while it is in flight. */
+uint64_t kd_plan_cost(const ck__decl *d);
+/* Bytes of the declaration itself (tensors and blobs). */
+uint64_t kd_join_bytes(const ck__decl *d);
+int kd_plan_start(kd_server *s, ck_err *err);
+void kd_plan_stop(kd_server *s);
+void kd_plan_submit(kd_server *s, kd_join *j);
+/* A finished join, or NULL. */
+kd_join *kd_plan_done(kd_server *s);
+void kd_join_free(kd_join *j);
 
 /* kd_staging.c */
 /* Checks a staging memfd: sealed against shrinking, at least size bytes. */

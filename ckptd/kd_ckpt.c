@@ -11,11 +11,15 @@
  *  - the saver's events arrive on its threads and are queued for the event loop, which
  *    sends DURABLE / COMMITTED / ERROR and releases the staging.
  */
+#include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "kd.h"
+
+#define KD_TRIM_BYTES (16u << 20)
 
 static kd_ckpt *find(kd_server *s, const char *name)
 {
@@ -62,6 +66,12 @@ static void ckpt_free(kd_server *s, kd_ckpt *k)
         release(s, p);
         free(p);
     }
+    s->plan_used -= k->plan_bytes;
+    /* The plan was freed by the saver: give its pages back, or the daemon's RSS stays
+     * at its largest save's for good (malloc keeps freed heap for reuse); and when the
+     * daemon falls idle, what the writers' buffers left in their threads' arenas. */
+    if (k->plan_bytes >= KD_TRIM_BYTES || !s->ckpts)
+        malloc_trim(0);
     free(k);
 }
 
@@ -78,51 +88,124 @@ unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
 }
 
 
-void kd_ckpt_begin(kd_server *s, kd_client *c, const ck__decl *d, int fd)
+static kd_ckpt *ckpt_new(kd_server *s, const char *name, uint64_t plan_bytes)
+{
+    kd_ckpt *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->plan_bytes = plan_bytes;
+    s->plan_used += plan_bytes;
+    k->next = s->ckpts;
+    s->ckpts = k;
+    return k;
+}
+
+/* The bounds on what one BEGIN may cost: its declaration while queued, and for the
+ * first rank of a save the plan, together within --plan-memory. */
+static int plan_budget(kd_server *s, const ck__decl *d, uint64_t cost, ck_err *err)
+{
+    const uint64_t mib = 1 << 20;
+    uint64_t need = cost + kd_join_bytes(d);
+    if (need > s->o.plan_memory)
+        return ck_err_set(err, -E2BIG, "checkpoint %s: its plan needs about %llu MiB (%llu "
+                          "shard records on %llu ranks, %u tensors), more than ckptd's "
+                          "--plan-memory of %llu MiB", d->name,
+                          (unsigned long long)(need / mib + 1),
+                          (unsigned long long)kd_plan_shards(d), (unsigned long long)d->world,
+                          d->ntensors, (unsigned long long)(s->o.plan_memory / mib));
+    if (s->plan_used + need > s->o.plan_memory)
+        return ck_err_set(err, -EAGAIN, "checkpoint %s: its plan needs about %llu MiB and "
+                          "saves in flight hold %llu of ckptd's --plan-memory of %llu MiB; "
+                          "retry once they finish", d->name,
+                          (unsigned long long)(need / mib + 1),
+                          (unsigned long long)(s->plan_used / mib),
+                          (unsigned long long)(s->o.plan_memory / mib));
+    return 0;
+}
+
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd)
 {
     ck_err err = { 0 };
-    if (s->stopping) {
+    kd_ckpt *k = find(s, d->name);
+    /* A draining daemon still takes the ranks of the saves in flight. */
+    if (s->stopping && (s->drained || !k)) {
         close(fd);
         kd_send_error(s, c, d->name, -ESHUTDOWN, "ckptd is shutting down; no new saves");
         return;
     }
     /* A retry after a failure must see the failure's cleanup first. */
     kd_ckpt_events(s);
-    uint64_t blob_bytes = 0;
-    ck__decl_blob_bytes(d, &blob_bytes);
-    uint64_t image = 0;
-    int r = ck__saver_join(s->saver, d, &image, &err);
+    k = find(s, d->name);
+    uint64_t cost = k ? 0 : kd_plan_cost(d);
+    kd_join *j = NULL;
+    int r = plan_budget(s, d, cost, &err);
+    if (r == 0 && (!(j = calloc(1, sizeof *j)) || (!k && !(k = ckpt_new(s, d->name, cost)))))
+        r = ck_err_set(&err, -ENOMEM, "checkpoint %s: ckptd ran out of memory", d->name);
     if (r < 0) {
+        free(j);
         close(fd);
+        kd_log(s, "checkpoint %s: client %llu (pid %d): %s", d->name,
+               (unsigned long long)c->id, (int)c->pid, ck_err_msg(&err));
         kd_send_error(s, c, d->name, r, ck_err_msg(&err));
         return;
     }
-    kd_ckpt *k = find(s, d->name);
-    kd_part *p = calloc(1, sizeof *p);
-    if (!k && (k = calloc(1, sizeof *k))) {
-        snprintf(k->name, sizeof k->name, "%s", d->name);
-        k->next = s->ckpts;
-        s->ckpts = k;
-    }
-    if (!k || !p) {
-        free(p);
-        close(fd);
-        ck__saver_abandon(s->saver, d->name, "ckptd ran out of memory");
+    *j = (kd_join){ .client = c->id, .pid = c->pid, .fd = fd, .d = *d,
+                    .bytes = kd_join_bytes(d) };
+    d->tensors = NULL;
+    d->blobs = NULL;
+    s->plan_used += j->bytes;
+    k->joins++;
+    kd_plan_submit(s, j);
+}
+
+/* The planner joined (or refused) a rank: its part now waits for staging room. */
+static void joined(kd_server *s, kd_join *j)
+{
+    s->plan_used -= j->bytes;
+    kd_ckpt *k = find(s, j->d.name);
+    if (k)
+        k->joins--;
+    kd_client *c = kd_client_find(s, j->client);
+    if (j->r < 0) {
+        if (c)
+            kd_send_error(s, c, j->d.name, j->r, j->msg);
+        /* No rank of it joined, none is on its way: the saver never had the save. */
+        if (k && !k->parts && !k->joins)
+            ckpt_free(s, k);
+        kd_join_free(j);
         return;
     }
-    *p = (kd_part){ .next = k->parts, .ckpt = k, .rank = d->rank, .client = c->id, .fd = fd,
-                    .need = image + blob_bytes, .image = image };
+    kd_part *p = calloc(1, sizeof *p);
+    if ((!k && !(k = ckpt_new(s, j->d.name, 0))) || !p) {
+        free(p);
+        kd_join_free(j);
+        ck__saver_abandon(s->saver, j->d.name, "ckptd ran out of memory");
+        return;
+    }
+    uint64_t blob_bytes = 0;
+    ck__decl_blob_bytes(&j->d, &blob_bytes);
+    *p = (kd_part){ .next = k->parts, .ckpt = k, .rank = j->d.rank, .client = c ? c->id : 0,
+                    .fd = j->fd, .need = j->image + blob_bytes, .image = j->image };
+    j->fd = -1;
     k->parts = p;
-    r = kd_staging_admit(s, p, &err);
+    if (!c) {
+        kd_log(s, "checkpoint %s: abandoned: the client of rank %llu (pid %d) went away "
+               "while its part was planned", k->name, (unsigned long long)p->rank, (int)j->pid);
+        ck__saver_abandon(s->saver, k->name, "a client went away before staging its part");
+        kd_join_free(j);
+        return;
+    }
+    ck_err err = { 0 };
+    int r = kd_staging_admit(s, p, &err);
     if (r == 1)
         tell_admitted(s, p);
     if (r < 0) {
-        char msg[CK_ERR_MSG_MAX + 32];
-        snprintf(msg, sizeof msg, "%s", ck_err_msg(&err));
-        kd_log(s, "checkpoint %s: client %llu (pid %d): %s", d->name,
-               (unsigned long long)c->id, (int)c->pid, msg);
-        ck__saver_abandon(s->saver, d->name, msg);
+        kd_log(s, "checkpoint %s: client %llu (pid %d): %s", k->name,
+               (unsigned long long)c->id, (int)c->pid, ck_err_msg(&err));
+        ck__saver_abandon(s->saver, k->name, ck_err_msg(&err));
     }
+    kd_join_free(j);
 }
 
 /* A client hears of a failed save exactly once, through the broadcast at the saver's
@@ -248,6 +331,8 @@ static void broadcast(kd_server *s, kd_ckpt *k, const kd_event *e)
 
 void kd_ckpt_events(kd_server *s)
 {
+    for (kd_join *j; (j = kd_plan_done(s));)
+        joined(s, j);
     pthread_mutex_lock(&s->ev_mu);
     kd_event *e = s->ev_head;
     s->ev_head = s->ev_tail = NULL;
@@ -273,10 +358,14 @@ void kd_ckpt_events(kd_server *s)
     }
 }
 
-void kd_ckpt_shutdown(kd_server *s)
+void kd_ckpt_drain_expired(kd_server *s)
 {
-    for (kd_ckpt *k = s->ckpts; k; k = k->next)
-        if (!ck__saver_committable(s->saver, k->name))
-            ck__saver_abandon(s->saver, k->name, "ckptd is shutting down (SIGTERM) before "
-                             "every part was staged and the commit was asked for");
+    char why[160];
+    snprintf(why, sizeof why, "ckptd is shutting down: the drain timeout (%u s) passed before "
+             "every rank staged its part and rank 0 asked for the commit", s->o.drain_timeout);
+    /* Each failure is logged by the saver, naming its save. */
+    unsigned n = ck__saver_abandon_waiting(s->saver, why);
+    if (n)
+        kd_log(s, "drain timeout (%u s): aborted %u save(s) still waiting for ranks",
+               s->o.drain_timeout, n);
 }

@@ -69,6 +69,10 @@ static int check_decl(const ck__decl *d, ck_err *err)
                                          err)) < 0)
             return r;
     }
+    if (kd_plan_shards(d) > KD_MAX_SHARDS)
+        return ck_err_set(err, -E2BIG, "checkpoint %s: %llu shard records (at most %u per "
+                          "save)", d->name, (unsigned long long)kd_plan_shards(d),
+                          KD_MAX_SHARDS);
     uint64_t blob_bytes;
     if (!ck__decl_blob_bytes(d, &blob_bytes))
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);

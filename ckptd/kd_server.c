@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kd.h"
@@ -60,7 +61,7 @@ static int listen_on(kd_server *s, ck_err *err)
 
 int kd_server_start(kd_server *s, ck_err *err)
 {
-    s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = -1;
+    s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = s->lock_fd = -1;
     pthread_mutex_init(&s->ev_mu, NULL);
     if (!realpath(s->o.root, s->root))
         return ck_err_set(err, -errno, "root %s: %s", s->o.root, strerror(errno));
@@ -103,10 +104,11 @@ int kd_server_engine(kd_server *s, ck_err *err)
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
                          .log = kd_log_cb,
                          .event = kd_saver_event, .arg = s };
-    if ((r = ck__saver_new(&so, &s->saver, err)) < 0)
+    if ((r = ck__saver_new(&so, &s->saver, err)) < 0 || (r = kd_plan_start(s, err)) < 0)
         return r;
-    kd_log(s, "serving %s on %s (staging %llu bytes, %u writers)", s->root, s->o.socket,
-           (unsigned long long)s->o.staging, s->o.writers);
+    kd_log(s, "serving %s on %s (staging %llu bytes, plan memory %llu bytes, %u writers)",
+           s->root, s->o.socket, (unsigned long long)s->o.staging,
+           (unsigned long long)s->o.plan_memory, s->o.writers);
     return 0;
 }
 
@@ -214,24 +216,41 @@ static void read_client(kd_server *s, kd_client *c)
     }
 }
 
-void kd_server_stop(kd_server *s)
+static double now_s(void)
 {
-    if (s->listen_fd < 0)
-        return;
-    kd_log(s, "stopping: no new clients; finishing %u save(s) in flight",
-           ck__saver_active(s->saver));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The first SIGTERM: no new clients or saves; the saves in flight get until the drain
+ * deadline to become complete. The second: exit now. What that leaves under .pending
+ * has no live owner, so the next start removes it. */
+static void on_stop_signal(kd_server *s, int signo)
+{
+    if (s->stopping) {
+        kd_log(s, "second %s: exiting now; %u save(s) in flight left as debris for the next "
+               "start to remove", signo == SIGINT ? "SIGINT" : "SIGTERM",
+               ck__saver_active(s->saver));
+        if (s->log)
+            fflush(s->log);
+        _exit(1);
+    }
+    kd_log(s, "stopping: no new clients; finishing %u save(s) in flight, waiting up to %u s "
+           "for ranks still staging (a second SIGTERM exits at once)",
+           ck__saver_active(s->saver), s->o.drain_timeout);
     epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, s->listen_fd, NULL);
     close(s->listen_fd);
     s->listen_fd = -1;
     unlink(s->o.socket);
     s->stopping = true;
-    kd_ckpt_shutdown(s);
+    s->drain_deadline = now_s() + s->o.drain_timeout;
 }
 
 int kd_server_run(kd_server *s)
 {
     struct epoll_event evs[64];
-    while (!s->stopping || s->ckpts || ck__saver_active(s->saver)) {
+    while (!s->stopping || s->ckpts || s->plan_queued || ck__saver_active(s->saver)) {
         int n = epoll_wait(s->ep_fd, evs, 64, s->stopping ? 100 : -1);
         if (n < 0 && errno != EINTR)
             return -errno;
@@ -243,7 +262,7 @@ int kd_server_run(kd_server *s)
                 struct signalfd_siginfo si;
                 while (read(s->sig_fd, &si, sizeof si) == sizeof si)
                     if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
-                        kd_server_stop(s);
+                        on_stop_signal(s, (int)si.ssi_signo);
             } else if (tag == TAG_EVENT) {
                 uint64_t v;
                 if (read(s->ev_fd, &v, sizeof v) < 0 && errno != EAGAIN)
@@ -260,9 +279,20 @@ int kd_server_run(kd_server *s)
             if (c->drop)
                 drop(s, c);
         }
-        /* Dropping clients may abandon saves; their FAILED events are queued now. */
+        /* Past the deadline, again on every round: a plan that was still being
+         * computed at the deadline becomes a save that waits, and must go too. */
+        if (s->stopping && now_s() >= s->drain_deadline) {
+            s->drained = true;
+            kd_ckpt_drain_expired(s);
+        }
+        /* Dropping clients and the drain abandon saves; their FAILED events are queued
+         * now. */
         kd_ckpt_events(s);
     }
     kd_log(s, "every save in flight finished; exiting");
+    /* Clients may still be connected (a drain ends with the saves, not the clients). */
+    while (s->clients)
+        drop(s, s->clients);
+    kd_ckpt_events(s);
     return 0;
 }

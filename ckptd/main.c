@@ -9,28 +9,38 @@
 
 #include "kd.h"
 
+#include "format/owner.h"
+
 static void usage(FILE *f)
 {
     fprintf(f,
 "usage: ckptd --root DIR [options]\n"
 "\n"
 "Serves asynchronous checkpoint saves into DIR over a Unix socket (mode 0600, same\n"
-"uid only). At start it removes incomplete saves under DIR/.pending and reconciles\n"
-"the catalog. SIGTERM: stop accepting, finish the saves in flight, exit 0.\n"
+"uid only), one ckptd per root. At start it removes the incomplete saves of dead\n"
+"writers under DIR/.pending and reconciles the catalog. SIGTERM: stop accepting,\n"
+"finish the saves whose parts are all staged, abort those still waiting for ranks\n"
+"after --drain-timeout, exit 0; a second SIGTERM exits at once (status 1).\n"
 "\n"
 "  --root DIR           the checkpoint root\n"
 "  --socket PATH        socket path (default DIR/.ckptd.sock)\n"
 "  --staging SIZE       staging memory mapped at once (default 4GiB); parts wait for\n"
 "                       room, and one larger than SIZE is refused\n"
+"  --plan-memory SIZE   memory for the plans and declarations of the saves in flight\n"
+"                       (default 1GiB); a BEGIN whose plan can never fit is refused\n"
 "  --io-depth N         1 MiB I/Os in flight per writer (default 32; at least two\n"
 "                       hash blocks' worth)\n"
 "  --writers N          writer threads, ranks written at once (default 4)\n"
 "  --hash-threads N     SHA-256 threads per save (default: one per CPU)\n"
+"  --drain-timeout SECS how long a SIGTERM waits for ranks still staging (default 30)\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 "  --inject-fault SPEC  tests: fail an I/O operation, e.g. eio@17, enospc@3, short@0,\n"
 "                       fsync@0 (counted over the daemon's life)\n"
-"  -h, --help           this text\n");
+"  -h, --help           this text\n"
+"\n"
+"Exit status: 0 stopped by SIGTERM; 1 could not start, failed, or a second SIGTERM;\n"
+"2 usage; 3 another ckptd serves DIR (or the socket).\n");
 }
 
 static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -48,14 +58,17 @@ static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsi
 
 static int parse(int argc, char **argv, kd_opts *o)
 {
-    enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT };
+    enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
+           O_DRAIN, O_PLAN };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
         { "hash-threads", 1, 0, O_HT }, { "foreground", 0, 0, O_FG }, { "log", 1, 0, O_LOG },
-        { "inject-fault", 1, 0, O_FAULT }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "inject-fault", 1, 0, O_FAULT }, { "drain-timeout", 1, 0, O_DRAIN },
+        { "plan-memory", 1, 0, O_PLAN }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
-    *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4 };
+    *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
+                 .plan_memory = 1ull << 30 };
     ck_err err = { 0 };
     ck_fault f;
     int c, r = 0;
@@ -74,9 +87,15 @@ static int parse(int argc, char **argv, kd_opts *o)
                 fprintf(stderr, "ckptd: --staging: %s\n",
                         r < 0 ? ck_err_msg(&err) : "at least 4KiB"), r = -EINVAL;
             break;
+        case O_PLAN:
+            if ((r = ck_size_parse(optarg, &o->plan_memory, &err)) < 0 || o->plan_memory < (1 << 20))
+                fprintf(stderr, "ckptd: --plan-memory: %s\n",
+                        r < 0 ? ck_err_msg(&err) : "at least 1MiB"), r = -EINVAL;
+            break;
         case O_DEPTH: r = number("--io-depth", optarg, 1, 4096, &o->io_depth); break;
         case O_WRITERS: r = number("--writers", optarg, 1, 256, &o->writers); break;
         case O_HT: r = number("--hash-threads", optarg, 1, 256, &o->hash_threads); break;
+        case O_DRAIN: r = number("--drain-timeout", optarg, 0, 86400, &o->drain_timeout); break;
         case O_FG: o->foreground = true; break;
         case O_LOG: o->log = optarg; break;
         case O_FAULT:
@@ -112,6 +131,7 @@ static void detach(kd_server *s)
     if (pid > 0)
         _exit(0);
     setsid();
+    ck__lock_note_pid(s->lock_fd);   /* the lock came along; the pid in it is ours now */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
         dup2(null, 0);
@@ -147,9 +167,10 @@ int main(int argc, char **argv)
         kd_log(&s, "cannot start: %s", ck_err_msg(&err));
         if (s.log)
             fprintf(stderr, "ckptd: cannot start: %s\n", ck_err_msg(&err));
-        return 1;
+        return r == -EBUSY || r == -EADDRINUSE ? 3 : 1;
     }
     r = kd_server_run(&s);
+    kd_plan_stop(&s);
     ck__saver_free(s.saver);
     ck_engine_destroy(s.engine);
     kd_log(&s, "exit %d", r < 0 ? 1 : 0);

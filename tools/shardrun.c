@@ -11,12 +11,20 @@
  * mpirun starts this same binary in worker mode (an internal first argument), which
  * turns OpenMPI's variables into torchrun's and then execs PROGRAM, so PROGRAM needs
  * no wrapper and non-MPI programs see the variables too.
+ *
+ * Ranks die with their launcher. OpenMPI puts each rank in a process group of its
+ * own, so a kill of the launcher's group (or of mpirun alone, by any signal) used to
+ * leave the ranks training and committing checkpoints with nobody watching. The
+ * worker asks the kernel for SIGKILL when its parent (mpirun) dies, before it execs
+ * PROGRAM; the request survives the exec.
  */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #ifndef SHARDRUN_MPIRUN
@@ -45,6 +53,13 @@ static int export_from(const char *name, const char *from)
 
 static int worker(char **argv)
 {
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) {
+        fprintf(stderr, "shardrun: PR_SET_PDEATHSIG: %s\n", strerror(errno));
+        return 127;
+    }
+    if (getppid() != parent)    /* mpirun died before the request: never start */
+        return 127;
     if (export_from("RANK", "OMPI_COMM_WORLD_RANK") ||
         export_from("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE") ||
         export_from("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK") ||

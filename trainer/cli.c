@@ -26,6 +26,9 @@ static const char usage[] =
     "  --seed N             parameter init and data order (default 1)\n"
     "  --ckpt-root DIR      checkpoint root (none: no checkpoints)\n"
     "  --ckpt-every K       save every K steps (and after the last)\n"
+    "  --ckpt-mode MODE     lazy (default): the save copies on a thread during the next\n"
+    "                       forward and backward, and the optimizer step waits for it;\n"
+    "                       copy: the save copies before training goes on\n"
     "  --keep-last M        keep the M newest checkpoints\n"
     "  --resume             continue from the newest committed checkpoint in DIR\n"
     "  --daemon SOCKET      save through ckptd\n"
@@ -47,6 +50,7 @@ static const struct {
     {"--mesh", offsetof(tr_args, mesh), O_STR, 0, 0},
     {"--ckpt-root", offsetof(tr_args, ckpt_root), O_STR, 0, 0},
     {"--daemon", offsetof(tr_args, daemon), O_STR, 0, 0},
+    {"--ckpt-mode", offsetof(tr_args, ckpt_mode), O_STR, 0, 0},
     {"--safetensors", offsetof(tr_args, safetensors), O_STR, 0, 0},
     {"--layers", offsetof(tr_args, model.layers), O_INT, 1, 1024},
     {"--dim", offsetof(tr_args, model.dim), O_INT, 1, 65536},
@@ -101,7 +105,7 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
         .data = DEFAULT_DATA,
         .model = {.vocab = 256, .seq = 64, .layers = 2, .dim = 64, .heads = 4, .seed = 1},
         .batch = 16, .accum = 1, .warmup = 10, .lr = 3e-3f, .min_lr = -1.0f, .clip = 1.0f,
-        .log_every = 1,
+        .log_every = 1, .ckpt_mode = "lazy",
     };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -130,6 +134,10 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
                           "--ckpt-root) or --safetensors FILE, one of them");
     if (a->safetensors && !a->eval)
         return ck_err_set(err, -EINVAL, "--safetensors is for --eval");
+    if (strcmp(a->ckpt_mode, "lazy") && strcmp(a->ckpt_mode, "copy"))
+        return ck_err_set(err, -EINVAL, "--ckpt-mode: '%s' is neither lazy nor copy",
+                          a->ckpt_mode);
+    a->ckpt_copy = !strcmp(a->ckpt_mode, "copy");
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
     if ((a->ckpt_every || a->keep_last || a->resume || a->daemon) && !a->ckpt_root)

@@ -17,6 +17,8 @@ typedef struct tr_args {
     long warmup;
     float lr, min_lr, clip, wd;
     long ckpt_every;      /* 0: only after the last step */
+    const char *ckpt_mode;    /* "lazy" (the default) or "copy" */
+    bool ckpt_copy;           /* --ckpt-mode copy: the save copies inside its stall */
     int keep_last;
     bool resume;
     bool eval;            /* only the loss of the first --batch samples, no training */

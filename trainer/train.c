@@ -164,21 +164,35 @@ static int resume(trainer *t, ck_err *err)
     return 0;
 }
 
+/* What a checkpoint holds beside the tensors. */
+typedef struct save_blobs {
+    char step[32], data[64], rng[96];
+    sh_blob b[4];
+} save_blobs;
+
+static void blobs_of(trainer *t, save_blobs *sb)
+{
+    snprintf(sb->step, sizeof sb->step, "%ld\n", t->step);
+    snprintf(sb->data, sizeof sb->data, "pos=%" PRIu64 "\n", t->data.st.pos);
+    snprintf(sb->rng, sizeof sb->rng, "epoch=%" PRIu64 "\nstate=%016" PRIx64 "\n",
+             t->data.st.epoch, t->data.st.rng_epoch);
+    sb->b[0] = (sh_blob){"step", sb->step, strlen(sb->step)};
+    sb->b[1] = (sh_blob){"data", sb->data, strlen(sb->data)};
+    sb->b[2] = (sh_blob){"rng", sb->rng, strlen(sb->rng)};
+    sb->b[3] = (sh_blob){"config", t->config, strlen(t->config)};
+}
+
+/* Lazy (the default), the copy runs during the next step's forward and backward, and
+ * its optimizer step waits at the fence for what is left. */
 static int save(trainer *t, double *stall_ms, ck_err *err)
 {
-    char name[CK_NAME_MAX], step[32], data[64], rng[96];
-    snprintf(step, sizeof step, "%ld\n", t->step);
-    snprintf(data, sizeof data, "pos=%" PRIu64 "\n", t->data.st.pos);
-    snprintf(rng, sizeof rng, "epoch=%" PRIu64 "\nstate=%016" PRIx64 "\n", t->data.st.epoch,
-             t->data.st.rng_epoch);
-    const sh_blob blobs[] = {
-        {"step", step, strlen(step)}, {"data", data, strlen(data)},
-        {"rng", rng, strlen(rng)}, {"config", t->config, strlen(t->config)},
-    };
+    char name[CK_NAME_MAX];
+    save_blobs sb;
+    blobs_of(t, &sb);
     const sh_state_dict *sd[] = {&t->msd, &t->osd};
     tr_save_name((uint64_t)t->step, name);
-    return sh_checkpoint_save_async(t->ckpt, name, (uint64_t)t->step, sd, 2, blobs, 4,
-                                    stall_ms, err);
+    return (t->a.ckpt_copy ? sh_checkpoint_save_async : sh_checkpoint_save_lazy)(
+        t->ckpt, name, (uint64_t)t->step, sd, 2, sb.b, 4, stall_ms, err);
 }
 
 /* Collective. Moves the saves in flight on; rank 0 notes the ones that finished, for
@@ -207,24 +221,28 @@ static int train(trainer *t, ck_err *err)
     int rank = sh_world_rank(t->w), T = a->model.seq;
     tr_step_buf buf = {0};
     int rc = 0;
+    bool saved_last = false;   /* the step before saved: this one's optimizer fenced it */
     double t_last = now_s();
     while (!rc && t->step < a->steps) {
         long step = t->step + 1;
-        double loss, norm, stall = 0.0;
+        double loss, norm, stall = 0.0, fence = 0.0;
         tr_step_cfg sc = {a->batch, a->accum, tr_lr_at(&t->sched, step), a->clip};
         rc = tr_step(&t->model, t->opt, &t->data, &sc, &buf, &loss, &norm, err);
         if (rc)
             break;
+        if (saved_last)
+            fence = sh_checkpoint_fence_ms(t->ckpt);
         t->step = step;
-        if (t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) || step == a->steps))
+        saved_last = t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) || step == a->steps);
+        if (saved_last)
             rc = save(t, &stall, err);
         double t_now = now_s();
         if (!rc && t->ckpt)
             rc = collect_saves(t, err);   /* collective: it moves saves on */
         if (rank == 0 && (step % a->log_every == 0 || step == 1 || step == a->steps || rc)) {
-            printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f%s\n", step,
-                   loss, (double)tr_lr_at(&t->sched, step), norm,
-                   (double)a->batch * T / (t_now - t_last), stall, t->saved);
+            printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f "
+                   "fence_ms %.2f%s\n", step, loss, (double)tr_lr_at(&t->sched, step), norm,
+                   (double)a->batch * T / (t_now - t_last), stall, fence, t->saved);
             t->saved[0] = '\0';
         }
         t_last = t_now;
@@ -317,8 +335,15 @@ static int setup(trainer *t, ck_err *err)
     if (!rc && a->resume)
         rc = resume(t, err);
     if (!rc && a->ckpt_root && !a->eval)
-        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon},
+        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt},
                                &t->ckpt, err);
+    if (!rc && t->ckpt) {
+        /* The saves' staging, faulted in now rather than in the first saves. */
+        save_blobs sb;
+        blobs_of(t, &sb);
+        const sh_state_dict *sd[] = {&t->msd, &t->osd};
+        rc = sh_checkpoint_reserve(t->ckpt, sd, 2, sb.b, 4, err);
+    }
     if (!rc && sh_world_rank(t->w) == 0) {
         char mesh[32];
         ck_mesh_format(sh_mesh_desc(t->mesh), mesh, sizeof mesh);

@@ -1,21 +1,31 @@
 /* checkpoint.c - asynchronous collective saves of sharded state dicts (see
  * sh/checkpoint.h).
  *
+ * A save's stall holds no collective: each rank hands its own part over alone, and
+ * the ranks agree that the save happened later, at a sh_checkpoint_progress, on the
+ * training thread (so the MPI library needs no thread support; docs/DECISIONS.md).
+ *
  * Connected, every rank has a ck_client and stages its own part in ckptd's shared
- * memory; rank 0 asks for the commit and watches for it.
+ * memory (a lazy save: on the client's thread, until the fence). At the first
+ * progress after the part is staged (after the fence, for a lazy save) one all-reduce
+ * says whether every rank's part got there; then rank 0 asks for the commit and
+ * watches for it.
  *
  * Embedded, every rank builds the same ck_save and the core runs the shared save over
- * this world's collectives (ck_group). On every rank a save goes
- *   IDLE -> WRITING: save_async copies the shards into the file's image, a thread
- *           writes and fsyncs it;
+ * this world's collectives (ck_group). The pending directory's token is rank 0's
+ * nonce (drawn at sh_checkpoint_new) and the save's number, so no broadcast is needed
+ * to start a save. On every rank a save goes
+ *   IDLE -> WRITING: a thread copies the shards into the file's image (lazy; else the
+ *           caller did) and writes and fsyncs it;
  *        -> at the first progress where no rank is still WRITING (an all-reduce):
  *           ck_save_finish_group gathers every part's outcome and hashes to rank 0;
  *        -> COMMITTING on rank 0 (its thread runs ck_save_commit), IDLE elsewhere.
- * Every collective runs on the training thread, at a step boundary, so the MPI
- * library needs no thread support and no rank waits on another's disk.
+ * A rank whose part could not even be started says so in that all-reduce, and then
+ * every rank lets the save go.
  */
 #include "sh/checkpoint.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,11 +34,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ck/catalog.h"
 #include "ck/client.h"
 #include "ck/load.h"
 #include "ck/save.h"
+#include "ck/staging.h"
 #include "sh/comm.h"
 
 typedef enum phase { IDLE, WRITING, COMMITTING } phase;
@@ -37,22 +49,33 @@ struct sh_checkpoint {
     sh_world *w;
     char root[PATH_MAX];
     ck_group group;                /* the world's broadcast and gather, lent to the core */
+    sh_adamw *optim;               /* its step fences lazy saves */
+    uint64_t nonce, seq;           /* the pending directories' tokens */
     ck_client *cl;                 /* connected; NULL when embedded */
     ck_client_save *sv;            /* connected: this rank's part of the save in flight */
+    bool agreed;                   /* connected: every rank staged it, commit asked */
     char name[CK_NAME_MAX];        /* the save in flight; "" when none */
     uint64_t bytes;
     struct timespec t0;
     sh_checkpoint_done *report;    /* rank 0: finished saves not yet polled */
     int nreport;
+    /* This rank's part of the save in flight: */
+    bool fence_due;                /* lazy, and not fenced yet */
+    ck_err part;                   /* part.code: it could not be handed over */
+    double fence_ms;
     /* Embedded: */
     ck_save *save;
-    uint8_t *image;                /* this rank's data file, kept from save to save */
-    size_t image_cap;
+    ck_staging image;              /* this rank's data file, kept from save to save */
     phase phase;
     pthread_t th;
+    bool th_running;
+    bool th_copies;                /* the thread copies first (lazy) */
     atomic_bool th_done;
     int th_rc;
     ck_err th_err;
+    pthread_mutex_t mu;            /* copied; part, while the thread may set it */
+    pthread_cond_t cv;
+    bool copied;                   /* the part is handed over, or failed */
 };
 
 static double since_ms(const struct timespec *t0)
@@ -82,6 +105,8 @@ static int group_gather(void *arg, const void *mine, void *all, size_t len, ck_e
     return rc ? rc : sh_gather(sh_world_comm(arg), mine, all, len / 8, CK_I64, 0, NULL, err);
 }
 
+static int fence_for_optim(void *arg, ck_err *err);
+
 int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **out,
                       ck_err *err)
 {
@@ -92,18 +117,29 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     c->w = w;
     c->group = (ck_group){ (uint64_t)sh_world_rank(w), (uint64_t)sh_world_size(w),
                            group_broadcast, group_gather, w };
+    c->image = CK_STAGING_NONE;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
     int rc = 0;
     if (snprintf(c->root, sizeof c->root, "%s", o->root) >= (int)sizeof c->root)
         rc = ck_err_set(err, -ENAMETOOLONG, "checkpoint root %s: path too long", o->root);
     /* Rank 0 makes the root; broadcasting the outcome also keeps the other ranks from
-     * looking for it before it exists. */
-    int32_t made = 0;
-    if (!rc && c->group.rank == 0 && mkdir(c->root, 0755) && errno != EEXIST)
-        made = -errno;
+     * looking for it before it exists. The nonce names this run's pending directories. */
+    int64_t msg[2] = { 0, 0 };
+    if (!rc && c->group.rank == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        msg[1] = (int64_t)(((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^
+                           ((uint64_t)ts.tv_sec << 20));
+        if (mkdir(c->root, 0755) && errno != EEXIST)
+            msg[0] = -errno;
+    }
     if (!rc)
-        rc = sh_broadcast(sh_world_comm(w), &made, 1, CK_I32, 0, NULL, err);
-    if (!rc && made)
-        rc = ck_err_set(err, made, "checkpoint root %s: %s", c->root, strerror(-made));
+        rc = sh_broadcast(sh_world_comm(w), msg, 2, CK_I64, 0, NULL, err);
+    if (!rc && msg[0])
+        rc = ck_err_set(err, (int)msg[0], "checkpoint root %s: %s", c->root,
+                        strerror((int)-msg[0]));
+    c->nonce = (uint64_t)msg[1];
     const char *env = getenv("CKPTD_SOCKET");
     if (!rc && (o->daemon || (env && *env)))
         rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){ .socket = o->daemon }, err);
@@ -111,19 +147,22 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
         sh_checkpoint_free(c);
         return rc;
     }
+    c->optim = o->optim;
+    if (c->optim)
+        sh_adamw_set_fence(c->optim, fence_for_optim, c);
     *out = c;
     return 0;
 }
 
 /* The save in flight is over on this rank; rank 0 queues its report. */
-static int over(sh_checkpoint *c, int code, const ck_err *why, ck_err *err)
+static int over(sh_checkpoint *c, int code, const char *why, ck_err *err)
 {
     int rc = 0;
     if (c->group.rank == 0) {
         sh_checkpoint_done d = { .rc = code, .bytes = c->bytes,
                                  .seconds = since_ms(&c->t0) / 1e3 };
         snprintf(d.name, sizeof d.name, "%s", c->name);
-        snprintf(d.msg, sizeof d.msg, "%s", code ? ck_err_msg(why) : "");
+        snprintf(d.msg, sizeof d.msg, "%s", code ? why : "");
         sh_checkpoint_done *r = realloc(c->report, sizeof *r * (size_t)(c->nreport + 1));
         if (r) {
             c->report = r;
@@ -137,51 +176,195 @@ static int over(sh_checkpoint *c, int code, const ck_err *why, ck_err *err)
     return rc;
 }
 
-/* ---- connected ---- */
+/* ---- the fence ---- */
 
-/* Waits for the save in flight; rank 0 learns how it ended. */
-static int retire(sh_checkpoint *c, ck_err *err)
+/* Waits until this rank's sources are no longer read by the save in flight. Every
+ * rank passes here at the same point of its program (the optimizer's step), whatever
+ * became of its part, so fence_due says the same on every rank. */
+static void fence_wait(sh_checkpoint *c)
 {
-    if (!c->sv)
-        return 0;
+    if (!c->fence_due)
+        return;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_err why = { 0 };
-    int code = c->group.rank == 0 ? ck_client_wait(c->sv, &why) : 0;
-    ck_client_save_free(c->sv);
-    c->sv = NULL;
-    return over(c, code, &why, err);
+    if (c->cl) {
+        if (c->sv && !c->part.code && ck_client_save_fence(c->sv, &why))
+            c->part = why;
+    } else {
+        pthread_mutex_lock(&c->mu);
+        while (!c->copied)
+            pthread_cond_wait(&c->cv, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+    }
+    c->fence_due = false;
+    c->fence_ms = since_ms(&t0);
 }
 
-/* Declares this rank's part, offers its shards and, on rank 0, the blobs; save_async
- * then copies them into ckptd's staging. */
-static int stage_part(sh_checkpoint *c, uint64_t step, const sh_state_dict *const *sd,
-                      int nsd, const sh_blob *blobs, int nblobs, ck_err *err)
+/* This rank's error of the save in flight, so far. */
+static int part_error(sh_checkpoint *c, ck_err *err)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = c->part.code ? ck_err_set(err, c->part.code, "%s", ck_err_msg(&c->part)) : 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int sh_checkpoint_fence(sh_checkpoint *c, ck_err *err)
+{
+    fence_wait(c);
+    return c->name[0] ? part_error(c, err) : 0;
+}
+
+/* The optimizer's fence: it may step once the sources are free, whatever became of
+ * the save, whose failure rank 0 reports through poll. */
+static int fence_for_optim(void *arg, ck_err *err)
+{
+    (void)err;
+    fence_wait(arg);
+    return 0;
+}
+
+double sh_checkpoint_fence_ms(const sh_checkpoint *c)
+{
+    return c->fence_ms;
+}
+
+/* ---- agreement ---- */
+
+/* Collective, where some rank could not hand its part over: rank 0 learns the first
+ * such rank's error and reports the save failed; every rank lets its part go. */
+typedef struct fail_msg {
+    int64_t code;
+    char msg[CK_ERR_MSG_MAX];
+} fail_msg;
+
+static void drop(sh_checkpoint *c);
+
+static int fail_all(sh_checkpoint *c, ck_err *err)
+{
+    fail_msg mine = { .code = c->part.code }, *all = NULL;
+    if (c->part.code)
+        snprintf(mine.msg, sizeof mine.msg, "rank %" PRIu64 ": %s", c->group.rank,
+                 ck_err_msg(&c->part));
+    if (c->group.rank == 0 && !(all = calloc(c->group.world, sizeof *all)))
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", c->name);
+    int rc = group_gather(c->w, &mine, all, sizeof mine, err);
+    drop(c);
+    const fail_msg *first = NULL;
+    for (uint64_t k = 0; !rc && all && k < c->group.world && !first; k++)
+        if (all[k].code)
+            first = &all[k];
+    if (!rc && first)
+        rc = over(c, (int)first->code, first->msg, err);
+    free(all);
+    c->name[0] = '\0';
+    return rc;
+}
+
+/* Collective: MAX over the ranks of v[0..n). */
+static int all_max(sh_checkpoint *c, int32_t *v, int n, ck_err *err)
+{
+    return sh_all_reduce(sh_world_comm(c->w), v, v, (size_t)n, CK_I32, SH_MAX, NULL, err);
+}
+
+/* ---- connected ---- */
+
+/* Collective, once every part's fate is known here (after the fence): every rank
+ * learns whether all were staged; then rank 0 asks for the commit. */
+static int agree_staged(sh_checkpoint *c, ck_err *err)
+{
+    int32_t bad = c->part.code ? 1 : 0;
+    int rc = all_max(c, &bad, 1, err);
+    if (rc)
+        return rc;
+    if (bad)
+        return fail_all(c, err);
+    c->agreed = true;
+    ck_err why = { 0 };
+    if (c->group.rank == 0 && ck_client_commit(c->sv, &why)) {
+        int code = why.code;
+        ck_client_save_free(c->sv);
+        c->sv = NULL;
+        return over(c, code, ck_err_msg(&why), err);
+    }
+    return 0;
+}
+
+/* Collective: waits for the save in flight; rank 0 learns how it ended. */
+static int retire(sh_checkpoint *c, ck_err *err)
+{
+    if (!c->name[0])
+        return 0;
+    fence_wait(c);
+    if (!c->agreed) {
+        int rc = agree_staged(c, err);
+        if (rc || !c->sv)
+            return rc;
+    }
+    ck_err why = { 0 };
+    int code = c->group.rank == 0 && c->sv ? ck_client_wait(c->sv, &why) : 0;
+    ck_client_save_free(c->sv);
+    c->sv = NULL;
+    return over(c, code, ck_err_msg(&why), err);
+}
+
+/* Declares this rank's part, offers its shards and, on rank 0, the blobs. */
+static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint64_t step,
+                   const sh_state_dict *const *sd, int nsd, bool shards, const sh_blob *blobs,
+                   int nblobs, ck_err *err)
 {
     const ck_mesh *mesh = &sd[0]->entry[0].mesh;
-    int rc = ck_client_begin(c->cl, &c->sv, c->name, step, mesh, c->group.rank,
-                             ck_mesh_world(mesh), err);
+    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->group.rank, ck_mesh_world(mesh),
+                             err);
     for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
-            rc = ck_client_tensor(c->sv, e->name, e->dtype, e->ndim, e->shape, e->placement,
+            rc = ck_client_tensor(*sv, e->name, e->dtype, e->ndim, e->shape, e->placement,
                                   err);
         }
-    for (int d = 0; !rc && d < nsd; d++)
+    for (int d = 0; !rc && shards && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++)
             if (ck_box_numel(&sd[d]->entry[i].box))
-                rc = ck_client_shard(c->sv, sd[d]->entry[i].name, sd[d]->entry[i].data, err);
+                rc = ck_client_shard(*sv, sd[d]->entry[i].name, sd[d]->entry[i].data, err);
     for (int b = 0; !rc && c->group.rank == 0 && b < nblobs; b++)
-        rc = ck_client_blob(c->sv, blobs[b].name, blobs[b].data, blobs[b].len, err);
-    if (!rc)
-        rc = ck_client_save_async(c->sv, err);
+        rc = ck_client_blob(*sv, blobs[b].name, blobs[b].data, blobs[b].len, err);
     return rc;
 }
 
 /* ---- embedded ---- */
 
+static int fill_part(sh_checkpoint *c, ck_err *err);
+static int join_part(sh_checkpoint *c, ck_err *err);
+
+/* The part is handed over (copied and joined) or failed: the fence may let the
+ * sources change, and sees why it failed. */
+static void set_copied(sh_checkpoint *c, const ck_err *e)
+{
+    pthread_mutex_lock(&c->mu);
+    if (e->code)
+        c->part = *e;
+    c->copied = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The part off the training thread: (lazy) the copy, then the pending directory and
+ * the write. Until it joined the directory, a failure leaves the rank without a part
+ * to gather (c->part, set before the fence or the all-reduce can look). */
 static void *write_part(void *arg)
 {
     sh_checkpoint *c = arg;
-    c->th_rc = ck_save_write_rank(c->save, c->group.rank, &c->th_err);
+    ck_err e = { 0 };
+    int rc = c->th_copies ? fill_part(c, &e) : 0;
+    if (!rc)
+        rc = join_part(c, &e);
+    set_copied(c, &e);
+    if (!rc) {
+        rc = ck_save_write_rank(c->save, c->group.rank, &e);
+        c->th_err = e;
+        c->th_rc = rc;
+    }
     atomic_store(&c->th_done, true);
     return NULL;
 }
@@ -201,68 +384,102 @@ static int start(sh_checkpoint *c, void *(*fn)(void *), phase ph, ck_err *err)
     c->th_rc = 0;
     ck_err_clear(&c->th_err);
     int e = pthread_create(&c->th, NULL, fn, c);
-    if (e)
+    if (e) {
+        atomic_store(&c->th_done, true);
         return ck_err_set(err, -e, "checkpoint %s: starting a thread: %s", c->name,
                           strerror(e));
+    }
+    c->th_running = true;
     c->phase = ph;
     return 0;
 }
 
+static void join(sh_checkpoint *c)
+{
+    if (c->th_running)
+        pthread_join(c->th, NULL);
+    c->th_running = false;
+}
+
 /* The same ck_save on every rank: the tensors in order, this rank's shards, rank 0's
  * blobs. */
-static int build(sh_checkpoint *c, uint64_t step, const sh_state_dict *const *sd, int nsd,
-                 const sh_blob *blobs, int nblobs, ck_err *err)
+static int build(sh_checkpoint *c, ck_save **out, const char *name, uint64_t step,
+                 const sh_state_dict *const *sd, int nsd, const sh_blob *blobs, int nblobs,
+                 ck_err *err)
 {
-    int rc = ck_save_begin(&c->save, c->root, c->name, step, &sd[0]->entry[0].mesh, NULL,
-                           err);
+    int rc = ck_save_begin(out, c->root, name, step, &sd[0]->entry[0].mesh, NULL, err);
     for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
-            rc = ck_save_tensor(c->save, e->name, e->dtype, e->ndim, e->shape, e->placement,
+            rc = ck_save_tensor(*out, e->name, e->dtype, e->ndim, e->shape, e->placement,
                                 err);
             if (!rc && ck_box_numel(&e->box))
-                rc = ck_save_shard(c->save, e->name, c->group.rank, e->data, err);
+                rc = ck_save_shard(*out, e->name, c->group.rank, e->data, err);
         }
     for (int b = 0; !rc && c->group.rank == 0 && b < nblobs; b++)
-        rc = ck_save_blob(c->save, blobs[b].name, blobs[b].data, blobs[b].len, err);
+        rc = ck_save_blob(*out, blobs[b].name, blobs[b].data, blobs[b].len, err);
     return rc;
 }
 
-/* Copies this rank's shards into its file's image (the stall) and starts writing it.
- * The image is kept for the next save, whose copy then lands in touched pages. */
-static int write_own(sh_checkpoint *c, ck_err *err)
+/* The staging image of this rank's file: at least size bytes, faulted in. */
+static int image_fit(sh_checkpoint *c, uint64_t size, ck_err *err)
 {
-    size_t size = (size_t)ck_save_rank_bytes(c->save, c->group.rank);
-    if (size > c->image_cap) {
-        free(c->image);
-        c->image_cap = 0;
-        if (posix_memalign((void **)&c->image, CK_ALIGN, size)) {
-            c->image = NULL;
-            return ck_err_set(err, -ENOMEM, "checkpoint %s: no memory for a %zu-byte "
-                              "staging image", c->name, size);
-        }
-        c->image_cap = size;
-    }
-    int rc = ck_save_copy_rank(c->save, c->group.rank, c->image, err);
-    return rc ? rc : start(c, write_part, WRITING, err);
+    if (c->image.map && c->image.size >= size)
+        return 0;
+    ck_staging_unmap(&c->image);
+    return ck_staging_map(&c->image, size, 0, err);
+}
+
+/* This rank's shards into its file's image (fitted first): the copy, which needs the
+ * save's plan only. */
+static int fill_part(sh_checkpoint *c, ck_err *err)
+{
+    int rc = image_fit(c, ck_save_rank_bytes(c->save, c->group.rank), err);
+    return rc ? rc : ck_save_fill_rank(c->save, c->group.rank, c->image.map, err);
+}
+
+/* Joins the group's pending directory and binds the image as this rank's file. */
+static int join_part(sh_checkpoint *c, ck_err *err)
+{
+    char token[16];
+    snprintf(token, sizeof token, "%012" PRIx64,
+             (uint64_t)((c->nonce + c->seq * 0x9E3779B97F4A7C15ull) & 0xffffffffffffull));
+    int rc = ck_save_join_group(c->save, &c->group, token, err);
+    return rc ? rc : ck_save_rank_image(c->save, c->group.rank, c->image.map, err);
+}
+
+/* This rank's part of save c->save: copied into the image (lazy: on the thread), then
+ * joined and written by the thread. Until it is joined, a failure leaves the rank
+ * without a part to gather (c->part says why, the all-reduce tells the others); after,
+ * it is the part's outcome, gathered by ck_save_finish_group. */
+static void start_part(sh_checkpoint *c, bool lazy)
+{
+    c->th_copies = lazy;
+    c->copied = !lazy;
+    if (!lazy && fill_part(c, &c->part))
+        return;
+    ck_err why = { 0 };
+    if (start(c, write_part, WRITING, &why))
+        set_copied(c, &why);
 }
 
 /* Collective: moves the save in flight on; with block, until it is over. Ranks agree
  * on the step at which to finish by an all-reduce of "my part is still being
- * written". */
+ * written" and "I have no part". */
 static int advance(sh_checkpoint *c, bool block, ck_err *err)
 {
     int rc = 0;
     if (c->phase == WRITING) {
         if (block)
-            pthread_join(c->th, NULL);
-        int32_t busy = atomic_load(&c->th_done) ? 0 : 1;
-        rc = sh_all_reduce(sh_world_comm(c->w), &busy, &busy, 1, CK_I32, SH_MAX, NULL, err);
-        if (rc || busy)
+            join(c);
+        int32_t v[2] = { atomic_load(&c->th_done) ? 0 : 1, c->part.code ? 1 : 0 };
+        rc = all_max(c, v, 2, err);
+        if (rc || v[0])
             return rc;
-        if (!block)
-            pthread_join(c->th, NULL);
+        join(c);
         c->phase = IDLE;
+        if (v[1])
+            return fail_all(c, err);
         ck_err outcome = c->th_err;
         outcome.code = c->th_rc;
         ck_save *s = c->save;
@@ -281,46 +498,30 @@ static int advance(sh_checkpoint *c, bool block, ck_err *err)
         if (code) {
             ck_save_abort(c->save);
             c->save = NULL;
-            return over(c, code, &why, err);
+            return over(c, code, ck_err_msg(&why), err);
         }
     }
     if (c->phase == COMMITTING && (block || atomic_load(&c->th_done))) {
-        pthread_join(c->th, NULL);
+        join(c);
         c->phase = IDLE;
-        rc = over(c, c->th_rc, &c->th_err, err);
+        rc = over(c, c->th_rc, ck_err_msg(&c->th_err), err);
     }
     return rc;
 }
 
 /* ---- both ---- */
 
-/* Collective: every rank learns whether every rank got this far, so that none trains
- * on believing in a save that cannot commit. */
-static int agree(sh_checkpoint *c, int rc, ck_err *err)
-{
-    int32_t bad = rc ? 1 : 0;
-    ck_err why = { 0 };
-    int e = sh_all_reduce(sh_world_comm(c->w), &bad, &bad, 1, CK_I32, SH_MAX, NULL, &why);
-    if (rc)
-        return rc;      /* this rank's own error says more than the collective's */
-    if (e)
-        return ck_err_set(err, e, "checkpoint %s: %s", c->name, ck_err_msg(&why));
-    return bad ? ck_err_set(err, -EIO, "checkpoint %s: another rank failed to stage its "
-                            "part", c->name) : 0;
-}
-
-/* The save failed on every rank: let go of this rank's part. What it wrote into a
- * shared directory stays as debris for recovery. */
+/* Lets go of this rank's part of a failed save. What it wrote into a shared directory
+ * stays as debris for recovery. */
 static void drop(sh_checkpoint *c)
 {
+    fence_wait(c);
     ck_client_save_free(c->sv);
     c->sv = NULL;
-    if (c->phase == WRITING)
-        pthread_join(c->th, NULL);
+    join(c);
     c->phase = IDLE;
     ck_save_abort(c->save);
     c->save = NULL;
-    c->name[0] = '\0';
 }
 
 static int check_entries(const char *name, const sh_state_dict *const *sd, int nsd,
@@ -344,44 +545,108 @@ static int check_entries(const char *name, const sh_state_dict *const *sd, int n
     return 0;
 }
 
+int sh_checkpoint_reserve(sh_checkpoint *c, const sh_state_dict *const *sd, int nsd,
+                          const sh_blob *blobs, int nblobs, ck_err *err)
+{
+    uint64_t bytes;
+    int rc = check_entries("reserve", sd, nsd, &bytes, err);
+    if (rc)
+        return rc;
+    if (c->cl) {
+        ck_client_save *sv = NULL;
+        rc = declare(c, &sv, "reserve", 0, sd, nsd, false, blobs, nblobs, err);
+        if (!rc)
+            rc = ck_client_save_reserve(sv, false, err);
+        ck_client_save_free(sv);
+        return rc;
+    }
+    if (c->phase != IDLE)
+        return ck_err_set(err, -EBUSY, "checkpoint staging: reserve it before the first save "
+                          "or once the last is over (sh_checkpoint_wait)");
+    ck_save *s = NULL;
+    rc = build(c, &s, "reserve", 0, sd, nsd, NULL, 0, err);
+    if (!rc)
+        rc = image_fit(c, ck_save_rank_bytes(s, c->group.rank), err);
+    ck_save_abort(s);
+    return rc;
+}
+
+static int save(sh_checkpoint *c, const char *name, uint64_t step,
+                const sh_state_dict *const *sd, int nsd, const sh_blob *blobs, int nblobs,
+                bool lazy, double *stall_ms, ck_err *err)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = 0;
+    if (lazy && !c->optim)
+        rc = ck_err_set(err, -EINVAL, "checkpoint %s: a lazy save needs the optimizer that "
+                        "writes its sources (sh_checkpoint_opts.optim), which fences it",
+                        name);
+    /* One save in flight: the next one waits for it (collectively, only if it is still
+     * in flight). */
+    if (!rc)
+        rc = c->cl ? retire(c, err) : advance(c, true, err);
+    uint64_t bytes = 0;
+    if (!rc)
+        rc = check_entries(name, sd, nsd, &bytes, err);
+    if (rc) {
+        *stall_ms = since_ms(&t0);
+        return rc;
+    }
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->t0 = t0;
+    c->bytes = bytes;
+    c->seq++;
+    c->agreed = false;
+    c->fence_due = lazy;
+    c->fence_ms = 0;
+    ck_err_clear(&c->part);
+    /* A failure is the part's outcome, in c->part: the ranks agree on it at a later
+     * progress, and rank 0 reports it through poll. */
+    if (c->cl) {
+        if (!declare(c, &c->sv, name, step, sd, nsd, true, blobs, nblobs, &c->part)) {
+            if (lazy)
+                ck_client_save_lazy(c->sv, &c->part);
+            else
+                ck_client_save_async(c->sv, &c->part);
+        }
+    } else {
+        c->phase = WRITING;
+        c->copied = true;
+        atomic_store(&c->th_done, true);
+        if (!build(c, &c->save, name, step, sd, nsd, blobs, nblobs, &c->part))
+            start_part(c, lazy);
+    }
+    *stall_ms = since_ms(&t0);
+    return 0;
+}
+
 int sh_checkpoint_save_async(sh_checkpoint *c, const char *name, uint64_t step,
                              const sh_state_dict *const *sd, int nsd, const sh_blob *blobs,
                              int nblobs, double *stall_ms, ck_err *err)
 {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* One save in flight: the next one waits for it. */
-    int rc = c->cl ? retire(c, err) : advance(c, true, err);
-    snprintf(c->name, sizeof c->name, "%s", name);
-    c->t0 = t0;
-    if (!rc)
-        rc = check_entries(name, sd, nsd, &c->bytes, err);
-    if (!rc)
-        rc = c->cl ? stage_part(c, step, sd, nsd, blobs, nblobs, err)
-                   : build(c, step, sd, nsd, blobs, nblobs, err);
-    rc = agree(c, rc, err);
-    if (!rc && !c->cl) {
-        rc = ck_save_prepare_group(c->save, &c->group, err);
-        if (!rc)
-            rc = write_own(c, err);
-        rc = agree(c, rc, err);
-    }
-    if (!rc && c->cl && c->group.rank == 0)
-        rc = ck_client_commit(c->sv, err);
-    if (rc)
-        drop(c);
-    *stall_ms = since_ms(&t0);
-    return rc;
+    return save(c, name, step, sd, nsd, blobs, nblobs, false, stall_ms, err);
+}
+
+int sh_checkpoint_save_lazy(sh_checkpoint *c, const char *name, uint64_t step,
+                            const sh_state_dict *const *sd, int nsd, const sh_blob *blobs,
+                            int nblobs, double *stall_ms, ck_err *err)
+{
+    return save(c, name, step, sd, nsd, blobs, nblobs, true, stall_ms, err);
 }
 
 int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err)
 {
-    return c->cl ? 0 : advance(c, false, err);
+    if (!c->cl)
+        return advance(c, false, err);
+    /* A lazy part's fate is known at its fence. name, agreed and fence_due say the same
+     * on every rank (c->sv does not: a rank may have failed to begin its part). */
+    return c->name[0] && !c->agreed && !c->fence_due ? agree_staged(c, err) : 0;
 }
 
 int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err)
 {
-    if (c->sv && c->group.rank == 0) {
+    if (c->sv && c->agreed && c->group.rank == 0) {
         ck_client_state st;
         ck_err why = { 0 };
         ck_client_poll(c->sv, &st, &why);
@@ -405,15 +670,21 @@ void sh_checkpoint_free(sh_checkpoint *c)
 {
     if (!c)
         return;
-    retire(c, NULL);
+    if (c->optim)
+        sh_adamw_set_fence(c->optim, NULL, NULL);
+    /* No collective here: the save in flight is let go, and what it wrote is debris
+     * for recovery (connected: the client waits for its staged part). */
+    fence_wait(c);
+    if (c->sv && c->agreed && c->group.rank == 0)
+        ck_client_wait(c->sv, NULL);
+    ck_client_save_free(c->sv);
     ck_client_close(c->cl);
-    if (c->phase != IDLE) {
-        /* Only on an error path, so no collective: let go, recovery removes the rest. */
-        pthread_join(c->th, NULL);
-        if (c->phase == WRITING)
-            ck_save_abort(c->save);     /* a commit frees its save itself */
-    }
-    free(c->image);
+    join(c);
+    if (c->phase == WRITING)
+        ck_save_abort(c->save);     /* a commit frees its save itself */
+    ck_staging_unmap(&c->image);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
     free(c->report);
     free(c);
 }

@@ -14,7 +14,15 @@ struct sh_adamw {
     long *steps;          /* per parameter, as torch: a step without a gradient skips */
     int n;
     long calls;
+    int (*fence)(void *arg, ck_err *err);
+    void *fence_arg;
 };
+
+void sh_adamw_set_fence(sh_adamw *o, int (*fence)(void *arg, ck_err *err), void *arg)
+{
+    o->fence = fence;
+    o->fence_arg = arg;
+}
 
 void sh_adamw_opts_default(sh_adamw_opts *o)
 {
@@ -93,7 +101,9 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
 
 int sh_adamw_step(sh_adamw *o, ck_err *err)
 {
-    (void)err;
+    int rc = o->fence ? o->fence(o->fence_arg, err) : 0;
+    if (rc)
+        return rc;
     o->calls++;
     for (int i = 0; i < o->n; i++) {
         sh_param *p = o->p[i];

@@ -11,56 +11,7 @@
  * of what the save makes visible, not the loss of unsynced data on power failure. */
 #include "ck/catalog.h"
 #include "ck/engine.h"
-#include "ck/save.h"
-#include "ckpt_testlib.h"
-
-static const uint64_t seed = 42;
-
-typedef struct gen {
-    ck_synth_src src[64];
-    int n;
-} gen;
-
-/* Saves NAME (2x2 mesh, R,S(0): replicas share the writing; 3 tensors, one blob)
- * through engine e. */
-static int save(const char *root, const char *name, ck_engine *e, gen *g, ck_err *err)
-{
-    ck_mesh mesh;
-    ck_placement pl[2];
-    ck_mesh_parse("2x2", NULL, &mesh, NULL);
-    ck_placements_parse("R,S(0)", 2, 2, pl, NULL);
-    ck_save_opts so = { .engine = e, .block_size = 16384, .io_size = 8192, .mem_limit = 65536,
-                        .hash_threads = 2 };
-    ck_save *s;
-    int r = ck_save_begin(&s, root, name, 7, &mesh, &so, err);
-    if (r < 0)
-        return r;
-    static const uint64_t shapes[3][2] = { { 330, 100 }, { 5, 7 }, { 640, 64 } };
-    g->n = 0;
-    for (uint32_t t = 0; t < 3 && r == 0; t++) {
-        char tn[8];
-        snprintf(tn, sizeof tn, "t%u", t);
-        r = ck_save_tensor(s, tn, CK_F32, 2, shapes[t], pl, err);
-        for (uint64_t rank = 0; rank < 4 && r == 0; rank++) {
-            if (!ck_save_writes(s, tn, rank))
-                continue;
-            ck_synth_src *src = &g->src[g->n++];
-            uint32_t coord[2];
-            ck_mesh_coord(&mesh, rank, coord);
-            *src = (ck_synth_src){ .seed = seed, .tensor = t, .itemsize = 4, .ndim = 2,
-                                   .shape = { shapes[t][0], shapes[t][1] } };
-            ck_shard_box(2, shapes[t], &mesh, pl, coord, &src->box);
-            r = ck_save_shard_fill(s, tn, rank, ck_synth_fill, src, err);
-        }
-    }
-    if (r == 0)
-        r = ck_save_blob(s, "step", "7", 1, err);
-    if (r < 0) {
-        ck_save_abort(s);
-        return r;
-    }
-    return ck_save_commit(s, NULL, err);
-}
+#include "crash_testlib.h"
 
 static bool exists(const char *root, const char *name)
 {

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "${1:-$(dirname "$0")/../..}/ckptd"
 
 # Top to bottom, as kd.h lists them.
-layers=(main.c kd_server.c kd_recover.c kd_proto.c kd_status.c kd_ckpt.c kd_staging.c
+layers=(main.c kd_server.c kd_recover.c kd_proto.c kd_status.c kd_ckpt.c kd_plan.c kd_staging.c
         kd_reply.c kd_log.c)
 listed=$(printf '%s\n' "${layers[@]}" | sort)
 actual=$(ls -- *.c | grep -vx ckptctl.c | sort)

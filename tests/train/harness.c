@@ -45,3 +45,15 @@ int th_finish(sh_world *w, int status)
     sh_finalize(w);
     return s;
 }
+
+static int failures;
+
+void th_failed(void)
+{
+    failures++;
+}
+
+int th_failures(void)
+{
+    return failures;
+}

@@ -3,6 +3,8 @@
 #ifndef TM_HARNESS_H
 #define TM_HARNESS_H
 
+#include <stdio.h>
+
 #include "sh/sh.h"
 
 /* sh_init, or exit 77 (skip) when MPI cannot start. */
@@ -15,5 +17,19 @@ sh_mesh *th_mesh(sh_world *w, int argc, char **argv);
 int th_finish(sh_world *w, int status);
 /* Prints "rank R: what: message" and exits 1 (tests only). */
 void th_die(sh_world *w, const char *what, const ck_err *err);
+
+/* A claim: when cond is false, prints "rank R: FAIL cond: message" and counts it;
+ * th_failures() is the count so far. */
+#define TH_CHECK(w, cond, ...)                                                           \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            printf("rank %d: FAIL %s: ", sh_world_rank(w), #cond);                       \
+            printf(__VA_ARGS__);                                                         \
+            printf("\n");                                                                \
+            th_failed();                                                                 \
+        }                                                                                \
+    } while (0)
+void th_failed(void);
+int th_failures(void);
 
 #endif

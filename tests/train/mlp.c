@@ -487,3 +487,16 @@ double tm_ref_step(tm_ref *r, double max_norm, const sh_adamw_opts *o)
     }
     return norm;
 }
+
+int tm_build_sharded(sh_world *w, const tm_dims *dims, sh_mesh *mesh, uint64_t seed,
+                     tm_model *m, ck_err *err)
+{
+    int rc = tm_build(w, dims, m, err);
+    for (int b = 0; !rc && b < dims->nblocks; b++)
+        rc = sh_fully_shard(m->block[b], mesh, NULL, err);
+    if (!rc)
+        rc = sh_fully_shard(m->root, mesh, NULL, err);
+    if (!rc)
+        rc = sh_module_to_empty(m->root, SH_CPU, err);
+    return rc ? rc : sh_module_reset_parameters(m->root, seed, err);
+}

@@ -57,6 +57,10 @@ typedef struct tm_model {
 
 /* Builds the model on META (nothing allocated for parameters yet). */
 int tm_build(sh_world *w, const tm_dims *dims, tm_model *m, ck_err *err);
+/* tm_build, then fully_shard every block and the root on mesh (default options),
+ * to_empty on the CPU and reset_parameters(seed): the sharded model, materialized. */
+int tm_build_sharded(sh_world *w, const tm_dims *dims, sh_mesh *mesh, uint64_t seed,
+                     tm_model *m, ck_err *err);
 void tm_free(tm_model *m);
 
 /* A block's forward callback (the misuse test calls it directly, bypassing the hooks). */

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Resume tests of shard-train, through shardrun (real MPI ranks).
-#   resume.sh MODE SHARDRUN SHARD_TRAIN CKPT_CONSOLIDATE CKPTD
+#   resume.sh MODE SHARDRUN SHARD_TRAIN CKPT_CONSOLIDATE CKPTD CKPT_VERIFY
 # MODE:
 #   kill9-same-mesh   20 steps straight vs 10 steps, SIGKILL of every rank, resume to 20
 #                     on the same 2x2 mesh: the losses of steps 11-20 are identical
 #   kill9-daemon      the same, saving through a ckptd process
 #   across-meshes     4 ranks 2x2 to step 10, 2 ranks 1x2 to 15, 3 ranks (1-D) to 20:
 #                     every loss within 1e-5 relative of the straight 2x2 run
+#   lazy-equals-copy  2 ranks, 12 steps: without checkpoints, with a lazy save every 3
+#                     steps (the default mode) and with a copying one: the same
+#                     losses, and every checkpoint of the lazy run bit for bit the one
+#                     of the copying run (a lazy copy never sees a stepped optimizer)
 #   consolidate       a trained checkpoint through ckpt-consolidate to safetensors,
 #                     loaded into a 1-rank model: the same loss on a fixed batch as
 #                     the checkpoint loaded directly on 1 and on 3 ranks
 set -euo pipefail
-mode=$1 shardrun=$2 train=$3 consolidate=$4 ckptd=$5
+mode=$1 shardrun=$2 train=$3 consolidate=$4 ckptd=$5 verify=${6:-}
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/trainer-test.XXXXXX")
@@ -82,6 +86,30 @@ across-meshes)
               if (!bad) printf "ok: 2x2 -> 1x2 -> 3 within %.2e relative of the straight run\n", worst
               exit bad }'
     ;;
+lazy-equals-copy)
+    run 2 "$work/none.log" --steps 12
+    run 2 "$work/lazy.log" --steps 12 --ckpt-root "$work/ck-lazy" --ckpt-every 3
+    run 2 "$work/copy.log" --steps 12 --ckpt-root "$work/ck-copy" --ckpt-every 3 --ckpt-mode copy
+    for m in lazy copy; do
+        [ "$(grep -c ' saved step-' "$work/$m.log")" -ge 3 ] ||
+            { echo "FAILED: the $m run did not save"; cat "$work/$m.log"; exit 1; }
+    done
+    losses "$work/none.log" >"$work/want"
+    [ "$(wc -l <"$work/want")" -eq 12 ] || { echo "FAILED: the run without saves"; exit 1; }
+    for m in lazy copy; do
+        losses "$work/$m.log" >"$work/got-$m"
+        diff -u "$work/want" "$work/got-$m" ||
+            { echo "FAILED: the losses with $m saves differ from those without saves"; exit 1; }
+    done
+    [ -x "$verify" ] || { echo "skip: ckpt-verify is not built"; exit 77; }
+    for s in 3 6 9 12; do
+        name=$(printf 'step-%08d' "$s")
+        "$verify" "$work/ck-lazy" "$name" --against "$work/ck-copy/$name" >"$work/cmp.log" 2>&1 ||
+            { echo "FAILED: $name saved lazily differs from $name copied"; cat "$work/cmp.log"; exit 1; }
+    done
+    echo "ok: 12 losses identical without saves, with lazy and with copying saves; the lazy" \
+         "checkpoints of steps 3, 6, 9, 12 bit for bit the copied ones"
+    ;;
 consolidate)
     [ -x "$consolidate" ] || { echo "skip: ckpt-consolidate is not built"; exit 77; }
     run 4 "$work/train.log" --mesh 2x2 --steps 8 --ckpt-root "$work/ck"
@@ -100,6 +128,6 @@ consolidate)
     echo "ok: consolidated safetensors give the checkpoint's loss"
     ;;
 *)
-    echo "usage: resume.sh kill9-same-mesh|kill9-daemon|across-meshes|consolidate SHARDRUN SHARD_TRAIN CONSOLIDATE CKPTD"
+    echo "usage: resume.sh kill9-same-mesh|kill9-daemon|across-meshes|lazy-equals-copy|consolidate SHARDRUN SHARD_TRAIN CONSOLIDATE CKPTD [CKPT_VERIFY]"
     exit 2 ;;
 esac

@@ -7,12 +7,10 @@
  */
 #include "ck/client.h"
 
-#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "async/client_int.h"
 #include "ck/load.h"
@@ -70,6 +68,9 @@ int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts
         return ck_err_set(err, -ENOMEM, "out of memory");
     for (int i = 0; i < CK_CLIENT_SLOTS; i++)
         cl->slots[i].fd = -1;
+    cl->small_pages = o.small_pages;
+    cl->log = o.log;
+    cl->log_arg = o.log_arg;
     int r = sock ? ck__client_open_connected(cl, sock, root, err)
                  : ck__client_open_embedded(cl, root, &o, err);
     if (r < 0) {
@@ -90,13 +91,121 @@ const char *ck_client_root(const ck_client *cl)
     return cl->root;
 }
 
+/* ---- staging slots, made ahead ---- */
+
+/* Unmaps s's memory; its user stays. */
 static void slot_release(ck__client_slot *s)
 {
-    if (s->map)
-        munmap(s->map, s->size);
-    if (s->fd >= 0)
-        close(s->fd);
-    *s = (ck__client_slot){ .fd = -1 };
+    ck_staging m = { .fd = s->fd, .map = s->map, .size = s->size };
+    ck_staging_unmap(&m);
+    s->fd = -1;
+    s->map = NULL;
+    s->size = 0;
+}
+
+static void say(ck_client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(ck_client *cl, const char *fmt, ...)
+{
+    if (!cl->log)
+        return;
+    char msg[CK_ERR_MSG_MAX + 128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cl->log(cl->log_arg, msg);
+}
+
+/* Gives s a staging memfd of at least need bytes, every page faulted in; the first
+ * one made says once which pages it got. */
+static int slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *err)
+{
+    if (s->map && s->size >= need)
+        return 0;
+    slot_release(s);
+    ck_staging m = CK_STAGING_NONE;
+    int r = ck_staging_map(&m, need, CK_STAGING_MEMFD |
+                           (cl->small_pages ? CK_STAGING_SMALL_PAGES : 0u), err);
+    if (r < 0)
+        return r;
+    s->fd = m.fd;
+    s->map = m.map;
+    s->size = m.size;
+    s->pages = m.pages;
+    if (!cl->pages_logged) {
+        cl->pages_logged = true;
+        say(cl, "checkpoint staging on %s%s", ck_staging_pages_name(m.pages),
+            m.pages != CK_PAGES_SMALL ? "" : cl->small_pages ? " (as asked)"
+            : " (no hugetlb pool, and transparent huge pages are off for shared memory)");
+    }
+    return 0;
+}
+
+static void *reserve_main(void *arg)
+{
+    ck_client *cl = arg;
+    for (int i = 0; i < CK_CLIENT_SLOTS; i++) {
+        ck_err err = { 0 };
+        if ((cl->reserve_mask & (1u << i)) &&
+            slot_map(cl, &cl->slots[i], cl->reserve_bytes, &err) < 0) {
+            say(cl, "checkpoint staging made ahead: %s (the next save makes it itself)",
+                ck_err_msg(&err));
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void reserve_join(ck_client *cl)
+{
+    if (cl->reserving)
+        pthread_join(cl->reserver, NULL);
+    cl->reserving = false;
+}
+
+static bool slot_free(const ck__client_slot *s);
+
+/* Maps, on the reserver thread, every slot that no save holds and that is smaller
+ * than bytes. Nothing else touches those slots until reserve_join: a save joins it
+ * before it picks a slot. */
+static void reserve_start(ck_client *cl, uint64_t bytes)
+{
+    reserve_join(cl);
+    unsigned mask = 0;
+    lock(cl);
+    for (int i = 0; i < CK_CLIENT_SLOTS; i++)
+        if (slot_free(&cl->slots[i]) && (!cl->slots[i].map || cl->slots[i].size < bytes))
+            mask |= 1u << i;
+    unlock(cl);
+    if (!mask)
+        return;
+    cl->reserve_mask = mask;
+    cl->reserve_bytes = bytes;
+    cl->reserving = pthread_create(&cl->reserver, NULL, reserve_main, cl) == 0;
+    if (!cl->reserving)
+        say(cl, "checkpoint staging made ahead: no thread (the next save makes it itself)");
+}
+
+/* Makes the client its caller's alone again: the lazy save's copy (fenced), the
+ * reserver (joined). */
+static void settle(ck_client *cl)
+{
+    ck_client_save *sv = cl->lazy;
+    if (sv) {
+        pthread_join(sv->copier, NULL);
+        sv->copying = false;
+        cl->lazy = NULL;
+    }
+    reserve_join(cl);
+}
+
+void ck_client_reserve(ck_client *cl, uint64_t bytes, bool wait)
+{
+    settle(cl);
+    reserve_start(cl, bytes);
+    if (wait)
+        reserve_join(cl);
 }
 
 static bool all_slots_free(ck_client *cl, const void *arg);
@@ -105,6 +214,7 @@ void ck_client_close(ck_client *cl)
 {
     if (!cl)
         return;
+    settle(cl);
     /* The engine writes from the staging areas in place: unmap them only once every
      * part this client staged is durable (or failed). A client whose transport never
      * opened staged nothing. */
@@ -391,38 +501,6 @@ static bool save_done(ck_client *cl, const void *arg)
     return sv->state == CK_CLIENT_COMMITTED || sv->state == CK_CLIENT_FAILED;
 }
 
-/* A sealed memfd of at least need bytes: the daemon maps it, and the seals promise it
- * that the pages cannot be truncated away under its writes. */
-static int slot_fit(ck_client_save *sv, ck__client_slot *s, uint64_t need, ck_err *err)
-{
-    if (s->map && s->size >= need)
-        return 0;
-    slot_release(s);
-    uint64_t size = (need + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
-    if (!size)
-        size = CK_ALIGN;
-    s->fd = memfd_create("ckpt-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    int r = s->fd < 0 ? -errno : 0;
-    if (r == 0 && ftruncate(s->fd, (off_t)size) < 0)
-        r = -errno;
-    if (r == 0 && fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-        r = -errno;
-    if (r == 0) {
-        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s->fd, 0);
-        if (p == MAP_FAILED)
-            r = -errno;
-        else
-            s->map = p, s->size = size;
-    }
-    if (r < 0) {
-        slot_release(s);
-        return ck_err_set(err, r, "checkpoint %s, rank %llu: staging memfd of %llu bytes: %s",
-                          sv->d.name, (unsigned long long)sv->d.rank, (unsigned long long)size,
-                          strerror(-r));
-    }
-    return 0;
-}
-
 /* This rank's file image from the shared plan (save/image.h), then the blobs. */
 static int copy_in(ck_client_save *sv, const ck__plan *p, const ck__shard_src *src,
                    uint8_t *dst, uint64_t image, ck_err *err)
@@ -470,6 +548,8 @@ static int plan_sources(ck_client_save *sv, const ck__plan *p, uint32_t t, ck__s
     return 0;
 }
 
+/* sv's plan; with src, the sources of every plan shard (malloc'd), and every shard
+ * this rank writes must have one. */
 static int make_plan(ck_client_save *sv, ck__plan **out, ck__shard_src **src, ck_err *err)
 {
     int r = ck__plan_new(&sv->d.mesh, out);
@@ -484,17 +564,20 @@ static int make_plan(ck_client_save *sv, ck__plan **out, ck__shard_src **src, ck
                            : ck__plan_add(*out, d->name, d->ndim, d->shape, is, d->pl, &first,
                                           &count, err);
     }
-    uint32_t n = r == 0 ? ck__plan_nshards(*out) : 0;
-    *src = r == 0 ? calloc(n ? n : 1, sizeof **src) : NULL;
-    if (r == 0 && !*src)
-        r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", sv->d.name);
-    for (uint32_t t = 0; t < sv->d.ntensors && r == 0; t++)
-        r = plan_sources(sv, *out, t, *src, err);
+    if (r == 0 && src) {
+        uint32_t n = ck__plan_nshards(*out);
+        if (!(*src = calloc(n ? n : 1, sizeof **src)))
+            r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", sv->d.name);
+        for (uint32_t t = 0; t < sv->d.ntensors && r == 0; t++)
+            r = plan_sources(sv, *out, t, *src, err);
+    }
     if (r < 0) {
         ck__plan_free(*out);
         *out = NULL;
-        free(*src);
-        *src = NULL;
+        if (src) {
+            free(*src);
+            *src = NULL;
+        }
     }
     return r;
 }
@@ -519,21 +602,41 @@ static int stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
     return cl->t->stage(sv, s, err);
 }
 
-int ck_client_save_async(ck_client_save *sv, ck_err *err)
+/* The staging bytes of this rank's part: its file image, then the blobs; with src,
+ * the sources of its plan too (make_plan). */
+static int part_bytes(ck_client_save *sv, ck__shard_src **src, ck__plan **p, uint64_t *image,
+                      uint64_t *total, ck_err *err)
 {
-    ck_client *cl = sv->cl;
-    int r = building(sv, err);
-    ck__plan *p = NULL;
-    ck__shard_src *src = NULL;
     uint64_t blob_bytes = 0;
-    if (r == 0 && !ck__decl_blob_bytes(&sv->d, &blob_bytes))
-        r = ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", sv->d.name);
-    if (r == 0)
-        r = make_plan(sv, &p, &src, err);
+    if (!ck__decl_blob_bytes(&sv->d, &blob_bytes))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", sv->d.name);
+    int r = make_plan(sv, p, src, err);
     if (r < 0)
         return r;
-    uint64_t image = ck__plan_file_size(p, sv->d.rank);
-    /* Double buffering: wait only while both areas still drain. */
+    *image = ck__plan_file_size(*p, sv->d.rank);
+    *total = *image + blob_bytes;
+    return 0;
+}
+
+int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err)
+{
+    ck__plan *p;
+    uint64_t image, total;
+    int r = building(sv, err);
+    if (r == 0)
+        r = part_bytes(sv, NULL, &p, &image, &total, err);
+    if (r < 0)
+        return r;
+    ck__plan_free(p);
+    ck_client_reserve(sv->cl, total, wait);
+    return 0;
+}
+
+/* Picks a staging slot that no save holds (waiting while both drain) and gives it to
+ * sv; -1 when none came free. */
+static int take_slot(ck_client_save *sv)
+{
+    ck_client *cl = sv->cl;
     ck__client_wait_for(cl, any_slot_free, NULL);
     lock(cl);
     int k = -1;
@@ -543,10 +646,25 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
             k = j;
     }
     if (k >= 0) {
-        cl->slots[k].user = NULL;
+        cl->slots[k].user = sv;
+        sv->slot = k;
         cl->next_slot = (unsigned)k + 1;
     }
     unlock(cl);
+    return k;
+}
+
+/* save_async's work, on the caller's thread or (save_lazy) on the copier's. */
+static int save_run(ck_client_save *sv, ck_err *err)
+{
+    ck_client *cl = sv->cl;
+    ck__plan *p = NULL;
+    ck__shard_src *src = NULL;
+    uint64_t image, total;
+    int r = part_bytes(sv, &src, &p, &image, &total, err);
+    if (r < 0)
+        return r;
+    int k = take_slot(sv);
     if (k < 0) {
         ck__plan_free(p);
         free(src);
@@ -554,7 +672,14 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
                           "engine stopped answering)", sv->d.name);
     }
     ck__client_slot *s = &cl->slots[k];
-    r = slot_fit(sv, s, image + blob_bytes, err);
+    bool grew = !s->map || s->size < total;
+    r = slot_map(cl, s, total, err);
+    if (r < 0)
+        ck_err_set(err, r, "checkpoint %s, rank %llu", sv->d.name,
+                   (unsigned long long)sv->d.rank);
+    /* A new size: the next save's slot is made meanwhile, off the caller's thread. */
+    if (r == 0 && grew)
+        reserve_start(cl, total);
     if (r == 0) {
         sv->d.staging_size = s->size;
         list_add(sv);
@@ -568,13 +693,8 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
         r = copy_in(sv, p, src, s->map, image, err);
     ck__plan_free(p);
     free(src);
-    if (r == 0) {
-        lock(cl);
-        s->user = sv;
-        sv->slot = k;
-        unlock(cl);
+    if (r == 0)
         r = stage(sv, s, err);
-    }
     if (r < 0) {
         lock(cl);
         ck__client_set_state(sv, CK_CLIENT_FAILED, r, ck_err_msg(err));
@@ -583,8 +703,57 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
     return r;
 }
 
+int ck_client_save_async(ck_client_save *sv, ck_err *err)
+{
+    settle(sv->cl);
+    int r = building(sv, err);
+    return r < 0 ? r : save_run(sv, err);
+}
+
+static void *copier_main(void *arg)
+{
+    ck_client_save *sv = arg;
+    sv->lazy_rc = save_run(sv, &sv->lazy_err);
+    return NULL;
+}
+
+int ck_client_save_lazy(ck_client_save *sv, ck_err *err)
+{
+    ck_client *cl = sv->cl;
+    settle(cl);
+    int r = building(sv, err);
+    if (r < 0)
+        return r;
+    sv->lazy_rc = 0;
+    ck_err_clear(&sv->lazy_err);
+    int e = pthread_create(&sv->copier, NULL, copier_main, sv);
+    if (e)
+        return ck_err_set(err, -e, "checkpoint %s, rank %llu: starting the copy thread: %s",
+                          sv->d.name, (unsigned long long)sv->d.rank, strerror(e));
+    sv->copying = true;
+    cl->lazy = sv;
+    return 0;
+}
+
+int ck_client_save_fence(ck_client_save *sv, ck_err *err)
+{
+    ck_client *cl = sv->cl;
+    bool lazy = sv->copying;
+    if (cl->lazy == sv)
+        settle(cl);
+    if (lazy && sv->lazy_rc < 0)
+        return ck_err_set(err, sv->lazy_rc, "%s", ck_err_msg(&sv->lazy_err));
+    if (sv->state == CK_CLIENT_BUILDING)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: fence before save_lazy", sv->d.name);
+    lock(cl);
+    int r = sv->state == CK_CLIENT_FAILED ? ck_err_set(err, sv->code, "%s", sv->msg) : 0;
+    unlock(cl);
+    return r;
+}
+
 int ck_client_commit(ck_client_save *sv, ck_err *err)
 {
+    settle(sv->cl);
     if (sv->d.rank != 0)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu asked for the commit; only "
                           "rank 0 does", sv->d.name, (unsigned long long)sv->d.rank);
@@ -598,6 +767,7 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
 int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err)
 {
     ck_client *cl = sv->cl;
+    settle(cl);
     cl->t->poll(cl);
     lock(cl);
     *state = sv->state;
@@ -608,6 +778,7 @@ int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err)
 
 int ck_client_wait(ck_client_save *sv, ck_err *err)
 {
+    settle(sv->cl);
     if (sv->state == CK_CLIENT_BUILDING)
         return ck_err_set(err, -EINVAL, "checkpoint %s: wait before save_async", sv->d.name);
     ck__client_wait_for(sv->cl, save_done, sv);
@@ -620,6 +791,7 @@ void ck_client_save_free(ck_client_save *sv)
     if (!sv)
         return;
     ck_client *cl = sv->cl;
+    settle(cl);
     ck__client_wait_for(cl, part_done, sv);
     lock(cl);
     if (sv->slot >= 0 && cl->slots[sv->slot].user == sv)

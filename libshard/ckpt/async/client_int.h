@@ -17,11 +17,13 @@
 #define CK_ASYNC_CLIENT_INT_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "async/proto.h"
 #include "ck/client.h"
+#include "ck/staging.h"
 #include "save/image.h"
 
 #define CK_CLIENT_SLOTS 2       /* staging areas per client: double buffering */
@@ -30,6 +32,7 @@ typedef struct ck__client_slot {
     int fd;                     /* the memfd, -1 when none */
     uint8_t *map;
     uint64_t size;
+    ck_staging_pages pages;
     ck_client_save *user;       /* the save whose part it holds, until durable */
 } ck__client_slot;
 
@@ -41,6 +44,19 @@ struct ck_client {
     char root[PATH_MAX];
     ck__client_slot slots[CK_CLIENT_SLOTS];
     unsigned next_slot;
+    bool small_pages;           /* opts.small_pages */
+    bool pages_logged;          /* the staging's page size was logged */
+    void (*log)(void *arg, const char *msg);
+    void *log_arg;
+    /* Staging made ahead (ck_client_reserve): a thread maps the slots of reserve_mask,
+     * which no save holds, to reserve_bytes. Whatever touches the slots joins it first. */
+    pthread_t reserver;
+    bool reserving;
+    unsigned reserve_mask;
+    uint64_t reserve_bytes;
+    /* The save whose copy runs on a thread (ck_client_save_lazy), until fenced: every
+     * call that uses the engine fences it first, so the client keeps one user thread. */
+    ck_client_save *lazy;
     /* Embedded: */
     ck__client_hub *hub;
     /* Connected: */
@@ -63,6 +79,10 @@ struct ck_client_save {
     int code;
     char msg[CK_ERR_MSG_MAX];
     int slot;                   /* -1: none */
+    pthread_t copier;           /* save_lazy: the thread that copies and stages */
+    bool copying;               /* until the fence joined it */
+    int lazy_rc;                /* the copier's outcome */
+    ck_err lazy_err;
     bool listed;
     ck_client_save *next;       /* in the transport's list of saves */
 };

@@ -13,11 +13,15 @@
 #include "model/say.h"
 
 /* A failed save's name is remembered so that ranks arriving after the failure get
- * the error instead of starting a save that can never complete; the oldest go first. */
+ * the error instead of starting a save that can never complete; the oldest go first,
+ * and go sooner when the ranks they remember (a part record each) add up. */
 #define FAILED_KEPT 64
+#define FAILED_KEPT_RANKS (1u << 21)
 
 enum { P_NONE, P_JOINED, P_STAGED, P_DURABLE };
-enum { C_COLLECTING, C_COMMITTING, C_FAILED };
+/* PLANNING: the first rank's join computes the plan without the saver's lock, so
+ * that a large plan stalls neither the writers nor STATUS; joins of that name wait. */
+enum { C_COLLECTING, C_COMMITTING, C_FAILED, C_PLANNING };
 
 typedef struct part {
     uint8_t state;
@@ -46,11 +50,13 @@ typedef struct sv_ckpt {
     double t0;
 } sv_ckpt;
 
+enum { JOB_WRITE, JOB_COMMIT, JOB_ABORT };
+
 typedef struct sv_job {
     struct sv_job *next;
     sv_ckpt *c;
     uint64_t rank;
-    bool commit;
+    int kind;
 } sv_job;
 
 struct ck__saver {
@@ -128,24 +134,38 @@ static void prune_failed(ck__saver *sv, const sv_ckpt *keep)
 {
     if (sv->closing)
         return;
-    unsigned n = 0;
-    for (sv_ckpt *c = sv->list; c; c = c->next)
-        n += c->state == C_FAILED;
-    while (n-- > FAILED_KEPT) {
+    for (;;) {
+        unsigned n = 0;
+        uint64_t ranks = 0;
         sv_ckpt *oldest = NULL;
+        /* Only saves taken apart: a job of one still being aborted holds it. */
         for (sv_ckpt *c = sv->list; c; c = c->next)
-            if (c->state == C_FAILED && c != keep)
-                oldest = c;             /* new saves are pushed at the front */
+            if (c->state == C_FAILED && c->fail_reported && !c->writes) {
+                n++;
+                ranks += c->world;
+                if (c != keep)
+                    oldest = c;         /* new saves are pushed at the front */
+            }
+        if (!oldest || (n <= FAILED_KEPT && ranks <= FAILED_KEPT_RANKS))
+            break;
         unlink_ckpt(sv, oldest);
         ckpt_free_parts(oldest, true);
     }
 }
 
-/* Once nothing of a failed save runs any more: remove its files, tell everyone. */
+static int push(ck__saver *sv, sv_ckpt *c, uint64_t rank, int kind);
+
+/* Once nothing of a failed save runs any more: remove its files (on a worker: a plan
+ * of a million ranks takes seconds to take apart, and the caller may be ckptd's event
+ * loop), then tell everyone. */
 static void finish_failed(ck__saver *sv, sv_ckpt *c)
 {
     if (c->writes || c->fail_reported)
         return;
+    if (c->s && push(sv, c, 0, JOB_ABORT) == 0) {
+        c->writes++;
+        return;
+    }
     c->fail_reported = true;
     ck_save_abort(c->s);
     c->s = NULL;
@@ -166,12 +186,12 @@ static void fail(ck__saver *sv, sv_ckpt *c, int code, const char *msg)
     finish_failed(sv, c);
 }
 
-static int push(ck__saver *sv, sv_ckpt *c, uint64_t rank, bool commit)
+static int push(ck__saver *sv, sv_ckpt *c, uint64_t rank, int kind)
 {
     sv_job *j = calloc(1, sizeof *j);
     if (!j)
         return -ENOMEM;
-    *j = (sv_job){ .c = c, .rank = rank, .commit = commit };
+    *j = (sv_job){ .c = c, .rank = rank, .kind = kind };
     if (sv->tail)
         sv->tail->next = j;
     else
@@ -186,7 +206,7 @@ static void maybe_commit(ck__saver *sv, sv_ckpt *c)
     if (c->state != C_COLLECTING || !c->commit_requested || c->durable != c->world)
         return;
     c->state = C_COMMITTING;
-    if (push(sv, c, 0, true) < 0) {
+    if (push(sv, c, 0, JOB_COMMIT) < 0) {
         c->state = C_COLLECTING;
         fail(sv, c, -ENOMEM, "out of memory queueing the commit");
     }
@@ -241,6 +261,17 @@ static void run_commit(ck__saver *sv, sv_ckpt *c)
     fail(sv, c, r, ck_err_msg(&err));
 }
 
+static void run_abort(ck__saver *sv, sv_ckpt *c)
+{
+    ck_save *s = c->s;
+    c->s = NULL;
+    pthread_mutex_unlock(&sv->mu);
+    ck_save_abort(s);
+    pthread_mutex_lock(&sv->mu);
+    c->writes--;
+    finish_failed(sv, c);
+}
+
 static void *worker(void *arg)
 {
     ck__saver *sv = arg;
@@ -254,8 +285,10 @@ static void *worker(void *arg)
         sv->head = j->next;
         if (!sv->head)
             sv->tail = NULL;
-        if (j->commit)
+        if (j->kind == JOB_COMMIT)
             run_commit(sv, j->c);
+        else if (j->kind == JOB_ABORT)
+            run_abort(sv, j->c);
         else
             run_write(sv, j->c, j->rank);
         free(j);
@@ -363,35 +396,38 @@ static int same_save(const sv_ckpt *c, const ck__decl *d, ck_err *err)
     return 0;
 }
 
+/* Called and returns with the lock held, which it lets go while planning. */
 static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *err)
 {
     sv_ckpt *c = calloc(1, sizeof *c);
     if (!c)
         return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
     snprintf(c->name, sizeof c->name, "%s", d->name);
+    c->state = C_PLANNING;
     c->step = d->step;
     c->world = d->world;
     c->mesh = d->mesh;
     c->no_hash = d->no_hash;
     c->ntensors = d->ntensors;
+    c->t0 = now_s();
+    c->next = sv->list;
+    sv->list = c;
+    pthread_mutex_unlock(&sv->mu);
     c->tensors = calloc(d->ntensors ? d->ntensors : 1, sizeof *c->tensors);
     c->parts = calloc(d->world, sizeof *c->parts);
-    c->t0 = now_s();
-    if (!c->tensors || !c->parts) {
-        ckpt_free_parts(c, true);
-        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for %llu ranks",
-                          d->name, (unsigned long long)d->world);
-    }
-    for (uint32_t i = 0; i < d->ntensors; i++)
-        if (ck__decl_tensor_copy(&c->tensors[i], &d->tensors[i]) < 0) {
-            ckpt_free_parts(c, true);
-            return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
-        }
+    int r = 0;
+    if (!c->tensors || !c->parts)
+        r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for %llu ranks",
+                       d->name, (unsigned long long)d->world);
+    for (uint32_t i = 0; r == 0 && i < d->ntensors; i++)
+        if (ck__decl_tensor_copy(&c->tensors[i], &d->tensors[i]) < 0)
+            r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
     ck_save_opts so = { .engine = sv->o.engine, .hash_threads = sv->o.hash_threads,
                         .io_size = sv->o.io_size, .mem_limit = sv->o.mem_limit,
                         .no_hash = d->no_hash, .log = sv->o.log,
                         .cb_arg = sv->o.arg };
-    int r = ck_save_begin(&c->s, sv->root, d->name, d->step, &d->mesh, &so, err);
+    if (r == 0)
+        r = ck_save_begin(&c->s, sv->root, d->name, d->step, &d->mesh, &so, err);
     for (uint32_t i = 0; r == 0 && i < d->ntensors; i++) {
         const ck__decl_tensor *t = &d->tensors[i];
         r = t->pl[0].kind == CK_BOXES
@@ -403,11 +439,16 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
         r = ck_save_prepare(c->s, err);
     if (r < 0) {
         ck_save_abort(c->s);
+        c->s = NULL;
+    }
+    pthread_mutex_lock(&sv->mu);
+    pthread_cond_broadcast(&sv->idle);      /* joins of this name wait for the plan */
+    if (r < 0) {
+        unlink_ckpt(sv, c);
         ckpt_free_parts(c, true);
         return r;
     }
-    c->next = sv->list;
-    sv->list = c;
+    c->state = C_COLLECTING;
     *out = c;
     return 0;
 }
@@ -424,7 +465,12 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);
     pthread_mutex_lock(&sv->mu);
     int r = 0;
-    sv_ckpt *c = find(sv, d->name);
+    sv_ckpt *c;
+    /* A plan in the making, or a failed save still being taken apart (a retry must
+     * find it reported): wait for either to settle. */
+    while ((c = find(sv, d->name)) &&
+           (c->state == C_PLANNING || (c->state == C_FAILED && !c->fail_reported)))
+        pthread_cond_wait(&sv->idle, &sv->mu);
     if (c && c->state == C_FAILED && c->fail_reported && c->parts[d->rank].state != P_NONE) {
         /* This rank was part of the failed attempt: it is a retry. */
         unlink_ckpt(sv, c);
@@ -440,8 +486,9 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
     else if (c && (r = same_save(c, d, err)) == 0 && c->parts[d->rank].state != P_NONE)
         r = ck_err_set(err, -EALREADY, "checkpoint %s: rank %llu joined already", c->name,
                        (unsigned long long)d->rank);
-    if (r == 0 && !c)
-        r = begin_save(sv, d, &c, err);
+    bool fresh = r == 0 && !c;
+    if (fresh && (r = begin_save(sv, d, &c, err)) < 0)
+        fresh = false;
     if (r < 0)
         goto out;
     part *p = &c->parts[d->rank];
@@ -465,6 +512,13 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
     c->joined++;
     *image_bytes = bytes;
 out:
+    if (r < 0 && fresh) {
+        /* Begun for this rank alone, which was refused: nobody else knows the save,
+         * and left in the list it would count as in flight forever. */
+        unlink_ckpt(sv, c);
+        ck_save_abort(c->s);
+        ckpt_free_parts(c, true);
+    }
     pthread_mutex_unlock(&sv->mu);
     return r;
 }
@@ -490,7 +544,7 @@ int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *
     }
     if (r == 0)
         r = ck_save_rank_image(c->s, rank, staging, err);
-    if (r == 0 && (r = push(sv, c, rank, false)) < 0)
+    if (r == 0 && (r = push(sv, c, rank, JOB_WRITE)) < 0)
         ck_err_set(err, r, "checkpoint %s: out of memory", name);
     if (r < 0) {
         char msg[CK_ERR_MSG_MAX + 64];
@@ -532,6 +586,19 @@ void ck__saver_abandon(ck__saver *sv, const char *name, const char *why)
     if (c)
         fail(sv, c, -ECANCELED, why);
     pthread_mutex_unlock(&sv->mu);
+}
+
+unsigned ck__saver_abandon_waiting(ck__saver *sv, const char *why)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&sv->mu);
+    for (sv_ckpt *c = sv->list; c; c = c->next)
+        if (c->state == C_COLLECTING && !committable(c)) {
+            fail(sv, c, -ECANCELED, why);
+            n++;
+        }
+    pthread_mutex_unlock(&sv->mu);
+    return n;
 }
 
 bool ck__saver_committable(ck__saver *sv, const char *name)

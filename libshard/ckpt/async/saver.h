@@ -66,6 +66,9 @@ int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *
 int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err);
 /* Gives up a save that cannot complete (its ranks went away); why goes to FAILED. */
 void ck__saver_abandon(ck__saver *sv, const char *name, const char *why);
+/* Gives up every save that still waits for a part or for the commit request (a
+ * shutdown's drain timeout); returns how many. Saves that can finish go on. */
+unsigned ck__saver_abandon_waiting(ck__saver *sv, const char *why);
 /* Whether every part of the save is staged and its commit was asked for: from then
  * on it completes without any client. */
 bool ck__saver_committable(ck__saver *sv, const char *name);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "format/manifest.h"
+#include "format/owner.h"
 
 #define CK_DB_CHECKPOINTS "checkpoints"
 
@@ -219,6 +220,14 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A save's lock file (format/owner.h): no save by itself, and recovery removes it
+ * with the save it guards, or alone once nobody holds it. */
+static bool is_lock(const char *name)
+{
+    size_t n = strlen(name), k = strlen(CK_LOCK_SUFFIX);
+    return n > k && !strcmp(name + n - k, CK_LOCK_SUFFIX);
+}
+
 int ck_root_scan(const char *root, ck_scan *out, ck_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -240,7 +249,7 @@ int ck_root_scan(const char *root, ck_scan *out, ck_err *err)
     snprintf(path, sizeof path, "%s/%s", root, CK_PENDING);
     if (r == 0 && (d = opendir(path))) {
         while (r == 0 && (de = readdir(d)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !is_lock(de->d_name))
                 r = push(&out->pending, &out->n_pending, de->d_name);
         closedir(d);
     }
@@ -292,6 +301,12 @@ int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
     for (size_t i = 0; r == 0 && i < nents; i++) {
         bool found = bsearch(&(const char *){ ents[i].name }, sc.committed, sc.n_committed,
                              sizeof(char *), cmp_str) != NULL;
+        /* A writer may have committed it since the scan (recovery runs beside live
+         * writers): the directory decides. */
+        char path[PATH_MAX + CK_NAME_MAX];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s/%s", root, ents[i].name, CK_MANIFEST);
+        found = found || stat(path, &st) == 0;
         if (!found) {
             r = ck_catalog_del(root, ents[i].name, err);
             rep->removed++;
@@ -346,6 +361,70 @@ static int remove_pending_dir(const char *dir, ck_err *err)
     return r;
 }
 
+/* The save a pending entry belongs to: NAME of NAME.TOKEN (the token has no dot). */
+static void owner_name(const char *entry, char *name, size_t len)
+{
+    snprintf(name, len, "%s", entry);
+    char *dot = strrchr(name, '.');
+    if (dot && dot != name)
+        *dot = '\0';
+}
+
+static void say(void (*log)(void *arg, const char *msg), void *arg, const char *fmt,
+                const char *a, const char *b)
+{
+    if (!log)
+        return;
+    char msg[2 * PATH_MAX + 128];
+    snprintf(msg, sizeof msg, fmt, a, b);
+    log(arg, msg);
+}
+
+/* Removes one pending entry if its owner is dead: 1 removed, 0 kept (alive), -errno. */
+static int recover_entry(const char *root, const char *entry,
+                         void (*log)(void *arg, const char *msg), void *arg, ck_err *err)
+{
+    char path[PATH_MAX], lock[PATH_MAX], name[CK_NAME_MAX + 16], who[256];
+    snprintf(path, sizeof path, "%s/%s/%s", root, CK_PENDING, entry);
+    owner_name(entry, name, sizeof name);
+    int fd = -1, r = ck__save_lock_path(root, name, lock, err);
+    if (r == 0 && (r = ck__lock_probe(lock, &fd, who, sizeof who)) < 0)
+        ck_err_set(err, r, "%s: %s", lock, strerror(-r));
+    if (r == 0)
+        say(log, arg, "kept save in progress %s: its writer is alive (%s)", path, who);
+    if (r <= 0)
+        return r;
+    /* Held by us now (or never taken): nobody can start a save of NAME until the
+     * lock is dropped below. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        r = remove_pending_dir(path, err);
+    else
+        r = unlink(path) < 0 ? ck_err_set(err, -errno, "%s: %s", path, strerror(errno)) : 0;
+    ck__lock_drop(lock, &fd);
+    if (r == 0)
+        say(log, arg, "removed incomplete save %s%s", path, "");
+    return r < 0 ? r : 1;
+}
+
+/* Lock files whose saves are gone and whose holders died (a crash between the commit
+ * rename and the drop of the lock). */
+static void drop_stale_locks(const char *root)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 256], who[256];
+    snprintf(dir, sizeof dir, "%s/%s", root, CK_PENDING);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        int fd;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (is_lock(de->d_name) && ck__lock_probe(path, &fd, who, sizeof who) == 1)
+            ck__lock_drop(path, &fd);
+    }
+    if (d)
+        closedir(d);
+}
+
 int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
                     void *arg, ck_err *err)
 {
@@ -354,28 +433,15 @@ int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, co
     if (r < 0)
         return r;
     size_t n = 0;
-    char path[PATH_MAX];
-    for (size_t i = 0; i < sc.n_pending && r == 0; i++) {
-        snprintf(path, sizeof path, "%s/%s/%s", root, CK_PENDING, sc.pending[i]);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            r = remove_pending_dir(path, err);
-        else
-            r = unlink(path) < 0 ? ck_err_set(err, -errno, "%s: %s", path, strerror(errno)) : 0;
-        if (r == 0) {
+    for (size_t i = 0; i < sc.n_pending && r >= 0; i++)
+        if ((r = recover_entry(root, sc.pending[i], log, arg, err)) == 1)
             n++;
-            if (log) {
-                char msg[PATH_MAX + 64];
-                snprintf(msg, sizeof msg, "removed incomplete save %s", path);
-                log(arg, msg);
-            }
-        }
-    }
     ck_scan_free(&sc);
     if (removed)
         *removed = n;
     if (r < 0)
         return r;
+    drop_stale_locks(root);
     ck_rebuild_report rep;
     return ck_catalog_rebuild(root, &rep, log, arg, err);
 }

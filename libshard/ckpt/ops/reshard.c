@@ -79,6 +79,7 @@ typedef struct rs {
     pthread_mutex_t err_mu;
     ck_err fill_err;        /* the first fill error, under err_mu */
     char pending[PATH_MAX];
+    int lock;               /* the new checkpoint's save lock (format/owner.h) */
     ck_reshard_stats *st;
 } rs;
 
@@ -437,6 +438,7 @@ static void rs_free(rs *s)
     free(s->files);
     free(s->link_of);
     free(s->fills);
+    ck__pending_unlock(s->o->root, s->o->name, &s->lock);
 }
 
 /* One whole attempt: lay out, link, copy, publish. -EXDEV without a message when a
@@ -446,7 +448,7 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
 {
     const ck_info *in = ck_get_info(src);
     rs S = { .src = src, .o = o, .e = o->engine ? o->engine : ck_engine_default(), .st = st,
-             .max_ext = o->max_extents ? o->max_extents : 16,
+             .max_ext = o->max_extents ? o->max_extents : 16, .lock = -1,
              .err_mu = PTHREAD_MUTEX_INITIALIZER };
     rs *s = &S;
     bool committed = false;
@@ -490,7 +492,7 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
     /* A linked file's hashes carry over; with none recorded the new checkpoint can
      * have none either, as hashing its links would mean reading them. */
     bool hashed = in->hashed || s->next == 0;
-    if ((r = ck__pending_create(s->e, o->root, o->name, NULL, s->pending, err)) < 0)
+    if ((r = ck__pending_create(s->e, o->root, o->name, NULL, s->pending, &s->lock, err)) < 0)
         goto out;
     if ((r = link_files(s, hashed, err)) < 0 || (r = write_copies(s, hashed, in->block_size, err)) < 0)
         goto out;

@@ -157,6 +157,8 @@ static int cmp_ext(const void *a, const void *b)
 
 static void check_extent_overlap(vstate *v)
 {
+    if (v->next < 2)
+        return;                 /* and v->ext may be NULL, which qsort must not get */
     qsort(v->ext, v->next, sizeof *v->ext, cmp_ext);
     for (size_t i = 1; i < v->next; i++) {
         const ext_ref *a = &v->ext[i - 1], *b = &v->ext[i];

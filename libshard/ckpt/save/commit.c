@@ -2,21 +2,56 @@
 #include "save/commit.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ck/catalog.h"
+#include "format/owner.h"
+
+static int owner_start(const char *root, const char *name, const char *token, int *lock,
+                       ck_err *err)
+{
+    char path[PATH_MAX], what[CK_NAME_MAX + 64];
+    int r = 0;
+    if (!token) {
+        snprintf(what, sizeof what, "checkpoint %s is being saved by another writer", name);
+        if ((r = ck__save_lock_path(root, name, path, err)) < 0 ||
+            (r = ck__lock_take(path, what, lock, err)) < 0)
+            return r;
+    }
+    /* Checked under the lock: a writer of the same name drops it only after its
+     * commit, so a name committed meanwhile is seen here, not at the rename. */
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s/%s", root, name) < (int)sizeof path &&
+        lstat(path, &st) == 0) {
+        ck__pending_unlock(root, name, lock);
+        return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", root, name);
+    }
+    return 0;
+}
+
+void ck__pending_unlock(const char *root, const char *name, int *lock)
+{
+    char path[PATH_MAX];
+    if (*lock >= 0 && ck__save_lock_path(root, name, path, NULL) == 0)
+        ck__lock_drop(path, lock);
+}
 
 int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
-                       char *out, ck_err *err)
+                       char *out, int *lock, ck_err *err)
 {
     char dir[PATH_MAX];
+    *lock = -1;
+    out[0] = '\0';
     if (snprintf(dir, sizeof dir, "%s/%s", root, CK_PENDING) >= (int)sizeof dir)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
     int r = e->ops->mkdir(e, dir, 0755);
     if (r < 0 && r != -EEXIST)
         return ck_err_set(err, r, "%s: mkdir: %s", dir, strerror(-r));
+    if ((r = owner_start(root, name, token, lock, err)) < 0)
+        return r;
     if (token) {
         if (ck_name_check("save token", token, err) < 0)
             return -EINVAL;
@@ -35,15 +70,19 @@ int ck__pending_create(ck_engine *e, const char *root, const char *name, const c
     uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;
     for (int tries = 0; tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
         if (snprintf(out, PATH_MAX, "%s/%s.%012llx", dir, name,
-                     (unsigned long long)(tag & 0xffffffffffffull)) >= PATH_MAX)
-            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+                     (unsigned long long)(tag & 0xffffffffffffull)) >= PATH_MAX) {
+            r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+            break;
+        }
         r = e->ops->mkdir(e, out, 0755);
         if (r != -EEXIST)
             break;
     }
     if (r < 0) {
-        ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+        if (r != -ENAMETOOLONG)
+            ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
         out[0] = '\0';
+        ck__pending_unlock(root, name, lock);
     }
     return r;
 }

@@ -8,11 +8,17 @@
 
 #include "format/manifest.h"
 
-/* Creates ROOT/.pending/NAME.TOKEN into out (PATH_MAX bytes). token NULL: a fresh
- * random one (12 hex digits, retried on collision); else the given one, and the
- * directory may exist already (the ranks of one multi-process save share it). */
+/* Creates ROOT/.pending/NAME.TOKEN into out (PATH_MAX bytes). token NULL: this
+ * process owns the save: it takes the save's lock first (*lock, held until
+ * ck__pending_unlock; -EBUSY while another live writer saves NAME), then a fresh
+ * random token (12 hex digits, retried on collision). Else the given token, whose
+ * owner holds the lock (the ranks of one multi-process save share its directory),
+ * and *lock stays -1. -EEXIST when a checkpoint NAME is committed already. */
 int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
-                       char *out, ck_err *err);
+                       char *out, int *lock, ck_err *err);
+/* Lets go of the save's lock (see format/owner.h): once the directory is committed or
+ * removed, or left as debris that recovery may now remove. No-op when *lock < 0. */
+void ck__pending_unlock(const char *root, const char *name, int *lock);
 /* Removes the named files, the manifest and the directory; best effort, through the
  * engine, so that a "crashed" engine leaves the debris a real crash would. */
 void ck__pending_remove(ck_engine *e, const char *pending, const ck_file *files, uint32_t n);

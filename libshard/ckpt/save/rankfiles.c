@@ -18,7 +18,9 @@ int ck__rank_files_layout(const ck__plan *p, const char *dir, uint32_t hash_bloc
     size_t nf = rf->n ? rf->n : 1, ns = nsh ? nsh : 1;
     rf->files = calloc(nf, sizeof *rf->files);
     rf->wf = calloc(nf, sizeof *rf->wf);
-    rf->paths = calloc(nf, sizeof *rf->paths);
+    /* Exact lengths: a world of 2^20 ranks must not cost PATH_MAX bytes per file. */
+    size_t path_len = strlen(dir) + 1 + sizeof "rank-00000.dat" + 20;
+    rf->paths = malloc(nf * path_len);
     rf->hashes = calloc(nf, sizeof *rf->hashes);
     rf->srcs = calloc(ns, sizeof *rf->srcs);
     rf->shard_src = malloc(ns * sizeof *rf->shard_src);
@@ -38,8 +40,9 @@ int ck__rank_files_layout(const ck__plan *p, const char *dir, uint32_t hash_bloc
         snprintf(cf->name, sizeof cf->name, "rank-%05llu.dat", (unsigned long long)rank);
         cf->size = ck__plan_file_size(p, rank);
         cf->rank = (uint32_t)rank;
-        snprintf(rf->paths[f], PATH_MAX, "%s/%s", dir, cf->name);
-        rf->wf[f].path = rf->paths[f];
+        char *path = rf->paths + (size_t)f * path_len;
+        snprintf(path, path_len, "%s/%s", dir, cf->name);
+        rf->wf[f].path = path;
         rf->wf[f].size = cf->size;
         if (hash_block) {
             rf->hashes[f] = malloc(((cf->size + hash_block - 1) / hash_block) * CK_HASH_LEN + 1);

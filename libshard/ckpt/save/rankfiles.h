@@ -21,7 +21,7 @@ typedef struct ck__rank_files {
     ck__src *srcs;               /* file_off and len set; mem / fill left to the caller */
     uint32_t *shard_src;        /* per plan shard: its run, or UINT32_MAX when empty */
     uint32_t *src_shard;        /* per run: its plan shard */
-    char (*paths)[PATH_MAX];
+    char *paths;                /* every file's path, NUL-separated, sized to fit */
     uint8_t **hashes;           /* per file, NULL when unhashed */
 } ck__rank_files;
 

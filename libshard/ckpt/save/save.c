@@ -59,6 +59,7 @@ struct ck_save {
     uint32_t nblobs;
     size_t capblobs;
     char pending[PATH_MAX];        /* set once created */
+    int lock;                      /* the save's lock while this process owns it, or -1 */
     /* Set by ck_save_share or ck_save_join (the group save's first step): */
     bool shared;                   /* other processes write into pending too */
     bool *adopted;                 /* per rank: its part record was adopted */
@@ -154,6 +155,7 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     }
     pthread_mutex_init(&s->mu, NULL);
     s->st.direct = true;
+    s->lock = -1;
     *out = s;
     return 0;
 }
@@ -367,6 +369,7 @@ static void layout_free(layout *L);
 
 static void save_free(ck_save *s)
 {
+    ck__pending_unlock(s->root, s->name, &s->lock);
     ck__hashpool_free(s->pool);
     layout_free(&s->L);
     free(s->image);
@@ -443,14 +446,8 @@ static int prepare_at(ck_save *s, const char *token, ck_err *err)
 {
     if (s->prepared)
         return 0;
-    char final[PATH_MAX + CK_NAME_MAX];
-    struct stat sb;
-    snprintf(final, sizeof final, "%s/%s", s->root, s->name);
-    if (lstat(final, &sb) == 0)
-        return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", s->root,
-                          s->name);
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, err);
+    int r = ck__pending_create(s->e, s->root, s->name, token, s->pending, &s->lock, err);
     if (r == 0)
         r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
@@ -505,13 +502,13 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     return 0;
 }
 
-int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
 {
-    int r = ck_save_rank_image(s, rank, image, err);
-    if (r < 0)
-        return r;
+    if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
+                          (unsigned long long)rank);
     uint32_t i = 0;
-    r = ck__rank_image(s->plan, rank, s->src, image, &i);
+    int r = ck__rank_image(s->plan, rank, s->src, image, &i);
     if (r < 0) {
         const ck_tensor *t = &s->tensors[ck__plan_shard_at(s->plan, i)->tensor];
         char box[32] = "";
@@ -525,7 +522,13 @@ int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
             ck_err_set(err, r, "checkpoint %s, rank %llu: filling tensor %s%s: %s", s->name,
                        (unsigned long long)rank, t->name, box, strerror(-r));
     }
-    if (r < 0)
+    return r;
+}
+
+int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+{
+    int r = ck_save_rank_image(s, rank, image, err);
+    if (r == 0 && (r = ck_save_fill_rank(s, rank, image, err)) < 0)
         ck_save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
     return r;
 }
@@ -627,8 +630,9 @@ int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
-    /* From here on the directory is the group's: no rank but 0, and 0 only once every
-     * part is accounted for, may remove it. */
+    /* From here on the directory is the group's (another rank may have made it
+     * already): no rank but 0, and 0 only once every part is accounted for, may
+     * remove it. */
     s->shared = true;
     return prepare_at(s, token, err);
 }
@@ -768,13 +772,29 @@ static int alloc_parts(ck_save *s, const ck_group *g, ck_err *err)
     return 0;
 }
 
-int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
+static int group_check(const ck_save *s, const ck_group *g, ck_err *err)
 {
     uint64_t world = ck_mesh_world(ck__plan_mesh(s->plan));
     if (g->world != world || g->rank >= world)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of a group of %llu, but the "
                           "mesh has %llu ranks", s->name, (unsigned long long)g->rank,
                           (unsigned long long)g->world, (unsigned long long)world);
+    return 0;
+}
+
+int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err)
+{
+    int r = group_check(s, g, err);
+    if (r == 0)
+        r = ck_save_join(s, token, g->rank, err);
+    return r < 0 ? r : alloc_parts(s, g, err);
+}
+
+int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
+{
+    int r = group_check(s, g, err);
+    if (r < 0)
+        return r;
     group_start m = { 0 };
     if (g->rank == 0) {
         ck_err why = { 0 };
@@ -782,7 +802,7 @@ int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
         if (m.code)
             snprintf(m.msg, sizeof m.msg, "%s", ck_err_msg(&why));
     }
-    int r = g->broadcast(g->arg, &m, sizeof m, err);
+    r = g->broadcast(g->arg, &m, sizeof m, err);
     if (r < 0)
         return ck_err_set(err, r, "checkpoint %s: rank %llu: the token from rank 0", s->name,
                           (unsigned long long)g->rank);

@@ -52,9 +52,11 @@ typedef struct ck_rebuild_report {
 int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
                        void (*log)(void *arg, const char *msg), void *arg, ck_err *err);
 
-/* Recovery at start (ckptd runs it): removes the leftovers of incomplete saves under
- * ROOT/.pending (each logged), then reconciles the catalog with the directories. Never
- * touches a committed checkpoint. Must not run while a save to ROOT is in progress. */
+/* Recovery (ckptd runs it at start): removes the leftovers of incomplete saves under
+ * ROOT/.pending whose writers are dead (each logged; a save whose writer still holds
+ * its lock is kept and logged, docs/FORMAT.md "Owners and locks"), then reconciles the
+ * catalog with the directories. Never touches a committed checkpoint; safe beside live
+ * writers on a file system whose flock() is coherent between them. */
 int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
                     void *arg, ck_err *err);
 

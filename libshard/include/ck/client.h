@@ -26,8 +26,24 @@
  * process; ranks that are threads of one process share one engine (opts->peer).
  *
  * Staging is double-buffered per client: a save waits in ck_client_save_async only
- * while the save before the previous one still drains. A ck_client and its saves are
- * used by one thread at a time.
+ * while the save before the previous one still drains. Its memory is faulted in ahead
+ * (on huge pages where the system gives them, ck/staging.h) and reused, so no save
+ * pays for a first touch: declare the size early with ck_client_save_reserve (a save
+ * of a new size that was not declared pays for its own slot, and the next slot is
+ * made meanwhile on a thread).
+ *
+ * Lazy saves take the copy off the caller's path altogether, for sources that stay
+ * unchanged until a point the caller names (a model's parameters and optimizer state
+ * between two optimizer steps):
+ *
+ *   ck_client_save_lazy(sv, &err);      // returns at once; a thread copies
+ *   ... forward, backward (they only read the sources) ...
+ *   ck_client_save_fence(sv, &err);     // before the next write to the sources
+ *   optimizer step
+ *
+ * A ck_client and its saves are used by one thread at a time; the lazy save's copy
+ * thread is the client's until the fence, and every other call on the client (or its
+ * saves) fences it first, so the one-thread rule holds for the caller.
  */
 #ifndef CK_CLIENT_H
 #define CK_CLIENT_H
@@ -50,7 +66,9 @@ typedef struct ck_client_opts {
     ck_engine *engine;         /* NULL: the default I/O engine */
     unsigned writers;          /* writer threads; 0: 4 */
     unsigned hash_threads;     /* 0: one per CPU */
-    void (*log)(void *arg, const char *msg);
+    /* Both modes: */
+    bool small_pages;          /* staging on 4 KiB pages, no huge page attempt */
+    void (*log)(void *arg, const char *msg);   /* the engine's news, the staging's pages */
     void *log_arg;
 } ck_client_opts;
 
@@ -98,7 +116,25 @@ int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_
 /* Copies this rank's shards and blobs into staging, hands them to the engine and
  * returns. Every tensor this rank writes must have its shard. */
 int ck_client_save_async(ck_client_save *sv, ck_err *err);
-/* Rank 0, after its save_async: commit once every rank's part is durable. */
+/* Like save_async, but returns at once: a thread of the client copies and stages the
+ * part while the caller computes. The sources must stay unchanged until
+ * ck_client_save_fence returns. */
+int ck_client_save_lazy(ck_client_save *sv, ck_err *err);
+/* After save_lazy, before the sources change: waits for what is not yet copied. 0
+ * once the part is staged (or further); the save's error when it failed (a fence
+ * after a failed save returns its error, as often as it is called). Also accepts a
+ * save made by save_async. */
+int ck_client_save_fence(ck_client_save *sv, ck_err *err);
+/* Declares the staging size of parts like sv's (its tensors and blobs declared; no
+ * shard needed): every staging area no save holds is made at least that large and
+ * faulted in; with wait, before it returns (at start-up), else on a thread, and the
+ * next call on the client waits for what remains. sv may then be freed unsaved. */
+int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err);
+/* The same for a size in bytes (a part's file image plus its blobs). A failure is
+ * logged, and the save that needs the area makes it itself. */
+void ck_client_reserve(ck_client *cl, uint64_t bytes, bool wait);
+/* Rank 0, after its save_async (or save_lazy): commit once every rank's part is
+ * durable. */
 int ck_client_commit(ck_client_save *sv, ck_err *err);
 
 typedef enum ck_client_state {

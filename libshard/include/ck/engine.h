@@ -109,6 +109,35 @@ int ck_engine_fault_new(ck_engine *inner, ck_fault fault, ck_engine **out);
 uint64_t ck_engine_fault_ops(ck_engine *e);
 bool ck_engine_fault_fired(ck_engine *e);
 
+/* ---- recording (the power-loss crash test, tests/ckpt/test_crash_states.c) ---- */
+
+typedef enum ck_rec_kind {
+    CK_REC_CREATE,     /* path: a new file */
+    CK_REC_MKDIR,      /* path */
+    CK_REC_RENAME,     /* path -> to */
+    CK_REC_LINK,       /* path -> to */
+    CK_REC_UNLINK,     /* path */
+    CK_REC_RMDIR,      /* path */
+    CK_REC_FALLOCATE,  /* path, len: the file's size */
+    CK_REC_WRITE,      /* path, off, len, data */
+    CK_REC_FSYNC,      /* path: a file or a directory */
+    CK_REC_STEP,       /* path: the name of a durable step done by other code */
+} ck_rec_kind;
+
+typedef struct ck_rec_op {
+    ck_rec_kind kind;
+    char *path, *to;
+    uint64_t off, len;
+    void *data;
+} ck_rec_op;
+
+/* Wraps inner and records every operation that changes the disk, in order, with the
+ * bytes of every write (engine_record.c says what is recorded). Thread-safe. */
+int ck_engine_record_new(ck_engine *inner, ck_engine **out);
+/* The record so far (valid until the next operation or destroy); -ENOMEM if a record
+ * was lost. */
+int ck_engine_record_ops(ck_engine *e, const ck_rec_op **ops, size_t *n);
+
 static inline void ck_engine_destroy(ck_engine *e)
 {
     if (e && e->ops->destroy)

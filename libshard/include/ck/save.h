@@ -101,6 +101,11 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
  * ck_save_rank_image does. The offered memory is not read again once it returns: in an
  * asynchronous save this copy is the stall. */
 int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err);
+/* The copy alone, before ck_save_prepare (or a group's prepare or join): the layout is
+ * the plan's, known once every tensor is declared. Bind image afterwards with
+ * ck_save_rank_image. In an asynchronous save the prepare, which makes directories,
+ * can then run after the stall. */
+int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err);
 int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
 
 /* ---- one save, many processes (embedded mode in a multi-process job) ----
@@ -134,12 +139,20 @@ typedef struct ck_group {
  * alone, as the copy can: the ranks must agree that every one got through before they
  * write; where one did not, every rank frees its save with ck_save_abort. */
 int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err);
-/* Collective, after a successful prepare, once this rank's part is done: outcome is its ck_save_write_rank's
- * result (code 0) or whatever failed it. Every rank's outcome and block hashes go to
- * rank 0 in one gather; receiving them is the proof that the files are durable. Rank 0
- * returns 0 with s ready for ck_save_commit when every part is written; otherwise the
- * first failed rank's error, having removed the pending directory. The other ranks,
- * and rank 0 on error, free s (a rank's file is rank 0's once gathered). */
+/* Instead of ck_save_prepare_group, without a collective: every rank passes the same
+ * token ([A-Za-z0-9._-], at most 15 characters, never used before under this root for
+ * this name, e.g. a nonce rank 0 drew once and a save counter), and each rank makes
+ * ROOT/.pending/NAME.TOKEN if no other rank has yet. A rank that fails here, or later,
+ * must still tell the others before they finish (the group's caller agrees on that:
+ * a rank without a prepared save cannot call ck_save_finish_group). */
+int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err);
+/* Collective, after a successful prepare (or join), once this rank's part is done:
+ * outcome is its ck_save_write_rank's result (code 0) or whatever failed it. Every
+ * rank's outcome and block hashes go to rank 0 in one gather; receiving them is the
+ * proof that the files are durable. Rank 0 returns 0 with s ready for ck_save_commit
+ * when every part is written; otherwise the first failed rank's error, having removed
+ * the pending directory. The other ranks, and rank 0 on error, free s (a rank's file
+ * is rank 0's once gathered). */
 int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err);
 
 /* ---- one save, many processes, without collectives: part records ----
@@ -175,7 +188,9 @@ int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, c
 /* Rank 0: fixes the layout, creates the pending directory under a fresh token and
  * writes the token (12 hex digits) into token. */
 int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err);
-/* Every other rank: the same, in the directory rank 0 created under token. */
+/* Every other rank: the same, in the directory rank 0 created under token (or, when
+ * the ranks agree on a token in advance, as ck_save_join_group's callers do, any rank:
+ * the directory is made when missing). */
 int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err);
 /* This rank's part record, malloc'd into *rec (*len bytes): outcome is its
  * ck_save_write_rank's result (code 0) or whatever failed it. A rank that writes no

@@ -3,28 +3,43 @@
  * What PyTorch's dcp.async_save and dcp.load give an FSDP job:
  *
  *   sh_checkpoint *c;
- *   sh_checkpoint_new(world, &(sh_checkpoint_opts){ .root = "/ckpt" }, &c, &err);
+ *   sh_checkpoint_new(world, &(sh_checkpoint_opts){ .root = "/ckpt", .optim = opt },
+ *                     &c, &err);
  *   const sh_state_dict *sd[] = { &model_sd, &optim_sd };
- *   sh_checkpoint_save_async(c, "step-00001200", 1200, sd, 2, blobs, nblobs, &stall, &err);
- *   each step:  sh_checkpoint_progress(c, &err);           // every rank
+ *   sh_checkpoint_reserve(c, sd, 2, blobs, nblobs, &err);  // staging made now, once
+ *   after an optimizer step:
+ *       sh_checkpoint_save_lazy(c, "step-00001200", 1200, sd, 2, blobs, nblobs,
+ *                               &stall, &err);
+ *   each step:  forward, backward; sh_adamw_step fences the save (its first act);
+ *               sh_checkpoint_progress(c, &err);            // every rank
  *               while (sh_checkpoint_poll(c, &done, &err) == 1) ...   // rank 0 learns
  *   sh_checkpoint_wait(c, &err);                            // before exiting
  *
- * save_async returns once this rank's shards are copied out of the training buffers
- * (the stall); the checkpoint is then written, hashed, fsynced and committed while
- * training goes on. One save is in flight at a time: the next one waits for it.
+ * What stalls training, and when:
+ *   save_async  the copy of this rank's shards out of the training buffers (into
+ *               staging faulted in ahead, see sh_checkpoint_reserve); nothing else;
+ *   save_lazy   nothing but the save's setup: a thread copies while the next forward
+ *               and backward run (they only read parameters and moments). The
+ *               optimizer's next step waits at the fence for what is not copied yet;
+ *               sh_checkpoint_fence_ms says how long.
+ * Neither holds a collective: the ranks agree that every part was handed over at a
+ * later sh_checkpoint_progress (one all-reduce at a step boundary), and only then is
+ * the commit asked for (ckptd) or the hashes gathered (embedded). The checkpoint is
+ * then written, hashed, fsynced and committed while training goes on. One save is in
+ * flight at a time: the next one waits for it.
  *
  * Two engines. With ckptd (opts.daemon, or $CKPTD_SOCKET) every rank stages its part
  * into the daemon's shared memory through the core's client (ck/client.h), and a save
- * whose parts were all staged commits even if every rank dies right after. Embedded
- * (the default) every rank copies its shards into its data file's image and a thread
- * of its own writes it into the save's shared pending directory; at a later
- * sh_checkpoint_progress, once every rank's file is durable, the block hashes go to
- * rank 0 (ck_save_finish_group over this world's collectives) and a thread on rank 0
- * commits. A run that dies loses the save in flight; committed ones stay intact.
+ * whose parts were all staged and agreed on commits even if every rank dies right
+ * after. Embedded (the default) every rank copies its shards into its data file's
+ * image and a thread of its own writes it into the save's shared pending directory;
+ * at a later sh_checkpoint_progress, once every rank's file is durable, the block
+ * hashes go to rank 0 (ck_save_finish_group over this world's collectives) and a
+ * thread on rank 0 commits. A run that dies loses the save in flight; committed ones
+ * stay intact.
  *
- * Every call here is collective over the world except poll, free and
- * load_state_dict.
+ * Every call here is collective over the world except reserve, fence, fence_ms, poll,
+ * free and load_state_dict.
  */
 #ifndef SH_CHECKPOINT_H
 #define SH_CHECKPOINT_H
@@ -32,6 +47,7 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
+#include "sh/optim.h"
 #include "sh/state_dict.h"
 #include "sh/world.h"
 
@@ -40,6 +56,10 @@ typedef struct sh_checkpoint sh_checkpoint;
 typedef struct sh_checkpoint_opts {
     const char *root;          /* created by rank 0 if missing */
     const char *daemon;        /* ckptd's socket; NULL: $CKPTD_SOCKET, else embedded */
+    /* The optimizer whose step writes what the saves hold: its step fences a lazy save
+     * (sh_adamw_set_fence), so that it cannot run before the copy is done. Lazy saves
+     * need it. */
+    sh_adamw *optim;
 } sh_checkpoint_opts;
 
 /* A named byte string saved beside the tensors (step, data position, RNG state). */
@@ -60,16 +80,37 @@ typedef struct sh_checkpoint_done {
 
 int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **out,
                       ck_err *err);
-/* Waits for the save in flight (connected), or lets it go (embedded: frees cannot be
- * collective, so what it wrote stays .pending debris), then frees c. */
+/* Lets the save in flight go without a collective (call sh_checkpoint_wait first to
+ * keep it; what a let-go save wrote stays .pending debris), unsets the optimizer's
+ * fence, then frees c. */
 void sh_checkpoint_free(sh_checkpoint *c);
 
+/* Makes this rank's staging for saves of these state dicts and blobs now, every page
+ * faulted in (huge pages where the system gives them), so that no save pays for a
+ * first touch. Not collective; call it at start-up, before the first save. */
+int sh_checkpoint_reserve(sh_checkpoint *c, const sh_state_dict *const *sd, int nsd,
+                          const sh_blob *blobs, int nblobs, ck_err *err);
+
 /* Saves checkpoint name: every entry of the nsd state dicts (all on one mesh) and the
- * blobs (rank 0's are saved). *stall_ms: how long this call blocked training. Fails on
- * every rank when any rank could not hand its part over. */
+ * blobs (rank 0's are saved). *stall_ms: how long this call blocked training. Returns
+ * an error only for a call that is wrong on every rank; a rank that cannot hand its
+ * part over fails the save, which every rank learns at a later progress and rank 0
+ * reports through poll. */
 int sh_checkpoint_save_async(sh_checkpoint *c, const char *name, uint64_t step,
                              const sh_state_dict *const *sd, int nsd, const sh_blob *blobs,
                              int nblobs, double *stall_ms, ck_err *err);
+/* The same, but the shards are copied on a thread while training goes on; they must
+ * not change until the fence, which opts.optim's step runs first (-EINVAL without
+ * opts.optim). */
+int sh_checkpoint_save_lazy(sh_checkpoint *c, const char *name, uint64_t step,
+                            const sh_state_dict *const *sd, int nsd, const sh_blob *blobs,
+                            int nblobs, double *stall_ms, ck_err *err);
+/* Waits until the save in flight no longer reads this rank's shards. 0, or this rank's
+ * error of the save in flight (then the save fails on every rank, as above). The
+ * optimizer's step calls it and steps either way. Not collective. */
+int sh_checkpoint_fence(sh_checkpoint *c, ck_err *err);
+/* How long the last fence of a lazy save waited, in ms (0 when it did not wait). */
+double sh_checkpoint_fence_ms(const sh_checkpoint *c);
 /* Moves the save in flight on; call it once per step on every rank. */
 int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err);
 /* Rank 0: 1 and *done for a save that finished since the last call, 0 when none did

@@ -20,8 +20,12 @@ void sh_adamw_opts_default(sh_adamw_opts *o);
 /* -EINVAL, naming the parameter, when some parameter under root is not sharded or not
  * materialized yet. */
 int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_err *err);
-/* One step for every parameter that has a gradient. */
+/* One step for every parameter that has a gradient, after the fence, if one is set. */
 int sh_adamw_step(sh_adamw *o, ck_err *err);
+/* fence(arg) runs at the start of every step, before any parameter or moment changes,
+ * and a failure stops the step: a lazy checkpoint's copy (sh/checkpoint.h) still reads
+ * them. NULL removes it. */
+void sh_adamw_set_fence(sh_adamw *o, int (*fence)(void *arg, ck_err *err), void *arg);
 long sh_adamw_step_count(const sh_adamw *o);
 /* The learning rate of the following steps: a schedule sets it before each step. */
 void sh_adamw_set_lr(sh_adamw *o, float lr);

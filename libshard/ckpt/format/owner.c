@@ -1,0 +1,104 @@
+/* owner.c - lock files naming the owner of a root or a save (see format/owner.h). */
+#include "format/owner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ck/ckpt.h"
+
+static void read_holder(int fd, char *who, size_t len)
+{
+    char buf[256];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\0'))
+        n--;
+    buf[n > 0 ? n : 0] = '\0';
+    snprintf(who, len, "%s", n > 0 ? buf : "a process that has not written its pid yet");
+}
+
+void ck__lock_note_pid(int fd)
+{
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
+    char buf[200];
+    int n = snprintf(buf, sizeof buf, "pid %d on %s\n", (int)getpid(), host[0] ? host : "?");
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)n, 0) != n)
+        (void)ftruncate(fd, 0);   /* a holder without a name is still a holder */
+}
+
+/* Whether path still names the file open as fd: a lock taken on a file that its last
+ * holder unlinked meanwhile guards nothing. */
+static bool still_named(const char *path, int fd)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+int ck__lock_take(const char *path, const char *what, int *fd, ck_err *err)
+{
+    *fd = -1;
+    for (int tries = 0; tries < 64; tries++) {
+        int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (f < 0)
+            return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+        int r = flock(f, LOCK_EX | LOCK_NB) < 0 ? -errno : 0;
+        if (still_named(path, f)) {
+            if (r == 0) {
+                ck__lock_note_pid(f);
+                *fd = f;
+                return 0;
+            }
+            if (r == -EWOULDBLOCK) {
+                char who[256];
+                read_holder(f, who, sizeof who);
+                close(f);
+                return ck_err_set(err, -EBUSY, "%s (held by %s, lock %s)", what, who, path);
+            }
+            close(f);
+            return ck_err_set(err, r, "%s: flock: %s", path, strerror(-r));
+        }
+        close(f);   /* its holder dropped it between our open and flock: take the new one */
+    }
+    return ck_err_set(err, -EAGAIN, "%s: the lock file keeps being replaced", path);
+}
+
+void ck__lock_drop(const char *path, int *fd)
+{
+    if (*fd < 0)
+        return;
+    unlink(path);
+    close(*fd);
+    *fd = -1;
+}
+
+int ck__lock_probe(const char *path, int *fd, char *who, size_t len)
+{
+    *fd = -1;
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    if (f < 0)
+        return errno == ENOENT ? 1 : -errno;
+    if (flock(f, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK)
+            read_holder(f, who, len);
+        close(f);
+        return e == EWOULDBLOCK ? 0 : -e;
+    }
+    *fd = f;
+    return 1;
+}
+
+int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *err)
+{
+    if (snprintf(out, PATH_MAX, "%s/%s/%s%s", root, CK_PENDING, name, CK_LOCK_SUFFIX) >=
+        PATH_MAX)
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+    return 0;
+}

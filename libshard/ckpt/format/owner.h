@@ -1,0 +1,39 @@
+/* format/owner.h - who owns a root or a save in progress: lock files (private;
+ * docs/FORMAT.md, "Owners and locks").
+ *
+ * A lock file is held with flock(LOCK_EX) and records its holder ("pid P on HOST").
+ * The kernel drops the lock when its holder dies, however it dies, so "nobody holds
+ * it" means "its owner is dead": that is what lets recovery run beside live writers.
+ *
+ * The save of NAME belongs to whoever holds ROOT/.pending/NAME.lock, taken before the
+ * save's directory ROOT/.pending/NAME.TOKEN is made and dropped (unlinked, then
+ * closed) once the directory is committed or removed. A ckptd holds ROOT/.ckptd.lock
+ * for its whole life.
+ */
+#ifndef CK_FORMAT_OWNER_H
+#define CK_FORMAT_OWNER_H
+
+#include <stddef.h>
+
+#include "ck/error.h"
+
+#define CK_LOCK_SUFFIX ".lock"
+#define CK_DAEMON_LOCK ".ckptd.lock"
+
+/* Takes the lock file at path (created if absent) and records this process in it.
+ * -EBUSY when a live process holds it: the error says "WHAT (held by pid P on HOST,
+ * lock PATH)". */
+int ck__lock_take(const char *path, const char *what, int *fd, ck_err *err);
+/* Records the calling process as the holder again (after a fork that kept the lock). */
+void ck__lock_note_pid(int fd);
+/* Unlinks path while the lock is still held, so that nobody takes the old file in
+ * between, then closes fd. No-op when *fd < 0. */
+void ck__lock_drop(const char *path, int *fd);
+/* For recovery: 1 when nobody holds path, with *fd holding it now (-1 when there is
+ * no such file); 0 when a live process holds it, described in who; or -errno. */
+int ck__lock_probe(const char *path, int *fd, char *who, size_t len);
+
+/* ROOT/.pending/NAME.lock into out (PATH_MAX bytes). */
+int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *err);
+
+#endif

@@ -1,0 +1,51 @@
+/* ck/staging.h - memory that a checkpoint's bytes are staged in.
+ *
+ * A save's stall is the copy of the shards into staging. A page touched for the first
+ * time costs a fault and a zeroing, several times the copy itself, so staging is
+ * faulted in when it is made (ck_staging_map), outside any save, and reused from save
+ * to save. Huge pages, where the system gives them, cut both the faults and the TLB
+ * misses of the copy:
+ *
+ *   1. hugetlb pages (MFD_HUGETLB / MAP_HUGETLB), when the pool has enough;
+ *   2. else 4 KiB pages advised for transparent huge pages (MADV_HUGEPAGE), which the
+ *      kernel honours when /sys/kernel/mm/transparent_hugepage/enabled (anonymous) or
+ *      .../shmem_enabled (a memfd) allows it;
+ *   3. else plain 4 KiB pages.
+ * ck_staging.pages says which, so the caller can log the fallback once.
+ */
+#ifndef CK_STAGING_H
+#define CK_STAGING_H
+
+#include <stdint.h>
+
+#include "ck/error.h"
+
+typedef enum ck_staging_pages {
+    CK_PAGES_SMALL = 0,        /* 4 KiB pages */
+    CK_PAGES_THP,              /* advised for transparent huge pages, and the system allows them */
+    CK_PAGES_HUGETLB,          /* 2 MiB hugetlb pages */
+} ck_staging_pages;
+
+enum {
+    CK_STAGING_MEMFD = 1,      /* a sealed memfd (fixed size) that another process may map */
+    CK_STAGING_SMALL_PAGES = 2 /* 4 KiB pages, no huge page attempt */
+};
+
+typedef struct ck_staging {
+    int fd;                    /* the memfd; -1 for anonymous memory or none */
+    uint8_t *map;              /* NULL when none */
+    uint64_t size;             /* a multiple of 2 MiB */
+    ck_staging_pages pages;
+} ck_staging;
+
+#define CK_STAGING_NONE ((ck_staging){ .fd = -1 })
+
+/* Maps at least size bytes (rounded up to 2 MiB), every page faulted in, into *s
+ * (which must be CK_STAGING_NONE). flags: CK_STAGING_*. */
+int ck_staging_map(ck_staging *s, uint64_t size, unsigned flags, ck_err *err);
+/* Unmaps and closes; *s becomes CK_STAGING_NONE. */
+void ck_staging_unmap(ck_staging *s);
+/* "hugetlb 2 MiB pages", "transparent huge pages", "4 KiB pages". */
+const char *ck_staging_pages_name(ck_staging_pages p);
+
+#endif
