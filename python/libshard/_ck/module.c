@@ -1,0 +1,62 @@
+/* module.c - the module libshard._ck: its exception, types and functions. */
+#include "ckpy.h"
+
+static PyMethodDef module_methods[] = {
+    {"scan", ckpy_scan, METH_VARARGS,
+     "scan(root) -> (committed checkpoint names, .pending entries)."},
+    {"dtype_name", ckpy_dtype_name, METH_VARARGS,
+     "dtype_name(code) -> 'f32', 'bf16', ... or None for a code this build lacks."},
+    {"key_encode", ckpy_key_encode, METH_VARARGS,
+     "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
+    {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},
+    {"catalog_del", ckpy_catalog_del, METH_VARARGS,
+     "catalog_del(root, name): drops the catalog entry of a removed checkpoint."},
+    {"name_check", ckpy_name_check, METH_VARARGS,
+     "name_check(what, name): raises CkptError unless name is a valid name on disk."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "libshard._ck",
+    .m_doc = "The libshard checkpoint core (C) for Python: reading, async saves, part records.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static int add_type(PyObject *m, PyTypeObject *t, const char *name)
+{
+    if (PyType_Ready(t) < 0)
+        return -1;
+    Py_INCREF(t);
+    if (PyModule_AddObject(m, name, (PyObject *)t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__ck(void);
+PyMODINIT_FUNC PyInit__ck(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    ckpy_error = PyErr_NewExceptionWithDoc(
+        "libshard.CkptError",
+        "A checkpoint operation failed; errno is the core's error code, the message "
+        "names the checkpoint, tensor, file or rank.",
+        PyExc_OSError, NULL);
+    if (!ckpy_error || PyModule_AddObjectRef(m, "CkptError", ckpy_error) < 0 ||
+        add_type(m, &ckpy_ckpt_type, "Checkpoint") < 0 ||
+        add_type(m, &ckpy_save_type, "Save") < 0 ||
+        add_type(m, &ckpy_client_type, "Client") < 0 ||
+        add_type(m, &ckpy_csave_type, "ClientSave") < 0 ||
+        PyModule_AddIntConstant(m, "FORMAT_MAJOR", CK_FORMAT_MAJOR) < 0 ||
+        PyModule_AddIntConstant(m, "FORMAT_MINOR", CK_FORMAT_MINOR) < 0 ||
+        PyModule_AddIntConstant(m, "BLOB_MAX", CK_BLOB_MAX) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

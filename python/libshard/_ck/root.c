@@ -1,0 +1,111 @@
+/* root.c - module functions about a checkpoint root and the format's vocabulary. */
+#include "ck/catalog.h"
+#include "ckpy.h"
+
+static PyObject *str_list(char **v, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *s = PyUnicode_DecodeFSDefault(v[i]);
+        if (!s) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+/* scan(root) -> (committed names, pending entries): the directories, which are the
+ * truth (the catalog is derived state). */
+PyObject *ckpy_scan(PyObject *self, PyObject *args)
+{
+    const char *root;
+    if (!PyArg_ParseTuple(args, "s", &root))
+        return NULL;
+    ck_scan sc;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_root_scan(root, &sc, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    PyObject *res = Py_BuildValue("(NN)", str_list(sc.committed, sc.n_committed),
+                                  str_list(sc.pending, sc.n_pending));
+    ck_scan_free(&sc);
+    return res;
+}
+
+PyObject *ckpy_dtype_name(PyObject *self, PyObject *args)
+{
+    int code;
+    if (!PyArg_ParseTuple(args, "i", &code))
+        return NULL;
+    const char *name = ck_dtype_name(code);
+    if (!name)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(name);
+}
+
+PyObject *ckpy_name_check(PyObject *self, PyObject *args)
+{
+    const char *what, *name;
+    if (!PyArg_ParseTuple(args, "ss", &what, &name))
+        return NULL;
+    ck_err err = {0};
+    int rc = ck_name_check(what, name, &err);
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
+
+PyObject *ckpy_key_encode(PyObject *self, PyObject *args)
+{
+    const char *key;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "s#", &key, &len))
+        return NULL;
+    char out[CK_NAME_MAX];
+    int rc = ck_key_encode(key, (size_t)len, out, sizeof out);
+    if (rc < 0) {
+        ck_err err = {0};
+        ck_err_set(&err, rc, "state-dict key '%.200s' (%zd bytes) cannot be a name on disk%s",
+                   key, len, rc == -ENAMETOOLONG ? ": escaped, it exceeds 255 bytes" : "");
+        return ckpy_raise(rc, &err);
+    }
+    return PyUnicode_FromString(out);
+}
+
+PyObject *ckpy_key_decode(PyObject *self, PyObject *args)
+{
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s", &name))
+        return NULL;
+    char out[CK_NAME_MAX];
+    size_t len = 0;
+    int rc = ck_key_decode(name, out, sizeof out, &len);
+    if (rc < 0) {
+        ck_err err = {0};
+        ck_err_set(&err, rc, "name '%s' has a malformed escape", name);
+        return ckpy_raise(rc, &err);
+    }
+    return PyUnicode_DecodeUTF8(out, (Py_ssize_t)len, "surrogateescape");
+}
+
+/* catalog_del(root, name): drops a checkpoint's catalog entry (after its directory
+ * left the root: the directories are the truth, the catalog follows them). */
+PyObject *ckpy_catalog_del(PyObject *self, PyObject *args)
+{
+    const char *root, *name;
+    if (!PyArg_ParseTuple(args, "ss", &root, &name))
+        return NULL;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_catalog_del(root, name, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0 && rc != -ENOENT)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}

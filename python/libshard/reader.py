@@ -1,0 +1,154 @@
+"""CkptReader: a torch.distributed.checkpoint StorageReader over a libshard checkpoint.
+
+read_metadata builds DCP's Metadata from the manifest: every tensor (whatever it was
+saved with: mesh placements, DCP's box lists, the C trainer, ckpt-synth) is one
+TensorStorageMetadata whose single chunk is the whole tensor, and every blob is a
+BytesStorageMetadata. DCP's planner then asks, per local shard of the loading rank,
+for one box of the full tensor, and read_data reads exactly that box with the core's
+reader (ck/load.h): it intersects the box with the saved shards and reads the needed
+byte ranges with io_uring straight into the destination tensor when that is
+contiguous. Loading onto any mesh and world size is therefore the core's resharding.
+"""
+import dataclasses
+import io
+import json
+import os
+
+import torch
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata, ChunkStorageMetadata, Metadata, StorageMeta,
+    TensorProperties, TensorStorageMetadata)
+from torch.distributed.checkpoint.planner import LoadItemType
+from torch.distributed.checkpoint.storage import StorageReader
+from torch.futures import Future
+
+from . import _ck, names, newest
+from .torchio import addr, torch_dtype
+
+# Blobs the writer keeps for itself (not state-dict entries). A '-' followed by a
+# non-hex letter is never produced by names.encode, so no key can collide.
+PLANNER_DATA_BLOB = "dcp-x.planner_data"
+RESERVED_BLOBS = frozenset({PLANNER_DATA_BLOB})
+
+
+def split_checkpoint_id(checkpoint_id):
+    """(root, name) of a checkpoint id: ROOT/NAME, or a root alone (name None: the
+    newest committed checkpoint)."""
+    path = os.fspath(checkpoint_id).rstrip("/") or "/"
+    if os.path.isfile(os.path.join(path, "manifest.mdb")):
+        return os.path.dirname(path) or ".", os.path.basename(path)
+    if os.path.isdir(os.path.join(path, ".pending")) or os.path.isfile(
+            os.path.join(path, "catalog.mdb")):
+        return path, None
+    return os.path.dirname(path) or ".", os.path.basename(path)
+
+
+class CkptReader(StorageReader):
+    """``dcp.load(sd, storage_reader=CkptReader("/ckpt", "step-100"))``.
+
+    name=None loads the newest committed checkpoint of root; every rank must resolve
+    the same one (checked in prepare_global_plan: a commit between two ranks' look-ups
+    fails the load with a message rather than mixing checkpoints)."""
+
+    def __init__(self, root=None, name=None):
+        super().__init__()
+        self.root = os.fspath(root) if root is not None else None
+        self.name = name
+        self._ck = None
+        self._opened = None
+        self.loaded_step = None
+        self.load_id = None
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id is not None:
+            self.root, self.name = split_checkpoint_id(checkpoint_id)
+        self._close()
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        root, name = split_checkpoint_id(checkpoint_id)
+        if name is None:
+            return True
+        return os.path.isfile(os.path.join(root, name, "manifest.mdb"))
+
+    def _close(self):
+        if self._ck is not None:
+            self._ck.close()
+        self._ck = None
+        self._opened = None
+
+    def _open(self):
+        if self._ck is not None:
+            return self._ck
+        if self.root is None:
+            raise ValueError("CkptReader: no checkpoint root (give root or checkpoint_id)")
+        name = self.name if self.name is not None else newest(self.root)
+        if name is None:
+            raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
+        self._ck = _ck.Checkpoint(self.root, name)
+        self._opened = name
+        self.loaded_step = self._ck.info()["step"]
+        return self._ck
+
+    def read_metadata(self, *args, **kwargs):
+        ck = self._open()
+        sd_md = {}
+        for name, code, shape, _n in ck.tensors():
+            key = names.decode(name)
+            size = torch.Size(shape)
+            props = TensorProperties(dtype=torch_dtype(code, f"tensor {name}"))
+            chunk = ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)), sizes=size)
+            sd_md[key] = TensorStorageMetadata(properties=props, size=size, chunks=[chunk])
+        planner_data = None
+        for name in ck.blob_names():
+            if name in RESERVED_BLOBS:
+                continue
+            sd_md[names.decode(name)] = BytesStorageMetadata()
+        if PLANNER_DATA_BLOB in ck.blob_names():
+            planner_data = {k: tuple(v) for k, v in
+                            json.loads(ck.blob(PLANNER_DATA_BLOB)).items()}
+        meta = Metadata(state_dict_metadata=sd_md, planner_data=planner_data,
+                        storage_meta=StorageMeta(
+                            checkpoint_id=os.path.join(self.root, self._opened),
+                            load_id=self.load_id))
+        return meta
+
+    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        self._open()
+
+    def prepare_local_plan(self, plan):
+        return dataclasses.replace(plan, storage_data=self._opened)
+
+    def prepare_global_plan(self, plans):
+        seen = {p.storage_data for p in plans}
+        if len(seen) > 1:
+            raise RuntimeError(
+                f"CkptReader: ranks resolved different checkpoints {sorted(seen)} under "
+                f"{self.root} (one was committed while they looked); name one explicitly")
+        return plans
+
+    def read_data(self, plan, planner):
+        ck = self._open()
+        for req in plan.items:
+            key = req.storage_index.fqn
+            name = names.encode(key)
+            if req.type == LoadItemType.BYTE_IO:
+                planner.load_bytes(req, io.BytesIO(ck.blob(name)))
+                continue
+            base = req.storage_index.offset or torch.Size([0] * len(req.lengths))
+            offsets = tuple(int(b) + int(o) for b, o in zip(base, req.storage_offsets))
+            lengths = tuple(int(x) for x in req.lengths)
+            target = planner.resolve_tensor(req).detach()
+            if tuple(target.shape) != lengths:
+                raise RuntimeError(f"tensor {key}: the planner's target has shape "
+                                   f"{tuple(target.shape)}, the request {lengths}")
+            if target.device.type == "cpu" and target.is_contiguous():
+                ck.read(name, offsets, lengths, *addr(target))
+            else:
+                tmp = torch.empty(lengths, dtype=target.dtype)
+                ck.read(name, offsets, lengths, *addr(tmp))
+                target.copy_(tmp)
+            planner.commit_tensor(req, target)
+        fut = Future()
+        fut.set_result(None)
+        return fut

@@ -1,0 +1,68 @@
+"""dtypes beyond format 1.0 (fp8 e4m3/e5m2, complex64/128, uint16/32/64) and keys
+outside [A-Za-z0-9._-] (spaces, '/', UTF-8, a leading '.', '%') round-trip through
+CkptWriter and CkptReader bit for bit (one process, sync and async), the names on disk
+are the escaped keys, ckpt-verify --deep passes, and a dtype the format lacks is
+refused with a message naming the tensor."""
+import os
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+import common
+import libshard
+from libshard.dcp import CkptReader, CkptWriter
+
+
+def state():
+    g = torch.Generator().manual_seed(3)
+    r = lambda *s: torch.randn(*s, generator=g)
+    return {
+        "f8e4m3": r(5, 3).to(torch.float8_e4m3fn),
+        "f8e5m2": r(7).to(torch.float8_e5m2),
+        "c64": torch.complex(r(4), r(4)),
+        "c128": torch.complex(r(2, 3).double(), r(2, 3).double()),
+        "u16": torch.randint(0, 65535, (6,), generator=g).to(torch.uint16),
+        "u32": torch.randint(0, 2**31, (3, 2), generator=g).to(torch.uint32),
+        "u64": torch.randint(0, 2**62, (4,), generator=g).to(torch.uint64),
+        "bool": torch.rand(9, generator=g) > 0.5,
+        "step": torch.tensor(17.0),
+        "a key/with space ü": r(3),
+        ".hidden%": r(2),
+        "obj": [1, "two", 3.0],
+    }
+
+
+def blank(sd):
+    return {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else None
+            for k, v in sd.items()}
+
+
+def main():
+    root = common.tmpdir("dt")
+    sd = state()
+    dcp.save(sd, storage_writer=CkptWriter(root, "sync-1"), no_dist=True)
+    dcp.async_save(sd, storage_writer=CkptWriter(root, "async-2"), no_dist=True).result()
+    for name in ("sync-1", "async-2"):
+        got = blank(sd)
+        dcp.load(got, storage_reader=CkptReader(root, name), no_dist=True)
+        for k, v in sd.items():
+            if isinstance(v, torch.Tensor):
+                assert common.same_bits(got[k], v), (name, k, got[k], v)
+            else:
+                assert got[k] == v, (name, k, got[k])
+        common.check([common.tool("ckpt-verify"), root, name, "--deep"])
+    on_disk = {n for n, *_ in libshard.Checkpoint(root, "sync-1").tensors()}
+    assert "a%20key%2Fwith%20space%20%C3%BC" in on_disk, on_disk
+    assert "%2Ehidden%25" in on_disk, on_disk
+    try:
+        dcp.save({"q": torch.zeros(2, dtype=torch.complex32)},
+                 storage_writer=CkptWriter(root, "bad-3"), no_dist=True)
+    except BaseException as e:    # DCP's CheckpointException is a BaseException
+        assert "tensor q" in str(e), e
+    else:
+        raise AssertionError("a complex32 tensor was not refused")
+    assert not os.path.exists(os.path.join(root, "bad-3"))
+
+
+if __name__ == "__main__":
+    common.main(main)
