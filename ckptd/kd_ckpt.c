@@ -25,6 +25,7 @@
 #include "kd.h"
 
 #define KD_TRIM_BYTES (16u << 20)
+#define KD_FAILED_KEPT 64      /* failed saves tracked for their clients */
 
 static kd_ckpt *find(kd_server *s, const char *name)
 {
@@ -268,14 +269,18 @@ void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
 /* The save failed: remember which clients held it, or forget it now if none does. */
 static void remember_failed(kd_server *s, kd_ckpt *k)
 {
-    unsigned n = kd_ckpt_clients(k, s);
-    for (kd_failed **pp = &s->failed; *pp; pp = &(*pp)->next)
-        if (!strcmp((*pp)->name, k->name)) {    /* an earlier attempt's: superseded */
-            kd_failed *f = *pp;
+    unsigned n = kd_ckpt_clients(k, s), kept = 0;
+    /* An earlier attempt's entry is superseded; past KD_FAILED_KEPT the oldest go
+     * untracked (the saver forgets its oldest failures by itself). */
+    for (kd_failed **pp = &s->failed; *pp;) {
+        kd_failed *f = *pp;
+        if (!strcmp(f->name, k->name) || ++kept >= KD_FAILED_KEPT) {
             *pp = f->next;
             free(f);
-            break;
+        } else {
+            pp = &f->next;
         }
+    }
     kd_failed *f = n ? calloc(1, sizeof *f + n * sizeof f->client[0]) : NULL;
     if (!f) {
         /* No client left (or no memory to track them): no late rank is to come. */
