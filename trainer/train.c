@@ -381,7 +381,7 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = tr_args_parse(argc, argv, &t.a, &err);
-    bool parsed = rc == 0;     /* the same on every rank: no need to end the job */
+    bool parsed = rc == 0;     /* an argument error is every rank's: all exit normally */
     if (rc == 0)
         rc = setup(&t, &err);
     if (rc == 0)
