@@ -10,7 +10,8 @@
 #   live           beside them p3.aaa111, whose lock .pending/p3.lock a live process
 #                  holds (flock, as a writer does): ckpt-verify ROOT calls p3 a save
 #                  in progress naming its holder and p1, p2 debris, in words and in
-#                  --json; exit 1 for the debris, and 0 once only the live save is left
+#                  --json; exit 1 for the debris, and 0 once only the live save is left;
+#                  ckpt-inspect ROOT tells them apart too
 . "$(dirname "$0")/lib.sh"
 sub=${1:-}
 TEST_NAME="$TEST_NAME $sub"
@@ -75,6 +76,9 @@ assert p["p2.xyz789"]["live"] is False, p' "$OUT_STDOUT" "$holder" ||
         fail "--json does not tell the live save p3 from the debris p1, p2"
     expect_exit 1 "$CKPT_VERIFY" "$WORK/root" p3
     expect_msg "p3 is a save in progress .*pid $holder" "p3 by name as a save in progress"
+    expect_exit 0 "$CKPT_INSPECT" "$WORK/root"
+    expect_msg "p3\.aaa111 .*in progress, its writer is pid $holder" "p3 as in progress"
+    expect_msg "p1\.123abc .*debris" "p1.123abc as debris"
     # Only the live save left: the root is healthy.
     check_guards
     GUARDED=()
