@@ -470,8 +470,12 @@ static void rank_timeout(kd_server *s, kd_ckpt *k)
             list_rank(unstaged, sizeof unstaged, &nu, r);
     }
     free(st);
-    if (!na && !nu)
-        return;             /* every part staged: it waits for rank 0's COMMIT or writes */
+    if (!na && !nu) {
+        /* Every part staged: it waits for the writers or rank 0's COMMIT, which no
+         * rank timeout is about. Look again a period later, not every second. */
+        k->progress = kd_now();
+        return;
+    }
     count_more(absent, sizeof absent, na);
     count_more(unstaged, sizeof unstaged, nu);
     int n = snprintf(why, sizeof why, "no progress for ckptd's --rank-timeout of %u s:",
