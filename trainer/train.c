@@ -381,6 +381,7 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = tr_args_parse(argc, argv, &t.a, &err);
+    bool parsed = rc == 0;     /* an argument error is every rank's: all exit normally */
     if (rc == 0)
         rc = setup(&t, &err);
     if (rc == 0)
@@ -388,9 +389,14 @@ int main(int argc, char **argv)
     if (rc == 0 && sh_world_rank(t.w) == 0 && !t.a.eval && t.step > 0)
         printf("done: step %ld, loss %.4f nats/byte vs the corpus's byte unigram entropy "
                "%.4f\n", t.step, t.loss, tr_data_unigram_entropy(&t.data));
+    int status = rc < 0 ? (rc == -EINVAL ? 2 : 1) : 0;
     if (rc < 0)
         fprintf(stderr, "shard-train: rank %d: %s\n", sh_world_rank(t.w), ck_err_msg(&err));
+    /* A rank that failed past the arguments may leave the others waiting for it in a
+     * collective (or, with a dead peer, itself wait in sh_finalize): end the job. */
+    if (rc < 0 && parsed && sh_world_size(t.w) > 1)
+        sh_abort(t.w, status);
     teardown(&t);
     sh_finalize(t.w);
-    return rc < 0 ? (rc == -EINVAL ? 2 : 1) : 0;
+    return status;
 }
