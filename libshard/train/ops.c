@@ -68,6 +68,11 @@ int sh_zero(sh_world *w, void *dst, size_t bytes, ck_err *err)
     return done(w, sh_dev(w)->zero(dst, bytes), "zeroing", err);
 }
 
+int sh_device_sync(sh_world *w, ck_err *err)
+{
+    return done(w, sh_dev(w)->sync(), "waiting for the device", err);
+}
+
 int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
                ck_dtype src_dtype, size_t n, ck_err *err)
 {

@@ -36,6 +36,8 @@ int sh_copy(sh_world *w, void *dst, const void *src, size_t bytes, ck_err *err);
 /* Copies device memory into host memory; returns when the bytes are there. */
 int sh_copy_to_host(sh_world *w, void *dst, const void *src, size_t bytes, ck_err *err);
 int sh_zero(sh_world *w, void *dst, size_t bytes, ck_err *err);
+/* The host waits for everything queued on the device (timing a step). */
+int sh_device_sync(sh_world *w, ck_err *err);
 /* dst = src converted (f32 <-> bf16/f16), both on the device. */
 int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
                ck_dtype src_dtype, size_t n, ck_err *err);
