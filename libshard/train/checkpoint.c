@@ -68,6 +68,7 @@ struct sh_checkpoint {
     /* Embedded: */
     ck_save *save;
     ck_staging image;              /* this rank's data file, kept from save to save */
+    bool image_pinned;             /* registered for DMA (stage->pin) while mapped */
     phase phase;
     pthread_t th;
     bool th_running;
@@ -114,6 +115,22 @@ static int group_gather(void *arg, const void *mine, void *all, size_t len, ck_e
 
 static int fence_for_optim(void *arg, ck_err *err);
 
+/* A GPU rank registers staging for DMA when it is mapped and until it is unmapped, so
+ * a save's fill finds it registered (stage.h: pin answers -EEXIST) and its stall is
+ * the copy alone, not cudaHostRegister of gigabytes. */
+static int stage_mapped(void *arg, void *base, size_t len)
+{
+    const sh_stage_ops *o = arg;
+    return o->pin(o->arg, base, len);
+}
+
+static void stage_unmapping(void *arg, void *base, size_t len)
+{
+    (void)len;
+    const sh_stage_ops *o = arg;
+    o->unpin(o->arg, base);
+}
+
 int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **out,
                       ck_err *err)
 {
@@ -152,7 +169,11 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
                         sh_world_rank(w));
     const char *env = getenv("CKPTD_SOCKET");
     if (!rc && (o->daemon || (env && *env)))
-        rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){ .socket = o->daemon }, err);
+        rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){
+                                .socket = o->daemon,
+                                .staging_mapped = c->stage ? stage_mapped : NULL,
+                                .staging_unmapping = stage_unmapping,
+                                .staging_arg = c->stage }, err);
     if (rc) {
         sh_checkpoint_free(c);
         return rc;
@@ -474,13 +495,25 @@ static int build(sh_checkpoint *c, ck_save **out, const char *name, uint64_t ste
     return rc;
 }
 
-/* The staging image of this rank's file: at least size bytes, faulted in. */
+static void image_release(sh_checkpoint *c)
+{
+    if (c->image_pinned)
+        stage_unmapping(c->stage, c->image.map, c->image.size);
+    c->image_pinned = false;
+    ck_staging_unmap(&c->image);
+}
+
+/* The staging image of this rank's file: at least size bytes, faulted in (and, on a
+ * GPU rank, registered for DMA). */
 static int image_fit(sh_checkpoint *c, uint64_t size, ck_err *err)
 {
     if (c->image.map && c->image.size >= size)
         return 0;
-    ck_staging_unmap(&c->image);
-    return ck_staging_map(&c->image, size, 0, err);
+    image_release(c);
+    int rc = ck_staging_map(&c->image, size, 0, err);
+    c->image_pinned = !rc && c->stage && stage_mapped(c->stage, c->image.map,
+                                                      c->image.size) == 0;
+    return rc;
 }
 
 /* This rank's shards into its file's image (fitted first): the copy, which needs the
@@ -735,7 +768,7 @@ void sh_checkpoint_free(sh_checkpoint *c)
     join(c);
     if (c->phase == WRITING)
         ck_save_abort(c->save);     /* a commit frees its save itself */
-    ck_staging_unmap(&c->image);
+    image_release(c);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->report);
