@@ -173,7 +173,8 @@ int main(int argc, char **argv)
     sh_adamw_opts ao = {a.lr, 0.9f, 0.95f, 1e-8f, a.wd};
     if (sh_mesh_new(w, md.ndim, shape, md.ndim == 1 ? n1 : n2, &mesh, &err) ||
         tr_data_open(&data, a.data, a.model.seq, a.model.seed, &err) ||
-        tr_model_build(w, &a.model, &m, &err) || tr_model_materialize(&m, mesh, &(tr_precision){a.bf16, a.offload}, &err) ||
+        tr_model_build(w, &a.model, &m, &err) ||
+        tr_model_materialize(&m, mesh, &(tr_precision){a.bf16, a.offload}, &err) ||
         sh_adamw_new(m.root, &ao, &opt, &err) || sh_model_state_dict(m.root, &msd, &err) ||
         sh_optim_state_dict(opt, &osd, &err))
         die(w, "setup", &err);
