@@ -81,7 +81,8 @@ int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
 
 int sh_buffer_alloc(sh_world *w, size_t bytes, void **out, ck_err *err)
 {
-    int rc = sh_dev(w)->alloc(out, bytes, false);
+    *out = NULL;
+    int rc = bytes ? sh_dev(w)->alloc(out, bytes, false) : 0;
     return rc ? ck_err_set(err, rc, "%zu bytes of %s memory (rank %d): %s", bytes,
                            sh_dev(w)->name, w->rank, strerror(-rc))
               : 0;

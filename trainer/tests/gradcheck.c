@@ -6,6 +6,7 @@
  * away from their initial values (LayerNorm gains of 1, zero biases) so that every
  * term of the backward carries weight. f32 forward, losses summed in double: with
  * h = 1e-3 the finite difference is good to about 1e-4 of the largest gradient.
+ * Last, a token outside the vocabulary must be refused with a message naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -118,6 +119,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: gradient is all zero\n", sh_param_name(p[i]));
             bad++;
         }
+    }
+    /* A token outside the vocabulary is refused before it reaches the encoder. */
+    tok[4] = cfg.vocab;
+    ck_err e2 = {0};
+    if (tr_model_forward(&m, tok, B, &logits, &e2) != -EINVAL ||
+        !strstr(ck_err_msg(&e2), "token 11")) {
+        fprintf(stderr, "token %d: forward gave '%s', not a refusal naming it\n", cfg.vocab,
+                ck_err_msg(&e2));
+        bad++;
     }
     sh_tensor_free(&logits);
     sh_tensor_free(&dlogits);
