@@ -16,7 +16,8 @@
  * waited for the lazy copy). The reference is a copy of one rank's shard bytes
  * (model and AdamW moments, the largest rank's) into host memory already touched: a
  * memcpy on CPU ranks; on CUDA ranks the device-to-host copy (cudaMemcpy through the
- * device table) of the shards in device memory. --device cuda without a usable GPU
+ * device table) of the shards in device memory into pinned memory (sh_host_buffer_alloc),
+ * the DMA the save's staging copy is. --device cuda without a usable GPU
  * prints why and exits 77.
  * Checkpoints go to a fresh directory under /var/tmp (or --ckpt-root), removed at
  * the end.
@@ -246,7 +247,9 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < sd[k]->n; i++)
             bytes += ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
-    char *dst = malloc(bytes + 1);
+    char *dst;
+    if (sh_host_buffer_alloc(w, bytes + 1, (void **)&dst, &err))
+        die(w, "reference buffer", &err);
     memset(dst, 1, bytes + 1);
     double best = 1e30;
     for (int r = 0; r < 5; r++) {
@@ -267,7 +270,7 @@ int main(int argc, char **argv)
         double c = (now_s() - c0) * 1e3;
         best = c < best ? c : best;
     }
-    free(dst);
+    sh_host_buffer_free(w, dst);
     double memcpy_ms = best;
     uint64_t most = bytes;
     /* The slowest rank's stall and fence are the step's. */

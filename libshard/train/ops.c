@@ -1,4 +1,5 @@
 /* ops.c - sh/ops.h: the device table's compute for module callbacks, with messages. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dev.h"
@@ -92,6 +93,29 @@ void sh_buffer_free(sh_world *w, void *p)
 {
     if (p)
         sh_dev(w)->free(p);
+}
+
+int sh_host_buffer_alloc(sh_world *w, size_t bytes, void **out, ck_err *err)
+{
+    *out = NULL;
+    if (!bytes)
+        return 0;
+    int rc = 0;
+    if (w->device == SH_CUDA)
+        rc = sh_pinned_alloc(out, bytes, false);
+    else if (!(*out = malloc(bytes)))
+        rc = -ENOMEM;
+    return rc ? ck_err_set(err, rc, "%zu bytes of %s host memory (rank %d): %s", bytes,
+                           w->device == SH_CUDA ? "pinned" : "", w->rank, strerror(-rc))
+              : 0;
+}
+
+void sh_host_buffer_free(sh_world *w, void *p)
+{
+    if (p && w->device == SH_CUDA)
+        sh_pinned_free(p);
+    else
+        free(p);
 }
 
 static int shape_ok(const char *what, int a, int b, ck_err *err)

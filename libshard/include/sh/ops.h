@@ -49,6 +49,12 @@ int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
 int sh_buffer_alloc(sh_world *w, size_t bytes, void **out, ck_err *err);
 void sh_buffer_free(sh_world *w, void *p);
 
+/* Host memory the device copies into at full speed: pinned (cudaHostAlloc) on CUDA
+ * ranks, malloc on CPU ranks. For staging and for measuring a copy's physical rate.
+ * Free with sh_host_buffer_free on the same world. */
+int sh_host_buffer_alloc(sh_world *w, size_t bytes, void **out, ck_err *err);
+void sh_host_buffer_free(sh_world *w, void *p);
+
 /* The layers of a GPT, over f32 row-major arrays of the world's device; shapes count
  * rows N and columns C (or O, V). Backward functions add (+=) into every gradient
  * they name except where they say "=". */
