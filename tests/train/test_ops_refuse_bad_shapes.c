@@ -1,7 +1,7 @@
 /* test_ops_refuse_bad_shapes: the GPT's ops of sh/ops.h refuse shapes they cannot run
  * (negative sizes, score rows that are not whole T x T matrices, no classes, no
  * positions) with -EINVAL and a message naming the op, before any kernel touches
- * memory; an empty shape is a no-op. One CPU rank. */
+ * memory; an empty shape is a no-op, and a 0-byte buffer is NULL. One CPU rank. */
 #include <errno.h>
 #include <string.h>
 
@@ -43,6 +43,14 @@ int main(int argc, char **argv)
     void *p = (void *)1;
     TH_CHECK(w, sh_buffer_alloc(w, 0, &p, &err) == 0 && p == NULL, "a 0-byte buffer: %p", p);
     sh_buffer_free(w, p);
+    p = (void *)1;
+    TH_CHECK(w, sh_host_buffer_alloc(w, 0, &p, &err) == 0 && p == NULL,
+             "a 0-byte host buffer: %p", p);
+    TH_CHECK(w, sh_host_buffer_alloc(w, 64, &p, &err) == 0 && p, "a host buffer: %s",
+             ck_err_msg(&err));
+    if (p)
+        memset(p, 7, 64);
+    sh_host_buffer_free(w, p);
     if (!th_failures() && sh_world_rank(w) == 0)
         printf("ok: the GPT's ops refuse bad shapes, naming the op\n");
     return th_finish(w, th_failures() ? 1 : 0);
