@@ -5,7 +5,8 @@
  * world's device: parameter values and gradients (sh_param_value, sh_param_grad) and
  * tensors made with SH_TENSOR_INIT_ON(sh_world_device(w)). On CUDA the work is queued
  * on the legacy default stream, in order with the library's own kernels, copies and
- * collectives; only sh_copy_to_host and sh_sumsq make the host wait.
+ * collectives; only sh_copy_to_host, sh_sumsq, sh_cross_entropy and sh_device_sync
+ * make the host wait.
  */
 #ifndef SH_OPS_H
 #define SH_OPS_H
@@ -41,7 +42,6 @@ int sh_device_sync(sh_world *w, ck_err *err);
 /* dst = src converted (f32 <-> bf16/f16), both on the device. */
 int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
                ck_dtype src_dtype, size_t n, ck_err *err);
-
 
 /* Memory of the world's device for a callback's activations and scratch (cudaMalloc'd,
  * stream-ordered, on CUDA ranks; malloc on CPU ranks). *out is NULL for 0 bytes.
