@@ -68,6 +68,7 @@ struct sh_checkpoint {
     /* Embedded: */
     ck_save *save;
     ck_staging image;              /* this rank's data file, kept from save to save */
+    bool image_pinned;             /* registered for DMA (stage->pin) while mapped */
     phase phase;
     pthread_t th;
     bool th_running;
@@ -114,6 +115,22 @@ static int group_gather(void *arg, const void *mine, void *all, size_t len, ck_e
 
 static int fence_for_optim(void *arg, ck_err *err);
 
+/* A GPU rank registers staging for DMA when it is mapped and until it is unmapped, so
+ * a save's fill finds it registered (stage.h: pin answers -EEXIST) and its stall is
+ * the copy alone, not cudaHostRegister of gigabytes. */
+static int stage_mapped(void *arg, void *base, size_t len)
+{
+    const sh_stage_ops *o = arg;
+    return o->pin(o->arg, base, len);
+}
+
+static void stage_unmapping(void *arg, void *base, size_t len)
+{
+    (void)len;
+    const sh_stage_ops *o = arg;
+    o->unpin(o->arg, base);
+}
+
 int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **out,
                       ck_err *err)
 {
@@ -152,7 +169,11 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
                         sh_world_rank(w));
     const char *env = getenv("CKPTD_SOCKET");
     if (!rc && (o->daemon || (env && *env)))
-        rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){ .socket = o->daemon }, err);
+        rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){
+                                .socket = o->daemon,
+                                .staging_mapped = c->stage ? stage_mapped : NULL,
+                                .staging_unmapping = stage_unmapping,
+                                .staging_arg = c->stage }, err);
     if (rc) {
         sh_checkpoint_free(c);
         return rc;
@@ -474,13 +495,25 @@ static int build(sh_checkpoint *c, ck_save **out, const char *name, uint64_t ste
     return rc;
 }
 
-/* The staging image of this rank's file: at least size bytes, faulted in. */
+static void image_release(sh_checkpoint *c)
+{
+    if (c->image_pinned)
+        stage_unmapping(c->stage, c->image.map, c->image.size);
+    c->image_pinned = false;
+    ck_staging_unmap(&c->image);
+}
+
+/* The staging image of this rank's file: at least size bytes, faulted in (and, on a
+ * GPU rank, registered for DMA). */
 static int image_fit(sh_checkpoint *c, uint64_t size, ck_err *err)
 {
     if (c->image.map && c->image.size >= size)
         return 0;
-    ck_staging_unmap(&c->image);
-    return ck_staging_map(&c->image, size, 0, err);
+    image_release(c);
+    int rc = ck_staging_map(&c->image, size, 0, err);
+    c->image_pinned = !rc && c->stage && stage_mapped(c->stage, c->image.map,
+                                                      c->image.size) == 0;
+    return rc;
 }
 
 /* This rank's shards into its file's image (fitted first): the copy, which needs the
@@ -735,7 +768,7 @@ void sh_checkpoint_free(sh_checkpoint *c)
     join(c);
     if (c->phase == WRITING)
         ck_save_abort(c->save);     /* a commit frees its save itself */
-    ck_staging_unmap(&c->image);
+    image_release(c);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->report);
@@ -779,41 +812,77 @@ int sh_checkpoint_latest(sh_world *w, const char *root, char name[CK_NAME_MAX], 
     return 0;
 }
 
-/* A shard in device memory is read into host memory, then copied to the device. */
+/* Host staging for the device entries of a load, reused from entry to entry: pinned
+ * where the runtime gives it (the copy up is then a DMA), else plain memory. */
+typedef struct load_stage {
+    void *p;
+    size_t cap;
+    bool pinned;
+} load_stage;
+
+static int load_stage_fit(load_stage *b, size_t bytes)
+{
+    if (b->cap >= bytes)
+        return 0;
+    if (b->pinned)
+        sh_pinned_free(b->p);
+    else
+        free(b->p);
+    *b = (load_stage){0};
+    if (sh_pinned_alloc(&b->p, bytes, false) == 0) {
+        b->pinned = true;
+    } else if (!(b->p = malloc(bytes))) {
+        return -ENOMEM;
+    }
+    b->cap = bytes;
+    return 0;
+}
+
+static void load_stage_free(load_stage *b)
+{
+    if (b->pinned)
+        sh_pinned_free(b->p);
+    else
+        free(b->p);
+}
+
+/* A shard in device memory is read into the host staging, then copied to the device;
+ * the copy is waited for before the staging is reused. */
 static int read_entry(ck_ckpt *ck, ck_reader *rd, const sh_shard_entry *e, size_t bytes,
-                      ck_err *err)
+                      load_stage *stage, ck_err *err)
 {
     if (e->device != SH_CUDA)
         return ck_reader_read(rd, &e->box, 0, bytes, e->data, err);
     const sh_dev_ops *d = sh_dev_for(SH_CUDA);
-    void *host = malloc(bytes);
-    if (!d || !host) {
-        free(host);
-        return ck_err_set(err, d ? -ENOMEM : -ENOTSUP, "checkpoint %s: loading '%s' onto "
-                          "the device: %s", ck_get_info(ck)->name, e->name,
+    int rc = d ? load_stage_fit(stage, bytes) : -ENOTSUP;
+    if (rc)
+        return ck_err_set(err, rc, "checkpoint %s: loading '%s' onto the device: %s",
+                          ck_get_info(ck)->name, e->name,
                           d ? "out of memory" : "this build has no CUDA");
-    }
-    int rc = ck_reader_read(rd, &e->box, 0, bytes, host, err);
+    rc = ck_reader_read(rd, &e->box, 0, bytes, stage->p, err);
     if (!rc) {
-        rc = d->copy(e->data, host, bytes);
+        rc = d->copy(e->data, stage->p, bytes);
         if (!rc)
             rc = d->sync();
         if (rc)
             ck_err_set(err, rc, "checkpoint %s: copying '%s' to the device",
                        ck_get_info(ck)->name, e->name);
     }
-    free(host);
     return rc;
 }
 
 int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *err)
 {
-    for (size_t i = 0; i < sd->n; i++) {
+    load_stage stage = {0};
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sd->n; i++) {
         const sh_shard_entry *e = &sd->entry[i];
         ck_reader *rd;
-        int rc = ck_reader_open(ck, e->name, &rd, err);
-        if (rc)
-            return ck_err_set(err, rc, "checkpoint %s", ck_get_info(ck)->name);
+        rc = ck_reader_open(ck, e->name, &rd, err);
+        if (rc) {
+            ck_err_set(err, rc, "checkpoint %s", ck_get_info(ck)->name);
+            break;
+        }
         const ck_tensor *t = ck_reader_tensor(rd);
         bool same = t->dtype == e->dtype && t->ndim == e->ndim;
         for (int d = 0; same && d < t->ndim; d++)
@@ -824,10 +893,9 @@ int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *
                             "shape than the model's (a different configuration?)",
                             ck_get_info(ck)->name, e->name);
         else if (n)
-            rc = read_entry(ck, rd, e, n * ck_dtype_size(e->dtype), err);
+            rc = read_entry(ck, rd, e, n * ck_dtype_size(e->dtype), &stage, err);
         ck_reader_close(rd);
-        if (rc)
-            return rc;
     }
-    return 0;
+    load_stage_free(&stage);
+    return rc;
 }
