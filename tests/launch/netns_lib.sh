@@ -13,7 +13,7 @@
 #                        exits 77 with a message without the privilege; netns_cleanup
 #                        (call it from the test's EXIT trap) kills what runs in them and
 #                        removes them
-#   netns_on HOST CMD... runs CMD on HOST
+#   netns_on HOST CMD... runs CMD on HOST, for at most NETNS_TIMEOUT seconds (300)
 #   netns_alive HOST     prints the pids still running on HOST
 
 NETNS_SUBNET=10.231.7
@@ -66,7 +66,8 @@ EOF
 netns_on() {
     local host=$1
     shift
-    ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+    timeout "${NETNS_TIMEOUT:-300}" ip netns exec "$host" unshare --uts \
+        sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 }
 
 netns_alive() { ip netns pids "$1" 2>/dev/null | tr '\n' ' '; }
