@@ -15,6 +15,10 @@
 #                        removes them
 #   netns_on HOST CMD... runs CMD on HOST, for at most NETNS_TIMEOUT seconds (300)
 #   netns_alive HOST     prints the pids still running on HOST
+#   netns_launch SHARDRUN PORT NPROC LOG PROGRAM [ARGS...]
+#                        starts a 2-node job by rendezvous (node 0 on host A, node 1 on
+#                        B, logs LOG.0 and LOG.1) in the background; netns_wait waits for
+#                        both and returns node 0's exit status
 
 NETNS_SUBNET=10.231.7
 NETNS_HOSTS=()
@@ -68,6 +72,27 @@ netns_on() {
     shift
     timeout "${NETNS_TIMEOUT:-300}" ip netns exec "$host" unshare --uts \
         sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+}
+
+NETNS_NODE_PIDS=()
+netns_launch() {
+    local shardrun=$1 port=$2 nproc=$3 log=$4 i
+    shift 4
+    NETNS_NODE_PIDS=()
+    for i in 0 1; do
+        netns_on "${NETNS_HOSTS[$i]}" "$shardrun" --nproc-per-node "$nproc" --nnodes 2 \
+            --node-rank "$i" --master-addr "${NETNS_ADDRS[0]}" --master-port "$port" \
+            --join-timeout 60 "$@" >"$log.$i" 2>&1 &
+        NETNS_NODE_PIDS+=($!)
+    done
+}
+
+netns_wait() {
+    local rc0=0
+    wait "${NETNS_NODE_PIDS[0]}" || rc0=$?
+    wait "${NETNS_NODE_PIDS[1]}" || true
+    NETNS_NODE_PIDS=()
+    return "$rc0"
 }
 
 netns_alive() { ip netns pids "$1" 2>/dev/null | tr '\n' ' '; }
