@@ -335,7 +335,8 @@ static int setup(trainer *t, ck_err *err)
     if (!rc && a->resume)
         rc = resume(t, err);
     if (!rc && a->ckpt_root && !a->eval)
-        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt},
+        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt,
+                                                       a->ckpt_timeout},
                                &t->ckpt, err);
     if (!rc && t->ckpt) {
         /* The saves' staging, faulted in now rather than in the first saves. */
