@@ -17,7 +17,9 @@
  * starts the whole job with one mpirun, and every node's shardrun ends with the job's
  * exit status. Each node's ranks get that node's CKPTD_SOCKET (its own shardrun's, or
  * with --hostfile this one's), with %n replaced by the node rank and %h by the host
- * name: one ckptd per node, found by each rank.
+ * name: one ckptd per node, found by each rank, which also gets CKPTD_NODES (the
+ * number of nodes, unless set: with --hostfile it is forwarded) so that the daemons
+ * know how many of them share each save.
  *
  * mpirun starts this same binary in worker mode (an internal first argument), which
  * turns OpenMPI's variables into torchrun's and then execs PROGRAM, so PROGRAM needs
@@ -67,7 +69,8 @@ static void usage(FILE *f)
         "  --join-timeout S      seconds to wait for every node to join (default 900)\n"
         "  --node-name NAME      the name mpirun reaches this node by (default: hostname)\n"
         "CKPTD_SOCKET is passed to each node's ranks, %%n replaced by the node rank and\n"
-        "%%h by the host name.\n");
+        "%%h by the host name; with it, CKPTD_NODES (one ckptd per node) is set to the\n"
+        "number of nodes unless it is set.\n");
 }
 
 /* ---- the worker: runs as each rank, under mpirun ---- */
@@ -113,6 +116,19 @@ static int expand_socket(const char *node)
     return setenv("CKPTD_SOCKET", out, 1);
 }
 
+/* A job with a ckptd on each node: the client must know how many daemons serve the
+ * job (CKPTD_NODES, docs/PROTOCOL.md), one per node unless the caller said otherwise. */
+static int daemon_count(void)
+{
+    const char *sock = getenv("CKPTD_SOCKET"), *ws = getenv("OMPI_COMM_WORLD_SIZE"),
+               *lws = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!sock || !*sock || getenv("CKPTD_NODES") || !ws || !lws || atoi(lws) < 1)
+        return 0;
+    char n[16];
+    snprintf(n, sizeof n, "%d", atoi(ws) / atoi(lws));
+    return setenv("CKPTD_NODES", n, 1);
+}
+
 static int worker(char **argv)
 {
     pid_t parent = getppid();
@@ -129,7 +145,7 @@ static int worker(char **argv)
         export_from("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE") ||
         export_from("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK") ||
         export_from("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE") ||
-        setenv("NODE_RANK", node, 1) || expand_socket(node))
+        setenv("NODE_RANK", node, 1) || expand_socket(node) || daemon_count())
         return 127;
     unsetenv(NODE_VAR);
     execvp(argv[0], argv);
@@ -386,7 +402,7 @@ static char **mpirun_cmd(const opts *o, const sr_node *nodes, long nnodes, const
     size_t nprog = 0;
     while (o->prog[nprog])
         nprog++;
-    size_t per = 10 + nprog, total = 8 + (size_t)nnodes * per;
+    size_t per = 12 + nprog, total = 8 + (size_t)nnodes * per;
     char **cmd = calloc(total, sizeof *cmd);
     char *np = malloc(32);
     if (!cmd || !np) {
@@ -421,6 +437,10 @@ static char **mpirun_cmd(const opts *o, const sr_node *nodes, long nnodes, const
             asprintf(&sock, "CKPTD_SOCKET=%s", nodes[i].socket) >= 0) {
             cmd[k++] = "-x";
             cmd[k++] = sock;
+        }
+        if (nodes && getenv("CKPTD_NODES")) {
+            cmd[k++] = "-x";
+            cmd[k++] = "CKPTD_NODES";
         }
         cmd[k++] = (char *)self;
         cmd[k++] = WORKER_FLAG;

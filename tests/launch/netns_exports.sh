@@ -8,6 +8,8 @@
 #               path; a rank's failure ends both nodes' shardrun with the same status
 #   hostfile    one shardrun --hostfile on host A starts both hosts, node ranks in the
 #               file's order (B first), its CKPTD_SOCKET %h expanded on each host
+# With CKPTD_SOCKET, each rank gets CKPTD_NODES: the node count (one ckptd per node),
+# or the launcher's own value (here 1: as if one daemon served both).
 #   netns_exports.sh SHARDRUN
 set -uo pipefail
 shardrun=$1
@@ -23,7 +25,7 @@ port=29411
 # Each rank prints one line of what it sees; the rank named by FAIL_RANK exits 3.
 cat >"$work/show" <<'EOF'
 #!/bin/sh
-echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK local_world=$LOCAL_WORLD_SIZE node=$NODE_RANK host=$(hostname) socket=${CKPTD_SOCKET-unset}"
+echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK local_world=$LOCAL_WORLD_SIZE node=$NODE_RANK host=$(hostname) socket=${CKPTD_SOCKET-unset} daemons=${CKPTD_NODES-unset}"
 [ "$RANK" != "${FAIL_RANK:-}" ] || exit 3
 EOF
 chmod +x "$work/show"
@@ -58,10 +60,10 @@ rendezvous "$work/r0.log" "$work/r1.log"
 [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] ||
     { echo "FAILED: rendezvous exits $rc0 (node 0), $rc1 (node 1)"; cat "$work"/r?.log; exit 1; }
 check "$work/r0.log" \
-    "rank=0 world=4 local=0 local_world=2 node=0 host=$A socket=$work/ckptd-0.sock" \
-    "rank=1 world=4 local=1 local_world=2 node=0 host=$A socket=$work/ckptd-0.sock" \
-    "rank=2 world=4 local=0 local_world=2 node=1 host=$B socket=/run/node-b/ckptd.sock" \
-    "rank=3 world=4 local=1 local_world=2 node=1 host=$B socket=/run/node-b/ckptd.sock"
+    "rank=0 world=4 local=0 local_world=2 node=0 host=$A socket=$work/ckptd-0.sock daemons=2" \
+    "rank=1 world=4 local=1 local_world=2 node=0 host=$A socket=$work/ckptd-0.sock daemons=2" \
+    "rank=2 world=4 local=0 local_world=2 node=1 host=$B socket=/run/node-b/ckptd.sock daemons=2" \
+    "rank=3 world=4 local=1 local_world=2 node=1 host=$B socket=/run/node-b/ckptd.sock daemons=2"
 grep -q "node 1 ($B) joined" "$work/r1.log" ||
     { echo "FAILED: node 1 did not say it joined"; cat "$work/r1.log"; exit 1; }
 
@@ -72,14 +74,14 @@ rendezvous "$work/f0.log" "$work/f1.log" FAIL_RANK=3
       cat "$work"/f?.log; exit 1; }
 
 printf '%s slots=2\n%s\n' "$B" "$A" >"$work/hosts"
-CKPTD_SOCKET="$work/%h.sock" netns_on "$A" "$shardrun" --nproc-per-node 2 \
+CKPTD_SOCKET="$work/%h.sock" CKPTD_NODES=1 netns_on "$A" "$shardrun" --nproc-per-node 2 \
     --hostfile "$work/hosts" "$work/show" >"$work/h.log" 2>&1 ||
     { echo "FAILED: --hostfile run"; cat "$work/h.log"; exit 1; }
 check "$work/h.log" \
-    "rank=0 world=4 local=0 local_world=2 node=0 host=$B socket=$work/$B.sock" \
-    "rank=1 world=4 local=1 local_world=2 node=0 host=$B socket=$work/$B.sock" \
-    "rank=2 world=4 local=0 local_world=2 node=1 host=$A socket=$work/$A.sock" \
-    "rank=3 world=4 local=1 local_world=2 node=1 host=$A socket=$work/$A.sock"
+    "rank=0 world=4 local=0 local_world=2 node=0 host=$B socket=$work/$B.sock daemons=1" \
+    "rank=1 world=4 local=1 local_world=2 node=0 host=$B socket=$work/$B.sock daemons=1" \
+    "rank=2 world=4 local=0 local_world=2 node=1 host=$A socket=$work/$A.sock daemons=1" \
+    "rank=3 world=4 local=1 local_world=2 node=1 host=$A socket=$work/$A.sock daemons=1"
 echo "ok: 2 hosts x 2 ranks, by rendezvous and by host file: every rank's RANK, WORLD_SIZE," \
      "LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, host and CKPTD_SOCKET as expected; a failed" \
      "rank ends both nodes' shardrun with exit $rc0"

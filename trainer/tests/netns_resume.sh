@@ -4,8 +4,9 @@
 #   netns_resume.sh MODE SHARDRUN SHARD_TRAIN CKPT_VERIFY [CKPTD]
 # MODE:
 #   embedded  every rank writes its own file into the one shared root, rank 0 commits
-#   ckptd     one ckptd per host on the same root (each host's ranks reach their own:
-#             CKPTD_SOCKET with %n), the ranks of rank 0's host commit through theirs
+#   ckptd     one ckptd per host on the same root (--id node0, node1; each host's
+#             ranks reach their own: CKPTD_SOCKET with %n, CKPTD_NODES 2 from
+#             shardrun); node0's daemon commits, node1's writes host B's parts
 # 1. straight: 2 hosts x 2 ranks (mesh 2x2), 100 steps, no checkpoints;
 # 2. killed: the same run saving every 5 steps, SIGKILL to node 0's shardrun once a
 #    checkpoint is committed (mid-training: the run must not have ended);
@@ -21,8 +22,8 @@ data=/usr/share/common-licenses/GPL-3
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-resume.XXXXXX")
 daemons=()
 cleanup() {
-    netns_cleanup
     for p in "${daemons[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    netns_cleanup
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -72,6 +73,12 @@ netns_wait && { echo "FAILED: the killed run exited 0"; cat "$work"/killed.log.*
 grep -q "^done:" "$work/killed.log.0" &&
     { echo "FAILED: the run ended before it was killed"; exit 1; }
 killed_at=$(losses "$work/killed.log.0" | tail -1 | cut -d' ' -f1)
+
+if [ "$mode" = ckptd ]; then
+    grep -q "checkpoint step-[0-9]*: joined daemon node0's save" "$work/ckptd-1.log" &&
+        grep -q "committed by daemon node0: 2 ranks written here" "$work/ckptd-1.log" ||
+        { echo "FAILED: host B's daemon did not write its ranks' parts"; cat "$work/ckptd-1.log"; exit 1; }
+fi
 
 # Resumed on host A alone, 2 ranks: no second node, no rendezvous.
 netns_on "$A" "$shardrun" --nproc-per-node 2 "$train" "${model[@]}" --mesh 1x2 \
