@@ -7,11 +7,11 @@
 #   ckptd     one ckptd per host on the same root (--id node0, node1; each host's
 #             ranks reach their own: CKPTD_SOCKET with %n, CKPTD_NODES 2 from
 #             shardrun); node0's daemon commits, node1's writes host B's parts
-# 1. straight: 2 hosts x 2 ranks (mesh 2x2), 100 steps, no checkpoints;
+# 1. straight: 2 hosts x 2 ranks (mesh 2x2), 50 steps, no checkpoints;
 # 2. killed: the same run saving every 5 steps, SIGKILL to node 0's shardrun once a
 #    checkpoint is committed (mid-training: the run must not have ended);
 # 3. resumed: 1 host x 2 ranks (mesh 1x2) from the newest committed checkpoint to step
-#    100: every loss after it within 1e-5 relative of the straight run, and every
+#    50: every loss after it within 1e-5 relative of the straight run, and every
 #    committed checkpoint deep-verifies.
 set -uo pipefail
 mode=$1 shardrun=$2 train=$3 verify=$4 ckptd=${5:-}
@@ -30,7 +30,7 @@ trap cleanup EXIT
 export NETNS_TIMEOUT=240 OPENBLAS_NUM_THREADS=1
 netns_setup "$work"
 A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
-steps=${NETNS_STEPS:-30}
+steps=${NETNS_STEPS:-50}
 model=(--data "$data" --layers 2 --dim 64 --heads 4 --seq 64 --batch 16 --lr 3e-3 --warmup 4
        --steps "$steps")
 losses() { awk '$1 == "step" && $3 == "loss" { print $2, $4 }' "$@"; }
