@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,61 +395,93 @@ static int read_hostfile(const opts *o, sr_node **out, long *n)
     return 0;
 }
 
+/* mpirun's command line and the strings made for it. */
+typedef struct command {
+    char **argv;                   /* NULL-terminated */
+    char **owned;
+    size_t nowned;
+} command;
+
+static void command_free(command *c)
+{
+    for (size_t i = 0; i < c->nowned; i++)
+        free(c->owned[i]);
+    free(c->owned);
+    free(c->argv);
+}
+
+/* Appends a formatted argument that c owns; -1 when out of memory. */
+__attribute__((format(printf, 3, 4)))
+static int add_owned(command *c, size_t *k, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *a = NULL;
+    int n = vasprintf(&a, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -1;
+    c->owned[c->nowned++] = a;
+    c->argv[(*k)++] = a;
+    return 0;
+}
+
 /* mpirun's command: one app context per node (its host, its node rank, its
  * CKPTD_SOCKET), in node-rank order, so ranks are numbered node by node. With nodes
- * NULL, one context on this host. */
-static char **mpirun_cmd(const opts *o, const sr_node *nodes, long nnodes, const char *self)
+ * NULL, one context on this host. Returns 0, or -1 when out of memory. */
+static int mpirun_cmd(const opts *o, const sr_node *nodes, long nnodes, const char *self,
+                      command *c)
 {
     size_t nprog = 0;
     while (o->prog[nprog])
         nprog++;
-    size_t per = 12 + nprog, total = 8 + (size_t)nnodes * per;
-    char **cmd = calloc(total, sizeof *cmd);
-    char *np = malloc(32);
-    if (!cmd || !np) {
-        free(cmd);
-        free(np);
-        return NULL;
-    }
-    snprintf(np, 32, "%ld", o->nproc);
-    size_t k = 0;
-    cmd[k++] = SHARDRUN_MPIRUN;
-    cmd[k++] = "--oversubscribe";
-    cmd[k++] = "--bind-to";
-    cmd[k++] = "none";
+    size_t per = 12 + nprog, k = 0;
+    *c = (command){ calloc(8 + (size_t)nnodes * per, sizeof(char *)),
+                    calloc(4 * (size_t)nnodes, sizeof(char *)), 0 };   /* 4 a node at most */
+    if (!c->argv || !c->owned)
+        goto oom;
+    c->argv[k++] = SHARDRUN_MPIRUN;
+    c->argv[k++] = "--oversubscribe";
+    c->argv[k++] = "--bind-to";
+    c->argv[k++] = "none";
     if (geteuid() == 0)
-        cmd[k++] = "--allow-run-as-root";
+        c->argv[k++] = "--allow-run-as-root";
     for (long i = 0; i < nnodes; i++) {
-        char *host = NULL, *node = NULL, *sock = NULL;
         if (i)
-            cmd[k++] = ":";
-        cmd[k++] = "-np";
-        cmd[k++] = np;
-        if (nodes && asprintf(&host, "%s:%ld", nodes[i].host, o->nproc) >= 0) {
-            cmd[k++] = "-H";
-            cmd[k++] = host;
+            c->argv[k++] = ":";
+        c->argv[k++] = "-np";
+        if (add_owned(c, &k, "%ld", o->nproc))
+            goto oom;
+        if (nodes) {
+            c->argv[k++] = "-H";
+            if (add_owned(c, &k, "%s:%ld", nodes[i].host, o->nproc))
+                goto oom;
         }
-        if (asprintf(&node, NODE_VAR "=%ld", i) >= 0) {
-            cmd[k++] = "-x";
-            cmd[k++] = node;
-        }
-        /* Across nodes, each node's own socket (mpirun forwards no variable by itself). */
-        if (nodes && (o->master_addr || nodes[i].socket[0]) &&
-            asprintf(&sock, "CKPTD_SOCKET=%s", nodes[i].socket) >= 0) {
-            cmd[k++] = "-x";
-            cmd[k++] = sock;
+        c->argv[k++] = "-x";
+        if (add_owned(c, &k, NODE_VAR "=%ld", i))
+            goto oom;
+        /* Across nodes, each node's own socket (mpirun forwards no variable by itself;
+         * by rendezvous an unset one is passed empty, which clients take as unset). */
+        if (nodes && (o->master_addr || nodes[i].socket[0])) {
+            c->argv[k++] = "-x";
+            if (add_owned(c, &k, "CKPTD_SOCKET=%s", nodes[i].socket))
+                goto oom;
         }
         if (nodes && getenv("CKPTD_NODES")) {
-            cmd[k++] = "-x";
-            cmd[k++] = "CKPTD_NODES";
+            c->argv[k++] = "-x";
+            c->argv[k++] = "CKPTD_NODES";
         }
-        cmd[k++] = (char *)self;
-        cmd[k++] = WORKER_FLAG;
+        c->argv[k++] = (char *)self;
+        c->argv[k++] = WORKER_FLAG;
         for (size_t j = 0; j < nprog; j++)
-            cmd[k++] = o->prog[j];
+            c->argv[k++] = o->prog[j];
     }
-    cmd[k] = NULL;
-    return cmd;   /* the strings live until exec */
+    c->argv[k] = NULL;
+    return 0;
+oom:
+    command_free(c);
+    fprintf(stderr, "shardrun: out of memory for mpirun's command line\n");
+    return -1;
 }
 
 static void node_defaults(const opts *o, sr_node *me)
@@ -521,25 +554,32 @@ int main(int argc, char **argv)
         char err[SR_ERR_MAX];
         if (sr_master_gather(&jo, nodes, err)) {
             fprintf(stderr, "shardrun: node 0: %s\n", err);
+            free(nodes);
             return 2;
         }
     }
-    char **cmd = mpirun_cmd(&o, nodes, nnodes, self);
-    if (!cmd)
+    command cmd;
+    if (mpirun_cmd(&o, nodes, nnodes, self, &cmd)) {
+        free(nodes);
         return 1;
+    }
     if (!(o.nnodes > 1 && !o.hostfile))
-        return run_mpirun(cmd);
+        return run_mpirun(cmd.argv);
 
     pid_t pid = fork();
     if (pid == 0) {
         pid_t parent = getppid();
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
             _exit(127);
-        _exit(run_mpirun(cmd));
+        _exit(run_mpirun(cmd.argv));
     }
+    command_free(&cmd);
     if (pid < 0) {
         fprintf(stderr, "shardrun: fork: %s\n", strerror(errno));
-        return 1;
+        rc = 1;
+    } else {
+        rc = sr_master_supervise(&jo, nodes, pid);
     }
-    return sr_master_supervise(&jo, nodes, pid);
+    free(nodes);
+    return rc;
 }
