@@ -156,6 +156,15 @@ static int listen_on(const sr_join_opts *o, char err[SR_ERR_MAX])
     return fd;
 }
 
+/* The node already joined (or node 0) that goes by host, or -1. */
+static int same_host(const sr_join_opts *o, const sr_node *nodes, const char *host)
+{
+    for (int i = 0; i < o->nnodes; i++)
+        if ((i == 0 || nodes[i].fd >= 0) && strcmp(nodes[i].host, host) == 0)
+            return i;
+    return -1;
+}
+
 /* One connection's hello, checked against this job. Returns 0 (nodes[rank] filled),
  * 1 for a stranger (not a shardrun of this protocol: ignored) or -1 for a node of
  * another configuration (err says how; the job cannot run). */
@@ -171,7 +180,7 @@ static int take_hello(const sr_join_opts *o, int fd, sr_node *nodes, double dead
             "versions)", f[1], JOIN_VERSION);
         return -1;
     }
-    int nn = atoi(f[2]), rank = atoi(f[3]), np = atoi(f[4]);
+    int nn = atoi(f[2]), rank = atoi(f[3]), np = atoi(f[4]), same;
     if (nn != o->nnodes)
         say(err, "node %d (%s) says --nnodes %d, node 0 says %d", rank, f[5], nn, o->nnodes);
     else if (rank < 1 || rank >= o->nnodes)
@@ -184,6 +193,9 @@ static int take_hello(const sr_join_opts *o, int fd, sr_node *nodes, double dead
             "as many ranks)", rank, f[5], np, o->nproc);
     else if (!f[5][0] || strlen(f[5]) >= SR_HOST_MAX || strlen(f[6]) >= SR_SOCKET_MAX)
         say(err, "node %d sent an empty or overlong host name or socket", rank);
+    else if ((same = same_host(o, nodes, f[5])) >= 0)
+        say(err, "nodes %d and %d both go by host name %s (mpirun tells hosts apart by "
+            "name: give each node its own, or --node-name)", same, rank, f[5]);
     else {
         nodes[rank].fd = fd;
         snprintf(nodes[rank].host, SR_HOST_MAX, "%s", f[5]);

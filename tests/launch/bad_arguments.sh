@@ -105,7 +105,8 @@ expect 2 "node 0: only 1 of 3 nodes joined 127.0.0.1:$port within 1 s \(missing 
 expect 2 "node 0 cannot listen on 192.0.2.1:" --nproc-per-node 2 --nnodes 2 --node-rank 0 \
     --master-addr 192.0.2.1 --join-timeout 1 true
 
-# Nodes that disagree: node 0 refuses the job and says why on both sides.
+# Nodes that disagree, or that mpirun could not tell apart: node 0 refuses the job
+# and says why on both sides.
 # join_mismatch PATTERN NODE0_ARGS -- NODE1_ARGS
 join_mismatch() {
     local pat=$1 a=() b=()
@@ -133,6 +134,9 @@ join_mismatch 'node 1 \(.*\) says --nproc-per-node 3, node 0 says 2' \
     --nproc-per-node 2 --nnodes 2 --node-rank 0 -- --nproc-per-node 3 --nnodes 2 --node-rank 1
 join_mismatch 'node 1 \(.*\) says --nnodes 3, node 0 says 2' \
     --nproc-per-node 2 --nnodes 2 --node-rank 0 -- --nproc-per-node 2 --nnodes 3 --node-rank 1
+join_mismatch 'nodes 0 and 1 both go by host name twin \(mpirun tells hosts apart by name' \
+    --nproc-per-node 2 --nnodes 2 --node-rank 0 --node-name twin -- \
+    --nproc-per-node 2 --nnodes 2 --node-rank 1 --node-name twin
 
 # A CKPTD_SOCKET pattern that cannot be expanded stops the ranks before they start.
 export CKPTD_SOCKET=/run/ckptd-%x.sock
