@@ -18,7 +18,7 @@
 #   netns_launch SHARDRUN PORT NPROC LOG PROGRAM [ARGS...]
 #                        starts a 2-node job by rendezvous (node 0 on host A, node 1 on
 #                        B, logs LOG.0 and LOG.1) in the background; netns_wait waits for
-#                        both and returns node 0's exit status
+#                        both and returns node 0's exit status (node 1's: NETNS_RC1)
 
 NETNS_SUBNET=10.231.7
 NETNS_HOSTS=()
@@ -87,10 +87,12 @@ netns_launch() {
     done
 }
 
+NETNS_RC1=
 netns_wait() {
     local rc0=0
+    NETNS_RC1=0
     wait "${NETNS_NODE_PIDS[0]}" || rc0=$?
-    wait "${NETNS_NODE_PIDS[1]}" || true
+    wait "${NETNS_NODE_PIDS[1]}" || NETNS_RC1=$?
     NETNS_NODE_PIDS=()
     return "$rc0"
 }
