@@ -208,6 +208,7 @@ static void prune_failed(ck__saver *sv, const sv_ckpt *keep)
 
 static int push(ck__saver *sv, sv_ckpt *c, uint64_t rank, int kind);
 static int resolve(ck__saver *sv, sv_ckpt *c, ck_err *err);
+static int heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err);
 
 /* The other daemons of a shared save hear of this daemon's failure through its
  * failed.ID record; the coordinator then removes the meeting after a grace period in
@@ -298,7 +299,14 @@ static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
     if (c->state == C_COLLECTING) {
         pthread_mutex_unlock(&sv->mu);
         r = ck_save_write_rank(c->s, rank, &err);
+        /* A member's write fails when the coordinator gave the save up and removed its
+         * directory: then its reason is the one to tell. */
+        int why = r < 0 && c->role == R_MEMBER ? heard_failure(sv, c, &err) : 0;
         pthread_mutex_lock(&sv->mu);
+        if (why) {
+            r = why;
+            c->heard = true;
+        }
     }
     c->writes--;
     /* A member proves the rank durable to the coordinator with its part record, which
@@ -311,7 +319,10 @@ static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
     }
     if (r < 0 && c->state == C_COLLECTING) {
         char msg[CK_ERR_MSG_MAX + 64];
-        snprintf(msg, sizeof msg, "rank %llu: %s", (unsigned long long)rank, ck_err_msg(&err));
+        if (c->heard)
+            snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&err));
+        else
+            snprintf(msg, sizeof msg, "rank %llu: %s", (unsigned long long)rank, ck_err_msg(&err));
         c->state = C_FAILED;
         c->fail_code = r;
         snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
@@ -456,7 +467,10 @@ static int on_failed(void *arg, const char *file, const uint8_t *buf, size_t len
         code = -EIO;
         snprintf(msg, sizeof msg, "(its record is unreadable)");
     }
-    return ck_err_set(&x->err, code, "daemon %s gave it up: %s", id, msg);
+    char prefix[CK_NAME_MAX + 16];
+    size_t k = (size_t)snprintf(prefix, sizeof prefix, "checkpoint %s: ", x->c->name);
+    return ck_err_set(&x->err, code, "daemon %s gave it up: %s", id,
+                      strncmp(msg, prefix, k) ? msg : msg + k);
 }
 
 static int on_record(void *arg, const void *rec, size_t len, const ck__meet_blob *b)
@@ -690,6 +704,22 @@ static bool committed_as(ck__saver *sv, const sv_ckpt *c)
     return stat(path, &st) == 0 && st.st_dev == c->dev && st.st_ino == c->ino;
 }
 
+/* A member: the failure another daemon recorded (its code, its reason in err), or the
+ * meeting gone without a commit; 0 when there is neither. */
+static int heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    scan x = { .sv = sv, .c = c };
+    struct stat st;
+    int r = ck__meet_each(c->meet, "failed.", on_failed, &x, &x.err);
+    if (r < 0 && stat(c->meet, &st) < 0 && !committed_as(sv, c))
+        r = ck_err_set(&x.err, -ECANCELED, "daemon %s gave it up (its meeting %s is gone)",
+                       c->npeers ? c->peers[0].id : "?", c->meet);
+    if (r == 0)
+        return 0;
+    ck_err_set(err, r < 0 ? r : -EIO, "%s", ck_err_msg(&x.err));
+    return r < 0 ? r : -EIO;
+}
+
 /* A member's round: its records, then the outcome: the commit (ROOT/NAME is the
  * directory it wrote into), a failure record, or a coordinator that died. */
 static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
@@ -707,18 +737,14 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         ckpt_free_parts(c, true);
         return;
     }
-    scan x = { .sv = sv, .c = c };
-    struct stat st;
-    int r = ck__meet_each(c->meet, "failed.", on_failed, &x, &x.err);
-    if (r < 0 && stat(c->meet, &st) < 0 && !committed_as(sv, c))
-        r = ck_err_set(&x.err, -ECANCELED, "daemon %s gave it up (its meeting %s is gone)",
-                       c->peers[0].id, c->meet);
+    ck_err err = { 0 };
+    int r = heard_failure(sv, c, &err);
     if (r != 0) {
         if (committed_as(sv, c))
             return;                 /* committed since the first look: the next round */
-        snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&x.err));
+        snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&err));
         c->heard = true;
-        fail(sv, c, r < 0 ? r : -EIO, msg);
+        fail(sv, c, r, msg);
         return;
     }
     const char *why = peer_dead(sv, &c->peers[0], t);
