@@ -15,6 +15,10 @@
 #                        removes them
 #   netns_on HOST CMD... runs CMD on HOST, for at most NETNS_TIMEOUT seconds (300)
 #   netns_alive HOST     prints the pids still running on HOST
+#   netns_ckptd I CKPTD ROOT WORK [ARGS...]
+#                        starts ckptd on host I (0 or 1) for ROOT, id nodeI, socket
+#                        WORK/ckptd-I.sock, log WORK/ckptd-I.log, and waits for its
+#                        socket; NETNS_DAEMONS[I] is its pid (netns_cleanup ends it)
 #   netns_launch SHARDRUN PORT NPROC LOG PROGRAM [ARGS...]
 #                        starts a 2-node job by rendezvous (node 0 on host A, node 1 on
 #                        B, logs LOG.0 and LOG.1) in the background; netns_wait waits for
@@ -74,6 +78,18 @@ netns_on() {
         sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 }
 
+NETNS_DAEMONS=()
+netns_ckptd() {
+    local i=$1 ckptd=$2 root=$3 work=$4
+    shift 4
+    rm -f "$work/ckptd-$i.sock"
+    netns_on "${NETNS_HOSTS[$i]}" "$ckptd" --root "$root" --id "node$i" \
+        --socket "$work/ckptd-$i.sock" --foreground --log "$work/ckptd-$i.log" "$@" &
+    NETNS_DAEMONS[$i]=$!
+    for _ in $(seq 200); do [ -S "$work/ckptd-$i.sock" ] && return 0; sleep 0.05; done
+    echo "FAILED: ckptd on ${NETNS_HOSTS[$i]} did not start"; cat "$work/ckptd-$i.log"; exit 1
+}
+
 NETNS_NODE_PIDS=()
 netns_launch() {
     local shardrun=$1 port=$2 nproc=$3 log=$4 i
@@ -101,6 +117,8 @@ netns_alive() { ip netns pids "$1" 2>/dev/null | tr '\n' ' '; }
 
 netns_cleanup() {
     local h p
+    for p in "${NETNS_DAEMONS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    NETNS_DAEMONS=()
     for h in "${NETNS_HOSTS[@]}"; do
         for p in $(ip netns pids "$h" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
     done

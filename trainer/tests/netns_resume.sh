@@ -20,12 +20,7 @@ source "$here/../../tests/launch/netns_lib.sh"
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-resume.XXXXXX")
-daemons=()
-cleanup() {
-    for p in "${daemons[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-    netns_cleanup
-    rm -rf "$work"
-}
+cleanup() { netns_cleanup; rm -rf "$work"; }
 trap cleanup EXIT
 export NETNS_TIMEOUT=240 OPENBLAS_NUM_THREADS=1
 netns_setup "$work"
@@ -42,15 +37,8 @@ ckptd)
     [ -x "$ckptd" ] || { echo "skip: ckptd is not built"; exit 77; }
     mkdir -p "$work/ck"
     # One daemon per host, each with its own socket and staging, on the one root.
-    for i in 0 1; do
-        netns_on "${NETNS_HOSTS[$i]}" "$ckptd" --root "$work/ck" --id "node$i" \
-            --socket "$work/ckptd-$i.sock" --foreground --log "$work/ckptd-$i.log" &
-        daemons+=($!)
-    done
-    for i in 0 1; do
-        for _ in $(seq 100); do [ -S "$work/ckptd-$i.sock" ] && break; sleep 0.05; done
-        [ -S "$work/ckptd-$i.sock" ] || { echo "FAILED: ckptd on host $i"; cat "$work/ckptd-$i.log"; exit 1; }
-    done
+    netns_ckptd 0 "$ckptd" "$work/ck" "$work"
+    netns_ckptd 1 "$ckptd" "$work/ck" "$work"
     export CKPTD_SOCKET="$work/ckptd-%n.sock"
     ;;
 *) echo "usage: netns_resume.sh embedded|ckptd SHARDRUN SHARD_TRAIN CKPT_VERIFY [CKPTD]"; exit 2 ;;
