@@ -183,7 +183,7 @@ int main(int argc, char **argv)
     const char blob[] = "bench";
     const sh_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
     sh_checkpoint *ck;
-    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){root, a.daemon, opt}, &ck, &err) ||
+    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){.root = root, .daemon = a.daemon, .optim = opt}, &ck, &err) ||
         sh_checkpoint_reserve(ck, sd, 2, blobs, 1, &err))
         die(w, "checkpoints", &err);
 

@@ -46,6 +46,9 @@ typedef struct kd_opts {
     unsigned writers;
     unsigned drain_timeout;    /* seconds a SIGTERM waits for ranks still staging */
     unsigned rank_timeout;     /* seconds a save waits for its next rank; 0: forever */
+    char id[64];               /* this daemon among those sharing the root (--id) */
+    unsigned part_timeout;     /* seconds a shared save waits for other daemons' parts */
+    unsigned dead_after;       /* seconds another daemon's heartbeat may stand still */
     bool foreground;
     const char *log;
     const char *inject_fault;
@@ -127,7 +130,8 @@ typedef struct kd_server {
     char root[PATH_MAX];       /* realpath */
     FILE *log;
     int listen_fd, ep_fd, sig_fd, ev_fd;
-    int lock_fd;               /* ROOT/.ckptd.lock, held for the daemon's life */
+    int lock_fd;               /* ROOT/.ckptd.ID.lock, held for the daemon's life */
+    uint64_t instance;         /* a nonce per start, in the heartbeat ROOT/.ckptd.ID.beat */
     ck_engine *engine;         /* the fault engine with --inject-fault, else NULL */
     ck__saver *saver;
     kd_client *clients;
@@ -159,7 +163,8 @@ int kd_server_engine(kd_server *s, ck_err *err);
 int kd_server_run(kd_server *s);
 
 /* kd_recover.c */
-/* Takes the root's lock (-EBUSY: another ckptd holds it), then recovers the root. */
+/* Takes this daemon's lock on the root (-EBUSY: a ckptd of the same id holds it), then
+ * recovers the root. */
 int kd_recover(kd_server *s, ck_err *err);
 
 /* kd_proto.c */

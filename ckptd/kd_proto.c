@@ -41,6 +41,10 @@ static int check_decl(const ck__decl *d, ck_err *err)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of world %llu on a mesh of "
                           "%llu ranks", d->name, (unsigned long long)d->rank,
                           (unsigned long long)d->world, (unsigned long long)world);
+    if (d->nodes > world || d->nodes > CK_PROTO_MAX_NODES)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: %u daemons for a world of %llu ranks "
+                          "(at most one per rank and %u)", d->name, d->nodes,
+                          (unsigned long long)world, CK_PROTO_MAX_NODES);
     for (uint32_t i = 0; i < d->ntensors; i++) {
         const ck__decl_tensor *t = &d->tensors[i];
         if ((r = ck_key_check("tensor", t->name, err)) < 0)

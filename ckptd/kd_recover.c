@@ -1,10 +1,14 @@
-/* kd_recover.c - owning the root before serving it: one ckptd per root, holding
- * ROOT/.ckptd.lock for its whole life (a second one is refused, naming the first);
+/* kd_recover.c - owning the root before serving it: one ckptd per id and root, holding
+ * ROOT/.ckptd.ID.lock for its whole life (a second one of that id is refused, naming
+ * the first; daemons of other ids, one per node, share the root);
  * then what a crash (or SIGKILL) left under ROOT/.pending by writers that are dead is
  * an incomplete save, never visible: remove it and reconcile the catalog, so a new
  * save starts from a clean root. Saves whose writers live (a trainer saving embedded
  * beside the daemon) keep their directories: their writers hold their locks. */
 #include <stdio.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kd.h"
 
@@ -14,8 +18,9 @@
 int kd_recover(kd_server *s, ck_err *err)
 {
     char path[PATH_MAX + 16], what[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", s->root, CK_DAEMON_LOCK);
-    snprintf(what, sizeof what, "root %s is served by another ckptd", s->root);
+    snprintf(path, sizeof path, "%s/.ckptd.%s.lock", s->root, s->o.id);
+    snprintf(what, sizeof what, "root %s is served by another ckptd with id %s", s->root,
+             s->o.id);
     int r = ck__lock_take(path, what, &s->lock_fd, err);
     if (r < 0)
         return r;
@@ -24,5 +29,7 @@ int kd_recover(kd_server *s, ck_err *err)
         return r;
     kd_log(s, "recovered %s: removed %zu incomplete save(s) of dead writers", s->root,
            removed);
+    if (getrandom(&s->instance, sizeof s->instance, 0) != sizeof s->instance)
+        s->instance = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
     return 0;
 }

@@ -103,11 +103,13 @@ int kd_server_engine(kd_server *s, ck_err *err)
                          .hash_threads = s->o.hash_threads, .io_size = CK_IO_SIZE_DEFAULT,
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
                          .log = kd_log_cb,
-                         .event = kd_saver_event, .arg = s };
+                         .event = kd_saver_event, .arg = s,
+                         .node_id = s->o.id, .instance = s->instance,
+                         .part_timeout = s->o.part_timeout, .dead_after = s->o.dead_after };
     if ((r = ck__saver_new(&so, &s->saver, err)) < 0 || (r = kd_plan_start(s, err)) < 0)
         return r;
-    kd_log(s, "serving %s on %s (staging %llu bytes, plan memory %llu bytes, %u writers)",
-           s->root, s->o.socket, (unsigned long long)s->o.staging,
+    kd_log(s, "daemon %s serving %s on %s (staging %llu bytes, plan memory %llu bytes, %u "
+           "writers)", s->o.id, s->root, s->o.socket, (unsigned long long)s->o.staging,
            (unsigned long long)s->o.plan_memory, s->o.writers);
     return 0;
 }

@@ -10,6 +10,7 @@
 #include "kd.h"
 
 #include "format/owner.h"
+#include "save/meet.h"
 
 static void usage(FILE *f)
 {
@@ -17,8 +18,11 @@ static void usage(FILE *f)
 "usage: ckptd --root DIR [options]\n"
 "\n"
 "Serves asynchronous checkpoint saves into DIR over a Unix socket (mode 0600, same\n"
-"uid only), one ckptd per root. At start it removes the incomplete saves of dead\n"
-"writers under DIR/.pending and reconciles the catalog. SIGTERM: stop accepting,\n"
+"uid only). Several ckptd, one per node and each with its own --id, may serve one\n"
+"root on a shared file system: a save's ranks then go to their own node's daemon\n"
+"and the daemon of rank 0 commits once every daemon's parts are durable. At start\n"
+"it removes the incomplete saves of dead writers under DIR/.pending and reconciles\n"
+"the catalog. SIGTERM: stop accepting,\n"
 "finish the saves whose parts are all staged, abort those still waiting for ranks\n"
 "after --drain-timeout, exit 0; a second SIGTERM exits at once (status 1).\n"
 "\n"
@@ -35,6 +39,12 @@ static void usage(FILE *f)
 "  --drain-timeout SECS how long a SIGTERM waits for ranks still staging (default 30)\n"
 "  --rank-timeout SECS  a save that waits this long for a rank to begin or stage its\n"
 "                       part fails, naming the missing ranks (default 300; 0: never)\n"
+"  --id ID              this daemon among those serving DIR ([A-Za-z0-9._-], default:\n"
+"                       the host name); one ckptd per id and root\n"
+"  --part-timeout SECS  how long a save served by several daemons waits for the\n"
+"                       parts of the others (default 600)\n"
+"  --dead-after SECS    another daemon whose heartbeat (DIR/.ckptd.ID.beat) stands\n"
+"                       still this long is dead, and its saves fail (default 10)\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 "  --inject-fault SPEC  tests: fail an I/O operation, e.g. eio@17, enospc@3, short@0,\n"
@@ -42,7 +52,7 @@ static void usage(FILE *f)
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 stopped by SIGTERM; 1 could not start, failed, or a second SIGTERM;\n"
-"2 usage; 3 another ckptd serves DIR (or the socket).\n");
+"2 usage; 3 another ckptd of this id serves DIR (or the socket).\n");
 }
 
 static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -58,20 +68,37 @@ static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsi
     return 0;
 }
 
+/* The host name, made a daemon id: each other byte becomes '_'. */
+static void default_id(char *id, size_t cap)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(id, cap, "%s", host[0] ? host : "node");
+    for (char *p = id; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            *p = '_';
+    if (id[0] == '.')
+        id[0] = '_';
+}
+
 static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
-           O_DRAIN, O_PLAN, O_RANK };
+           O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
         { "hash-threads", 1, 0, O_HT }, { "foreground", 0, 0, O_FG }, { "log", 1, 0, O_LOG },
         { "inject-fault", 1, 0, O_FAULT }, { "drain-timeout", 1, 0, O_DRAIN },
-        { "plan-memory", 1, 0, O_PLAN }, { "rank-timeout", 1, 0, O_RANK },
+        { "plan-memory", 1, 0, O_PLAN }, { "rank-timeout", 1, 0, O_RANK }, { "id", 1, 0, O_ID },
+        { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
         { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
-                 .plan_memory = 1ull << 30, .rank_timeout = 300 };
+                 .plan_memory = 1ull << 30, .rank_timeout = 300, .part_timeout = 600,
+                 .dead_after = 10 };
+    default_id(o->id, sizeof o->id);
     ck_err err = { 0 };
     ck_fault f;
     int c, r = 0;
@@ -100,6 +127,15 @@ static int parse(int argc, char **argv, kd_opts *o)
         case O_HT: r = number("--hash-threads", optarg, 1, 256, &o->hash_threads); break;
         case O_DRAIN: r = number("--drain-timeout", optarg, 0, 86400, &o->drain_timeout); break;
         case O_RANK: r = number("--rank-timeout", optarg, 0, 86400, &o->rank_timeout); break;
+        case O_PART_TIMEOUT:
+            r = number("--part-timeout", optarg, 1, 86400, &o->part_timeout);
+            break;
+        case O_DEAD_AFTER: r = number("--dead-after", optarg, 1, 3600, &o->dead_after); break;
+        case O_ID:
+            if ((r = ck__node_id_check(optarg, &err)) < 0)
+                fprintf(stderr, "ckptd: --id: %s\n", ck_err_msg(&err));
+            snprintf(o->id, sizeof o->id, "%s", optarg);
+            break;
         case O_FG: o->foreground = true; break;
         case O_LOG: o->log = optarg; break;
         case O_FAULT:

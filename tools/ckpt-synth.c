@@ -52,7 +52,10 @@ static void usage(FILE *f)
 "  --hash-threads N     hash workers (default: one per CPU)\n"
 "  --world N            save as N ranks through the client API (ck/client.h), one\n"
 "                       thread each with the embedded engine; N = the mesh's ranks\n"
-"  --daemon SOCKET      with --world: one process per rank, through ckptd at SOCKET\n"
+"  --daemon SOCKET[,SOCKET...]\n"
+"                       with --world: one process per rank, through ckptd at SOCKET;\n"
+"                       several sockets: one ckptd per simulated node on the same\n"
+"                       root, the ranks split in equal consecutive blocks\n"
 "  --json               print the result as JSON\n"
 "  -h, --help           this text\n"
 "\n"
@@ -370,6 +373,26 @@ static void *rank_thread(void *arg)
     return NULL;
 }
 
+#define SYNTH_MAX_DAEMONS 64
+
+/* --daemon A,B,...: the sockets of the simulated nodes' daemons. */
+static int split_sockets(const char *list, char socks[][108], unsigned *n)
+{
+    *n = 0;
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (!len || len >= 108 || *n == SYNTH_MAX_DAEMONS) {
+            tool_error(prog, "--daemon %s: at most %d socket paths of 1 to 107 bytes, "
+                       "comma-separated", list, SYNTH_MAX_DAEMONS);
+            return EXIT_USAGE;
+        }
+        snprintf(socks[(*n)++], 108, "%.*s", (int)len, p);
+        p += len + (e != NULL);
+    }
+    return EXIT_OK;
+}
+
 /* Runs the ranks: threads sharing one embedded engine, or processes through ckptd. */
 static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *pl,
                        const uint64_t parts[2])
@@ -389,8 +412,23 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
     }
     int rc = EXIT_OK;
     double t0 = tool_now();
-    ck_client_opts co = { .socket = o->daemon, .embedded = !o->daemon,
-                          .hash_threads = o->hash_threads };
+    ck_client_opts co = { .embedded = !o->daemon, .hash_threads = o->hash_threads };
+    char socks[SYNTH_MAX_DAEMONS][108];
+    unsigned nsock = 0;
+    if (o->daemon && (rc = split_sockets(o->daemon, socks, &nsock)) != EXIT_OK) {
+        free(jobs);
+        free(th);
+        free(pids);
+        return rc;
+    }
+    if (nsock > world) {
+        tool_error(prog, "--daemon: %u sockets for %llu ranks", nsock, (unsigned long long)world);
+        free(jobs);
+        free(th);
+        free(pids);
+        return EXIT_USAGE;
+    }
+    co.nodes = nsock;
     for (uint64_t r = 0; r < world; r++) {
         rank_job *j = &jobs[r];
         *j = (rank_job){ .o = o, .mesh = mesh, .pl = pl, .parts = parts, .rank = r };
@@ -403,6 +441,7 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
             continue;
         }
         co.peer = r > 0 && !o->daemon ? jobs[0].cl : NULL;
+        co.socket = o->daemon ? socks[r * nsock / world] : NULL;
         j->rc = ck_client_open(&j->cl, o->root, &co, &j->err);
         if (o->daemon) {          /* the child: one rank, then exit */
             if (j->rc == 0)
@@ -443,7 +482,8 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
     double secs = tool_now() - t0;
     if (rc == EXIT_OK && !o->json)
         printf("%s: committed %s/%s: %llu ranks through %s, %.3f s\n", prog, o->root, o->name,
-               (unsigned long long)world, o->daemon ? "ckptd" : "the embedded engine", secs);
+               (unsigned long long)world, !o->daemon ? "the embedded engine"
+               : nsock > 1 ? "several ckptd" : "ckptd", secs);
     free(jobs);
     free(th);
     free(pids);

@@ -30,6 +30,9 @@ static const char usage[] =
     "                       forward and backward, and the optimizer step waits for it;\n"
     "                       copy: the save copies before training goes on\n"
     "  --keep-last M        keep the M newest checkpoints\n"
+    "  --ckpt-timeout S     embedded saves: a save whose parts are not all written S s\n"
+    "                       after it began fails on every rank, and the run stops\n"
+    "                       (default 1800)\n"
     "  --resume             continue from the newest committed checkpoint in DIR\n"
     "  --daemon SOCKET      save through ckptd\n"
     "  --log-every N        log every N steps (default 1)\n"
@@ -74,6 +77,7 @@ static const struct {
     {"--clip", offsetof(tr_args, clip), O_FLOAT, 0, 1e9},
     {"--wd", offsetof(tr_args, wd), O_FLOAT, 0, 10},
     {"--ckpt-every", offsetof(tr_args, ckpt_every), O_LONG, 0, 1e12},
+    {"--ckpt-timeout", offsetof(tr_args, ckpt_timeout), O_FLOAT, 0.001, 1e7},
     {"--keep-last", offsetof(tr_args, keep_last), O_INT, 0, 1 << 30},
     {"--log-every", offsetof(tr_args, log_every), O_LONG, 1, 1e12},
     {"--kill-at-step", offsetof(tr_args, kill_at_step), O_LONG, 1, 1e12},
@@ -156,8 +160,9 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
                           "with --device cpu");
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
-    if ((a->ckpt_every || a->keep_last || a->resume || a->daemon) && !a->ckpt_root)
-        return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --resume and --daemon "
-                          "need --ckpt-root");
+    if ((a->ckpt_every || a->keep_last || a->resume || a->daemon || a->ckpt_timeout) &&
+        !a->ckpt_root)
+        return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --ckpt-timeout, --resume "
+                          "and --daemon need --ckpt-root");
     return tr_config_check(&a->model, err);
 }

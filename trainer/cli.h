@@ -17,6 +17,7 @@ typedef struct tr_args {
     long warmup;
     float lr, min_lr, clip, wd;
     long ckpt_every;      /* 0: only after the last step */
+    float ckpt_timeout;   /* embedded: seconds for every part of a save; 0: the default */
     const char *ckpt_mode;    /* "lazy" (the default) or "copy" */
     bool ckpt_copy;           /* --ckpt-mode copy: the save copies inside its stall */
     int keep_last;

@@ -197,14 +197,12 @@ static int save(trainer *t, double *stall_ms, ck_err *err)
         t->ckpt, name, (uint64_t)t->step, sd, 2, sb.b, 4, stall_ms, err);
 }
 
-/* Collective. Moves the saves in flight on; rank 0 notes the ones that finished, for
- * the next log line, and after each commit keeps only the newest --keep-last. */
-static int collect_saves(trainer *t, ck_err *err)
+/* Rank 0's part of collect_saves: notes the saves that finished, for the next log line,
+ * and after each commit keeps only the newest --keep-last. */
+static int poll_saves(trainer *t, ck_err *err)
 {
     sh_checkpoint_done d;
-    int rc = sh_checkpoint_progress(t->ckpt, err);
-    if (rc)
-        return rc;
+    int rc;
     while ((rc = sh_checkpoint_poll(t->ckpt, &d, err)) == 1) {
         size_t n = strlen(t->saved);
         if (d.rc)
@@ -215,6 +213,27 @@ static int collect_saves(trainer *t, ck_err *err)
             return rc;
     }
     return rc;
+}
+
+/* Collective. Moves the saves in flight on; rank 0 learns how they ended (poll) and
+ * every rank gets its verdict, so that a failed save stops every rank at the same
+ * step: stopping rank 0 alone left the others waiting in the next step's collectives
+ * and rank 0 in MPI_Finalize, for good. */
+static int collect_saves(trainer *t, ck_err *err)
+{
+    int rc = sh_checkpoint_progress(t->ckpt, err);
+    if (rc)
+        return rc;
+    ck_err why = { 0 };
+    int64_t code = sh_world_rank(t->w) == 0 ? poll_saves(t, &why) : 0;
+    int64_t msg[CK_ERR_MSG_MAX / 8];
+    rc = sh_broadcast(sh_world_comm(t->w), &code, 1, CK_I64, 0, NULL, err);
+    if (rc || !code)
+        return rc;
+    snprintf((char *)msg, sizeof msg, "%s", ck_err_msg(&why));
+    rc = sh_broadcast(sh_world_comm(t->w), msg, sizeof msg / 8, CK_I64, 0, NULL, err);
+    ((char *)msg)[sizeof msg - 1] = '\0';
+    return rc ? rc : ck_err_set(err, (int)code, "%s", (char *)msg);
 }
 
 static int train(trainer *t, ck_err *err)
@@ -333,7 +352,8 @@ static int setup(trainer *t, ck_err *err)
     if (!rc && a->resume)
         rc = resume(t, err);
     if (!rc && a->ckpt_root && !a->eval)
-        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt},
+        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt,
+                                                       a->ckpt_timeout},
                                &t->ckpt, err);
     if (!rc && t->ckpt) {
         /* The saves' staging, faulted in now rather than in the first saves. */

@@ -21,7 +21,10 @@
  *           ck_save_finish_group gathers every part's outcome and hashes to rank 0;
  *        -> COMMITTING on rank 0 (its thread runs ck_save_commit), IDLE elsewhere.
  * A rank whose part could not even be started says so in that all-reduce, and then
- * every rank lets the save go.
+ * every rank lets the save go. A part still being written part_timeout_s after the
+ * save's start (by any rank's clock: the all-reduce carries a "late" flag, so no
+ * clocks are compared) fails the save on every rank, at the same all-reduce; the
+ * checkpointer is dead from then on (see dead, stuck).
  */
 #include "sh/checkpoint.h"
 
@@ -65,6 +68,10 @@ struct sh_checkpoint {
     bool fence_due;                /* lazy, and not fenced yet */
     ck_err part;                   /* part.code: it could not be handed over */
     double fence_ms;
+    double timeout_ms;             /* embedded: a part's bound, from the save's start */
+    ck_err dead;                   /* dead.code: a part timed out; every call fails so */
+    bool stuck;                    /* this rank's writer outlived the bound: it still
+                                    * holds c, which is never freed */
     /* Embedded: */
     ck_save *save;
     ck_staging image;              /* this rank's data file, kept from save to save */
@@ -142,6 +149,7 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     c->group = (ck_group){ (uint64_t)sh_world_rank(w), (uint64_t)sh_world_size(w),
                            group_broadcast, group_gather, w };
     c->image = CK_STAGING_NONE;
+    c->timeout_ms = (o->part_timeout_s > 0 ? o->part_timeout_s : 1800.0) * 1e3;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     int rc = 0;
@@ -549,6 +557,46 @@ static void start_part(sh_checkpoint *c, bool lazy)
         set_copied(c, &why);
 }
 
+/* After a part timed out, every collective call fails the same way on every rank. */
+static int dead(const sh_checkpoint *c, ck_err *err)
+{
+    return c->dead.code ? ck_err_set(err, c->dead.code, "%s", ck_err_msg(&c->dead)) : 0;
+}
+
+/* Collective, when a part outlived the bound: every rank learns the first late rank,
+ * its host and how many are late, and fails with the same error from now on. A late
+ * rank's writer cannot be stopped (it may be blocked in the kernel): it keeps c. */
+static int time_out(sh_checkpoint *c, int late, ck_err *err)
+{
+    int32_t n = atomic_load(&c->th_done) ? 0 : 1;
+    int64_t host[8] = { 0 };
+    if (c->group.rank == (uint64_t)late)
+        gethostname((char *)host, sizeof host - 1);
+    int rc = sh_all_reduce(sh_world_comm(c->w), &n, &n, 1, CK_I32, SH_SUM, NULL, err);
+    if (!rc)
+        rc = sh_broadcast(sh_world_comm(c->w), host, 8, CK_I64, late, NULL, err);
+    if (rc)
+        return rc;
+    ((char *)host)[sizeof host - 1] = '\0';
+    if (atomic_load(&c->th_done)) {
+        join(c);
+        ck_save_abort(c->save);     /* shared: what it wrote stays debris */
+    } else {
+        c->stuck = true;
+    }
+    c->save = NULL;
+    c->phase = IDLE;
+    char others[48] = "";
+    if (n > 1)
+        snprintf(others, sizeof others, " (and %d other rank%s)", n - 1, n > 2 ? "s" : "");
+    ck_err_set(&c->dead, -ETIMEDOUT, "checkpoint %s: rank %d on host %s%s did not write its "
+               "part within %.0f s of the save's start (its storage hangs?); nothing was "
+               "published, and this run saves no more checkpoints", c->name, late,
+               (char *)host, others, c->timeout_ms / 1e3);
+    c->name[0] = '\0';
+    return ck_err_set(err, c->dead.code, "%s", ck_err_msg(&c->dead));
+}
+
 /* Collective: moves the save in flight on; with block, until it is over. Ranks agree
  * on the step at which to finish by an all-reduce of "my part is still being
  * written" and "I have no part". */
@@ -556,10 +604,23 @@ static int advance(sh_checkpoint *c, bool block, ck_err *err)
 {
     int rc = 0;
     if (c->phase == WRITING) {
-        if (block)
-            join(c);
-        int32_t v[2] = { atomic_load(&c->th_done) ? 0 : 1, c->part.code ? 1 : 0 };
-        rc = all_max(c, v, 2, err);
+        /* v: someone still writing, someone without a part, someone's clock past the
+         * bound, world - the first rank still writing. Blocking, the ranks ask again
+         * until every part is written or the bound passes. */
+        int32_t v[4];
+        for (;;) {
+            bool writing = !atomic_load(&c->th_done);
+            v[0] = writing;
+            v[1] = c->part.code ? 1 : 0;
+            v[2] = since_ms(&c->t0) > c->timeout_ms;
+            v[3] = writing ? (int32_t)(c->group.world - c->group.rank) : 0;
+            rc = all_max(c, v, 4, err);
+            if (rc || !v[0] || v[2] || !block)
+                break;
+            nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+        }
+        if (!rc && v[0] && v[2])
+            return time_out(c, (int)(c->group.world - (uint64_t)v[3]), err);
         if (rc || v[0])
             return rc;
         join(c);
@@ -663,7 +724,11 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = 0;
+    int rc = dead(c, err);
+    if (rc) {
+        *stall_ms = 0;
+        return rc;
+    }
     if (lazy && !c->optim)
         rc = ck_err_set(err, -EINVAL, "checkpoint %s: a lazy save needs the optimizer that "
                         "writes its sources (sh_checkpoint_opts.optim), which fences it",
@@ -723,6 +788,8 @@ int sh_checkpoint_save_lazy(sh_checkpoint *c, const char *name, uint64_t step,
 
 int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err)
 {
+    if (c->dead.code)
+        return dead(c, err);
     if (!c->cl)
         return advance(c, false, err);
     /* A lazy part's fate is known at its fence. name, agreed and fence_due say the same
@@ -749,6 +816,8 @@ int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err)
 
 int sh_checkpoint_wait(sh_checkpoint *c, ck_err *err)
 {
+    if (c->dead.code)
+        return dead(c, err);
     return c->cl ? retire(c, err) : advance(c, true, err);
 }
 
@@ -758,6 +827,8 @@ void sh_checkpoint_free(sh_checkpoint *c)
         return;
     if (c->optim)
         sh_adamw_set_fence(c->optim, NULL, NULL);
+    if (c->stuck)
+        return;     /* its writer still uses c, its save and its image: all are let go */
     /* No collective here: the save in flight is let go, and what it wrote is debris
      * for recovery (connected: the client waits for its staged part). */
     fence_wait(c);

@@ -52,16 +52,24 @@ static inline bool kd_sock_alive(const char *path)
 }
 
 /* Starts ckptd on root in the foreground, with extra arguments (NULL-terminated), and
- * waits until it accepts connections (at most 30 s). */
-static inline void kd_start(kd_proc *d, const char *root, const char *const *extra)
+ * waits until it accepts connections (at most 30 s). With id, it is one of several
+ * daemons of the root: --id id, socket root/.ckptd-ID.sock, log root.ID.log. */
+static inline void kd_start_id(kd_proc *d, const char *root, const char *id,
+                               const char *const *extra)
 {
     snprintf(d->root, sizeof d->root, "%s", root);
-    snprintf(d->sock, sizeof d->sock, "%s/.ckptd.sock", root);
-    snprintf(d->log, sizeof d->log, "%s.log", root);
-    const char *argv[32] = { CKPTD_PATH, "--root", root, "--foreground", "--log", d->log,
+    snprintf(d->sock, sizeof d->sock, id ? "%s/.ckptd-%s.sock" : "%s/.ckptd.sock", root, id);
+    snprintf(d->log, sizeof d->log, id ? "%s.%s.log" : "%s.log", root, id);
+    const char *argv[40] = { CKPTD_PATH, "--root", root, "--foreground", "--log", d->log,
                              "--staging", "512MiB", "--hash-threads", "2" };
     int n = 10;
-    for (int i = 0; extra && extra[i] && n < 30; i++)
+    if (id) {
+        argv[n++] = "--id";
+        argv[n++] = id;
+        argv[n++] = "--socket";
+        argv[n++] = d->sock;
+    }
+    for (int i = 0; extra && extra[i] && n < 38; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
     d->pid = fork();
@@ -80,6 +88,11 @@ static inline void kd_start(kd_proc *d, const char *root, const char *const *ext
         kd_sleep_ms(5);
     }
     REQUIRE(0, "ckptd did not start listening in 30 s (see %s)", d->log);
+}
+
+static inline void kd_start(kd_proc *d, const char *root, const char *const *extra)
+{
+    kd_start_id(d, root, NULL, extra);
 }
 
 /* Waits for pid up to secs; kills it and returns -1 if it is still running. */

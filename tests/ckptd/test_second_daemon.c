@@ -1,7 +1,9 @@
-/* One ckptd per root. While a first ckptd has a save in flight (rank 0 of 2 staged,
- * rank 1 not yet), a second ckptd on the same root (another socket) refuses to start:
- * exit 3, naming the first one's pid, and touching nothing; the first one's save then
- * commits and verifies. */
+/* One ckptd per id and root. While a first ckptd has a save in flight (rank 0 of 2
+ * staged, rank 1 not yet), a second ckptd on the same root (another socket) with the
+ * same id (the default, the host name) refuses to start: exit 3, naming the first
+ * one's pid, and touching nothing. A third with another id (another node's daemon)
+ * starts beside it, and its recovery keeps the first one's save in flight, whose
+ * owner lives. The first one's save then commits and verifies. */
 #include "kc_testlib.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 256, 96 }, "S(0)" },
@@ -43,6 +45,15 @@ int main(void)
     CHECK(kd_count_entries(pend, true) == before, "the second ckptd changed %s", pend);
     CHECK(!kd_sock_alive(sock2), "the second ckptd listens on %s", sock2);
 
+    kd_proc other;
+    kd_start_id(&other, e.root, "other-node", NULL);
+    CHECK(kd_log_has(other.log, "kept save in progress") &&
+          !kd_log_has(other.log, "removed incomplete save"),
+          "a daemon of another id did not keep the save in flight: see %s", other.log);
+    CHECK(kd_count_entries(pend, true) == before, "the daemon of another id changed %s", pend);
+    CHECK(kd_term(&other, 30) == 0, "the daemon of another id did not exit 0 (see %s)",
+          other.log);
+
     CHECK(ck_client_save_async(sv[1], &err) == 0, "save_async rank 1: %s", ck_err_msg(&err));
     for (uint64_t r = 0; r < 2; r++) {
         CHECK(ck_client_wait(sv[r], &err) == 0, "rank %llu: the first ckptd's save failed "
@@ -57,7 +68,8 @@ int main(void)
     if (tl_failures)
         return 1;
     unlink(log2);
-    printf("ok: a second ckptd on a served root exits 3 naming the first; the first one's "
-           "save in flight commits\n");
+    unlink(other.log);
+    printf("ok: a second ckptd of the same id exits 3 naming the first; one of another id "
+           "serves beside it and keeps its save in flight, which commits\n");
     return 0;
 }

@@ -5,6 +5,10 @@
 #   kill9-same-mesh   20 steps straight vs 10 steps, SIGKILL of every rank, resume to 20
 #                     on the same 2x2 mesh: the losses of steps 11-20 are identical
 #   kill9-daemon      the same, saving through a ckptd process
+#   two-daemons       the same through two ckptd on one root (ids A and B, ranks 0-1 at A,
+#                     2-3 at B: a wrapper picks CKPTD_SOCKET by OMPI_COMM_WORLD_RANK, as
+#                     each node's ranks would find their node's daemon); step 10 passes
+#                     ckpt-verify --deep and equals the one-daemon save of step 10
 #   across-meshes     4 ranks 2x2 to step 10, 2 ranks 1x2 to 15, 3 ranks (1-D) to 20:
 #                     every loss within 1e-5 relative of the straight 2x2 run
 #   lazy-equals-copy  2 ranks, 12 steps: without checkpoints, with a lazy save every 3
@@ -21,7 +25,7 @@ data=/usr/share/common-licenses/GPL-3
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/trainer-test.XXXXXX")
 daemon_pid=
 cleanup() {
-    [ -z "$daemon_pid" ] || { kill "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; }
+    for p in $daemon_pid; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -44,6 +48,51 @@ if [ "$mode" = kill9-daemon ]; then
     for _ in $(seq 100); do [ -S "$work/ck/.ckptd.sock" ] && break; sleep 0.05; done
     save=(--daemon "$work/ck/.ckptd.sock")
     mode=kill9-same-mesh
+fi
+if [ "$mode" = two-daemons ]; then
+    [ -x "$ckptd" ] && [ -x "$verify" ] || { echo "skip: ckptd or ckpt-verify is not built"; exit 77; }
+    mkdir -p "$work/ck" "$work/one"
+    for id in A B; do
+        "$ckptd" --root "$work/ck" --id $id --socket "$work/$id.sock" --foreground \
+            --log "$work/ckptd-$id.log" &
+        daemon_pid="$daemon_pid $!"
+    done
+    "$ckptd" --root "$work/one" --id one --socket "$work/one.sock" --foreground \
+        --log "$work/ckptd-one.log" &
+    daemon_pid="$daemon_pid $!"
+    for s in A B one; do
+        for _ in $(seq 100); do [ -S "$work/$s.sock" ] && break; sleep 0.05; done
+    done
+    # Ranks 0-1 are node A's, 2-3 node B's: each talks to its own node's ckptd.
+    printf '%s\n' '#!/bin/sh' \
+        'if [ "${OMPI_COMM_WORLD_RANK:-0}" -lt 2 ]; then s=A; else s=B; fi' \
+        "CKPTD_NODES=2 CKPTD_SOCKET=$work/\$s.sock exec \"\$@\"" >"$work/node-socket"
+    chmod +x "$work/node-socket"
+    run 4 "$work/straight.log" --mesh 2x2 --steps 20
+    CKPTD_SOCKET="$work/one.sock" run 4 "$work/one.log" --mesh 2x2 --steps 10 --schedule-steps 20 \
+        --ckpt-root "$work/one" --ckpt-every 10
+    "$shardrun" --nproc-per-node 4 "$work/node-socket" "$train" "${model[@]}" --mesh 2x2 --steps 20 \
+        --ckpt-root "$work/ck" --ckpt-every 10 --kill-at-step 10 >"$work/killed.log" 2>&1 &&
+        { echo "FAILED: the run was not killed"; cat "$work/killed.log"; exit 1; }
+    grep -q "kill-at-step 10: saved step-00000010" "$work/killed.log" ||
+        { echo "FAILED: no committed step 10 before the kill"; cat "$work/killed.log" "$work"/ckptd-*.log; exit 1; }
+    grep -q "coordinating 2 daemons" "$work/ckptd-A.log" && grep -q "joined daemon A" "$work/ckptd-B.log" ||
+        { echo "FAILED: step 10 did not go through both daemons"; cat "$work"/ckptd-*.log; exit 1; }
+    "$verify" --deep "$work/ck" step-00000010 >"$work/verify.log" 2>&1 &&
+        "$verify" "$work/ck" step-00000010 --against "$work/one/step-00000010" >>"$work/verify.log" 2>&1 ||
+        { echo "FAILED: step 10 of two daemons does not verify or differs from one daemon's"; cat "$work/verify.log"; exit 1; }
+    "$shardrun" --nproc-per-node 4 "$work/node-socket" "$train" "${model[@]}" --mesh 2x2 --steps 20 \
+        --ckpt-root "$work/ck" --ckpt-every 10 --resume >"$work/resumed.log" 2>&1 ||
+        { echo "FAILED: the resume through two daemons"; cat "$work/resumed.log"; exit 1; }
+    grep -q "resumed from step-00000010" "$work/resumed.log" && [ -d "$work/ck/step-00000020" ] ||
+        { echo "FAILED: did not resume from step 10 and save step 20"; cat "$work/resumed.log"; exit 1; }
+    losses "$work/straight.log" | awk '$1 > 10' >"$work/want"
+    losses "$work/resumed.log" >"$work/got"
+    diff -u "$work/want" "$work/got" ||
+        { echo "FAILED: steps 11-20 after the resume differ from the straight run"; exit 1; }
+    echo "ok: two daemons on one root: step 10 verifies and equals one daemon's; steps 11-20" \
+         "identical after kill -9 and resume"
+    exit 0
 fi
 
 case $mode in
@@ -128,6 +177,6 @@ consolidate)
     echo "ok: consolidated safetensors give the checkpoint's loss"
     ;;
 *)
-    echo "usage: resume.sh kill9-same-mesh|kill9-daemon|across-meshes|lazy-equals-copy|consolidate SHARDRUN SHARD_TRAIN CONSOLIDATE CKPTD [CKPT_VERIFY]"
+    echo "usage: resume.sh kill9-same-mesh|kill9-daemon|two-daemons|across-meshes|lazy-equals-copy|consolidate SHARDRUN SHARD_TRAIN CONSOLIDATE CKPTD [CKPT_VERIFY]"
     exit 2 ;;
 esac

@@ -53,6 +53,25 @@ void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
 
 /* ---- open / close ---- */
 
+/* The daemons of a connected job: opts, else $CKPTD_NODES, else one. */
+static int nodes_of(const ck_client_opts *o, uint32_t *out, ck_err *err)
+{
+    const char *env = getenv("CKPTD_NODES");
+    unsigned long v = o->nodes ? o->nodes : 1;
+    if (!o->nodes && env && *env) {
+        char *end;
+        errno = 0;
+        v = strtoul(env, &end, 10);
+        if (errno || *end || env[0] == '-' || v < 1 || v > CK_PROTO_MAX_NODES)
+            return ck_err_set(err, -EINVAL, "CKPTD_NODES=%s: not a daemon count in 1..%u", env,
+                              CK_PROTO_MAX_NODES);
+    }
+    if (v > CK_PROTO_MAX_NODES)
+        return ck_err_set(err, -EINVAL, "%lu daemons: at most %u", v, CK_PROTO_MAX_NODES);
+    *out = (uint32_t)v;
+    return 0;
+}
+
 int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts,
                    ck_err *err)
 {
@@ -74,8 +93,13 @@ int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts
     cl->staging_mapped = o.staging_mapped;
     cl->staging_unmapping = o.staging_unmapping;
     cl->staging_arg = o.staging_arg;
-    int r = sock ? ck__client_open_connected(cl, sock, root, err)
-                 : ck__client_open_embedded(cl, root, &o, err);
+    int r = 0;
+    if (sock && (r = nodes_of(&o, &cl->nodes, err)) < 0) {
+        free(cl);
+        return r;
+    }
+    r = sock ? ck__client_open_connected(cl, sock, root, err)
+             : ck__client_open_embedded(cl, root, &o, err);
     if (r < 0) {
         ck_client_close(cl);
         return r;
@@ -257,6 +281,7 @@ int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name, uint6
     sv->d.mesh = *mesh;
     sv->d.rank = rank;
     sv->d.world = world;
+    sv->d.nodes = cl->nodes;
     *out = sv;
     return 0;
 }

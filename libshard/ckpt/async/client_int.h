@@ -66,6 +66,7 @@ struct ck_client {
     /* Connected: */
     char sock_path[108];
     int sock;                   /* -1 until connected */
+    uint32_t nodes;             /* opts.nodes or $CKPTD_NODES: the daemons of the job */
     bool dead;                  /* the connection broke: every save failed */
     ck_client_save *saves;      /* this client's saves, for replies */
 };

@@ -182,6 +182,7 @@ void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d)
         ck__put_str(w, d->blobs[i].name);
         ck__put_u64(w, d->blobs[i].len);
     }
+    ck__put_u32(w, d->nodes);
 }
 
 /* A box list: its count is checked against the limits and against the bytes left
@@ -259,6 +260,7 @@ int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err)
         ck__get_str(&r, d->blobs[i].name, sizeof d->blobs[i].name);
         d->blobs[i].len = ck__get_u64(&r);
     }
+    d->nodes = ck__get_u32(&r);
     if (ck__rbuf_done(&r))
         return 0;
 bad:

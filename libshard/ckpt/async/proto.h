@@ -18,12 +18,13 @@
 #include "format/enc.h"
 
 #define CK_PROTO_MAGIC   0x31444b43u      /* "CKD1" */
-#define CK_PROTO_VERSION 2
+#define CK_PROTO_VERSION 3
 #define CK_PROTO_HDR     16
 #define CK_PROTO_MAX_MSG (16u << 20)      /* payload bytes */
 #define CK_PROTO_MAX_TENSORS (1u << 18)
 #define CK_PROTO_MAX_BLOBS 4096u
 #define CK_PROTO_MAX_BOXES (1u << 20)     /* boxes of all box-list tensors of a BEGIN */
+#define CK_PROTO_MAX_NODES 4096u         /* daemons taking part in one save */
 
 enum ck__msg_type {
     /* client -> daemon */
@@ -70,6 +71,9 @@ typedef struct ck__decl {
     ck__decl_tensor *tensors;
     ck__decl_blob *blobs;
     uint64_t staging_size;   /* bytes of the staging memfd */
+    /* The daemons that serve the save's ranks, one per node (docs/FORMAT.md, "Saves
+     * served by several daemons"); 0 and 1 both mean one daemon serves every rank. */
+    uint32_t nodes;
 } ck__decl;
 
 void ck__decl_free(ck__decl *d);

@@ -15,6 +15,14 @@
  * thread, with the saver's lock held: the callback must not call back into the saver.
  * FAILED is delivered only after every write of the save has stopped, so staging
  * areas can be released when it arrives; a part's area can be released at its DURABLE.
+ *
+ * A save whose ranks are served by several daemons (ck__decl.nodes > 1) is one such
+ * machine per daemon, meeting through files (save/meet.h): the daemon that serves
+ * rank 0 coordinates (it makes the pending directory, adopts the others' part records
+ * and commits); the others find its meeting, write their ranks into its directory
+ * and a durable part record per batch of durable ranks, and learn the outcome by
+ * polling: COMMITTED when ROOT/NAME is the directory they wrote into, FAILED on a
+ * failed.ID record, a coordinator whose heartbeat stopped, or the part timeout.
  */
 #ifndef CK_ASYNC_SAVER_H
 #define CK_ASYNC_SAVER_H
@@ -46,6 +54,15 @@ typedef struct ck__saver_opts {
     void (*log)(void *arg, const char *msg);
     void (*event)(void *arg, const ck__saver_event *ev);
     void *arg;
+    /* Saves served by several daemons (a join with nodes > 1; docs/FORMAT.md, "Saves
+     * served by several daemons"): this daemon's id, NULL to refuse them (the embedded
+     * engine). A thread of the saver then beats ROOT/.ckptd.ID.beat (counter advanced
+     * with instance, a nonce per start) and polls the meetings every poll_ms. */
+    const char *node_id;
+    uint64_t instance;
+    unsigned part_timeout;  /* seconds a save may wait for parts from other daemons */
+    unsigned dead_after;    /* seconds another daemon's heartbeat may stand still */
+    unsigned poll_ms;       /* 0: 20 */
 } ck__saver_opts;
 
 typedef struct ck__saver ck__saver;

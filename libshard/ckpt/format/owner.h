@@ -7,7 +7,7 @@
  *
  * The save of NAME belongs to whoever holds ROOT/.pending/NAME.lock, taken before the
  * save's directory ROOT/.pending/NAME.TOKEN is made and dropped (unlinked, then
- * closed) once the directory is committed or removed. A ckptd holds ROOT/.ckptd.lock
+ * closed) once the directory is committed or removed. A ckptd holds ROOT/.ckptd.ID.lock
  * for its whole life.
  */
 #ifndef CK_FORMAT_OWNER_H
@@ -18,7 +18,6 @@
 #include "ck/error.h"
 
 #define CK_LOCK_SUFFIX ".lock"
-#define CK_DAEMON_LOCK ".ckptd.lock"
 
 /* Takes the lock file at path (created if absent) and records this process in it.
  * -EBUSY when a live process holds it: the error says "WHAT (held by pid P on HOST,

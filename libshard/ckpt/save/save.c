@@ -866,6 +866,15 @@ void ck_save_abort(ck_save *s)
     save_free(s);
 }
 
+void ck__save_discard(ck_save *s)
+{
+    if (!s)
+        return;
+    if (s->prepared)
+        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+    save_free(s);
+}
+
 int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
 {
     double t0 = now_s();

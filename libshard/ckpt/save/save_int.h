@@ -12,4 +12,9 @@
 /* The plan fixed by ck_save_prepare or ck_save_prepare_group; NULL before. */
 const ck__plan *ck__save_plan(const ck_save *s);
 
+/* The coordinator of a save shared by several daemons gives it up: unlike
+ * ck_save_abort of a shared save, it removes the pending directory (the other
+ * daemons were told to stop, and their writes into it fail), then frees s. */
+void ck__save_discard(ck_save *s);
+
 #endif

@@ -61,6 +61,10 @@ typedef struct ck_client_save ck_client_save;
 typedef struct ck_client_opts {
     const char *socket;        /* ckptd's socket; NULL: $CKPTD_SOCKET, else embedded */
     bool embedded;             /* embedded even when $CKPTD_SOCKET is set */
+    /* Connected: how many ckptd (one per node, all on the same root) serve the job's
+     * ranks, each rank through its own node's socket; 0: $CKPTD_NODES, else 1. Every
+     * rank must give the same count (docs/PROTOCOL.md, "Several daemons"). */
+    unsigned nodes;
     ck_client *peer;           /* embedded: share this client's engine (ranks as threads) */
     /* Embedded engine settings (ckptd has its own command line): */
     ck_engine *engine;         /* NULL: the default I/O engine */
