@@ -39,6 +39,7 @@ typedef struct trainer {
     long step;                 /* steps done */
     double loss;               /* the last step's */
     char saved[512];           /* rank 0: saves finished since the last log line */
+    bool failed_together;      /* a save failed, and every rank got that verdict */
     char config[1024];         /* the config blob */
 } trainer;
 
@@ -232,8 +233,11 @@ static int collect_saves(trainer *t, ck_err *err)
         return rc;
     snprintf((char *)msg, sizeof msg, "%s", ck_err_msg(&why));
     rc = sh_broadcast(sh_world_comm(t->w), msg, sizeof msg / 8, CK_I64, 0, NULL, err);
+    if (rc)
+        return rc;
     ((char *)msg)[sizeof msg - 1] = '\0';
-    return rc ? rc : ck_err_set(err, (int)code, "%s", (char *)msg);
+    t->failed_together = true;
+    return ck_err_set(err, (int)code, "%s", (char *)msg);
 }
 
 static int train(trainer *t, ck_err *err)
@@ -412,8 +416,10 @@ int main(int argc, char **argv)
     if (rc < 0)
         fprintf(stderr, "shard-train: rank %d: %s\n", sh_world_rank(t.w), ck_err_msg(&err));
     /* A rank that failed past the arguments may leave the others waiting for it in a
-     * collective (or, with a dead peer, itself wait in sh_finalize): end the job. */
-    if (rc < 0 && parsed && sh_world_size(t.w) > 1)
+     * collective (or, with a dead peer, itself wait in sh_finalize): end the job. A
+     * failed save is every rank's verdict at the same step, so each one says it and
+     * they finalize together; aborting there would cut the others' messages short. */
+    if (rc < 0 && parsed && !t.failed_together && sh_world_size(t.w) > 1)
         sh_abort(t.w, status);
     teardown(&t);
     sh_finalize(t.w);
