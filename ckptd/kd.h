@@ -45,7 +45,8 @@ typedef struct kd_opts {
     unsigned hash_threads;
     unsigned writers;
     unsigned drain_timeout;    /* seconds a SIGTERM waits for ranks still staging */
-    char id[64];               /* this daemon among those sharing the root (--id) */
+    char id[64];               /* this daemon among those sharing the root (--id); ""
+                                * (the fuzzer's daemon): it serves no shared saves */
     unsigned part_timeout;     /* seconds a shared save waits for other daemons' parts */
     unsigned dead_after;       /* seconds another daemon's heartbeat may stand still */
     bool foreground;
