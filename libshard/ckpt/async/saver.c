@@ -583,6 +583,16 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     ck_err err = { 0 };
     char msg[CK_ERR_MSG_MAX + 256];
     int r = ck__meet_find(sv->root, c->name, c->token, &plan, &err);
+    char final[PATH_MAX + CK_NAME_MAX];
+    snprintf(final, sizeof final, "%s/%s", sv->root, c->name);
+    struct stat st;
+    /* The one refusal of rank 0 that leaves a trace here: no meeting will come. */
+    if (r == 0 && stat(final, &st) == 0) {
+        snprintf(msg, sizeof msg, "checkpoint %s: %s: a checkpoint named %s already exists",
+                 c->name, sv->root, c->name);
+        fail(sv, c, -EEXIST, msg);
+        return;
+    }
     if (r == 0 && t > c->deadline) {
         snprintf(msg, sizeof msg, "checkpoint %s: no daemon serving rank 0 opened the save "
                  "within --part-timeout %u s (is rank 0's ckptd running on the same root?)",
@@ -603,7 +613,6 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         any++;
     char pend[PATH_MAX + CK_NAME_MAX + CK_TOKEN_MAX];
     snprintf(pend, sizeof pend, "%s/%s/%s.%s", sv->root, CK_PENDING, c->name, c->token);
-    struct stat st;
     if (r > 0 && (r = ck_save_join(c->s, c->token, any, &err)) == 0 && stat(pend, &st) < 0)
         r = ck_err_set(&err, -errno, "%s: %s", pend, strerror(errno));
     if (r >= 0) {
