@@ -7,7 +7,9 @@
  *  - a part is the daemon's once staged: its client may die, the mapping stays;
  *  - a client that goes away before staging a part it began dooms that checkpoint;
  *  - when the last client of a checkpoint goes, the checkpoint completes only if every
- *    part was staged and the commit was asked for, and is abandoned otherwise;
+ *    part was staged and the commit was asked for, and is abandoned otherwise (a save
+ *    shared with other daemons: every part this daemon took was staged, and rank 0's
+ *    commit was asked for where rank 0 is served here; ck__saver_committable);
  *  - the saver's events arrive on its threads and are queued for the event loop, which
  *    sends DURABLE / COMMITTED / ERROR and releases the staging.
  */

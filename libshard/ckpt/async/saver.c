@@ -85,7 +85,7 @@ typedef struct sv_ckpt {
     char meet[PATH_MAX];           /* the meeting's directory, once known */
     dev_t dev;                     /* member: the pending directory's identity, which */
     ino_t ino;                     /* the rename keeps: ROOT/NAME is it once committed */
-    uint64_t remote, recording;    /* ranks adopted; member: records being written */
+    uint64_t remote;               /* coordinator: ranks adopted from part records */
     uint32_t seq;                  /* member: part files written */
     peer *peers;
     unsigned npeers;
