@@ -593,6 +593,11 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         fail(sv, c, -EEXIST, msg);
         return;
     }
+    /* The meeting of a coordinator that died since (another instance beats now) is
+     * debris its recovery is about to remove, not the save to join. */
+    uint64_t inst, cnt;
+    if (r > 0 && ck__beat_read(sv->root, plan.coord, &inst, &cnt) == 0 && inst != plan.instance)
+        r = 0;
     if (r == 0 && t > c->deadline) {
         snprintf(msg, sizeof msg, "checkpoint %s: no daemon serving rank 0 opened the save "
                  "within --part-timeout %u s (is rank 0's ckptd running on the same root?)",
