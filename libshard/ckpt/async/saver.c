@@ -90,6 +90,7 @@ typedef struct sv_ckpt {
     peer *peers;
     unsigned npeers;
     double deadline;               /* the part timeout */
+    double next_watch;             /* when to read the peers' heartbeats next */
     bool heard;                    /* the failure came from the meeting: not announced */
 } sv_ckpt;
 
@@ -118,6 +119,7 @@ struct ck__saver {
     bool meet_running;
     pthread_cond_t meet_cv;
     grave *graves;
+    double beat_every;             /* seconds between heartbeats, and between watches */
 };
 
 static double now_s(void)
@@ -553,7 +555,12 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         return;
     }
     bool complete = c->durable + c->remote == c->world;
-    for (unsigned i = 0; i < c->npeers && !complete; i++) {
+    /* Heartbeats change once per beat_every: reading them every poll would cost the
+     * coordinator of N nodes N reads per poll for nothing. */
+    bool watch = t >= c->next_watch;
+    if (watch)
+        c->next_watch = t + sv->beat_every;
+    for (unsigned i = 0; i < c->npeers && !complete && watch; i++) {
         const char *why = peer_dead(sv, &c->peers[i], t);
         if (!why)
             continue;
@@ -761,7 +768,11 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         fail(sv, c, r, msg);
         return;
     }
-    const char *why = peer_dead(sv, &c->peers[0], t);
+    const char *why = NULL;
+    if (t >= c->next_watch) {
+        c->next_watch = t + sv->beat_every;
+        why = peer_dead(sv, &c->peers[0], t);
+    }
     if (why) {
         snprintf(msg, sizeof msg, "checkpoint %s: the coordinating daemon %s %s (heartbeat "
                  "%s/.ckptd.%s.beat, --dead-after %u s); the save cannot commit", c->name,
@@ -774,8 +785,7 @@ static void *meet_thread(void *arg)
 {
     ck__saver *sv = arg;
     uint64_t counter = 0;
-    double next_beat = 0, every = sv->o.dead_after / 4.0;
-    every = every > 1.0 ? 1.0 : every < 0.05 ? 0.05 : every;
+    double next_beat = 0, every = sv->beat_every;
     pthread_mutex_lock(&sv->mu);
     while (!sv->stop) {
         double t = now_s();
@@ -842,6 +852,8 @@ int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err)
     pthread_condattr_destroy(&ca);
     if (!sv->o.poll_ms)
         sv->o.poll_ms = 20;
+    sv->beat_every = sv->o.dead_after / 4.0;
+    sv->beat_every = sv->beat_every > 1.0 ? 1.0 : sv->beat_every < 0.05 ? 0.05 : sv->beat_every;
     if (o->node_id && ck__node_id_check(o->node_id, err) < 0) {
         ck__saver_free(sv);
         return -EINVAL;
