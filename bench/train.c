@@ -4,6 +4,7 @@
  *   shardrun --nproc-per-node 4 build/bench/train [--mesh 2x2] [--daemon SOCKET]
  *            [--params 50M|200M] [shard-train's model and batch options]
  *            [--steps S] [--ckpt-every K] [--ckpt-mode lazy|copy]
+ *            [--device cpu|cuda] [--bf16] [--offload]
  *
  * --params picks a model of about that many parameters, with a few steps (run it on
  * 2 ranks); later options still win. Phase 1 trains S steps without saving
@@ -12,8 +13,12 @@
  * (ckptd with --daemon, or the embedded engine; staging reserved at start as
  * shard-train does) and records, per save, on the slowest rank: the stall (the time
  * save_async or save_lazy blocked) and the fence (the time the next optimizer step
- * waited for the lazy copy). The reference is a memcpy of one rank's shard bytes
- * (model and AdamW moments, the largest rank's) into memory already touched.
+ * waited for the lazy copy). The reference is a copy of one rank's shard bytes
+ * (model and AdamW moments, the largest rank's) into host memory already touched: a
+ * memcpy on CPU ranks; on CUDA ranks the device-to-host copy (cudaMemcpy through the
+ * device table) of the shards in device memory into pinned memory (sh_host_buffer_alloc),
+ * the DMA the save's staging copy is. --device cuda without a usable GPU
+ * prints why and exits 77.
  * Checkpoints go to a fresh directory under /var/tmp (or --ckpt-root), removed at
  * the end.
  */
@@ -132,6 +137,13 @@ int main(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : (fprintf(stderr, "bench/train: %s\n", ck_err_msg(&err)), 2);
 
+    if (a.cuda && sh_world_set_device(w, SH_CUDA, &err)) {
+        if (rank == 0)
+            printf("skip: bench/train --device cuda: %s\n", ck_err_msg(&err));
+        sh_finalize(w);
+        return 77;
+    }
+
     /* A fresh root, named by rank 0. */
     int32_t root_msg[PATH_MAX / 4] = {0};
     char *root = (char *)root_msg;
@@ -162,7 +174,8 @@ int main(int argc, char **argv)
     sh_adamw_opts ao = {a.lr, 0.9f, 0.95f, 1e-8f, a.wd};
     if (sh_mesh_new(w, md.ndim, shape, md.ndim == 1 ? n1 : n2, &mesh, &err) ||
         tr_data_open(&data, a.data, a.model.seq, a.model.seed, &err) ||
-        tr_model_build(w, &a.model, &m, &err) || tr_model_materialize(&m, mesh, &err) ||
+        tr_model_build(w, &a.model, &m, &err) ||
+        tr_model_materialize(&m, mesh, &(tr_precision){a.bf16, a.offload}, &err) ||
         sh_adamw_new(m.root, &ao, &opt, &err) || sh_model_state_dict(m.root, &msd, &err) ||
         sh_optim_state_dict(opt, &osd, &err))
         die(w, "setup", &err);
@@ -170,7 +183,7 @@ int main(int argc, char **argv)
     const char blob[] = "bench";
     const sh_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
     sh_checkpoint *ck;
-    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){root, a.daemon, opt}, &ck, &err) ||
+    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){.root = root, .daemon = a.daemon, .optim = opt}, &ck, &err) ||
         sh_checkpoint_reserve(ck, sd, 2, blobs, 1, &err))
         die(w, "checkpoints", &err);
 
@@ -181,10 +194,15 @@ int main(int argc, char **argv)
         if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
             die(w, "step", &err);
 
+    /* The device runs behind the host: time from and to an idle device. */
+    if (sh_device_sync(w, &err))
+        die(w, "sync", &err);
     double t0 = now_s();
     for (long s = 0; s < a.steps; s++)
         if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
             die(w, "step", &err);
+    if (sh_device_sync(w, &err))
+        die(w, "sync", &err);
     double plain = now_s() - t0;
 
     /* Per save, this rank's stall and fence; the slowest rank's after the run. */
@@ -215,6 +233,8 @@ int main(int argc, char **argv)
             die(w, "save", &err);
         saves++;
     }
+    if (sh_device_sync(w, &err))
+        die(w, "sync", &err);
     double with_saves = now_s() - t0;
     if (sh_checkpoint_wait(ck, &err))
         die(w, "wait", &err);
@@ -227,7 +247,9 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < sd[k]->n; i++)
             bytes += ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
-    char *dst = malloc(bytes + 1);
+    char *dst;
+    if (sh_host_buffer_alloc(w, bytes + 1, (void **)&dst, &err))
+        die(w, "reference buffer", &err);
     memset(dst, 1, bytes + 1);
     double best = 1e30;
     for (int r = 0; r < 5; r++) {
@@ -235,15 +257,20 @@ int main(int argc, char **argv)
         size_t off = 0;
         for (int k = 0; k < 2; k++)
             for (size_t i = 0; i < sd[k]->n; i++) {
-                size_t nb = ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
-                if (nb)
-                    memcpy(dst + off, sd[k]->entry[i].data, nb);
+                const sh_shard_entry *e = &sd[k]->entry[i];
+                size_t nb = ck_box_numel(&e->box) * sizeof(float);
+                if (nb && e->device == SH_CUDA) {
+                    if (sh_copy_to_host(w, dst + off, e->data, nb, &err))
+                        die(w, "reference copy", &err);
+                } else if (nb) {
+                    memcpy(dst + off, e->data, nb);
+                }
                 off += nb;
             }
         double c = (now_s() - c0) * 1e3;
         best = c < best ? c : best;
     }
-    free(dst);
+    sh_host_buffer_free(w, dst);
     double memcpy_ms = best;
     uint64_t most = bytes;
     /* The slowest rank's stall and fence are the step's. */
@@ -255,15 +282,17 @@ int main(int argc, char **argv)
 
     if (rank == 0) {
         double tok = (double)a.batch * a.model.seq * (double)a.steps;
-        printf("bench/train: %d layers, dim %d, seq %d, %lld parameters; mesh %s, %d ranks; "
-               "saves through %s\n", a.model.layers, a.model.dim, a.model.seq,
-               (long long)tr_model_numel(&a.model), a.mesh ? a.mesh : spec, W,
+        printf("bench/train: %d layers, dim %d, seq %d, %lld parameters; mesh %s, %d ranks "
+               "on %s%s%s; saves through %s\n", a.model.layers, a.model.dim, a.model.seq,
+               (long long)tr_model_numel(&a.model), a.mesh ? a.mesh : spec, W, a.device,
+               a.bf16 ? " bf16" : "", a.offload ? " offload" : "",
                a.daemon || getenv("CKPTD_SOCKET") ? "ckptd" : "the embedded engine");
         printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens)\n",
                tok / plain, a.steps, a.batch, a.model.seq);
         printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
                "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
-        printf("  memcpy same bytes %10.3f ms  (%.2f MB on the largest rank)\n", memcpy_ms,
+        printf("  %-17s %10.3f ms  (%.2f MB on the largest rank)\n",
+               a.cuda ? "D2H copy same bytes" : "memcpy same bytes", memcpy_ms,
                (double)most / 1e6);
         double sum = 0.0, worst = 0.0;
         for (int k = 0; k < saves; k++) {

@@ -45,6 +45,7 @@ typedef struct kd_opts {
     unsigned hash_threads;
     unsigned writers;
     unsigned drain_timeout;    /* seconds a SIGTERM waits for ranks still staging */
+    unsigned rank_timeout;     /* seconds a save waits for its next rank; 0: forever */
     char id[64];               /* this daemon among those sharing the root (--id); ""
                                 * (the fuzzer's daemon): it serves no shared saves */
     unsigned part_timeout;     /* seconds a shared save waits for other daemons' parts */
@@ -87,7 +88,21 @@ typedef struct kd_ckpt {
     kd_part *parts;
     uint64_t plan_bytes;       /* counted against --plan-memory until the save ends */
     unsigned joins;            /* BEGINs of it in the planner */
+    uint64_t world;            /* ranks, once one joined */
+    bool shared;               /* served by several daemons: ranks absent here are others' */
+    double progress;           /* kd_now() of its last BEGIN, ADMIT or STAGED */
+    bool timed_out;            /* --rank-timeout abandoned it; FAILED is on its way */
 } kd_ckpt;
+
+/* A failed save the saver remembers (its late ranks get the failure) while clients
+ * that held it are connected; when the last of them is gone it is forgotten, and a
+ * BEGIN of the name is a retry. */
+typedef struct kd_failed {
+    struct kd_failed *next;
+    char name[CK_NAME_MAX];
+    unsigned n;
+    uint64_t client[];         /* ids; 0 once gone */
+} kd_failed;
 
 /* A BEGIN on its way through the planner: the rank's declaration and staging memfd,
  * then the outcome of its join. */
@@ -125,6 +140,7 @@ typedef struct kd_server {
     uint64_t next_id;
     unsigned nclients;
     kd_ckpt *ckpts;
+    kd_failed *failed;
     uint64_t staging_used;
     kd_part *wait_head, *wait_tail;
     pthread_mutex_t ev_mu;     /* the event queue, filled by saver threads */
@@ -169,6 +185,9 @@ void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
 void kd_ckpt_events(kd_server *s);
+/* Abandons the saves that waited --rank-timeout for a rank to begin or stage, naming
+ * the ranks to their clients. */
+void kd_ckpt_rank_timeouts(kd_server *s);
 /* The drain timeout passed: aborts the saves still waiting for ranks (the saver logs
  * each by name). */
 void kd_ckpt_drain_expired(kd_server *s);
@@ -212,5 +231,7 @@ void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
 /* kd_log.c */
 void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void kd_log_cb(void *arg, const char *msg);
+/* CLOCK_MONOTONIC seconds. */
+double kd_now(void);
 
 #endif

@@ -11,7 +11,12 @@
  *    shared with other daemons: every part this daemon took was staged, and rank 0's
  *    commit was asked for where rank 0 is served here; ck__saver_committable);
  *  - the saver's events arrive on its threads and are queued for the event loop, which
- *    sends DURABLE / COMMITTED / ERROR and releases the staging.
+ *    sends DURABLE / COMMITTED / ERROR and releases the staging;
+ *  - a save that waits --rank-timeout for its next BEGIN, ADMIT or STAGED fails,
+ *    naming the ranks it waits for (a rank that died before connecting never makes its
+ *    client go away);
+ *  - a failed save's late ranks get its failure while a client that held it is
+ *    connected; after that the name is free again (a retry from new processes).
  */
 #include <stdio.h>
 #include <malloc.h>
@@ -22,6 +27,7 @@
 #include "kd.h"
 
 #define KD_TRIM_BYTES (16u << 20)
+#define KD_FAILED_KEPT 64      /* failed saves tracked for their clients */
 
 static kd_ckpt *find(kd_server *s, const char *name)
 {
@@ -42,6 +48,7 @@ static kd_part *part_of(kd_ckpt *k, uint64_t rank)
 static void tell_admitted(kd_server *s, kd_part *p)
 {
     kd_client *c = kd_client_find(s, p->client);
+    p->ckpt->progress = kd_now();
     if (c)
         kd_send_named(s, c, CK_MSG_ADMIT, p->ckpt->name, &p->rank, &p->image);
 }
@@ -97,6 +104,7 @@ static kd_ckpt *ckpt_new(kd_server *s, const char *name, uint64_t plan_bytes)
         return NULL;
     snprintf(k->name, sizeof k->name, "%s", name);
     k->plan_bytes = plan_bytes;
+    k->progress = kd_now();
     s->plan_used += plan_bytes;
     k->next = s->ckpts;
     s->ckpts = k;
@@ -191,6 +199,9 @@ static void joined(kd_server *s, kd_join *j)
                     .fd = j->fd, .need = j->image + blob_bytes, .image = j->image };
     j->fd = -1;
     k->parts = p;
+    k->world = j->d.world;
+    k->shared = j->d.nodes > 1;
+    k->progress = kd_now();
     if (!c) {
         kd_log(s, "checkpoint %s: abandoned: the client of rank %llu (pid %d) went away "
                "while its part was planned", k->name, (unsigned long long)p->rank, (int)j->pid);
@@ -237,6 +248,7 @@ void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
         return;
     }
     p->staged = true;
+    p->ckpt->progress = kd_now();
     int r = ck__saver_stage(s->saver, name, rank, p->map, &err);
     if (r < 0)      /* the save failed: its FAILED event tells every client, this one too */
         late(s, c, "STAGED", name, ck_err_msg(&err));
@@ -257,8 +269,61 @@ void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
         late(s, c, "COMMIT", name, ck_err_msg(&err));
 }
 
+/* The save failed: remember which clients held it, or forget it now if none does. */
+static void remember_failed(kd_server *s, kd_ckpt *k)
+{
+    unsigned n = kd_ckpt_clients(k, s), kept = 0;
+    /* An earlier attempt's entry is superseded; past KD_FAILED_KEPT the oldest go
+     * untracked (the saver forgets its oldest failures by itself). */
+    for (kd_failed **pp = &s->failed; *pp;) {
+        kd_failed *f = *pp;
+        if (!strcmp(f->name, k->name) || ++kept >= KD_FAILED_KEPT) {
+            *pp = f->next;
+            free(f);
+        } else {
+            pp = &f->next;
+        }
+    }
+    kd_failed *f = n ? calloc(1, sizeof *f + n * sizeof f->client[0]) : NULL;
+    if (!f) {
+        /* No client left (or no memory to track them): no late rank is to come. */
+        ck__saver_forget(s->saver, k->name);
+        return;
+    }
+    snprintf(f->name, sizeof f->name, "%s", k->name);
+    for (const kd_client *c = s->clients; c && f->n < n; c = c->next)
+        for (const kd_part *p = k->parts; p; p = p->next)
+            if (p->client == c->id) {
+                f->client[f->n++] = c->id;
+                break;
+            }
+    f->next = s->failed;
+    s->failed = f;
+}
+
+static void failed_client_gone(kd_server *s, const kd_client *c)
+{
+    for (kd_failed **pp = &s->failed; *pp;) {
+        kd_failed *f = *pp;
+        unsigned left = 0;
+        for (unsigned i = 0; i < f->n; i++) {
+            if (f->client[i] == c->id)
+                f->client[i] = 0;
+            left += f->client[i] != 0;
+        }
+        if (left) {
+            pp = &f->next;
+            continue;
+        }
+        ck__saver_forget(s->saver, f->name);
+        *pp = f->next;
+        free(f);
+    }
+}
+
 void kd_ckpt_client_gone(kd_server *s, kd_client *c)
 {
+    failed_client_gone(s, c);
     for (kd_ckpt *k = s->ckpts; k; k = k->next) {
         bool mine = false, doomed = false;
         uint64_t rank = 0;
@@ -350,8 +415,10 @@ void kd_ckpt_events(kd_server *s)
             if (p)
                 release(s, p);
         } else if (k) {
-            if (e->kind == CK_SAVER_FAILED)
+            if (e->kind == CK_SAVER_FAILED) {
                 kd_log(s, "checkpoint %s failed: %s", k->name, e->msg);
+                remember_failed(s, k);
+            }
             broadcast(s, k, e);
             ckpt_free(s, k);
         }
@@ -370,4 +437,76 @@ void kd_ckpt_drain_expired(kd_server *s)
     if (n)
         kd_log(s, "drain timeout (%u s): aborted %u save(s) still waiting for ranks",
                s->o.drain_timeout, n);
+}
+
+/* Appends rank r to a list of ranks in out (at most 16 named, then a count). */
+static void list_rank(char *out, size_t len, unsigned *n, uint64_t r)
+{
+    size_t used = strlen(out);
+    if (*n < 16)
+        snprintf(out + used, len - used, "%s%llu", *n ? ", " : "", (unsigned long long)r);
+    (*n)++;
+}
+
+static void count_more(char *out, size_t len, unsigned n)
+{
+    size_t used = strlen(out);
+    if (n > 16)
+        snprintf(out + used, len - used, " and %u more", n - 16);
+}
+
+static void rank_timeout(kd_server *s, kd_ckpt *k)
+{
+    /* 0: no BEGIN, 1: began, 2: staged; one pass over the parts (worlds are large). */
+    uint8_t *st = calloc(k->world, 1);
+    if (!st)
+        return;             /* tried again on the next round */
+    for (kd_part *p = k->parts; p; p = p->next)
+        if (p->rank < k->world)
+            st[p->rank] = p->staged ? 2 : 1;
+    char absent[200] = "", unstaged[200] = "", why[CK_ERR_MSG_MAX];
+    unsigned na = 0, nu = 0;
+    for (uint64_t r = 0; r < k->world; r++) {
+        /* A shared save's ranks served elsewhere are the part timeout's (the saver). */
+        if (st[r] == 0 && !k->shared)
+            list_rank(absent, sizeof absent, &na, r);
+        else if (st[r] == 1)
+            list_rank(unstaged, sizeof unstaged, &nu, r);
+    }
+    free(st);
+    if (!na && !nu) {
+        /* Every part staged: it waits for the writers or rank 0's COMMIT, which no
+         * rank timeout is about. Look again a period later, not every second. */
+        k->progress = kd_now();
+        return;
+    }
+    count_more(absent, sizeof absent, na);
+    count_more(unstaged, sizeof unstaged, nu);
+    int n = snprintf(why, sizeof why, "no progress for ckptd's --rank-timeout of %u s:",
+                     s->o.rank_timeout);
+    if (na)
+        n += snprintf(why + n, sizeof why - (size_t)n, " rank(s) %s never began their part%s",
+                      absent, nu ? ";" : "");
+    if (nu)
+        snprintf(why + n, sizeof why - (size_t)n, " rank(s) %s began but never staged theirs",
+                 unstaged);
+    kd_log(s, "checkpoint %s: abandoned: %s", k->name, why);
+    k->timed_out = true;
+    ck__saver_abandon(s->saver, k->name, why);
+}
+
+void kd_ckpt_rank_timeouts(kd_server *s)
+{
+    if (!s->o.rank_timeout)
+        return;
+    double now = kd_now();
+    for (kd_ckpt *k = s->ckpts; k; k = k->next) {
+        /* A BEGIN in the planner, or a part waiting for staging room, is the daemon's
+         * delay, not a rank's. */
+        bool queued = k->joins > 0;
+        for (kd_part *p = k->parts; p && !queued; p = p->next)
+            queued = p->waiting;
+        if (!k->timed_out && !queued && k->world && now - k->progress >= s->o.rank_timeout)
+            rank_timeout(s, k);
+    }
 }

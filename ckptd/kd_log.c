@@ -28,6 +28,13 @@ void kd_log(kd_server *s, const char *fmt, ...)
     va_end(ap);
 }
 
+double kd_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* The core's log callback; saver threads call it too, and stdio locks each call. */
 void kd_log_cb(void *arg, const char *msg)
 {

@@ -218,13 +218,6 @@ static void read_client(kd_server *s, kd_client *c)
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The first SIGTERM: no new clients or saves; the saves in flight get until the drain
  * deadline to become complete. The second: exit now. What that leaves under .pending
  * has no live owner, so the next start removes it. */
@@ -246,14 +239,16 @@ static void on_stop_signal(kd_server *s, int signo)
     s->listen_fd = -1;
     unlink(s->o.socket);
     s->stopping = true;
-    s->drain_deadline = now_s() + s->o.drain_timeout;
+    s->drain_deadline = kd_now() + s->o.drain_timeout;
 }
 
 int kd_server_run(kd_server *s)
 {
     struct epoll_event evs[64];
     while (!s->stopping || s->ckpts || s->plan_queued || ck__saver_active(s->saver)) {
-        int n = epoll_wait(s->ep_fd, evs, 64, s->stopping ? 100 : -1);
+        /* Wakes to look at the rank timeouts while saves are in flight. */
+        int n = epoll_wait(s->ep_fd, evs, 64,
+                           s->stopping ? 100 : s->ckpts && s->o.rank_timeout ? 1000 : -1);
         if (n < 0 && errno != EINTR)
             return -errno;
         for (int i = 0; i < n; i++) {
@@ -283,10 +278,11 @@ int kd_server_run(kd_server *s)
         }
         /* Past the deadline, again on every round: a plan that was still being
          * computed at the deadline becomes a save that waits, and must go too. */
-        if (s->stopping && now_s() >= s->drain_deadline) {
+        if (s->stopping && kd_now() >= s->drain_deadline) {
             s->drained = true;
             kd_ckpt_drain_expired(s);
         }
+        kd_ckpt_rank_timeouts(s);
         /* Dropping clients and the drain abandon saves; their FAILED events are queued
          * now. */
         kd_ckpt_events(s);

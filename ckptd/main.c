@@ -37,6 +37,8 @@ static void usage(FILE *f)
 "  --writers N          writer threads, ranks written at once (default 4)\n"
 "  --hash-threads N     SHA-256 threads per save (default: one per CPU)\n"
 "  --drain-timeout SECS how long a SIGTERM waits for ranks still staging (default 30)\n"
+"  --rank-timeout SECS  a save that waits this long for a rank to begin or stage its\n"
+"                       part fails, naming the missing ranks (default 300; 0: never)\n"
 "  --id ID              this daemon among those serving DIR ([A-Za-z0-9._-], default:\n"
 "                       the host name); one ckptd per id and root\n"
 "  --part-timeout SECS  how long a save served by several daemons waits for the\n"
@@ -83,18 +85,19 @@ static void default_id(char *id, size_t cap)
 static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
-           O_DRAIN, O_PLAN, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER };
+           O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
         { "hash-threads", 1, 0, O_HT }, { "foreground", 0, 0, O_FG }, { "log", 1, 0, O_LOG },
         { "inject-fault", 1, 0, O_FAULT }, { "drain-timeout", 1, 0, O_DRAIN },
-        { "plan-memory", 1, 0, O_PLAN }, { "id", 1, 0, O_ID },
+        { "plan-memory", 1, 0, O_PLAN }, { "rank-timeout", 1, 0, O_RANK }, { "id", 1, 0, O_ID },
         { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
         { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
-                 .plan_memory = 1ull << 30, .part_timeout = 600, .dead_after = 10 };
+                 .plan_memory = 1ull << 30, .rank_timeout = 300, .part_timeout = 600,
+                 .dead_after = 10 };
     default_id(o->id, sizeof o->id);
     ck_err err = { 0 };
     ck_fault f;
@@ -123,6 +126,7 @@ static int parse(int argc, char **argv, kd_opts *o)
         case O_WRITERS: r = number("--writers", optarg, 1, 256, &o->writers); break;
         case O_HT: r = number("--hash-threads", optarg, 1, 256, &o->hash_threads); break;
         case O_DRAIN: r = number("--drain-timeout", optarg, 0, 86400, &o->drain_timeout); break;
+        case O_RANK: r = number("--rank-timeout", optarg, 0, 86400, &o->rank_timeout); break;
         case O_PART_TIMEOUT:
             r = number("--part-timeout", optarg, 1, 86400, &o->part_timeout);
             break;

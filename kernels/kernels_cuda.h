@@ -38,6 +38,25 @@ int k_cuda_scale_add(float *dst, const float *src, float s, size_t n, void *stre
 int k_cuda_gelu(float *y, const float *x, size_t n, void *stream);
 int k_cuda_gelu_bwd(float *dx, const float *x, const float *dy, size_t n, void *stream);
 
+/* The GPT's layers (layernorm.h, softmax.h, embed.h, xent.h, bias.h on the device).
+ * k_cuda_xent writes each row's loss to loss[N] (device doubles). */
+int k_cuda_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w,
+                     const float *b, int N, int C, void *stream);
+int k_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *mean, const float *rstd, const float *w, int N, int C,
+                         void *stream);
+int k_cuda_softmax_causal(float *a, size_t rows, int T, void *stream);
+int k_cuda_softmax_causal_bwd(float *dp, const float *a, size_t rows, int T, float scale,
+                              void *stream);
+int k_cuda_embed(float *out, const int *tok, const float *wte, const float *wpe, int N,
+                 int T, int C, void *stream);
+int k_cuda_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
+                     int T, int C, void *stream);
+int k_cuda_xent(float *dlogits, double *loss, const float *logits, const int *targets, int N,
+                int V, float scale, void *stream);
+int k_cuda_bias_add(float *y, const float *b, int N, int O, void *stream);
+int k_cuda_bias_grad(float *db, const float *dy, int N, int O, void *stream);
+
 /* Device memory for flat.h's loops: asynchronous copies (any direction the unified
  * address space can tell) and zeroing on `stream`. */
 k_mem k_cuda_mem(void *stream);

@@ -135,11 +135,21 @@ static int list_root(const char *root, bool json)
                    sc.committed[i]);
     }
     for (size_t i = 0; i < sc.n_pending; i++) {
+        char who[256];
+        int live = ck_pending_live(root, sc.pending[i], who, sizeof who, &err);
+        if (live < 0) {
+            tool_error(prog, "%s", ck_err_msg(&err));
+            live = 0;
+        }
         if (json)
-            json_array_append_new(jp, json_string(sc.pending[i]));
+            json_array_append_new(jp, json_pack("{s:s, s:b, s:s?}", "entry", sc.pending[i],
+                                                "live", live, "owner", live ? who : NULL));
+        else if (live)
+            printf("%-28s (incomplete save under %s/: in progress, its writer is %s)\n",
+                   sc.pending[i], CK_PENDING, who);
         else
-            printf("%-28s (incomplete save under %s/: never committed, not visible)\n",
-                   sc.pending[i], CK_PENDING);
+            printf("%-28s (incomplete save under %s/: debris of a dead writer, never "
+                   "committed, not visible)\n", sc.pending[i], CK_PENDING);
     }
     if (json) {
         json_t *j = json_pack("{s:s, s:o, s:o, s:o}", "root", root, "checkpoints", jl,

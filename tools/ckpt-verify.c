@@ -25,7 +25,9 @@ static void usage(FILE *f)
 "version is known, every record decodes, data files exist with their recorded sizes,\n"
 "extents lie inside their files and never overlap, each shard is where its\n"
 "placements put it (a tensor stored as a box list: its boxes lie inside it), and\n"
-"every element of every tensor is covered by exactly one shard. Without NAME it also reports incomplete saves left under ROOT/.pending.\n"
+"every element of every tensor is covered by exactly one shard. Without NAME it also\n"
+"reports what lies under ROOT/.pending: saves in progress (their writer holds the\n"
+"save's lock) and the debris of saves whose writer died.\n"
 "\n"
 "  --deep        also re-read every data block and compare its SHA-256 with the\n"
 "                manifest (in parallel); a mismatch names the tensors it holds\n"
@@ -39,8 +41,9 @@ static void usage(FILE *f)
 "  --mem-limit SIZE  read buffers of --against (default 64MiB)\n"
 "  -h, --help    this text\n"
 "\n"
-"Exit status: 0 every checkpoint is good, 1 a problem was found (or an incomplete\n"
-"save lies under .pending), 2 usage or I/O error.\n");
+"Exit status: 0 every checkpoint is good (saves in progress are no problem), 1 a\n"
+"problem was found (or debris of a dead writer's save lies under .pending), 2 usage\n"
+"or I/O error.\n");
 }
 
 typedef struct ctx {
@@ -81,16 +84,25 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
         /* Maybe it never got past .pending: say so rather than "no such". */
         ck_scan sc;
         bool pending = false;
+        int live = 0;
+        char who[256] = "";
         if (ck_root_scan(root, &sc, NULL) == 0) {
             size_t n = strlen(name);
             for (size_t i = 0; i < sc.n_pending && !pending; i++)
-                pending = !strncmp(sc.pending[i], name, n) && sc.pending[i][n] == '.';
+                if (!strncmp(sc.pending[i], name, n) && sc.pending[i][n] == '.') {
+                    pending = true;
+                    live = ck_pending_live(root, sc.pending[i], who, sizeof who, NULL);
+                }
             ck_scan_free(&sc);
         }
         if (pending) {
             ck_err_clear(&err);
-            ck_err_set(&err, -EBADMSG, "%s is an incomplete save under %s/%s: it was never "
-                       "committed", name, root, CK_PENDING);
+            if (live == 1)
+                ck_err_set(&err, -EBADMSG, "%s is a save in progress under %s/%s (its writer, "
+                           "%s, is alive): not committed yet", name, root, CK_PENDING, who);
+            else
+                ck_err_set(&err, -EBADMSG, "%s is an incomplete save under %s/%s: it was never "
+                           "committed", name, root, CK_PENDING);
             r = -EBADMSG;
         }
     }
@@ -288,12 +300,27 @@ int main(int argc, char **argv)
             if (rc > code)
                 code = rc;
         }
+        /* A save in progress is no problem of the root; the debris of a dead writer
+         * is a crash to report. */
         for (size_t i = 0; i < sc.n_pending; i++) {
-            json_array_append_new(pending, json_string(sc.pending[i]));
-            if (!c.json)
-                printf("%s/%s/%s: incomplete save (never committed; ckptd removes it at start, "
-                       "or a save is running now)\n", root, CK_PENDING, sc.pending[i]);
-            if (code < EXIT_BAD)
+            char who[256];
+            int live = ck_pending_live(root, sc.pending[i], who, sizeof who, &err);
+            if (live < 0) {
+                tool_error(prog, "%s", ck_err_msg(&err));
+                code = EXIT_USAGE;
+                continue;
+            }
+            json_array_append_new(pending, json_pack("{s:s, s:b, s:s?}", "entry", sc.pending[i],
+                                                     "live", live, "owner",
+                                                     live ? who : NULL));
+            if (!c.json && live)
+                printf("%s/%s/%s: a save in progress (its writer, %s, holds its lock): not "
+                       "committed yet\n", root, CK_PENDING, sc.pending[i], who);
+            else if (!c.json)
+                printf("%s/%s/%s: debris of an incomplete save whose writer died (nothing holds "
+                       "its lock; the next recovery removes it: a ckptd's start, or an "
+                       "embedded writer's)\n", root, CK_PENDING, sc.pending[i]);
+            if (!live && code < EXIT_BAD)
                 code = EXIT_BAD;
         }
         if (!c.json && sc.n_committed == 0)

@@ -30,13 +30,22 @@ static const char usage[] =
     "                       forward and backward, and the optimizer step waits for it;\n"
     "                       copy: the save copies before training goes on\n"
     "  --keep-last M        keep the M newest checkpoints\n"
+    "  --ckpt-timeout S     embedded saves: a save whose parts are not all written S s\n"
+    "                       after it began fails on every rank, and the run stops\n"
+    "                       (default 1800)\n"
     "  --resume             continue from the newest committed checkpoint in DIR\n"
     "  --daemon SOCKET      save through ckptd\n"
     "  --log-every N        log every N steps (default 1)\n"
     "  --kill-at-step N     test hook: after step N and its saves, SIGKILL every rank\n"
     "  --eval               print the loss of the first --batch samples of the data\n"
     "                       order and exit; weights from --resume or --safetensors\n"
-    "  --safetensors FILE   with --eval: full f32 tensors (ckpt-consolidate's output)\n";
+    "  --safetensors FILE   with --eval: full f32 tensors (ckpt-consolidate's output)\n"
+    "  --device DEV         cpu (default) or cuda: rank r drives GPU LOCAL_RANK, NCCL\n"
+    "                       collectives, cuBLAS and the CUDA kernels\n"
+    "  --bf16               mixed precision: bf16 parameters and GEMM inputs, f32\n"
+    "                       gradients, reduction, optimizer state and everything else\n"
+    "  --offload            CPU offload: sharded parameters, gradients and AdamW state\n"
+    "                       in pinned host memory (on cuda; a no-op on cpu)\n";
 
 /* Options with a value: where it goes in tr_args, and its type and range. */
 typedef enum { O_STR, O_INT, O_LONG, O_U64, O_FLOAT } opt_kind;
@@ -52,6 +61,7 @@ static const struct {
     {"--daemon", offsetof(tr_args, daemon), O_STR, 0, 0},
     {"--ckpt-mode", offsetof(tr_args, ckpt_mode), O_STR, 0, 0},
     {"--safetensors", offsetof(tr_args, safetensors), O_STR, 0, 0},
+    {"--device", offsetof(tr_args, device), O_STR, 0, 0},
     {"--layers", offsetof(tr_args, model.layers), O_INT, 1, 1024},
     {"--dim", offsetof(tr_args, model.dim), O_INT, 1, 65536},
     {"--heads", offsetof(tr_args, model.heads), O_INT, 1, 1024},
@@ -67,6 +77,7 @@ static const struct {
     {"--clip", offsetof(tr_args, clip), O_FLOAT, 0, 1e9},
     {"--wd", offsetof(tr_args, wd), O_FLOAT, 0, 10},
     {"--ckpt-every", offsetof(tr_args, ckpt_every), O_LONG, 0, 1e12},
+    {"--ckpt-timeout", offsetof(tr_args, ckpt_timeout), O_FLOAT, 0.001, 1e7},
     {"--keep-last", offsetof(tr_args, keep_last), O_INT, 0, 1 << 30},
     {"--log-every", offsetof(tr_args, log_every), O_LONG, 1, 1e12},
     {"--kill-at-step", offsetof(tr_args, kill_at_step), O_LONG, 1, 1e12},
@@ -105,7 +116,7 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
         .data = DEFAULT_DATA,
         .model = {.vocab = 256, .seq = 64, .layers = 2, .dim = 64, .heads = 4, .seed = 1},
         .batch = 16, .accum = 1, .warmup = 10, .lr = 3e-3f, .min_lr = -1.0f, .clip = 1.0f,
-        .log_every = 1, .ckpt_mode = "lazy",
+        .log_every = 1, .ckpt_mode = "lazy", .device = "cpu",
     };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -113,8 +124,11 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
             fputs(usage, stdout);
             return 1;
         }
-        if (strcmp(o, "--resume") == 0 || strcmp(o, "--eval") == 0) {
-            *(o[2] == 'r' ? &a->resume : &a->eval) = true;
+        bool *flag = !strcmp(o, "--resume") ? &a->resume : !strcmp(o, "--eval") ? &a->eval
+                   : !strcmp(o, "--bf16") ? &a->bf16 : !strcmp(o, "--offload") ? &a->offload
+                   : NULL;
+        if (flag) {
+            *flag = true;
             continue;
         }
         int k = 0, n = (int)(sizeof opts / sizeof *opts);
@@ -138,10 +152,17 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
         return ck_err_set(err, -EINVAL, "--ckpt-mode: '%s' is neither lazy nor copy",
                           a->ckpt_mode);
     a->ckpt_copy = !strcmp(a->ckpt_mode, "copy");
+    if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda"))
+        return ck_err_set(err, -EINVAL, "--device: '%s' is neither cpu nor cuda", a->device);
+    a->cuda = !strcmp(a->device, "cuda");
+    if (a->cuda && a->safetensors)
+        return ck_err_set(err, -EINVAL, "--safetensors reads into host memory: evaluate it "
+                          "with --device cpu");
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
-    if ((a->ckpt_every || a->keep_last || a->resume || a->daemon) && !a->ckpt_root)
-        return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --resume and --daemon "
-                          "need --ckpt-root");
+    if ((a->ckpt_every || a->keep_last || a->resume || a->daemon || a->ckpt_timeout) &&
+        !a->ckpt_root)
+        return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --ckpt-timeout, --resume "
+                          "and --daemon need --ckpt-root");
     return tr_config_check(&a->model, err);
 }

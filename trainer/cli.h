@@ -17,6 +17,7 @@ typedef struct tr_args {
     long warmup;
     float lr, min_lr, clip, wd;
     long ckpt_every;      /* 0: only after the last step */
+    float ckpt_timeout;   /* embedded: seconds for every part of a save; 0: the default */
     const char *ckpt_mode;    /* "lazy" (the default) or "copy" */
     bool ckpt_copy;           /* --ckpt-mode copy: the save copies inside its stall */
     int keep_last;
@@ -24,6 +25,10 @@ typedef struct tr_args {
     bool eval;            /* only the loss of the first --batch samples, no training */
     long log_every;
     long kill_at_step;    /* test hook: SIGKILL every rank after this step; 0: never */
+    const char *device;   /* "cpu" (the default) or "cuda" */
+    bool cuda;
+    bool bf16;            /* MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32) */
+    bool offload;         /* CPUOffloadPolicy */
 } tr_args;
 
 /* Fills a from argv. Returns 0, 1 when --help was printed, or -EINVAL with the

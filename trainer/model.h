@@ -8,10 +8,16 @@
  * Tied head (GPT-2's choice): one V x C matrix serves the input embedding and the
  * output projection, so both gradients land in wte inside the root's group. Every
  * block is its own module and FSDP group; the root group holds wte, wpe and ln_f.
- * Parameters are f32; the trainer runs without mixed precision.
  *
- * Token ids enter the root's forward as an f32 tensor [B, T] (sh_tensor carries
- * floating dtypes; ids < 2^24 are exact) and the forward returns logits [B, T, V].
+ * The model computes through sh/ops.h only, on the world's device (sh_world_set_device
+ * before tr_model_build): activations are device buffers (sh_buffer_alloc). Parameters
+ * are f32; with bf16, FSDP's MixedPrecisionPolicy holds them unsharded in bf16 and the
+ * forward's GEMMs take bf16 inputs (f32 accumulation), while LayerNorm, softmax, GELU,
+ * the residual stream, the backward and the gradient reduction stay f32.
+ *
+ * tr_model_forward uploads the batch's token ids (ints) to the device; the root's
+ * forward input carries only the batch's shape [B, T] (a META tensor), and the forward
+ * returns logits [B, T, V].
  */
 #ifndef TR_MODEL_H
 #define TR_MODEL_H
@@ -43,28 +49,41 @@ typedef struct tr_block {
     float *x, *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *x2, *ln2, *ln2_mean,
           *ln2_rstd, *fc, *gelu;            /* saved activations */
     float *dx2, *dwide, *dnarrow, *dqkv, *dp;   /* backward scratch */
+    float *x16;                             /* bf16 GEMM inputs (2 per float) */
+    sh_tensor w32[TR_BLOCK_PARAMS];         /* bf16 parameters' f32 values */
 } tr_block;
 
 typedef struct tr_model {
+    sh_world *w;
     tr_config cfg;
     sh_module *root, *blocks, **block;
     tr_block *bs;
     sh_param *wte, *wpe, *lnf_w, *lnf_b;
     int rows, B;
-    int *tok;
-    float *lnf, *lnf_mean, *lnf_rstd, *dlnf;
+    int *tok;                               /* the batch's ids, on the device */
+    float *lnf, *lnf_mean, *lnf_rstd, *dlnf, *x16;
+    sh_tensor w32[4];
     sh_tensor *h, *dh;                      /* between blocks: layers + 1 each */
 } tr_model;
 
 /* Builds the model on META: modules and parameter shapes, no storage. */
 int tr_model_build(sh_world *w, const tr_config *cfg, tr_model *m, ck_err *err);
-/* fully_shard every block (bottom-up), then the root, over mesh; then to_empty and
- * reset_parameters (the full tensors do not depend on the mesh). mesh NULL: no FSDP
- * (plain one-process model: the gradient check reads parameters and gradients). */
-int tr_model_materialize(tr_model *m, sh_mesh *mesh, ck_err *err);
+/* How the parameters are kept: bf16, FSDP's MixedPrecisionPolicy(param_dtype=bf16,
+ * reduce_dtype=f32); offload, its CPUOffloadPolicy (on CUDA ranks the shards,
+ * gradients and AdamW state live in pinned host memory). Both need a mesh. */
+typedef struct tr_precision {
+    bool bf16, offload;
+} tr_precision;
+
+/* fully_shard every block (bottom-up), then the root, over mesh; then to_empty on the
+ * world's device and reset_parameters (the full tensors do not depend on the mesh or
+ * the device). mesh NULL: no FSDP (plain one-process model: the gradient check reads
+ * parameters and gradients); prec NULL: f32, no offload. */
+int tr_model_materialize(tr_model *m, sh_mesh *mesh, const tr_precision *prec, ck_err *err);
 void tr_model_free(tr_model *m);
 
-/* The forward of a batch tok[B * T] through the hooks: logits [B, T, V]. */
+/* The forward of a batch tok[B * T] (host memory, ids in [0, vocab)) through the
+ * hooks: logits [B, T, V] on the device (a tensor made with SH_TENSOR_INIT_ON). */
 int tr_model_forward(tr_model *m, const int *tok, int B, sh_tensor *logits, ck_err *err);
 /* The backward of the last forward from dlogits [B, T, V]: gradients added. */
 int tr_model_backward(tr_model *m, const sh_tensor *dlogits, ck_err *err);

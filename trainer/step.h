@@ -11,12 +11,22 @@ typedef struct tr_step_cfg {
     float lr, clip;      /* this step's learning rate; clip 0: off */
 } tr_step_cfg;
 
-/* Buffers a step reuses. */
+/* Buffers a step reuses: ids in host memory, the targets' copy, logits and their
+ * gradient in the device's (zero-initialized: the first step sets them up). */
 typedef struct tr_step_buf {
-    int *tok, *tgt;
+    sh_world *w;
+    int *tok, *tgt, *tgt_dev;
     int cap;
     sh_tensor logits, dlogits;
 } tr_step_buf;
+
+/* Room for N tokens (the host ids keep their contents). */
+int tr_step_buf_reserve(tr_step_buf *b, sh_world *w, int N, ck_err *err);
+
+/* The loss of one micro-batch tok/tgt[N = B * T] (host) through the model, summed over
+ * its tokens; with backward, dlogits = dloss * scale and the backward runs. */
+int tr_batch_loss(tr_model *m, tr_step_buf *b, int B, float scale, bool backward,
+                  double *loss, ck_err *err);
 
 /* Trains one step on samples [pos, pos + batch) of the data order, this rank taking
  * its slice of each micro-batch, and advances the data position. *loss: the mean

@@ -1,6 +1,9 @@
 /* train.c - shard-train: a byte-level GPT trained with FSDP over MPI ranks, with
  * asynchronous checkpoints and resume onto any mesh. See docs/TRAINER.md.
  *
+ * --device cuda puts every rank on its GPU (sh_world_set_device) before anything is
+ * built; the model computes through sh/ops.h, so the same code runs there.
+ *
  * The loop: the step's learning rate from the schedule; one step (step.c: for each
  * micro-batch, this rank's slice of the step's samples, forward, cross-entropy,
  * backward; then clip, AdamW, zero the gradients, the loss averaged over ranks); an
@@ -18,7 +21,6 @@
 #include "ck/ckpt.h"
 #include "cli.h"
 #include "data.h"
-#include "layers.h"
 #include "lr.h"
 #include "model.h"
 #include "saves.h"
@@ -195,14 +197,12 @@ static int save(trainer *t, double *stall_ms, ck_err *err)
         t->ckpt, name, (uint64_t)t->step, sd, 2, sb.b, 4, stall_ms, err);
 }
 
-/* Collective. Moves the saves in flight on; rank 0 notes the ones that finished, for
- * the next log line, and after each commit keeps only the newest --keep-last. */
-static int collect_saves(trainer *t, ck_err *err)
+/* Rank 0's part of collect_saves: notes the saves that finished, for the next log line,
+ * and after each commit keeps only the newest --keep-last. */
+static int poll_saves(trainer *t, ck_err *err)
 {
     sh_checkpoint_done d;
-    int rc = sh_checkpoint_progress(t->ckpt, err);
-    if (rc)
-        return rc;
+    int rc;
     while ((rc = sh_checkpoint_poll(t->ckpt, &d, err)) == 1) {
         size_t n = strlen(t->saved);
         if (d.rc)
@@ -213,6 +213,27 @@ static int collect_saves(trainer *t, ck_err *err)
             return rc;
     }
     return rc;
+}
+
+/* Collective. Moves the saves in flight on; rank 0 learns how they ended (poll) and
+ * every rank gets its verdict, so that a failed save stops every rank at the same
+ * step: stopping rank 0 alone left the others waiting in the next step's collectives
+ * and rank 0 in MPI_Finalize, for good. */
+static int collect_saves(trainer *t, ck_err *err)
+{
+    int rc = sh_checkpoint_progress(t->ckpt, err);
+    if (rc)
+        return rc;
+    ck_err why = { 0 };
+    int64_t code = sh_world_rank(t->w) == 0 ? poll_saves(t, &why) : 0;
+    int64_t msg[CK_ERR_MSG_MAX / 8];
+    rc = sh_broadcast(sh_world_comm(t->w), &code, 1, CK_I64, 0, NULL, err);
+    if (rc || !code)
+        return rc;
+    snprintf((char *)msg, sizeof msg, "%s", ck_err_msg(&why));
+    rc = sh_broadcast(sh_world_comm(t->w), msg, sizeof msg / 8, CK_I64, 0, NULL, err);
+    ((char *)msg)[sizeof msg - 1] = '\0';
+    return rc ? rc : ck_err_set(err, (int)code, "%s", (char *)msg);
 }
 
 static int train(trainer *t, ck_err *err)
@@ -278,32 +299,24 @@ static int train(trainer *t, ck_err *err)
 static int eval(trainer *t, ck_err *err)
 {
     const tr_args *a = &t->a;
-    int W = sh_world_size(t->w), T = a->model.seq, mb = a->batch / W, N = mb * T;
-    int *tok = malloc(sizeof(int) * (size_t)N), *tgt = malloc(sizeof(int) * (size_t)N);
-    sh_tensor logits = SH_TENSOR_INIT, dlogits = SH_TENSOR_INIT;
+    int W = sh_world_size(t->w), T = a->model.seq, mb = a->batch / W;
+    tr_step_buf b = {0};
     tr_data_restore(&t->data, &(tr_data_state){0, 0, a->model.seed});
-    int rc = tok && tgt ? 0 : ck_err_set(err, -ENOMEM, "out of memory for a batch");
-    for (int i = 0; !rc && i < mb; i++)
-        tr_data_sample(&t->data, (uint64_t)(sh_world_rank(t->w) * mb + i), tok + i * T,
-                       tgt + i * T);
-    if (!rc && a->safetensors)
-        rc = tr_load_safetensors(a->safetensors, &t->msd, err);
-    if (!rc)
-        rc = tr_model_forward(&t->model, tok, mb, &logits, err);
-    if (!rc)
-        rc = sh_tensor_resize(&dlogits, CK_F32, 3, logits.shape, err);
     double loss = 0.0;
+    int rc = a->safetensors ? tr_load_safetensors(a->safetensors, &t->msd, err) : 0;
     if (!rc)
-        loss = tr_cross_entropy(dlogits.data, logits.data, tgt, N, a->model.vocab, 1.0f);
+        rc = tr_step_buf_reserve(&b, t->w, mb * T, err);
+    for (int i = 0; !rc && i < mb; i++)
+        tr_data_sample(&t->data, (uint64_t)(sh_world_rank(t->w) * mb + i), b.tok + i * T,
+                       b.tgt + i * T);
+    if (!rc)
+        rc = tr_batch_loss(&t->model, &b, mb, 1.0f, false, &loss, err);
     if (!rc)
         rc = sh_all_reduce(sh_world_comm(t->w), &loss, &loss, 1, CK_F64, SH_SUM, NULL, err);
     if (!rc && sh_world_rank(t->w) == 0)
         printf("eval loss %.9g (samples 0..%d, weights from %s)\n", loss / ((double)mb * W * T),
                a->batch - 1, a->safetensors ? a->safetensors : "the checkpoint");
-    free(tok);
-    free(tgt);
-    sh_tensor_free(&logits);
-    sh_tensor_free(&dlogits);
+    tr_step_buf_free(&b);
     return rc;
 }
 
@@ -314,13 +327,17 @@ static int setup(trainer *t, ck_err *err)
     if (a->batch % (a->accum * W))
         return ck_err_set(err, -EINVAL, "--batch %d must be a multiple of --accum %d x %d "
                           "ranks, so every rank reads as many sequences", a->batch, a->accum, W);
-    int rc = make_mesh(t, err);
+    /* First: the device decides where every buffer made afterwards lives. */
+    int rc = a->cuda ? sh_world_set_device(t->w, SH_CUDA, err) : 0;
+    if (!rc)
+        rc = make_mesh(t, err);
     if (!rc)
         rc = tr_data_open(&t->data, a->data, a->model.seq, a->model.seed, err);
     if (!rc)
         rc = tr_model_build(t->w, &a->model, &t->model, err);
     if (!rc)
-        rc = tr_model_materialize(&t->model, t->mesh, err);
+        rc = tr_model_materialize(&t->model, t->mesh,
+                                  &(tr_precision){a->bf16, a->offload}, err);
     sh_adamw_opts ao = {.lr = a->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                         .weight_decay = a->wd};
     if (!rc)
@@ -335,7 +352,8 @@ static int setup(trainer *t, ck_err *err)
     if (!rc && a->resume)
         rc = resume(t, err);
     if (!rc && a->ckpt_root && !a->eval)
-        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt},
+        rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt,
+                                                       a->ckpt_timeout},
                                &t->ckpt, err);
     if (!rc && t->ckpt) {
         /* The saves' staging, faulted in now rather than in the first saves. */
@@ -349,9 +367,10 @@ static int setup(trainer *t, ck_err *err)
         ck_mesh_format(sh_mesh_desc(t->mesh), mesh, sizeof mesh);
         double h = tr_data_unigram_entropy(&t->data);
         printf("model: %d layers, dim %d, %d heads, seq %d, %" PRId64 " parameters; "
-               "mesh %s (%d ranks); batch %d x %d tokens, accum %d\n",
+               "mesh %s (%d ranks); batch %d x %d tokens, accum %d; device %s%s%s\n",
                a->model.layers, a->model.dim, a->model.heads, a->model.seq,
-               tr_model_numel(&a->model), mesh, W, a->batch, a->model.seq, a->accum);
+               tr_model_numel(&a->model), mesh, W, a->batch, a->model.seq, a->accum,
+               a->device, a->bf16 ? ", bf16" : "", a->offload ? ", offload" : "");
         printf("data: %s, %zu bytes; byte unigram entropy %.4f nats (%.4f bits)\n", a->data,
                t->data.len, h, h / log(2.0));
     }
@@ -381,6 +400,7 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = tr_args_parse(argc, argv, &t.a, &err);
+    bool parsed = rc == 0;     /* an argument error is every rank's: all exit normally */
     if (rc == 0)
         rc = setup(&t, &err);
     if (rc == 0)
@@ -388,9 +408,14 @@ int main(int argc, char **argv)
     if (rc == 0 && sh_world_rank(t.w) == 0 && !t.a.eval && t.step > 0)
         printf("done: step %ld, loss %.4f nats/byte vs the corpus's byte unigram entropy "
                "%.4f\n", t.step, t.loss, tr_data_unigram_entropy(&t.data));
+    int status = rc < 0 ? (rc == -EINVAL ? 2 : 1) : 0;
     if (rc < 0)
         fprintf(stderr, "shard-train: rank %d: %s\n", sh_world_rank(t.w), ck_err_msg(&err));
+    /* A rank that failed past the arguments may leave the others waiting for it in a
+     * collective (or, with a dead peer, itself wait in sh_finalize): end the job. */
+    if (rc < 0 && parsed && sh_world_size(t.w) > 1)
+        sh_abort(t.w, status);
     teardown(&t);
     sh_finalize(t.w);
-    return rc < 0 ? (rc == -EINVAL ? 2 : 1) : 0;
+    return status;
 }

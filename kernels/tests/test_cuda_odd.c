@@ -3,7 +3,10 @@
  * *_elem.h arithmetic without fused multiply-adds), GELU (the device's tanhf: a few
  * ulps), flat copy-in / copy-out / chunk-cat through device memory (bitwise), and
  * cuBLAS GEMMs, f32 and bf16 inputs with every transpose, against a double-precision
- * reference (f32 accumulation: relative to sum |a||b|). Exits 77 without a GPU. */
+ * reference (f32 accumulation: relative to sum |a||b|), and the GPT's layers (LayerNorm
+ * forward and backward, causal softmax forward and backward, the encoder and its
+ * backward, bias add and gradient: the same sums in the same order, bitwise expected;
+ * cross-entropy: the device's exp and log). Exits 77 without a GPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -11,13 +14,18 @@
 #include <string.h>
 
 #include "adamw.h"
+#include "bias.h"
 #include "cast.h"
 #include "cast_elem.h"
 #include "check.h"
+#include "embed.h"
 #include "flat.h"
 #include "gelu.h"
 #include "kernels_cuda.h"
+#include "layernorm.h"
 #include "norm.h"
+#include "softmax.h"
+#include "xent.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float uniform(void)   /* [-1, 1) */
@@ -218,6 +226,117 @@ static void gemm(void *blas, k_gemm_type type, bool ta, bool tb, int m, int n, i
     free(a); free(b); free(c); free(want); free(got); free(a16); free(b16);
 }
 
+static float *rnd(size_t n, float scale, float shift)
+{
+    float *p = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++)
+        p[i] = uniform() * scale + shift;
+    return p;
+}
+
+/* The device's result of n floats at d against the CPU's in h, within tol absolute. */
+static void same(const char *what, int N, int C, const float *h, const float *d, size_t n,
+                 double tol)
+{
+    float *got = malloc(n * 4 + 4);
+    down(got, d, n * 4);
+    char label[64];
+    snprintf(label, sizeof label, "%s %dx%d", what, N, C);
+    double e = report(label, n, h, got, NULL);
+    CHECK(e <= tol, "%s: max abs err %g > %g", label, e, tol);
+    free(got);
+}
+
+/* The GPT's layers on [N, C] rows (T: the sequence length, V: the vocabulary). */
+static void layers(int N, int C, int T, int V)
+{
+    size_t NC = (size_t)N * C;
+    float *x = rnd(NC, 3.0f, 0.5f), *dy = rnd(NC, 1.0f, 0.0f), *w = rnd(C, 0.5f, 1.0f),
+          *b = rnd(C, 1.0f, 0.0f);
+    float *y = malloc(NC * 4), *mean = malloc(N * 4 + 4), *rstd = malloc(N * 4 + 4);
+    float *dx = rnd(NC, 1.0f, 0.0f), *dw = rnd(C, 1.0f, 0.0f), *db = rnd(C, 1.0f, 0.0f);
+    float *gx = up(x, NC * 4), *gdy = up(dy, NC * 4), *gw = up(w, C * 4), *gb = up(b, C * 4);
+    float *gy = dev(NC * 4), *gmean = dev(N * 4), *grstd = dev(N * 4);
+    float *gdx = up(dx, NC * 4), *gdw = up(dw, C * 4), *gdb = up(db, C * 4);
+
+    k_layernorm(y, mean, rstd, x, w, b, N, C);
+    CHECK(k_cuda_layernorm(gy, gmean, grstd, gx, gw, gb, N, C, NULL) == 0, "launch");
+    same("layernorm", N, C, y, gy, NC, 1e-6);
+    same("layernorm rstd", N, 1, rstd, grstd, N, 1e-6);
+    k_layernorm_bwd(dx, dw, db, dy, x, mean, rstd, w, N, C);
+    CHECK(k_cuda_layernorm_bwd(gdx, gdw, gdb, gdy, gx, gmean, grstd, gw, N, C, NULL) == 0,
+          "launch");
+    same("layernorm backward dx", N, C, dx, gdx, NC, 1e-6);
+    same("layernorm backward dw", 1, C, dw, gdw, C, 1e-5);
+    same("layernorm backward db", 1, C, db, gdb, C, 1e-5);
+
+    /* bias over [N, C] */
+    memcpy(y, x, NC * 4);
+    k_bias_add(y, b, N, C);
+    cudaMemcpy(gy, gx, NC * 4, cudaMemcpyDeviceToDevice);
+    CHECK(k_cuda_bias_add(gy, gb, N, C, NULL) == 0, "launch");
+    same("bias add", N, C, y, gy, NC, 0);
+    k_bias_grad(db, dy, N, C);
+    CHECK(k_cuda_bias_grad(gdb, gdy, N, C, NULL) == 0, "launch");
+    same("bias gradient", N, C, db, gdb, C, 1e-5);
+
+    /* the encoder: N rows of positions mod T, tokens of V (repeating) */
+    int *tok = malloc(N * sizeof(int) + 4);
+    for (int n = 0; n < N; n++)
+        tok[n] = (int)((uniform() + 1.0f) * 0.5f * (float)V) % V;
+    float *wte = rnd((size_t)V * C, 1.0f, 0.0f), *wpe = rnd((size_t)T * C, 1.0f, 0.0f);
+    float *dwte = rnd((size_t)V * C, 1.0f, 0.0f), *dwpe = rnd((size_t)T * C, 1.0f, 0.0f);
+    int *gtok = up(tok, N * sizeof(int));
+    float *gwte = up(wte, (size_t)V * C * 4), *gwpe = up(wpe, (size_t)T * C * 4);
+    float *gdwte = up(dwte, (size_t)V * C * 4), *gdwpe = up(dwpe, (size_t)T * C * 4);
+    k_embed(y, tok, wte, wpe, N, T, C);
+    CHECK(k_cuda_embed(gy, gtok, gwte, gwpe, N, T, C, NULL) == 0, "launch");
+    same("embedding", N, C, y, gy, NC, 0);
+    k_embed_bwd(dwte, dwpe, dy, tok, N, T, C);
+    CHECK(k_cuda_embed_bwd(gdwte, gdwpe, gdy, gtok, N, T, C, NULL) == 0, "launch");
+    same("embedding backward wte", V, C, dwte, gdwte, (size_t)V * C, 0);
+    same("embedding backward wpe", T, C, dwpe, gdwpe, (size_t)T * C, 0);
+
+    /* causal softmax over N / T stacked T x T matrices (rows: a multiple of T) */
+    size_t rows = (size_t)(N / T) * T, na = rows * T;
+    if (rows) {
+        float *a = rnd(na, 6.0f, 0.0f), *dp = rnd(na, 1.0f, 0.0f);
+        float *ga = up(a, na * 4), *gdp = up(dp, na * 4);
+        k_softmax_causal(a, rows, T);
+        CHECK(k_cuda_softmax_causal(ga, rows, T, NULL) == 0, "launch");
+        same("causal softmax", (int)rows, T, a, ga, na, 1e-6);
+        /* the backward from the CPU's probabilities on both sides */
+        cudaMemcpy(ga, a, na * 4, cudaMemcpyHostToDevice);
+        k_softmax_causal_bwd(dp, a, rows, T, 0.125f);
+        CHECK(k_cuda_softmax_causal_bwd(gdp, ga, rows, T, 0.125f, NULL) == 0, "launch");
+        same("causal softmax backward", (int)rows, T, dp, gdp, na, 0);
+        cudaFree(ga); cudaFree(gdp); free(a); free(dp);
+    }
+
+    /* cross-entropy of [N, V] logits */
+    size_t nl = (size_t)N * V;
+    float *l = rnd(nl, 8.0f, 0.0f), *dl = malloc(nl * 4 + 4);
+    double *loss = malloc(N * 8 + 8), *gloss_h = malloc(N * 8 + 8), *gloss = dev(N * 8);
+    float *gl = up(l, nl * 4), *gdl = dev(nl * 4);
+    k_xent(dl, loss, l, tok, N, V, 0.01f);
+    CHECK(k_cuda_xent(gdl, gloss, gl, gtok, N, V, 0.01f, NULL) == 0, "launch");
+    same("cross-entropy gradient", N, V, dl, gdl, nl, 1e-8);
+    down(gloss_h, gloss, N * 8);
+    double worst = 0;
+    for (int n = 0; n < N; n++)
+        worst = fmax(worst, fabs(gloss_h[n] - loss[n]) / (fabs(loss[n]) + 1e-300));
+    printf("%-34s n=%-8d max rel err %.3g\n", "cross-entropy loss", N, worst);
+    CHECK(worst <= 1e-9, "cross-entropy loss, %dx%d: rel err %g", N, V, worst);
+
+    cudaFree(gx); cudaFree(gdy); cudaFree(gw); cudaFree(gb); cudaFree(gy); cudaFree(gmean);
+    cudaFree(grstd); cudaFree(gdx); cudaFree(gdw); cudaFree(gdb); cudaFree(gtok);
+    cudaFree(gwte); cudaFree(gwpe); cudaFree(gdwte); cudaFree(gdwpe); cudaFree(gloss);
+    cudaFree(gl); cudaFree(gdl);
+    free(x); free(dy); free(w); free(b); free(y); free(mean); free(rstd); free(dx); free(dw);
+    free(db); free(tok); free(wte); free(wpe); free(dwte); free(dwpe); free(l); free(dl);
+    free(loss); free(gloss_h);
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -232,6 +351,10 @@ int main(void)
         elementwise(sizes[i]);
     for (size_t world = 1; world <= 5; world += 2)
         flat(world);
+    static const int lshapes[][4] = {{1, 1, 1, 2}, {7, 13, 7, 11}, {33, 65, 11, 257},
+                                     {1023, 97, 31, 256}};
+    for (size_t i = 0; i < sizeof lshapes / sizeof lshapes[0]; i++)
+        layers(lshapes[i][0], lshapes[i][1], lshapes[i][2], lshapes[i][3]);
     void *blas;
     CHECK(k_cuda_blas_new(&blas) == 0, "cublasCreate");
     static const int shapes[][3] = {{1, 1, 1}, {37, 53, 129}, {64, 96, 768}, {5, 300, 17}};

@@ -21,7 +21,10 @@
  *           ck_save_finish_group gathers every part's outcome and hashes to rank 0;
  *        -> COMMITTING on rank 0 (its thread runs ck_save_commit), IDLE elsewhere.
  * A rank whose part could not even be started says so in that all-reduce, and then
- * every rank lets the save go.
+ * every rank lets the save go. A part still being written part_timeout_s after the
+ * save's start (by any rank's clock: the all-reduce carries a "late" flag, so no
+ * clocks are compared) fails the save on every rank, at the same all-reduce; the
+ * checkpointer is dead from then on (see dead, stuck).
  */
 #include "sh/checkpoint.h"
 
@@ -65,9 +68,14 @@ struct sh_checkpoint {
     bool fence_due;                /* lazy, and not fenced yet */
     ck_err part;                   /* part.code: it could not be handed over */
     double fence_ms;
+    double timeout_ms;             /* embedded: a part's bound, from the save's start */
+    ck_err dead;                   /* dead.code: a part timed out; every call fails so */
+    bool stuck;                    /* this rank's writer outlived the bound: it still
+                                    * holds c, which is never freed */
     /* Embedded: */
     ck_save *save;
     ck_staging image;              /* this rank's data file, kept from save to save */
+    bool image_pinned;             /* registered for DMA (stage->pin) while mapped */
     phase phase;
     pthread_t th;
     bool th_running;
@@ -114,6 +122,22 @@ static int group_gather(void *arg, const void *mine, void *all, size_t len, ck_e
 
 static int fence_for_optim(void *arg, ck_err *err);
 
+/* A GPU rank registers staging for DMA when it is mapped and until it is unmapped, so
+ * a save's fill finds it registered (stage.h: pin answers -EEXIST) and its stall is
+ * the copy alone, not cudaHostRegister of gigabytes. */
+static int stage_mapped(void *arg, void *base, size_t len)
+{
+    const sh_stage_ops *o = arg;
+    return o->pin(o->arg, base, len);
+}
+
+static void stage_unmapping(void *arg, void *base, size_t len)
+{
+    (void)len;
+    const sh_stage_ops *o = arg;
+    o->unpin(o->arg, base);
+}
+
 int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **out,
                       ck_err *err)
 {
@@ -125,6 +149,7 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     c->group = (ck_group){ (uint64_t)sh_world_rank(w), (uint64_t)sh_world_size(w),
                            group_broadcast, group_gather, w };
     c->image = CK_STAGING_NONE;
+    c->timeout_ms = (o->part_timeout_s > 0 ? o->part_timeout_s : 1800.0) * 1e3;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     int rc = 0;
@@ -152,7 +177,11 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
                         sh_world_rank(w));
     const char *env = getenv("CKPTD_SOCKET");
     if (!rc && (o->daemon || (env && *env)))
-        rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){ .socket = o->daemon }, err);
+        rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){
+                                .socket = o->daemon,
+                                .staging_mapped = c->stage ? stage_mapped : NULL,
+                                .staging_unmapping = stage_unmapping,
+                                .staging_arg = c->stage }, err);
     if (rc) {
         sh_checkpoint_free(c);
         return rc;
@@ -474,13 +503,25 @@ static int build(sh_checkpoint *c, ck_save **out, const char *name, uint64_t ste
     return rc;
 }
 
-/* The staging image of this rank's file: at least size bytes, faulted in. */
+static void image_release(sh_checkpoint *c)
+{
+    if (c->image_pinned)
+        stage_unmapping(c->stage, c->image.map, c->image.size);
+    c->image_pinned = false;
+    ck_staging_unmap(&c->image);
+}
+
+/* The staging image of this rank's file: at least size bytes, faulted in (and, on a
+ * GPU rank, registered for DMA). */
 static int image_fit(sh_checkpoint *c, uint64_t size, ck_err *err)
 {
     if (c->image.map && c->image.size >= size)
         return 0;
-    ck_staging_unmap(&c->image);
-    return ck_staging_map(&c->image, size, 0, err);
+    image_release(c);
+    int rc = ck_staging_map(&c->image, size, 0, err);
+    c->image_pinned = !rc && c->stage && stage_mapped(c->stage, c->image.map,
+                                                      c->image.size) == 0;
+    return rc;
 }
 
 /* This rank's shards into its file's image (fitted first): the copy, which needs the
@@ -516,6 +557,46 @@ static void start_part(sh_checkpoint *c, bool lazy)
         set_copied(c, &why);
 }
 
+/* After a part timed out, every collective call fails the same way on every rank. */
+static int dead(const sh_checkpoint *c, ck_err *err)
+{
+    return c->dead.code ? ck_err_set(err, c->dead.code, "%s", ck_err_msg(&c->dead)) : 0;
+}
+
+/* Collective, when a part outlived the bound: every rank learns the first late rank,
+ * its host and how many are late, and fails with the same error from now on. A late
+ * rank's writer cannot be stopped (it may be blocked in the kernel): it keeps c. */
+static int time_out(sh_checkpoint *c, int late, ck_err *err)
+{
+    int32_t n = atomic_load(&c->th_done) ? 0 : 1;
+    int64_t host[8] = { 0 };
+    if (c->group.rank == (uint64_t)late)
+        gethostname((char *)host, sizeof host - 1);
+    int rc = sh_all_reduce(sh_world_comm(c->w), &n, &n, 1, CK_I32, SH_SUM, NULL, err);
+    if (!rc)
+        rc = sh_broadcast(sh_world_comm(c->w), host, 8, CK_I64, late, NULL, err);
+    if (rc)
+        return rc;
+    ((char *)host)[sizeof host - 1] = '\0';
+    if (atomic_load(&c->th_done)) {
+        join(c);
+        ck_save_abort(c->save);     /* shared: what it wrote stays debris */
+    } else {
+        c->stuck = true;
+    }
+    c->save = NULL;
+    c->phase = IDLE;
+    char others[48] = "";
+    if (n > 1)
+        snprintf(others, sizeof others, " (and %d other rank%s)", n - 1, n > 2 ? "s" : "");
+    ck_err_set(&c->dead, -ETIMEDOUT, "checkpoint %s: rank %d on host %s%s did not write its "
+               "part within %.0f s of the save's start (its storage hangs?); nothing was "
+               "published, and this run saves no more checkpoints", c->name, late,
+               (char *)host, others, c->timeout_ms / 1e3);
+    c->name[0] = '\0';
+    return ck_err_set(err, c->dead.code, "%s", ck_err_msg(&c->dead));
+}
+
 /* Collective: moves the save in flight on; with block, until it is over. Ranks agree
  * on the step at which to finish by an all-reduce of "my part is still being
  * written" and "I have no part". */
@@ -523,10 +604,23 @@ static int advance(sh_checkpoint *c, bool block, ck_err *err)
 {
     int rc = 0;
     if (c->phase == WRITING) {
-        if (block)
-            join(c);
-        int32_t v[2] = { atomic_load(&c->th_done) ? 0 : 1, c->part.code ? 1 : 0 };
-        rc = all_max(c, v, 2, err);
+        /* v: someone still writing, someone without a part, someone's clock past the
+         * bound, world - the first rank still writing. Blocking, the ranks ask again
+         * until every part is written or the bound passes. */
+        int32_t v[4];
+        for (;;) {
+            bool writing = !atomic_load(&c->th_done);
+            v[0] = writing;
+            v[1] = c->part.code ? 1 : 0;
+            v[2] = since_ms(&c->t0) > c->timeout_ms;
+            v[3] = writing ? (int32_t)(c->group.world - c->group.rank) : 0;
+            rc = all_max(c, v, 4, err);
+            if (rc || !v[0] || v[2] || !block)
+                break;
+            nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+        }
+        if (!rc && v[0] && v[2])
+            return time_out(c, (int)(c->group.world - (uint64_t)v[3]), err);
         if (rc || v[0])
             return rc;
         join(c);
@@ -630,7 +724,11 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = 0;
+    int rc = dead(c, err);
+    if (rc) {
+        *stall_ms = 0;
+        return rc;
+    }
     if (lazy && !c->optim)
         rc = ck_err_set(err, -EINVAL, "checkpoint %s: a lazy save needs the optimizer that "
                         "writes its sources (sh_checkpoint_opts.optim), which fences it",
@@ -690,6 +788,8 @@ int sh_checkpoint_save_lazy(sh_checkpoint *c, const char *name, uint64_t step,
 
 int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err)
 {
+    if (c->dead.code)
+        return dead(c, err);
     if (!c->cl)
         return advance(c, false, err);
     /* A lazy part's fate is known at its fence. name, agreed and fence_due say the same
@@ -716,6 +816,8 @@ int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err)
 
 int sh_checkpoint_wait(sh_checkpoint *c, ck_err *err)
 {
+    if (c->dead.code)
+        return dead(c, err);
     return c->cl ? retire(c, err) : advance(c, true, err);
 }
 
@@ -725,6 +827,8 @@ void sh_checkpoint_free(sh_checkpoint *c)
         return;
     if (c->optim)
         sh_adamw_set_fence(c->optim, NULL, NULL);
+    if (c->stuck)
+        return;     /* its writer still uses c, its save and its image: all are let go */
     /* No collective here: the save in flight is let go, and what it wrote is debris
      * for recovery (connected: the client waits for its staged part). */
     fence_wait(c);
@@ -735,7 +839,7 @@ void sh_checkpoint_free(sh_checkpoint *c)
     join(c);
     if (c->phase == WRITING)
         ck_save_abort(c->save);     /* a commit frees its save itself */
-    ck_staging_unmap(&c->image);
+    image_release(c);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->report);
@@ -779,41 +883,77 @@ int sh_checkpoint_latest(sh_world *w, const char *root, char name[CK_NAME_MAX], 
     return 0;
 }
 
-/* A shard in device memory is read into host memory, then copied to the device. */
+/* Host staging for the device entries of a load, reused from entry to entry: pinned
+ * where the runtime gives it (the copy up is then a DMA), else plain memory. */
+typedef struct load_stage {
+    void *p;
+    size_t cap;
+    bool pinned;
+} load_stage;
+
+static int load_stage_fit(load_stage *b, size_t bytes)
+{
+    if (b->cap >= bytes)
+        return 0;
+    if (b->pinned)
+        sh_pinned_free(b->p);
+    else
+        free(b->p);
+    *b = (load_stage){0};
+    if (sh_pinned_alloc(&b->p, bytes, false) == 0) {
+        b->pinned = true;
+    } else if (!(b->p = malloc(bytes))) {
+        return -ENOMEM;
+    }
+    b->cap = bytes;
+    return 0;
+}
+
+static void load_stage_free(load_stage *b)
+{
+    if (b->pinned)
+        sh_pinned_free(b->p);
+    else
+        free(b->p);
+}
+
+/* A shard in device memory is read into the host staging, then copied to the device;
+ * the copy is waited for before the staging is reused. */
 static int read_entry(ck_ckpt *ck, ck_reader *rd, const sh_shard_entry *e, size_t bytes,
-                      ck_err *err)
+                      load_stage *stage, ck_err *err)
 {
     if (e->device != SH_CUDA)
         return ck_reader_read(rd, &e->box, 0, bytes, e->data, err);
     const sh_dev_ops *d = sh_dev_for(SH_CUDA);
-    void *host = malloc(bytes);
-    if (!d || !host) {
-        free(host);
-        return ck_err_set(err, d ? -ENOMEM : -ENOTSUP, "checkpoint %s: loading '%s' onto "
-                          "the device: %s", ck_get_info(ck)->name, e->name,
+    int rc = d ? load_stage_fit(stage, bytes) : -ENOTSUP;
+    if (rc)
+        return ck_err_set(err, rc, "checkpoint %s: loading '%s' onto the device: %s",
+                          ck_get_info(ck)->name, e->name,
                           d ? "out of memory" : "this build has no CUDA");
-    }
-    int rc = ck_reader_read(rd, &e->box, 0, bytes, host, err);
+    rc = ck_reader_read(rd, &e->box, 0, bytes, stage->p, err);
     if (!rc) {
-        rc = d->copy(e->data, host, bytes);
+        rc = d->copy(e->data, stage->p, bytes);
         if (!rc)
             rc = d->sync();
         if (rc)
             ck_err_set(err, rc, "checkpoint %s: copying '%s' to the device",
                        ck_get_info(ck)->name, e->name);
     }
-    free(host);
     return rc;
 }
 
 int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *err)
 {
-    for (size_t i = 0; i < sd->n; i++) {
+    load_stage stage = {0};
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sd->n; i++) {
         const sh_shard_entry *e = &sd->entry[i];
         ck_reader *rd;
-        int rc = ck_reader_open(ck, e->name, &rd, err);
-        if (rc)
-            return ck_err_set(err, rc, "checkpoint %s", ck_get_info(ck)->name);
+        rc = ck_reader_open(ck, e->name, &rd, err);
+        if (rc) {
+            ck_err_set(err, rc, "checkpoint %s", ck_get_info(ck)->name);
+            break;
+        }
         const ck_tensor *t = ck_reader_tensor(rd);
         bool same = t->dtype == e->dtype && t->ndim == e->ndim;
         for (int d = 0; same && d < t->ndim; d++)
@@ -824,10 +964,9 @@ int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *
                             "shape than the model's (a different configuration?)",
                             ck_get_info(ck)->name, e->name);
         else if (n)
-            rc = read_entry(ck, rd, e, n * ck_dtype_size(e->dtype), err);
+            rc = read_entry(ck, rd, e, n * ck_dtype_size(e->dtype), &stage, err);
         ck_reader_close(rd);
-        if (rc)
-            return rc;
     }
-    return 0;
+    load_stage_free(&stage);
+    return rc;
 }

@@ -99,10 +99,21 @@ static int m_barrier(sh_comm *c, sh_work *w, ck_err *err)
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
 }
 
+/* MPI_Wait would wait forever for a dead peer: test, and let the watchdog look. The
+ * request of a collective given up on stays with MPI; the caller is to end the job
+ * (sh_abort), as MPI offers no way to cancel a collective. */
 static int m_wait(sh_work *w, ck_err *err)
 {
-    int rc = MPI_Wait(&w->req, MPI_STATUS_IGNORE);
-    return rc == MPI_SUCCESS ? 0 : mpi_fail(w->comm, w->what, rc, err);
+    double next = 0.0;
+    for (;;) {
+        int done = 0, rc = MPI_Test(&w->req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(w->comm, w->what, rc, err);
+        if (done)
+            return 0;
+        if ((rc = sh_peers_watch(w->comm->world, &next, w->what, w->comm->name, err)))
+            return rc;
+    }
 }
 
 static int m_split(sh_comm *c, int color, int key, const char *name, sh_comm **out,

@@ -36,6 +36,22 @@ typedef struct sh_dev_ops {
     int (*gemm)(void *blas, ck_dtype in, bool ta, bool tb, int m, int n, int k, float alpha,
                 const void *a, int lda, const void *b, int ldb, float beta, float *c,
                 int ldc);
+    /* The GPT's layers: kernels/layernorm.h, softmax.h, embed.h, bias.h, and xent.h,
+     * whose per-row losses the host sums in row order into *loss (host memory). */
+    int (*layernorm)(float *y, float *mean, float *rstd, const float *x, const float *w,
+                     const float *b, int N, int C);
+    int (*layernorm_bwd)(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *mean, const float *rstd, const float *w, int N, int C);
+    int (*softmax_causal)(float *a, size_t rows, int T);
+    int (*softmax_causal_bwd)(float *dp, const float *a, size_t rows, int T, float scale);
+    int (*embed)(float *out, const int *tok, const float *wte, const float *wpe, int N, int T,
+                 int C);
+    int (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const int *tok, int N, int T,
+                     int C);
+    int (*xent)(float *dlogits, const float *logits, const int *targets, int N, int V,
+                float scale, double *loss);
+    int (*bias_add)(float *y, const float *b, int N, int O);
+    int (*bias_grad)(float *db, const float *dy, int N, int O);
     int (*sync)(void);                        /* the host waits for queued work */
 } sh_dev_ops;
 

@@ -4,10 +4,15 @@
 #include <string.h>
 
 #include "adamw.h"
+#include "bias.h"
 #include "cast.h"
 #include "dev.h"
+#include "embed.h"
 #include "gelu.h"
+#include "layernorm.h"
 #include "norm.h"
+#include "softmax.h"
+#include "xent.h"
 
 static int c_alloc(void **p, size_t bytes, bool zero)
 {
@@ -111,6 +116,72 @@ static int c_gemm(void *blas, ck_dtype in, bool ta, bool tb, int m, int n, int k
     return 0;
 }
 
+static int c_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w,
+                       const float *b, int N, int C)
+{
+    k_layernorm(y, mean, rstd, x, w, b, N, C);
+    return 0;
+}
+
+static int c_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                           const float *mean, const float *rstd, const float *w, int N, int C)
+{
+    k_layernorm_bwd(dx, dw, db, dy, x, mean, rstd, w, N, C);
+    return 0;
+}
+
+static int c_softmax_causal(float *a, size_t rows, int T)
+{
+    k_softmax_causal(a, rows, T);
+    return 0;
+}
+
+static int c_softmax_causal_bwd(float *dp, const float *a, size_t rows, int T, float scale)
+{
+    k_softmax_causal_bwd(dp, a, rows, T, scale);
+    return 0;
+}
+
+static int c_embed(float *out, const int *tok, const float *wte, const float *wpe, int N,
+                   int T, int C)
+{
+    k_embed(out, tok, wte, wpe, N, T, C);
+    return 0;
+}
+
+static int c_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
+                       int T, int C)
+{
+    k_embed_bwd(dwte, dwpe, dout, tok, N, T, C);
+    return 0;
+}
+
+static int c_xent(float *dlogits, const float *logits, const int *targets, int N, int V,
+                  float scale, double *loss)
+{
+    double *rows = malloc(sizeof(double) * (size_t)N + 1);
+    if (!rows)
+        return -ENOMEM;
+    k_xent(dlogits, rows, logits, targets, N, V, scale);
+    *loss = 0.0;
+    for (int n = 0; n < N; n++)
+        *loss += rows[n];
+    free(rows);
+    return 0;
+}
+
+static int c_bias_add(float *y, const float *b, int N, int O)
+{
+    k_bias_add(y, b, N, O);
+    return 0;
+}
+
+static int c_bias_grad(float *db, const float *dy, int N, int O)
+{
+    k_bias_grad(db, dy, N, O);
+    return 0;
+}
+
 static int c_sync(void) { return 0; }
 
 const sh_dev_ops sh_dev_cpu = {
@@ -129,5 +200,14 @@ const sh_dev_ops sh_dev_cpu = {
     .gelu = c_gelu,
     .gelu_bwd = c_gelu_bwd,
     .gemm = c_gemm,
+    .layernorm = c_layernorm,
+    .layernorm_bwd = c_layernorm_bwd,
+    .softmax_causal = c_softmax_causal,
+    .softmax_causal_bwd = c_softmax_causal_bwd,
+    .embed = c_embed,
+    .embed_bwd = c_embed_bwd,
+    .xent = c_xent,
+    .bias_add = c_bias_add,
+    .bias_grad = c_bias_grad,
     .sync = c_sync,
 };

@@ -5,6 +5,7 @@
  * collective's buffers only after sh_work_wait has ordered the default stream behind
  * the collective. */
 #include <cuda_runtime_api.h>
+#include <stdlib.h>
 
 #include "dev.h"
 #include "kernels_cuda.h"
@@ -102,6 +103,75 @@ static int g_gemm(void *blas, ck_dtype in, bool ta, bool tb, int m, int n, int k
                        alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+static int g_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w,
+                       const float *b, int N, int C)
+{
+    return k_cuda_layernorm(y, mean, rstd, x, w, b, N, C, NULL);
+}
+
+static int g_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                           const float *mean, const float *rstd, const float *w, int N, int C)
+{
+    return k_cuda_layernorm_bwd(dx, dw, db, dy, x, mean, rstd, w, N, C, NULL);
+}
+
+static int g_softmax_causal(float *a, size_t rows, int T)
+{
+    return k_cuda_softmax_causal(a, rows, T, NULL);
+}
+
+static int g_softmax_causal_bwd(float *dp, const float *a, size_t rows, int T, float scale)
+{
+    return k_cuda_softmax_causal_bwd(dp, a, rows, T, scale, NULL);
+}
+
+static int g_embed(float *out, const int *tok, const float *wte, const float *wpe, int N,
+                   int T, int C)
+{
+    return k_cuda_embed(out, tok, wte, wpe, N, T, C, NULL);
+}
+
+static int g_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
+                       int T, int C)
+{
+    return k_cuda_embed_bwd(dwte, dwpe, dout, tok, N, T, C, NULL);
+}
+
+/* The rows' losses come to the host and are summed there in row order, as on the CPU,
+ * so the total differs from the CPU's only by the device's exp and log. */
+static int g_xent(float *dlogits, const float *logits, const int *targets, int N, int V,
+                  float scale, double *loss)
+{
+    size_t bytes = sizeof(double) * (size_t)(N > 0 ? N : 0);
+    double *d = NULL, *h = malloc(bytes + 1);
+    int rc = h ? 0 : -ENOMEM;
+    if (!rc && bytes)
+        rc = ok(cudaMallocAsync((void **)&d, bytes, NULL));
+    if (!rc)
+        rc = k_cuda_xent(dlogits, d, logits, targets, N, V, scale, NULL);
+    if (!rc && bytes)
+        rc = ok(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, NULL));
+    if (d)
+        cudaFreeAsync(d, NULL);
+    if (!rc)
+        rc = ok(cudaStreamSynchronize(NULL));
+    *loss = 0.0;
+    for (int n = 0; !rc && n < N; n++)
+        *loss += h[n];
+    free(h);
+    return rc;
+}
+
+static int g_bias_add(float *y, const float *b, int N, int O)
+{
+    return k_cuda_bias_add(y, b, N, O, NULL);
+}
+
+static int g_bias_grad(float *db, const float *dy, int N, int O)
+{
+    return k_cuda_bias_grad(db, dy, N, O, NULL);
+}
+
 static int g_sync(void) { return ok(cudaStreamSynchronize(NULL)); }
 
 static const sh_dev_ops dev_cuda = {
@@ -120,6 +190,15 @@ static const sh_dev_ops dev_cuda = {
     .gelu = g_gelu,
     .gelu_bwd = g_gelu_bwd,
     .gemm = g_gemm,
+    .layernorm = g_layernorm,
+    .layernorm_bwd = g_layernorm_bwd,
+    .softmax_causal = g_softmax_causal,
+    .softmax_causal_bwd = g_softmax_causal_bwd,
+    .embed = g_embed,
+    .embed_bwd = g_embed_bwd,
+    .xent = g_xent,
+    .bias_add = g_bias_add,
+    .bias_grad = g_bias_grad,
     .sync = g_sync,
 };
 

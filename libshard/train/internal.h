@@ -60,12 +60,24 @@ void sh_comm_free(sh_comm *c);
 
 /* ---- world ---- */
 
+/* The peer watchdog (peers.c). */
+typedef struct sh_peers sh_peers;
+/* Learns the pids of the ranks of this host (collective over `local`). */
+int sh_peers_new(sh_world *w, MPI_Comm local, sh_peers **out, ck_err *err);
+void sh_peers_free(sh_peers *p);
+/* Called in the loop of a blocking wait, *next zero at its start: -EPIPE, with a
+ * message naming the collective, the comm and the dead rank, once a peer of this host
+ * has exited; it looks at most once a second, and not in the first second. */
+int sh_peers_watch(sh_world *w, double *next, const char *what, const char *comm,
+                   ck_err *err);
+
 struct sh_world {
     int rank, size, local_rank, local_size;
     bool owns_mpi;
     sh_comm *comm;
     MPI_Op op_sum_bf16, op_sum_f16, op_max_bf16, op_max_f16;
     sh_mem_stats mem;
+    sh_peers *peers;       /* the other ranks of this host, watched while waiting */
     sh_device device;      /* SH_CPU until sh_world_set_device(SH_CUDA) */
     int cuda_ordinal;      /* the CUDA device this rank drives */
     void *blas;            /* its cuBLAS handle */

@@ -9,7 +9,9 @@
  * rather than by the caller.
  *
  * A lazy save fills from a thread of the checkpoint or the client: the current device
- * is per thread, so each fill selects the rank's device first. */
+ * is per thread, so each fill selects the rank's device first. sh_checkpoint also pins
+ * whole staging areas when they are mapped (the client's reserver thread, the
+ * embedded image), so the fills usually find their pages registered (-EEXIST). */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 
@@ -44,7 +46,10 @@ static int pin(void *arg, void *base, size_t len)
 static void unpin(void *arg, void *base)
 {
     (void)arg;
-    cudaHostUnregister(base);
+    /* A failure here must not linger as the runtime's last error, which the next
+     * kernel launch's check would report as its own. */
+    if (cudaHostUnregister(base) != cudaSuccess)
+        cudaGetLastError();
 }
 
 static int copy(void *arg, void *dst, const void *src, size_t len)

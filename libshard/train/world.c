@@ -74,6 +74,7 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err)
     MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &w->local_rank);
     MPI_Comm_size(local, &w->local_size);
+    int prc = sh_peers_new(w, local, &w->peers, err);
     MPI_Comm_free(&local);
     MPI_Op_create(sum_bf16, 1, &w->op_sum_bf16);
     MPI_Op_create(sum_f16, 1, &w->op_sum_f16);
@@ -94,7 +95,7 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err)
     snprintf(c->name, sizeof c->name, "world");
     w->comm = c;
 
-    int rc = check_env("RANK", w->rank, "rank", err);
+    int rc = prc ? prc : check_env("RANK", w->rank, "rank", err);
     if (!rc)
         rc = check_env("WORLD_SIZE", w->size, "world size", err);
     if (!rc)
@@ -114,6 +115,7 @@ void sh_finalize(sh_world *w)
         return;
     sh_comm_free(w->comm);
     sh_cuda_detach(w);
+    sh_peers_free(w->peers);
     MPI_Op_free(&w->op_sum_bf16);
     MPI_Op_free(&w->op_sum_f16);
     MPI_Op_free(&w->op_max_bf16);

@@ -28,9 +28,11 @@ ckptd, and commits. Wait for an async save's future before starting the next one
 the same writer.
 """
 import dataclasses
+import fcntl
 import json
 import os
 import re
+import time
 
 import torch
 import torch.distributed as dist
@@ -179,15 +181,36 @@ class CkptWriter(StorageWriter, AsyncStager):
     def _connected(self):
         return bool(self.socket or os.environ.get("CKPTD_SOCKET"))
 
-    def _check_staged_here(self):
-        if self._staged is not None and self._unpickled:
+    def _staged_elsewhere(self):
+        """In the checkpoint process of AsyncCheckpointerType.PROCESS, after this writer
+        staged the save in the training process: True through ckptd, which has every
+        part and the commit request and finishes alone; embedded, the staged part is in
+        the training process's memory, out of this process's reach: an error."""
+        if self._staged is None or not self._unpickled:
+            return False
+        if not self._connected():
             raise RuntimeError(
-                f"CkptWriter: {self._staged.name} was staged in another process; with "
-                "AsyncCheckpointerType.PROCESS pass async_stager=DefaultStager() to "
-                "dcp.async_save")
+                f"CkptWriter: {self._staged.name} was staged into the training process's "
+                "memory (embedded engine), which the checkpoint process of "
+                "AsyncCheckpointerType.PROCESS cannot reach; pass "
+                "async_stager=DefaultStager() to dcp.async_save, or save through ckptd")
+        return True
+
+    def _wait_committed_elsewhere(self):
+        """ckptd owns the save: it holds .pending/NAME.lock until the save is committed
+        (ROOT/NAME appears by a rename) or removed (docs/FORMAT.md, "Owners and
+        locks"). Its reason for a failure went to the training process's client."""
+        name = self._staged.name
+        done = os.path.join(self.root, name, "manifest.mdb")
+        lock = os.path.join(self.root, ".pending", name + ".lock")
+        while not os.path.exists(done):
+            if not _lock_held(lock) and not os.path.exists(done):
+                raise RuntimeError(f"CkptWriter: {name}: ckptd ended the save without "
+                                   "committing it; the training process's error says why")
+            time.sleep(0.02)
 
     def prepare_global_plan(self, plans):
-        self._check_staged_here()
+        self._staged_elsewhere()
         if self._staged is not None:
             return plans               # stage() planned and staged this save already
         table = self._plan_save(plans)
@@ -305,8 +328,9 @@ class CkptWriter(StorageWriter, AsyncStager):
 
     def write_data(self, plan, planner):
         try:
-            self._check_staged_here()
-            if self._staged is not None:
+            if self._staged_elsewhere():
+                results = []
+            elif self._staged is not None:
                 results = self._write(*self._staged.pending)
             else:
                 results, blobs = self._offer(plan, planner, plan.storage_data)
@@ -322,6 +346,9 @@ class CkptWriter(StorageWriter, AsyncStager):
 
     def finish(self, metadata, results):
         try:
+            if self._staged_elsewhere():
+                self._wait_committed_elsewhere()
+                return
             if self._connected():
                 self._csave.wait()
                 self._csave.close()
@@ -391,3 +418,19 @@ class CkptWriter(StorageWriter, AsyncStager):
 class _Staged:
     name: str
     pending: tuple
+
+
+def _lock_held(path):
+    """Whether a live process holds the lock file at path (flock), as ck_pending_live
+    tells it: a shared lock taken and dropped at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

@@ -177,7 +177,8 @@ int main(void)
 
     /* The new options refuse bad values with a message and exit 2. */
     static const char *bad[][2] = { { "--plan-memory", "1KiB" }, { "--plan-memory", "lots" },
-                                    { "--drain-timeout", "-5" }, { "--drain-timeout", "1e9" } };
+                                    { "--drain-timeout", "-5" }, { "--drain-timeout", "1e9" },
+                                    { "--rank-timeout", "soon" }, { "--rank-timeout", "-1" } };
     char out[PATH_MAX + 16];
     snprintf(out, sizeof out, "%s.usage", root);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -5,7 +5,11 @@
  * returns (mincore), the pages it reports are 4 KiB when asked, and the memory holds
  * what is written. Then a client opened with small_pages and one with the default:
  * ck_client_save_reserve makes the staging before any save and says once which pages
- * it got; saves through that staging commit the right bytes. */
+ * it got; saves through that staging commit the right bytes. The client's staging
+ * hooks (what a GPU rank registers for DMA) see every area once when it is mapped and
+ * once before it is unmapped, with the same base and length, none of them in a save
+ * that reuses its area; an area the hook refused is not reported unmapped. */
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include "ck/staging.h"
@@ -57,12 +61,48 @@ static void note(void *arg, const char *msg)
     }
 }
 
+/* What the staging hooks saw; the reserver thread maps too, hence the lock. */
+typedef struct hookbook {
+    pthread_mutex_t mu;
+    void *base[8];
+    size_t len[8];
+    int mapped, unmapped, live, mismatched;
+    bool refuse;                /* staging_mapped answers -EIO */
+} hookbook;
+
+static int on_mapped(void *arg, void *base, size_t len)
+{
+    hookbook *h = arg;
+    pthread_mutex_lock(&h->mu);
+    if (h->mapped < 8) {
+        h->base[h->mapped] = base;
+        h->len[h->mapped] = len;
+    }
+    h->mapped++;
+    h->live++;
+    pthread_mutex_unlock(&h->mu);
+    return h->refuse ? -EIO : 0;
+}
+
+static void on_unmapping(void *arg, void *base, size_t len)
+{
+    hookbook *h = arg;
+    pthread_mutex_lock(&h->mu);
+    bool known = false;
+    for (int i = 0; i < h->mapped && i < 8; i++)
+        known |= h->base[i] == base && h->len[i] == len;
+    h->mismatched += !known;
+    h->unmapped++;
+    h->live--;
+    pthread_mutex_unlock(&h->mu);
+}
+
 static const kc_tensor tensors[] = {
     { CK_F32, 2, { 700, 1031 }, "R" },
     { CK_F64, 1, { 5003 }, "R" },
 };
 
-static void client_round(bool small)
+static void client_round(bool small, hookbook *hooks)
 {
     char root[PATH_MAX];
     tl_tmpdir(root, sizeof root, small ? "kcstage-small" : "kcstage-huge");
@@ -70,7 +110,9 @@ static void client_round(bool small)
     ck_client *cl;
     ck_err err = { 0 };
     ck_client_opts o = { .embedded = true, .small_pages = small, .writers = 2,
-                         .hash_threads = 2, .log = note, .log_arg = &book };
+                         .hash_threads = 2, .log = note, .log_arg = &book,
+                         .staging_mapped = on_mapped, .staging_unmapping = on_unmapping,
+                         .staging_arg = hooks };
     REQUIRE(ck_client_open(&cl, root, &o, &err) == 0, "open: %s", ck_err_msg(&err));
     ck_mesh mesh;
     REQUIRE(ck_mesh_parse("1", NULL, &mesh, NULL) == 0, "mesh");
@@ -87,6 +129,10 @@ static void client_round(bool small)
         CHECK(strstr(book.text, "4 KiB pages (as asked)") != NULL, "forced fallback logged "
               "'%s'", book.text);
     printf("client %s: %s\n", small ? "small_pages" : "default", book.text);
+    pthread_mutex_lock(&hooks->mu);
+    int after_reserve = hooks->mapped;
+    pthread_mutex_unlock(&hooks->mu);
+    CHECK(after_reserve >= 1, "the reservation mapped staging but the hook saw nothing");
     for (int i = 0; i < 3; i++) {
         char name[16];
         snprintf(name, sizeof name, "staged-%d", i);
@@ -101,6 +147,16 @@ static void client_round(bool small)
     CHECK(book.staging_lines == 1, "the page size was logged %d times, not once",
           book.staging_lines);
     ck_client_close(cl);
+    /* The first save may grow into the second slot (double buffering); later saves of
+     * the same size map nothing. */
+    CHECK(hooks->mapped >= after_reserve && hooks->mapped <= 2, "%d areas mapped for 3 saves "
+          "of one size (after the reservation: %d)", hooks->mapped, after_reserve);
+    CHECK(hooks->unmapped == (hooks->refuse ? 0 : hooks->mapped) && hooks->mismatched == 0,
+          "%s: %d mapped, %d unmapped, %d unmapped areas never seen mapped",
+          hooks->refuse ? "refused" : "accepted", hooks->mapped, hooks->unmapped,
+          hooks->mismatched);
+    printf("staging hooks (%s): %d areas mapped, %d unmapped\n",
+           hooks->refuse ? "refusing" : "accepting", hooks->mapped, hooks->unmapped);
     if (!tl_failures)
         tl_rmtree(root);
 }
@@ -110,8 +166,11 @@ int main(void)
     kc_watchdog(50);
     for (unsigned f = 0; f < 4; f++)
         check_map(f);
-    client_round(true);
-    client_round(false);
+    hookbook h1 = { .mu = PTHREAD_MUTEX_INITIALIZER }, h2 = h1, h3 = h1;
+    h3.refuse = true;
+    client_round(true, &h1);
+    client_round(false, &h2);
+    client_round(true, &h3);
     if (tl_failures)
         return 1;
     printf("ok: staging faulted in ahead, with huge pages allowed and forced off\n");

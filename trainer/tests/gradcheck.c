@@ -6,13 +6,13 @@
  * away from their initial values (LayerNorm gains of 1, zero biases) so that every
  * term of the backward carries weight. f32 forward, losses summed in double: with
  * h = 1e-3 the finite difference is good to about 1e-4 of the largest gradient.
+ * Last, a token outside the vocabulary must be refused with a message naming it.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers.h"
 #include "model.h"
 
 #define MAX_PARAMS 64
@@ -24,7 +24,10 @@ static double loss_of(tr_model *m, const int *tok, const int *tgt, int B, sh_ten
     if (tr_model_forward(m, tok, B, logits, err) ||
         sh_tensor_resize(dlogits, CK_F32, 3, logits->shape, err))
         return NAN;
-    double loss = tr_cross_entropy(dlogits->data, logits->data, tgt, N, V, 1.0f / (float)N);
+    double loss;
+    if (sh_cross_entropy(sh_module_world(m->root), dlogits->data, logits->data, tgt, N, V,
+                         1.0f / (float)N, &loss, err))
+        return NAN;
     if (backward && tr_model_backward(m, dlogits, err))
         return NAN;
     return loss / N;
@@ -50,7 +53,7 @@ int main(int argc, char **argv)
     }
     tr_config cfg = {.vocab = 11, .seq = 5, .layers = 2, .dim = 8, .heads = 2, .seed = 3};
     tr_model m;
-    if (tr_model_build(w, &cfg, &m, &err) || tr_model_materialize(&m, NULL, &err)) {
+    if (tr_model_build(w, &cfg, &m, &err) || tr_model_materialize(&m, NULL, NULL, &err)) {
         fprintf(stderr, "gradcheck: %s\n", ck_err_msg(&err));
         return 1;
     }
@@ -116,6 +119,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: gradient is all zero\n", sh_param_name(p[i]));
             bad++;
         }
+    }
+    /* A token outside the vocabulary is refused before it reaches the encoder. */
+    tok[4] = cfg.vocab;
+    ck_err e2 = {0};
+    if (tr_model_forward(&m, tok, B, &logits, &e2) != -EINVAL ||
+        !strstr(ck_err_msg(&e2), "token 11")) {
+        fprintf(stderr, "token %d: forward gave '%s', not a refusal naming it\n", cfg.vocab,
+                ck_err_msg(&e2));
+        bad++;
     }
     sh_tensor_free(&logits);
     sh_tensor_free(&dlogits);

@@ -9,6 +9,7 @@
 #     committed checkpoints that deep-verify, the catalog, and .pending debris.
 #   launcher_killed.sh SHARDRUN SHARD_TRAIN CKPT_VERIFY
 set -euo pipefail
+. "$(dirname "$0")/root_lib.sh"
 shardrun=$1 train=$2 verify=$3
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
@@ -57,13 +58,5 @@ kill_launcher "shard-train"
 before=$(committed)
 sleep 2
 [ "$(committed)" = "$before" ] || { echo "FAILED: checkpoints appeared after the ranks died"; exit 1; }
-for d in "$work"/ck/* "$work"/ck/.[!.]*; do
-    name=$(basename "$d")
-    case $name in
-    catalog.mdb|catalog.mdb-lock|.pending) ;;
-    step-*) "$verify" --deep "$work/ck" "$name" >/dev/null ||
-                { echo "FAILED: $name is visible but does not verify"; exit 1; } ;;
-    *) echo "FAILED: unexpected $name in the root"; exit 1 ;;
-    esac
-done
-echo "ok: 4 ranks of sleep and 4 of shard-train ended with their SIGKILLed launcher; the root holds $(echo $before | wc -w) committed checkpoint(s) that verify, and debris"
+n=$(check_root "$work/ck" "$verify") || { echo "$n"; exit 1; }
+echo "ok: 4 ranks of sleep and 4 of shard-train ended with their SIGKILLed launcher; the root holds $n committed checkpoint(s) that verify, and debris"

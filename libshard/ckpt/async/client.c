@@ -90,6 +90,9 @@ int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts
     cl->small_pages = o.small_pages;
     cl->log = o.log;
     cl->log_arg = o.log_arg;
+    cl->staging_mapped = o.staging_mapped;
+    cl->staging_unmapping = o.staging_unmapping;
+    cl->staging_arg = o.staging_arg;
     int r = 0;
     if (sock && (r = nodes_of(&o, &cl->nodes, err)) < 0) {
         free(cl);
@@ -118,8 +121,11 @@ const char *ck_client_root(const ck_client *cl)
 /* ---- staging slots, made ahead ---- */
 
 /* Unmaps s's memory; its user stays. */
-static void slot_release(ck__client_slot *s)
+static void slot_release(ck_client *cl, ck__client_slot *s)
 {
+    if (s->hooked && s->map)
+        cl->staging_unmapping(cl->staging_arg, s->map, s->size);
+    s->hooked = false;
     ck_staging m = { .fd = s->fd, .map = s->map, .size = s->size };
     ck_staging_unmap(&m);
     s->fd = -1;
@@ -147,7 +153,7 @@ static int slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *er
 {
     if (s->map && s->size >= need)
         return 0;
-    slot_release(s);
+    slot_release(cl, s);
     ck_staging m = CK_STAGING_NONE;
     int r = ck_staging_map(&m, need, CK_STAGING_MEMFD |
                            (cl->small_pages ? CK_STAGING_SMALL_PAGES : 0u), err);
@@ -157,6 +163,8 @@ static int slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *er
     s->map = m.map;
     s->size = m.size;
     s->pages = m.pages;
+    s->hooked = cl->staging_mapped && cl->staging_unmapping &&
+                cl->staging_mapped(cl->staging_arg, s->map, s->size) == 0;
     if (!cl->pages_logged) {
         cl->pages_logged = true;
         say(cl, "checkpoint staging on %s%s", ck_staging_pages_name(m.pages),
@@ -245,7 +253,7 @@ void ck_client_close(ck_client *cl)
     if (cl->t)
         ck__client_wait_for(cl, all_slots_free, NULL);
     for (int i = 0; i < CK_CLIENT_SLOTS; i++)
-        slot_release(&cl->slots[i]);
+        slot_release(cl, &cl->slots[i]);
     if (cl->t)
         cl->t->close(cl);
     free(cl);

@@ -34,6 +34,7 @@ typedef struct ck__client_slot {
     uint64_t size;
     ck_staging_pages pages;
     ck_client_save *user;       /* the save whose part it holds, until durable */
+    bool hooked;                /* opts.staging_mapped accepted this mapping */
 } ck__client_slot;
 
 typedef struct ck__client_transport ck__client_transport;
@@ -48,6 +49,9 @@ struct ck_client {
     bool pages_logged;          /* the staging's page size was logged */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
+    int (*staging_mapped)(void *arg, void *base, size_t len);     /* opts' */
+    void (*staging_unmapping)(void *arg, void *base, size_t len);
+    void *staging_arg;
     /* Staging made ahead (ck_client_reserve): a thread maps the slots of reserve_mask,
      * which no save holds, to reserve_bytes. Whatever touches the slots joins it first. */
     pthread_t reserver;

@@ -1277,6 +1277,17 @@ unsigned ck__saver_abandon_waiting(ck__saver *sv, const char *why)
     return n;
 }
 
+void ck__saver_forget(ck__saver *sv, const char *name)
+{
+    pthread_mutex_lock(&sv->mu);
+    sv_ckpt *c = find(sv, name);
+    if (c && c->state == C_FAILED && c->fail_reported && !c->writes) {
+        unlink_ckpt(sv, c);
+        ckpt_free_parts(c, true);
+    }
+    pthread_mutex_unlock(&sv->mu);
+}
+
 bool ck__saver_committable(ck__saver *sv, const char *name)
 {
     pthread_mutex_lock(&sv->mu);

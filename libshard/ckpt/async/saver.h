@@ -86,6 +86,10 @@ void ck__saver_abandon(ck__saver *sv, const char *name, const char *why);
 /* Gives up every save that still waits for a part or for the commit request (a
  * shutdown's drain timeout); returns how many. Saves that can finish go on. */
 unsigned ck__saver_abandon_waiting(ck__saver *sv, const char *why);
+/* Forgets a failed save, so that a BEGIN of its name starts a new one: for when no
+ * late rank of the failed attempt can come any more (ckptd: none of its clients is
+ * still connected). A save of that name that is not a reported failure is left alone. */
+void ck__saver_forget(ck__saver *sv, const char *name);
 /* Whether every part of the save is staged and its commit was asked for: from then
  * on it completes without any client. */
 bool ck__saver_committable(ck__saver *sv, const char *name);

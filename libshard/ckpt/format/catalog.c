@@ -275,6 +275,26 @@ void ck_scan_free(ck_scan *s)
     memset(s, 0, sizeof *s);
 }
 
+int ck_pending_live(const char *root, const char *entry, char *who, size_t len, ck_err *err)
+{
+    char name[CK_NAME_MAX], lock[PATH_MAX];
+    const char *dot = strrchr(entry, '.');
+    size_t n = dot ? (size_t)(dot - entry) : strlen(entry);
+    if (n >= sizeof name)
+        return ck_err_set(err, -ENAMETOOLONG, "%s/%s/%s: name too long", root, CK_PENDING,
+                          entry);
+    snprintf(name, sizeof name, "%.*s", (int)n, entry);
+    int r = ck__save_lock_path(root, name, lock, err);
+    if (r < 0)
+        return r;
+    if (len)
+        who[0] = '\0';
+    r = ck__lock_held(lock, who, len);
+    if (r < 0)
+        return ck_err_set(err, r, "%s: %s", lock, strerror(-r));
+    return r;
+}
+
 int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
                        void (*log)(void *arg, const char *msg), void *arg, ck_err *err)
 {

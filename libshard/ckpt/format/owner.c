@@ -95,6 +95,18 @@ int ck__lock_probe(const char *path, int *fd, char *who, size_t len)
     return 1;
 }
 
+int ck__lock_held(const char *path, char *who, size_t len)
+{
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+        return errno == ENOENT ? 0 : -errno;
+    int r = flock(f, LOCK_SH | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 1 : -errno;
+    if (r == 1)
+        read_holder(f, who, len);
+    close(f);
+    return r;
+}
+
 int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *err)
 {
     if (snprintf(out, PATH_MAX, "%s/%s/%s%s", root, CK_PENDING, name, CK_LOCK_SUFFIX) >=

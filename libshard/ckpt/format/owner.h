@@ -32,6 +32,12 @@ void ck__lock_drop(const char *path, int *fd);
  * no such file); 0 when a live process holds it, described in who; or -errno. */
 int ck__lock_probe(const char *path, int *fd, char *who, size_t len);
 
+/* For readers: 1 when a live process holds path (described in who), 0 when nobody
+ * does or there is no such file, or -errno. Opens read-only and tries a shared lock,
+ * dropped at once: a live holder is never disturbed, and only a writer taking a free
+ * lock in that instant would find it held. */
+int ck__lock_held(const char *path, char *who, size_t len);
+
 /* ROOT/.pending/NAME.lock into out (PATH_MAX bytes). */
 int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *err);
 

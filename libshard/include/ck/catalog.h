@@ -42,6 +42,12 @@ typedef struct ck_scan {
 } ck_scan;
 int ck_root_scan(const char *root, ck_scan *out, ck_err *err);
 void ck_scan_free(ck_scan *s);
+/* Whether `entry` (one of ck_scan's pending, NAME.TOKEN) is a save in progress: 1
+ * when the writer that owns it is alive, i.e. holds .pending/NAME.lock (who: "pid P
+ * on HOST"); 0 when it is the debris of a dead writer, which the next recovery
+ * removes; or -errno. Read-only, and safe beside live writers (docs/FORMAT.md,
+ * "Owners and locks"). */
+int ck_pending_live(const char *root, const char *entry, char *who, size_t len, ck_err *err);
 
 typedef struct ck_rebuild_report {
     size_t added, removed, kept, unreadable;

@@ -74,6 +74,13 @@ typedef struct ck_client_opts {
     bool small_pages;          /* staging on 4 KiB pages, no huge page attempt */
     void (*log)(void *arg, const char *msg);   /* the engine's news, the staging's pages */
     void *log_arg;
+    /* Told after a staging area is mapped, and before it is unmapped (only where
+     * staging_mapped returned 0), on whatever thread maps it: a GPU rank registers the
+     * area for DMA once (cudaHostRegister), not in every save's stall. A non-zero
+     * return only means the area stays as it is. */
+    int (*staging_mapped)(void *arg, void *base, size_t len);
+    void (*staging_unmapping)(void *arg, void *base, size_t len);
+    void *staging_arg;
 } ck_client_opts;
 
 /* root: the checkpoint root. Connected, it may be NULL (the daemon's root is used)

@@ -36,7 +36,10 @@
  * at a later sh_checkpoint_progress, once every rank's file is durable, the block
  * hashes go to rank 0 (ck_save_finish_group over this world's collectives) and a
  * thread on rank 0 commits. A run that dies loses the save in flight; committed ones
- * stay intact.
+ * stay intact. Embedded, a save whose parts are not all written within
+ * opts.part_timeout_s of its start (a host whose storage hangs) fails on every rank
+ * with -ETIMEDOUT, naming the first late rank and its host, and every later call
+ * fails the same way: end the run (the late rank's thread cannot be taken back).
  *
  * Every call here is collective over the world except reserve, fence, fence_ms, poll,
  * free and load_state_dict.
@@ -60,6 +63,10 @@ typedef struct sh_checkpoint_opts {
      * (sh_adamw_set_fence), so that it cannot run before the copy is done. Lazy saves
      * need it. */
     sh_adamw *optim;
+    /* Embedded: seconds from a save's start by which every rank's part must be
+     * written (each rank times it on its own clock; the ranks agree at a progress,
+     * wait or save). 0: 1800. */
+    double part_timeout_s;
 } sh_checkpoint_opts;
 
 /* A named byte string saved beside the tensors (step, data position, RNG state). */

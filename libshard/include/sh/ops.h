@@ -5,7 +5,8 @@
  * world's device: parameter values and gradients (sh_param_value, sh_param_grad) and
  * tensors made with SH_TENSOR_INIT_ON(sh_world_device(w)). On CUDA the work is queued
  * on the legacy default stream, in order with the library's own kernels, copies and
- * collectives; only sh_copy_to_host and sh_sumsq make the host wait.
+ * collectives; only sh_copy_to_host, sh_sumsq, sh_cross_entropy and sh_device_sync
+ * make the host wait.
  */
 #ifndef SH_OPS_H
 #define SH_OPS_H
@@ -36,8 +37,53 @@ int sh_copy(sh_world *w, void *dst, const void *src, size_t bytes, ck_err *err);
 /* Copies device memory into host memory; returns when the bytes are there. */
 int sh_copy_to_host(sh_world *w, void *dst, const void *src, size_t bytes, ck_err *err);
 int sh_zero(sh_world *w, void *dst, size_t bytes, ck_err *err);
+/* The host waits for everything queued on the device (timing a step). */
+int sh_device_sync(sh_world *w, ck_err *err);
 /* dst = src converted (f32 <-> bf16/f16), both on the device. */
 int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
                ck_dtype src_dtype, size_t n, ck_err *err);
+
+/* Memory of the world's device for a callback's activations and scratch (cudaMalloc'd,
+ * stream-ordered, on CUDA ranks; malloc on CPU ranks). *out is NULL for 0 bytes.
+ * Free with sh_buffer_free on the same world (NULL is allowed). */
+int sh_buffer_alloc(sh_world *w, size_t bytes, void **out, ck_err *err);
+void sh_buffer_free(sh_world *w, void *p);
+
+/* Host memory the device copies into at full speed: pinned (cudaHostAlloc) on CUDA
+ * ranks, malloc on CPU ranks. For staging and for measuring a copy's physical rate.
+ * Free with sh_host_buffer_free on the same world. */
+int sh_host_buffer_alloc(sh_world *w, size_t bytes, void **out, ck_err *err);
+void sh_host_buffer_free(sh_world *w, void *p);
+
+/* The layers of a GPT, over f32 row-major arrays of the world's device; shapes count
+ * rows N and columns C (or O, V). Backward functions add (+=) into every gradient
+ * they name except where they say "=". */
+/* LayerNorm over the last dim, eps 1e-5: y = (x - mean) * rstd * w + b; mean[N] and
+ * rstd[N] saved for the backward. */
+int sh_layernorm(sh_world *w, float *y, float *mean, float *rstd, const float *x,
+                 const float *wt, const float *b, int N, int C, ck_err *err);
+/* dx += ..., dw += ..., db += ... */
+int sh_layernorm_bwd(sh_world *w, float *dx, float *dw, float *db, const float *dy,
+                     const float *x, const float *mean, const float *rstd, const float *wt,
+                     int N, int C, ck_err *err);
+/* In place over `rows` stacked T x T score matrices (row r is row r % T of its matrix):
+ * the causal softmax (columns after the row's own are 0). */
+int sh_softmax_causal(sh_world *w, float *a, size_t rows, int T, ck_err *err);
+/* dp = a * (dp - rowsum(a * dp)) * scale (the scores' gradient times scale). */
+int sh_softmax_causal_bwd(sh_world *w, float *dp, const float *a, size_t rows, int T,
+                          float scale, ck_err *err);
+/* out[n] = wte[tok[n]] + wpe[n % T], rows of C; tok (device ints) must be rows of wte. */
+int sh_embed(sh_world *w, float *out, const int *tok, const float *wte, const float *wpe,
+             int N, int T, int C, ck_err *err);
+int sh_embed_bwd(sh_world *w, float *dwte, float *dwpe, const float *dout, const int *tok,
+                 int N, int T, int C, ck_err *err);
+/* y[n] += b;  db += sum over rows of dy. */
+int sh_bias_add(sh_world *w, float *y, const float *b, int N, int O, ck_err *err);
+int sh_bias_grad(sh_world *w, float *db, const float *dy, int N, int O, ck_err *err);
+/* Softmax cross-entropy of logits[N, V] against targets[N] (device ints in [0, V)):
+ * dlogits = (softmax - onehot) * scale (=), *loss (host) = the sum of the N row losses,
+ * summed in row order in double. The host waits for it. */
+int sh_cross_entropy(sh_world *w, float *dlogits, const float *logits, const int *targets,
+                     int N, int V, float scale, double *loss, ck_err *err);
 
 #endif

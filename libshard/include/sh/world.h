@@ -28,6 +28,18 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err);
  * and module made from the world must be freed first. */
 void sh_finalize(sh_world *w);
 
+/* Ends this rank at once and asks the launcher to end every other rank of the job
+ * (MPI_Abort), with `status` as the job's exit status; does not return. For a rank
+ * that cannot go on, above all after -EPIPE from a collective (a peer of this host
+ * died, see below): sh_finalize would wait for ranks that never arrive. Saves in
+ * flight are left as debris for the next recovery (their locks die with the process).
+ *
+ * A collective that waits for a rank of this host that has died (SIGKILL, a crash)
+ * fails with -EPIPE naming that rank, within about a second of the death, whatever
+ * the launcher does; ranks of other hosts hear of it through the sh_abort of a rank
+ * of the dead one's host. */
+void sh_abort(sh_world *w, int status) __attribute__((noreturn));
+
 /* Puts this rank on a device, as a torchrun script's cudaSetDevice(LOCAL_RANK) and
  * init_process_group("nccl") do. SH_CPU: nothing changes (the default). SH_CUDA:
  * the rank drives CUDA device LOCAL_RANK (modulo the devices this host has) and the

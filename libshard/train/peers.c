@@ -1,0 +1,137 @@
+/* peers.c - the peer watchdog: a rank that loses a peer of its host stops waiting.
+ *
+ * MPI on one host (shared memory) has no notion of a dead peer: a collective that
+ * waits for a rank killed by SIGKILL waits forever, and whether the job ends then is
+ * the launcher's choice (mpirun tears it down; mpirun --enable-recovery, or srun
+ * without --kill-on-bad-exit, does not). So the ranks of a host learn each other's
+ * pids at sh_init, and a collective that is still waiting after a second looks, at
+ * most once a second, whether one of them has exited. It has if its pidfd is readable
+ * (the kernel marks it at exit, before the launcher reaps it); without pidfds (Linux
+ * before 5.3) kill(pid, 0) tells, from the moment the launcher has reaped it.
+ *
+ * A dead peer turns the wait into -EPIPE with a message naming the rank. Ranks of
+ * other hosts are not watched: their own host's ranks notice, and sh_abort ends the
+ * whole job from there.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+struct sh_peers {
+    int n;                 /* the other ranks of this host */
+    int *rank;             /* their world ranks */
+    pid_t *pid;
+    struct pollfd *fd;     /* pidfds, or -1 where pidfd_open failed */
+};
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+void sh_peers_free(sh_peers *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->n; i++)
+        if (p->fd[i].fd >= 0)
+            close(p->fd[i].fd);
+    free(p->rank);
+    free(p->pid);
+    free(p->fd);
+    free(p);
+}
+
+int sh_peers_new(sh_world *w, MPI_Comm local, sh_peers **out, ck_err *err)
+{
+    *out = NULL;
+    int me[2] = {(int)getpid(), w->rank}, *all = calloc((size_t)w->local_size * 2, sizeof *all);
+    sh_peers *p = calloc(1, sizeof *p);
+    int n = w->local_size - 1;
+    if (p && all && n > 0) {
+        p->rank = calloc((size_t)n, sizeof *p->rank);
+        p->pid = calloc((size_t)n, sizeof *p->pid);
+        p->fd = calloc((size_t)n, sizeof *p->fd);
+    }
+    if (!p || !all || (n > 0 && (!p->rank || !p->pid || !p->fd))) {
+        free(all);
+        sh_peers_free(p);
+        return ck_err_set(err, -ENOMEM, "rank %d: out of memory for the peer watchdog",
+                          w->rank);
+    }
+    if (MPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, local) != MPI_SUCCESS) {
+        free(all);
+        sh_peers_free(p);
+        return ck_err_set(err, -EIO, "rank %d: exchanging pids with the ranks of this host "
+                          "failed", w->rank);
+    }
+    for (int i = 0; i < w->local_size; i++) {
+        if (all[2 * i + 1] == w->rank)
+            continue;
+        int k = p->n++;
+        p->pid[k] = (pid_t)all[2 * i];
+        p->rank[k] = all[2 * i + 1];
+        p->fd[k] = (struct pollfd){.fd = (int)syscall(SYS_pidfd_open, p->pid[k], 0),
+                                   .events = POLLIN};
+    }
+    free(all);
+    *out = p;
+    return 0;
+}
+
+/* The index of a peer that has exited, or -1. */
+static int dead_peer(sh_peers *p)
+{
+    if (poll(p->fd, (nfds_t)p->n, 0) > 0)
+        for (int i = 0; i < p->n; i++)
+            if (p->fd[i].revents)
+                return i;
+    for (int i = 0; i < p->n; i++)
+        if (p->fd[i].fd < 0 && kill(p->pid[i], 0) < 0 && errno == ESRCH)
+            return i;
+    return -1;
+}
+
+int sh_peers_watch(sh_world *w, double *next, const char *what, const char *comm,
+                   ck_err *err)
+{
+    if (!w->peers || !w->peers->n)
+        return 0;
+    double now = mono_s();
+    if (*next == 0.0)
+        *next = now + 1.0;     /* short collectives never look */
+    if (now < *next)
+        return 0;
+    *next = now + 1.0;
+    int i = dead_peer(w->peers);
+    if (i < 0)
+        return 0;
+    return ck_err_set(err, -EPIPE, "%s on %s (rank %d of %d): rank %d (pid %d, on this "
+                      "host) has died; this rank stops waiting for it", what, comm, w->rank,
+                      w->size, w->peers->rank[i], (int)w->peers->pid[i]);
+}
+
+void sh_abort(sh_world *w, int status)
+{
+    fflush(stdout);
+    fflush(stderr);
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (w && up && !down)
+        MPI_Abort(MPI_COMM_WORLD, status);
+    _exit(status);
+}
