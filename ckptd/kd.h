@@ -46,7 +46,8 @@ typedef struct kd_opts {
     unsigned writers;
     unsigned drain_timeout;    /* seconds a SIGTERM waits for ranks still staging */
     unsigned rank_timeout;     /* seconds a save waits for its next rank; 0: forever */
-    char id[64];               /* this daemon among those sharing the root (--id) */
+    char id[64];               /* this daemon among those sharing the root (--id); ""
+                                * (the fuzzer's daemon): it serves no shared saves */
     unsigned part_timeout;     /* seconds a shared save waits for other daemons' parts */
     unsigned dead_after;       /* seconds another daemon's heartbeat may stand still */
     bool foreground;
@@ -88,6 +89,7 @@ typedef struct kd_ckpt {
     uint64_t plan_bytes;       /* counted against --plan-memory until the save ends */
     unsigned joins;            /* BEGINs of it in the planner */
     uint64_t world;            /* ranks, once one joined */
+    bool shared;               /* served by several daemons: ranks absent here are others' */
     double progress;           /* kd_now() of its last BEGIN, ADMIT or STAGED */
     bool timed_out;            /* --rank-timeout abandoned it; FAILED is on its way */
 } kd_ckpt;

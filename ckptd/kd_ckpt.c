@@ -7,7 +7,9 @@
  *  - a part is the daemon's once staged: its client may die, the mapping stays;
  *  - a client that goes away before staging a part it began dooms that checkpoint;
  *  - when the last client of a checkpoint goes, the checkpoint completes only if every
- *    part was staged and the commit was asked for, and is abandoned otherwise;
+ *    part was staged and the commit was asked for, and is abandoned otherwise (a save
+ *    shared with other daemons: every part this daemon took was staged, and rank 0's
+ *    commit was asked for where rank 0 is served here; ck__saver_committable);
  *  - the saver's events arrive on its threads and are queued for the event loop, which
  *    sends DURABLE / COMMITTED / ERROR and releases the staging;
  *  - a save that waits --rank-timeout for its next BEGIN, ADMIT or STAGED fails,
@@ -198,6 +200,7 @@ static void joined(kd_server *s, kd_join *j)
     j->fd = -1;
     k->parts = p;
     k->world = j->d.world;
+    k->shared = j->d.nodes > 1;
     k->progress = kd_now();
     if (!c) {
         kd_log(s, "checkpoint %s: abandoned: the client of rank %llu (pid %d) went away "
@@ -464,7 +467,8 @@ static void rank_timeout(kd_server *s, kd_ckpt *k)
     char absent[200] = "", unstaged[200] = "", why[CK_ERR_MSG_MAX];
     unsigned na = 0, nu = 0;
     for (uint64_t r = 0; r < k->world; r++) {
-        if (st[r] == 0)
+        /* A shared save's ranks served elsewhere are the part timeout's (the saver). */
+        if (st[r] == 0 && !k->shared)
             list_rank(absent, sizeof absent, &na, r);
         else if (st[r] == 1)
             list_rank(unstaged, sizeof unstaged, &nu, r);

@@ -104,7 +104,7 @@ int kd_server_engine(kd_server *s, ck_err *err)
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
                          .log = kd_log_cb,
                          .event = kd_saver_event, .arg = s,
-                         .node_id = s->o.id, .instance = s->instance,
+                         .node_id = s->o.id[0] ? s->o.id : NULL, .instance = s->instance,
                          .part_timeout = s->o.part_timeout, .dead_after = s->o.dead_after };
     if ((r = ck__saver_new(&so, &s->saver, err)) < 0 || (r = kd_plan_start(s, err)) < 0)
         return r;

@@ -1,5 +1,6 @@
 /* A save whose parts cannot all arrive: two daemons (A serves ranks 0-3, B ranks 4-7),
- * --part-timeout 2. Ranks 4-7 begin at B and are admitted, but their copies never end
+ * --part-timeout 2 (A's --rank-timeout 1 does not count the ranks served by B).
+ * Ranks 4-7 begin at B and are admitted, but their copies never end
  * (a fill that blocks), so B never stages them. Ranks 0-3 get a timeout error from A
  * that names the missing ranks, the limit and B; once their copies are let go, ranks
  * 4-7 get the failure too (B heard of it from A's failure record): every connected
@@ -69,8 +70,12 @@ int main(void)
     char root[PATH_MAX];
     tl_tmpdir(root, sizeof root, "nodestimeout");
     static const char *const extra[] = { "--part-timeout", "2", "--dead-after", "5", NULL };
+    /* A's --rank-timeout is shorter than the part timeout: ranks 4-7 never come to A,
+     * and that is the part timeout's to report, not the rank timeout's. */
+    static const char *const extra_a[] = { "--part-timeout", "2", "--dead-after", "5",
+                                           "--rank-timeout", "1", NULL };
     kd_proc a, b;
-    kd_start_id(&a, root, "A", extra);
+    kd_start_id(&a, root, "A", extra_a);
     kc_daemon_pid = a.pid;
     kd_start_id(&b, root, "B", extra);
     ck_client *cl[8];

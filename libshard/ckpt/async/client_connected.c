@@ -14,11 +14,15 @@
 
 #include "async/client_int.h"
 
+/* Every save fails, with the daemon named: with one ckptd per node, which one died
+ * is what the rank's error must say. */
 static void conn_broken(ck_client *cl, int code, const char *msg)
 {
+    char named[CK_ERR_MSG_MAX];
+    snprintf(named, sizeof named, "ckptd at %s: %s", cl->sock_path, msg);
     cl->dead = true;
     for (ck_client_save *sv = cl->saves; sv; sv = sv->next)
-        ck__client_set_state(sv, CK_CLIENT_FAILED, code, msg);
+        ck__client_set_state(sv, CK_CLIENT_FAILED, code, named);
 }
 
 /* Applies one reply of the daemon to the saves it names. */
@@ -105,8 +109,12 @@ static int send_msg(ck_client *cl, ck__wbuf *w, int fd, ck_err *err)
     else if (cl->dead)
         r = ck_err_set(err, -ECONNRESET, "the connection to ckptd at %s is broken",
                        cl->sock_path);
-    else
-        r = ck__conn_send(cl->sock, w, fd, err);
+    else if ((r = ck__conn_send(cl->sock, w, fd, err)) < 0) {
+        char why[CK_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", ck_err_msg(err));
+        conn_broken(cl, r, why);
+        ck_err_set(err, r, "ckptd at %s: %s", cl->sock_path, why);
+    }
     ck__wbuf_free(w);
     return r;
 }

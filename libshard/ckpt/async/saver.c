@@ -85,11 +85,12 @@ typedef struct sv_ckpt {
     char meet[PATH_MAX];           /* the meeting's directory, once known */
     dev_t dev;                     /* member: the pending directory's identity, which */
     ino_t ino;                     /* the rename keeps: ROOT/NAME is it once committed */
-    uint64_t remote, recording;    /* ranks adopted; member: records being written */
+    uint64_t remote;               /* coordinator: ranks adopted from part records */
     uint32_t seq;                  /* member: part files written */
     peer *peers;
     unsigned npeers;
     double deadline;               /* the part timeout */
+    double next_watch;             /* when to read the peers' heartbeats next */
     bool heard;                    /* the failure came from the meeting: not announced */
 } sv_ckpt;
 
@@ -118,6 +119,7 @@ struct ck__saver {
     bool meet_running;
     pthread_cond_t meet_cv;
     grave *graves;
+    double beat_every;             /* seconds between heartbeats, and between watches */
 };
 
 static double now_s(void)
@@ -553,7 +555,12 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         return;
     }
     bool complete = c->durable + c->remote == c->world;
-    for (unsigned i = 0; i < c->npeers && !complete; i++) {
+    /* Heartbeats change once per beat_every: reading them every poll would cost the
+     * coordinator of N nodes N reads per poll for nothing. */
+    bool watch = t >= c->next_watch;
+    if (watch)
+        c->next_watch = t + sv->beat_every;
+    for (unsigned i = 0; i < c->npeers && !complete && watch; i++) {
         const char *why = peer_dead(sv, &c->peers[i], t);
         if (!why)
             continue;
@@ -583,6 +590,21 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     ck_err err = { 0 };
     char msg[CK_ERR_MSG_MAX + 256];
     int r = ck__meet_find(sv->root, c->name, c->token, &plan, &err);
+    char final[PATH_MAX + CK_NAME_MAX];
+    snprintf(final, sizeof final, "%s/%s", sv->root, c->name);
+    struct stat st;
+    /* The one refusal of rank 0 that leaves a trace here: no meeting will come. */
+    if (r == 0 && stat(final, &st) == 0) {
+        snprintf(msg, sizeof msg, "checkpoint %s: %s: a checkpoint named %s already exists",
+                 c->name, sv->root, c->name);
+        fail(sv, c, -EEXIST, msg);
+        return;
+    }
+    /* The meeting of a coordinator that died since (another instance beats now) is
+     * debris its recovery is about to remove, not the save to join. */
+    uint64_t inst, cnt;
+    if (r > 0 && ck__beat_read(sv->root, plan.coord, &inst, &cnt) == 0 && inst != plan.instance)
+        r = 0;
     if (r == 0 && t > c->deadline) {
         snprintf(msg, sizeof msg, "checkpoint %s: no daemon serving rank 0 opened the save "
                  "within --part-timeout %u s (is rank 0's ckptd running on the same root?)",
@@ -603,7 +625,6 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         any++;
     char pend[PATH_MAX + CK_NAME_MAX + CK_TOKEN_MAX];
     snprintf(pend, sizeof pend, "%s/%s/%s.%s", sv->root, CK_PENDING, c->name, c->token);
-    struct stat st;
     if (r > 0 && (r = ck_save_join(c->s, c->token, any, &err)) == 0 && stat(pend, &st) < 0)
         r = ck_err_set(&err, -errno, "%s: %s", pend, strerror(errno));
     if (r >= 0) {
@@ -747,7 +768,11 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         fail(sv, c, r, msg);
         return;
     }
-    const char *why = peer_dead(sv, &c->peers[0], t);
+    const char *why = NULL;
+    if (t >= c->next_watch) {
+        c->next_watch = t + sv->beat_every;
+        why = peer_dead(sv, &c->peers[0], t);
+    }
     if (why) {
         snprintf(msg, sizeof msg, "checkpoint %s: the coordinating daemon %s %s (heartbeat "
                  "%s/.ckptd.%s.beat, --dead-after %u s); the save cannot commit", c->name,
@@ -760,8 +785,7 @@ static void *meet_thread(void *arg)
 {
     ck__saver *sv = arg;
     uint64_t counter = 0;
-    double next_beat = 0, every = sv->o.dead_after / 4.0;
-    every = every > 1.0 ? 1.0 : every < 0.05 ? 0.05 : every;
+    double next_beat = 0, every = sv->beat_every;
     pthread_mutex_lock(&sv->mu);
     while (!sv->stop) {
         double t = now_s();
@@ -828,6 +852,8 @@ int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err)
     pthread_condattr_destroy(&ca);
     if (!sv->o.poll_ms)
         sv->o.poll_ms = 20;
+    sv->beat_every = sv->o.dead_after / 4.0;
+    sv->beat_every = sv->beat_every > 1.0 ? 1.0 : sv->beat_every < 0.05 ? 0.05 : sv->beat_every;
     if (o->node_id && ck__node_id_check(o->node_id, err) < 0) {
         ck__saver_free(sv);
         return -EINVAL;
