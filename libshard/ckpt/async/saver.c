@@ -155,6 +155,14 @@ static sv_ckpt *find(ck__saver *sv, const char *name)
     return NULL;
 }
 
+static bool listed(const ck__saver *sv, const sv_ckpt *c)
+{
+    for (const sv_ckpt *p = sv->list; p; p = p->next)
+        if (p == c)
+            return true;
+    return false;
+}
+
 static void ckpt_free_parts(sv_ckpt *c, bool all)
 {
     for (uint64_t r = 0; c->parts && r < c->world; r++) {
@@ -808,9 +816,10 @@ static void *meet_thread(void *arg)
                 tick_find(sv, c, t);
             else
                 tick_member(sv, c, t);
-            /* A save that ended may have taken others out of the list (and the lock
-             * was let go): the rest wait for the next round. */
-            if (sv->list != before || find(sv, c->name) != c || c->state != C_COLLECTING)
+            /* A save that ended may have freed c, or taken others out of the list (and
+             * the lock was let go): the rest wait for the next round. c is looked up by
+             * address, since reading its name could read freed memory. */
+            if (sv->list != before || !listed(sv, c) || c->state != C_COLLECTING)
                 break;
         }
         for (grave **gp = &sv->graves; *gp;) {
