@@ -325,4 +325,19 @@ static inline const char *kc_state_name(ck_client_state st)
     return (unsigned)st < 5 ? names[st] : "(not a state)";
 }
 
+/* The end of a test of two daemons A and B: both must exit 0 on SIGTERM (under ASan,
+ * LeakSanitizer's verdict); the root and the logs stay behind when anything failed. */
+static inline int kc_end_two(kd_proc *a, kd_proc *b, const char *root)
+{
+    CHECK(kd_term(a, 30) == 0, "A did not exit 0 on SIGTERM (see %s)", a->log);
+    CHECK(kd_term(b, 30) == 0, "B did not exit 0 on SIGTERM (see %s)", b->log);
+    kc_daemon_pid = 0;
+    if (tl_failures)
+        return 1;
+    tl_rmtree(root);
+    unlink(a->log);
+    unlink(b->log);
+    return 0;
+}
+
 #endif

@@ -118,14 +118,8 @@ int main(void)
     ck_client_close(c0);
     ck_client_close(c1);
 
-    CHECK(kd_term(&a, 30) == 0, "A did not exit 0 on SIGTERM (see %s)", a.log);
-    CHECK(kd_term(&b, 30) == 0, "B did not exit 0 on SIGTERM (see %s)", b.log);
-    kc_daemon_pid = 0;
-    if (tl_failures)
+    if (kc_end_two(&a, &b, root))
         return 1;
-    tl_rmtree(root);
-    unlink(a.log);
-    unlink(b.log);
     printf("ok: bad --id, --part-timeout, --dead-after, CKPTD_NODES, daemon counts and a "
            "shared save of a committed name all end in errors naming them\n");
     return 0;

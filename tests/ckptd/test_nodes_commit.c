@@ -97,14 +97,8 @@ int main(void)
 
     snprintf(pend, sizeof pend, "%s/%s", root, CK_PENDING);
     CHECK(kd_count_entries(pend, true) == 0, "%s is not empty after the commits", pend);
-    CHECK(kd_term(&a, 30) == 0, "A did not exit 0 on SIGTERM (see %s)", a.log);
-    CHECK(kd_term(&b, 30) == 0, "B did not exit 0 on SIGTERM (see %s)", b.log);
-    kc_daemon_pid = 0;
-    if (tl_failures)
+    if (kc_end_two(&a, &b, root))
         return 1;
-    tl_rmtree(root);
-    unlink(a.log);
-    unlink(b.log);
     printf("ok: two daemons x four ranks commit once, verify --deep, equal the one-daemon "
            "save, either daemon coordinating; members' blobs reach the manifest\n");
     return 0;
