@@ -33,7 +33,6 @@
  * shardrun, which forks mpirun rather than becoming it, asks the same for mpirun; a
  * node whose shardrun goes away stops the job.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -299,16 +298,6 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
-static bool host_name_ok(const char *h)
-{
-    if (!*h || strlen(h) >= SR_HOST_MAX)
-        return false;
-    for (; *h; h++)
-        if (!isalnum((unsigned char)*h) && !strchr(".-_:", *h))
-            return false;
-    return true;
-}
-
 /* The hosts of an mpirun-style host file: "HOST [slots=K] [max_slots=K]" a line, '#'
  * comments. The slot counts are checked, not used: --nproc-per-node decides. */
 static int read_hostfile(const opts *o, sr_node **out, long *n)
@@ -335,7 +324,7 @@ static int read_hostfile(const opts *o, sr_node **out, long *n)
         char *save = NULL, *host = strtok_r(line, " \t\r\n", &save);
         if (!host)
             continue;
-        if (!host_name_ok(host)) {
+        if (!sr_host_name_ok(host)) {
             fprintf(stderr, "shardrun: %s:%d: '%s' is not a host name\n", o->hostfile,
                     lineno, host);
             rc = 2;
@@ -435,8 +424,10 @@ static int mpirun_cmd(const opts *o, const sr_node *nodes, long nnodes, const ch
     size_t nprog = 0;
     while (o->prog[nprog])
         nprog++;
-    size_t per = 12 + nprog, k = 0;
-    *c = (command){ calloc(8 + (size_t)nnodes * per, sizeof(char *)),
+    /* A node's context at most: ":", -np N, -H h, three -x pairs, self, the worker
+     * flag (13), and the program; before them mpirun and four options, after, NULL. */
+    size_t per = 13 + nprog, k = 0;
+    *c = (command){ calloc(6 + (size_t)nnodes * per, sizeof(char *)),
                     calloc(4 * (size_t)nnodes, sizeof(char *)), 0 };   /* 4 a node at most */
     if (!c->argv || !c->owned)
         goto oom;
@@ -513,7 +504,7 @@ int main(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     sr_node me;
     node_defaults(&o, &me);
-    if (o.node_name && !host_name_ok(o.node_name)) {
+    if (o.node_name && !sr_host_name_ok(o.node_name)) {
         fprintf(stderr, "shardrun: --node-name '%s' is not a host name\n", o.node_name);
         return 2;
     }

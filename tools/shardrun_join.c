@@ -1,6 +1,7 @@
 /* shardrun_join.c - the rendezvous of shardrun's nodes (see shardrun_join.h). */
 #include "shardrun_join.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -18,6 +19,16 @@
 #define JOIN_MAGIC "shardrun-join"
 #define JOIN_VERSION 1
 #define LINE_MAX_ (SR_HOST_MAX + SR_SOCKET_MAX + 128)
+
+bool sr_host_name_ok(const char *h)
+{
+    if (!*h || strlen(h) >= SR_HOST_MAX)
+        return false;
+    for (; *h; h++)
+        if (!isalnum((unsigned char)*h) && !strchr(".-_:", *h))
+            return false;
+    return true;
+}
 
 static double now_s(void)
 {
@@ -172,7 +183,11 @@ static int take_hello(const sr_join_opts *o, int fd, sr_node *nodes, double dead
                       char err[SR_ERR_MAX])
 {
     char line[LINE_MAX_], *f[8];
-    int len = read_line(fd, line, sizeof line, deadline);
+    /* A node sends its hello as soon as it connects: a connection that stays silent (a
+     * port probe, a half-open socket) is dropped after a few seconds instead of
+     * keeping the nodes behind it from joining until the join deadline. */
+    double hello_by = now_s() + 5.0;
+    int len = read_line(fd, line, sizeof line, hello_by < deadline ? hello_by : deadline);
     if (len <= 0 || fields(line, f, 8) != 7 || strcmp(f[0], JOIN_MAGIC) != 0)
         return 1;
     if (atoi(f[1]) != JOIN_VERSION) {
@@ -191,8 +206,9 @@ static int take_hello(const sr_join_opts *o, int fd, sr_node *nodes, double dead
     else if (np != o->nproc)
         say(err, "node %d (%s) says --nproc-per-node %d, node 0 says %d (every node runs "
             "as many ranks)", rank, f[5], np, o->nproc);
-    else if (!f[5][0] || strlen(f[5]) >= SR_HOST_MAX || strlen(f[6]) >= SR_SOCKET_MAX)
-        say(err, "node %d sent an empty or overlong host name or socket", rank);
+    else if (!sr_host_name_ok(f[5]) || strlen(f[6]) >= SR_SOCKET_MAX)
+        say(err, "node %d sent a host name that is empty, overlong or not [A-Za-z0-9.-_:] "
+            "(it goes into mpirun's -H), or an overlong socket", rank);
     else if ((same = same_host(o, nodes, f[5])) >= 0)
         say(err, "nodes %d and %d both go by host name %s (mpirun tells hosts apart by "
             "name: give each node its own, or --node-name)", same, rank, f[5]);

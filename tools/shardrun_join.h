@@ -36,6 +36,9 @@ typedef struct sr_join_opts {
     double timeout_s;              /* to join (nodes) or to be joined by all (master) */
 } sr_join_opts;
 
+/* A host name mpirun's -H can take: [A-Za-z0-9.-_:], under SR_HOST_MAX bytes. */
+bool sr_host_name_ok(const char *h);
+
 /* Node 0: listens and waits until all nnodes nodes have joined; nodes[0] is filled
  * by the caller (this node), nodes[1..nnodes) here, in node-rank order. Returns 0, or
  * -1 with a message in err (every node that had joined is told, and let go). */
