@@ -82,11 +82,15 @@ int ck__meet_put(const char *dir, const char *name, const void *buf, size_t len,
 
 static int read_all(const char *path, uint8_t **out, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking and no links: a FIFO or device planted in the shared directory
+     * must not hang the daemon that polls it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0)
         return -errno;
     struct stat st;
     int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && !S_ISREG(st.st_mode))
+        r = -EINVAL;
     if (r == 0 && (uint64_t)st.st_size > MEET_FILE_MAX)
         r = -EFBIG;
     uint8_t *buf = r == 0 ? malloc((size_t)st.st_size + 1) : NULL;
@@ -178,7 +182,10 @@ static int plan_parse(const char *buf, ck__meet_plan *p)
                    &p->nodes, p->coord, &p->instance);
     if (n != 6)
         return -EBADMSG;
-    return version == CK_MEET_VERSION ? 0 : -EPROTONOSUPPORT;
+    if (version != CK_MEET_VERSION)
+        return -EPROTONOSUPPORT;
+    /* Another host wrote it, and the id becomes part of a path (its heartbeat). */
+    return ck__node_id_check(p->coord, NULL) < 0 ? -EBADMSG : 0;
 }
 
 int ck__meet_create(const char *root, const char *name, const char *token,
