@@ -417,9 +417,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "shard-train: rank %d: %s\n", sh_world_rank(t.w), ck_err_msg(&err));
     /* A rank that failed past the arguments may leave the others waiting for it in a
      * collective (or, with a dead peer, itself wait in sh_finalize): end the job. A
-     * failed save is every rank's verdict at the same step, so each one says it and
-     * they finalize together; aborting there would cut the others' messages short. */
-    if (rc < 0 && parsed && !t.failed_together && sh_world_size(t.w) > 1)
+     * failed save (rank 0's verdict, or a part timeout) is every rank's at the same
+     * step, so each one says it and they finalize together: aborting there cut the
+     * others' messages short, and several ranks aborting at once have crashed
+     * OpenMPI 4.1.4's mpirun (in pmix_server_log_fn). */
+    bool together = t.failed_together || sh_checkpoint_dead_everywhere(t.ckpt);
+    if (rc < 0 && parsed && !together && sh_world_size(t.w) > 1)
         sh_abort(t.w, status);
     teardown(&t);
     sh_finalize(t.w);

@@ -269,6 +269,11 @@ double sh_checkpoint_fence_ms(const sh_checkpoint *c)
     return c->fence_ms;
 }
 
+bool sh_checkpoint_dead_everywhere(const sh_checkpoint *c)
+{
+    return c && c->dead.code != 0;
+}
+
 /* ---- agreement ---- */
 
 /* Collective, where some rank could not hand its part over: rank 0 learns the first
@@ -581,10 +586,10 @@ static int time_out(sh_checkpoint *c, int late, ck_err *err)
     if (atomic_load(&c->th_done)) {
         join(c);
         ck_save_abort(c->save);     /* shared: what it wrote stays debris */
+        c->save = NULL;
     } else {
-        c->stuck = true;
+        c->stuck = true;            /* c->save stays its writer's, which still uses it */
     }
-    c->save = NULL;
     c->phase = IDLE;
     char others[48] = "";
     if (n > 1)

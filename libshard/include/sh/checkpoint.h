@@ -47,6 +47,7 @@
 #ifndef SH_CHECKPOINT_H
 #define SH_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ck/ckpt.h"
@@ -120,6 +121,10 @@ int sh_checkpoint_fence(sh_checkpoint *c, ck_err *err);
 double sh_checkpoint_fence_ms(const sh_checkpoint *c);
 /* Moves the save in flight on; call it once per step on every rank. */
 int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err);
+/* True once a part timeout ended this checkpointer: every rank got that error from the
+ * same collective call, so no rank waits for another and each may finalize normally
+ * (sh_abort is for failures that leave ranks behind in a collective). */
+bool sh_checkpoint_dead_everywhere(const sh_checkpoint *c);
 /* Rank 0: 1 and *done for a save that finished since the last call, 0 when none did
  * (never blocks). Other ranks: always 0. */
 int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err);
