@@ -89,6 +89,15 @@ expect 2 'hostfile starts every node from here' --nproc-per-node 2 --hostfile "$
     --node-rank 1 true
 expect 2 "hostfile $work: " --nproc-per-node 2 --hostfile "$work" true
 
+# Not a bad command line: five hosts that cannot be reached, each node's context as long
+# as it gets (CKPTD_SOCKET and CKPTD_NODES forwarded). shardrun must build mpirun's
+# command (it once wrote past it from three nodes: ASan's abort here) and mpirun must
+# be the one that fails.
+printf 'h1\nh2\nh3\nh4\nh5\n' >"$work/five"
+CKPTD_SOCKET=/nonexistent.sock CKPTD_NODES=5 OMPI_MCA_plm_rsh_agent=false \
+    expect nonzero 'ORTE was unable to reliably start' --nproc-per-node 2 \
+    --hostfile "$work/five" true
+
 # Nodes that cannot meet. Node 1 with no node 0 listening gives up after its
 # --join-timeout; node 0 alone gives up naming the node ranks that never came.
 port=$(free_port)
