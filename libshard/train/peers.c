@@ -10,7 +10,7 @@
  * before 5.3) kill(pid, 0) tells, from the moment the launcher has reaped it.
  *
  * A dead peer turns the wait into -EPIPE with a message naming the rank. Ranks of
- * other hosts are not watched: their own host's ranks notice, and sh_abort ends the
+ * other hosts, and of other pid namespaces on this one, are not watched: their own host's ranks notice, and sh_abort ends the
  * whole job from there.
  */
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,7 +59,12 @@ void sh_peers_free(sh_peers *p)
 int sh_peers_new(sh_world *w, MPI_Comm local, sh_peers **out, ck_err *err)
 {
     *out = NULL;
-    int me[2] = {(int)getpid(), w->rank}, *all = calloc((size_t)w->local_size * 2, sizeof *all);
+    /* A pid means something only inside its pid namespace: ranks of one host in
+     * containers of their own cannot watch each other, and skip each other. */
+    struct stat ns;
+    uint64_t ino = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
+    int me[4] = {(int)getpid(), w->rank, (int)(ino >> 32), (int)(uint32_t)ino};
+    int *all = calloc((size_t)w->local_size * 4, sizeof *all);
     sh_peers *p = calloc(1, sizeof *p);
     int n = w->local_size - 1;
     if (p && all && n > 0) {
@@ -72,18 +78,19 @@ int sh_peers_new(sh_world *w, MPI_Comm local, sh_peers **out, ck_err *err)
         return ck_err_set(err, -ENOMEM, "rank %d: out of memory for the peer watchdog",
                           w->rank);
     }
-    if (MPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, local) != MPI_SUCCESS) {
+    if (MPI_Allgather(me, 4, MPI_INT, all, 4, MPI_INT, local) != MPI_SUCCESS) {
         free(all);
         sh_peers_free(p);
         return ck_err_set(err, -EIO, "rank %d: exchanging pids with the ranks of this host "
                           "failed", w->rank);
     }
     for (int i = 0; i < w->local_size; i++) {
-        if (all[2 * i + 1] == w->rank)
+        const int *o = all + 4 * i;
+        if (o[1] == w->rank || o[2] != me[2] || o[3] != me[3])
             continue;
         int k = p->n++;
-        p->pid[k] = (pid_t)all[2 * i];
-        p->rank[k] = all[2 * i + 1];
+        p->pid[k] = (pid_t)o[0];
+        p->rank[k] = o[1];
         p->fd[k] = (struct pollfd){.fd = (int)syscall(SYS_pidfd_open, p->pid[k], 0),
                                    .events = POLLIN};
     }
