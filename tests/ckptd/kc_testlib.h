@@ -5,6 +5,7 @@
 #define KC_TESTLIB_H
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "ck/client.h"
 #include "ck/layout.h"
@@ -323,6 +324,27 @@ static inline const char *kc_state_name(ck_client_state st)
 {
     static const char *names[] = { "BUILDING", "STAGED", "DURABLE", "COMMITTED", "FAILED" };
     return (unsigned)st < 5 ? names[st] : "(not a state)";
+}
+
+/* A rank as ckptd sees it, without the client library: connects to sock and sends a
+ * raw BEGIN of d with a sealed staging memfd of d->staging_size bytes. Returns the
+ * connection, for the test to read the reply. */
+static inline int kc_raw_begin(const char *sock, const ck__decl *d)
+{
+    ck_err err = { 0 };
+    int fd, mfd = memfd_create("raw-begin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE(mfd >= 0 && ftruncate(mfd, (off_t)d->staging_size) == 0 &&
+            fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0, "memfd");
+    REQUIRE(ck__conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_BEGIN);
+    ck__proto_put_decl(&w, d);
+    ck__proto_end(&w);
+    REQUIRE(ck__conn_send(fd, &w, mfd, &err) == 0, "BEGIN %s: %s", d->name,
+            ck_err_msg(&err));
+    ck__wbuf_free(&w);
+    close(mfd);
+    return fd;
 }
 
 /* The end of a test of two daemons A and B: both must exit 0 on SIGTERM (under ASan,

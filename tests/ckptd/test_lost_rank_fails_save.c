@@ -11,7 +11,6 @@
  * name from new clients commits, whatever order its ranks arrive in (rank 1 first:
  * ckptd used to refuse a rank that was not part of the failed attempt).
  * Without the timeout the first wait never returned. */
-#include <sys/mman.h>
 
 #include "kc_testlib.h"
 
@@ -40,22 +39,12 @@ static int begin(ck_client *cl, uint64_t rank, kc_part *part, ck_client_save **s
 static int hung_rank(const char *sock)
 {
     ck_err err = { 0 };
-    int fd, mfd = memfd_create("hung", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    REQUIRE(mfd >= 0 && ftruncate(mfd, 4 << 20) == 0 &&
-            fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0, "memfd");
-    REQUIRE(ck__conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
     ck__decl_tensor t = { .name = "t0", .dtype = CK_F32, .ndim = 2, .shape = { 384, 64 } };
     ck__decl d = { .name = NAME, .step = 7, .rank = 2, .world = 3, .ntensors = 1,
                    .tensors = &t, .staging_size = 4 << 20 };
     ck_mesh_parse("3", NULL, &d.mesh, NULL);
     REQUIRE(ck_placements_parse("S(0)", 1, 2, t.pl, &err) == 0, "%s", ck_err_msg(&err));
-    ck__wbuf w = { 0 };
-    ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, &d);
-    ck__proto_end(&w);
-    REQUIRE(ck__conn_send(fd, &w, mfd, &err) == 0, "%s", ck_err_msg(&err));
-    ck__wbuf_free(&w);
-    close(mfd);
+    int fd = kc_raw_begin(sock, &d);
     ck__msg m;
     REQUIRE(ck__conn_recv(fd, true, &m, &err) > 0 && m.type == CK_MSG_ADMIT,
             "rank 2's BEGIN was not admitted (type %u): %s", m.type, ck_err_msg(&err));

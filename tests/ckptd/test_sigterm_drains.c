@@ -10,7 +10,6 @@
  * part) must not count as in flight: ckptd used to wait for it forever.
  * A second SIGTERM during a drain exits at once, and the next start removes what it
  * left (the debris of the unfinished saves). */
-#include <sys/mman.h>
 
 #include "kc_testlib.h"
 
@@ -63,21 +62,11 @@ static int outcome(save *s)
 static void refused_begin(const char *sock)
 {
     ck_err err = { 0 };
-    int fd, mfd = memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    REQUIRE(mfd >= 0 && ftruncate(mfd, 4096) == 0 &&
-            fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0, "memfd");
-    REQUIRE(ck__conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
     ck__decl_tensor t = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
     ck__decl d = { .name = "refused", .step = 1, .world = 1, .ntensors = 1, .tensors = &t,
                    .staging_size = 4096 };
     ck_mesh_parse("1", NULL, &d.mesh, NULL);
-    ck__wbuf w = { 0 };
-    ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, &d);
-    ck__proto_end(&w);
-    REQUIRE(ck__conn_send(fd, &w, mfd, &err) == 0, "%s", ck_err_msg(&err));
-    ck__wbuf_free(&w);
-    close(mfd);
+    int fd = kc_raw_begin(sock, &d);
     ck__msg m;
     CHECK(ck__conn_recv(fd, true, &m, &err) > 0 && m.type == CK_MSG_ERROR,
           "a BEGIN with too small a staging area got no ERROR");
