@@ -16,11 +16,7 @@ shardrun=$1
 export NETNS_TIMEOUT=120
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/netns_lib.sh"
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-exports.XXXXXX")
-cleanup() { netns_cleanup; rm -rf "$work"; }
-trap cleanup EXIT
-netns_setup "$work"
-A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
+netns_start exports
 port=29411
 # Each rank prints one line of what it sees; the rank named by FAIL_RANK exits 3.
 cat >"$work/show" <<'EOF'

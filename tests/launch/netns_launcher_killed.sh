@@ -11,12 +11,8 @@ set -uo pipefail
 shardrun=$1
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/netns_lib.sh"
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-killed.XXXXXX")
-cleanup() { netns_cleanup; rm -rf "$work"; }
-trap cleanup EXIT
 export NETNS_TIMEOUT=120
-netns_setup "$work"
-A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
+netns_start killed
 
 on_hosts() {   # on_hosts COMM HOST...: the pids of the processes named COMM there
     local comm=$1 h p

@@ -13,6 +13,9 @@
 #                        exits 77 with a message without the privilege; netns_cleanup
 #                        (call it from the test's EXIT trap) kills what runs in them and
 #                        removes them
+#   netns_start TAG      a test's usual start: work=$(mktemp -d TMPDIR/netns-TAG.XXXXXX),
+#                        an EXIT trap that runs netns_cleanup and removes $work, then
+#                        netns_setup $work; sets work, and A and B (the two hosts)
 #   netns_on HOST CMD... runs CMD on HOST, for at most NETNS_TIMEOUT seconds (300)
 #   netns_alive HOST     prints the pids still running on HOST
 #   netns_ckptd I CKPTD ROOT WORK [ARGS...]
@@ -69,6 +72,13 @@ EOF
     export OMPI_MCA_oob_tcp_if_include="$NETNS_SUBNET.0/24"
     # The agent is not ssh: no tree spawn through it, no ssh options.
     export OMPI_MCA_plm_rsh_no_tree_spawn=1
+}
+
+netns_start() {
+    work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-$1.XXXXXX")
+    trap 'netns_cleanup; rm -rf "$work"' EXIT
+    netns_setup "$work"
+    A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
 }
 
 netns_on() {

@@ -18,12 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../tests/launch/netns_lib.sh"
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-daemon.XXXXXX")
-cleanup() { netns_cleanup; rm -rf "$work"; }
-trap cleanup EXIT
 export NETNS_TIMEOUT=240 OPENBLAS_NUM_THREADS=1
-netns_setup "$work"
-A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
+netns_start daemon
 mkdir -p "$work/ck"
 daemon_args=(--part-timeout 20 --dead-after 3)
 netns_ckptd 0 "$ckptd" "$work/ck" "$work" "${daemon_args[@]}"

@@ -25,12 +25,8 @@ storage-hangs) timeout_s=3 steps=40 ;;
 rank-dies) timeout_s=600 steps=100000 ;;
 *) echo "usage: netns_part_lost.sh storage-hangs|rank-dies SHARDRUN SHARD_TRAIN CKPT_VERIFY STALL_OPEN_SO"; exit 2 ;;
 esac
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-lost.XXXXXX")
-cleanup() { netns_cleanup; rm -rf "$work"; }
-trap cleanup EXIT
 export NETNS_TIMEOUT=240 OPENBLAS_NUM_THREADS=1
-netns_setup "$work"
-A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
+netns_start lost
 model=(--data "$data" --layers 1 --dim 32 --heads 2 --seq 32 --batch 8)
 
 # The preloaded library is not the sanitizer's runtime: ASan builds must allow it.

@@ -19,12 +19,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../tests/launch/netns_lib.sh"
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/netns-resume.XXXXXX")
-cleanup() { netns_cleanup; rm -rf "$work"; }
-trap cleanup EXIT
 export NETNS_TIMEOUT=240 OPENBLAS_NUM_THREADS=1
-netns_setup "$work"
-A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
+netns_start resume
 steps=${NETNS_STEPS:-50}
 model=(--data "$data" --layers 2 --dim 64 --heads 4 --seq 64 --batch 16 --lr 3e-3 --warmup 4
        --steps "$steps")
