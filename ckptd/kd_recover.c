@@ -17,11 +17,10 @@
 
 int kd_recover(kd_server *s, ck_err *err)
 {
-    char path[PATH_MAX + 16], what[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/.ckptd.%s.lock", s->root, s->o.id);
+    char what[PATH_MAX + 64];
     snprintf(what, sizeof what, "root %s is served by another ckptd with id %s", s->root,
              s->o.id);
-    int r = ck__lock_take(path, what, &s->lock_fd, err);
+    int r = ck__engine_lock(s->root, s->o.id, what, &s->lock_fd, err);
     if (r < 0)
         return r;
     size_t removed = 0;

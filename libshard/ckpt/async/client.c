@@ -98,6 +98,16 @@ int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts
         free(cl);
         return r;
     }
+    if (!sock) {
+        /* Embedded: the processes whose engines share the job's saves; no environment
+         * variable, since $CKPTD_NODES counts daemons. */
+        cl->nodes = o.peer ? o.peer->nodes : o.nodes ? o.nodes : 1;
+        if (cl->nodes > CK_PROTO_MAX_NODES) {
+            free(cl);
+            return ck_err_set(err, -EINVAL, "%u engines: at most %u", o.nodes,
+                              CK_PROTO_MAX_NODES);
+        }
+    }
     r = sock ? ck__client_open_connected(cl, sock, root, err)
              : ck__client_open_embedded(cl, root, &o, err);
     if (r < 0) {
@@ -293,17 +303,29 @@ void ck_client_no_hash(ck_client_save *sv)
 
 static int building(const ck_client_save *sv, ck_err *err)
 {
+    if (sv->state == CK_CLIENT_FAILED)
+        return ck_err_set(err, sv->code, "%s", sv->msg);
     if (sv->state != CK_CLIENT_BUILDING)
         return ck_err_set(err, -EINVAL, "checkpoint %s, rank %llu: save_async was called "
                           "already", sv->d.name, (unsigned long long)sv->d.rank);
     return 0;
 }
 
+/* Declarations change the layout: none once the part is placed. */
+static int declaring(const ck_client_save *sv, ck_err *err)
+{
+    int r = building(sv, err);
+    if (r == 0 && sv->plan)
+        r = ck_err_set(err, -EINVAL, "checkpoint %s, rank %llu: declared after "
+                       "ck_client_save_place", sv->d.name, (unsigned long long)sv->d.rank);
+    return r;
+}
+
 /* Room for one more tensor; the new declaration, zeroed, in *out. */
 static int add_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
                       const uint64_t *shape, ck__decl_tensor **out, ck_err *err)
 {
-    int r = building(sv, err);
+    int r = declaring(sv, err);
     if (r == 0)
         r = ck_key_check("tensor", name, err);
     if (r < 0)
@@ -465,7 +487,7 @@ int ck_client_shard_fill(ck_client_save *sv, const char *tensor, ck_fill_fn fill
 int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_t len,
                    ck_err *err)
 {
-    int r = building(sv, err);
+    int r = declaring(sv, err);
     if (r == 0)
         r = ck_key_check("blob", name, err);
     if (r < 0)
@@ -562,7 +584,8 @@ static int plan_sources(ck_client_save *sv, const ck__plan *p, uint32_t t, ck__s
         uint32_t i = ck__plan_shard_of(p, t, sv->d.rank);
         const ck__plan_shard *ps = ck__plan_shard_at(p, i);
         src[i] = sv->src[t];
-        if (ps->writer == sv->d.rank && ps->bytes && !src[i].mem && !src[i].fill)
+        if (ps->writer == sv->d.rank && ps->bytes && !src[i].mem && !src[i].fill &&
+            !src[i].placed)
             return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu writes tensor %s but "
                               "gave no shard for it", sv->d.name, (unsigned long long)sv->d.rank,
                               d->name);
@@ -573,7 +596,7 @@ static int plan_sources(ck_client_save *sv, const ck__plan *p, uint32_t t, ck__s
         const ck__plan_shard *ps = ck__plan_shard_at(p, first + b);
         src[first + b] = sv->box_src[t][b];
         if (ps->writer == sv->d.rank && ps->bytes && !src[first + b].mem &&
-            !src[first + b].fill)
+            !src[first + b].fill && !src[first + b].placed)
             return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu writes box %u of tensor "
                               "%s but gave no bytes for it", sv->d.name,
                               (unsigned long long)sv->d.rank, b, d->name);
@@ -581,9 +604,8 @@ static int plan_sources(ck_client_save *sv, const ck__plan *p, uint32_t t, ck__s
     return 0;
 }
 
-/* sv's plan; with src, the sources of every plan shard (malloc'd), and every shard
- * this rank writes must have one. */
-static int make_plan(ck_client_save *sv, ck__plan **out, ck__shard_src **src, ck_err *err)
+/* sv's plan: the layout every rank computes alike from the declaration. */
+static int make_plan(ck_client_save *sv, ck__plan **out, ck_err *err)
 {
     int r = ck__plan_new(&sv->d.mesh, out);
     if (r < 0)
@@ -597,20 +619,26 @@ static int make_plan(ck_client_save *sv, ck__plan **out, ck__shard_src **src, ck
                            : ck__plan_add(*out, d->name, d->ndim, d->shape, is, d->pl, &first,
                                           &count, err);
     }
-    if (r == 0 && src) {
-        uint32_t n = ck__plan_nshards(*out);
-        if (!(*src = calloc(n ? n : 1, sizeof **src)))
-            r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", sv->d.name);
-        for (uint32_t t = 0; t < sv->d.ntensors && r == 0; t++)
-            r = plan_sources(sv, *out, t, *src, err);
-    }
     if (r < 0) {
         ck__plan_free(*out);
         *out = NULL;
-        if (src) {
-            free(*src);
-            *src = NULL;
-        }
+    }
+    return r;
+}
+
+/* The sources of every shard of sv's plan (malloc'd); every shard this rank writes must
+ * have one by now. */
+static int plan_all_sources(ck_client_save *sv, ck__shard_src **src, ck_err *err)
+{
+    uint32_t n = ck__plan_nshards(sv->plan);
+    if (!(*src = calloc(n ? n : 1, sizeof **src)))
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", sv->d.name);
+    int r = 0;
+    for (uint32_t t = 0; t < sv->d.ntensors && r == 0; t++)
+        r = plan_sources(sv, sv->plan, t, *src, err);
+    if (r < 0) {
+        free(*src);
+        *src = NULL;
     }
     return r;
 }
@@ -635,15 +663,14 @@ static int stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
     return cl->t->stage(sv, s, err);
 }
 
-/* The staging bytes of this rank's part: its file image, then the blobs; with src,
- * the sources of its plan too (make_plan). */
-static int part_bytes(ck_client_save *sv, ck__shard_src **src, ck__plan **p, uint64_t *image,
-                      uint64_t *total, ck_err *err)
+/* The staging bytes of this rank's part: its file image, then the blobs. */
+static int part_bytes(ck_client_save *sv, ck__plan **p, uint64_t *image, uint64_t *total,
+                      ck_err *err)
 {
     uint64_t blob_bytes = 0;
     if (!ck__decl_blob_bytes(&sv->d, &blob_bytes))
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", sv->d.name);
-    int r = make_plan(sv, p, src, err);
+    int r = make_plan(sv, p, err);
     if (r < 0)
         return r;
     *image = ck__plan_file_size(*p, sv->d.rank);
@@ -657,7 +684,7 @@ int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err)
     uint64_t image, total;
     int r = building(sv, err);
     if (r == 0)
-        r = part_bytes(sv, NULL, &p, &image, &total, err);
+        r = part_bytes(sv, &p, &image, &total, err);
     if (r < 0)
         return r;
     ck__plan_free(p);
@@ -687,53 +714,159 @@ static int take_slot(ck_client_save *sv)
     return k;
 }
 
-/* save_async's work, on the caller's thread or (save_lazy) on the copier's. */
-static int save_run(ck_client_save *sv, ck_err *err)
+/* The first half of a save: sv's layout, a staging slot large enough for it, and the
+ * engine's admission, checked against our layout. */
+static int admit(ck_client_save *sv, ck_err *err)
 {
     ck_client *cl = sv->cl;
-    ck__plan *p = NULL;
-    ck__shard_src *src = NULL;
-    uint64_t image, total;
-    int r = part_bytes(sv, &src, &p, &image, &total, err);
+    int r = part_bytes(sv, &sv->plan, &sv->image, &sv->total, err);
     if (r < 0)
         return r;
     int k = take_slot(sv);
-    if (k < 0) {
-        ck__plan_free(p);
-        free(src);
+    if (k < 0)
         return ck_err_set(err, -ECONNRESET, "checkpoint %s: no staging area came free (the "
                           "engine stopped answering)", sv->d.name);
-    }
     ck__client_slot *s = &cl->slots[k];
-    bool grew = !s->map || s->size < total;
-    r = slot_map(cl, s, total, err);
+    bool grew = !s->map || s->size < sv->total;
+    r = slot_map(cl, s, sv->total, err);
     if (r < 0)
-        ck_err_set(err, r, "checkpoint %s, rank %llu", sv->d.name,
-                   (unsigned long long)sv->d.rank);
+        return ck_err_set(err, r, "checkpoint %s, rank %llu", sv->d.name,
+                          (unsigned long long)sv->d.rank);
     /* A new size: the next save's slot is made meanwhile, off the caller's thread. */
-    if (r == 0 && grew)
-        reserve_start(cl, total);
-    if (r == 0) {
-        sv->d.staging_size = s->size;
-        list_add(sv);
-        r = cl->t->join(sv, s, err);
-    }
-    if (r == 0 && sv->image_bytes != image)
+    if (grew)
+        reserve_start(cl, sv->total);
+    sv->d.staging_size = s->size;
+    list_add(sv);
+    r = cl->t->join(sv, s, err);
+    if (r == 0 && sv->image_bytes != sv->image)
         r = ck_err_set(err, -EPROTO, "checkpoint %s, rank %llu: the engine lays out %llu "
                        "bytes, this client %llu", sv->d.name, (unsigned long long)sv->d.rank,
-                       (unsigned long long)sv->image_bytes, (unsigned long long)image);
-    if (r == 0)
-        r = copy_in(sv, p, src, s->map, image, err);
-    ck__plan_free(p);
-    free(src);
-    if (r == 0)
-        r = stage(sv, s, err);
-    if (r < 0) {
-        lock(cl);
-        ck__client_set_state(sv, CK_CLIENT_FAILED, r, ck_err_msg(err));
-        unlock(cl);
-    }
+                       (unsigned long long)sv->image_bytes, (unsigned long long)sv->image);
     return r;
+}
+
+static void failed(ck_client_save *sv, int r, const ck_err *err)
+{
+    lock(sv->cl);
+    ck__client_set_state(sv, CK_CLIENT_FAILED, r, ck_err_msg(err));
+    unlock(sv->cl);
+}
+
+/* save_async's work, on the caller's thread or (save_lazy) on the copier's: the second
+ * half (after admit, if place did not run it): every source into the slot, the caller's
+ * own copies waited for, the part handed over. */
+static int save_run(ck_client_save *sv, ck_err *err)
+{
+    ck_client *cl = sv->cl;
+    int r = sv->plan ? 0 : admit(sv, err);
+    ck__shard_src *src = NULL;
+    if (r == 0)
+        r = plan_all_sources(sv, &src, err);
+    if (r == 0)
+        r = copy_in(sv, sv->plan, src, cl->slots[sv->slot].map, sv->image, err);
+    free(src);
+    /* Waited for even when the part failed: until they land, the caller's copies still
+     * write into a slot that failing would free. */
+    if (sv->copies_wait) {
+        int w = sv->copies_wait(sv->copies_arg);
+        sv->copies_wait = NULL;
+        if (r == 0 && w < 0)
+            r = ck_err_set(err, w, "checkpoint %s, rank %llu: copying into staging failed",
+                           sv->d.name, (unsigned long long)sv->d.rank);
+    }
+    ck__plan_free(sv->plan);
+    sv->plan = NULL;
+    if (r == 0)
+        r = stage(sv, &cl->slots[sv->slot], err);
+    if (r < 0)
+        failed(sv, r, err);
+    return r;
+}
+
+int ck_client_save_place(ck_client_save *sv, ck_err *err)
+{
+    settle(sv->cl);
+    int r = declaring(sv, err);
+    if (r < 0)
+        return r;
+    if ((r = admit(sv, err)) < 0)
+        failed(sv, r, err);
+    return r;
+}
+
+/* The staging address of plan shard i, marked as the caller's to write; NULL with err
+ * set when this rank does not write it. */
+static void *place_at(ck_client_save *sv, uint32_t i, ck__shard_src *src, const char *tensor,
+                      ck_err *err)
+{
+    const ck__plan_shard *ps = ck__plan_shard_at(sv->plan, i);
+    if (ps->writer != sv->d.rank || !ps->bytes) {
+        ck_err_set(err, -ENOENT, "checkpoint %s: rank %llu writes no bytes of this part of "
+                   "tensor %s (%s)", sv->d.name, (unsigned long long)sv->d.rank, tensor,
+                   ps->bytes ? "another replica writes them" : "it is empty");
+        return NULL;
+    }
+    *src = (ck__shard_src){ .placed = true };
+    return sv->cl->slots[sv->slot].map + ps->file_off;
+}
+
+static int placed(ck_client_save *sv, const char *tensor, uint32_t *t, ck_err *err)
+{
+    if (!sv->plan && building(sv, err) == 0)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: its place in staging is "
+                          "known only after ck_client_save_place", sv->d.name, tensor);
+    return find(sv, tensor, t, err);
+}
+
+void *ck_client_shard_at(ck_client_save *sv, const char *tensor, ck_err *err)
+{
+    uint32_t t;
+    if (placed(sv, tensor, &t, err) < 0)
+        return NULL;
+    if (sv->box_src[t]) {
+        ck_err_set(err, -EINVAL, "tensor %s is a box list: ask for its boxes "
+                   "(ck_client_box_at)", tensor);
+        return NULL;
+    }
+    return place_at(sv, ck__plan_shard_of(sv->plan, t, sv->d.rank), &sv->src[t], tensor, err);
+}
+
+void *ck_client_box_at(ck_client_save *sv, const char *tensor, uint32_t box, ck_err *err)
+{
+    uint32_t t, first, count;
+    if (placed(sv, tensor, &t, err) < 0)
+        return NULL;
+    if (!sv->box_src[t]) {
+        ck_err_set(err, -EINVAL, "tensor %s has placements, not a box list: ask for its "
+                   "shard (ck_client_shard_at)", tensor);
+        return NULL;
+    }
+    ck__plan_range(sv->plan, t, &first, &count);
+    if (box >= count) {
+        ck_err_set(err, -EINVAL, "tensor %s: box %u does not exist (it has %u)", tensor, box,
+                   count);
+        return NULL;
+    }
+    return place_at(sv, first + box, &sv->box_src[t][box], tensor, err);
+}
+
+int ck_client_save_staging(ck_client_save *sv, void **base, size_t *len, ck_err *err)
+{
+    int r = building(sv, err);
+    if (r == 0 && !sv->plan)
+        r = ck_err_set(err, -EINVAL, "checkpoint %s: no staging before ck_client_save_place",
+                       sv->d.name);
+    if (r < 0)
+        return r;
+    *base = sv->cl->slots[sv->slot].map;
+    *len = (size_t)sv->total;
+    return 0;
+}
+
+void ck_client_save_copies(ck_client_save *sv, int (*wait)(void *arg), void *arg)
+{
+    sv->copies_wait = wait;
+    sv->copies_arg = arg;
 }
 
 int ck_client_save_async(ck_client_save *sv, ck_err *err)
@@ -836,6 +969,7 @@ void ck_client_save_free(ck_client_save *sv)
                 break;
             }
     unlock(cl);
+    ck__plan_free(sv->plan);
     for (uint32_t b = 0; b < sv->d.nblobs; b++)
         free(sv->blob_data[b]);
     free(sv->blob_data);

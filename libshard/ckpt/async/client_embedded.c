@@ -5,14 +5,27 @@
  * parts of the same checkpoints, so they must reach the same saver. The saver
  * reports from its worker threads; its events are matched against every save of
  * every client of the hub, under the hub's lock, and wake the threads waiting on it.
+ *
+ * The ranks of a job that are processes of their own (opts.nodes > 1) each have such
+ * an engine, and the engines meet through the root as the daemons of several nodes do
+ * (async/saver.h): no collective of the caller's and no second mechanism. The engine
+ * then has an id ("HOST.pPID": unique among live processes, and it says where to look
+ * when one dies), holds ROOT/.ckptd.ID.lock and beats ROOT/.ckptd.ID.beat while it
+ * lives; both go when the client closes, and recovery removes those of a process that
+ * died (its lock is free).
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "async/client_int.h"
 #include "async/saver.h"
+#include "format/owner.h"
+#include "save/meet.h"
 
 struct ck__client_hub {
     ck__saver *sv;
@@ -22,6 +35,9 @@ struct ck__client_hub {
     ck_client_save *saves;      /* every save in flight of every client, for events */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
+    /* Shared with the engines of other processes (nodes > 1): */
+    char id[CK_NODE_ID_MAX];
+    int lock_fd;
 };
 
 /* The saver passes one argument to its log and its events, the hub: the user's log
@@ -106,11 +122,28 @@ static void emb_close(ck_client *cl)
     if (last) {
         /* The saver's last events take the hub's lock: free the saver first. */
         ck__saver_free(h->sv);
+        ck__engine_unlock(cl->root, h->id, &h->lock_fd);
         pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);
         free(h);
     }
     cl->hub = NULL;
+}
+
+/* This process's engine id, HOST.pPID with the host name made an id ([A-Za-z0-9._-],
+ * at most 63 bytes), and its lock. */
+static int engine_id(ck__client_hub *h, const char *root, ck_err *err)
+{
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+              (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+            *c = '_';       /* a dot would make the pid look like part of the host */
+    snprintf(h->id, sizeof h->id, "%.48s.p%ld", host[0] ? host : "host", (long)getpid());
+    char what[PATH_MAX + 96];
+    snprintf(what, sizeof what, "root %s: another engine of process %s is open", root, h->id);
+    return ck__engine_lock(root, h->id, what, &h->lock_fd, err);
 }
 
 static const ck__client_transport embedded = {
@@ -148,11 +181,22 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
     h->refs = 1;
     h->log = o->log;
     h->log_arg = o->log_arg;
+    h->lock_fd = -1;
     cl->t = &embedded;
     cl->hub = h;
     snprintf(cl->root, sizeof cl->root, "%s", root);
     ck__saver_opts so = { .root = root, .engine = o->engine, .writers = o->writers,
                          .hash_threads = o->hash_threads, .log = o->log ? hub_log : NULL,
                          .event = hub_event, .arg = h };
+    if (cl->nodes > 1) {
+        int r = engine_id(h, root, err);
+        if (r < 0)
+            return r;
+        so.node_id = h->id;
+        if (getrandom(&so.instance, sizeof so.instance, 0) != sizeof so.instance)
+            so.instance = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+        so.part_timeout = o->part_timeout ? o->part_timeout : 600;
+        so.dead_after = o->dead_after ? o->dead_after : 10;
+    }
     return ck__saver_new(&so, &h->sv, err);
 }

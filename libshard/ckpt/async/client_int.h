@@ -24,6 +24,7 @@
 #include "async/proto.h"
 #include "ck/client.h"
 #include "ck/staging.h"
+#include "model/plan.h"
 #include "save/image.h"
 
 #define CK_CLIENT_SLOTS 2       /* staging areas per client: double buffering */
@@ -84,6 +85,12 @@ struct ck_client_save {
     int code;
     char msg[CK_ERR_MSG_MAX];
     int slot;                   /* -1: none */
+    /* Admitted into its slot (ck_client_save_place, or save_async's first step): the
+     * layout, and what the part takes of the slot. */
+    ck__plan *plan;
+    uint64_t image, total;
+    int (*copies_wait)(void *arg);  /* the caller's own copies into staging */
+    void *copies_arg;
     pthread_t copier;           /* save_lazy: the thread that copies and stages */
     bool copying;               /* until the fence joined it */
     int lazy_rc;                /* the copier's outcome */

@@ -445,6 +445,34 @@ static void drop_stale_locks(const char *root)
         closedir(d);
 }
 
+/* The heartbeats (ROOT/.ckptd.ID.beat, save/meet.h) of engines that died: nobody holds
+ * their lock ROOT/.ckptd.ID.lock (format/owner.h). An embedded engine of a killed
+ * process leaves both; its id is never used again (it holds a pid). */
+static void drop_dead_beats(const char *root)
+{
+    static const char prefix[] = ".ckptd.", suffix[] = ".beat";
+    char lock[PATH_MAX + 256], beat[PATH_MAX + 256], who[256];
+    DIR *d = opendir(root);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n <= sizeof prefix + sizeof suffix - 2 || strncmp(de->d_name, prefix,
+            sizeof prefix - 1) || strcmp(de->d_name + n - (sizeof suffix - 1), suffix))
+            continue;
+        int id_len = (int)(n - (sizeof prefix - 1) - (sizeof suffix - 1));
+        snprintf(lock, sizeof lock, "%s/%s%.*s%s", root, prefix, id_len,
+                 de->d_name + sizeof prefix - 1, CK_LOCK_SUFFIX);
+        snprintf(beat, sizeof beat, "%s/%s", root, de->d_name);
+        int fd;
+        if (ck__lock_probe(lock, &fd, who, sizeof who) != 1)
+            continue;
+        unlink(beat);
+        ck__lock_drop(lock, &fd);
+    }
+    if (d)
+        closedir(d);
+}
+
 int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
                     void *arg, ck_err *err)
 {
@@ -462,6 +490,7 @@ int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, co
     if (r < 0)
         return r;
     drop_stale_locks(root);
+    drop_dead_beats(root);
     ck_rebuild_report rep;
     return ck_catalog_rebuild(root, &rep, log, arg, err);
 }

@@ -114,3 +114,26 @@ int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *er
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
     return 0;
 }
+
+static int engine_lock_path(const char *root, const char *id, char *out, ck_err *err)
+{
+    if (snprintf(out, PATH_MAX, "%s/.ckptd.%s%s", root, id, CK_LOCK_SUFFIX) >= PATH_MAX)
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+    return 0;
+}
+
+int ck__engine_lock(const char *root, const char *id, const char *what, int *fd, ck_err *err)
+{
+    char path[PATH_MAX];
+    *fd = -1;
+    int r = engine_lock_path(root, id, path, err);
+    return r < 0 ? r : ck__lock_take(path, what, fd, err);
+}
+
+void ck__engine_unlock(const char *root, const char *id, int *fd)
+{
+    char path[PATH_MAX];
+    ck_err err;
+    if (*fd >= 0 && engine_lock_path(root, id, path, &err) == 0)
+        ck__lock_drop(path, fd);
+}

@@ -38,6 +38,14 @@ int ck__lock_probe(const char *path, int *fd, char *who, size_t len);
  * lock in that instant would find it held. */
 int ck__lock_held(const char *path, char *who, size_t len);
 
+/* ROOT/.ckptd.ID.lock, held for its whole life by the save engine of that id: a ckptd,
+ * or the embedded engine of a process that shares saves with other processes. A second
+ * engine of the id is refused (-EBUSY, what says why), and recovery knows the heartbeat
+ * ROOT/.ckptd.ID.beat of an engine whose lock nobody holds as debris. */
+int ck__engine_lock(const char *root, const char *id, const char *what, int *fd, ck_err *err);
+/* Unlinks the engine's lock and closes it (ck__lock_drop). */
+void ck__engine_unlock(const char *root, const char *id, int *fd);
+
 /* ROOT/.pending/NAME.lock into out (PATH_MAX bytes). */
 int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *err);
 

@@ -11,7 +11,9 @@ static int put(const ck__plan *p, uint32_t i, const ck__shard_src *src, uint8_t 
     const ck__plan_shard *ps = ck__plan_shard_at(p, i);
     memset(dst + *at, 0, ps->file_off - *at);
     const ck__shard_src *s = &src[i];
-    if (s->mem) {
+    if (s->placed) {
+        /* already there */
+    } else if (s->mem) {
         memcpy(dst + ps->file_off, s->mem, ps->bytes);
     } else {
         int r = s->fill ? s->fill(s->arg, 0, dst + ps->file_off, ps->bytes) : -EINVAL;

@@ -7,16 +7,19 @@
 #ifndef CK_SAVE_IMAGE_H
 #define CK_SAVE_IMAGE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ck/types.h"
 #include "model/plan.h"
 
-/* Where one tensor's shard of a rank comes from: memory, or fill(arg, off, dst, len). */
+/* Where one tensor's shard of a rank comes from: memory, or fill(arg, off, dst, len),
+ * or the image itself (placed: the caller wrote the bytes there). */
 typedef struct ck__shard_src {
     const void *mem;
     ck_fill_fn fill;
     void *arg;
+    bool placed;
 } ck__shard_src;
 
 /* Fills image, ck__plan_file_size(p, rank) bytes, from src (one per plan shard, read

@@ -23,7 +23,10 @@
  * (opts->socket, else $CKPTD_SOCKET); the staging memfd is handed to it, so a save
  * whose every part was staged and whose commit was asked for completes even if every
  * rank dies. Embedded (the default): the same engine runs on threads inside this
- * process; ranks that are threads of one process share one engine (opts->peer).
+ * process; ranks that are threads of one process share one engine (opts->peer), and
+ * the engines of a job's processes (opts->nodes of them, one per process) meet through
+ * the root's file system exactly as the daemons of several nodes do: the engine of
+ * rank 0 coordinates and commits (docs/FORMAT.md, "Saves served by several engines").
  *
  * Staging is double-buffered per client: a save waits in ck_client_save_async only
  * while the save before the previous one still drains. Its memory is faulted in ahead
@@ -66,6 +69,11 @@ typedef struct ck_client_opts {
      * rank must give the same count (docs/PROTOCOL.md, "Several daemons"). */
     unsigned nodes;
     ck_client *peer;           /* embedded: share this client's engine (ranks as threads) */
+    /* Embedded, nodes > 1: the job's processes each run an engine of their own (every
+     * rank declares the same count). Seconds a save may wait for the others' parts (0:
+     * 600), and after which an engine whose heartbeat stands still is dead (0: 10). */
+    unsigned part_timeout;
+    unsigned dead_after;
     /* Embedded engine settings (ckptd has its own command line): */
     ck_engine *engine;         /* NULL: the default I/O engine */
     unsigned writers;          /* writer threads; 0: 4 */
@@ -144,6 +152,35 @@ int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err);
 /* The same for a size in bytes (a part's file image plus its blobs). A failure is
  * logged, and the save that needs the area makes it itself. */
 void ck_client_reserve(ck_client *cl, uint64_t bytes, bool wait);
+/* ---- staging in place: the caller writes the bytes itself ----
+ * For sources the client cannot read (device memory), the caller copies them straight
+ * into the staging area, with no buffer between (a DMA from the device):
+ *
+ *   ck_client_save_place(sv, &err);                  // a staging area, admitted, laid out
+ *   void *dst = ck_client_box_at(sv, "w", 3, &err);  // where box 3's bytes go
+ *   cudaMemcpyAsync(dst, dev, len, cudaMemcpyDeviceToHost, side);   // ... every such box
+ *   ck_client_save_copies(sv, sync_side, side);      // how to wait for those copies
+ *   ck_client_save_lazy(sv, &err);                   // or save_async
+ *
+ * save_async (or the lazy save's thread) then copies what was given by address or
+ * fill, and the blobs, calls the copies' wait, and hands the part over: the engine
+ * never reads staging the caller is still writing. */
+/* Takes a staging area for sv (waiting while both drain, as save_async does), has the
+ * engine admit the part and lays it out. No tensor or blob may be declared after it. */
+int ck_client_save_place(ck_client_save *sv, ck_err *err);
+/* After place: where the row-major bytes of this rank's shard of a placed tensor (or of
+ * box box of a box-list tensor) go in the staging area; the caller must write all of
+ * them before the part is handed over. NULL, with err set, for a tensor or box this
+ * rank does not write (another replica writes it, or it is empty). */
+void *ck_client_shard_at(ck_client_save *sv, const char *tensor, ck_err *err);
+void *ck_client_box_at(ck_client_save *sv, const char *tensor, uint32_t box, ck_err *err);
+/* The whole staging area of a placed save (its file image, then its blobs). */
+int ck_client_save_staging(ck_client_save *sv, void **base, size_t *len, ck_err *err);
+/* wait(arg) returns 0 once the caller's copies into the staging area have landed, or a
+ * negative error that fails the save: called once, on the thread that hands the part
+ * over, before it does. */
+void ck_client_save_copies(ck_client_save *sv, int (*wait)(void *arg), void *arg);
+
 /* Rank 0, after its save_async (or save_lazy): commit once every rank's part is
  * durable. */
 int ck_client_commit(ck_client_save *sv, ck_err *err);
