@@ -3,26 +3,31 @@
     from libshard.loop import CheckpointManager
 
     ckpt = CheckpointManager("/ckpt", keep_latest_k=3)      # ckptd if $CKPTD_SOCKET
-    step = ckpt.load(state) or 0                            # resume from the newest
+    step = ckpt.load(state) or 0                            # resume; staging made now
     for step in range(step + 1, steps + 1):
-        train_step()
+        train_step()                                        # optimizer.step() fences
         if step % 100 == 0:
-            ckpt.save(step, state)                          # async: stalls for one copy
+            ckpt.save(step, state)                          # async: queues the copies
     ckpt.close()                                            # waits for the last save
 
 A checkpoint is named ``step-N``; only committed ones exist under the root (there is
 no ``.metadata`` to look for: a directory ROOT/step-N is complete by construction).
 """
+import logging
 import os
 import secrets
 import shutil
 
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from . import _ck, committed
 from .reader import CkptReader
 from .writer import CkptWriter
+
+log = logging.getLogger("libshard")
 
 
 def step_name(step, prefix="step-"):
@@ -56,20 +61,39 @@ def purge(root, keep_latest_k):
 
 class CheckpointManager:
     """save (async_save every call, after waiting for the previous one), load (the
-    newest committed, or a given step), maybe_wait_for_staging (staging is over when
-    save returns), maybe_wait_for_saving, close, and a keep_latest_k purge by rank 0
-    after each commit."""
+    newest committed, or a given step), maybe_wait_for_staging, maybe_wait_for_saving,
+    close, and a keep_latest_k purge by rank 0 after each commit.
+
+    async_staging (default True): save returns once the copies into staging are queued,
+    and the copies run during the next forward and backward. The manager then fences
+    every optimizer's step (a pre-hook on torch.optim's step): no parameter or moment
+    changes before its copy is done. Anything else that changes saved state in place
+    must call maybe_wait_for_staging first.
+
+    A failed save does not stop training: it is logged and counted (failed_saves,
+    failed_in_a_row), and the next save goes on. max_failed_saves=K raises instead once
+    K saves in a row have failed (0: never). Every rank gets the same verdict (DCP
+    gives every rank the coordinator's outcome), so every rank goes on or stops alike.
+    """
 
     def __init__(self, root, *, keep_latest_k=0, socket=None, hash=True, async_save=True,
-                 process_group=None):
+                 async_staging=True, process_group=None, max_failed_saves=0):
         self.root = os.fspath(root)
         self.keep_latest_k = keep_latest_k
         self.socket = socket
         self.hash = hash
         self.async_save = async_save
+        self.async_staging = async_staging and async_save
         self.process_group = process_group
+        self.max_failed_saves = max_failed_saves
+        self.failed_saves = 0
+        self.failed_in_a_row = 0
         self._future = None
         self._writer = None
+        self._hook = None
+        if self.async_staging:
+            self._hook = register_optimizer_step_pre_hook(
+                lambda _opt, _args, _kwargs: self.maybe_wait_for_staging())
 
     def _rank(self):
         return dist.get_rank(self.process_group) if dist.is_initialized() else 0
@@ -77,24 +101,80 @@ class CheckpointManager:
     def save(self, step, state_dict):
         self.maybe_wait_for_saving()
         self._writer = CkptWriter(self.root, step_name(step), socket=self.socket,
-                                  hash=self.hash, step=step, process_group=self.process_group)
+                                  hash=self.hash, step=step, process_group=self.process_group,
+                                  async_staging=self.async_staging)
         if self.async_save:
-            self._future = dcp.async_save(state_dict, storage_writer=self._writer,
-                                          process_group=self.process_group)
+            try:
+                self._future = dcp.async_save(state_dict, storage_writer=self._writer,
+                                              process_group=self.process_group)
+            except Exception as e:    # staging failed: the save is over, training is not
+                self._failed(step_name(step), e)
         else:
-            dcp.save(state_dict, storage_writer=self._writer, process_group=self.process_group)
-            self._after_commit()
+            try:
+                dcp.save(state_dict, storage_writer=self._writer,
+                         process_group=self.process_group)
+            except Exception as e:
+                self._failed(step_name(step), e)
+            else:
+                self._after_commit()
+
+    def reserve(self, state_dict):
+        """Makes (and for CUDA tensors page-locks) the staging for saves of state_dict
+        now, so that the first save stalls no longer than the others. load() does it."""
+        CkptWriter(self.root, socket=self.socket, process_group=self.process_group,
+                   async_staging=self.async_staging).reserve(state_dict)
 
     def maybe_wait_for_staging(self):
-        """CkptWriter stages inside async_save (one copy), so there is nothing to wait for."""
+        """Returns once the save in flight no longer reads the state (its copies into
+        staging are done); a failed staging counts as a failed save."""
+        if self._writer is None:
+            return
+        try:
+            self._writer.maybe_wait_for_staging()
+        except Exception as e:
+            w, f = self._writer, self._future
+            self._writer = self._future = None
+            self._wait_quietly(f)
+            w.close()
+            self._failed(w.name, e)
 
     def maybe_wait_for_saving(self):
         if self._future is not None:
             f, self._future = self._future, None
-            f.result()
-            self._after_commit()
+            w = self._writer
+            try:
+                f.result()
+            except BaseException as e:     # DCP raises CheckpointException, a BaseException
+                if not isinstance(e, Exception) and type(e).__name__ != "CheckpointException":
+                    raise
+                self._failed(w.name if w else "?", e)
+            else:
+                self._after_commit()
+
+    @staticmethod
+    def _wait_quietly(f):
+        if f is not None:
+            try:
+                f.result()
+            except BaseException as e:
+                if not isinstance(e, Exception) and type(e).__name__ != "CheckpointException":
+                    raise
+
+    def _failed(self, name, e):
+        self.failed_saves += 1
+        self.failed_in_a_row += 1
+        log.warning("checkpoint %s under %s failed (%d in a row, %d in all): %s", name,
+                    self.root, self.failed_in_a_row, self.failed_saves, e)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self.max_failed_saves and self.failed_in_a_row >= self.max_failed_saves:
+            raise RuntimeError(f"CheckpointManager: {self.failed_in_a_row} saves in a row "
+                               f"failed under {self.root} (max_failed_saves="
+                               f"{self.max_failed_saves}); the last: {e}") from e
 
     def _after_commit(self):
+        self.failed_in_a_row = 0
         if self._writer is not None:
             self._writer.close()
         if self._rank() == 0:
@@ -102,8 +182,10 @@ class CheckpointManager:
 
     def load(self, state_dict, step=None):
         """Loads the given step, or the newest committed; returns the step loaded, or
-        None when there is none to load."""
+        None when there is none to load. Reserves the staging of saves of state_dict."""
         name = step_name(step) if step is not None else None
+        if self.async_save:
+            self.reserve(state_dict)
         if name is None and newest_step(self.root) is None:
             return None
         reader = CkptReader(self.root, name)
@@ -112,3 +194,6 @@ class CheckpointManager:
 
     def close(self):
         self.maybe_wait_for_saving()
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None

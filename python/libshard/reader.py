@@ -4,10 +4,12 @@ read_metadata builds DCP's Metadata from the manifest: every tensor (whatever it
 saved with: mesh placements, DCP's box lists, the C trainer, ckpt-synth) is one
 TensorStorageMetadata whose single chunk is the whole tensor, and every blob is a
 BytesStorageMetadata. DCP's planner then asks, per local shard of the loading rank,
-for one box of the full tensor, and read_data reads exactly that box with the core's
-reader (ck/load.h): it intersects the box with the saved shards and reads the needed
-byte ranges with io_uring straight into the destination tensor when that is
-contiguous. Loading onto any mesh and world size is therefore the core's resharding.
+for one box of the full tensor, and read_data reads all of the rank's boxes with the
+core's reader (ck/load.h) as one batch: it intersects each box with the saved shards
+and reads the needed byte ranges with io_uring at queue depth, straight into the
+destination tensors on the CPU, and through page-locked buffers with the copies to the
+GPU overlapped with the next reads. Loading onto any mesh and world size is therefore
+the core's resharding.
 """
 import dataclasses
 import io
@@ -50,10 +52,11 @@ class CkptReader(StorageReader):
     the same one (checked in prepare_global_plan: a commit between two ranks' look-ups
     fails the load with a message rather than mixing checkpoints)."""
 
-    def __init__(self, root=None, name=None):
+    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20):
         super().__init__()
         self.root = os.fspath(root) if root is not None else None
         self.name = name
+        self.batch_bytes = batch_bytes
         self._ck = None
         self._opened = None
         self.loaded_step = None
@@ -128,7 +131,13 @@ class CkptReader(StorageReader):
         return plans
 
     def read_data(self, plan, planner):
+        """Every box this rank asked for, as batches of the core's reader (ck_load_many:
+        queue depth, O_DIRECT). Contiguous CPU targets are read in place, in one batch.
+        The others (CUDA tensors, non-contiguous ones) are read into a host buffer
+        (page-locked for CUDA) in batches of at most batch_bytes, and copied from there
+        on a side stream while the next batch is read: two buffers take turns."""
         ck = self._open()
+        in_place, through = [], []
         for req in plan.items:
             key = req.storage_index.fqn
             name = names.encode(key)
@@ -143,12 +152,73 @@ class CkptReader(StorageReader):
                 raise RuntimeError(f"tensor {key}: the planner's target has shape "
                                    f"{tuple(target.shape)}, the request {lengths}")
             if target.device.type == "cpu" and target.is_contiguous():
-                ck.read(name, offsets, lengths, *addr(target))
+                in_place.append((req, name, offsets, lengths, target))
             else:
-                tmp = torch.empty(lengths, dtype=target.dtype)
-                ck.read(name, offsets, lengths, *addr(tmp))
-                target.copy_(tmp)
+                through.append((req, name, offsets, lengths, target))
+        ck.read_many([(n, o, l, *addr(t)) for _r, n, o, l, t in in_place])
+        for req, *_rest, target in in_place:
             planner.commit_tensor(req, target)
+        if through:
+            self._read_through(ck, through, planner)
         fut = Future()
         fut.set_result(None)
         return fut
+
+    def _read_through(self, ck, items, planner):
+        cuda = next((t.device for *_x, t in items if t.device.type == "cuda"), None)
+        biggest = max(_aligned(t.numel() * t.element_size()) for *_x, t in items)
+        size = max(min(self.batch_bytes, sum(_aligned(t.numel() * t.element_size())
+                                             for *_x, t in items)), biggest)
+        bufs = [torch.empty(size, dtype=torch.uint8, pin_memory=cuda is not None)
+                for _ in range(2 if len(items) > 1 else 1)]
+        side = torch.cuda.Stream(cuda) if cuda is not None else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream(cuda))  # targets' last writers
+        done = [None] * len(bufs)      # each buffer's copies, as an event
+        batch, used, turn = [], 0, 0
+
+        def flush():
+            nonlocal batch, used, turn
+            buf = bufs[turn]
+            if done[turn] is not None:
+                done[turn].synchronize()   # the copies out of this buffer have landed
+            views = []
+            at = 0
+            for _req, name, offsets, lengths, target in batch:
+                n = target.numel() * target.element_size()
+                views.append(buf[at:at + n].view(target.dtype).view(target.shape))
+                at += _aligned(n)
+            ck.read_many([(name, o, l, v.data_ptr(), v.numel() * v.element_size())
+                          for (_r, name, o, l, _t), v in zip(batch, views)])
+            if side is not None:
+                with torch.cuda.stream(side):
+                    for (_r, _n, _o, _l, target), v in zip(batch, views):
+                        target.copy_(v, non_blocking=target.device.type == "cuda")
+                done[turn] = torch.cuda.Event()
+                done[turn].record(side)
+            else:
+                for (_r, _n, _o, _l, target), v in zip(batch, views):
+                    target.copy_(v)
+            for req, *_rest, target in batch:
+                planner.commit_tensor(req, target)
+            batch, used, turn = [], 0, (turn + 1) % len(bufs)
+
+        for it in items:
+            n = _aligned(it[4].numel() * it[4].element_size())
+            if batch and used + n > size:
+                flush()
+            batch.append(it)
+            used += n
+        if batch:
+            flush()
+        if side is not None:
+            # The training stream may use the targets as soon as load returns.
+            torch.cuda.current_stream(cuda).wait_stream(side)
+            for ev in done:
+                if ev is not None:
+                    ev.synchronize()   # the buffers may be freed
+
+
+def _aligned(n, a=4096):
+    """n rounded up to a, so that every box in a buffer starts O_DIRECT-aligned."""
+    return -(-n // a) * a

@@ -4,34 +4,37 @@ writes a committed libshard checkpoint.
 Every write item becomes a box of a box-list tensor (format 1.1) written by the rank
 DCP's planner gave it to (replicas deduplicated as DCP does); BYTE_IO items (optimizer
 param_groups, Python objects) become blobs; 0-d tensors (AdamW's step) are tensors.
-The coordinator's prepare_global_plan turns all ranks' plans into one table (every
-tensor's shape, dtype, boxes and writers) that goes back to every rank in its plan, so
-that each declares the same save.
+The coordinator turns all ranks' plans into one table (every tensor's shape, dtype,
+boxes and writers) that goes back to every rank, so that each declares the same save.
 
-Two engines, one result:
-- through ckptd (``socket=`` or $CKPTD_SOCKET): each rank stages its boxes into the
-  daemon's shared memory (ck_client_save_async) and rank 0 asks for the commit; once
-  every rank staged, the checkpoint commits even if every trainer process dies.
-- embedded: the part records of ck/save.h. Rank 0 creates the pending directory in
-  prepare_global_plan and its token travels in the plans; each rank writes its own
-  data file durably in write_data and returns its part record in its WriteResults;
-  finish (rank 0) adopts every record and commits.
+One path, whatever engine carries it: each rank hands its part to this process's client
+(libshard.engine: one per root and engine, reused by every writer), which stages it and
+gives it to the engine; rank 0 asks for the commit, and the checkpoint is visible only
+once every rank's part is durable. The engine is ckptd (``socket=`` or $CKPTD_SOCKET:
+once every part is staged and the commit asked for, the save commits even if every
+trainer process dies), or embedded: the engines of the job's processes, one each, meet
+through the root's file system as the daemons of several nodes do.
 
-In both, the checkpoint is visible only when every rank's part is durable, and a name
-that is already committed is refused before anything is written.
+The copy into staging is the only stall. A CPU tensor's bytes are copied by the client
+(its address is given, the GIL released); a CUDA tensor's by one DMA straight into the
+staging area, which the client page-locked once when it made it: the copies run on a
+side stream, back to back, and the part is handed over when their event has happened.
 
-As the AsyncStager of ``dcp.async_save``, stage() runs DCP's planning (one gather and
-one scatter of the plans) and copies this rank's boxes once, straight into the
-engine's staging (ckptd's memfd, or the embedded engine's file image); async_save
-returns after that copy. The thread DCP starts then only writes (embedded) or waits for
-ckptd, and commits. Wait for an async save's future before starting the next one with
-the same writer.
+As the AsyncStager of ``dcp.async_save``, stage() plans (one gather and one scatter of
+the plans; cached while the state dict keeps its structure) and stages this rank's part:
+- copy mode (the default): async_save returns once the copy is done;
+- ``async_staging=True``: async_save returns once the copies are queued (a thread of the
+  client, and the GPU's copy engine, do them while the next step computes), and
+  ``maybe_wait_for_staging()`` must run before anything saved changes: before the
+  optimizer step (CheckpointManager does it for every optimizer).
+The thread DCP starts then only waits for the commit.
 """
 import dataclasses
 import fcntl
 import json
 import os
 import re
+import threading
 import time
 
 import torch
@@ -43,7 +46,7 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.distributed.checkpoint.utils import _DistWrapper
 from torch.futures import Future
 
-from . import _ck, names
+from . import _ck, engine, names
 from .reader import PLANNER_DATA_BLOB, split_checkpoint_id
 from .torchio import dtype_code
 
@@ -52,25 +55,14 @@ try:                                   # torch >= 2.4
 except ImportError:                    # pragma: no cover
     AsyncStager = object
 
-_PART_FQN = "__libshard_part__"
-
 
 @dataclasses.dataclass
 class _Table:
     """The whole save, as the coordinator planned it: sent to every rank."""
-    name: str
-    step: int
-    world: int
-    token: str | None                  # embedded: the shared pending directory
     tensors: list                      # [(name, dtype code, shape, boxes, writers)]
 
 
-@dataclasses.dataclass
-class _Part:
-    """What a rank returns to the coordinator besides DCP's WriteResults."""
-    rank: int
-    record: bytes | None               # embedded: the part record
-    blobs: dict                        # embedded: {name: bytes} this rank was given
+_SAME = "libshard: the same plan as the last save"
 
 
 def _step_of(name):
@@ -78,7 +70,7 @@ def _step_of(name):
     return int(m.group(1)) if m else 0
 
 
-def _table(plans, name, step):
+def _table(plans):
     tensors = {}
     for rank, plan in enumerate(plans):
         for it in plan.items:
@@ -94,29 +86,99 @@ def _table(plans, name, step):
             ent[3].append((tuple(int(x) for x in td.chunk.offsets),
                            tuple(int(x) for x in td.chunk.sizes)))
             ent[4].append(rank)
-    return _Table(name=name, step=step, world=len(plans), token=None,
-                  tensors=[tensors[k] for k in sorted(tensors)])
+    return _Table(tensors=[tensors[k] for k in sorted(tensors)])
 
 
-def _declare(save, table):
-    for disk, code, shape, boxes, writers in table.tensors:
-        save.tensor_boxes(disk, code, shape, boxes, writers)
+def _signature(plan):
+    """What makes a local plan: its items' keys, kinds, dtypes, shapes and chunks."""
+    sig = []
+    for it in plan.items:
+        td = it.tensor_data
+        sig.append((it.index.fqn, tuple(it.index.offset or ()), it.type,
+                    None if td is None else (td.properties.dtype, tuple(td.size),
+                                             tuple(td.chunk.offsets), tuple(td.chunk.sizes))))
+    return tuple(sig)
+
+
+class _PlanCache:
+    """The plans of the last async save of each process group (as DCP's
+    enable_plan_caching): a rank whose local plan is unchanged sends a marker instead,
+    and when every rank did, the coordinator sends the marker back and each rank reuses
+    its final plan and the table. Any change re-plans in full."""
+    entries = {}
+
+    def __init__(self, key):
+        self.key = key
+        self.sig = None            # this rank's local plan's signature
+        self.final = None          # this rank's final plan, and the table
+        self.table = None
+        self.locals = None         # coordinator: every rank's local plan
+        self.central = None        # coordinator: the plans it scattered
+
+    @classmethod
+    def of(cls, process_group):
+        key = id(process_group) if process_group is not None else None
+        e = cls.entries.get(key)
+        if e is None:
+            e = cls.entries[key] = cls(key)
+        return e
+
+
+def _mkroot(root):
+    """The root is made when missing, as FileSystemWriter does (the coordinator, before
+    any rank opens it)."""
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as e:
+        raise OSError(e.errno, f"CkptWriter: the checkpoint root {root}: {e.strerror}") from None
+
+
+class _Part:
+    """This rank's part of a save: the client's save and what it reads until the part
+    is staged. handed: DCP's save of it got past write_data (a later save of the same
+    writer may start)."""
+
+    def __init__(self, eng, save, name, keep, event):
+        self.engine = eng
+        self.save = save
+        self.name = name
+        self.keep = keep           # source tensors the copies read
+        self.event = event         # the CUDA copies' event, or None
+        self.handed = False
+
+    def fence(self):
+        try:
+            self.engine.call(self.save.fence)
+        finally:
+            self.keep = []
+
+    def close(self):
+        """Frees the client's save once the part no longer needs its staging."""
+        save, self.save = self.save, None
+        if save is not None:
+            self.engine.call(save.close)
+        self.keep = []
+
+    def __del__(self):
+        self.close()
 
 
 class CkptWriter(StorageWriter, AsyncStager):
     """``dcp.save(sd, storage_writer=CkptWriter("/ckpt", "step-100"))``, or
     ``dcp.save(sd, checkpoint_id="/ckpt/step-100", storage_writer=CkptWriter())``.
 
-    socket: ckptd's socket (default $CKPTD_SOCKET; neither: the embedded engine).
+    socket: ckptd's socket (default $CKPTD_SOCKET; neither: the embedded engines).
     hash: SHA-256 of every 4 MiB block (ckpt-verify --deep checks them).
     step: the step recorded in the checkpoint (default: the name's trailing digits).
     process_group: the group of the save, for async staging (default: the world).
+    async_staging: async_save returns once the copies are queued; call
+        maybe_wait_for_staging() before the state changes (module docstring).
     """
 
     should_synchronize_after_execute = False
 
     def __init__(self, root=None, name=None, *, socket=None, hash=True, step=None,
-                 process_group=None):
+                 process_group=None, async_staging=False):
         super().__init__()
         self.root = os.fspath(root) if root is not None else None
         self.name = name
@@ -124,45 +186,40 @@ class CkptWriter(StorageWriter, AsyncStager):
         self.hash = hash
         self.step = step
         self.process_group = process_group
+        self.async_staging = async_staging
         self._reset_run()
 
     # Handles to the C core live only in the process that made them: a pickled writer
-    # (async_save with the process executor) starts without any.
+    # (async_save with the process executor) starts without any, and knows only the
+    # name of the save the training process staged.
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("_save", "_client", "_csave", "_table"):
-            state[k] = None
-        state["_keep"] = []
-        if self._staged is not None:
-            state["_staged"] = _Staged(name=self._staged.name, pending=None)
-        state["_unpickled"] = True
+        state["_part"] = None
+        state["_elsewhere"] = self._part.name if self._part is not None else None
         return state
 
     def _reset_run(self):
         self.rank = 0
+        self.world = 1
         self.is_coordinator = True
-        self._save = None          # embedded: this rank's _ck.Save
-        self._client = None        # connected: _ck.Client, kept across saves
-        self._csave = None         # connected: this rank's _ck.ClientSave
-        self._keep = []            # tensors whose memory the engine reads until staged
-        self._table = None
-        self._staged = None        # set between stage() and the background save
-        self._unpickled = False
+        self._part = None          # the save this writer staged, until committed
+        self._elsewhere = None     # unpickled: the name staged in the training process
 
     # ---- StorageWriter ----
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
             root, name = split_checkpoint_id(checkpoint_id)
-            if self._staged is not None and (root, name) != (self.root, self._staged.name):
-                raise ValueError(f"CkptWriter: staged {self._staged.name} under {self.root}, "
+            staged = self._part.name if self._part is not None else self._elsewhere
+            if staged is not None and (root, name) != (self.root, staged):
+                raise ValueError(f"CkptWriter: staged {staged} under {self.root}, "
                                  f"asked to save {checkpoint_id}")
             self.root, self.name = root, name
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
         root, name = split_checkpoint_id(checkpoint_id)
-        return name is not None and os.path.isdir(root)
+        return name is not None
 
     def storage_meta(self):
         cid = os.path.join(self.root, self.name) if self.root and self.name else None
@@ -174,250 +231,282 @@ class CkptWriter(StorageWriter, AsyncStager):
         if rank is None:
             rank = dist.get_rank(self.process_group) if dist.is_initialized() else 0
         self.rank = rank
+        self.world = dist.get_world_size(self.process_group) if dist.is_initialized() else 1
 
     def prepare_local_plan(self, plan):
         return plan
 
-    def _connected(self):
-        return bool(self.socket or os.environ.get("CKPTD_SOCKET"))
+    def _staged(self):
+        """stage() planned and staged the save DCP is running now."""
+        return self._elsewhere is not None or (self._part is not None and
+                                               not self._part.handed)
 
-    def _staged_elsewhere(self):
-        """In the checkpoint process of AsyncCheckpointerType.PROCESS, after this writer
-        staged the save in the training process: True through ckptd, which has every
-        part and the commit request and finishes alone; embedded, the staged part is in
-        the training process's memory, out of this process's reach: an error."""
-        if self._staged is None or not self._unpickled:
-            return False
-        if not self._connected():
-            raise RuntimeError(
-                f"CkptWriter: {self._staged.name} was staged into the training process's "
-                "memory (embedded engine), which the checkpoint process of "
-                "AsyncCheckpointerType.PROCESS cannot reach; pass "
-                "async_stager=DefaultStager() to dcp.async_save, or save through ckptd")
-        return True
-
-    def _wait_committed_elsewhere(self):
-        """ckptd owns the save: it holds .pending/NAME.lock until the save is committed
-        (ROOT/NAME appears by a rename) or removed (docs/FORMAT.md, "Owners and
-        locks"). Its reason for a failure went to the training process's client."""
-        name = self._staged.name
-        done = os.path.join(self.root, name, "manifest.mdb")
-        lock = os.path.join(self.root, ".pending", name + ".lock")
-        while not os.path.exists(done):
-            if not _lock_held(lock) and not os.path.exists(done):
-                raise RuntimeError(f"CkptWriter: {name}: ckptd ended the save without "
-                                   "committing it; the training process's error says why")
-            time.sleep(0.02)
+    def _done_with_last(self):
+        """A part whose save got past write_data is over for this rank (its commit is
+        rank 0's): freed before this writer starts another."""
+        if self._part is not None:
+            if not self._part.handed:
+                raise RuntimeError("CkptWriter: the previous async save of this writer is "
+                                   "still running; wait for its future first")
+            self._release()
 
     def prepare_global_plan(self, plans):
-        self._staged_elsewhere()
-        if self._staged is not None:
+        if self._staged():
             return plans               # stage() planned and staged this save already
-        table = self._plan_save(plans)
+        self._check_new()
+        table = _table(plans)
         return [dataclasses.replace(p, storage_data=table) for p in plans]
 
-    def _plan_save(self, plans):
+    def _check_new(self):
         if self.root is None or self.name is None:
             raise ValueError("CkptWriter: no checkpoint root/name (give CkptWriter(root, name) "
                              "or checkpoint_id=ROOT/NAME)")
         _ck.name_check("checkpoint", self.name)
+        _mkroot(self.root)
         if os.path.exists(os.path.join(self.root, self.name)):
             raise FileExistsError(f"{self.root}: checkpoint {self.name} is already committed; "
                                   "a committed checkpoint is never replaced")
-        step = self.step if self.step is not None else _step_of(self.name)
-        table = _table(plans, self.name, step)
-        if not self._connected():
-            self._abandon()
-            save = _ck.Save(self.root, self.name, step, table.world, self.hash)
-            _declare(save, table)
-            table.token = save.share()
-            self._save = save
-        return table
 
-    def _abandon(self):
-        """Drops what a failed save left on this rank (its pending directory stays as
-        debris that ckptd or ck_root_recover removes)."""
-        if self._save is not None:
-            self._save.abort()
-        self._save = None
-        if self._csave is not None:
-            self._csave.close()
-        self._csave = None
-        self._keep = []
+    def _engine(self, pin):
+        return engine.engine(self.root, self.socket, self.world, pin)
 
-    def _offer(self, plan, planner, table):
-        """Declares the save on this rank and offers its boxes and blobs; returns the
-        WriteResults of its items and the blobs it holds."""
-        index = {}
-        for disk, _code, _shape, boxes, writers in table.tensors:
-            index[disk] = {b[0]: i for i, (b, w) in enumerate(zip(boxes, writers))
-                           if w == self.rank}
-        if self._connected():
-            if self._client is None:
-                self._client = _ck.Client(self.root, self.socket)
-            if self._csave is not None:
-                self._csave.close()
-            target = self._csave = self._client.begin(table.name, table.step, self.rank,
-                                                      table.world, self.hash)
-        else:
-            if not self.is_coordinator:
-                self._abandon()
-                self._save = _ck.Save(self.root, table.name, table.step, table.world,
-                                      self.hash)
-            target = self._save
-        if not self.is_coordinator or self._connected():
-            _declare(target, table)
-        if not self.is_coordinator and not self._connected():
-            target.join(table.token, self.rank)
-        results, blobs = [], {}
+    def _stage_part(self, plan, planner, table, lazy):
+        """Declares the save on this rank, stages its boxes and blobs (lazy: queues the
+        copies and returns), and on rank 0 asks for the commit. Returns the
+        WriteResults of its items."""
+        items, results, blobs = [], [], {}
+        cuda = None
+        for it in plan.items:
+            data = planner.resolve_data(it)
+            if it.type == WriteItemType.BYTE_IO:
+                buf = data.getvalue()
+                blobs[names.encode(it.index.fqn)] = buf
+                results.append(WriteResult(index=it.index, size_in_bytes=len(buf),
+                                           storage_data=None))
+                continue
+            t = data.detach()
+            if t.device.type == "cuda":
+                cuda = t.device
+            elif t.device.type != "cpu":
+                raise ValueError(f"CkptWriter: tensor {it.index.fqn} is on {t.device}; "
+                                 "CPU and CUDA tensors are saved")
+            items.append((it, t))
+            results.append(WriteResult(index=it.index, size_in_bytes=t.numel() *
+                                       t.element_size(), storage_data=None))
         if self.is_coordinator:
             mappings = getattr(planner, "mappings", None)
             if mappings:
                 blobs[PLANNER_DATA_BLOB] = json.dumps(
                     {k: list(v) for k, v in mappings.items()}).encode()
-        for it in plan.items:
-            key = it.index.fqn
-            disk = names.encode(key)
-            data = planner.resolve_data(it)
-            if it.type == WriteItemType.BYTE_IO:
-                buf = data.getvalue()
-                blobs[disk] = buf
-                results.append(WriteResult(index=it.index, size_in_bytes=len(buf),
-                                           storage_data=None))
-                continue
-            t = data.detach()
-            if t.device.type != "cpu":
-                t = t.cpu()
-            t = t.contiguous()
-            offsets = tuple(int(x) for x in it.tensor_data.chunk.offsets)
-            target.box(disk, index[disk][offsets], t.data_ptr())
-            self._keep.append(t)
-            results.append(WriteResult(index=it.index, size_in_bytes=t.numel() *
-                                       t.element_size(), storage_data=None))
-        if self._connected():
-            for disk, buf in blobs.items():
-                target.blob(disk, buf)
-            blobs = {}
-        return results, blobs
-
-    def _stage_copy(self):
-        """The one copy of this rank's bytes into the engine's staging."""
+        pin = cuda.index if cuda is not None else -1
+        eng = self._engine(pin)
+        step = self.step if self.step is not None else _step_of(self.name)
+        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, self.hash)
         try:
-            if self._connected():
-                self._csave.save_async()
-                if self.is_coordinator:
-                    self._csave.commit()
-            else:
-                self._save.stage_rank(self.rank)
-        finally:
-            self._keep = []
-
-    def _write(self, results, blobs):
-        """After the copy: this rank's file (embedded), and the part for rank 0."""
-        record = None
-        if not self._connected():
-            self._save.write_rank(self.rank)
-            record = self._save.part(self.rank)
-            if not self.is_coordinator:
-                self._save.abort()
-                self._save = None
-        part = _Part(rank=self.rank, record=record, blobs=blobs)
-        results.append(WriteResult(index=MetadataIndex(_PART_FQN), size_in_bytes=0,
-                                   storage_data=part))
+            keep, event = eng.call(self._fill, save, table, items, blobs)
+            eng.call(save.save_lazy if lazy else save.save_async,
+                     event.cuda_event if event is not None else 0)
+            if self.is_coordinator:
+                eng.call(save.commit)
+        except BaseException:
+            if cuda is not None:       # copies queued before the failure still land
+                _side_stream(cuda).synchronize()
+            eng.call(save.close)
+            raise
+        self._part = _Part(eng, save, self.name, keep if lazy else [], event)
         return results
 
-    def write_data(self, plan, planner):
-        try:
-            if self._staged_elsewhere():
-                results = []
-            elif self._staged is not None:
-                results = self._write(*self._staged.pending)
+    def _fill(self, save, table, items, blobs):
+        """Declares the table, gives CPU boxes by address and copies CUDA boxes into the
+        staging area on a side stream. Returns the tensors the copies read and the CUDA
+        event that says they are done (None without CUDA boxes). With the client's lock."""
+        index = {}
+        for disk, code, shape, boxes, writers in table.tensors:
+            save.tensor_boxes(disk, code, shape, boxes, writers)
+            index[disk] = {b[0]: i for i, (b, w) in enumerate(zip(boxes, writers))
+                           if w == self.rank}
+        for disk, buf in blobs.items():
+            save.blob(disk, buf)
+        placed, keep = [], []
+        for it, t in items:
+            disk = names.encode(it.index.fqn)
+            box = index[disk][tuple(int(x) for x in it.tensor_data.chunk.offsets)]
+            if t.device.type == "cpu" and t.is_contiguous():
+                save.box(disk, box, t.data_ptr())
+                keep.append(t)
             else:
-                results, blobs = self._offer(plan, planner, plan.storage_data)
-                self._stage_copy()
-                results = self._write(results, blobs)
-        except BaseException:
-            if not self.is_coordinator:
-                self._abandon()
-            raise
+                placed.append((disk, box, t))
+        if not placed:
+            return keep, None
+        save.place()
+        view = save.staging()
+        if not len(view):
+            return keep, None
+        staging = torch.frombuffer(view, dtype=torch.uint8)
+        base = staging.data_ptr()
+        dsts, srcs = [], []
+        for disk, box, t in placed:
+            at = save.box_at(disk, box)
+            if at is None:             # not this rank's to write (DCP gave it a replica)
+                continue
+            n = t.numel() * t.element_size()
+            dsts.append(staging[at - base:at - base + n].view(t.dtype).view(t.shape))
+            srcs.append(t)
+        cpu = [(d, s) for d, s in zip(dsts, srcs) if s.device.type == "cpu"]
+        for d, s in cpu:               # non-contiguous CPU tensors: one strided copy
+            d.copy_(s)
+        gpu = [(d, s) for d, s in zip(dsts, srcs) if s.device.type == "cuda"]
+        if not gpu:
+            return keep, None
+        device = gpu[0][1].device
+        side = _side_stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))   # the latest values
+        with torch.cuda.stream(side):
+            for d, s in gpu:
+                d.copy_(s, non_blocking=True)
+        for _d, s in gpu:
+            s.record_stream(side)      # the allocator keeps s until the copy is done
+        event = torch.cuda.Event()
+        event.record(side)
+        return keep + [s for _d, s in gpu], event
+
+    def write_data(self, plan, planner):
+        if self._staged():
+            results = []               # stage() staged it
+        else:
+            self._done_with_last()
+            results = self._stage_part(plan, planner, plan.storage_data, lazy=False)
+        if self._part is not None:
+            self._part.handed = True
         fut = Future()
         fut.set_result(results)
         return fut
 
     def finish(self, metadata, results):
         try:
-            if self._staged_elsewhere():
-                self._wait_committed_elsewhere()
-                return
-            if self._connected():
-                self._csave.wait()
-                self._csave.close()
-                self._csave = None
-                return
-            save = self._save
-            for rank_results in results:
-                for r in rank_results:
-                    part = r.storage_data
-                    if not isinstance(part, _Part):
-                        continue
-                    if part.record is not None and part.rank != self.rank:
-                        save.adopt(part.record)
-                    for disk, buf in part.blobs.items():
-                        save.blob(disk, buf)
-            self._save = None
-            save.commit()
+            if self._elsewhere is not None:
+                self._wait_committed_elsewhere(self._elsewhere)
+            elif self.is_coordinator:
+                self._part.engine.wait(self._part.save)
         finally:
-            self._staged = None
-            self._abandon()
+            self._release()
+
+    def _release(self):
+        part, self._part, self._elsewhere = self._part, None, None
+        if part is not None:
+            part.close()
+
+    def _wait_committed_elsewhere(self, name):
+        """The checkpoint process of AsyncCheckpointerType.PROCESS: the training
+        process staged the save and rank 0 asked for its commit. Its owner holds
+        .pending/NAME.lock until the save is committed (ROOT/NAME appears by a rename)
+        or removed (docs/FORMAT.md, "Owners and locks"); its reason for a failure went
+        to the training process."""
+        done = os.path.join(self.root, name, "manifest.mdb")
+        lock = os.path.join(self.root, ".pending", name + ".lock")
+        while not os.path.exists(done):
+            if not _lock_held(lock) and not os.path.exists(done):
+                raise RuntimeError(f"CkptWriter: {name}: the save ended without committing; "
+                                   "the training process's error says why")
+            time.sleep(0.02)
 
     # ---- AsyncStager ----
 
     def stage(self, state_dict):
-        if self._staged is not None:
-            raise RuntimeError("CkptWriter: the previous async save of this writer is still "
-                               "running; wait for its future first")
+        self._done_with_last()
         if self.name is None:
             raise ValueError("CkptWriter: async_save stages before DCP passes checkpoint_id "
                              "to the writer; give the name as CkptWriter(root, name)")
         planner = DefaultSavePlanner()
         dw = _DistWrapper(self.process_group, dist.is_initialized(), 0)
         self.set_up_storage_writer(dw.is_coordinator, rank=dw.rank)
+        cache = _PlanCache.of(self.process_group)
 
         def local_step():
             planner.set_up_planner(state_dict, storage_meta=self.storage_meta(),
                                    is_coordinator=dw.is_coordinator)
-            return planner.create_local_plan()
+            local = planner.create_local_plan()
+            sig = _signature(local)
+            same = cache.final is not None and sig == cache.sig
+            local_step.sig = sig
+            return _SAME if same else local
 
         def global_step(plans):
-            plans, _md = planner.create_global_plan(plans)
-            table = self._plan_save(plans)
-            return [dataclasses.replace(p, storage_data=table) for p in plans]
+            self._check_new()
+            if all(p == _SAME for p in plans) and cache.central is not None:
+                return [_SAME] * len(plans)
+            if any(p == _SAME for p in plans) and cache.locals is None:
+                raise RuntimeError("CkptWriter: the plan caches of the ranks disagree")
+            full = [cache.locals[i] if p == _SAME else p for i, p in enumerate(plans)]
+            central, _md = planner.create_global_plan(full)
+            table = _table(central)
+            cache.locals = full
+            cache.central = [dataclasses.replace(p, storage_data=table) for p in central]
+            return cache.central
 
-        central = dw.reduce_scatter("plan", local_step, global_step)
-        plan = planner.finish_plan(central)
-        try:
-            results, blobs = self._offer(plan, planner, plan.storage_data)
-            self._stage_copy()
-        except BaseException:
-            self._abandon()
-            raise
-        self._staged = _Staged(name=self.name, pending=(results, blobs))
+        got = dw.reduce_scatter("plan", local_step, global_step)
+        if got == _SAME:
+            plan, table = cache.final, cache.table
+        else:
+            plan = planner.finish_plan(got)
+            table = plan.storage_data
+            cache.sig, cache.final, cache.table = local_step.sig, plan, table
+        self._stage_part(plan, planner, table, lazy=self.async_staging)
         return {}
 
     def synchronize_staging(self):
         pass
 
+    def reserve(self, state_dict, slack=1 << 20):
+        """Makes this process's staging large enough for saves of state_dict (its local
+        tensors, each 4 KiB aligned in the part, and slack bytes for the blobs) and, for
+        CUDA tensors, page-locks it: on the client's thread, so that it overlaps what
+        the caller does next, and before the first save stalls on it."""
+        nbytes, pin = slack, -1
+        for t in _local_tensors(state_dict):
+            nbytes += -(-t.numel() * t.element_size() // 4096) * 4096
+            if t.device.type == "cuda":
+                pin = t.device.index
+        self.set_up_storage_writer(True)
+        if self.socket is None and engine.socket_of(None) is None:
+            _mkroot(self.root)
+        self._engine(pin).reserve(nbytes)
+
+    def maybe_wait_for_staging(self):
+        """Returns once the staged save no longer reads the state (its copies are done):
+        call it before anything saved changes. Raises the save's error if the staging
+        failed."""
+        part = self._part
+        if part is not None and part.keep:
+            part.fence()
+
     def close(self):
-        self._abandon()
-        if self._client is not None:
-            self._client.close()
-        self._client = None
+        self._release()
 
 
-@dataclasses.dataclass
-class _Staged:
-    name: str
-    pending: tuple
+def _local_tensors(obj):
+    """The tensors of a (nested) state dict, DTensors as their local shards."""
+    if isinstance(obj, torch.Tensor):
+        yield obj.to_local() if hasattr(obj, "to_local") else obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _local_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _local_tensors(v)
+    elif hasattr(obj, "state_dict") and callable(obj.state_dict):
+        yield from _local_tensors(obj.state_dict())
+
+
+_side_streams = {}
+
+
+def _side_stream(device):
+    """One side stream per device for the copies into staging, reused by every save."""
+    s = _side_streams.get(device.index)
+    if s is None:
+        s = _side_streams[device.index] = torch.cuda.Stream(device)
+    return s
 
 
 def _lock_held(path):

@@ -231,7 +231,7 @@ static void reserve_start(ck_client *cl, uint64_t bytes)
 
 /* Makes the client its caller's alone again: the lazy save's copy (fenced), the
  * reserver (joined). */
-static void settle(ck_client *cl)
+static void settle_lazy(ck_client *cl)
 {
     ck_client_save *sv = cl->lazy;
     if (sv) {
@@ -239,6 +239,11 @@ static void settle(ck_client *cl)
         sv->copying = false;
         cl->lazy = NULL;
     }
+}
+
+static void settle(ck_client *cl)
+{
+    settle_lazy(cl);
     reserve_join(cl);
 }
 
@@ -768,11 +773,12 @@ static int save_run(ck_client_save *sv, ck_err *err)
     /* Waited for even when the part failed: until they land, the caller's copies still
      * write into a slot that failing would free. */
     if (sv->copies_wait) {
-        int w = sv->copies_wait(sv->copies_arg);
+        ck_err werr = { 0 };
+        int w = sv->copies_wait(sv->copies_arg, &werr);
         sv->copies_wait = NULL;
         if (r == 0 && w < 0)
-            r = ck_err_set(err, w, "checkpoint %s, rank %llu: copying into staging failed",
-                           sv->d.name, (unsigned long long)sv->d.rank);
+            r = ck_err_set(err, w, "checkpoint %s, rank %llu: %s", sv->d.name,
+                           (unsigned long long)sv->d.rank, ck_err_msg(&werr));
     }
     ck__plan_free(sv->plan);
     sv->plan = NULL;
@@ -863,7 +869,7 @@ int ck_client_save_staging(ck_client_save *sv, void **base, size_t *len, ck_err 
     return 0;
 }
 
-void ck_client_save_copies(ck_client_save *sv, int (*wait)(void *arg), void *arg)
+void ck_client_save_copies(ck_client_save *sv, int (*wait)(void *arg, ck_err *err), void *arg)
 {
     sv->copies_wait = wait;
     sv->copies_arg = arg;
@@ -880,6 +886,13 @@ static void *copier_main(void *arg)
 {
     ck_client_save *sv = arg;
     sv->lazy_rc = save_run(sv, &sv->lazy_err);
+    if (atomic_exchange(&sv->lazy_commit, CK__LAZY_DONE) == CK__LAZY_COMMIT_ASKED &&
+        sv->lazy_rc == 0) {
+        ck_err err = { 0 };
+        int r = sv->cl->t->commit(sv, &err);
+        if (r < 0)
+            failed(sv, r, &err);
+    }
     return NULL;
 }
 
@@ -892,6 +905,7 @@ int ck_client_save_lazy(ck_client_save *sv, ck_err *err)
         return r;
     sv->lazy_rc = 0;
     ck_err_clear(&sv->lazy_err);
+    atomic_store(&sv->lazy_commit, CK__LAZY_RUNNING);
     int e = pthread_create(&sv->copier, NULL, copier_main, sv);
     if (e)
         return ck_err_set(err, -e, "checkpoint %s, rank %llu: starting the copy thread: %s",
@@ -919,10 +933,15 @@ int ck_client_save_fence(ck_client_save *sv, ck_err *err)
 
 int ck_client_commit(ck_client_save *sv, ck_err *err)
 {
-    settle(sv->cl);
     if (sv->d.rank != 0)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu asked for the commit; only "
                           "rank 0 does", sv->d.name, (unsigned long long)sv->d.rank);
+    /* A lazy save still copying: its copier asks once the part is staged. */
+    int running = CK__LAZY_RUNNING;
+    if (sv->cl->lazy == sv &&
+        atomic_compare_exchange_strong(&sv->lazy_commit, &running, CK__LAZY_COMMIT_ASKED))
+        return 0;
+    settle(sv->cl);
     if (sv->state == CK_CLIENT_BUILDING)
         return ck_err_set(err, -EINVAL, "checkpoint %s: commit before save_async", sv->d.name);
     if (sv->state == CK_CLIENT_FAILED)     /* as the embedded engine answers */
@@ -933,8 +952,12 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
 int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err)
 {
     ck_client *cl = sv->cl;
-    settle(cl);
-    cl->t->poll(cl);
+    /* Never blocks: while a lazy save's copier owns the transport, the states are as its
+     * thread and the engine's news last left them. */
+    if (cl->lazy && atomic_load(&cl->lazy->lazy_commit) == CK__LAZY_DONE)
+        settle_lazy(cl);        /* its copier has returned: joining it does not block */
+    if (!cl->lazy)
+        cl->t->poll(cl);
     lock(cl);
     *state = sv->state;
     int r = sv->state == CK_CLIENT_FAILED ? ck_err_set(err, sv->code, "%s", sv->msg) : 0;

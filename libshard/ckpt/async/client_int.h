@@ -18,6 +18,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -89,10 +90,14 @@ struct ck_client_save {
      * layout, and what the part takes of the slot. */
     ck__plan *plan;
     uint64_t image, total;
-    int (*copies_wait)(void *arg);  /* the caller's own copies into staging */
+    int (*copies_wait)(void *arg, ck_err *err);  /* the caller's own copies into staging */
     void *copies_arg;
     pthread_t copier;           /* save_lazy: the thread that copies and stages */
     bool copying;               /* until the fence joined it */
+    /* Rank 0's commit asked for while the copier runs: the copier asks for it once the
+     * part is staged (ck__client_lazy_commit), so that ck_client_commit never waits for
+     * the copy. */
+    atomic_int lazy_commit;
     int lazy_rc;                /* the copier's outcome */
     ck_err lazy_err;
     bool listed;
@@ -129,6 +134,8 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
                              ck_err *err);
 int ck__client_open_connected(ck_client *cl, const char *sock, const char *root,
                               ck_err *err);
+
+enum { CK__LAZY_RUNNING = 0, CK__LAZY_COMMIT_ASKED, CK__LAZY_DONE };
 
 /* Moves sv forward to st (or to FAILED with code and msg); states never go back. */
 void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg);

@@ -176,10 +176,11 @@ void *ck_client_shard_at(ck_client_save *sv, const char *tensor, ck_err *err);
 void *ck_client_box_at(ck_client_save *sv, const char *tensor, uint32_t box, ck_err *err);
 /* The whole staging area of a placed save (its file image, then its blobs). */
 int ck_client_save_staging(ck_client_save *sv, void **base, size_t *len, ck_err *err);
-/* wait(arg) returns 0 once the caller's copies into the staging area have landed, or a
- * negative error that fails the save: called once, on the thread that hands the part
- * over, before it does. */
-void ck_client_save_copies(ck_client_save *sv, int (*wait)(void *arg), void *arg);
+/* wait(arg, err) returns 0 once the caller's copies into the staging area have landed,
+ * or a negative error (in err) that fails the save: called once, on the thread that
+ * hands the part over, before it does, and even when the part failed before (the copies
+ * must land before the area can be reused). */
+void ck_client_save_copies(ck_client_save *sv, int (*wait)(void *arg, ck_err *err), void *arg);
 
 /* Rank 0, after its save_async (or save_lazy): commit once every rank's part is
  * durable. */

@@ -46,6 +46,25 @@ uint64_t ck_reader_last_reads(const ck_reader *rd);
 int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
                   ck_err *err);
 
+/* ---- a rank's whole load, as one batch ----
+ * DCP asks a rank for hundreds of boxes at once. Read one by one, each small box waits
+ * for its own round trip; ck_load_many looks each tensor's shards up once, coalesces
+ * the reads of every item into one list and keeps it at queue depth through one
+ * io_uring. Reads are O_DIRECT wherever the file system allows, also into memory the
+ * caller did not align (tensors): those go through aligned bounce buffers and are
+ * copied out, which costs a memcpy where the page cache's path costs half the read
+ * speed. */
+typedef struct ck_load_item {
+    const char *tensor;
+    ck_box box;                /* the part of the tensor, inside its shape */
+    void *dst;                 /* its row-major bytes go here */
+    uint64_t len;              /* ck_box_numel(&box) * itemsize, or the item is refused */
+} ck_load_item;
+
+/* Reads every item. Errors name the item's tensor; on error, what the destinations
+ * hold is unspecified. */
+int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
+
 /* ---- readers for many threads ----
  * A ck_ckpt and its readers serve one thread at a time. Fills that run on the writer's
  * worker pool (copy resharding, consolidation) read through a ck_readers instead: each

@@ -274,6 +274,50 @@ static PyObject *ckpt_read(ckpt_obj *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* read_many(items): items is a sequence of (tensor, offsets, lengths, address, nbytes);
+ * the memory is the caller's, kept alive for the call. */
+static PyObject *ckpt_read_many(ckpt_obj *self, PyObject *args)
+{
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq) || ckpt_open_check(self) < 0)
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "read_many: a sequence of items");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    ck_load_item *items = calloc(n ? (size_t)n : 1, sizeof *items);
+    if (!items) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
+        ckpy_u64s off, len;
+        unsigned long long nbytes;
+        if (!PyArg_ParseTuple(it, "sO&O&O&K", &items[i].tensor, ckpy_u64_tuple, &off,
+                              ckpy_u64_tuple, &len, ckpy_addr, &items[i].dst, &nbytes) ||
+            ckpy_box(&off, &len, &items[i].box) < 0) {
+            free(items);
+            Py_DECREF(fast);
+            return NULL;
+        }
+        items[i].len = nbytes;
+    }
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    rc = self->ck ? ck_load_many(self->ck, items, (size_t)n, &err)
+                  : ck_err_set(&err, -EBADF, "checkpoint closed");
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    free(items);
+    Py_DECREF(fast);
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ckpt_methods[] = {
     {"close", (PyCFunction)ckpt_close, METH_NOARGS, "Closes the checkpoint."},
     {"info", (PyCFunction)ckpt_info, METH_NOARGS, "The checkpoint record, as a dict."},
@@ -285,6 +329,9 @@ static PyMethodDef ckpt_methods[] = {
     {"blob", (PyCFunction)ckpt_blob, METH_VARARGS, "blob(name) -> bytes."},
     {"read", (PyCFunction)ckpt_read, METH_VARARGS,
      "read(tensor, offsets, lengths, address, nbytes): a box's row-major bytes into memory."},
+    {"read_many", (PyCFunction)ckpt_read_many, METH_VARARGS,
+     "read_many([(tensor, offsets, lengths, address, nbytes), ...]): every box, as one "
+     "batch at queue depth (ck_load_many)."},
     {NULL, NULL, 0, NULL},
 };
 

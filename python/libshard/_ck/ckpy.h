@@ -57,6 +57,16 @@ PyObject *ckpy_call_tensor_boxes(PyObject *args, void *h, ckpy_tensor_boxes_fn f
 PyObject *ckpy_call_box(PyObject *args, void *h, ckpy_box_fn fn);
 PyObject *ckpy_call_blob(PyObject *args, void *h, ckpy_blob_fn fn);
 
+/* cuda.c: the CUDA driver, opened at run time for a client that pins its staging. */
+typedef struct ckpy_cuda ckpy_cuda;
+int ckpy_cuda_open(int device, ckpy_cuda **out, ck_err *err);
+void ckpy_cuda_close(ckpy_cuda *cu);
+/* The ck_client_opts staging hooks: page-lock an area while it is mapped. */
+int ckpy_cuda_pin(void *arg, void *base, size_t len);
+void ckpy_cuda_unpin(void *arg, void *base, size_t len);
+/* Blocks until a CUDA event (a cudaEvent_t, as torch.cuda.Event.cuda_event) happened. */
+int ckpy_cuda_event_wait(ckpy_cuda *cu, void *event, ck_err *err);
+
 extern PyTypeObject ckpy_ckpt_type;     /* ckpt.c:   libshard._ck.Checkpoint */
 extern PyTypeObject ckpy_client_type;   /* client.c: libshard._ck.Client */
 extern PyTypeObject ckpy_save_type;     /* save.c:   libshard._ck.Save */

@@ -1,10 +1,14 @@
 /* client.c - libshard._ck.Client and ClientSave: a rank's asynchronous saves through
  * ckptd or the embedded engine (ck/client.h).
  *
- * save_async copies the rank's boxes into the staging memfd and returns: that copy is
- * the stall. Connected to ckptd, once every rank's save_async returned and rank 0 asked
- * for the commit, the checkpoint commits even if every rank dies. A ClientSave holds a
- * reference to its Client, so the client outlives its saves.
+ * save_async copies the rank's boxes into the staging area and returns: that copy is
+ * the stall. Sources the client cannot read (CUDA tensors) are copied by the caller
+ * straight into the staging area (place, then box_at: writer.py's DMA on a side
+ * stream), and save_async / save_lazy take the copies' CUDA event, waited for (GIL
+ * released) before the part is handed over. Connected to ckptd, once every rank's
+ * save_async returned and rank 0 asked for the commit, the checkpoint commits even if
+ * every rank dies. A ClientSave holds a reference to its Client, so the client
+ * outlives its saves.
  */
 #include "ckpy.h"
 
@@ -15,33 +19,50 @@
 typedef struct {
     PyObject_HEAD
     ck_client *cl;
+    ckpy_cuda *cu;              /* pin=: the driver that page-locks the staging */
 } client_obj;
 
 typedef struct {
     PyObject_HEAD
     client_obj *owner;
     ck_client_save *sv;
+    void *event;                /* the CUDA event of the caller's copies, until handed over */
 } csave_obj;
 
 static int client_init(client_obj *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"root", "socket", "embedded", NULL};
+    static char *kwlist[] = {"root", "socket", "embedded", "nodes", "pin", "part_timeout",
+                             "dead_after", NULL};
     const char *root = NULL, *sock = NULL;
-    int embedded = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "z|zp", kwlist, &root, &sock, &embedded))
+    int embedded = 0, pin = -1;
+    unsigned int nodes = 0, part_timeout = 0, dead_after = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "z|zpIiII", kwlist, &root, &sock, &embedded,
+                                     &nodes, &pin, &part_timeout, &dead_after))
         return -1;
     if (self->cl) {
         PyErr_SetString(PyExc_RuntimeError, "Client is already open");
         return -1;
     }
-    ck_client_opts opts = {.socket = sock, .embedded = embedded};
     ck_err err = {0};
-    int rc;
+    int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = ck_client_open(&self->cl, root, &opts, &err);
+    if (pin >= 0)
+        rc = ckpy_cuda_open(pin, &self->cu, &err);
+    if (rc == 0) {
+        ck_client_opts opts = {.socket = sock, .embedded = embedded, .nodes = nodes,
+                               .part_timeout = part_timeout, .dead_after = dead_after};
+        if (self->cu) {
+            opts.staging_mapped = ckpy_cuda_pin;
+            opts.staging_unmapping = ckpy_cuda_unpin;
+            opts.staging_arg = self->cu;
+        }
+        rc = ck_client_open(&self->cl, root, &opts, &err);
+    }
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         self->cl = NULL;
+        ckpy_cuda_close(self->cu);
+        self->cu = NULL;
         ckpy_raise(rc, &err);
         return -1;
     }
@@ -51,10 +72,13 @@ static int client_init(client_obj *self, PyObject *args, PyObject *kw)
 static void client_close_handle(client_obj *self)
 {
     ck_client *cl = self->cl;
+    ckpy_cuda *cu = self->cu;
     self->cl = NULL;
-    if (cl) {
+    self->cu = NULL;
+    if (cl || cu) {
         Py_BEGIN_ALLOW_THREADS
-        ck_client_close(cl);
+        ck_client_close(cl);        /* unpins its areas before the driver goes */
+        ckpy_cuda_close(cu);
         Py_END_ALLOW_THREADS
     }
 }
@@ -104,6 +128,7 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
     if (!sv)
         return NULL;
     sv->sv = NULL;
+    sv->event = NULL;
     Py_INCREF(self);
     sv->owner = self;
     ck_err err = {0};
@@ -121,16 +146,43 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
     return (PyObject *)sv;
 }
 
+/* reserve(bytes, wait=False): staging areas of at least bytes, faulted in (and pinned
+ * with pin=) ahead of the saves that need them. */
+static PyObject *client_reserve(client_obj *self, PyObject *args)
+{
+    unsigned long long bytes;
+    int wait = 0;
+    if (!PyArg_ParseTuple(args, "K|p", &bytes, &wait))
+        return NULL;
+    if (!self->cl) {
+        PyErr_SetString(PyExc_ValueError, "Client is closed");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    ck_client_reserve(self->cl, bytes, wait);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef client_methods[] = {
     {"close", (PyCFunction)client_close, METH_NOARGS,
      "Waits until every part this client staged is durable, then closes."},
+    {"reserve", (PyCFunction)client_reserve, METH_VARARGS,
+     "reserve(bytes, wait=False): staging made (and pinned) ahead of the saves."},
     {"begin", (PyCFunction)client_begin, METH_VARARGS,
      "begin(name, step, rank, world, hash=True) -> ClientSave"},
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *client_pinned(client_obj *self, void *unused)
+{
+    return PyBool_FromLong(self->cu != NULL);
+}
+
 static PyGetSetDef client_getset[] = {
     {"connected", (getter)client_connected, NULL, "True when the engine is ckptd.", NULL},
+    {"pinned", (getter)client_pinned, NULL, "True when the staging is page-locked for a GPU.",
+     NULL},
     {"root", (getter)client_root, NULL, "The checkpoint root.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -138,7 +190,9 @@ static PyGetSetDef client_getset[] = {
 PyTypeObject ckpy_client_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "libshard._ck.Client",
-    .tp_doc = "Client(root, socket=None, embedded=False): ckptd, or the embedded engine.",
+    .tp_doc = "Client(root, socket=None, embedded=False, nodes=0, pin=-1, part_timeout=0, "
+              "dead_after=0): ckptd, or the embedded engine (nodes: the job's processes, each "
+              "with an engine); pin: page-lock the staging for that CUDA device.",
     .tp_basicsize = sizeof(client_obj),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -208,7 +262,7 @@ static PyObject *csave_blob(csave_obj *self, PyObject *args)
     return ckpy_call_blob(args, self->sv, blob_fn);
 }
 
-/* The blocking calls without arguments: save_async, commit, wait. */
+/* The blocking calls without arguments: commit, wait, fence, place. */
 static PyObject *csave_call(csave_obj *self, int (*fn)(ck_client_save *, ck_err *))
 {
     if (csave_live(self) < 0)
@@ -223,9 +277,52 @@ static PyObject *csave_call(csave_obj *self, int (*fn)(ck_client_save *, ck_err 
     Py_RETURN_NONE;
 }
 
-static PyObject *csave_save_async(csave_obj *self, PyObject *unused)
+static int copies_landed(void *arg, ck_err *err)
 {
-    return csave_call(self, ck_client_save_async);
+    csave_obj *self = arg;
+    void *ev = self->event;
+    self->event = NULL;
+    return ckpy_cuda_event_wait(self->owner->cu, ev, err);
+}
+
+/* save_async(event=0) and save_lazy(event=0): event is the CUDA event (an address, as
+ * torch.cuda.Event.cuda_event) recorded after the caller's copies into staging; it is
+ * waited for before the part is handed over. */
+static PyObject *csave_hand_over(csave_obj *self, PyObject *args,
+                                 int (*fn)(ck_client_save *, ck_err *))
+{
+    unsigned long long event = 0;
+    if (!PyArg_ParseTuple(args, "|K", &event) || csave_live(self) < 0)
+        return NULL;
+    if (event && !self->owner->cu) {
+        PyErr_SetString(PyExc_ValueError, "a CUDA event for a client without pin=");
+        return NULL;
+    }
+    if (event) {
+        self->event = (void *)(uintptr_t)event;
+        ck_client_save_copies(self->sv, copies_landed, self);
+    }
+    return csave_call(self, fn);
+}
+
+static PyObject *csave_save_async(csave_obj *self, PyObject *args)
+{
+    return csave_hand_over(self, args, ck_client_save_async);
+}
+
+static PyObject *csave_save_lazy(csave_obj *self, PyObject *args)
+{
+    return csave_hand_over(self, args, ck_client_save_lazy);
+}
+
+static PyObject *csave_fence(csave_obj *self, PyObject *unused)
+{
+    return csave_call(self, ck_client_save_fence);
+}
+
+static PyObject *csave_place(csave_obj *self, PyObject *unused)
+{
+    return csave_call(self, ck_client_save_place);
 }
 
 static PyObject *csave_commit(csave_obj *self, PyObject *unused)
@@ -236,6 +333,51 @@ static PyObject *csave_commit(csave_obj *self, PyObject *unused)
 static PyObject *csave_wait(csave_obj *self, PyObject *unused)
 {
     return csave_call(self, ck_client_wait);
+}
+
+static PyObject *csave_reserve(csave_obj *self, PyObject *args)
+{
+    int wait = 0;
+    if (!PyArg_ParseTuple(args, "|p", &wait) || csave_live(self) < 0)
+        return NULL;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_client_save_reserve(self->sv, wait, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
+
+/* box_at(tensor, box) -> address: where the box's bytes go in the staging area (after
+ * place); None for a box this rank does not write. */
+static PyObject *csave_box_at(csave_obj *self, PyObject *args)
+{
+    const char *name;
+    unsigned int box;
+    if (!PyArg_ParseTuple(args, "sI", &name, &box) || csave_live(self) < 0)
+        return NULL;
+    ck_err err = {0};
+    void *p = ck_client_box_at(self->sv, name, box, &err);
+    if (!p)
+        return err.code == -ENOENT ? Py_NewRef(Py_None) : ckpy_raise(err.code, &err);
+    return PyLong_FromVoidPtr(p);
+}
+
+/* staging() -> a writable memoryview of the placed part's staging area (its file image,
+ * then its blobs), valid until the part is handed over. */
+static PyObject *csave_staging(csave_obj *self, PyObject *unused)
+{
+    if (csave_live(self) < 0)
+        return NULL;
+    void *base;
+    size_t len;
+    ck_err err = {0};
+    int rc = ck_client_save_staging(self->sv, &base, &len, &err);
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    return PyMemoryView_FromMemory(base, (Py_ssize_t)len, PyBUF_WRITE);
 }
 
 /* poll() -> state (0 building, 1 staged, 2 durable, 3 committed); raises on failure. */
@@ -264,8 +406,21 @@ static PyMethodDef csave_methods[] = {
      "tensor_boxes(name, dtype code, shape, [(offsets, lengths)], [writer rank])"},
     {"box", (PyCFunction)csave_box, METH_VARARGS, "box(tensor, index, address)"},
     {"blob", (PyCFunction)csave_blob, METH_VARARGS, "blob(name, bytes)"},
-    {"save_async", (PyCFunction)csave_save_async, METH_NOARGS,
-     "Copies this rank's boxes and blobs into staging and hands them to the engine."},
+    {"reserve", (PyCFunction)csave_reserve, METH_VARARGS,
+     "reserve(wait=False): staging for parts of this size, made ahead."},
+    {"place", (PyCFunction)csave_place, METH_NOARGS,
+     "Takes the part's staging area (admitted, laid out): box_at and staging work after it."},
+    {"box_at", (PyCFunction)csave_box_at, METH_VARARGS,
+     "box_at(tensor, index) -> the address of the box in staging, or None (not this rank's)."},
+    {"staging", (PyCFunction)csave_staging, METH_NOARGS,
+     "staging() -> memoryview of the placed part's staging area."},
+    {"save_async", (PyCFunction)csave_save_async, METH_VARARGS,
+     "save_async(event=0): copies the boxes given by address and the blobs into staging, "
+     "waits for the CUDA event of the caller's own copies, hands the part to the engine."},
+    {"save_lazy", (PyCFunction)csave_save_lazy, METH_VARARGS,
+     "save_lazy(event=0): the same on the client's thread; returns at once (fence)."},
+    {"fence", (PyCFunction)csave_fence, METH_NOARGS,
+     "Waits until the sources are no longer read (a lazy save's copies are done)."},
     {"commit", (PyCFunction)csave_commit, METH_NOARGS,
      "Rank 0: commit once every rank's part is durable."},
     {"poll", (PyCFunction)csave_poll, METH_NOARGS, "poll() -> state, without blocking."},
