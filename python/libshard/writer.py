@@ -114,6 +114,8 @@ class _PlanCache:
         self.table = None
         self.locals = None         # coordinator: every rank's local plan
         self.central = None        # coordinator: the plans it scattered
+        self.hits = 0              # saves that reused the plans (tests, benchmarks)
+        self.plans = 0             # saves that planned in full
 
     @classmethod
     def of(cls, process_group):
@@ -447,10 +449,12 @@ class CkptWriter(StorageWriter, AsyncStager):
         got = dw.reduce_scatter("plan", local_step, global_step)
         if got == _SAME:
             plan, table = cache.final, cache.table
+            cache.hits += 1
         else:
             plan = planner.finish_plan(got)
             table = plan.storage_data
             cache.sig, cache.final, cache.table = local_step.sig, plan, table
+            cache.plans += 1
         self._stage_part(plan, planner, table, lazy=self.async_staging)
         return {}
 
