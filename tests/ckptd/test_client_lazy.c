@@ -6,7 +6,9 @@
  * the fence. A save whose fill fails: save_lazy still returns 0 (it has not copied
  * yet), and the fence returns the fill's error, every time it is called; poll says
  * FAILED. A client call made before the fence (poll) fences first, so the copy never
- * races the caller. Both modes commit the same checkpoint. */
+ * races the caller; rank 0's commit is the exception: it returns at once, and the copy
+ * thread asks for the commit when the part is staged. Both modes commit the same
+ * checkpoint. */
 #include "kc_testlib.h"
 
 static const kc_tensor tensors[] = {
@@ -23,6 +25,24 @@ static int failing_fill(void *arg, uint64_t off, void *dst, size_t len)
     (void)dst;
     (void)len;
     return -EIO;
+}
+
+/* A fill that waits until the test opens the gate, then fills as inner does. */
+typedef struct gated {
+    ck_synth_src *inner;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool open;
+} gated;
+
+static int gated_fill(void *arg, uint64_t off, void *dst, size_t len)
+{
+    gated *g = arg;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+    return ck_synth_fill(g->inner, off, dst, len);
 }
 
 static uint64_t run(bool connected)
@@ -89,6 +109,28 @@ static uint64_t run(bool connected)
     ck_client_save_free(sv);
     kc_part_free(&part);
     CHECK(tl_verify_deep(e.root, "lazy-c", KC_SEED) == 0, "%s: lazy-c is wrong", mode);
+
+    /* Rank 0's commit while the copy runs does not wait for it: the fill blocks until
+     * the commit has returned (a commit that waited would never return: the watchdog),
+     * and the copier then asks for the commit itself. */
+    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-d", 43, &mesh, 0, 1, &err) == 0,
+            "%s: begin: %s", mode, ck_err_msg(&err));
+    kc_declare(sv, &mesh, 0, tensors, NT, &part, false);
+    gated g = { .inner = &part.src[0], .lock = PTHREAD_MUTEX_INITIALIZER,
+                .cv = PTHREAD_COND_INITIALIZER };
+    REQUIRE(ck_client_shard_fill(sv, "t0", gated_fill, &g, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_client_save_lazy(sv, &err) == 0, "%s: save_lazy: %s", mode, ck_err_msg(&err));
+    REQUIRE(ck_client_commit(sv, &err) == 0, "%s: commit during the copy: %s", mode,
+            ck_err_msg(&err));
+    pthread_mutex_lock(&g.lock);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.lock);
+    CHECK(ck_client_wait(sv, &err) == 0, "%s: wait after a commit asked during the copy: %s",
+          mode, ck_err_msg(&err));
+    ck_client_save_free(sv);
+    kc_part_free(&part);
+    CHECK(tl_verify_deep(e.root, "lazy-d", KC_SEED) == 0, "%s: lazy-d is wrong", mode);
 
     uint64_t h = kc_digest(e.root, "lazy-a");
     kc_close(&e);

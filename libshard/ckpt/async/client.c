@@ -231,7 +231,7 @@ static void reserve_start(ck_client *cl, uint64_t bytes)
 
 /* Makes the client its caller's alone again: the lazy save's copy (fenced), the
  * reserver (joined). */
-static void settle_lazy(ck_client *cl)
+static void settle(ck_client *cl)
 {
     ck_client_save *sv = cl->lazy;
     if (sv) {
@@ -239,11 +239,6 @@ static void settle_lazy(ck_client *cl)
         sv->copying = false;
         cl->lazy = NULL;
     }
-}
-
-static void settle(ck_client *cl)
-{
-    settle_lazy(cl);
     reserve_join(cl);
 }
 
@@ -952,12 +947,8 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
 int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err)
 {
     ck_client *cl = sv->cl;
-    /* Never blocks: while a lazy save's copier owns the transport, the states are as its
-     * thread and the engine's news last left them. */
-    if (cl->lazy && atomic_load(&cl->lazy->lazy_commit) == CK__LAZY_DONE)
-        settle_lazy(cl);        /* its copier has returned: joining it does not block */
-    if (!cl->lazy)
-        cl->t->poll(cl);
+    settle(cl);
+    cl->t->poll(cl);
     lock(cl);
     *state = sv->state;
     int r = sv->state == CK_CLIENT_FAILED ? ck_err_set(err, sv->code, "%s", sv->msg) : 0;

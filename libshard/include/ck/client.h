@@ -46,7 +46,9 @@
  *
  * A ck_client and its saves are used by one thread at a time; the lazy save's copy
  * thread is the client's until the fence, and every other call on the client (or its
- * saves) fences it first, so the one-thread rule holds for the caller.
+ * saves) fences it first, so the one-thread rule holds for the caller. The one
+ * exception is rank 0's ck_client_commit, which never waits for the copy: the copy
+ * thread asks for the commit itself once the part is staged.
  */
 #ifndef CK_CLIENT_H
 #define CK_CLIENT_H
