@@ -1,16 +1,32 @@
 #!/usr/bin/env python3
-"""bench/peer-dcp.py: DCP's FileSystemWriter against CkptWriter, in one run (by hand).
+"""bench/peer-dcp.py: CkptWriter/CkptReader against DCP's own storage, in one run.
 
     PYTHONPATH=build/python .venv/bin/python bench/peer-dcp.py /var/tmp/peer --size 1GiB
+    PYTHONPATH=build-gpu/python python3 bench/peer-dcp.py /var/tmp/peer --device cuda
 
-The same FSDP2-style state dict (bf16 DTensors sharded on dim 0, rows that do not
-divide by 2) on 2 gloo ranks: DCP's FileSystemWriter (default and thread_count=2) and
-async_save against CkptWriter sync and async, embedded and through ckptd. Printed per
-figure: ours, DCP's, the ratio, beside the physical references measured in the same
-run: a memcpy of the rank's bytes (for stalls), a raw O_DIRECT write and read of the
-same bytes (for completion and load). Stalls: the first save, and the mean of the third
-onward. Loads: 3 ranks, the page cache dropped (posix_fadvise DONTNEED) first. Export:
-DCP's full state dict to safetensors against ckpt-consolidate, time and peak RSS.
+CPU (default): an FSDP2-style state dict (bf16 DTensors sharded on dim 0, rows that do
+not divide by 2) on 2 gloo ranks. CUDA: FSDP2 on one GPU (NCCL, with gloo beside it for
+DCP), --blocks blocks of Linear(--dim, 4 --dim) + Linear(4 --dim, --dim) in f32 after one
+AdamW step, every tensor on the GPU (the defaults, 12 and 2048, make 4.83 GB).
+
+Every figure is printed beside DCP's peer and a physical reference measured in the
+same run, with the ratio:
+  references   a memcpy of a rank's bytes (CPU) or a D2H copy into pinned memory (CUDA;
+               and into pageable memory, t.cpu()); an O_DIRECT write (with fsync) and a
+               read of the same bytes
+  stall        how long async_save blocks: CkptWriter in copy mode after reserve (the
+               first save, and the third on), through ckptd with a new writer per save, against DCP's
+               default stager and DefaultStager with every StagingOptions this device
+               allows; ratio to the copy reference (target <= 1.2 on CUDA, 1.1 on CPU)
+  staging      async_staging=True: async_save's return, and the wait at the fence after
+               a step of at least the copy's length
+  committed    async_save to committed, hashing on and off, against the raw write
+  sync save    dcp.save to committed, against FileSystemWriter and the raw write
+  load         dcp.load with the page cache dropped, against FileSystemReader and the
+               raw read
+Speeds are given as a fraction of the reference's speed (raw time / our time), stalls
+as a multiple of the reference's time (our time / copy time). --export (CPU) also
+times ckpt-consolidate against DCP's dcp_to_torch_save + safetensors (peak RSS too).
 """
 import argparse
 import mmap
@@ -28,7 +44,6 @@ import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("BUILD", os.path.join(HERE, "..", "build"))
-SAVES = 4
 
 
 def size_arg(s):
@@ -39,26 +54,56 @@ def size_arg(s):
     return int(s)
 
 
-def shapes(total):
-    """Eight bf16 matrices of 4099 columns whose rows sum to about total bytes."""
-    rows = max(3, total // (8 * 4099 * 2))
-    return [(rows + (i % 3), 4099) for i in range(8)]
+# ---- the state dicts ----
 
-
-def state(rank, world, total):
+def cpu_state(rank, world, total):
+    """Eight bf16 DTensors of 4099 columns, about total bytes in all."""
     from torch.distributed.tensor import DTensor, Shard, init_device_mesh
     mesh = init_device_mesh("cpu", (world,))
+    rows = max(3, total // (8 * 4099 * 2))
     sd = {}
-    for i, shp in enumerate(shapes(total)):
-        n = shp[0]
-        c = -(-n // world)
-        lo, hi = min(rank * c, n), min((rank + 1) * c, n)
+    for i in range(8):
+        shp = (rows + (i % 3), 4099)
+        c = -(-shp[0] // world)
+        lo, hi = min(rank * c, shp[0]), min((rank + 1) * c, shp[0])
         local = torch.full((hi - lo, shp[1]), float(i + rank), dtype=torch.bfloat16)
         sd[f"layers.{i}.w"] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
-                                                 shape=torch.Size(shp),
-                                                 stride=(shp[1], 1))
+                                                 shape=torch.Size(shp), stride=(shp[1], 1))
     return sd
 
+
+def cuda_state(args):
+    """FSDP2 over blocks of two Linears in f32 on the GPU, after one AdamW step."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    import torch.nn as nn
+    torch.manual_seed(0)
+    d = args.dim
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(d, 4 * d), nn.Linear(4 * d, d))
+                            for _ in range(args.blocks)]).cuda()
+    for b in model:
+        fully_shard(b)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(8, d, device="cuda")).sum().backward()
+    opt.step()
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": osd}, model, opt
+
+
+def local_tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj.to_local() if hasattr(obj, "to_local") else obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from local_tensors(v)
+
+
+def nbytes(sd):
+    return sum(t.numel() * t.element_size() for t in local_tensors(sd))
+
+
+# ---- references ----
 
 def drop_cache(path):
     for d, _, files in os.walk(path):
@@ -71,15 +116,15 @@ def drop_cache(path):
             os.close(fd)
 
 
-def raw_io(dirpath, nbytes):
-    """Seconds of an O_DIRECT write (with fsync) and read of nbytes."""
+def raw_io(dirpath, n):
+    """Seconds of an O_DIRECT write (with fsync) and read of n bytes."""
     path = os.path.join(dirpath, "raw.dat")
     buf = mmap.mmap(-1, 4 << 20)
     buf.write(b"\x5a" * (4 << 20))
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_DIRECT | os.O_TRUNC, 0o600)
     t = time.perf_counter()
     done = 0
-    while done < nbytes:
+    while done < n:
         done += os.write(fd, buf)
     os.fsync(fd)
     w = time.perf_counter() - t
@@ -95,68 +140,166 @@ def raw_io(dirpath, nbytes):
     return w, r
 
 
+def copy_refs(sd, cuda):
+    """(copy reference, pageable D2H or None): the rank's bytes copied once, the second
+    time (pages touched)."""
+    ts = list(local_tensors(sd))
+    if not cuda:
+        dst = [torch.empty_like(t) for t in ts]
+        best = None
+        for _ in range(2):
+            t0 = time.perf_counter()
+            for d, s in zip(dst, ts):
+                d.copy_(s)
+            best = time.perf_counter() - t0
+        return best, None
+    pinned = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in ts]
+    for _ in range(2):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for d, s in zip(pinned, ts):
+            d.copy_(s, non_blocking=True)
+        torch.cuda.synchronize()
+        ref = time.perf_counter() - t0
+    del pinned
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    pageable = [t.cpu() for t in ts]
+    pageable_s = time.perf_counter() - t0
+    del pageable
+    return ref, pageable_s
+
+
+def step_like(seconds, cuda):
+    """Something the size of a training step that writes nothing saved: a GPU busy with
+    matrix products for about seconds, or a CPU that sleeps."""
+    if not cuda:
+        time.sleep(seconds)
+        return
+    a = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(8):
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+
+
+# ---- the saves ----
+
+def dcp_stagers(cuda):
+    """DCP's DefaultStager with every StagingOptions this device allows (pinned memory
+    and non-blocking copies need an accelerator)."""
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    except ImportError:
+        return None
+    return lambda: DefaultStager(StagingOptions(use_pinned_memory=cuda,
+                                                use_shared_memory=True,
+                                                use_async_staging=True,
+                                                use_non_blocking_copy=cuda))
+
+
 def saver(rank, world, store, args, q):
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(0)
+        dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{store}",
+                                rank=rank, world_size=world)
+        sd, _model, _opt = cuda_state(args)
+    else:
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                                world_size=world)
+        sd = cpu_state(rank, world, args.size)
     from torch.distributed.checkpoint import FileSystemWriter
     from libshard.dcp import CkptWriter
-    sd = state(rank, world, args.size)
-    mybytes = sum(v.to_local().numel() * 2 for v in sd.values())
-    res = {"rank_bytes": mybytes}
-    copies = [{k: torch.empty_like(v.to_local()) for k, v in sd.items()} for _ in range(2)]
-    t = time.perf_counter()
-    for k, v in sd.items():
-        copies[0][k].copy_(v.to_local())
-    res["memcpy"] = time.perf_counter() - t
-    del copies
+    res = {"rank_bytes": nbytes(sd)}
+    res["copy"], res["pageable"] = copy_refs(sd, cuda)
+    ck, fs = os.path.join(args.root, "ck"), os.path.join(args.root, "fs")
+    saves = args.saves
 
-    def timed(tag, make_writer, is_async):
-        stalls, totals = [], []
-        for i in range(SAVES):
+    def timed(tag, make_writer, mode, n=saves, stager=None):
+        """mode: 'async' (stall, then committed), 'staging' (async_staging: return and
+        fence after a step), 'sync'."""
+        stalls, fences, totals = [], [], []
+        for i in range(n):
             dist.barrier()
-            t0 = time.perf_counter()
             w = make_writer(i)
-            if is_async:
-                f = dcp.async_save(sd, storage_writer=w)
-                stalls.append(time.perf_counter() - t0)
-                f.result()
-            else:
+            t0 = time.perf_counter()
+            if mode == "sync":
                 dcp.save(sd, storage_writer=w)
+            else:
+                kw = {"async_stager": stager} if stager is not None else {}
+                f = dcp.async_save(sd, storage_writer=w, **kw)
+                stalls.append(time.perf_counter() - t0)
+                if hasattr(f, "upload_completion"):      # DCP's async staging
+                    staged = f.staging_completion
+                    f = f.upload_completion
+                else:
+                    staged = None
+                if mode == "staging":
+                    step_like(max(res["copy"] * 1.5, 0.05), cuda)
+                    t1 = time.perf_counter()
+                    if staged is not None:
+                        staged.result()
+                    else:
+                        w.maybe_wait_for_staging()
+                    fences.append(time.perf_counter() - t1)
+                f.result()
             dist.barrier()
             totals.append(time.perf_counter() - t0)
-        res[tag] = {"stall_first": stalls[0] if stalls else None,
-                    "stall_steady": sum(stalls[2:]) / len(stalls[2:]) if stalls else None,
-                    "total": sum(totals[1:]) / len(totals[1:])}
+        res[tag] = {"stalls": stalls, "fences": fences, "totals": totals}
 
-    fs = os.path.join(args.root, "fs")
-    timed("dcp_fs", lambda i: FileSystemWriter(f"{fs}/s{i}"), False)
-    timed("dcp_fs_t2", lambda i: FileSystemWriter(f"{fs}/t{i}", thread_count=2), False)
-    timed("dcp_async", lambda i: FileSystemWriter(f"{fs}/a{i}"), True)
-    ck = os.path.join(args.root, "ck")
-    timed("ck_sync", lambda i: CkptWriter(ck, f"sync-{i}"), False)
-    timed("ck_async", lambda i: CkptWriter(ck, f"async-{i}"), True)
+    # As CheckpointManager.load does at start-up: staging made (and pinned) before the
+    # first save, for each engine (embedded, ckptd).
+    t0 = time.perf_counter()
+    CkptWriter(ck).reserve(sd, wait=True)
     if args.socket:
-        timed("ckptd_sync", lambda i: CkptWriter(ck, f"dsync-{i}", socket=args.socket), False)
-        timed("ckptd_async", lambda i: CkptWriter(ck, f"dasync-{i}", socket=args.socket), True)
+        CkptWriter(ck, socket=args.socket).reserve(sd, wait=True)
+    res["reserve"] = time.perf_counter() - t0
+    timed("ck_copy", lambda i: CkptWriter(ck, f"copy-{i}"), "async")
+    timed("ck_staging", lambda i: CkptWriter(ck, f"staging-{i}", async_staging=True),
+          "staging", n=2)
+    timed("ck_nohash", lambda i: CkptWriter(ck, f"nohash-{i}", hash=False), "async", n=2)
+    if args.socket:
+        timed("ckptd_copy", lambda i: CkptWriter(ck, f"dcopy-{i}", socket=args.socket),
+              "async", n=2)
+    timed("dcp_default", lambda i: FileSystemWriter(f"{fs}/a{i}"), "async")
+    make = dcp_stagers(cuda)
+    if make is not None:
+        stager = make()
+        timed("dcp_best", lambda i: FileSystemWriter(f"{fs}/b{i}"), "staging", n=2,
+              stager=stager)
+        stager.close()
+    timed("ck_sync", lambda i: CkptWriter(ck, f"sync-{i}"), "sync", n=1)
+    timed("dcp_sync", lambda i: FileSystemWriter(f"{fs}/s{i}"), "sync", n=1)
     if rank == 0:
         q.put(res)
     dist.destroy_process_group()
 
 
 def loader(rank, world, store, args, q):
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(0)
+        dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{store}",
+                                rank=rank, world_size=world)
+    else:
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                                world_size=world)
     from torch.distributed.checkpoint import FileSystemReader
     from libshard.dcp import CkptReader
     res = {}
     for tag, make in (("dcp_load", lambda: FileSystemReader(f"{args.root}/fs/s0")),
                       ("ck_load", lambda: CkptReader(f"{args.root}/ck", "sync-0"))):
-        sd = state(rank, world, args.size)
+        sd = cuda_state(args)[0] if cuda else cpu_state(rank, world, args.size)
         if rank == 0:
             drop_cache(args.root)
         dist.barrier()
         t = time.perf_counter()
         dcp.load(sd, storage_reader=make())
+        if cuda:
+            torch.cuda.synchronize()
         dist.barrier()
         res[tag] = time.perf_counter() - t
     if rank == 0:
@@ -179,7 +322,7 @@ def spawn(fn, world, args):
 
 
 def export(args):
-    """(seconds, peak RSS bytes) of DCP's full state dict to safetensors, and of
+    """(seconds, peak RSS bytes, rc) of DCP's full state dict to safetensors and of
     ckpt-consolidate, each in a child process."""
     out = {}
     code = (f"import torch, sys\n"
@@ -208,63 +351,103 @@ def export(args):
     return out
 
 
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root")
-    ap.add_argument("--size", type=size_arg, default=1 << 30)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--size", type=size_arg, default=1 << 30, help="CPU: bytes in all")
+    ap.add_argument("--blocks", type=int, default=12, help="CUDA: blocks of the model")
+    ap.add_argument("--dim", type=int, default=2048, help="CUDA: the model's width")
+    ap.add_argument("--saves", type=int, default=3, help="saves per copy-mode figure")
     ap.add_argument("--no-ckptd", action="store_true")
+    ap.add_argument("--export", action="store_true", help="CPU: time the exports too")
     args = ap.parse_args()
+    world = 1 if args.device == "cuda" else 2
     shutil.rmtree(args.root, ignore_errors=True)
     os.makedirs(os.path.join(args.root, "ck"))
     args.socket = None
     d = None
     if not args.no_ckptd:
         args.socket = os.path.join(args.root, "ck", ".ckptd.sock")
+        staging = 8 * args.dim * args.dim * 12 * args.blocks if args.device == "cuda" \
+            else args.size
         d = subprocess.Popen([os.path.join(BUILD, "ckptd", "ckptd"), "--root",
                               f"{args.root}/ck", "--foreground", "--staging",
-                              str(4 * args.size // 2 + (64 << 20))])
+                              str(2 * staging + (256 << 20))])
         while not os.path.exists(args.socket):
+            if d.poll() is not None:
+                sys.exit("ckptd did not start")
             time.sleep(0.05)
     try:
-        s = spawn(saver, 2, args)
+        s = spawn(saver, world, args)
     finally:
         if d:
             d.terminate()
             d.wait()
-    ld = spawn(loader, 3, args)
-    w, r = raw_io(args.root, s["rank_bytes"] * 2)
-    ex = export(args)
-    gib = s["rank_bytes"] / (1 << 30)
+    ld = spawn(loader, 1 if args.device == "cuda" else 3, args)
+    total = s["rank_bytes"] * world
+    w, r = raw_io(args.root, total)
+    cp = s["copy"]
+    cpname = "pinned D2H" if args.device == "cuda" else "memcpy"
 
-    def row(what, ours, theirs, ref=None, ref_name=""):
-        line = f"{what:<40} {ours:8.3f} s   DCP {theirs:8.3f} s   ratio {theirs / ours:6.1f}x"
-        if ref:
-            line += f"   {ref_name} {ref:.3f} s ({ours / ref:.2f}x of it)"
-        print(line)
+    print(f"state dict: {total / 1e9:.2f} GB on {world} rank(s) "
+          f"({s['rank_bytes'] / 1e9:.2f} GB each), {args.device}")
+    print(f"references: {cpname} of a rank's bytes {cp:.3f} s "
+          f"({s['rank_bytes'] / cp / 1e9:.1f} GB/s)"
+          + (f", pageable D2H (t.cpu()) {s['pageable']:.3f} s" if s["pageable"] else "")
+          + f"; O_DIRECT write of all bytes {w:.3f} s ({total / w / 1e9:.2f} GB/s), "
+          f"read {r:.3f} s ({total / r / 1e9:.2f} GB/s)")
 
-    print(f"state dict: {2 * gib:.2f} GiB on 2 ranks ({gib:.2f} GiB each), bf16")
-    print(f"references: memcpy of a rank's bytes {s['memcpy']:.3f} s; raw O_DIRECT write "
-          f"of both ranks' bytes {w:.3f} s ({2 * gib / w:.2f} GiB/s), read {r:.3f} s "
-          f"({2 * gib / r:.2f} GiB/s)")
-    print(f"DCP FileSystemWriter save: default {s['dcp_fs']['total']:.3f} s, "
-          f"thread_count=2 {s['dcp_fs_t2']['total']:.3f} s")
-    da = s["dcp_async"]
-    for tag in ("ck_async", "ckptd_async"):
-        if tag in s:
-            row(f"{tag}: async_save stall, first", s[tag]["stall_first"], da["stall_first"],
-                s["memcpy"], "memcpy")
-            row(f"{tag}: async_save stall, 3rd on", s[tag]["stall_steady"], da["stall_steady"],
-                s["memcpy"], "memcpy")
-            row(f"{tag}: save to committed", s[tag]["total"], da["total"], w, "raw write")
-    for tag in ("ck_sync", "ckptd_sync"):
-        if tag in s:
-            row(f"{tag}: dcp.save to committed", s[tag]["total"], s["dcp_fs"]["total"], w,
-                "raw write")
-    row("load onto 3 ranks (cache dropped)", ld["ck_load"], ld["dcp_load"], r, "raw read")
-    (de, drss, drc), (ce, crss, crc) = ex["dcp_export"], ex["ck_export"]
-    print(f"{'export to safetensors':<40} {ce:8.3f} s   DCP {de:8.3f} s   ratio {de / ce:6.1f}x"
-          f"   peak RSS {crss / (1 << 20):.0f} MiB vs DCP {drss / (1 << 20):.0f} MiB"
-          f"{'' if drc == 0 and crc == 0 else '   (an export failed: rc ' + str((drc, crc)) + ')'}")
+    def stall(what, ours, dcp_s):
+        print(f"{what:<44} {ours:8.3f} s   DCP {dcp_s:8.3f} s ({dcp_s / ours:5.1f}x ours)"
+              f"   = {ours / cp:5.2f}x the {cpname}")
+
+    def speed(what, ours, dcp_s, ref, ref_name):
+        print(f"{what:<44} {ours:8.3f} s   DCP {dcp_s:8.3f} s ({dcp_s / ours:5.1f}x ours)"
+              f"   = {ref / ours:5.2f} of the {ref_name} speed")
+
+    print(f"staging reserved at start-up (CkptWriter.reserve, both engines): "
+          f"{s['reserve']:.3f} s")
+    dd = s["dcp_default"]
+    best = s.get("dcp_best")
+    ck = s["ck_copy"]
+    stall("stall, copy mode, first save", ck["stalls"][0], dd["stalls"][0])
+    stall("stall, copy mode, 3rd save on", mean(ck["stalls"][2:] or ck["stalls"][-1:]),
+          mean(dd["stalls"][2:] or dd["stalls"][-1:]))
+    if "ckptd_copy" in s:
+        stall("stall through ckptd, new writer per save", mean(s["ckptd_copy"]["stalls"]),
+              mean(dd["stalls"]))
+        print(f"{'   ... vs the embedded stall':<44} "
+              f"{mean(s['ckptd_copy']['stalls']) / mean(ck['stalls'][1:] or ck['stalls']):5.2f}x")
+    st = s["ck_staging"]
+    if best:
+        stall("async staging: async_save returns", mean(st["stalls"]), mean(best["stalls"]))
+        print(f"{'async staging: wait at the fence after a step':<44} "
+              f"{mean(st['fences']) * 1e3:8.1f} ms   DCP {mean(best['fences']) * 1e3:8.1f} ms"
+              f" (DefaultStager, every option)")
+        stall("DCP DefaultStager (every option), stall", mean(best["stalls"]),
+              mean(best["stalls"]))
+    else:
+        print(f"{'async staging: async_save returns':<44} {mean(st['stalls']):8.3f} s; "
+              f"fence after a step {mean(st['fences']) * 1e3:.1f} ms")
+    speed("async_save to committed, hashed", mean(ck["totals"][1:] or ck["totals"]),
+          mean(dd["totals"][1:] or dd["totals"]), w, "raw write")
+    speed("async_save to committed, no hash", mean(s["ck_nohash"]["totals"]),
+          mean(dd["totals"][1:] or dd["totals"]), w, "raw write")
+    speed("sync dcp.save to committed", s["ck_sync"]["totals"][0],
+          s["dcp_sync"]["totals"][0], w, "raw write")
+    speed(f"dcp.load onto {1 if args.device == 'cuda' else 3} rank(s), cache dropped",
+          ld["ck_load"], ld["dcp_load"], r, "raw read")
+    if args.export:
+        ex = export(args)
+        (de, drss, drc), (ce, crss, crc) = ex["dcp_export"], ex["ck_export"]
+        print(f"{'export to safetensors':<44} {ce:8.3f} s   DCP {de:8.3f} s ({de / ce:5.1f}x "
+              f"ours)   peak RSS {crss / (1 << 20):.0f} MiB vs DCP {drss / (1 << 20):.0f} MiB"
+              f"{'' if drc == 0 and crc == 0 else '   (an export failed: rc ' + str((drc, crc)) + ')'}")
 
 
 if __name__ == "__main__":

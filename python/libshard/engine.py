@@ -76,7 +76,9 @@ def engine(root, socket, nodes, pin=-1):
     job has nodes processes. pin: a CUDA device the staging must be page-locked for (a
     client made without it is replaced, once, by one with it)."""
     socket = socket_of(socket)
-    key = (os.path.realpath(root) if root else None, socket, 0 if socket else nodes)
+    # Through ckptd the count is of daemons ($CKPTD_NODES), not of processes.
+    nodes = 0 if socket else nodes
+    key = (os.path.realpath(root) if root else None, socket, nodes)
     with _engines_lock:
         e = _engines.get(key)
         if e is not None and pin >= 0 and not e.client.pinned:

@@ -461,11 +461,12 @@ class CkptWriter(StorageWriter, AsyncStager):
     def synchronize_staging(self):
         pass
 
-    def reserve(self, state_dict, slack=1 << 20):
+    def reserve(self, state_dict, slack=1 << 20, wait=False):
         """Makes this process's staging large enough for saves of state_dict (its local
         tensors, each 4 KiB aligned in the part, and slack bytes for the blobs) and, for
-        CUDA tensors, page-locks it: on the client's thread, so that it overlaps what
-        the caller does next, and before the first save stalls on it."""
+        CUDA tensors, page-locks it, so that the first save stalls no longer than the
+        others. On the client's thread, overlapping what the caller does next (the first
+        save waits for what remains); with wait, before it returns."""
         nbytes, pin = slack, -1
         for t in _local_tensors(state_dict):
             nbytes += -(-t.numel() * t.element_size() // 4096) * 4096
@@ -474,7 +475,7 @@ class CkptWriter(StorageWriter, AsyncStager):
         self.set_up_storage_writer(True)
         if self.socket is None and engine.socket_of(None) is None:
             _mkroot(self.root)
-        self._engine(pin).reserve(nbytes)
+        self._engine(pin).reserve(nbytes, wait)
 
     def maybe_wait_for_staging(self):
         """Returns once the staged save no longer reads the state (its copies are done):
