@@ -708,7 +708,7 @@ int sh_checkpoint_reserve(sh_checkpoint *c, const sh_state_dict *const *sd, int 
         ck_client_save *sv = NULL;
         rc = declare(c, &sv, "reserve", 0, sd, nsd, false, blobs, nblobs, err);
         if (!rc)
-            rc = ck_client_save_reserve(sv, false, err);
+            rc = ck_client_save_reserve(sv, true, err);
         ck_client_save_free(sv);
         return rc;
     }
