@@ -366,6 +366,9 @@ def main():
     ap.add_argument("--no-ckptd", action="store_true")
     ap.add_argument("--export", action="store_true", help="CPU: time the exports too")
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("skip: torch sees no CUDA device")
+        sys.exit(77)
     world = 1 if args.device == "cuda" else 2
     shutil.rmtree(args.root, ignore_errors=True)
     os.makedirs(os.path.join(args.root, "ck"))
