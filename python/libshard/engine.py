@@ -15,12 +15,14 @@ background thread never holds the client while the training thread starts the ne
 save.
 """
 import atexit
+import logging
 import os
 import threading
 import time
 
 from . import _ck
 
+log = logging.getLogger("libshard")
 _engines = {}
 _engines_lock = threading.Lock()
 
@@ -32,7 +34,16 @@ class Engine:
         # Reentrant: a writer's garbage collected part may free its save from a thread
         # that holds the lock already.
         self.lock = threading.RLock()
-        self.client = _ck.Client(root, socket, embedded=socket is None, nodes=nodes, pin=pin)
+        try:
+            self.client = _ck.Client(root, socket, embedded=socket is None, nodes=nodes,
+                                     pin=pin)
+        except _ck.CkptError as e:
+            if pin < 0:
+                raise
+            # No driver to page-lock with: the copies still work, at pageable speed.
+            log.warning("libshard: staging not page-locked for GPU %d (%s); device copies "
+                        "into it run at pageable speed", pin, e)
+            self.client = _ck.Client(root, socket, embedded=socket is None, nodes=nodes)
         self.reserved = 0
 
     @property
