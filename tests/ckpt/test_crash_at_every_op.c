@@ -10,7 +10,6 @@
  * The "crash" leaves the page cache as it was, so this tests the order and atomicity
  * of what the save makes visible, not the loss of unsynced data on power failure. */
 #include "ck/catalog.h"
-#include "ck/engine.h"
 #include "crash_testlib.h"
 
 static bool exists(const char *root, const char *name)

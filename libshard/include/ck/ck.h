@@ -25,7 +25,8 @@
  *   compare two checkpoints element-wise   ck/compare.h    ck_compare
  *   reshard for another mesh               ck/reshard.h    ck_reshard
  *   synthetic checkpoints (the formula)    ck/synth.h      ck_synth_fill
- *   inject I/O faults (tests)              ck/engine.h     ck_engine_fault_new
+ *   route a save's file I/O (tests wrap    ck/engine.h     ck_engine_default
+ *     it: tests/engines/test_engines.h)
  *
  * Export to safetensors is a library of its own (export/safetensors.h, it adds
  * jansson); the collective save of a training job is the training library's
