@@ -28,7 +28,6 @@ ckptd, and commits. Wait for an async save's future before starting the next one
 the same writer.
 """
 import dataclasses
-import fcntl
 import json
 import os
 import re
@@ -197,14 +196,12 @@ class CkptWriter(StorageWriter, AsyncStager):
         return True
 
     def _wait_committed_elsewhere(self):
-        """ckptd owns the save: it holds .pending/NAME.lock until the save is committed
-        (ROOT/NAME appears by a rename) or removed (docs/FORMAT.md, "Owners and
-        locks"). Its reason for a failure went to the training process's client."""
+        """ckptd owns the save: it holds the save's lock until the save is committed or
+        removed (docs/FORMAT.md, "Owners and locks"). Its reason for a failure went to
+        the training process's client."""
         name = self._staged.name
-        done = os.path.join(self.root, name, "manifest.mdb")
-        lock = os.path.join(self.root, ".pending", name + ".lock")
-        while not os.path.exists(done):
-            if not _lock_held(lock) and not os.path.exists(done):
+        while (state := _ck.name_state(self.root, name)[0]) != "committed":
+            if state != "busy":
                 raise RuntimeError(f"CkptWriter: {name}: ckptd ended the save without "
                                    "committing it; the training process's error says why")
             time.sleep(0.02)
@@ -418,19 +415,3 @@ class CkptWriter(StorageWriter, AsyncStager):
 class _Staged:
     name: str
     pending: tuple
-
-
-def _lock_held(path):
-    """Whether a live process holds the lock file at path (flock), as ck_pending_live
-    tells it: a shared lock taken and dropped at once."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)

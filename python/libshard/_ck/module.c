@@ -3,14 +3,19 @@
 
 static PyMethodDef module_methods[] = {
     {"scan", ckpy_scan, METH_VARARGS,
-     "scan(root) -> (committed checkpoint names, .pending entries)."},
+     "scan(root) -> (committed checkpoint names, entries of unfinished saves)."},
     {"dtype_name", ckpy_dtype_name, METH_VARARGS,
      "dtype_name(code) -> 'f32', 'bf16', ... or None for a code this build lacks."},
     {"key_encode", ckpy_key_encode, METH_VARARGS,
      "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
     {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},
-    {"catalog_del", ckpy_catalog_del, METH_VARARGS,
-     "catalog_del(root, name): drops the catalog entry of a removed checkpoint."},
+    {"remove", ckpy_remove, METH_VARARGS,
+     "remove(root, name): removes a committed checkpoint, crash-safe at every step."},
+    {"name_state", ckpy_name_state, METH_VARARGS,
+     "name_state(root, name) -> (state, who): 'committed', 'busy' (who: the live process "
+     "saving or removing it), 'debris' or 'free'."},
+    {"path_kind", ckpy_path_kind, METH_VARARGS,
+     "path_kind(path) -> 'checkpoint', 'root' or None."},
     {"name_check", ckpy_name_check, METH_VARARGS,
      "name_check(what, name): raises CkptError unless name is a valid name on disk."},
     {NULL, NULL, 0, NULL},
