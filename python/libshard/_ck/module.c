@@ -6,6 +6,8 @@ static PyMethodDef module_methods[] = {
      "scan(root) -> (committed checkpoint names, entries of unfinished saves)."},
     {"dtype_name", ckpy_dtype_name, METH_VARARGS,
      "dtype_name(code) -> 'f32', 'bf16', ... or None for a code this build lacks."},
+    {"dtypes", ckpy_dtypes, METH_NOARGS,
+     "dtypes() -> [(code, name, itemsize, torch name)]: the format's dtype table."},
     {"key_encode", ckpy_key_encode, METH_VARARGS,
      "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
     {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},

@@ -48,6 +48,23 @@ PyObject *ckpy_dtype_name(PyObject *self, PyObject *args)
     return PyUnicode_FromString(name);
 }
 
+/* dtypes() -> [(code, name, itemsize, torch name)]: the core's dtype table. */
+PyObject *ckpy_dtypes(PyObject *self, PyObject *args)
+{
+    PyObject *list = PyList_New(0);
+    for (int d = 1; list && d <= CK_DTYPE_MAX; d++) {
+        const ck_dtype_info *i = ck_dtype_info_of(d);
+        if (!i)
+            continue;
+        PyObject *row = Py_BuildValue("(isns)", (int)i->code, i->name, (Py_ssize_t)i->size,
+                                      i->torch);
+        if (!row || PyList_Append(list, row) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(row);
+    }
+    return list;
+}
+
 PyObject *ckpy_name_check(PyObject *self, PyObject *args)
 {
     const char *what, *name;
