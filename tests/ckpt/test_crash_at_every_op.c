@@ -54,6 +54,21 @@ static void check_visible(const char *root, const char *ctx)
     closedir(d);
 }
 
+/* Recovery leaves no debris and a catalog listing exactly A, and B if visible. */
+static void check_recovered(const char *root, const char *ctx)
+{
+    ck_err err = { 0 };
+    size_t removed;
+    REQUIRE(ck_root_recover(root, &removed, NULL, NULL, &err) == 0, "%s: recover: %s", ctx,
+            ck_err_msg(&err));
+    CHECK(pending_count(root) == 0, "%s: recovery left debris", ctx);
+    ck_cat_entry *ents;
+    size_t n;
+    REQUIRE(ck_catalog_list(root, &ents, &n, &err) == 0, "%s", ck_err_msg(&err));
+    CHECK(n == (exists(root, "B") ? 2u : 1u), "%s: catalog lists %zu", ctx, n);
+    free(ents);
+}
+
 static void drop_b(const char *root)
 {
     char p[PATH_MAX];
@@ -118,15 +133,7 @@ int main(void)
             if (kinds[k].kind != CK_FAULT_CRASH)
                 CHECK(pending_count(root) == 0, "%s: a failed save left .pending debris", ctx);
 
-            size_t removed;
-            REQUIRE(ck_root_recover(root, &removed, NULL, NULL, &err) == 0, "%s: recover: %s",
-                    ctx, ck_err_msg(&err));
-            CHECK(pending_count(root) == 0, "%s: recovery left debris", ctx);
-            ck_cat_entry *ents;
-            size_t n;
-            REQUIRE(ck_catalog_list(root, &ents, &n, &err) == 0, "%s", ck_err_msg(&err));
-            CHECK(n == (exists(root, "B") ? 2u : 1u), "%s: catalog lists %zu", ctx, n);
-            free(ents);
+            check_recovered(root, ctx);
             drop_b(root);
             if (tl_failures > 20)
                 break;
@@ -167,15 +174,7 @@ int main(void)
                 CHECK(tl_verify_deep(root, "B", seed) == 0, "%s: B visible but not whole", ctx);
                 rm_intact++;
             }
-            size_t removed;
-            REQUIRE(ck_root_recover(root, &removed, NULL, NULL, &err) == 0, "%s: recover: %s",
-                    ctx, ck_err_msg(&err));
-            CHECK(pending_count(root) == 0, "%s: recovery left debris", ctx);
-            ck_cat_entry *ents;
-            size_t n;
-            REQUIRE(ck_catalog_list(root, &ents, &n, &err) == 0, "%s", ck_err_msg(&err));
-            CHECK(n == (exists(root, "B") ? 2u : 1u), "%s: catalog lists %zu", ctx, n);
-            free(ents);
+            check_recovered(root, ctx);
             if (tl_failures > 20)
                 break;
         }
