@@ -11,6 +11,7 @@
  *   describe tensors, meshes, placements   ck/types.h      ck_mesh_parse, ck_placements_parse
  *   compute a rank's shard (torch.chunk)   ck/layout.h     ck_shard_box, ck_chunk
  *   list a root's checkpoints, recover it  ck/catalog.h    ck_root_scan, ck_catalog_list
+ *   remove a checkpoint (crash-safe)       ck/catalog.h    ck_root_remove
  *   inspect a checkpoint                   ck/ckpt.h       ck_open, ck_tensors_each, ck_shards_get
  *   save (one process, every rank's part)  ck/save.h       ck_save_begin ... ck_save_commit
  *   save arbitrary chunks (DCP's plans)    ck/save.h       ck_save_tensor_boxes, ck_save_box
