@@ -8,6 +8,8 @@
  *     they point to or hold is untouched;
  *   - a name whose save lock a live process holds is -EBUSY, naming it, and the
  *     checkpoint stays whole;
+ *   - a root whose .pending is a link out of it is -ENOTDIR: the checkpoint is never
+ *     moved there;
  *   - removing a checkpoint with a link and a directory planted inside removes the link
  *     and the directory, never what the link points to;
  *   - every error names the thing, every other checkpoint deep-verifies after each
@@ -101,6 +103,25 @@ int main(void)
     snprintf(path, sizeof path, "%s/D", root);
     rmdir(path);
 
+    /* .pending planted as a link to a directory outside: A must not be moved there. */
+    char pend[PATH_MAX + 16], aside[PATH_MAX + 16];
+    snprintf(pend, sizeof pend, "%s/%s", root, CK_PENDING);
+    snprintf(aside, sizeof aside, "%s/pending-aside", root);
+    REQUIRE(rename(pend, aside) == 0 && symlink(outside, pend) == 0, "plant %s", pend);
+    ck_err_clear(&err);
+    int r = ck_root_remove(root, "A", NULL, &err);
+    CHECK(r == -ENOTDIR && strstr(err.msg, CK_PENDING), "remove A beside a planted %s: %d (%s)",
+          CK_PENDING, r, ck_err_msg(&err));
+    CHECK(tl_verify_deep(root, "A", seed) == 0, "A was damaged beside a planted %s", CK_PENDING);
+    DIR *od = opendir(outside);
+    int n_out = 0;
+    while (od && readdir(od))
+        n_out++;
+    if (od)
+        closedir(od);
+    CHECK(n_out == 3, "something was moved or made outside the root (%d entries)", n_out - 2);
+    REQUIRE(unlink(pend) == 0 && rename(aside, pend) == 0, "restore %s", pend);
+
     /* A live save of B holds its lock (a second open file description, as another
      * process would hold it). */
     REQUIRE(save(root, "B", NULL, &g, &err) == 0, "save B: %s", ck_err_msg(&err));
@@ -109,7 +130,7 @@ int main(void)
     REQUIRE(lk >= 0 && flock(lk, LOCK_EX | LOCK_NB) == 0, "lock %s", path);
     REQUIRE(write(lk, "pid 4242 on testhost\n", 21) == 21, "write %s", path);
     ck_err_clear(&err);
-    int r = ck_root_remove(root, "B", NULL, &err);
+    r = ck_root_remove(root, "B", NULL, &err);
     CHECK(r == -EBUSY && strstr(err.msg, "pid 4242 on testhost"),
           "remove of a name another process holds: %d (%s)", r, ck_err_msg(&err));
     CHECK(tl_verify_deep(root, "B", seed) == 0, "B was damaged by a refused removal");
@@ -155,7 +176,7 @@ int main(void)
     tl_rmtree(outside);
     if (tl_failures)
         return 1;
-    printf("ok: refused 14 names that are no checkpoint and one a live process holds; "
-           "followed no link\n");
+    printf("ok: refused 14 names that are no checkpoint, a planted %s and a name a live "
+           "process holds; followed no link\n", CK_PENDING);
     return 0;
 }
