@@ -52,7 +52,8 @@ typedef struct kd_opts {
     unsigned dead_after;       /* seconds another daemon's heartbeat may stand still */
     bool foreground;
     const char *log;
-    const char *inject_fault;
+    ck_engine *engine;         /* wraps every save's I/O (ckptd-test's --inject-fault);
+                                * NULL: the real engine */
 } kd_opts;
 
 typedef struct kd_client {
@@ -134,7 +135,6 @@ typedef struct kd_server {
     int listen_fd, ep_fd, sig_fd, ev_fd;
     int lock_fd;               /* ROOT/.ckptd.ID.lock, held for the daemon's life */
     uint64_t instance;         /* a nonce per start, in the heartbeat ROOT/.ckptd.ID.beat */
-    ck_engine *engine;         /* the fault engine with --inject-fault, else NULL */
     ck__saver *saver;
     kd_client *clients;
     uint64_t next_id;

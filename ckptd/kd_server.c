@@ -92,14 +92,7 @@ int kd_server_start(kd_server *s, ck_err *err)
 int kd_server_engine(kd_server *s, ck_err *err)
 {
     int r;
-    if (s->o.inject_fault) {
-        ck_fault f;
-        if ((r = ck_fault_parse(s->o.inject_fault, &f)) < 0 ||
-            (r = ck_engine_fault_new(ck_engine_default(), f, &s->engine)) < 0)
-            return ck_err_set(err, r, "--inject-fault %s: not a fault", s->o.inject_fault);
-        kd_log(s, "injecting fault %s into every save (tests only)", s->o.inject_fault);
-    }
-    ck__saver_opts so = { .root = s->root, .engine = s->engine, .writers = s->o.writers,
+    ck__saver_opts so = { .root = s->root, .engine = s->o.engine, .writers = s->o.writers,
                          .hash_threads = s->o.hash_threads, .io_size = CK_IO_SIZE_DEFAULT,
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
                          .log = kd_log_cb,

@@ -11,6 +11,9 @@
 
 #include "format/owner.h"
 #include "save/meet.h"
+#ifdef KD_TEST_HOOKS
+#include "test_engines.h"
+#endif
 
 static void usage(FILE *f)
 {
@@ -47,8 +50,10 @@ static void usage(FILE *f)
 "                       still this long is dead, and its saves fail (default 10)\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
-"  --inject-fault SPEC  tests: fail an I/O operation, e.g. eio@17, enospc@3, short@0,\n"
-"                       fsync@0 (counted over the daemon's life)\n"
+#ifdef KD_TEST_HOOKS
+"  --inject-fault SPEC  (ckptd-test only) fail an I/O operation, e.g. eio@17,\n"
+"                       enospc@3, short@0, fsync@0 (counted over the daemon's life)\n"
+#endif
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 stopped by SIGTERM; 1 could not start, failed, or a second SIGTERM;\n"
@@ -82,6 +87,25 @@ static void default_id(char *id, size_t cap)
         id[0] = '_';
 }
 
+#ifdef KD_TEST_HOOKS
+/* The test build's --inject-fault: every save's I/O goes through a fault engine
+ * (tests/engines/), counted over the daemon's life. The product has none of it. */
+static int inject_fault(const char *spec, kd_opts *o)
+{
+    ck_fault f;
+    ck_engine_destroy(o->engine);
+    o->engine = NULL;
+    if (ck_fault_parse(spec, &f) < 0) {
+        fprintf(stderr, "ckptd: --inject-fault %s: expected KIND@N\n", spec);
+        return -EINVAL;
+    }
+    int r = ck_engine_fault_new(ck_engine_default(), f, &o->engine);
+    if (r < 0)
+        fprintf(stderr, "ckptd: --inject-fault %s: %s\n", spec, strerror(-r));
+    return r;
+}
+#endif
+
 static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
@@ -90,7 +114,10 @@ static int parse(int argc, char **argv, kd_opts *o)
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
         { "hash-threads", 1, 0, O_HT }, { "foreground", 0, 0, O_FG }, { "log", 1, 0, O_LOG },
-        { "inject-fault", 1, 0, O_FAULT }, { "drain-timeout", 1, 0, O_DRAIN },
+#ifdef KD_TEST_HOOKS
+        { "inject-fault", 1, 0, O_FAULT },
+#endif
+        { "drain-timeout", 1, 0, O_DRAIN },
         { "plan-memory", 1, 0, O_PLAN }, { "rank-timeout", 1, 0, O_RANK }, { "id", 1, 0, O_ID },
         { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
         { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
@@ -100,7 +127,6 @@ static int parse(int argc, char **argv, kd_opts *o)
                  .dead_after = 10 };
     default_id(o->id, sizeof o->id);
     ck_err err = { 0 };
-    ck_fault f;
     int c, r = 0;
     while (r == 0 && (c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -138,11 +164,9 @@ static int parse(int argc, char **argv, kd_opts *o)
             break;
         case O_FG: o->foreground = true; break;
         case O_LOG: o->log = optarg; break;
-        case O_FAULT:
-            o->inject_fault = optarg;
-            if ((r = ck_fault_parse(optarg, &f)) < 0)
-                fprintf(stderr, "ckptd: --inject-fault %s: expected KIND@N\n", optarg);
-            break;
+#ifdef KD_TEST_HOOKS
+        case O_FAULT: r = inject_fault(optarg, o); break;
+#endif
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -EINVAL;
         }
@@ -203,6 +227,10 @@ int main(int argc, char **argv)
         detach(&s);
     if (r == 0)
         r = kd_server_engine(&s, &err);
+#ifdef KD_TEST_HOOKS
+    if (r == 0 && s.o.engine)
+        kd_log(&s, "test build: every save's I/O goes through the --inject-fault engine");
+#endif
     if (r < 0) {
         kd_log(&s, "cannot start: %s", ck_err_msg(&err));
         if (s.log)
@@ -212,7 +240,7 @@ int main(int argc, char **argv)
     r = kd_server_run(&s);
     kd_plan_stop(&s);
     ck__saver_free(s.saver);
-    ck_engine_destroy(s.engine);
+    ck_engine_destroy(s.o.engine);
     kd_log(&s, "exit %d", r < 0 ? 1 : 0);
     if (s.log)
         fclose(s.log);

@@ -82,22 +82,11 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
     int r = ck_open(root, name, &ck, &err);
     if (r == -ENOENT) {
         /* Maybe it never got past .pending: say so rather than "no such". */
-        ck_scan sc;
-        bool pending = false;
-        int live = 0;
         char who[256] = "";
-        if (ck_root_scan(root, &sc, NULL) == 0) {
-            size_t n = strlen(name);
-            for (size_t i = 0; i < sc.n_pending && !pending; i++)
-                if (!strncmp(sc.pending[i], name, n) && sc.pending[i][n] == '.') {
-                    pending = true;
-                    live = ck_pending_live(root, sc.pending[i], who, sizeof who, NULL);
-                }
-            ck_scan_free(&sc);
-        }
-        if (pending) {
+        int state = ck_name_probe(root, name, who, sizeof who, NULL);
+        if (state == CK_NAME_BUSY || state == CK_NAME_DEBRIS) {
             ck_err_clear(&err);
-            if (live == 1)
+            if (state == CK_NAME_BUSY)
                 ck_err_set(&err, -EBADMSG, "%s is a save in progress under %s/%s (its writer, "
                            "%s, is alive): not committed yet", name, root, CK_PENDING, who);
             else

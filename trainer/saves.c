@@ -2,12 +2,9 @@
 #include "saves.h"
 
 #include <fcntl.h>
-#include <ftw.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ck/catalog.h"
@@ -20,22 +17,13 @@ void tr_save_name(uint64_t step, char name[CK_NAME_MAX])
     snprintf(name, CK_NAME_MAX, SAVE_PREFIX "%08llu", (unsigned long long)step);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path) ? -errno : 0;
-}
-
 static int cmp_names(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Each checkpoint leaves the catalog first, then moves under .pending/ before its
- * files go, so a crash half-way leaves what recovery removes anyway, never a
- * half-deleted checkpoint in sight. */
+/* Each removal is the core's, crash-safe at every step (docs/FORMAT.md, "Removing a
+ * checkpoint"). */
 int tr_prune_saves(const char *root, int keep_last, ck_err *err)
 {
     ck_scan sc;
@@ -52,19 +40,8 @@ int tr_prune_saves(const char *root, int keep_last, ck_err *err)
         if (strncmp(sc.committed[i], SAVE_PREFIX, strlen(SAVE_PREFIX)) == 0)
             mine[n++] = sc.committed[i];
     qsort(mine, n, sizeof *mine, cmp_names);
-    char pend[PATH_MAX], from[PATH_MAX], to[PATH_MAX];
-    snprintf(pend, sizeof pend, "%s/%s", root, CK_PENDING);
-    for (size_t i = 0; !rc && n > (size_t)keep_last && i < n - (size_t)keep_last; i++) {
-        snprintf(from, sizeof from, "%s/%s", root, mine[i]);
-        snprintf(to, sizeof to, "%s/%s.removed", pend, mine[i]);
-        rc = ck_catalog_del(root, mine[i], err);
-        if (!rc && mkdir(pend, 0755) && errno != EEXIST)
-            rc = ck_err_set(err, -errno, "%s: %s", pend, strerror(errno));
-        if (!rc && rename(from, to))
-            rc = ck_err_set(err, -errno, "removing %s: %s", from, strerror(errno));
-        if (!rc && nftw(to, rm_entry, 8, FTW_DEPTH | FTW_PHYS))
-            rc = ck_err_set(err, -EIO, "removing %s: %s", to, strerror(errno));
-    }
+    for (size_t i = 0; !rc && n > (size_t)keep_last && i < n - (size_t)keep_last; i++)
+        rc = ck_root_remove(root, mine[i], NULL, err);
     free(mine);
     ck_scan_free(&sc);
     return rc;

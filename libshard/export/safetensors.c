@@ -14,28 +14,22 @@
 /* A header larger than this is not a header (the reference reader's own limit). */
 #define ST_HEADER_MAX (100u << 20)
 
-static const struct { ck_dtype dt; const char *name; } st_names[] = {
-    { CK_F32, "F32" }, { CK_BF16, "BF16" }, { CK_F16, "F16" }, { CK_F64, "F64" },
-    { CK_I64, "I64" }, { CK_I32, "I32" }, { CK_I16, "I16" }, { CK_I8, "I8" },
-    { CK_U8, "U8" }, { CK_BOOL, "BOOL" }, { CK_U16, "U16" }, { CK_U32, "U32" },
-    { CK_U64, "U64" }, { CK_F8E4M3, "F8_E4M3" }, { CK_F8E5M2, "F8_E5M2" },
-};
-
+/* Names come from the core's dtype table (ck_dtype_info), its safetensors column. */
 const char *ck_st_dtype_name(ck_dtype dtype)
 {
-    for (size_t i = 0; i < sizeof st_names / sizeof *st_names; i++)
-        if (st_names[i].dt == dtype)
-            return st_names[i].name;
-    return NULL;
+    const ck_dtype_info *i = ck_dtype_info_of(dtype);
+    return i ? i->safetensors : NULL;
 }
 
 int ck_st_dtype_parse(const char *s, ck_dtype *out)
 {
-    for (size_t i = 0; i < sizeof st_names / sizeof *st_names; i++)
-        if (!strcmp(st_names[i].name, s)) {
-            *out = st_names[i].dt;
+    for (int d = 1; d <= CK_DTYPE_MAX; d++) {
+        const ck_dtype_info *i = ck_dtype_info_of(d);
+        if (i && i->safetensors && !strcmp(i->safetensors, s)) {
+            *out = i->code;
             return 0;
         }
+    }
     return -EINVAL;
 }
 

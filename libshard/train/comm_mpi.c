@@ -3,28 +3,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_dtypes.h"
 #include "internal.h"
+
+#define MPI_ROW(dt, type, sum, max, nccl) [dt] = { true, type },
+static const struct {
+    bool ok;
+    MPI_Datatype type;
+} mpi_types[CK_DTYPE_MAX + 1] = { SH_COMM_DTYPES(MPI_ROW) };
+#undef MPI_ROW
 
 static int mpi_type(ck_dtype dt, MPI_Datatype *out)
 {
-    switch (dt) {
-    case CK_F32: *out = MPI_FLOAT; return 0;
-    case CK_F64: *out = MPI_DOUBLE; return 0;
-    case CK_I32: *out = MPI_INT32_T; return 0;
-    case CK_I64: *out = MPI_INT64_T; return 0;
-    case CK_BF16:
-    case CK_F16: *out = MPI_UINT16_T; return 0;
-    default: return -EINVAL;
-    }
+    if (dt < 1 || dt > CK_DTYPE_MAX || !mpi_types[dt].ok)
+        return -EINVAL;
+    *out = mpi_types[dt].type;
+    return 0;
 }
 
-static int mpi_op(sh_world *w, ck_dtype dt, sh_reduce_op op, MPI_Op *out)
+/* After mpi_type accepted dt. */
+static void mpi_op(sh_world *w, ck_dtype dt, sh_reduce_op op, MPI_Op *out)
 {
-    switch (dt) {
-    case CK_BF16: *out = op == SH_SUM ? w->op_sum_bf16 : w->op_max_bf16; return 0;
-    case CK_F16: *out = op == SH_SUM ? w->op_sum_f16 : w->op_max_f16; return 0;
-    default: *out = op == SH_SUM ? MPI_SUM : MPI_MAX; return 0;
-    }
+    *out = op == SH_SUM ? w->op_sum[dt] : w->op_max[dt];
 }
 
 static int mpi_fail(sh_comm *c, const char *what, int code, ck_err *err)

@@ -14,19 +14,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "comm_dtypes.h"
 #include "nccl_int.h"
+
+#define NCCL_ROW(dt, type, sum, max, nccl) [dt] = { true, nccl },
+static const struct {
+    bool ok;
+    ncclDataType_t type;
+} nccl_types[CK_DTYPE_MAX + 1] = { SH_COMM_DTYPES(NCCL_ROW) };
+#undef NCCL_ROW
 
 static int nccl_type(ck_dtype dt, ncclDataType_t *out)
 {
-    switch (dt) {
-    case CK_F32: *out = ncclFloat32; return 0;
-    case CK_F64: *out = ncclFloat64; return 0;
-    case CK_I32: *out = ncclInt32; return 0;
-    case CK_I64: *out = ncclInt64; return 0;
-    case CK_BF16: *out = ncclBfloat16; return 0;
-    case CK_F16: *out = ncclFloat16; return 0;
-    default: return -EINVAL;
-    }
+    if (dt < 1 || dt > CK_DTYPE_MAX || !nccl_types[dt].ok)
+        return -EINVAL;
+    *out = nccl_types[dt].type;
+    return 0;
 }
 
 /* Device or managed memory; host memory (pinned or not) and pointers CUDA cannot

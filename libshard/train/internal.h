@@ -75,7 +75,8 @@ struct sh_world {
     int rank, size, local_rank, local_size;
     bool owns_mpi;
     sh_comm *comm;
-    MPI_Op op_sum_bf16, op_sum_f16, op_max_bf16, op_max_f16;
+    /* Each dtype's reductions (comm_dtypes.h): MPI's own, or ones made at sh_init. */
+    MPI_Op op_sum[CK_DTYPE_MAX + 1], op_max[CK_DTYPE_MAX + 1];
     sh_mem_stats mem;
     sh_peers *peers;       /* the other ranks of this host, watched while waiting */
     sh_device device;      /* SH_CPU until sh_world_set_device(SH_CUDA) */

@@ -4,10 +4,12 @@
 #include <string.h>
 
 #include "cast_elem.h"
+#include "comm_dtypes.h"
 #include "dev.h"
 
-/* Reductions MPI has no type for: bf16 and f16 travel as MPI_UINT16_T with these ops,
- * widening each pair to f32 and rounding the result once, as NCCL does. */
+/* Reductions MPI has no type for (comm_dtypes.h): bf16 and f16 travel as
+ * MPI_UINT16_T with these ops, widening each pair to f32 and rounding the result
+ * once, as NCCL does. */
 #define HALF_OP(fn, to_f32, from_f32, combine)                                          \
     static void fn(void *in, void *inout, int *len, MPI_Datatype *dt)                   \
     {                                                                                   \
@@ -25,6 +27,33 @@ HALF_OP(sum_bf16, k_bf16_to_f32_elem, k_f32_to_bf16_elem, ADD)
 HALF_OP(sum_f16, k_f16_to_f32_elem, k_f32_to_f16_elem, ADD)
 HALF_OP(max_bf16, k_bf16_to_f32_elem, k_f32_to_bf16_elem, MAX)
 HALF_OP(max_f16, k_f16_to_f32_elem, k_f32_to_f16_elem, MAX)
+
+#define USER_OPS(dt, type, sum, max, nccl) [dt] = { sum, max },
+static MPI_User_function *const user_ops[CK_DTYPE_MAX + 1][2] = { SH_COMM_DTYPES(USER_OPS) };
+#undef USER_OPS
+
+/* Each dtype's sum and max: MPI's own, or ours where the table names them. */
+static void ops_create(sh_world *w)
+{
+    for (int dt = 1; dt <= CK_DTYPE_MAX; dt++) {
+        w->op_sum[dt] = MPI_SUM;
+        w->op_max[dt] = MPI_MAX;
+        if (user_ops[dt][0])
+            MPI_Op_create(user_ops[dt][0], 1, &w->op_sum[dt]);
+        if (user_ops[dt][1])
+            MPI_Op_create(user_ops[dt][1], 1, &w->op_max[dt]);
+    }
+}
+
+static void ops_free(sh_world *w)
+{
+    for (int dt = 1; dt <= CK_DTYPE_MAX; dt++) {
+        if (user_ops[dt][0])
+            MPI_Op_free(&w->op_sum[dt]);
+        if (user_ops[dt][1])
+            MPI_Op_free(&w->op_max[dt]);
+    }
+}
 
 /* An env var as an int, or -1 when unset or not a number. */
 static int env_int(const char *name)
@@ -76,10 +105,7 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err)
     MPI_Comm_size(local, &w->local_size);
     int prc = sh_peers_new(w, local, &w->peers, err);
     MPI_Comm_free(&local);
-    MPI_Op_create(sum_bf16, 1, &w->op_sum_bf16);
-    MPI_Op_create(sum_f16, 1, &w->op_sum_f16);
-    MPI_Op_create(max_bf16, 1, &w->op_max_bf16);
-    MPI_Op_create(max_f16, 1, &w->op_max_f16);
+    ops_create(w);
 
     sh_comm *c = calloc(1, sizeof *c);
     if (!c) {
@@ -116,10 +142,7 @@ void sh_finalize(sh_world *w)
     sh_comm_free(w->comm);
     sh_cuda_detach(w);
     sh_peers_free(w->peers);
-    MPI_Op_free(&w->op_sum_bf16);
-    MPI_Op_free(&w->op_sum_f16);
-    MPI_Op_free(&w->op_max_bf16);
-    MPI_Op_free(&w->op_max_f16);
+    ops_free(w);
     if (w->owns_mpi)
         MPI_Finalize();
     free(w);

@@ -29,6 +29,9 @@ import zlib
 from . import _ck, names
 
 _CHUNK = 1 << 20
+# torch's names of the format's dtypes (the core's table): the dtype globals a
+# torch.save of one tensor may name.
+_TORCH_DTYPES = frozenset(t for _c, _n, _s, t in _ck.dtypes())
 
 
 class BadSource(Exception):
@@ -83,8 +86,7 @@ class _ItemPickle(pickle.Unpickler):
             return dict
         if module in ("torch", "torch.storage") and name.endswith("Storage"):
             return name
-        if module == "torch" and name in ("float8_e4m3fn", "float8_e5m2", "complex64",
-                                          "complex128", "uint16", "uint32", "uint64"):
+        if module == "torch" and name in _TORCH_DTYPES:
             return name
         raise pickle.UnpicklingError(f"unexpected {module}.{name} in a tensor item")
 

@@ -15,8 +15,6 @@ no ``.metadata`` to look for: a directory ROOT/step-N is complete by constructio
 """
 import logging
 import os
-import secrets
-import shutil
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -41,20 +39,15 @@ def newest_step(root):
 
 
 def purge(root, keep_latest_k):
-    """Removes all but the keep_latest_k newest committed checkpoints. Each leaves the
-    root with one atomic rename into .pending/ (where readers never look) before it is
-    deleted, so a crash mid-purge leaves debris for recovery, never a half-deleted
-    checkpoint that looks committed. Returns the names removed."""
+    """Removes all but the keep_latest_k newest committed checkpoints, each by the
+    core's removal (crash-safe at every step: a crash mid-purge leaves debris for
+    recovery, never a half-deleted checkpoint that looks committed). Returns the names
+    removed."""
     if keep_latest_k <= 0:
         return []
     gone = []
     for _step, _t, name in committed(root)[:-keep_latest_k]:
-        pend = os.path.join(root, ".pending")
-        os.makedirs(pend, exist_ok=True)
-        trash = os.path.join(pend, f"{name}.purge-{secrets.token_hex(6)}")
-        os.rename(os.path.join(root, name), trash)
-        _ck.catalog_del(root, name)
-        shutil.rmtree(trash)
+        _ck.remove(root, name)
         gone.append(name)
     return gone
 

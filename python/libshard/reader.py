@@ -37,10 +37,10 @@ def split_checkpoint_id(checkpoint_id):
     """(root, name) of a checkpoint id: ROOT/NAME, or a root alone (name None: the
     newest committed checkpoint)."""
     path = os.fspath(checkpoint_id).rstrip("/") or "/"
-    if os.path.isfile(os.path.join(path, "manifest.mdb")):
+    kind = _ck.path_kind(path)
+    if kind == "checkpoint":
         return os.path.dirname(path) or ".", os.path.basename(path)
-    if os.path.isdir(os.path.join(path, ".pending")) or os.path.isfile(
-            os.path.join(path, "catalog.mdb")):
+    if kind == "root":
         return path, None
     return os.path.dirname(path) or ".", os.path.basename(path)
 
@@ -72,7 +72,7 @@ class CkptReader(StorageReader):
         root, name = split_checkpoint_id(checkpoint_id)
         if name is None:
             return True
-        return os.path.isfile(os.path.join(root, name, "manifest.mdb"))
+        return _ck.path_kind(os.path.join(root, name)) == "checkpoint"
 
     def _close(self):
         if self._ck is not None:

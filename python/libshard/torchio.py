@@ -7,23 +7,14 @@ import torch
 
 from . import _ck
 
-# The format's codes (libshard/include/ck/types.h); never renumbered.
-_BY_NAME = {
-    "f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-    "f64": torch.float64, "i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
-    "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool,
-    "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
-    "c64": torch.complex64, "c128": torch.complex128, "c32": torch.complex32,
-    "u16": torch.uint16, "u32": torch.uint32, "u64": torch.uint64,
-}
-
+# The format's dtype table (the core's, through the extension): a dtype this torch
+# lacks, or whose element size disagrees, is left out, so that it fails by name.
 _TORCH_OF_CODE = {}
-_CODE_OF_TORCH = {}
-for _code in range(1, 64):
-    _name = _ck.dtype_name(_code)
-    if _name in _BY_NAME:
-        _TORCH_OF_CODE[_code] = _BY_NAME[_name]
-        _CODE_OF_TORCH[_BY_NAME[_name]] = _code
+for _code, _name, _size, _torch in _ck.dtypes():
+    _t = getattr(torch, _torch, None)
+    if isinstance(_t, torch.dtype) and _t.itemsize == _size:
+        _TORCH_OF_CODE[_code] = _t
+_CODE_OF_TORCH = {t: code for code, t in _TORCH_OF_CODE.items()}
 
 
 def torch_dtype(code: int, what: str) -> torch.dtype:

@@ -30,17 +30,15 @@ the plans; cached while the state dict keeps its structure) and stages this rank
 The thread DCP starts then only waits for the commit.
 """
 import dataclasses
-import fcntl
 import json
 import os
 import re
-import threading
 import time
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
-from torch.distributed.checkpoint.metadata import MetadataIndex, StorageMeta
+from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.distributed.checkpoint.utils import _DistWrapper
@@ -400,14 +398,11 @@ class CkptWriter(StorageWriter, AsyncStager):
 
     def _wait_committed_elsewhere(self, name):
         """The checkpoint process of AsyncCheckpointerType.PROCESS: the training
-        process staged the save and rank 0 asked for its commit. Its owner holds
-        .pending/NAME.lock until the save is committed (ROOT/NAME appears by a rename)
-        or removed (docs/FORMAT.md, "Owners and locks"); its reason for a failure went
-        to the training process."""
-        done = os.path.join(self.root, name, "manifest.mdb")
-        lock = os.path.join(self.root, ".pending", name + ".lock")
-        while not os.path.exists(done):
-            if not _lock_held(lock) and not os.path.exists(done):
+        process staged the save and rank 0 asked for its commit. Its owner holds the
+        save's lock until the save is committed or removed (docs/FORMAT.md, "Owners and
+        locks"); its reason for a failure went to the training process."""
+        while (state := _ck.name_state(self.root, name)[0]) != "committed":
+            if state != "busy":
                 raise RuntimeError(f"CkptWriter: {name}: the save ended without committing; "
                                    "the training process's error says why")
             time.sleep(0.02)
@@ -512,19 +507,3 @@ def _side_stream(device):
     if s is None:
         s = _side_streams[device.index] = torch.cuda.Stream(device)
     return s
-
-
-def _lock_held(path):
-    """Whether a live process holds the lock file at path (flock), as ck_pending_live
-    tells it: a shared lock taken and dropped at once."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)

@@ -4,7 +4,7 @@
 #ifndef CRASH_TESTLIB_H
 #define CRASH_TESTLIB_H
 
-#include "ck/engine.h"
+#include "test_engines.h"
 #include "ck/save.h"
 #include "ckpt_testlib.h"
 

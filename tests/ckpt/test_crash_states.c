@@ -1,9 +1,10 @@
-/* Power-loss crash states of a save, as the ALICE and CrashMonkey studies build them.
+/* Power-loss crash states of a save and of a removal, as the ALICE and CrashMonkey
+ * studies build them.
  *
- * A save of checkpoint B, into an empty root and next to a committed checkpoint A, is
- * recorded through the recording engine (every create, mkdir, rename, fallocate,
- * write with its bytes and fsync, in order; LMDB's manifest pages at the moment the
- * core fsyncs it). For every
+ * A save of checkpoint B, into an empty root and next to a committed checkpoint A, and
+ * a removal of B (ck_root_remove) next to A, are recorded through the recording engine
+ * (every create, mkdir, rename, unlink, rmdir, fallocate, write with its bytes and
+ * fsync, in order; LMDB's manifest pages at the moment the core fsyncs it). For every
  * prefix of the record, i.e. a power cut after operation k, crash states are built
  * from what POSIX promises and no more (docs/DECISIONS.md, "the power-loss crash
  * model"):
@@ -13,12 +14,15 @@
  *     fsynced after it; of the others, each directory keeps some prefix of its own
  *     operations (a journal keeps a directory's operations in order), and an operation
  *     kept forces what it needs (the parent or the source it names was created);
- *   - a file whose create was lost is gone with its data.
+ *   - a file whose create was lost is gone with its data;
+ *   - an unlink or rmdir is a directory operation of the parent it removes from; a
+ *     directory whose rmdir is kept is gone with whatever is left in it.
  * Each prefix gets the two extremes (every undurable operation lost; all kept) and
  * CK_CRASH_SAMPLES random states (default 3), seeded by CK_CRASH_SEED (default 1) and
  * the prefix, so a failure names a reproducible state. Each state is materialized in a
  * scratch root and checked: A (if any) deep-verifies; B is visible only if it deep-verifies; B
- * is visible once the root's fsync after the commit rename is in the prefix; recovery
+ * is visible once the root's fsync after the commit rename is in the prefix (a save),
+ * or gone once the fsync after its rename out of the root is (a removal); recovery
  * leaves no .pending debris, a catalog that lists exactly the visible checkpoints, and
  * no stray entries.
  */
@@ -37,6 +41,7 @@ typedef struct obj {
     char name[CK_NAME_MAX + 32];
     bool dir;
     long created;              /* op index of its create or mkdir; -1: existed before */
+    bool gone;                 /* while building: unlinked or removed by now */
 } obj;
 
 typedef struct model {
@@ -49,6 +54,7 @@ typedef struct model {
     int *to_parent;            /* rename: the new parent */
     char **to_name;
     size_t commit_rename, committed;   /* the rename; the op after the root's fsync */
+    size_t cat_step;           /* the catalog's step: its LMDB commit follows it */
     obj cur[MAX_OBJ];          /* while building: the places at the current op */
 } model;
 
@@ -75,7 +81,7 @@ static int find(model *m, const char *rel, bool make)
     for (int i = 0; i < m->nobj; i++) {
         bool ok = true;
         obj_path(cur, NULL, i, p, sizeof p, &ok);
-        if (ok && !strcmp(p, rel))
+        if (ok && !cur[i].gone && !strcmp(p, rel))
             return i;
     }
     if (!make)
@@ -118,16 +124,23 @@ static void build(model *m, const char *root)
     m->op_dir = calloc(m->nops, sizeof *m->op_dir);
     m->to_parent = calloc(m->nops, sizeof *m->to_parent);
     m->to_name = calloc(m->nops, sizeof *m->to_name);
-    m->commit_rename = m->committed = SIZE_MAX;
+    m->commit_rename = m->committed = m->cat_step = SIZE_MAX;
     for (size_t k = 0; k < m->nops; k++) {
         const ck_rec_op *op = &m->ops[k];
         m->op_dir[k] = -2;
+        if (op->kind == CK_REC_STEP && !strcmp(op->path, "catalog"))
+            m->cat_step = k;
         if (op->kind == CK_REC_STEP)
             continue;
         const char *rel = rel_of(root, op->path);
-        REQUIRE(op->kind != CK_REC_LINK && op->kind != CK_REC_UNLINK && op->kind != CK_REC_RMDIR,
-                "op %zu (%d on %s): links and removals are not modelled", k, op->kind, op->path);
-        if (op->kind == CK_REC_CREATE || op->kind == CK_REC_MKDIR) {
+        REQUIRE(op->kind != CK_REC_LINK, "op %zu (link on %s): links are not modelled", k,
+                op->path);
+        if (op->kind == CK_REC_UNLINK || op->kind == CK_REC_RMDIR) {
+            int i = find(m, rel, true);
+            m->op_obj[k] = i;
+            m->op_dir[k] = cur[i].parent;
+            cur[i].gone = true;
+        } else if (op->kind == CK_REC_CREATE || op->kind == CK_REC_MKDIR) {
             REQUIRE(rel && find(m, rel, false) == -2, "op %zu creates %s twice", k, op->path);
             const char *leaf;
             int pi = parent_of(m, rel, &leaf);
@@ -264,18 +277,30 @@ static void materialize(const model *m, size_t k, const bool *keep, const char *
         o[i] = m->objs[i];
         live[i] = o[i].created < 0;
     }
+    char rel[PATH_MAX], p[2 * PATH_MAX], to[2 * PATH_MAX];
+    /* Kept operations in order. Created objects are only placed here (built below);
+     * those that existed before are moved and removed in the copy as they go. */
     for (size_t i = 0; i < k; i++) {
         if (!keep[i] || m->op_dir[i] == -2)
             continue;
         int x = m->op_obj[i];
+        bool ok = true, before = o[x].created < 0;
+        obj_path(o, live, x, rel, sizeof rel, &ok);
+        snprintf(p, sizeof p, "%s/%s", dst, rel);
         if (m->ops[i].kind == CK_REC_RENAME) {
             o[x].parent = m->to_parent[i];
             snprintf(o[x].name, sizeof o[x].name, "%s", m->to_name[i]);
+            obj_path(o, live, x, rel, sizeof rel, &ok);
+            snprintf(to, sizeof to, "%s/%s", dst, rel);
+            REQUIRE(!before || !ok || rename(p, to) == 0, "state: rename %s %s", p, to);
+        } else if (m->ops[i].kind == CK_REC_UNLINK || m->ops[i].kind == CK_REC_RMDIR) {
+            if (before && ok)
+                tl_rmtree(p);
+            live[x] = false;
         } else {
             live[x] = true;
         }
     }
-    char rel[PATH_MAX], p[2 * PATH_MAX];
     /* directories, parents first (a parent may come later in the list) */
     for (int pass = 0; pass < 4; pass++)
         for (int i = 0; i < m->nobj; i++) {
@@ -322,9 +347,18 @@ static bool exists(const char *root, const char *name)
     return stat(p, &st) == 0;
 }
 
-static void check_state(const model *m, size_t k, const char *dir, bool with_a,
+/* The three recorded scenarios. */
+enum scene { SAVE_EMPTY, SAVE_BESIDE_A, REMOVE_BESIDE_A };
+
+static const char *scene_name[] = { "empty root", "beside A", "removal beside A" };
+
+/* What every state must show: A intact, B visible only whole, B committed or gone
+ * once that is durable; then recovery leaves the visible checkpoints and nothing
+ * else. */
+static void check_state(const model *m, size_t k, const char *dir, enum scene sc_kind,
                         const char *ctx)
 {
+    bool with_a = sc_kind != SAVE_EMPTY;
     if (with_a)
         CHECK(tl_verify_deep(dir, "A", seed) == 0, "%s: A was damaged", ctx);
     CHECK(with_a || !exists(dir, "A"), "%s: A appeared", ctx);
@@ -332,8 +366,10 @@ static void check_state(const model *m, size_t k, const char *dir, bool with_a,
     unsigned expect = with_a + b;
     if (b)
         CHECK(tl_verify_deep(dir, "B", seed) == 0, "%s: B is visible but not whole", ctx);
-    if (k >= m->committed)
+    if (sc_kind != REMOVE_BESIDE_A && k >= m->committed)
         CHECK(b, "%s: B was committed (the root's fsync returned) but is gone", ctx);
+    if (sc_kind == REMOVE_BESIDE_A && k >= m->committed)
+        CHECK(!b, "%s: B's move out of the root was made durable, but B is back", ctx);
     ck_err err = { 0 };
     size_t removed;
     REQUIRE(ck_root_recover(dir, &removed, NULL, NULL, &err) == 0, "%s: recover: %s", ctx,
@@ -370,28 +406,45 @@ typedef struct tally {
     uint64_t states, visible, prefixes;
 } tally;
 
-/* Records a save of B, into an empty root or beside A, and checks the crash states of
- * every prefix. */
-static void scenario(const char *top, const char *scratch, bool with_a, uint64_t samples,
+/* The removal's point of no return: the op after the first fsync of the directory
+ * its rename moved B into. */
+static size_t removal_durable(model *m)
+{
+    for (size_t k = 0; k < m->nops; k++)
+        if (m->ops[k].kind == CK_REC_RENAME)
+            for (size_t j = k + 1; j < m->nops; j++)
+                if (m->ops[j].kind == CK_REC_FSYNC && m->op_obj[j] == m->to_parent[k])
+                    return j + 1;
+    return SIZE_MAX;
+}
+
+/* Records the scenario's operation on B, then checks the crash states of every
+ * prefix. */
+static void scenario(const char *top, const char *scratch, enum scene sc_kind, uint64_t samples,
                      uint64_t rseed, tally *t)
 {
     char root[PATH_MAX + 16], base[PATH_MAX + 16], state[PATH_MAX + 16];
-    snprintf(root, sizeof root, "%s/rec-%d", top, with_a);
+    snprintf(root, sizeof root, "%s/rec-%d", top, (int)sc_kind);
     snprintf(base, sizeof base, "%s/base", scratch);
     snprintf(state, sizeof state, "%s/state", scratch);
     tl_rmtree(base);
     REQUIRE(mkdir(root, 0755) == 0, "mkdir %s", root);
     ck_err err = { 0 };
     gen g;
-    if (with_a)
+    if (sc_kind != SAVE_EMPTY)
         REQUIRE(save(root, "A", NULL, &g, &err) == 0, "save A: %s", ck_err_msg(&err));
+    if (sc_kind == REMOVE_BESIDE_A)
+        REQUIRE(save(root, "B", NULL, &g, &err) == 0, "save B: %s", ck_err_msg(&err));
     char cmd[3 * PATH_MAX];
     snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", root, base);
     REQUIRE(system(cmd) == 0, "%s", cmd);
 
     ck_engine *rec;
     REQUIRE(ck_engine_record_new(ck_engine_default(), &rec) == 0, "engine");
-    REQUIRE(save(root, "B", rec, &g, &err) == 0, "save B: %s", ck_err_msg(&err));
+    if (sc_kind == REMOVE_BESIDE_A)
+        REQUIRE(ck_root_remove(root, "B", rec, &err) == 0, "remove B: %s", ck_err_msg(&err));
+    else
+        REQUIRE(save(root, "B", rec, &g, &err) == 0, "save B: %s", ck_err_msg(&err));
     model m = { 0 };
     REQUIRE(ck_engine_record_ops(rec, &m.ops, &m.nops) == 0, "the record lost operations");
     char catp[PATH_MAX + 32];
@@ -399,34 +452,42 @@ static void scenario(const char *top, const char *scratch, bool with_a, uint64_t
     size_t cat_len;
     void *cat_after = read_file(catp, &cat_len);
     build(&m, root);
-    REQUIRE(m.commit_rename != SIZE_MAX && m.committed != SIZE_MAX,
-            "the record has no commit rename followed by a root fsync");
+    if (sc_kind == REMOVE_BESIDE_A)
+        m.committed = removal_durable(&m);
+    REQUIRE(m.committed != SIZE_MAX && m.cat_step != SIZE_MAX &&
+            (sc_kind == REMOVE_BESIDE_A || m.commit_rename != SIZE_MAX),
+            "%s: the record lacks its durable rename or its catalog step", scene_name[sc_kind]);
 
     size_t counts[CK_REC_STEP + 1] = { 0 };
     for (size_t i = 0; i < m.nops; i++)
         counts[m.ops[i].kind]++;
-    printf("%s: recorded %zu operations: %zu creates, %zu mkdirs, %zu renames, "
-           "%zu fallocates, %zu writes, %zu fsyncs, %zu steps; committed after op %zu\n",
-           with_a ? "B beside A" : "B into an empty root", m.nops, counts[CK_REC_CREATE],
-           counts[CK_REC_MKDIR], counts[CK_REC_RENAME], counts[CK_REC_FALLOCATE],
-           counts[CK_REC_WRITE], counts[CK_REC_FSYNC], counts[CK_REC_STEP], m.committed - 1);
+    printf("%s: recorded %zu operations: %zu creates, %zu mkdirs, %zu renames, %zu unlinks, "
+           "%zu rmdirs, %zu fallocates, %zu writes, %zu fsyncs, %zu steps; %s after op %zu\n",
+           scene_name[sc_kind], m.nops, counts[CK_REC_CREATE], counts[CK_REC_MKDIR],
+           counts[CK_REC_RENAME], counts[CK_REC_UNLINK], counts[CK_REC_RMDIR],
+           counts[CK_REC_FALLOCATE], counts[CK_REC_WRITE], counts[CK_REC_FSYNC],
+           counts[CK_REC_STEP], sc_kind == REMOVE_BESIDE_A ? "gone" : "committed",
+           m.committed - 1);
 
     bool *keep = calloc(m.nops + 1, sizeof *keep);
     REQUIRE(keep, "oom");
     for (size_t k = 0; k <= m.nops && tl_failures < 10; k++) {
         for (uint64_t s = 0; s < 2 + samples && tl_failures < 10; s++) {
             enum mode mode = s == 0 ? ALL_LOST : s == 1 ? ALL_KEPT : RANDOM;
-            uint64_t rng = mix(rseed ^ mix(k << 20 ^ s ^ (uint64_t)with_a << 60));
+            uint64_t rng = mix(rseed ^ mix(k << 20 ^ s ^ (uint64_t)sc_kind << 60));
             memset(keep, 0, (m.nops + 1) * sizeof *keep);
             choose(&m, k, mode, rng, keep);
             char ctx[160];
             snprintf(ctx, sizeof ctx, "%s: power cut after %zu ops, state %llu "
-                     "(CK_CRASH_SEED=%llu)", with_a ? "beside A" : "empty root", k,
-                     (unsigned long long)s, (unsigned long long)rseed);
-            /* the catalog is LMDB's own durable commit, after ours: old or new */
-            materialize(&m, k, keep, base, state, cat_after, cat_len,
-                        k == m.nops && (mode == ALL_KEPT || (mode == RANDOM && (rng >> 63))));
-            check_state(&m, k, state, with_a, ctx);
+                     "(CK_CRASH_SEED=%llu)", scene_name[sc_kind], k, (unsigned long long)s,
+                     (unsigned long long)rseed);
+            /* the catalog is LMDB's own durable commit, right after its step: old
+             * before it, new from the op after, either in between */
+            bool cat_new = k > m.cat_step + 1 ||
+                           (k == m.cat_step + 1 &&
+                            (mode == ALL_KEPT || (mode == RANDOM && (rng >> 63))));
+            materialize(&m, k, keep, base, state, cat_after, cat_len, cat_new);
+            check_state(&m, k, state, sc_kind, ctx);
             t->visible += exists(state, "B");
             t->states++;
         }
@@ -457,8 +518,8 @@ int main(void)
         snprintf(scratch, sizeof scratch, "%s", top);
     }
     tally t = { 0 };
-    scenario(top, scratch, false, samples, rseed, &t);
-    scenario(top, scratch, true, samples, rseed, &t);
+    for (int sc_kind = SAVE_EMPTY; sc_kind <= REMOVE_BESIDE_A; sc_kind++)
+        scenario(top, scratch, (enum scene)sc_kind, samples, rseed, &t);
     tl_rmtree(top);
     if (on_shm)
         tl_rmtree(scratch);

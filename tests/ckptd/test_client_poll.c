@@ -12,6 +12,7 @@
  * on every rank, poll says FAILED with the same error, nothing is visible, and a retry
  * of the same name on the same clients commits. Both modes agree on the outcome. */
 #include "kc_testlib.h"
+#include "test_engines.h"
 
 static const kc_tensor good_tensors[] = {
     { CK_F32, 2, { 2048, 1027 }, "S(0)" },

@@ -473,6 +473,18 @@ static void drop_dead_beats(const char *root)
         closedir(d);
 }
 
+static int sync_pending(const char *root, ck_err *err)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/%s", root, CK_PENDING);
+    ck_engine *e = ck_engine_default();
+    const char *at = dir;
+    int r = ck_engine_fsync_path(e, dir);
+    if (r == 0)
+        r = ck_engine_fsync_path(e, at = root);
+    return r < 0 ? ck_err_set(err, r, "%s: fsync before recovery: %s", at, strerror(-r)) : 0;
+}
+
 int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
                     void *arg, ck_err *err)
 {
@@ -481,6 +493,14 @@ int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, co
     if (r < 0)
         return r;
     size_t n = 0;
+    /* A removal's rename into .pending may not be durable yet (its process died before
+     * its fsyncs): made durable before any of its files goes, or a power cut could
+     * bring the checkpoint back with files missing (docs/FORMAT.md, "Removing a
+     * checkpoint"). */
+    if (sc.n_pending && (r = sync_pending(root, err)) < 0) {
+        ck_scan_free(&sc);
+        return r;
+    }
     for (size_t i = 0; i < sc.n_pending && r >= 0; i++)
         if ((r = recover_entry(root, sc.pending[i], log, arg, err)) == 1)
             n++;

@@ -5,60 +5,68 @@
 #include <stdio.h>
 #include <string.h>
 
-/* One row per dtype, indexed by code, so that size, name and aliases cannot drift
- * apart. Row 0 is the "not a dtype" hole left by the on-disk codes starting at 1. */
-static const struct {
-    size_t size;
-    const char *name;
-    const char *alias;  /* the torch spelling, or NULL */
-} dtypes[CK_DTYPE_MAX + 1] = {
-    [CK_F32]  = {4, "f32",  "float32"},
-    [CK_BF16] = {2, "bf16", "bfloat16"},
-    [CK_F16]  = {2, "f16",  "float16"},
-    [CK_F64]  = {8, "f64",  "float64"},
-    [CK_I64]  = {8, "i64",  "int64"},
-    [CK_I32]  = {4, "i32",  "int32"},
-    [CK_I16]  = {2, "i16",  "int16"},
-    [CK_I8]   = {1, "i8",   "int8"},
-    [CK_U8]   = {1, "u8",   "uint8"},
-    [CK_BOOL] = {1, "bool", NULL},
-    [CK_U16]  = {2, "u16",  "uint16"},
-    [CK_U32]  = {4, "u32",  "uint32"},
-    [CK_U64]  = {8, "u64",  "uint64"},
-    [CK_F8E4M3] = {1, "f8e4m3", "float8_e4m3fn"},
-    [CK_F8E5M2] = {1, "f8e5m2", "float8_e5m2"},
-    [CK_C64]  = {8, "c64",  "complex64"},
-    [CK_C128] = {16, "c128", "complex128"},
+/* The dtype table: one row per dtype, indexed by code, so that nothing about a dtype
+ * is written twice (docs/FORMAT.md, "dtypes"). Row 0 is the "not a dtype" hole left
+ * by the on-disk codes starting at 1. */
+#define FLT(e, m) CK_KIND_FLOAT, e, m, false
+static const ck_dtype_info dtypes[CK_DTYPE_MAX + 1] = {
+    [CK_F32]    = {CK_F32,    "f32",    4,  "float32",       "F32",     FLT(8, 23)},
+    [CK_BF16]   = {CK_BF16,   "bf16",   2,  "bfloat16",      "BF16",    FLT(8, 7)},
+    [CK_F16]    = {CK_F16,    "f16",    2,  "float16",       "F16",     FLT(5, 10)},
+    [CK_F64]    = {CK_F64,    "f64",    8,  "float64",       "F64",     FLT(11, 52)},
+    [CK_I64]    = {CK_I64,    "i64",    8,  "int64",         "I64",     CK_KIND_INT, 0, 0, false},
+    [CK_I32]    = {CK_I32,    "i32",    4,  "int32",         "I32",     CK_KIND_INT, 0, 0, false},
+    [CK_I16]    = {CK_I16,    "i16",    2,  "int16",         "I16",     CK_KIND_INT, 0, 0, false},
+    [CK_I8]     = {CK_I8,     "i8",     1,  "int8",          "I8",      CK_KIND_INT, 0, 0, false},
+    [CK_U8]     = {CK_U8,     "u8",     1,  "uint8",         "U8",      CK_KIND_UINT, 0, 0, false},
+    [CK_BOOL]   = {CK_BOOL,   "bool",   1,  "bool",          "BOOL",    CK_KIND_BOOL, 0, 0, false},
+    [CK_U16]    = {CK_U16,    "u16",    2,  "uint16",        "U16",     CK_KIND_UINT, 0, 0, false},
+    [CK_U32]    = {CK_U32,    "u32",    4,  "uint32",        "U32",     CK_KIND_UINT, 0, 0, false},
+    [CK_U64]    = {CK_U64,    "u64",    8,  "uint64",        "U64",     CK_KIND_UINT, 0, 0, false},
+    [CK_F8E4M3] = {CK_F8E4M3, "f8e4m3", 1,  "float8_e4m3fn", "F8_E4M3", CK_KIND_FLOAT, 4, 3, true},
+    [CK_F8E5M2] = {CK_F8E5M2, "f8e5m2", 1,  "float8_e5m2",   "F8_E5M2", FLT(5, 2)},
+    [CK_C64]    = {CK_C64,    "c64",    8,  "complex64",     NULL,      CK_KIND_COMPLEX, 8, 23, false},
+    [CK_C128]   = {CK_C128,   "c128",   16, "complex128",    NULL,      CK_KIND_COMPLEX, 11, 52, false},
 };
+#undef FLT
+
+const ck_dtype_info *ck_dtype_info_of(int dtype)
+{
+    if (dtype < 1 || dtype > CK_DTYPE_MAX || !dtypes[dtype].name)
+        return NULL;
+    return &dtypes[dtype];
+}
 
 size_t ck_dtype_size(int dtype)
 {
-    if (dtype < 1 || dtype > CK_DTYPE_MAX)
-        return 0;
-    return dtypes[dtype].size;
+    const ck_dtype_info *i = ck_dtype_info_of(dtype);
+    return i ? i->size : 0;
 }
 
 const char *ck_dtype_name(int dtype)
 {
-    if (dtype < 1 || dtype > CK_DTYPE_MAX)
-        return NULL;
-    return dtypes[dtype].name;
+    const ck_dtype_info *i = ck_dtype_info_of(dtype);
+    return i ? i->name : NULL;
 }
 
 int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err)
 {
     if (!s)
         s = "";
+    char names[CK_DTYPE_MAX * 8];
+    size_t n = 0;
     for (int d = 1; d <= CK_DTYPE_MAX; d++) {
-        if (strcmp(s, dtypes[d].name) == 0 ||
-            (dtypes[d].alias && strcmp(s, dtypes[d].alias) == 0)) {
-            *out = (ck_dtype)d;
+        const ck_dtype_info *i = ck_dtype_info_of(d);
+        if (!i)
+            continue;
+        if (strcmp(s, i->name) == 0 || strcmp(s, i->torch) == 0) {
+            *out = i->code;
             return 0;
         }
+        n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, "%s%s",
+                              n ? ", " : "", i->name);
     }
-    return ck_err_set(err, -EINVAL, "unknown dtype \"%s\" (expected f32, bf16, f16, f64, "
-                      "i64, i32, i16, i8, u8, bool, u16, u32, u64, f8e4m3, f8e5m2, c64 or "
-                      "c128)", s);
+    return ck_err_set(err, -EINVAL, "unknown dtype \"%s\" (expected one of %s)", s, names);
 }
 
 /* Appends like snprintf but keeps counting once buf is full, so the formatters can

@@ -2,6 +2,7 @@
 #include "ck/compare.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,46 +27,67 @@ static int collect(const ck_tensor *t, void *arg)
     return 0;
 }
 
-static float half_to_float(uint16_t h)
+/* The value of a float of the table's layout (ck_dtype_info: exp_bits, man_bits,
+ * finite), exactly, as a double: every format the table holds fits. */
+static double float_value(uint64_t bits, const ck_dtype_info *i)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | man << 13;
-    } else if (exp == 0) {
-        float f = (float)man / 16777216.0f;   /* man * 2^-24 */
-        return sign ? -f : f;
-    } else {
-        bits = sign | (exp + 112) << 23 | man << 13;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    unsigned eb = i->exp_bits, mb = i->man_bits;
+    uint64_t e = bits >> mb & ((1ull << eb) - 1), m = bits & ((1ull << mb) - 1);
+    uint64_t top = (1ull << eb) - 1;
+    int bias = (1 << (eb - 1)) - 1;
+    double v;
+    if (e == top && !i->finite)
+        v = m ? NAN : INFINITY;
+    else if (e == top && m == (1ull << mb) - 1)
+        v = NAN;
+    else if (e == 0)
+        v = ldexp((double)m, 1 - bias - (int)mb);
+    else
+        v = ldexp((double)(m | 1ull << mb), (int)e - bias - (int)mb);
+    return bits >> (eb + mb) & 1 ? -v : v;
+}
+
+/* Decimal digits that tell any two values of a float with man_bits apart
+ * (max_digits10: 9 for f32, 17 for f64, 4 for bf16, 5 for f16). */
+static int float_digits(const ck_dtype_info *i)
+{
+    return 2 + (i->man_bits + 1) * 30103 / 100000;
+}
+
+static uint64_t load_le(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t u = 0;
+    for (size_t k = 0; k < n && k < 8; k++)
+        u |= (uint64_t)b[k] << (8 * k);
+    return u;
 }
 
 void ck_elem_format(ck_dtype dtype, const void *p, char *buf, size_t len)
 {
-    uint64_t u = 0;
-    size_t is = ck_dtype_size(dtype);
-    memcpy(&u, p, is > 8 ? 8 : is);   /* little-endian hosts only, as the format */
-    float f;
-    double d;
-    uint32_t w;
-    switch (dtype) {
-    case CK_F32: memcpy(&f, p, 4); snprintf(buf, len, "%.9g", (double)f); break;
-    case CK_F64: memcpy(&d, p, 8); snprintf(buf, len, "%.17g", d); break;
-    case CK_BF16:
-        w = (uint32_t)u << 16;
-        memcpy(&f, &w, 4);
-        snprintf(buf, len, "%.4g", (double)f);
+    const ck_dtype_info *i = ck_dtype_info_of(dtype);
+    if (!i) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    /* Little-endian, as the format. */
+    uint64_t u = load_le(p, i->size);
+    unsigned bits = (unsigned)i->size * 8;
+    size_t half = i->size / 2;
+    switch (i->kind) {
+    case CK_KIND_FLOAT:
+        snprintf(buf, len, "%.*g", float_digits(i), float_value(u, i));
         break;
-    case CK_F16: snprintf(buf, len, "%.5g", (double)half_to_float((uint16_t)u)); break;
-    case CK_I64: snprintf(buf, len, "%" PRId64, (int64_t)u); break;
-    case CK_I32: snprintf(buf, len, "%" PRId32, (int32_t)(uint32_t)u); break;
-    case CK_I16: snprintf(buf, len, "%d", (int)(int16_t)(uint16_t)u); break;
-    case CK_I8: snprintf(buf, len, "%d", (int)(int8_t)(uint8_t)u); break;
-    case CK_U8: snprintf(buf, len, "%u", (unsigned)(uint8_t)u); break;
-    case CK_BOOL: snprintf(buf, len, u ? "true" : "false"); break;
-    default: snprintf(buf, len, "?"); break;
+    case CK_KIND_COMPLEX:
+        snprintf(buf, len, "%.*g%+.*gj", float_digits(i), float_value(load_le(p, half), i),
+                 float_digits(i), float_value(load_le((const uint8_t *)p + half, half), i));
+        break;
+    case CK_KIND_INT:
+        snprintf(buf, len, "%" PRId64,
+                 bits < 64 ? (int64_t)(u << (64 - bits)) >> (64 - bits) : (int64_t)u);
+        break;
+    case CK_KIND_UINT: snprintf(buf, len, "%" PRIu64, u); break;
+    case CK_KIND_BOOL: snprintf(buf, len, u ? "true" : "false"); break;
     }
 }
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
+#include "ck/engine.h"
 
 typedef enum ck_state { CK_STATE_COMMITTED = 1 } ck_state;
 
@@ -65,5 +66,34 @@ int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
  * writers on a file system whose flock() is coherent between them. */
 int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
                     void *arg, ck_err *err);
+
+/* Removes the committed checkpoint NAME of ROOT, crash-safe at every step: after a
+ * crash or a power cut at any point, NAME is either visible and intact or out of sight
+ * (its leftovers are debris under the root that the next recovery removes); every
+ * other checkpoint is untouched, and the catalog at worst misses a NAME still visible,
+ * which reconciling lists again (docs/FORMAT.md, "Removing a checkpoint"). Its I/O goes
+ * through e (NULL: the real engine). -ENOENT when ROOT holds no committed checkpoint
+ * NAME, -EINVAL for a name that is no checkpoint name (a path, "..", a dot file),
+ * -ENOTDIR when ROOT/NAME is a link or a file, -EBUSY when a live process saves or
+ * removes NAME (the error names it); nothing is touched in these cases. */
+int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err);
+
+/* What ROOT says about the name NAME: committed; not committed and held by a live
+ * process (a save or a removal in progress; who: "pid P on HOST"); not committed, and
+ * only the debris of a dead writer's save of it is left; or nothing at all. */
+typedef enum ck_name_state {
+    CK_NAME_FREE = 0,
+    CK_NAME_BUSY = 1,
+    CK_NAME_DEBRIS = 2,
+    CK_NAME_COMMITTED = 3,
+} ck_name_state;
+/* Read-only, and safe beside live writers. Returns a ck_name_state or -errno (-EINVAL
+ * for a name that is no checkpoint name). */
+int ck_name_probe(const char *root, const char *name, char *who, size_t len, ck_err *err);
+
+/* What a path is: a committed checkpoint (it holds a manifest), a checkpoint root
+ * (it holds a catalog or saves' leftovers), or neither. Never fails. */
+typedef enum ck_path_kind { CK_PATH_OTHER = 0, CK_PATH_ROOT = 1, CK_PATH_CHECKPOINT = 2 } ck_path_kind;
+ck_path_kind ck_path_kind_of(const char *path);
 
 #endif

@@ -11,6 +11,7 @@
  *   describe tensors, meshes, placements   ck/types.h      ck_mesh_parse, ck_placements_parse
  *   compute a rank's shard (torch.chunk)   ck/layout.h     ck_shard_box, ck_chunk
  *   list a root's checkpoints, recover it  ck/catalog.h    ck_root_scan, ck_catalog_list
+ *   remove a checkpoint (crash-safe)       ck/catalog.h    ck_root_remove
  *   inspect a checkpoint                   ck/ckpt.h       ck_open, ck_tensors_each, ck_shards_get
  *   save (one process, every rank's part)  ck/save.h       ck_save_begin ... ck_save_commit
  *   save arbitrary chunks (DCP's plans)    ck/save.h       ck_save_tensor_boxes, ck_save_box
@@ -25,7 +26,8 @@
  *   compare two checkpoints element-wise   ck/compare.h    ck_compare
  *   reshard for another mesh               ck/reshard.h    ck_reshard
  *   synthetic checkpoints (the formula)    ck/synth.h      ck_synth_fill
- *   inject I/O faults (tests)              ck/engine.h     ck_engine_fault_new
+ *   route a save's file I/O (tests wrap    ck/engine.h     ck_engine_default
+ *     it: tests/engines/test_engines.h)
  *
  * Export to safetensors is a library of its own (export/safetensors.h, it adds
  * jansson); the collective save of a training job is the training library's

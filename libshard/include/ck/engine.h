@@ -1,10 +1,11 @@
 /* ck/engine.h - the one interface through which the core touches files.
  *
- * As SQLite's VFS, every file operation of a save or a load goes through an engine:
- * the real one (POSIX calls plus io_uring for data) or a fault-injecting one that
- * wraps it. Because a save is a sequence of engine operations, a test can stop it
- * dead, or make it fail, at every operation index and then check what is left on
- * disk, instead of only where someone thought to look.
+ * As SQLite's VFS, every file operation of a save, a load or a removal goes through
+ * an engine: the real one (POSIX calls plus io_uring for data), or one of the tests'
+ * engines that wrap it (tests/engines/: fault injection and recording, built for the
+ * tests only, as SQLite's test VFS is). Because a save is a sequence of engine
+ * operations, a test can stop it dead, or make it fail, at every operation index and
+ * then check what is left on disk, instead of only where someone thought to look.
  *
  * Data moves through queues (ck_ioq): one io_uring each, owned by one thread.
  * Everything else is synchronous. Calls return 0 (or an fd / a count) or -errno.
@@ -81,62 +82,6 @@ int ck_engine_fsync_path(ck_engine *e, const char *path);
 struct ck_err;
 int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what,
                struct ck_err *err);
-
-/* ---- fault injection (tests and the daemon's --inject-fault) ---- */
-
-typedef enum ck_fault_kind {
-    CK_FAULT_NONE = 0,
-    CK_FAULT_EIO,      /* the N-th operation fails with -EIO */
-    CK_FAULT_ENOSPC,   /* the N-th operation fails with -ENOSPC */
-    CK_FAULT_SHORT,    /* the first data write of >= 8 KiB at or after N moves half its bytes */
-    CK_FAULT_FSYNC,    /* the first fsync at or after N fails with -EIO */
-    CK_FAULT_CRASH,    /* operation N and all after it do nothing and fail (-ECANCELED):
-                          the process "died" and left the disk as it was */
-} ck_fault_kind;
-
-typedef struct ck_fault {
-    ck_fault_kind kind;
-    uint64_t at;       /* 0-based operation index */
-} ck_fault;
-
-/* Parses "eio@17", "enospc@3", "short@0", "fsync@0", "crash@42". */
-int ck_fault_parse(const char *s, ck_fault *out);
-
-/* Wraps inner. Every call counts as one operation, each data I/O in a queue
- * submission too. Thread-safe. */
-int ck_engine_fault_new(ck_engine *inner, ck_fault fault, ck_engine **out);
-/* Operations counted so far, and whether the fault has fired. */
-uint64_t ck_engine_fault_ops(ck_engine *e);
-bool ck_engine_fault_fired(ck_engine *e);
-
-/* ---- recording (the power-loss crash test, tests/ckpt/test_crash_states.c) ---- */
-
-typedef enum ck_rec_kind {
-    CK_REC_CREATE,     /* path: a new file */
-    CK_REC_MKDIR,      /* path */
-    CK_REC_RENAME,     /* path -> to */
-    CK_REC_LINK,       /* path -> to */
-    CK_REC_UNLINK,     /* path */
-    CK_REC_RMDIR,      /* path */
-    CK_REC_FALLOCATE,  /* path, len: the file's size */
-    CK_REC_WRITE,      /* path, off, len, data */
-    CK_REC_FSYNC,      /* path: a file or a directory */
-    CK_REC_STEP,       /* path: the name of a durable step done by other code */
-} ck_rec_kind;
-
-typedef struct ck_rec_op {
-    ck_rec_kind kind;
-    char *path, *to;
-    uint64_t off, len;
-    void *data;
-} ck_rec_op;
-
-/* Wraps inner and records every operation that changes the disk, in order, with the
- * bytes of every write (engine_record.c says what is recorded). Thread-safe. */
-int ck_engine_record_new(ck_engine *inner, ck_engine **out);
-/* The record so far (valid until the next operation or destroy); -ENOMEM if a record
- * was lost. */
-int ck_engine_record_ops(ck_engine *e, const ck_rec_op **ops, size_t *n);
 
 static inline void ck_engine_destroy(ck_engine *e)
 {

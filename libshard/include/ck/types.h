@@ -21,7 +21,9 @@
  * format 1.1 (the dtypes a DCP state dict may carry); a 1.0 reader refuses them by
  * code. F8 types are the OCP formats torch calls float8_e4m3fn and float8_e5m2; a
  * complex element is its real part then its imaginary part, each an f32 (C64) or an
- * f64 (C128). */
+ * f64 (C128). Everything else about a dtype is its row of the dtype table
+ * (ck_dtype_info): a new dtype is a code here, a row in types.c and a line in
+ * docs/FORMAT.md. */
 typedef enum ck_dtype {
     CK_F32 = 1, CK_BF16 = 2, CK_F16 = 3, CK_F64 = 4, CK_I64 = 5,
     CK_I32 = 6, CK_I16 = 7, CK_I8 = 8, CK_U8 = 9, CK_BOOL = 10,
@@ -30,11 +32,39 @@ typedef enum ck_dtype {
 } ck_dtype;
 #define CK_DTYPE_MAX CK_C128
 
+/* What an element is: how compare prints one, and how its bits read. */
+typedef enum ck_dtype_kind {
+    CK_KIND_FLOAT = 1,   /* sign, exp_bits of biased exponent, man_bits of mantissa */
+    CK_KIND_INT,         /* two's complement */
+    CK_KIND_UINT,
+    CK_KIND_BOOL,        /* one byte, 0 false */
+    CK_KIND_COMPLEX,     /* a real then an imaginary float, each half the element */
+} ck_dtype_kind;
+
+/* One row of the dtype table. */
+typedef struct ck_dtype_info {
+    ck_dtype code;
+    const char *name;          /* the format's name: "f32" */
+    size_t size;               /* bytes per element */
+    const char *torch;         /* torch's name ("float32"), the attribute of torch */
+    const char *safetensors;   /* safetensors' dtype ("F32"); NULL: it has none */
+    ck_dtype_kind kind;
+    /* A float's layout (of each part, for a complex): the bias is 2^(exp_bits-1)-1.
+     * finite: no infinities, the top exponent holds numbers and only all ones is NaN
+     * (float8_e4m3fn). */
+    uint8_t exp_bits, man_bits;
+    bool finite;
+} ck_dtype_info;
+
+/* The row of a code, or NULL for a code that is not a dtype. Codes 1..CK_DTYPE_MAX
+ * all have rows. */
+const ck_dtype_info *ck_dtype_info_of(int dtype);
+
 /* Bytes per element, or 0 for a code that is not a dtype. */
 size_t ck_dtype_size(int dtype);
 /* "f32", "bf16", ... or NULL for an unknown code. */
 const char *ck_dtype_name(int dtype);
-/* Parses a name ("f32", ...) or torch's spelling ("float32", "bfloat16", "uint16",
+/* Parses a name ("f32", ...) or torch's name ("float32", "bfloat16", "uint16",
  * "float8_e4m3fn", "float8_e5m2", "complex64", ...). */
 int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err);
 

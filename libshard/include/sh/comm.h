@@ -7,7 +7,8 @@
  * same table of operations (see libshard/train/internal.h), so the FSDP code above
  * never names MPI.
  *
- * Buffers are counted in elements of `dtype` (f32, bf16, f16, f64, i32, i64). All ranks of the
+ * Buffers are counted in elements of `dtype`, one of the dtypes the table
+ * libshard/train/comm_dtypes.h lists (any other is -EINVAL). All ranks of the
  * communicator must start the same collectives in the same order, as in MPI/NCCL.
  */
 #ifndef SH_COMM_H

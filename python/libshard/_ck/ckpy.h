@@ -75,10 +75,13 @@ extern PyTypeObject ckpy_csave_type;    /* client.c: libshard._ck.ClientSave */
 /* root.c */
 PyObject *ckpy_scan(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_name(PyObject *self, PyObject *args);
+PyObject *ckpy_dtypes(PyObject *self, PyObject *args);
 PyObject *ckpy_name_check(PyObject *self, PyObject *args);
 PyObject *ckpy_key_encode(PyObject *self, PyObject *args);
 PyObject *ckpy_key_decode(PyObject *self, PyObject *args);
-PyObject *ckpy_catalog_del(PyObject *self, PyObject *args);
+PyObject *ckpy_remove(PyObject *self, PyObject *args);
+PyObject *ckpy_name_state(PyObject *self, PyObject *args);
+PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
 
 
 #endif

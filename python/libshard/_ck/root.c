@@ -48,6 +48,23 @@ PyObject *ckpy_dtype_name(PyObject *self, PyObject *args)
     return PyUnicode_FromString(name);
 }
 
+/* dtypes() -> [(code, name, itemsize, torch name)]: the core's dtype table. */
+PyObject *ckpy_dtypes(PyObject *self, PyObject *args)
+{
+    PyObject *list = PyList_New(0);
+    for (int d = 1; list && d <= CK_DTYPE_MAX; d++) {
+        const ck_dtype_info *i = ck_dtype_info_of(d);
+        if (!i)
+            continue;
+        PyObject *row = Py_BuildValue("(isns)", (int)i->code, i->name, (Py_ssize_t)i->size,
+                                      i->torch);
+        if (!row || PyList_Append(list, row) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(row);
+    }
+    return list;
+}
+
 PyObject *ckpy_name_check(PyObject *self, PyObject *args)
 {
     const char *what, *name;
@@ -93,9 +110,8 @@ PyObject *ckpy_key_decode(PyObject *self, PyObject *args)
     return PyUnicode_DecodeUTF8(out, (Py_ssize_t)len, "surrogateescape");
 }
 
-/* catalog_del(root, name): drops a checkpoint's catalog entry (after its directory
- * left the root: the directories are the truth, the catalog follows them). */
-PyObject *ckpy_catalog_del(PyObject *self, PyObject *args)
+/* remove(root, name): the core's crash-safe removal of a committed checkpoint. */
+PyObject *ckpy_remove(PyObject *self, PyObject *args)
 {
     const char *root, *name;
     if (!PyArg_ParseTuple(args, "ss", &root, &name))
@@ -103,9 +119,52 @@ PyObject *ckpy_catalog_del(PyObject *self, PyObject *args)
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ck_catalog_del(root, name, &err);
+    rc = ck_root_remove(root, name, NULL, &err);
     Py_END_ALLOW_THREADS
-    if (rc < 0 && rc != -ENOENT)
+    if (rc < 0)
         return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
+
+/* name_state(root, name) -> (state, who): state is "committed", "busy" (a live process
+ * saves or removes it; who names it), "debris" (a dead writer's leftovers only) or
+ * "free". */
+PyObject *ckpy_name_state(PyObject *self, PyObject *args)
+{
+    const char *root, *name;
+    if (!PyArg_ParseTuple(args, "ss", &root, &name))
+        return NULL;
+    static const char *const states[] = {
+        [CK_NAME_FREE] = "free", [CK_NAME_BUSY] = "busy", [CK_NAME_DEBRIS] = "debris",
+        [CK_NAME_COMMITTED] = "committed",
+    };
+    char who[256];
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_name_probe(root, name, who, sizeof who, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    if (rc != CK_NAME_BUSY)
+        return Py_BuildValue("(sO)", states[rc], Py_None);
+    return Py_BuildValue("(ss)", states[rc], who);
+}
+
+/* path_kind(path) -> "checkpoint", "root" or None. */
+PyObject *ckpy_path_kind(PyObject *self, PyObject *args)
+{
+    PyObject *p;
+    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &p))
+        return NULL;
+    ck_path_kind k;
+    Py_BEGIN_ALLOW_THREADS
+    k = ck_path_kind_of(PyBytes_AS_STRING(p));
+    Py_END_ALLOW_THREADS
+    Py_DECREF(p);
+    if (k == CK_PATH_CHECKPOINT)
+        return PyUnicode_FromString("checkpoint");
+    if (k == CK_PATH_ROOT)
+        return PyUnicode_FromString("root");
     Py_RETURN_NONE;
 }

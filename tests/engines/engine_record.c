@@ -17,7 +17,7 @@
  * the record cannot show is the order of LMDB's own writes among themselves, which the
  * test covers by treating every page as an independent unsynced write.
  */
-#include "ck/engine.h"
+#include "test_engines.h"
 #include "model/grow.h"
 
 #include <errno.h>

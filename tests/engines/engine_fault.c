@@ -6,7 +6,7 @@
  * its operations, then once per index with a crash there, and checks after each
  * that every earlier checkpoint is intact and nothing partial is visible.
  */
-#include "ck/engine.h"
+#include "test_engines.h"
 #include "model/grow.h"
 
 #include <errno.h>

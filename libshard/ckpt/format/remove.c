@@ -1,0 +1,180 @@
+/* remove.c - removing a committed checkpoint (ck_root_remove; see ck/catalog.h and
+ * docs/FORMAT.md, "Removing a checkpoint").
+ *
+ * The order, each step chosen so that a crash or a power cut after it leaves NAME
+ * either visible and whole or out of sight:
+ *   1. take .pending/NAME.lock, the save lock of NAME: no save or removal of NAME runs
+ *      beside this one, and a recovery running meanwhile keeps what this removal moves
+ *      under .pending (its owner is alive);
+ *   2. drop NAME from the catalog (an LMDB commit, durable when it returns). First, so
+ *      that the catalog never lists a checkpoint that is gone: a crash right after
+ *      leaves NAME visible, whole and unlisted, which reconciling lists again, as
+ *      after a crash between a commit's rename and its catalog entry;
+ *   3. rename ROOT/NAME to .pending/NAME.TOKEN-removed: one atomic step takes all of
+ *      it out of sight, into the place readers never look and recovery cleans;
+ *   4. fsync .pending and ROOT: the rename is durable before any file goes. Without
+ *      it a power cut could keep the unlinks below (NAME's own directory operations)
+ *      and lose the rename, bringing NAME back with files missing;
+ *   5. unlink its files and rmdir it: debris from step 3 on, which the next recovery
+ *      removes if this stops half-way;
+ *   6. drop the lock.
+ * Every change to the disk goes through the engine, so that the crash tests can stop
+ * or record a removal at each of its operations.
+ */
+#include "ck/catalog.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "format/owner.h"
+
+/* A checkpoint holds plain files; deeper directories were planted, and go too, down
+ * to this depth. */
+#define REMOVE_DEPTH_MAX 16
+
+#define REMOVED_SUFFIX "-removed"
+
+/* Removes dir and everything under it without following a link: entries are listed
+ * through a descriptor opened O_NOFOLLOW and checked with AT_SYMLINK_NOFOLLOW, and
+ * unlink and rmdir never follow their last component. */
+static int remove_tree(ck_engine *e, const char *dir, int depth, ck_err *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        int r = -errno;
+        if (fd >= 0)
+            close(fd);
+        return ck_err_set(err, r, "%s: %s", dir, strerror(-r));
+    }
+    char path[PATH_MAX];
+    struct dirent *de;
+    int r = 0;
+    while (r == 0 && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) {
+            r = ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", dir, de->d_name);
+            break;
+        }
+        struct stat st;
+        bool sub = fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+        if (sub && depth >= REMOVE_DEPTH_MAX)
+            r = ck_err_set(err, -ELOOP, "%s: nested deeper than %d directories", path,
+                           REMOVE_DEPTH_MAX);
+        else if (sub)
+            r = remove_tree(e, path, depth + 1, err);
+        else if ((r = e->ops->unlink(e, path)) < 0)
+            ck_err_set(err, r, "%s: unlink: %s", path, strerror(-r));
+    }
+    closedir(d);
+    if (r == 0 && (r = e->ops->rmdir(e, dir)) < 0)
+        ck_err_set(err, r, "%s: rmdir: %s", dir, strerror(-r));
+    return r;
+}
+
+/* ROOT/NAME must be a real directory holding a manifest: a link, a file or a directory
+ * that is no checkpoint is left alone. */
+static int check_committed(const char *root, const char *name, ck_err *err)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s/%s", root, name) >= (int)sizeof path)
+        return ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, name);
+    if (lstat(path, &st) < 0)
+        return ck_err_set(err, -errno, "%s: no checkpoint named %s (%s)", root, name,
+                          strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ck_err_set(err, -ENOTDIR, "%s: %s is not a checkpoint directory but %s", root,
+                          name, S_ISLNK(st.st_mode) ? "a symbolic link" : "another file");
+    if (snprintf(path, sizeof path, "%s/%s/%s", root, name, CK_MANIFEST) >= (int)sizeof path)
+        return ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, name);
+    if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+        return ck_err_set(err, -ENOENT, "%s: %s is not a committed checkpoint (it has no %s)",
+                          root, name, CK_MANIFEST);
+    return 0;
+}
+
+/* ROOT/.pending, made if missing; refused when it is anything but a directory, so that
+ * the rename never carries NAME out of the root. */
+static int pending_dir(ck_engine *e, const char *root, char *out, ck_err *err)
+{
+    if (snprintf(out, PATH_MAX, "%s/%s", root, CK_PENDING) >= PATH_MAX)
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+    int r = e->ops->mkdir(e, out, 0755);
+    if (r < 0 && r != -EEXIST)
+        return ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+    struct stat st;
+    if (lstat(out, &st) < 0)
+        return ck_err_set(err, -errno, "%s: %s", out, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ck_err_set(err, -ENOTDIR, "%s is not a directory: nothing removed", out);
+    return 0;
+}
+
+/* Steps 3 and 4: NAME out of sight, durably. *moved says whether the rename happened. */
+static int move_out(ck_engine *e, const char *root, const char *name, const char *pend,
+                    char *trash, bool *moved, ck_err *err)
+{
+    char from[PATH_MAX];
+    snprintf(from, sizeof from, "%s/%s", root, name);
+    uint64_t tag = 0;
+    if (getrandom(&tag, sizeof tag, GRND_NONBLOCK) != (ssize_t)sizeof tag)
+        tag = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+    int r = -EEXIST;
+    for (int tries = 0; r == -EEXIST && tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
+        if (snprintf(trash, PATH_MAX, "%s/%s.%012llx" REMOVED_SUFFIX, pend, name,
+                     (unsigned long long)(tag & 0xffffffffffffull)) >= PATH_MAX)
+            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", pend);
+        r = e->ops->rename(e, from, trash);
+    }
+    if (r < 0)
+        return ck_err_set(err, r, "%s: rename to %s: %s", from, trash, strerror(-r));
+    *moved = true;
+    if ((r = ck_engine_fsync_path(e, pend)) < 0 || (r = ck_engine_fsync_path(e, root)) < 0)
+        return ck_err_set(err, r, "%s: out of sight, but not durably (fsync: %s); its files "
+                          "stay in %s for the next recovery", from, strerror(-r), trash);
+    return 0;
+}
+
+int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err)
+{
+    if (!e)
+        e = ck_engine_default();
+    int r = ck_name_check("checkpoint", name, err);
+    if (r < 0)
+        return r;
+    /* Checked before anything is made, and again under the lock. */
+    if ((r = check_committed(root, name, err)) < 0)
+        return r;
+    char pend[PATH_MAX], lock[PATH_MAX], trash[PATH_MAX], what[CK_NAME_MAX + 64];
+    int fd = -1;
+    snprintf(what, sizeof what, "checkpoint %s is being saved or removed by another process",
+             name);
+    if ((r = pending_dir(e, root, pend, err)) < 0 ||
+        (r = ck__save_lock_path(root, name, lock, err)) < 0 ||
+        (r = ck__lock_take(lock, what, &fd, err)) < 0)
+        return ck_err_set(err, r, "removing %s", name);
+    bool moved = false;
+    r = check_committed(root, name, err);
+    if (r == 0 && (r = e->ops->step(e, "catalog")) < 0)
+        ck_err_set(err, r, "%s/%s: %s", root, CK_CATALOG, strerror(-r));
+    if (r == 0)
+        r = ck_catalog_del(root, name, err);
+    if (r == 0)
+        r = move_out(e, root, name, pend, trash, &moved, err);
+    if (r == 0 && (r = remove_tree(e, trash, 0, err)) < 0)
+        ck_err_set(err, r, "%s: out of sight, but its files stay in %s for the next recovery",
+                   name, trash);
+    ck__lock_drop(lock, &fd);
+    if (r < 0 && !moved)
+        ck_err_set(err, r, "removing %s (the checkpoint is intact)", name);
+    return r;
+}
