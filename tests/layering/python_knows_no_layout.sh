@@ -28,7 +28,9 @@ py=$(find libshard -name '*.py' | sort)
 {
 check '(^|[^A-Za-z0-9_])\.pending\b' "names the pending directory (the core's layout)" $py
 check 'manifest\.mdb|catalog\.mdb' "names a manifest or catalog file (the core's layout)" $py
-check '\.lock\b|\.ckptd\.|\.beat\b' "names a lock, heartbeat or daemon file (the core's layout)" $py
+# In a string: a lock attribute (self.lock) is no file name.
+check "[\"'][^\"']*(\\.lock\\b|\\.ckptd\\.|\\.beat\\b)" \
+    "names a lock, heartbeat or daemon file (the core's layout)" $py
 check 'rank-%|rank-\{|\.dat\b' "names a data file (the core's layout)" $py
 check '^\s*(import|from)\s+(ctypes|cffi|fcntl|lmdb)\b|\bflock\b|\bCDLL\b' \
     "reaches around libshard._ck (ctypes, cffi, locks or LMDB of its own)" $py
