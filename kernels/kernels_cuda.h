@@ -54,6 +54,14 @@ int k_cuda_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok
                      int T, int C, void *stream);
 int k_cuda_xent(float *dlogits, double *loss, const float *logits, const int *targets, int N,
                 int V, float scale, void *stream);
+/* Causal self-attention, tiled (attention.h's layout; the head at most K_ATTN_HS_MAX
+ * columns, else -EINVAL): out and lse[B*H*T] forward; the backward writes dqkv, with
+ * D[B*H*T] as scratch. */
+int k_cuda_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int H,
+                         void *stream);
+int k_cuda_attention_bwd(float *dqkv, float *D, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int H,
+                         void *stream);
 int k_cuda_bias_add(float *y, const float *b, int N, int O, void *stream);
 int k_cuda_bias_grad(float *db, const float *dy, int N, int O, void *stream);
 

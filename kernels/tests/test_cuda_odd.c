@@ -6,7 +6,8 @@
  * reference (f32 accumulation: relative to sum |a||b|), and the GPT's layers (LayerNorm
  * forward and backward, causal softmax forward and backward, the encoder and its
  * backward, bias add and gradient: the same sums in the same order, bitwise expected;
- * cross-entropy: the device's exp and log). Exits 77 without a GPU. */
+ * cross-entropy: the device's exp and log), and the tiled causal attention forward and
+ * backward against its CPU replay. Exits 77 without a GPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "adamw.h"
+#include "attention.h"
 #include "bias.h"
 #include "cast.h"
 #include "cast_elem.h"
@@ -337,6 +339,37 @@ static void layers(int N, int C, int T, int V)
     free(loss); free(gloss_h);
 }
 
+/* The tiled attention against its CPU replay (attention.c: the same tiles and lanes,
+ * fmaf on both sides): equal but for the device's expf and logf. Every output element
+ * is first filled with NaN, so one left unwritten fails. */
+static void attention(int B, int T, int C, int H)
+{
+    size_t N = (size_t)B * T, n3 = N * 3 * C, nc = N * C, nl = N * H;
+    float *qkv = rnd(n3, 2.0f, 0.0f), *dout = rnd(nc, 1.0f, 0.0f);
+    float *out = malloc(nc * 4 + 4), *lse = malloc(nl * 4 + 4), *dqkv = malloc(n3 * 4 + 4),
+          *D = malloc(nl * 4 + 4);
+    k_attention_fwd(out, lse, qkv, B, T, C, H);
+    k_attention_bwd(dqkv, D, dout, qkv, out, lse, B, T, C, H);
+    float *gqkv = up(qkv, n3 * 4), *gdout = up(dout, nc * 4), *gout = dev(nc * 4),
+          *glse = dev(nl * 4), *gdqkv = dev(n3 * 4), *gD = dev(nl * 4);
+    cudaMemset(gout, 0xff, nc * 4);
+    cudaMemset(glse, 0xff, nl * 4);
+    cudaMemset(gdqkv, 0xff, n3 * 4);
+    CHECK(k_cuda_attention_fwd(gout, glse, gqkv, B, T, C, H, NULL) == 0, "launch");
+    CHECK(k_cuda_attention_bwd(gdqkv, gD, gdout, gqkv, gout, glse, B, T, C, H, NULL) == 0,
+          "launch");
+    char what[64];
+    snprintf(what, sizeof what, "attention B%d H%d", B, H);
+    same(what, T, C, out, gout, nc, 1e-5);
+    snprintf(what, sizeof what, "attention lse B%d H%d", B, H);
+    same(what, T, C, lse, glse, nl, 1e-5);
+    snprintf(what, sizeof what, "attention backward B%d H%d", B, H);
+    same(what, T, C, dqkv, gdqkv, n3, 1e-5);
+    cudaFree(gqkv); cudaFree(gdout); cudaFree(gout); cudaFree(glse); cudaFree(gdqkv);
+    cudaFree(gD);
+    free(qkv); free(dout); free(out); free(lse); free(dqkv); free(D);
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -355,6 +388,11 @@ int main(void)
                                      {1023, 97, 31, 256}};
     for (size_t i = 0; i < sizeof lshapes / sizeof lshapes[0]; i++)
         layers(lshapes[i][0], lshapes[i][1], lshapes[i][2], lshapes[i][3]);
+    static const int ashapes[][4] = {{1, 1, 1, 1}, {2, 7, 15, 3}, {3, 17, 12, 4},
+                                     {2, 33, 128, 2}, {1, 40, 200, 2}, {1, 18, 256, 1},
+                                     {2, 129, 64, 1}, {1, 300, 96, 3}, {4, 128, 512, 8}};
+    for (size_t i = 0; i < sizeof ashapes / sizeof ashapes[0]; i++)
+        attention(ashapes[i][0], ashapes[i][1], ashapes[i][2], ashapes[i][3]);
     void *blas;
     CHECK(k_cuda_blas_new(&blas) == 0, "cublasCreate");
     static const int shapes[][3] = {{1, 1, 1}, {37, 53, 129}, {64, 96, 768}, {5, 300, 17}};
