@@ -34,13 +34,4 @@ int tr_linear_bwd(sh_world *w, float *dx, float *dW, float *db, const float *dy,
                   const float *x, const float *W32, int N, int K, int O, bool accumulate,
                   ck_err *err);
 
-/* Causal multi-head self-attention on qkv[B*T, 3C] (q, k, v side by side, head h in
- * columns h*hs .. h*hs+hs of each), out[B*T, C]. att[B, H, T, T] keeps the softmax
- * probabilities for the backward (zero above the diagonal). In f32. */
-int tr_attention_fwd(sh_world *w, float *out, float *att, const float *qkv, int B, int T,
-                     int C, int H, ck_err *err);
-/* dqkv = d(qkv) (written). dp: scratch of T x T floats. */
-int tr_attention_bwd(sh_world *w, float *dqkv, float *dp, const float *dout, const float *qkv,
-                     const float *att, int B, int T, int C, int H, ck_err *err);
-
 #endif

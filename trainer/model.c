@@ -55,17 +55,18 @@ static int block_grow(sh_world *w, tr_block *s, int B, ck_err *err)
 {
     const tr_config *c = s->cfg;
     int T = c->seq;
-    size_t C = (size_t)c->dim, rows = (size_t)B * (size_t)T;
+    size_t C = (size_t)c->dim, rows = (size_t)B * (size_t)T, att, dp;
     if ((int)rows <= s->rows) {
         s->B = B;
         return 0;
     }
+    sh_attention_sizes(w, T, c->dim, c->heads, &att, &dp);
     buf_spec b[] = {
         {&s->x, C}, {&s->ln1, C}, {&s->ln1_mean, 1}, {&s->ln1_rstd, 1}, {&s->qkv, 3 * C},
-        {&s->att, (size_t)c->heads * (size_t)T}, {&s->atty, C}, {&s->x2, C}, {&s->ln2, C},
+        {&s->att, att}, {&s->atty, C}, {&s->x2, C}, {&s->ln2, C},
         {&s->ln2_mean, 1}, {&s->ln2_rstd, 1}, {&s->fc, 4 * C}, {&s->gelu, 4 * C},
         {&s->dx2, C}, {&s->dwide, 4 * C}, {&s->dnarrow, C}, {&s->dqkv, 3 * C},
-        {&s->dp, (size_t)T}, {&s->x16, 2 * C},
+        {&s->dp, dp}, {&s->x16, 2 * C},
     };
     int rc = grow(w, b, (int)(sizeof b / sizeof *b), rows, err);
     if (!rc) {
@@ -133,7 +134,7 @@ static int block_forward(sh_module *mod, const sh_tensor *in, sh_tensor *out, vo
         rc = tr_linear_fwd(w, s->qkv, s->ln1, s->x16, &W[TR_QKV_W], W[TR_QKV_B].f32, N, C,
                            3 * C, err);
     if (!rc)
-        rc = tr_attention_fwd(w, s->atty, s->att, s->qkv, B, T, C, c->heads, err);
+        rc = sh_attention(w, s->atty, s->att, s->qkv, B, T, C, c->heads, err);
     if (!rc)
         rc = tr_linear_fwd(w, s->x2, s->atty, s->x16, &W[TR_PROJ_W], W[TR_PROJ_B].f32, N, C,
                            C, err);
@@ -193,8 +194,8 @@ static int block_backward(sh_module *mod, const sh_tensor *gout, sh_tensor *gin,
         rc = tr_linear_bwd(w, s->dnarrow, g[TR_PROJ_W], g[TR_PROJ_B], s->dx2, s->atty,
                            W[TR_PROJ_W].f32, N, C, C, false, err);
     if (!rc)
-        rc = tr_attention_bwd(w, s->dqkv, s->dp, s->dnarrow, s->qkv, s->att, B, T, C,
-                              c->heads, err);
+        rc = sh_attention_bwd(w, s->dqkv, s->dp, s->dnarrow, s->qkv, s->atty, s->att, B, T,
+                              C, c->heads, err);
     if (!rc)
         rc = tr_linear_bwd(w, s->dnarrow, g[TR_QKV_W], g[TR_QKV_B], s->dqkv, s->ln1,
                            W[TR_QKV_W].f32, N, C, 3 * C, false, err);

@@ -50,6 +50,12 @@ typedef struct sh_dev_ops {
                      int C);
     int (*xent)(float *dlogits, const float *logits, const int *targets, int N, int V,
                 float scale, double *loss);
+    /* Fused causal self-attention (sh_attention: lse[B*H*T] saved, D[B*H*T] scratch),
+     * for heads up to K_ATTN_HS_MAX columns; NULL where the device has none (then
+     * ops_attention.c composes it from gemm and the causal softmax). */
+    int (*attention)(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+    int (*attention_bwd)(float *dqkv, float *D, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int H);
     int (*bias_add)(float *y, const float *b, int N, int O);
     int (*bias_grad)(float *db, const float *dy, int N, int O);
     int (*sync)(void);                        /* the host waits for queued work */
@@ -62,6 +68,9 @@ const sh_dev_ops *sh_dev_for(sh_device d);
 
 /* The world's table. */
 static inline const sh_dev_ops *sh_dev(const sh_world *w) { return sh_dev_for(w->device); }
+
+/* rc as the public ops return it: 0, or rc with "WHAT on DEVICE (rank R) failed". */
+int sh_ops_done(const sh_world *w, int rc, const char *what, ck_err *err);
 
 /* dst[i] = src[i] converted, on d (the dtype pair checked, equal dtypes copied). */
 int sh_dev_cast(const sh_dev_ops *d, void *dst, ck_dtype dst_dtype, const void *src,

@@ -162,6 +162,17 @@ static int g_xent(float *dlogits, const float *logits, const int *targets, int N
     return rc;
 }
 
+static int g_attention(float *out, float *lse, const float *qkv, int B, int T, int C, int H)
+{
+    return k_cuda_attention_fwd(out, lse, qkv, B, T, C, H, NULL);
+}
+
+static int g_attention_bwd(float *dqkv, float *D, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int B, int T, int C, int H)
+{
+    return k_cuda_attention_bwd(dqkv, D, dout, qkv, out, lse, B, T, C, H, NULL);
+}
+
 static int g_bias_add(float *y, const float *b, int N, int O)
 {
     return k_cuda_bias_add(y, b, N, O, NULL);
@@ -197,6 +208,8 @@ static const sh_dev_ops dev_cuda = {
     .embed = g_embed,
     .embed_bwd = g_embed_bwd,
     .xent = g_xent,
+    .attention = g_attention,
+    .attention_bwd = g_attention_bwd,
     .bias_add = g_bias_add,
     .bias_grad = g_bias_grad,
     .sync = g_sync,

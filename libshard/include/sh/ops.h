@@ -72,6 +72,20 @@ int sh_softmax_causal(sh_world *w, float *a, size_t rows, int T, ck_err *err);
 /* dp = a * (dp - rowsum(a * dp)) * scale (the scores' gradient times scale). */
 int sh_softmax_causal_bwd(sh_world *w, float *dp, const float *a, size_t rows, int T,
                           float scale, ck_err *err);
+/* Causal multi-head self-attention over qkv[B*T, 3C] (q, k, v side by side; head h in
+ * columns h*hs .. h*hs+hs of each, hs = C / H): out[B*T, C] = softmax(q k^T / sqrt(hs),
+ * causal) v per head. `saved` keeps what the backward needs: on CUDA ranks (heads of
+ * up to 256 columns) each row's log-sum-exp, the backward recomputing the
+ * probabilities (flash-attention style, kernels/cuda/attention.cu); elsewhere the
+ * T x T probabilities of each head. sh_attention_sizes gives the floats `saved` and
+ * the backward's `scratch` need per row of qkv (B*T rows). */
+void sh_attention_sizes(sh_world *w, int T, int C, int H, size_t *saved, size_t *scratch);
+int sh_attention(sh_world *w, float *out, float *saved, const float *qkv, int B, int T, int C,
+                 int H, ck_err *err);
+/* dqkv = the gradient of qkv (=) from dout, the forward's out, qkv and saved. */
+int sh_attention_bwd(sh_world *w, float *dqkv, float *scratch, const float *dout,
+                     const float *qkv, const float *out, const float *saved, int B, int T,
+                     int C, int H, ck_err *err);
 /* out[n] = wte[tok[n]] + wpe[n % T], rows of C; tok (device ints) must be rows of wte. */
 int sh_embed(sh_world *w, float *out, const int *tok, const float *wte, const float *wpe,
              int N, int T, int C, ck_err *err);
