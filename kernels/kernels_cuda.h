@@ -39,9 +39,14 @@ int k_cuda_gelu(float *y, const float *x, size_t n, void *stream);
 int k_cuda_gelu_bwd(float *dx, const float *x, const float *dy, size_t n, void *stream);
 
 /* The GPT's layers (layernorm.h, softmax.h, embed.h, xent.h, bias.h on the device).
+ * LayerNorm and the bias gradient are the tiled forms (layernorm.h's and bias.h's
+ * *_tiled replay them); the embedding's backward takes wte's rows V.
  * k_cuda_xent writes each row's loss to loss[N] (device doubles). */
 int k_cuda_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w,
                      const float *b, int N, int C, void *stream);
+/* x2 += x, then y = layernorm(x2): the block's residual and the next LayerNorm. */
+int k_cuda_residual_layernorm(float *x2, float *y, float *mean, float *rstd, const float *x,
+                              const float *w, const float *b, int N, int C, void *stream);
 int k_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *mean, const float *rstd, const float *w, int N, int C,
                          void *stream);
@@ -51,7 +56,7 @@ int k_cuda_softmax_causal_bwd(float *dp, const float *a, size_t rows, int T, flo
 int k_cuda_embed(float *out, const int *tok, const float *wte, const float *wpe, int N,
                  int T, int C, void *stream);
 int k_cuda_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
-                     int T, int C, void *stream);
+                     int T, int C, int V, void *stream);
 int k_cuda_xent(float *dlogits, double *loss, const float *logits, const int *targets, int N,
                 int V, float scale, void *stream);
 /* Causal self-attention, tiled (attention.h's layout; the head at most K_ATTN_HS_MAX

@@ -138,12 +138,10 @@ static int block_forward(sh_module *mod, const sh_tensor *in, sh_tensor *out, vo
     if (!rc)
         rc = tr_linear_fwd(w, s->x2, s->atty, s->x16, &W[TR_PROJ_W], W[TR_PROJ_B].f32, N, C,
                            C, err);
+    /* MLP: y = x2 + fcp(gelu(fc(ln2(x2)))), the residual added as ln2 reads it */
     if (!rc)
-        rc = sh_scale_add(w, s->x2, s->x, 1.0f, NC, err);
-    /* MLP: y = x2 + fcp(gelu(fc(ln2(x2)))) */
-    if (!rc)
-        rc = sh_layernorm(w, s->ln2, s->ln2_mean, s->ln2_rstd, s->x2, W[TR_LN2_W].f32,
-                          W[TR_LN2_B].f32, N, C, err);
+        rc = sh_residual_layernorm(w, s->x2, s->ln2, s->ln2_mean, s->ln2_rstd, s->x,
+                                   W[TR_LN2_W].f32, W[TR_LN2_B].f32, N, C, err);
     if (!rc)
         rc = tr_linear_fwd(w, s->fc, s->ln2, s->x16, &W[TR_FC_W], W[TR_FC_B].f32, N, C, 4 * C,
                            err);
@@ -277,7 +275,7 @@ static int root_backward(sh_module *mod, const sh_tensor *gout, sh_tensor *gin, 
     for (int l = L - 1; !rc && l >= 0; l--)
         rc = sh_module_backward(m->block[l], &m->dh[l + 1], &m->dh[l], err);
     if (!rc)
-        rc = sh_embed_bwd(w, g[0], g[1], m->dh[0].data, m->tok, N, T, C, err);
+        rc = sh_embed_bwd(w, g[0], g[1], m->dh[0].data, m->tok, N, T, C, V, err);
     return rc;
 }
 

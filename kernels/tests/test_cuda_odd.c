@@ -4,8 +4,9 @@
  * ulps), flat copy-in / copy-out / chunk-cat through device memory (bitwise), and
  * cuBLAS GEMMs, f32 and bf16 inputs with every transpose, against a double-precision
  * reference (f32 accumulation: relative to sum |a||b|), and the GPT's layers (LayerNorm
- * forward and backward, causal softmax forward and backward, the encoder and its
- * backward, bias add and gradient: the same sums in the same order, bitwise expected;
+ * forward, residual and backward and the bias gradient against the CPU replays of
+ * their tiled sums, causal softmax forward and backward, the encoder and its
+ * backward with a small and a large vocabulary, bias add: bitwise expected;
  * cross-entropy: the device's exp and log), and the tiled causal attention forward and
  * backward against its CPU replay. Exits 77 without a GPU. */
 #include <cuda_runtime_api.h>
@@ -261,16 +262,27 @@ static void layers(int N, int C, int T, int V)
     float *gy = dev(NC * 4), *gmean = dev(N * 4), *grstd = dev(N * 4);
     float *gdx = up(dx, NC * 4), *gdw = up(dw, C * 4), *gdb = up(db, C * 4);
 
-    k_layernorm(y, mean, rstd, x, w, b, N, C);
+    float *part = malloc(k_layernorm_part_floats(N, C) * 4 + 4);
+    k_layernorm_tiled(y, mean, rstd, x, w, b, N, C);
     CHECK(k_cuda_layernorm(gy, gmean, grstd, gx, gw, gb, N, C, NULL) == 0, "launch");
     same("layernorm", N, C, y, gy, NC, 1e-6);
     same("layernorm rstd", N, 1, rstd, grstd, N, 1e-6);
-    k_layernorm_bwd(dx, dw, db, dy, x, mean, rstd, w, N, C);
+    k_layernorm_bwd_tiled(dx, dw, db, dy, x, mean, rstd, w, N, C, part);
     CHECK(k_cuda_layernorm_bwd(gdx, gdw, gdb, gdy, gx, gmean, grstd, gw, N, C, NULL) == 0,
           "launch");
     same("layernorm backward dx", N, C, dx, gdx, NC, 1e-6);
     same("layernorm backward dw", 1, C, dw, gdw, C, 1e-5);
     same("layernorm backward db", 1, C, db, gdb, C, 1e-5);
+    /* the residual form: x2 = dy + x, then its LayerNorm */
+    float *x2 = malloc(NC * 4 + 4);
+    memcpy(x2, dy, NC * 4);
+    k_residual_layernorm_tiled(x2, y, mean, rstd, x, w, b, N, C);
+    CHECK(k_cuda_residual_layernorm(gdy, gy, gmean, grstd, gx, gw, gb, N, C, NULL) == 0,
+          "launch");
+    same("residual layernorm sum", N, C, x2, gdy, NC, 0);
+    same("residual layernorm", N, C, y, gy, NC, 1e-6);
+    cudaMemcpy(gdy, dy, NC * 4, cudaMemcpyHostToDevice);
+    free(x2);
 
     /* bias over [N, C] */
     memcpy(y, x, NC * 4);
@@ -278,7 +290,7 @@ static void layers(int N, int C, int T, int V)
     cudaMemcpy(gy, gx, NC * 4, cudaMemcpyDeviceToDevice);
     CHECK(k_cuda_bias_add(gy, gb, N, C, NULL) == 0, "launch");
     same("bias add", N, C, y, gy, NC, 0);
-    k_bias_grad(db, dy, N, C);
+    k_bias_grad_tiled(db, dy, N, C, part);
     CHECK(k_cuda_bias_grad(gdb, gdy, N, C, NULL) == 0, "launch");
     same("bias gradient", N, C, db, gdb, C, 1e-5);
 
@@ -295,7 +307,7 @@ static void layers(int N, int C, int T, int V)
     CHECK(k_cuda_embed(gy, gtok, gwte, gwpe, N, T, C, NULL) == 0, "launch");
     same("embedding", N, C, y, gy, NC, 0);
     k_embed_bwd(dwte, dwpe, dy, tok, N, T, C);
-    CHECK(k_cuda_embed_bwd(gdwte, gdwpe, gdy, gtok, N, T, C, NULL) == 0, "launch");
+    CHECK(k_cuda_embed_bwd(gdwte, gdwpe, gdy, gtok, N, T, C, V, NULL) == 0, "launch");
     same("embedding backward wte", V, C, dwte, gdwte, (size_t)V * C, 0);
     same("embedding backward wpe", T, C, dwpe, gdwpe, (size_t)T * C, 0);
 
@@ -336,7 +348,7 @@ static void layers(int N, int C, int T, int V)
     cudaFree(gl); cudaFree(gdl);
     free(x); free(dy); free(w); free(b); free(y); free(mean); free(rstd); free(dx); free(dw);
     free(db); free(tok); free(wte); free(wpe); free(dwte); free(dwpe); free(l); free(dl);
-    free(loss); free(gloss_h);
+    free(loss); free(gloss_h); free(part);
 }
 
 /* The tiled attention against its CPU replay (attention.c: the same tiles and lanes,
@@ -385,7 +397,7 @@ int main(void)
     for (size_t world = 1; world <= 5; world += 2)
         flat(world);
     static const int lshapes[][4] = {{1, 1, 1, 2}, {7, 13, 7, 11}, {33, 65, 11, 257},
-                                     {1023, 97, 31, 256}};
+                                     {1023, 97, 31, 256}, {130, 33, 13, 1500}};
     for (size_t i = 0; i < sizeof lshapes / sizeof lshapes[0]; i++)
         layers(lshapes[i][0], lshapes[i][1], lshapes[i][2], lshapes[i][3]);
     static const int ashapes[][4] = {{1, 1, 1, 1}, {2, 7, 15, 3}, {3, 17, 12, 4},

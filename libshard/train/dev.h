@@ -40,6 +40,9 @@ typedef struct sh_dev_ops {
      * whose per-row losses the host sums in row order into *loss (host memory). */
     int (*layernorm)(float *y, float *mean, float *rstd, const float *x, const float *w,
                      const float *b, int N, int C);
+    /* x2 += x, then y = layernorm(x2) (the CPU: k_scale_add, then k_layernorm). */
+    int (*residual_layernorm)(float *x2, float *y, float *mean, float *rstd, const float *x,
+                              const float *w, const float *b, int N, int C);
     int (*layernorm_bwd)(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *mean, const float *rstd, const float *w, int N, int C);
     int (*softmax_causal)(float *a, size_t rows, int T);
@@ -47,7 +50,7 @@ typedef struct sh_dev_ops {
     int (*embed)(float *out, const int *tok, const float *wte, const float *wpe, int N, int T,
                  int C);
     int (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const int *tok, int N, int T,
-                     int C);
+                     int C, int V);
     int (*xent)(float *dlogits, const float *logits, const int *targets, int N, int V,
                 float scale, double *loss);
     /* Fused causal self-attention (sh_attention: lse[B*H*T] saved, D[B*H*T] scratch),

@@ -123,6 +123,14 @@ static int c_layernorm(float *y, float *mean, float *rstd, const float *x, const
     return 0;
 }
 
+static int c_residual_layernorm(float *x2, float *y, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int N, int C)
+{
+    k_scale_add(x2, x, 1.0f, (size_t)N * (size_t)C);
+    k_layernorm(y, mean, rstd, x2, w, b, N, C);
+    return 0;
+}
+
 static int c_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *mean, const float *rstd, const float *w, int N, int C)
 {
@@ -150,8 +158,9 @@ static int c_embed(float *out, const int *tok, const float *wte, const float *wp
 }
 
 static int c_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
-                       int T, int C)
+                       int T, int C, int V)
 {
+    (void)V;
     k_embed_bwd(dwte, dwpe, dout, tok, N, T, C);
     return 0;
 }
@@ -201,6 +210,7 @@ const sh_dev_ops sh_dev_cpu = {
     .gelu_bwd = c_gelu_bwd,
     .gemm = c_gemm,
     .layernorm = c_layernorm,
+    .residual_layernorm = c_residual_layernorm,
     .layernorm_bwd = c_layernorm_bwd,
     .softmax_causal = c_softmax_causal,
     .softmax_causal_bwd = c_softmax_causal_bwd,

@@ -109,6 +109,12 @@ static int g_layernorm(float *y, float *mean, float *rstd, const float *x, const
     return k_cuda_layernorm(y, mean, rstd, x, w, b, N, C, NULL);
 }
 
+static int g_residual_layernorm(float *x2, float *y, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int N, int C)
+{
+    return k_cuda_residual_layernorm(x2, y, mean, rstd, x, w, b, N, C, NULL);
+}
+
 static int g_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *mean, const float *rstd, const float *w, int N, int C)
 {
@@ -132,9 +138,9 @@ static int g_embed(float *out, const int *tok, const float *wte, const float *wp
 }
 
 static int g_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
-                       int T, int C)
+                       int T, int C, int V)
 {
-    return k_cuda_embed_bwd(dwte, dwpe, dout, tok, N, T, C, NULL);
+    return k_cuda_embed_bwd(dwte, dwpe, dout, tok, N, T, C, V, NULL);
 }
 
 /* The rows' losses come to the host and are summed there in row order, as on the CPU,
@@ -202,6 +208,7 @@ static const sh_dev_ops dev_cuda = {
     .gelu_bwd = g_gelu_bwd,
     .gemm = g_gemm,
     .layernorm = g_layernorm,
+    .residual_layernorm = g_residual_layernorm,
     .layernorm_bwd = g_layernorm_bwd,
     .softmax_causal = g_softmax_causal,
     .softmax_causal_bwd = g_softmax_causal_bwd,

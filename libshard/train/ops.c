@@ -21,8 +21,8 @@ int sh_gemm(sh_world *w, ck_dtype in, bool ta, bool tb, int m, int n, int k, flo
                           ck_dtype_name(in) ? ck_dtype_name(in) : "?");
     if (m < 0 || n < 0 || k < 0)
         return ck_err_set(err, -EINVAL, "gemm: negative shape %d x %d x %d", m, n, k);
-    return sh_ops_done(w, sh_dev(w)->gemm(w->blas, in, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta,
-                                   c, ldc), "gemm", err);
+    return sh_ops_done(w, sh_dev(w)->gemm(w->blas, in, ta, tb, m, n, k, alpha, a, lda, b, ldb,
+                                          beta, c, ldc), "gemm", err);
 }
 
 int sh_gelu(sh_world *w, float *y, const float *x, size_t n, ck_err *err)
@@ -128,8 +128,18 @@ int sh_layernorm(sh_world *w, float *y, float *mean, float *rstd, const float *x
                  const float *wt, const float *b, int N, int C, ck_err *err)
 {
     int rc = shape_ok("layernorm", N, C, err);
-    return rc ? rc : sh_ops_done(w, sh_dev(w)->layernorm(y, mean, rstd, x, wt, b, N, C), "layernorm",
-                          err);
+    return rc ? rc : sh_ops_done(w, sh_dev(w)->layernorm(y, mean, rstd, x, wt, b, N, C),
+                                 "layernorm", err);
+}
+
+int sh_residual_layernorm(sh_world *w, float *x2, float *y, float *mean, float *rstd,
+                          const float *x, const float *wt, const float *b, int N, int C,
+                          ck_err *err)
+{
+    int rc = shape_ok("residual layernorm", N, C, err);
+    return rc ? rc : sh_ops_done(w, sh_dev(w)->residual_layernorm(x2, y, mean, rstd, x, wt, b,
+                                                                   N, C),
+                                 "residual layernorm", err);
 }
 
 int sh_layernorm_bwd(sh_world *w, float *dx, float *dw, float *db, const float *dy,
@@ -137,8 +147,9 @@ int sh_layernorm_bwd(sh_world *w, float *dx, float *dw, float *db, const float *
                      int N, int C, ck_err *err)
 {
     int rc = shape_ok("layernorm backward", N, C, err);
-    return rc ? rc : sh_ops_done(w, sh_dev(w)->layernorm_bwd(dx, dw, db, dy, x, mean, rstd, wt, N, C),
-                          "layernorm backward", err);
+    return rc ? rc : sh_ops_done(w, sh_dev(w)->layernorm_bwd(dx, dw, db, dy, x, mean, rstd, wt,
+                                                              N, C),
+                                 "layernorm backward", err);
 }
 
 int sh_softmax_causal(sh_world *w, float *a, size_t rows, int T, ck_err *err)
@@ -156,7 +167,7 @@ int sh_softmax_causal_bwd(sh_world *w, float *dp, const float *a, size_t rows, i
         return ck_err_set(err, -EINVAL, "causal softmax backward: %zu rows are not "
                           "matrices of %d", rows, T);
     return sh_ops_done(w, sh_dev(w)->softmax_causal_bwd(dp, a, rows, T, scale),
-                "causal softmax backward", err);
+                       "causal softmax backward", err);
 }
 
 int sh_embed(sh_world *w, float *out, const int *tok, const float *wte, const float *wpe,
@@ -164,16 +175,17 @@ int sh_embed(sh_world *w, float *out, const int *tok, const float *wte, const fl
 {
     int rc = T < 1 ? ck_err_set(err, -EINVAL, "embedding: sequence length %d", T)
                    : shape_ok("embedding", N, C, err);
-    return rc ? rc : sh_ops_done(w, sh_dev(w)->embed(out, tok, wte, wpe, N, T, C), "embedding", err);
+    return rc ? rc : sh_ops_done(w, sh_dev(w)->embed(out, tok, wte, wpe, N, T, C), "embedding",
+                                 err);
 }
 
 int sh_embed_bwd(sh_world *w, float *dwte, float *dwpe, const float *dout, const int *tok,
-                 int N, int T, int C, ck_err *err)
+                 int N, int T, int C, int V, ck_err *err)
 {
     int rc = T < 1 ? ck_err_set(err, -EINVAL, "embedding backward: sequence length %d", T)
                    : shape_ok("embedding backward", N, C, err);
-    return rc ? rc : sh_ops_done(w, sh_dev(w)->embed_bwd(dwte, dwpe, dout, tok, N, T, C),
-                          "embedding backward", err);
+    return rc ? rc : sh_ops_done(w, sh_dev(w)->embed_bwd(dwte, dwpe, dout, tok, N, T, C, V),
+                                 "embedding backward", err);
 }
 
 int sh_bias_add(sh_world *w, float *y, const float *b, int N, int O, ck_err *err)
@@ -193,6 +205,7 @@ int sh_cross_entropy(sh_world *w, float *dlogits, const float *logits, const int
 {
     int rc = V < 1 ? ck_err_set(err, -EINVAL, "cross-entropy: %d classes", V)
                    : shape_ok("cross-entropy", N, V, err);
-    return rc ? rc : sh_ops_done(w, sh_dev(w)->xent(dlogits, logits, targets, N, V, scale, loss),
-                          "cross-entropy", err);
+    return rc ? rc : sh_ops_done(w, sh_dev(w)->xent(dlogits, logits, targets, N, V, scale,
+                                                     loss),
+                                 "cross-entropy", err);
 }

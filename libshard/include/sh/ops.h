@@ -62,6 +62,11 @@ void sh_host_buffer_free(sh_world *w, void *p);
  * rstd[N] saved for the backward. */
 int sh_layernorm(sh_world *w, float *y, float *mean, float *rstd, const float *x,
                  const float *wt, const float *b, int N, int C, ck_err *err);
+/* x2 += x, then y = LayerNorm(x2) as above: a block's residual connection and the
+ * LayerNorm after it, in one pass over the rows on CUDA ranks. */
+int sh_residual_layernorm(sh_world *w, float *x2, float *y, float *mean, float *rstd,
+                          const float *x, const float *wt, const float *b, int N, int C,
+                          ck_err *err);
 /* dx += ..., dw += ..., db += ... */
 int sh_layernorm_bwd(sh_world *w, float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *mean, const float *rstd, const float *wt,
@@ -89,8 +94,9 @@ int sh_attention_bwd(sh_world *w, float *dqkv, float *scratch, const float *dout
 /* out[n] = wte[tok[n]] + wpe[n % T], rows of C; tok (device ints) must be rows of wte. */
 int sh_embed(sh_world *w, float *out, const int *tok, const float *wte, const float *wpe,
              int N, int T, int C, ck_err *err);
+/* dwte[V, C] += ..., dwpe += ... (V: wte's rows, which every token indexes). */
 int sh_embed_bwd(sh_world *w, float *dwte, float *dwpe, const float *dout, const int *tok,
-                 int N, int T, int C, ck_err *err);
+                 int N, int T, int C, int V, ck_err *err);
 /* y[n] += b;  db += sum over rows of dy. */
 int sh_bias_add(sh_world *w, float *y, const float *b, int N, int O, ck_err *err);
 int sh_bias_grad(sh_world *w, float *db, const float *dy, int N, int O, ck_err *err);
