@@ -189,18 +189,19 @@ int main(int argc, char **argv)
 
     tr_step_buf buf = {0};
     tr_step_cfg sc = {a.batch, a.accum, a.lr, a.clip};
-    double loss, norm;
     for (int i = 0; i < 2; i++)      /* warm-up: first-touch of buffers, lazy init */
-        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+        if (tr_step(&m, opt, &data, &sc, &buf, &err))
             die(w, "step", &err);
 
     /* The device runs behind the host: time from and to an idle device. */
     if (sh_device_sync(w, &err))
         die(w, "sync", &err);
     double t0 = now_s();
+    long waits = sh_world_host_waits(w);
     for (long s = 0; s < a.steps; s++)
-        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+        if (tr_step(&m, opt, &data, &sc, &buf, &err))
             die(w, "step", &err);
+    waits = sh_world_host_waits(w) - waits;
     if (sh_device_sync(w, &err))
         die(w, "sync", &err);
     double plain = now_s() - t0;
@@ -214,7 +215,7 @@ int main(int argc, char **argv)
         die(w, "setup", &(ck_err){-ENOMEM, "out of memory"});
     t0 = now_s();
     for (long s = 1; s <= a.steps; s++) {
-        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+        if (tr_step(&m, opt, &data, &sc, &buf, &err))
             die(w, "step", &err);
         if (saves && s - 1 == (long)saves * a.ckpt_every)
             fence[saves - 1] = sh_checkpoint_fence_ms(ck);
@@ -287,8 +288,9 @@ int main(int argc, char **argv)
                (long long)tr_model_numel(&a.model), a.mesh ? a.mesh : spec, W, a.device,
                a.bf16 ? " bf16" : "", a.offload ? " offload" : "",
                a.daemon || getenv("CKPTD_SOCKET") ? "ckptd" : "the embedded engine");
-        printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens)\n",
-               tok / plain, a.steps, a.batch, a.model.seq);
+        printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens; the host "
+               "waited for the device %.2f times a step)\n", tok / plain, a.steps, a.batch,
+               a.model.seq, (double)waits / (double)a.steps);
         printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
                "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
         printf("  %-17s %10.3f ms  (%.2f MB on the largest rank)\n",

@@ -29,8 +29,13 @@ int k_cuda_cast_f16_to_f32(float *dst, const uint16_t *src, size_t n, void *stre
 int k_cuda_adamw_step(float *p, const float *g, float *m, float *v, size_t n,
                       const k_adamw_hparams *h, void *stream);
 
-/* *out (device, one double) receives the sum of squares; it is overwritten. */
-int k_cuda_sumsq(const float *x, size_t n, double *out, void *stream);
+/* *acc (device, one double) += the sum of squares of x, in a fixed order (per block,
+ * then the blocks' parts by k_cuda_add_sum): deterministic, no host wait. */
+int k_cuda_sumsq(const float *x, size_t n, double *acc, void *stream);
+/* *acc (device) += x[0] + ... + x[n-1] (device doubles), in a fixed tree order. */
+int k_cuda_add_sum(double *acc, const double *x, size_t n, void *stream);
+/* x *= k_clip_coef(*sumsq, max_norm) when that is below 1 (sumsq: device). */
+int k_cuda_clip_scale(float *x, size_t n, const double *sumsq, double max_norm, void *stream);
 int k_cuda_scale(float *x, float s, size_t n, void *stream);
 int k_cuda_scale_add(float *dst, const float *src, float s, size_t n, void *stream);
 

@@ -27,7 +27,10 @@ typedef struct sh_dev_ops {
     int (*cast)(void *dst, ck_dtype dd, const void *src, ck_dtype sd, size_t n);
     int (*scale)(float *x, float s, size_t n);
     int (*scale_add)(float *dst, const float *src, float s, size_t n);
-    int (*sumsq)(const float *x, size_t n, double *out);   /* *out in host memory */
+    /* *acc (this device's memory, one double) += sum of x[i]^2; nothing waits. */
+    int (*sumsq)(const float *x, size_t n, double *acc);
+    /* x *= k_clip_coef(*sumsq, max_norm) when that is below 1 (*sumsq on the device). */
+    int (*clip_scale)(float *x, size_t n, const double *sumsq, double max_norm);
     int (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
                  const k_adamw_hparams *h);
     int (*gelu)(float *y, const float *x, size_t n);
@@ -37,7 +40,8 @@ typedef struct sh_dev_ops {
                 const void *a, int lda, const void *b, int ldb, float beta, float *c,
                 int ldc);
     /* The GPT's layers: kernels/layernorm.h, softmax.h, embed.h, bias.h, and xent.h,
-     * whose per-row losses the host sums in row order into *loss (host memory). */
+     * whose per-row losses are summed (the CPU: in row order; CUDA: a fixed tree) and
+     * added to *loss, a double of this device's memory: nothing waits. */
     int (*layernorm)(float *y, float *mean, float *rstd, const float *x, const float *w,
                      const float *b, int N, int C);
     /* x2 += x, then y = layernorm(x2) (the CPU: k_scale_add, then k_layernorm). */
@@ -61,7 +65,7 @@ typedef struct sh_dev_ops {
                          const float *out, const float *lse, int B, int T, int C, int H);
     int (*bias_add)(float *y, const float *b, int N, int O);
     int (*bias_grad)(float *db, const float *dy, int N, int O);
-    int (*sync)(void);                        /* the host waits for queued work */
+    int (*sync)(void);   /* the host waits for queued work: only through host_wait */
 } sh_dev_ops;
 
 extern const sh_dev_ops sh_dev_cpu;
@@ -71,6 +75,9 @@ const sh_dev_ops *sh_dev_for(sh_device d);
 
 /* The world's table. */
 static inline const sh_dev_ops *sh_dev(const sh_world *w) { return sh_dev_for(w->device); }
+
+/* The host waits for w's device (d->sync), counted in w->host_waits. */
+int sh_host_wait(sh_world *w);
 
 /* rc as the public ops return it: 0, or rc with "WHAT on DEVICE (rank R) failed". */
 int sh_ops_done(const sh_world *w, int rc, const char *what, ck_err *err);

@@ -11,6 +11,7 @@
 #include "gelu.h"
 #include "layernorm.h"
 #include "norm.h"
+#include "norm_elem.h"
 #include "softmax.h"
 #include "xent.h"
 
@@ -61,9 +62,17 @@ static int c_scale_add(float *dst, const float *src, float s, size_t n)
     return 0;
 }
 
-static int c_sumsq(const float *x, size_t n, double *out)
+static int c_sumsq(const float *x, size_t n, double *acc)
 {
-    *out = k_sumsq(x, n);
+    *acc += k_sumsq(x, n);
+    return 0;
+}
+
+static int c_clip_scale(float *x, size_t n, const double *sumsq, double max_norm)
+{
+    float coef = k_clip_coef(*sumsq, max_norm);
+    if (coef < 1.0f)
+        k_scale(x, coef, n);
     return 0;
 }
 
@@ -172,9 +181,10 @@ static int c_xent(float *dlogits, const float *logits, const int *targets, int N
     if (!rows)
         return -ENOMEM;
     k_xent(dlogits, rows, logits, targets, N, V, scale);
-    *loss = 0.0;
+    double sum = 0.0;
     for (int n = 0; n < N; n++)
-        *loss += rows[n];
+        sum += rows[n];
+    *loss += sum;
     free(rows);
     return 0;
 }
@@ -205,6 +215,7 @@ const sh_dev_ops sh_dev_cpu = {
     .scale = c_scale,
     .scale_add = c_scale_add,
     .sumsq = c_sumsq,
+    .clip_scale = c_clip_scale,
     .adamw = c_adamw,
     .gelu = c_gelu,
     .gelu_bwd = c_gelu_bwd,

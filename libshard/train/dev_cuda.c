@@ -5,7 +5,6 @@
  * collective's buffers only after sh_work_wait has ordered the default stream behind
  * the collective. */
 #include <cuda_runtime_api.h>
-#include <stdlib.h>
 
 #include "dev.h"
 #include "kernels_cuda.h"
@@ -65,20 +64,14 @@ static int g_scale_add(float *dst, const float *src, float s, size_t n)
     return k_cuda_scale_add(dst, src, s, n, NULL);
 }
 
-/* The sum lands in a stream-ordered device double, then the host waits for it. */
-static int g_sumsq(const float *x, size_t n, double *out)
+static int g_sumsq(const float *x, size_t n, double *acc)
 {
-    double *d = NULL;
-    int rc = ok(cudaMallocAsync((void **)&d, sizeof *d, NULL));
-    if (rc)
-        return rc;
-    rc = k_cuda_sumsq(x, n, d, NULL);
-    if (!rc)
-        rc = ok(cudaMemcpyAsync(out, d, sizeof *d, cudaMemcpyDeviceToHost, NULL));
-    cudaFreeAsync(d, NULL);
-    if (!rc)
-        rc = ok(cudaStreamSynchronize(NULL));
-    return rc;
+    return k_cuda_sumsq(x, n, acc, NULL);
+}
+
+static int g_clip_scale(float *x, size_t n, const double *sumsq, double max_norm)
+{
+    return k_cuda_clip_scale(x, n, sumsq, max_norm, NULL);
 }
 
 static int g_adamw(float *p, const float *g, float *m, float *v, size_t n,
@@ -143,28 +136,21 @@ static int g_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *t
     return k_cuda_embed_bwd(dwte, dwpe, dout, tok, N, T, C, V, NULL);
 }
 
-/* The rows' losses come to the host and are summed there in row order, as on the CPU,
- * so the total differs from the CPU's only by the device's exp and log. */
+/* The rows' losses stay on the device and are added to *loss there (a fixed tree
+ * instead of the CPU's row order: they differ in the last bits of the double). */
 static int g_xent(float *dlogits, const float *logits, const int *targets, int N, int V,
                   float scale, double *loss)
 {
-    size_t bytes = sizeof(double) * (size_t)(N > 0 ? N : 0);
-    double *d = NULL, *h = malloc(bytes + 1);
-    int rc = h ? 0 : -ENOMEM;
-    if (!rc && bytes)
-        rc = ok(cudaMallocAsync((void **)&d, bytes, NULL));
+    if (N <= 0)
+        return 0;
+    double *rows = NULL;
+    int rc = ok(cudaMallocAsync((void **)&rows, sizeof(double) * (size_t)N, NULL));
     if (!rc)
-        rc = k_cuda_xent(dlogits, d, logits, targets, N, V, scale, NULL);
-    if (!rc && bytes)
-        rc = ok(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, NULL));
-    if (d)
-        cudaFreeAsync(d, NULL);
+        rc = k_cuda_xent(dlogits, rows, logits, targets, N, V, scale, NULL);
     if (!rc)
-        rc = ok(cudaStreamSynchronize(NULL));
-    *loss = 0.0;
-    for (int n = 0; !rc && n < N; n++)
-        *loss += h[n];
-    free(h);
+        rc = k_cuda_add_sum(loss, rows, (size_t)N, NULL);
+    if (rows)
+        cudaFreeAsync(rows, NULL);
     return rc;
 }
 
@@ -203,6 +189,7 @@ static const sh_dev_ops dev_cuda = {
     .scale = g_scale,
     .scale_add = g_scale_add,
     .sumsq = g_sumsq,
+    .clip_scale = g_clip_scale,
     .adamw = g_adamw,
     .gelu = g_gelu,
     .gelu_bwd = g_gelu_bwd,

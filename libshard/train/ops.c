@@ -12,6 +12,32 @@ int sh_ops_done(const sh_world *w, int rc, const char *what, ck_err *err)
               : 0;
 }
 
+int sh_host_wait(sh_world *w)
+{
+    w->host_waits++;
+    return sh_dev(w)->sync();
+}
+
+long sh_world_host_waits(const sh_world *w) { return w->host_waits; }
+
+/* One double of device memory, zeroed (a sum the device accumulates), and its read. */
+static int dev_double(sh_world *w, double **p, const char *what, ck_err *err)
+{
+    int rc = sh_dev(w)->alloc((void **)p, sizeof **p, true);
+    return rc ? ck_err_set(err, rc, "%s on %s (rank %d): no memory for its sum", what,
+                           sh_dev(w)->name, w->rank)
+              : 0;
+}
+
+static int read_double(sh_world *w, double *out, double *d, const char *what, ck_err *err)
+{
+    int rc = sh_dev(w)->copy(out, d, sizeof *out);
+    if (!rc)
+        rc = sh_host_wait(w);
+    sh_dev(w)->free(d);
+    return sh_ops_done(w, rc, what, err);
+}
+
 int sh_gemm(sh_world *w, ck_dtype in, bool ta, bool tb, int m, int n, int k, float alpha,
             const void *a, int lda, const void *b, int ldb, float beta, float *c, int ldc,
             ck_err *err)
@@ -48,7 +74,16 @@ int sh_scale_add(sh_world *w, float *dst, const float *src, float s, size_t n, c
 
 int sh_sumsq(sh_world *w, const float *x, size_t n, double *out, ck_err *err)
 {
-    return sh_ops_done(w, sh_dev(w)->sumsq(x, n, out), "sum of squares", err);
+    double *d;
+    int rc = dev_double(w, &d, "sum of squares", err);
+    if (rc)
+        return rc;
+    rc = sh_dev(w)->sumsq(x, n, d);
+    if (rc) {
+        sh_dev(w)->free(d);
+        return sh_ops_done(w, rc, "sum of squares", err);
+    }
+    return read_double(w, out, d, "sum of squares", err);
 }
 
 int sh_copy(sh_world *w, void *dst, const void *src, size_t bytes, ck_err *err)
@@ -60,7 +95,7 @@ int sh_copy_to_host(sh_world *w, void *dst, const void *src, size_t bytes, ck_er
 {
     int rc = sh_dev(w)->copy(dst, src, bytes);
     if (!rc)
-        rc = sh_dev(w)->sync();
+        rc = sh_host_wait(w);
     return sh_ops_done(w, rc, "copy to the host", err);
 }
 
@@ -71,7 +106,7 @@ int sh_zero(sh_world *w, void *dst, size_t bytes, ck_err *err)
 
 int sh_device_sync(sh_world *w, ck_err *err)
 {
-    return sh_ops_done(w, sh_dev(w)->sync(), "waiting for the device", err);
+    return sh_ops_done(w, sh_host_wait(w), "waiting for the device", err);
 }
 
 int sh_convert(sh_world *w, void *dst, ck_dtype dst_dtype, const void *src,
@@ -200,12 +235,28 @@ int sh_bias_grad(sh_world *w, float *db, const float *dy, int N, int O, ck_err *
     return rc ? rc : sh_ops_done(w, sh_dev(w)->bias_grad(db, dy, N, O), "bias gradient", err);
 }
 
-int sh_cross_entropy(sh_world *w, float *dlogits, const float *logits, const int *targets,
-                     int N, int V, float scale, double *loss, ck_err *err)
+int sh_cross_entropy_add(sh_world *w, float *dlogits, const float *logits,
+                         const int *targets, int N, int V, float scale, double *loss,
+                         ck_err *err)
 {
     int rc = V < 1 ? ck_err_set(err, -EINVAL, "cross-entropy: %d classes", V)
                    : shape_ok("cross-entropy", N, V, err);
     return rc ? rc : sh_ops_done(w, sh_dev(w)->xent(dlogits, logits, targets, N, V, scale,
                                                      loss),
                                  "cross-entropy", err);
+}
+
+int sh_cross_entropy(sh_world *w, float *dlogits, const float *logits, const int *targets,
+                     int N, int V, float scale, double *loss, ck_err *err)
+{
+    double *d;
+    int rc = dev_double(w, &d, "cross-entropy", err);
+    if (rc)
+        return rc;
+    rc = sh_cross_entropy_add(w, dlogits, logits, targets, N, V, scale, d, err);
+    if (rc) {
+        sh_dev(w)->free(d);
+        return rc;
+    }
+    return read_double(w, loss, d, "cross-entropy", err);
 }
