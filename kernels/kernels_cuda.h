@@ -26,8 +26,10 @@ int k_cuda_cast_bf16_to_f32(float *dst, const uint16_t *src, size_t n, void *str
 int k_cuda_cast_f32_to_f16(uint16_t *dst, const float *src, size_t n, void *stream);
 int k_cuda_cast_f16_to_f32(float *dst, const uint16_t *src, size_t n, void *stream);
 
-int k_cuda_adamw_step(float *p, const float *g, float *m, float *v, size_t n,
-                      const k_adamw_hparams *h, void *stream);
+/* AdamW over every tensor of t[0..nt) (adamw.h's k_adamw_multi), a few launches for
+ * any number of tensors; t itself is host memory, read before this returns. */
+int k_cuda_adamw_multi(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h,
+                       void *stream);
 
 /* *acc (device, one double) += the sum of squares of x, in a fixed order (per block,
  * then the blocks' parts by k_cuda_add_sum): deterministic, no host wait. */

@@ -90,7 +90,8 @@ int main(void)
         k_adamw_hparams hp;
         k_adamw_hparams_for_step(&hp, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, t);
         k_adamw_step(p, y, m, v, N, &hp);
-        CHECK(k_cuda_adamw_step(df, dy, dm, dv, N, &hp, NULL) == 0, "launch");
+        k_adamw_tensor one = {df, dm, dv, dy, N, hp.step_size, hp.bc2_sqrt};
+        CHECK(k_cuda_adamw_multi(&one, 1, &hp, NULL) == 0, "launch");
     }
     get(gpu, df, sizeof(float) * N);
     CHECK(memcmp(p, gpu, sizeof(float) * N) == 0, "AdamW parameters differ from the CPU");

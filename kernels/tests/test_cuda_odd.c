@@ -56,6 +56,14 @@ static void *up(const void *h, size_t b)
 }
 static void down(void *h, const void *d, size_t b) { cudaMemcpy(h, d, b, cudaMemcpyDeviceToHost); }
 
+static float *rnd(size_t n, float scale, float shift)
+{
+    float *p = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++)
+        p[i] = uniform() * scale + shift;
+    return p;
+}
+
 /* Prints and returns the max abs and rel error of got against want. */
 static double report(const char *what, size_t n, const float *want, const float *got,
                      double *max_rel)
@@ -116,7 +124,8 @@ static void elementwise(size_t n)
         k_adamw_hparams hp;
         k_adamw_hparams_for_step(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
         k_adamw_step(p, g, m, v, n, &hp);
-        CHECK(k_cuda_adamw_step(dx, dg, dm, dv, n, &hp, NULL) == 0, "launch");
+        k_adamw_tensor one = {dx, dm, dv, dg, n, hp.step_size, hp.bc2_sqrt};
+        CHECK(k_cuda_adamw_multi(&one, 1, &hp, NULL) == 0, "launch");
     }
     down(gpu, dx, n * 4);
     report("adamw (3 steps)", n, p, gpu, NULL);
@@ -131,6 +140,51 @@ static void elementwise(size_t n)
 
     cudaFree(dx); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(dy); cudaFree(dh);
     free(x); free(g); free(cpu); free(gpu); free(m); free(v); free(hc); free(hg); free(p);
+}
+
+/* The fused AdamW over many tensors of odd sizes (empty ones, one past a chunk,
+ * several chunks), each with its own step count, three steps: more tensors and chunks
+ * than one launch carries. Bitwise the CPU's per-tensor loop. */
+static void adamw_many(void)
+{
+    enum { NT = 61 };
+    k_adamw_tensor h[NT], d[NT];
+    size_t total = 0;
+    for (int i = 0; i < NT; i++) {
+        size_t n = i % 7 == 0 ? 0 : i % 11 == 0 ? 65537 + (size_t)i * 1000 : (size_t)i * 97 + 1;
+        if (i == 5)
+            n = 1000003;
+        float *p = rnd(n, 4.0f, 0.0f), *g = rnd(n, 0.01f, 0.0f);
+        float *m = calloc(n + 1, 4), *v = calloc(n + 1, 4);
+        h[i] = (k_adamw_tensor){p, m, v, g, n, 0, 0};
+        d[i] = (k_adamw_tensor){up(p, n * 4), up(m, n * 4), up(v, n * 4), up(g, n * 4), n, 0, 0};
+        total += n;
+    }
+    k_adamw_hparams hp;
+    for (long t = 1; t <= 3; t++) {
+        for (int i = 0; i < NT; i++) {
+            k_adamw_hparams_for_step(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t + i % 3);
+            h[i].step_size = d[i].step_size = hp.step_size;
+            h[i].bc2_sqrt = d[i].bc2_sqrt = hp.bc2_sqrt;
+        }
+        k_adamw_multi(h, NT, &hp);
+        CHECK(k_cuda_adamw_multi(d, NT, &hp, NULL) == 0, "launch");
+    }
+    size_t differ = 0;
+    for (int i = 0; i < NT; i++) {
+        size_t n = h[i].n;
+        float *got = malloc(n * 4 + 4);
+        down(got, d[i].p, n * 4);
+        differ += memcmp(got, h[i].p, n * 4) != 0;
+        down(got, d[i].v, n * 4);
+        differ += memcmp(got, h[i].v, n * 4) != 0;
+        free(got);
+        cudaFree(d[i].p); cudaFree(d[i].m); cudaFree(d[i].v); cudaFree((void *)d[i].g);
+        free(h[i].p); free(h[i].m); free(h[i].v); free((void *)h[i].g);
+    }
+    printf("%-34s %d tensors, %zu elements, 3 steps: %s\n", "adamw fused", NT, total,
+           differ ? "differs" : "bitwise");
+    CHECK(!differ, "fused AdamW: %zu tensors differ from the CPU", differ);
 }
 
 /* Three tensors of odd row counts through copy-in, copy-out and chunk-cat on the
@@ -227,14 +281,6 @@ static void gemm(void *blas, k_gemm_type type, bool ta, bool tb, int m, int n, i
     CHECK(worst <= 1e-5, "%s: error %g of the magnitude", what, worst);
     cudaFree(da); cudaFree(db); cudaFree(dc);
     free(a); free(b); free(c); free(want); free(got); free(a16); free(b16);
-}
-
-static float *rnd(size_t n, float scale, float shift)
-{
-    float *p = malloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++)
-        p[i] = uniform() * scale + shift;
-    return p;
 }
 
 /* The device's result of n floats at d against the CPU's in h, within tol absolute. */
@@ -396,6 +442,7 @@ int main(void)
         elementwise(sizes[i]);
     for (size_t world = 1; world <= 5; world += 2)
         flat(world);
+    adamw_many();
     static const int lshapes[][4] = {{1, 1, 1, 2}, {7, 13, 7, 11}, {33, 65, 11, 257},
                                      {1023, 97, 31, 256}, {130, 33, 13, 1500}};
     for (size_t i = 0; i < sizeof lshapes / sizeof lshapes[0]; i++)

@@ -31,8 +31,9 @@ typedef struct sh_dev_ops {
     int (*sumsq)(const float *x, size_t n, double *acc);
     /* x *= k_clip_coef(*sumsq, max_norm) when that is below 1 (*sumsq on the device). */
     int (*clip_scale)(float *x, size_t n, const double *sumsq, double max_norm);
-    int (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
-                 const k_adamw_hparams *h);
+    /* AdamW over every tensor of t (kernels/adamw.h's k_adamw_multi): one call for
+     * the whole optimizer step. */
+    int (*adamw)(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h);
     int (*gelu)(float *y, const float *x, size_t n);
     int (*gelu_bwd)(float *dx, const float *x, const float *dy, size_t n);
     /* Row-major, A and B f32 or bf16 (in), C f32; blas: the world's handle. */

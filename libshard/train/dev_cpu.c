@@ -76,10 +76,9 @@ static int c_clip_scale(float *x, size_t n, const double *sumsq, double max_norm
     return 0;
 }
 
-static int c_adamw(float *p, const float *g, float *m, float *v, size_t n,
-                   const k_adamw_hparams *h)
+static int c_adamw(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h)
 {
-    k_adamw_step(p, g, m, v, n, h);
+    k_adamw_multi(t, nt, h);
     return 0;
 }
 

@@ -74,10 +74,9 @@ static int g_clip_scale(float *x, size_t n, const double *sumsq, double max_norm
     return k_cuda_clip_scale(x, n, sumsq, max_norm, NULL);
 }
 
-static int g_adamw(float *p, const float *g, float *m, float *v, size_t n,
-                   const k_adamw_hparams *h)
+static int g_adamw(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h)
 {
-    return k_cuda_adamw_step(p, g, m, v, n, h, NULL);
+    return k_cuda_adamw_multi(t, nt, h, NULL);
 }
 
 static int g_gelu(float *y, const float *x, size_t n) { return k_cuda_gelu(y, x, n, NULL); }
