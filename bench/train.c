@@ -17,8 +17,11 @@
  * (model and AdamW moments, the largest rank's) into host memory already touched: a
  * memcpy on CPU ranks; on CUDA ranks the device-to-host copy (cudaMemcpy through the
  * device table) of the shards in device memory into pinned memory (sh_host_buffer_alloc),
- * the DMA the save's staging copy is. --device cuda without a usable GPU
- * prints why and exits 77.
+ * the DMA the save's staging copy is. --ckpt-every 0 runs phase 1 alone (throughput,
+ * no checkpoint). Phase 1 also prints the host's waits for the device per step (none
+ * expected: tr_step queues and returns), the model's FLOPs (bench/peer-train.py's
+ * count) and, on CUDA, the MFU against a bf16 GEMM timed in the same run (cuBLAS,
+ * 8192^3). --device cuda without a usable GPU prints why and exits 77.
  * Checkpoints go to a fresh directory under /var/tmp (or --ckpt-root), removed at
  * the end.
  */
@@ -68,6 +71,41 @@ static void die(sh_world *w, const char *what, const ck_err *err)
 {
     fprintf(stderr, "bench/train: rank %d: %s: %s\n", sh_world_rank(w), what, ck_err_msg(err));
     exit(1);
+}
+
+/* Model FLOPs of a token's training step, PaLM's count (bench/peer-train.py's): 6 x
+ * the linear layers' parameters, the tied head included, plus 12 L C T for attention. */
+static double flops_per_token(const tr_config *c)
+{
+    double L = c->layers, C = c->dim, T = c->seq, V = c->vocab;
+    return 6.0 * (L * 12.0 * C * C + V * C) + 12.0 * L * C * T;
+}
+
+/* TFLOP/s of a bf16 GEMM of 8192^3 (f32 out, as the trainer's) through sh_gemm: cuBLAS
+ * on a CUDA rank, the denominator of MFU. */
+static double gemm_rate(sh_world *w)
+{
+    const int n = 8192, reps = 10;
+    size_t nn = (size_t)n * n;
+    void *x = NULL, *y = NULL, *z = NULL;
+    ck_err err = {0};
+    if (sh_buffer_alloc(w, nn * 2, &x, &err) || sh_buffer_alloc(w, nn * 2, &y, &err) ||
+        sh_buffer_alloc(w, nn * 4, &z, &err) || sh_zero(w, x, nn * 2, &err) ||
+        sh_zero(w, y, nn * 2, &err) ||
+        sh_gemm(w, CK_BF16, false, true, n, n, n, 1.0f, x, n, y, n, 0.0f, z, n, &err) ||
+        sh_device_sync(w, &err))
+        die(w, "bf16 GEMM rate", &err);
+    double t0 = now_s();
+    for (int r = 0; r < reps; r++)
+        if (sh_gemm(w, CK_BF16, false, true, n, n, n, 1.0f, x, n, y, n, 0.0f, z, n, &err))
+            die(w, "bf16 GEMM rate", &err);
+    if (sh_device_sync(w, &err))
+        die(w, "bf16 GEMM rate", &err);
+    double dt = now_s() - t0;
+    sh_buffer_free(w, x);
+    sh_buffer_free(w, y);
+    sh_buffer_free(w, z);
+    return 2.0 * (double)n * n * n * reps / dt / 1e12;
 }
 
 /* --params presets: a model of about that many parameters, a batch and a step count
@@ -182,9 +220,12 @@ int main(int argc, char **argv)
     const sh_state_dict *sd[] = {&msd, &osd};
     const char blob[] = "bench";
     const sh_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
-    sh_checkpoint *ck;
-    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){.root = root, .daemon = a.daemon, .optim = opt}, &ck, &err) ||
-        sh_checkpoint_reserve(ck, sd, 2, blobs, 1, &err))
+    sh_checkpoint *ck = NULL;
+    bool saving = a.ckpt_every > 0;
+    if (saving &&
+        (sh_checkpoint_new(w, &(sh_checkpoint_opts){.root = root, .daemon = a.daemon,
+                                                    .optim = opt}, &ck, &err) ||
+         sh_checkpoint_reserve(ck, sd, 2, blobs, 1, &err)))
         die(w, "checkpoints", &err);
 
     tr_step_buf buf = {0};
@@ -205,6 +246,41 @@ int main(int argc, char **argv)
     if (sh_device_sync(w, &err))
         die(w, "sync", &err);
     double plain = now_s() - t0;
+    double tok = (double)a.batch * a.model.seq * (double)a.steps;
+    double peak = a.cuda ? gemm_rate(w) : 0.0;
+    if (rank == 0) {
+        printf("bench/train: %d layers, dim %d, seq %d, %lld parameters; mesh %s, %d ranks "
+               "on %s%s%s; %s\n", a.model.layers, a.model.dim, a.model.seq,
+               (long long)tr_model_numel(&a.model), a.mesh ? a.mesh : spec, W, a.device,
+               a.bf16 ? " bf16" : "", a.offload ? " offload" : "",
+               !saving ? "no saves (--ckpt-every 0)"
+               : a.daemon || getenv("CKPTD_SOCKET") ? "saves through ckptd"
+                                                   : "saves through the embedded engine");
+        printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens; the host "
+               "waited for the device %.2f times a step)\n", tok / plain, a.steps, a.batch,
+               a.model.seq, (double)waits / (double)a.steps);
+        double tf = tok / plain * flops_per_token(&a.model) / 1e12;
+        printf("  model FLOPs       %10.2f TFLOP/s (6 x matmul parameters + 12 L C T a token)",
+               tf);
+        if (peak > 0)
+            printf("; MFU %.1f%% of a bf16 GEMM at %.1f TFLOP/s (cuBLAS, 8192^3, timed here)",
+                   100.0 * tf / peak, peak);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (!saving) {
+        tr_step_buf_free(&buf);
+        sh_state_dict_free(&msd);
+        sh_state_dict_free(&osd);
+        sh_adamw_free(opt);
+        tr_model_free(&m);
+        sh_mesh_free(mesh);
+        tr_data_close(&data);
+        if (rank == 0 && !a.ckpt_root[0])
+            nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        sh_finalize(w);
+        return 0;
+    }
 
     /* Per save, this rank's stall and fence; the slowest rank's after the run. */
     int max_saves = (int)(a.steps / a.ckpt_every) + 1;
@@ -282,15 +358,6 @@ int main(int argc, char **argv)
         die(w, "all-reduce", &err);
 
     if (rank == 0) {
-        double tok = (double)a.batch * a.model.seq * (double)a.steps;
-        printf("bench/train: %d layers, dim %d, seq %d, %lld parameters; mesh %s, %d ranks "
-               "on %s%s%s; saves through %s\n", a.model.layers, a.model.dim, a.model.seq,
-               (long long)tr_model_numel(&a.model), a.mesh ? a.mesh : spec, W, a.device,
-               a.bf16 ? " bf16" : "", a.offload ? " offload" : "",
-               a.daemon || getenv("CKPTD_SOCKET") ? "ckptd" : "the embedded engine");
-        printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens; the host "
-               "waited for the device %.2f times a step)\n", tok / plain, a.steps, a.batch,
-               a.model.seq, (double)waits / (double)a.steps);
         printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
                "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
         printf("  %-17s %10.3f ms  (%.2f MB on the largest rank)\n",
