@@ -268,120 +268,111 @@ int main(int argc, char **argv)
         printf("\n");
         fflush(stdout);
     }
-    if (!saving) {
-        tr_step_buf_free(&buf);
-        sh_state_dict_free(&msd);
-        sh_state_dict_free(&osd);
-        sh_adamw_free(opt);
-        tr_model_free(&m);
-        sh_mesh_free(mesh);
-        tr_data_close(&data);
-        if (rank == 0 && !a.ckpt_root[0])
-            nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-        sh_finalize(w);
-        return 0;
-    }
-
-    /* Per save, this rank's stall and fence; the slowest rank's after the run. */
-    int max_saves = (int)(a.steps / a.ckpt_every) + 1;
-    double *stall = calloc((size_t)max_saves * 2, sizeof *stall), *fence = stall + max_saves;
-    double drain_sum = 0.0;
-    int saves = 0, done_n = 0;
-    if (!stall)
-        die(w, "setup", &(ck_err){-ENOMEM, "out of memory"});
-    t0 = now_s();
-    for (long s = 1; s <= a.steps; s++) {
-        if (tr_step(&m, opt, &data, &sc, &buf, &err))
-            die(w, "step", &err);
-        if (saves && s - 1 == (long)saves * a.ckpt_every)
-            fence[saves - 1] = sh_checkpoint_fence_ms(ck);
-        /* As the trainer does: move the save in flight on once per step, and take the
-         * reports of the finished ones, so that the next save does not wait for it and
-         * its time to commit is measured when it commits. */
-        if (sh_checkpoint_progress(ck, &err))
-            die(w, "checkpoint progress", &err);
-        take_reports(ck, &drain_sum, &done_n);
-        if (s % a.ckpt_every || s == a.steps)
-            continue;
-        char name[CK_NAME_MAX];
-        tr_save_name((uint64_t)s, name);
-        if ((a.ckpt_copy ? sh_checkpoint_save_async : sh_checkpoint_save_lazy)(
-                ck, name, (uint64_t)s, sd, 2, blobs, 1, &stall[saves], &err))
-            die(w, "save", &err);
-        saves++;
-    }
-    if (sh_device_sync(w, &err))
-        die(w, "sync", &err);
-    double with_saves = now_s() - t0;
-    if (sh_checkpoint_wait(ck, &err))
-        die(w, "wait", &err);
-    take_reports(ck, &drain_sum, &done_n);
-    if (rank == 0 && tr_prune_saves(root, 2, &err))
-        die(w, "removing old saves", &err);
-
-    /* The reference: this rank's shard bytes, copied into touched memory. */
-    size_t bytes = 0;
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < sd[k]->n; i++)
-            bytes += ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
-    char *dst;
-    if (sh_host_buffer_alloc(w, bytes + 1, (void **)&dst, &err))
-        die(w, "reference buffer", &err);
-    memset(dst, 1, bytes + 1);
-    double best = 1e30;
-    for (int r = 0; r < 5; r++) {
-        double c0 = now_s();
-        size_t off = 0;
-        for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < sd[k]->n; i++) {
-                const sh_shard_entry *e = &sd[k]->entry[i];
-                size_t nb = ck_box_numel(&e->box) * sizeof(float);
-                if (nb && e->device == SH_CUDA) {
-                    if (sh_copy_to_host(w, dst + off, e->data, nb, &err))
-                        die(w, "reference copy", &err);
-                } else if (nb) {
-                    memcpy(dst + off, e->data, nb);
-                }
-                off += nb;
-            }
-        double c = (now_s() - c0) * 1e3;
-        best = c < best ? c : best;
-    }
-    sh_host_buffer_free(w, dst);
-    double memcpy_ms = best;
-    uint64_t most = bytes;
-    /* The slowest rank's stall and fence are the step's. */
-    if (sh_all_reduce(sh_world_comm(w), &memcpy_ms, &memcpy_ms, 1, CK_F64, SH_MAX, NULL, &err) ||
-        sh_all_reduce(sh_world_comm(w), &most, &most, 1, CK_I64, SH_MAX, NULL, &err) ||
-        sh_all_reduce(sh_world_comm(w), stall, stall, (size_t)max_saves * 2, CK_F64, SH_MAX,
-                      NULL, &err))
-        die(w, "all-reduce", &err);
-
-    if (rank == 0) {
-        printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
-               "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
-        printf("  %-17s %10.3f ms  (%.2f MB on the largest rank)\n",
-               a.cuda ? "D2H copy same bytes" : "memcpy same bytes", memcpy_ms,
-               (double)most / 1e6);
-        double sum = 0.0, worst = 0.0;
-        for (int k = 0; k < saves; k++) {
-            double waited = stall[k] + fence[k];
-            sum += waited;
-            worst = waited > worst ? waited : worst;
-            printf("  save %d            stall %8.2f ms  fence %8.2f ms  (stall + fence) / "
-                   "memcpy = %.2fx\n", k + 1, stall[k], fence[k],
-                   memcpy_ms > 0 ? waited / memcpy_ms : 0.0);
+    /* Phase 2 (saves), when there are any. */
+    if (saving) {
+        /* Per save, this rank's stall and fence; the slowest rank's after the run. */
+        int max_saves = (int)(a.steps / a.ckpt_every) + 1;
+        double *stall = calloc((size_t)max_saves * 2, sizeof *stall);
+        double *fence = stall + max_saves;
+        double drain_sum = 0.0;
+        int saves = 0, done_n = 0;
+        if (!stall)
+            die(w, "setup", &(ck_err){-ENOMEM, "out of memory"});
+        t0 = now_s();
+        for (long s = 1; s <= a.steps; s++) {
+            if (tr_step(&m, opt, &data, &sc, &buf, &err))
+                die(w, "step", &err);
+            if (saves && s - 1 == (long)saves * a.ckpt_every)
+                fence[saves - 1] = sh_checkpoint_fence_ms(ck);
+            /* As the trainer does: move the save in flight on once per step, and take the
+             * reports of the finished ones, so that the next save does not wait for it and
+             * its time to commit is measured when it commits. */
+            if (sh_checkpoint_progress(ck, &err))
+                die(w, "checkpoint progress", &err);
+            take_reports(ck, &drain_sum, &done_n);
+            if (s % a.ckpt_every || s == a.steps)
+                continue;
+            char name[CK_NAME_MAX];
+            tr_save_name((uint64_t)s, name);
+            if ((a.ckpt_copy ? sh_checkpoint_save_async : sh_checkpoint_save_lazy)(
+                    ck, name, (uint64_t)s, sd, 2, blobs, 1, &stall[saves], &err))
+                die(w, "save", &err);
+            saves++;
         }
-        printf("  training waited   %10.2f ms mean, %.2f ms max per save -> %.2fx memcpy "
-               "(mean)\n", saves ? sum / saves : 0.0, worst,
-               saves && memcpy_ms > 0 ? sum / saves / memcpy_ms : 0.0);
-        printf("  save to commit    %10.0f ms mean (drained while training)\n",
-               done_n ? drain_sum / done_n * 1e3 : 0.0);
-        if (!a.ckpt_root[0])
-            nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        if (sh_device_sync(w, &err))
+            die(w, "sync", &err);
+        double with_saves = now_s() - t0;
+        if (sh_checkpoint_wait(ck, &err))
+            die(w, "wait", &err);
+        take_reports(ck, &drain_sum, &done_n);
+        if (rank == 0 && tr_prune_saves(root, 2, &err))
+            die(w, "removing old saves", &err);
+
+        /* The reference: this rank's shard bytes, copied into touched memory. */
+        size_t bytes = 0;
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < sd[k]->n; i++)
+                bytes += ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
+        char *dst;
+        if (sh_host_buffer_alloc(w, bytes + 1, (void **)&dst, &err))
+            die(w, "reference buffer", &err);
+        memset(dst, 1, bytes + 1);
+        double best = 1e30;
+        for (int r = 0; r < 5; r++) {
+            double c0 = now_s();
+            size_t off = 0;
+            for (int k = 0; k < 2; k++)
+                for (size_t i = 0; i < sd[k]->n; i++) {
+                    const sh_shard_entry *e = &sd[k]->entry[i];
+                    size_t nb = ck_box_numel(&e->box) * sizeof(float);
+                    if (nb && e->device == SH_CUDA) {
+                        if (sh_copy_to_host(w, dst + off, e->data, nb, &err))
+                            die(w, "reference copy", &err);
+                    } else if (nb) {
+                        memcpy(dst + off, e->data, nb);
+                    }
+                    off += nb;
+                }
+            double c = (now_s() - c0) * 1e3;
+            best = c < best ? c : best;
+        }
+        sh_host_buffer_free(w, dst);
+        double memcpy_ms = best;
+        uint64_t most = bytes;
+        /* The slowest rank's stall and fence are the step's. */
+        if (sh_all_reduce(sh_world_comm(w), &memcpy_ms, &memcpy_ms, 1, CK_F64, SH_MAX, NULL,
+                          &err) ||
+            sh_all_reduce(sh_world_comm(w), &most, &most, 1, CK_I64, SH_MAX, NULL, &err) ||
+            sh_all_reduce(sh_world_comm(w), stall, stall, (size_t)max_saves * 2, CK_F64, SH_MAX,
+                          NULL, &err))
+            die(w, "all-reduce", &err);
+
+        if (rank == 0) {
+            printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
+                   "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
+            printf("  %-17s %10.3f ms  (%.2f MB on the largest rank)\n",
+                   a.cuda ? "D2H copy same bytes" : "memcpy same bytes", memcpy_ms,
+                   (double)most / 1e6);
+            double sum = 0.0, worst = 0.0;
+            for (int k = 0; k < saves; k++) {
+                double waited = stall[k] + fence[k];
+                sum += waited;
+                worst = waited > worst ? waited : worst;
+                printf("  save %d            stall %8.2f ms  fence %8.2f ms  (stall + fence) / "
+                       "memcpy = %.2fx\n", k + 1, stall[k], fence[k],
+                       memcpy_ms > 0 ? waited / memcpy_ms : 0.0);
+            }
+            printf("  training waited   %10.2f ms mean, %.2f ms max per save -> %.2fx memcpy "
+                   "(mean)\n", saves ? sum / saves : 0.0, worst,
+                   saves && memcpy_ms > 0 ? sum / saves / memcpy_ms : 0.0);
+            printf("  save to commit    %10.0f ms mean (drained while training)\n",
+                   done_n ? drain_sum / done_n * 1e3 : 0.0);
+        }
+        sh_checkpoint_free(ck);
+        free(stall);
     }
-    sh_checkpoint_free(ck);
-    free(stall);
+    if (rank == 0 && !a.ckpt_root[0])
+        nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
     tr_step_buf_free(&buf);
     sh_state_dict_free(&msd);
     sh_state_dict_free(&osd);

@@ -46,7 +46,10 @@ KERNEL_FN float k_ln_lane_sqdev(const float *x, float m, int C, int lane)
 
 /* From the row's combined sums: the mean, and rstd from the squared deviations. */
 KERNEL_FN float k_ln_mean(float sum, int C) { return sum / (float)C; }
-KERNEL_FN float k_ln_rstd(float sqdev, int C) { return 1.0f / sqrtf(sqdev / (float)C + K_LN_EPS); }
+KERNEL_FN float k_ln_rstd(float sqdev, int C)
+{
+    return 1.0f / sqrtf(sqdev / (float)C + K_LN_EPS);
+}
 
 KERNEL_FN void k_ln_lane_out(float *y, const float *x, float m, float s, const float *w,
                              const float *b, int C, int lane)

@@ -87,23 +87,56 @@ __device__ __forceinline__ void store_row(float *dst, const float *src, int cols
             dst[c] = src[c];
 }
 
-/* Where a block's row lives: the (sequence, head) of blockIdx.x, the row of its tile. */
+/* Where a thread's row lives: the (sequence, head) of blockIdx.x, the row of its tile,
+ * its lane; the head's column 0 in qkv's row 0 of the sequence. */
 struct where {
-    int b, h, lane, i, cols;
-    size_t row0;             /* the sequence's first row in qkv and out */
+    int b, h, hs, lane, i, cols;
+    size_t row0, C3;         /* the sequence's first row in qkv and out; qkv's stride */
+    const float *head;
+    unsigned mask;           /* this row's lanes */
 };
 
-template <int W> __device__ __forceinline__ where locate(int tile, int T, int H, int hs)
+template <int W>
+__device__ __forceinline__ where locate(int tile, int T, int C, int H, const float *qkv)
 {
     using S = shape<W>;
     where p;
     p.b = blockIdx.x / H;
     p.h = blockIdx.x % H;
+    p.hs = C / H;
     p.lane = threadIdx.x % S::LANES;
     p.i = tile * BQ + threadIdx.x / S::LANES;
-    p.cols = k_attn_lane_cols(hs, S::D, p.lane);
+    p.cols = k_attn_lane_cols(p.hs, S::D, p.lane);
     p.row0 = (size_t)p.b * T;
+    p.C3 = 3 * (size_t)C;
+    p.head = qkv + p.row0 * p.C3 + (size_t)p.h * p.hs;
+    p.mask = lanes_mask<S::LANES>();
     return p;
+}
+
+/* The keys and values a query tile needs (rows 0 .. its last row), a tile at a time
+ * through shared memory; f(k0, ks, vs) runs for each on the threads whose row exists. */
+template <int W, class F>
+__device__ __forceinline__ void over_kv_tiles(const where &p, int T, int C, int tile, F f)
+{
+    using S = shape<W>;
+    __shared__ __align__(16) float ks[S::TILE * S::ROW], vs[S::TILE * S::ROW];
+    const int last = min(T, tile * BQ + BQ) - 1;
+    for (int k0 = 0; k0 <= last; k0 += S::TILE) {
+        __syncthreads();
+        load_tile<W>(ks, p.head + C, k0, T, p.C3, p.hs);
+        load_tile<W>(vs, p.head + 2 * C, k0, T, p.C3, p.hs);
+        __syncthreads();
+        if (p.i < T)
+            f(k0, (const float *)ks + p.lane * S::LDS, (const float *)vs + p.lane * S::LDS);
+    }
+}
+
+template <int D> __device__ __forceinline__ void zero(float *a)
+{
+#pragma unroll
+    for (int c = 0; c < D; c++)
+        a[c] = 0.0f;
 }
 
 template <int W>
@@ -111,44 +144,27 @@ __global__ void __launch_bounds__(shape<W>::THREADS)
 fwd_kernel(float *out, float *lse, const float *qkv, int T, int C, int H, float scale)
 {
     using S = shape<W>;
-    __shared__ __align__(16) float ks[S::TILE * S::ROW], vs[S::TILE * S::ROW];
-    const int hs = C / H, tile = gridDim.y - 1 - blockIdx.y;
-    const size_t C3 = 3 * (size_t)C;
-    where p = locate<W>(tile, T, H, hs);
-    const float *head = qkv + p.row0 * C3 + (size_t)p.h * hs;
-    const unsigned mask = lanes_mask<S::LANES>();
+    const int tile = gridDim.y - 1 - blockIdx.y;
+    const where p = locate<W>(tile, T, C, H, qkv);
     float q[S::D], acc[S::D], m = -INFINITY, l = 0.0f;
-    load_row<S::D>(q, head + (size_t)p.i * C3 + p.lane * S::D, p.i < T, p.cols);
-#pragma unroll
-    for (int c = 0; c < S::D; c++)
-        acc[c] = 0.0f;
-    const int last = min(T, tile * BQ + BQ) - 1;
-    for (int k0 = 0; k0 <= last; k0 += S::TILE) {
-        __syncthreads();
-        load_tile<W>(ks, head + C, k0, T, C3, hs);
-        load_tile<W>(vs, head + 2 * C, k0, T, C3, hs);
-        __syncthreads();
-        if (p.i >= T)
-            continue;
-        for (int t = 0; t < S::TILE; t += K_ATTN_KT) {
-            int j0 = k0 + t;
-            if (j0 > p.i)
-                break;
-            int n = min(K_ATTN_KT, p.i + 1 - j0);
-            const float *kt = ks + t * S::ROW + p.lane * S::LDS;
+    load_row<S::D>(q, p.head + (size_t)p.i * p.C3 + p.lane * S::D, p.i < T, p.cols);
+    zero<S::D>(acc);
+    over_kv_tiles<W>(p, T, C, tile, [&](int k0, const float *ks, const float *vs) {
+        for (int t = 0; t < S::TILE && k0 + t <= p.i; t += K_ATTN_KT) {
+            int n = min(K_ATTN_KT, p.i + 1 - (k0 + t));
             float s[K_ATTN_KT];
-            k_attn_scores_part(s, q, kt, S::ROW, n, S::D);
+            k_attn_scores_part(s, q, ks + t * S::ROW, S::ROW, n, S::D);
 #pragma unroll
             for (int j = 0; j < K_ATTN_KT; j++)
-                s[j] = lanes_sum<S::LANES>(s[j], mask);
+                s[j] = lanes_sum<S::LANES>(s[j], p.mask);
             float alpha = k_attn_softmax_tile(s, n, scale, &m, &l);
-            k_attn_acc_tile(acc, alpha, s, vs + t * S::ROW + p.lane * S::LDS, S::ROW, n, S::D);
+            k_attn_acc_tile(acc, alpha, s, vs + t * S::ROW, S::ROW, n, S::D);
         }
-    }
+    });
     if (p.i < T) {
         float o[S::D];
         float ls = k_attn_finish(o, acc, S::D, m, l);
-        store_row<S::D>(out + (p.row0 + p.i) * C + (size_t)p.h * hs + p.lane * S::D, o,
+        store_row<S::D>(out + (p.row0 + p.i) * C + (size_t)p.h * p.hs + p.lane * S::D, o,
                         p.cols);
         if (p.lane == 0)
             lse[((size_t)p.b * H + p.h) * T + p.i] = ls;
@@ -173,45 +189,31 @@ dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, co
           int T, int C, int H, float scale)
 {
     using S = shape<W>;
-    __shared__ __align__(16) float ks[S::TILE * S::ROW], vs[S::TILE * S::ROW];
-    const int hs = C / H, tile = gridDim.y - 1 - blockIdx.y;
-    const size_t C3 = 3 * (size_t)C;
-    where p = locate<W>(tile, T, H, hs);
-    const float *head = qkv + p.row0 * C3 + (size_t)p.h * hs;
-    const unsigned mask = lanes_mask<S::LANES>();
-    bool valid = p.i < T;
+    const int tile = gridDim.y - 1 - blockIdx.y;
+    const where p = locate<W>(tile, T, C, H, qkv);
+    const bool valid = p.i < T;
     float q[S::D], dO[S::D], acc[S::D], L = 0.0f, Dv = 0.0f;
-    load_row<S::D>(q, head + (size_t)p.i * C3 + p.lane * S::D, valid, p.cols);
-    load_row<S::D>(dO, dout + (p.row0 + p.i) * C + (size_t)p.h * hs + p.lane * S::D, valid,
+    load_row<S::D>(q, p.head + (size_t)p.i * p.C3 + p.lane * S::D, valid, p.cols);
+    load_row<S::D>(dO, dout + (p.row0 + p.i) * C + (size_t)p.h * p.hs + p.lane * S::D, valid,
                    p.cols);
-#pragma unroll
-    for (int c = 0; c < S::D; c++)
-        acc[c] = 0.0f;
+    zero<S::D>(acc);
     if (valid) {
         L = lse[((size_t)p.b * H + p.h) * T + p.i];
         Dv = D[((size_t)p.b * H + p.h) * T + p.i];
     }
-    const int last = min(T, tile * BQ + BQ) - 1;
-    for (int k0 = 0; k0 <= last; k0 += S::TILE) {
-        __syncthreads();
-        load_tile<W>(ks, head + C, k0, T, C3, hs);
-        load_tile<W>(vs, head + 2 * C, k0, T, C3, hs);
-        __syncthreads();
-        if (!valid)
-            continue;
+    over_kv_tiles<W>(p, T, C, tile, [&](int k0, const float *ks, const float *vs) {
         for (int jj = 0; jj < S::TILE && k0 + jj <= p.i; jj++) {
-            const float *kj = ks + jj * S::ROW + p.lane * S::LDS;
-            const float *vj = vs + jj * S::ROW + p.lane * S::LDS;
-            float s = lanes_sum<S::LANES>(k_attn_dot_part(q, kj, S::D), mask);
-            float dp = lanes_sum<S::LANES>(k_attn_dot_part(dO, vj, S::D), mask);
+            const float *kj = ks + jj * S::ROW, *vj = vs + jj * S::ROW;
+            float s = lanes_sum<S::LANES>(k_attn_dot_part(q, kj, S::D), p.mask);
+            float dp = lanes_sum<S::LANES>(k_attn_dot_part(dO, vj, S::D), p.mask);
             float pr, ds = k_attn_pair(s, dp, scale, L, Dv, &pr);
             k_attn_axpy(acc, ds, kj, S::D);
         }
-    }
+    });
     if (valid) {
         float o[S::D];
         k_attn_scale_out(o, acc, scale, S::D);
-        store_row<S::D>(dqkv + (p.row0 + p.i) * C3 + (size_t)p.h * hs + p.lane * S::D, o,
+        store_row<S::D>(dqkv + (p.row0 + p.i) * p.C3 + (size_t)p.h * p.hs + p.lane * S::D, o,
                         p.cols);
     }
 }
@@ -226,21 +228,18 @@ dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, c
     using S = shape<W>;
     __shared__ __align__(16) float qs[S::TILE * S::ROW], dos[S::TILE * S::ROW];
     __shared__ float Ls[S::TILE], Dsh[S::TILE];
-    const int hs = C / H, tile = blockIdx.y;
-    const size_t C3 = 3 * (size_t)C;
-    where p = locate<W>(tile, T, H, hs);
-    const int j = p.i;          /* this row is a key */
-    const float *head = qkv + p.row0 * C3 + (size_t)p.h * hs;
-    const float *dhead = dout + p.row0 * C + (size_t)p.h * hs;
+    const int tile = blockIdx.y;
+    const where p = locate<W>(tile, T, C, H, qkv);
+    const int hs = p.hs, j = p.i;          /* this row is a key */
+    const size_t C3 = p.C3;
+    const float *head = p.head, *dhead = dout + p.row0 * C + (size_t)p.h * hs;
     const float *Lh = lse + ((size_t)p.b * H + p.h) * T, *Dh = D + ((size_t)p.b * H + p.h) * T;
-    const unsigned mask = lanes_mask<S::LANES>();
     bool valid = j < T;
     float k[S::D], v[S::D], ak[S::D], av[S::D];
     load_row<S::D>(k, head + C + (size_t)j * C3 + p.lane * S::D, valid, p.cols);
     load_row<S::D>(v, head + 2 * C + (size_t)j * C3 + p.lane * S::D, valid, p.cols);
-#pragma unroll
-    for (int c = 0; c < S::D; c++)
-        ak[c] = av[c] = 0.0f;
+    zero<S::D>(ak);
+    zero<S::D>(av);
     for (int q0 = tile * BQ; q0 < T; q0 += S::TILE) {
         __syncthreads();
         load_tile<W>(qs, head, q0, T, C3, hs);
@@ -257,8 +256,8 @@ dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, c
                 continue;
             const float *qi = qs + ii * S::ROW + p.lane * S::LDS;
             const float *dOi = dos + ii * S::ROW + p.lane * S::LDS;
-            float s = lanes_sum<S::LANES>(k_attn_dot_part(qi, k, S::D), mask);
-            float dp = lanes_sum<S::LANES>(k_attn_dot_part(dOi, v, S::D), mask);
+            float s = lanes_sum<S::LANES>(k_attn_dot_part(qi, k, S::D), p.mask);
+            float dp = lanes_sum<S::LANES>(k_attn_dot_part(dOi, v, S::D), p.mask);
             float pr, ds = k_attn_pair(s, dp, scale, Ls[ii], Dsh[ii], &pr);
             k_attn_axpy(av, pr, dOi, S::D);
             k_attn_axpy(ak, ds, qi, S::D);

@@ -41,7 +41,8 @@ extern "C" int k_cuda_bias_grad(float *db, const float *dy, int N, int O, void *
     cudaStream_t st = (cudaStream_t)s;
     int chunks = k_col_chunks(N);
     float *part = NULL;
-    if (cudaMallocAsync((void **)&part, (size_t)chunks * O * sizeof(float), st) != cudaSuccess) {
+    size_t bytes = (size_t)chunks * O * sizeof(float);
+    if (cudaMallocAsync((void **)&part, bytes, st) != cudaSuccess) {
         cudaGetLastError();
         return -ENOMEM;
     }

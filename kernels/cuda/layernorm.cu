@@ -125,8 +125,8 @@ extern "C" int k_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float
     dim3 grid((unsigned)((C + K_THREADS - 1) / K_THREADS), (unsigned)chunks);
     ln_col_parts<<<grid, K_THREADS, 0, st>>>(part, part + (size_t)chunks * C, dy, x, mean, rstd,
                                              N, C);
-    ln_col_finish<<<k_blocks((size_t)C), K_THREADS, 0, st>>>(dw, db, part,
-                                                             part + (size_t)chunks * C, chunks, C);
+    ln_col_finish<<<k_blocks((size_t)C), K_THREADS, 0, st>>>(
+        dw, db, part, part + (size_t)chunks * C, chunks, C);
     int rc = k_launched();
     cudaFreeAsync(part, st);
     return rc;

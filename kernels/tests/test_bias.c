@@ -35,7 +35,8 @@ int main(void)
     printf("bias %dx%d: add exact, gradient max abs err %.3g\n", N, O, worst);
 
     enum { NT = 2 * K_COL_ROWS + 3, OT = 7 };
-    float *dyt = malloc(sizeof(float) * NT * OT), dbt[OT], *part = malloc(sizeof(float) * NT * OT);
+    float *dyt = malloc(sizeof(float) * NT * OT), dbt[OT];
+    float *part = malloc(sizeof(float) * NT * OT);
     for (int i = 0; i < NT * OT; i++)
         dyt[i] = test_uniform();
     for (int o = 0; o < OT; o++)

@@ -157,7 +157,8 @@ static void adamw_many(void)
         float *p = rnd(n, 4.0f, 0.0f), *g = rnd(n, 0.01f, 0.0f);
         float *m = calloc(n + 1, 4), *v = calloc(n + 1, 4);
         h[i] = (k_adamw_tensor){p, m, v, g, n, 0, 0};
-        d[i] = (k_adamw_tensor){up(p, n * 4), up(m, n * 4), up(v, n * 4), up(g, n * 4), n, 0, 0};
+        d[i] = (k_adamw_tensor){up(p, n * 4), up(m, n * 4), up(v, n * 4), up(g, n * 4), n, 0,
+                                0};
         total += n;
     }
     k_adamw_hparams hp;

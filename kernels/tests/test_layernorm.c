@@ -111,8 +111,8 @@ static void tiled(int N, int C)
           *b = malloc(C * 4);
     float *y = malloc(NC * 4), *yt = malloc(NC * 4), *mean = malloc(N * 4),
           *rstd = malloc(N * 4), *mt = malloc(N * 4), *rt = malloc(N * 4);
-    float *dx = malloc(NC * 4), *dxt = malloc(NC * 4), *dw = malloc(C * 4), *dwt = malloc(C * 4),
-          *db = malloc(C * 4), *dbt = malloc(C * 4);
+    float *dx = malloc(NC * 4), *dxt = malloc(NC * 4), *dw = malloc(C * 4);
+    float *dwt = malloc(C * 4), *db = malloc(C * 4), *dbt = malloc(C * 4);
     float *part = malloc(k_layernorm_part_floats(N, C) * 4);
     for (size_t i = 0; i < NC; i++) {
         x[i] = 3.0f * test_uniform() + 0.5f;
@@ -145,8 +145,8 @@ static void tiled(int N, int C)
     CHECK(memcmp(y, yt, NC * 4) == 0 && memcmp(mean, mt, N * 4) == 0 &&
           memcmp(rstd, rt, N * 4) == 0, "%dx%d residual: not the tiled LayerNorm of x2 + x",
           N, C);
-    printf("layernorm tiled %dx%d: against the loops y %.3g rstd %.3g dx %.3g dw %.3g db %.3g\n",
-           N, C, ey, er, edx, edw, edb);
+    printf("layernorm tiled %dx%d: against the loops y %.3g rstd %.3g dx %.3g dw %.3g "
+           "db %.3g\n", N, C, ey, er, edx, edw, edb);
     free(x); free(x2); free(dy); free(w); free(b); free(y); free(yt); free(mean); free(rstd);
     free(mt); free(rt); free(dx); free(dxt); free(dw); free(dwt); free(db); free(dbt);
     free(part); free(sum);
