@@ -17,8 +17,11 @@
  * (model and AdamW moments, the largest rank's) into host memory already touched: a
  * memcpy on CPU ranks; on CUDA ranks the device-to-host copy (cudaMemcpy through the
  * device table) of the shards in device memory into pinned memory (sh_host_buffer_alloc),
- * the DMA the save's staging copy is. --device cuda without a usable GPU
- * prints why and exits 77.
+ * the DMA the save's staging copy is. --ckpt-every 0 runs phase 1 alone (throughput,
+ * no checkpoint). Phase 1 also prints the host's waits for the device per step (none
+ * expected: tr_step queues and returns), the model's FLOPs (bench/peer-train.py's
+ * count) and, on CUDA, the MFU against a bf16 GEMM timed in the same run (cuBLAS,
+ * 8192^3). --device cuda without a usable GPU prints why and exits 77.
  * Checkpoints go to a fresh directory under /var/tmp (or --ckpt-root), removed at
  * the end.
  */
@@ -68,6 +71,41 @@ static void die(sh_world *w, const char *what, const ck_err *err)
 {
     fprintf(stderr, "bench/train: rank %d: %s: %s\n", sh_world_rank(w), what, ck_err_msg(err));
     exit(1);
+}
+
+/* Model FLOPs of a token's training step, PaLM's count (bench/peer-train.py's): 6 x
+ * the linear layers' parameters, the tied head included, plus 12 L C T for attention. */
+static double flops_per_token(const tr_config *c)
+{
+    double L = c->layers, C = c->dim, T = c->seq, V = c->vocab;
+    return 6.0 * (L * 12.0 * C * C + V * C) + 12.0 * L * C * T;
+}
+
+/* TFLOP/s of a bf16 GEMM of 8192^3 (f32 out, as the trainer's) through sh_gemm: cuBLAS
+ * on a CUDA rank, the denominator of MFU. */
+static double gemm_rate(sh_world *w)
+{
+    const int n = 8192, reps = 10;
+    size_t nn = (size_t)n * n;
+    void *x = NULL, *y = NULL, *z = NULL;
+    ck_err err = {0};
+    if (sh_buffer_alloc(w, nn * 2, &x, &err) || sh_buffer_alloc(w, nn * 2, &y, &err) ||
+        sh_buffer_alloc(w, nn * 4, &z, &err) || sh_zero(w, x, nn * 2, &err) ||
+        sh_zero(w, y, nn * 2, &err) ||
+        sh_gemm(w, CK_BF16, false, true, n, n, n, 1.0f, x, n, y, n, 0.0f, z, n, &err) ||
+        sh_device_sync(w, &err))
+        die(w, "bf16 GEMM rate", &err);
+    double t0 = now_s();
+    for (int r = 0; r < reps; r++)
+        if (sh_gemm(w, CK_BF16, false, true, n, n, n, 1.0f, x, n, y, n, 0.0f, z, n, &err))
+            die(w, "bf16 GEMM rate", &err);
+    if (sh_device_sync(w, &err))
+        die(w, "bf16 GEMM rate", &err);
+    double dt = now_s() - t0;
+    sh_buffer_free(w, x);
+    sh_buffer_free(w, y);
+    sh_buffer_free(w, z);
+    return 2.0 * (double)n * n * n * reps / dt / 1e12;
 }
 
 /* --params presets: a model of about that many parameters, a batch and a step count
@@ -182,137 +220,159 @@ int main(int argc, char **argv)
     const sh_state_dict *sd[] = {&msd, &osd};
     const char blob[] = "bench";
     const sh_blob blobs[] = {{"bench", blob, sizeof blob - 1}};
-    sh_checkpoint *ck;
-    if (sh_checkpoint_new(w, &(sh_checkpoint_opts){.root = root, .daemon = a.daemon, .optim = opt}, &ck, &err) ||
-        sh_checkpoint_reserve(ck, sd, 2, blobs, 1, &err))
+    sh_checkpoint *ck = NULL;
+    bool saving = a.ckpt_every > 0;
+    if (saving &&
+        (sh_checkpoint_new(w, &(sh_checkpoint_opts){.root = root, .daemon = a.daemon,
+                                                    .optim = opt}, &ck, &err) ||
+         sh_checkpoint_reserve(ck, sd, 2, blobs, 1, &err)))
         die(w, "checkpoints", &err);
 
     tr_step_buf buf = {0};
     tr_step_cfg sc = {a.batch, a.accum, a.lr, a.clip};
-    double loss, norm;
     for (int i = 0; i < 2; i++)      /* warm-up: first-touch of buffers, lazy init */
-        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+        if (tr_step(&m, opt, &data, &sc, &buf, &err))
             die(w, "step", &err);
 
     /* The device runs behind the host: time from and to an idle device. */
     if (sh_device_sync(w, &err))
         die(w, "sync", &err);
     double t0 = now_s();
+    long waits = sh_world_host_waits(w);
     for (long s = 0; s < a.steps; s++)
-        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
+        if (tr_step(&m, opt, &data, &sc, &buf, &err))
             die(w, "step", &err);
+    waits = sh_world_host_waits(w) - waits;
     if (sh_device_sync(w, &err))
         die(w, "sync", &err);
     double plain = now_s() - t0;
-
-    /* Per save, this rank's stall and fence; the slowest rank's after the run. */
-    int max_saves = (int)(a.steps / a.ckpt_every) + 1;
-    double *stall = calloc((size_t)max_saves * 2, sizeof *stall), *fence = stall + max_saves;
-    double drain_sum = 0.0;
-    int saves = 0, done_n = 0;
-    if (!stall)
-        die(w, "setup", &(ck_err){-ENOMEM, "out of memory"});
-    t0 = now_s();
-    for (long s = 1; s <= a.steps; s++) {
-        if (tr_step(&m, opt, &data, &sc, &buf, &loss, &norm, &err))
-            die(w, "step", &err);
-        if (saves && s - 1 == (long)saves * a.ckpt_every)
-            fence[saves - 1] = sh_checkpoint_fence_ms(ck);
-        /* As the trainer does: move the save in flight on once per step, and take the
-         * reports of the finished ones, so that the next save does not wait for it and
-         * its time to commit is measured when it commits. */
-        if (sh_checkpoint_progress(ck, &err))
-            die(w, "checkpoint progress", &err);
-        take_reports(ck, &drain_sum, &done_n);
-        if (s % a.ckpt_every || s == a.steps)
-            continue;
-        char name[CK_NAME_MAX];
-        tr_save_name((uint64_t)s, name);
-        if ((a.ckpt_copy ? sh_checkpoint_save_async : sh_checkpoint_save_lazy)(
-                ck, name, (uint64_t)s, sd, 2, blobs, 1, &stall[saves], &err))
-            die(w, "save", &err);
-        saves++;
-    }
-    if (sh_device_sync(w, &err))
-        die(w, "sync", &err);
-    double with_saves = now_s() - t0;
-    if (sh_checkpoint_wait(ck, &err))
-        die(w, "wait", &err);
-    take_reports(ck, &drain_sum, &done_n);
-    if (rank == 0 && tr_prune_saves(root, 2, &err))
-        die(w, "removing old saves", &err);
-
-    /* The reference: this rank's shard bytes, copied into touched memory. */
-    size_t bytes = 0;
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < sd[k]->n; i++)
-            bytes += ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
-    char *dst;
-    if (sh_host_buffer_alloc(w, bytes + 1, (void **)&dst, &err))
-        die(w, "reference buffer", &err);
-    memset(dst, 1, bytes + 1);
-    double best = 1e30;
-    for (int r = 0; r < 5; r++) {
-        double c0 = now_s();
-        size_t off = 0;
-        for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < sd[k]->n; i++) {
-                const sh_shard_entry *e = &sd[k]->entry[i];
-                size_t nb = ck_box_numel(&e->box) * sizeof(float);
-                if (nb && e->device == SH_CUDA) {
-                    if (sh_copy_to_host(w, dst + off, e->data, nb, &err))
-                        die(w, "reference copy", &err);
-                } else if (nb) {
-                    memcpy(dst + off, e->data, nb);
-                }
-                off += nb;
-            }
-        double c = (now_s() - c0) * 1e3;
-        best = c < best ? c : best;
-    }
-    sh_host_buffer_free(w, dst);
-    double memcpy_ms = best;
-    uint64_t most = bytes;
-    /* The slowest rank's stall and fence are the step's. */
-    if (sh_all_reduce(sh_world_comm(w), &memcpy_ms, &memcpy_ms, 1, CK_F64, SH_MAX, NULL, &err) ||
-        sh_all_reduce(sh_world_comm(w), &most, &most, 1, CK_I64, SH_MAX, NULL, &err) ||
-        sh_all_reduce(sh_world_comm(w), stall, stall, (size_t)max_saves * 2, CK_F64, SH_MAX,
-                      NULL, &err))
-        die(w, "all-reduce", &err);
-
+    double tok = (double)a.batch * a.model.seq * (double)a.steps;
+    double peak = a.cuda ? gemm_rate(w) : 0.0;
     if (rank == 0) {
-        double tok = (double)a.batch * a.model.seq * (double)a.steps;
         printf("bench/train: %d layers, dim %d, seq %d, %lld parameters; mesh %s, %d ranks "
-               "on %s%s%s; saves through %s\n", a.model.layers, a.model.dim, a.model.seq,
+               "on %s%s%s; %s\n", a.model.layers, a.model.dim, a.model.seq,
                (long long)tr_model_numel(&a.model), a.mesh ? a.mesh : spec, W, a.device,
                a.bf16 ? " bf16" : "", a.offload ? " offload" : "",
-               a.daemon || getenv("CKPTD_SOCKET") ? "ckptd" : "the embedded engine");
-        printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens)\n",
-               tok / plain, a.steps, a.batch, a.model.seq);
-        printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
-               "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
-        printf("  %-17s %10.3f ms  (%.2f MB on the largest rank)\n",
-               a.cuda ? "D2H copy same bytes" : "memcpy same bytes", memcpy_ms,
-               (double)most / 1e6);
-        double sum = 0.0, worst = 0.0;
-        for (int k = 0; k < saves; k++) {
-            double waited = stall[k] + fence[k];
-            sum += waited;
-            worst = waited > worst ? waited : worst;
-            printf("  save %d            stall %8.2f ms  fence %8.2f ms  (stall + fence) / "
-                   "memcpy = %.2fx\n", k + 1, stall[k], fence[k],
-                   memcpy_ms > 0 ? waited / memcpy_ms : 0.0);
-        }
-        printf("  training waited   %10.2f ms mean, %.2f ms max per save -> %.2fx memcpy "
-               "(mean)\n", saves ? sum / saves : 0.0, worst,
-               saves && memcpy_ms > 0 ? sum / saves / memcpy_ms : 0.0);
-        printf("  save to commit    %10.0f ms mean (drained while training)\n",
-               done_n ? drain_sum / done_n * 1e3 : 0.0);
-        if (!a.ckpt_root[0])
-            nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+               !saving ? "no saves (--ckpt-every 0)"
+               : a.daemon || getenv("CKPTD_SOCKET") ? "saves through ckptd"
+                                                   : "saves through the embedded engine");
+        printf("  train only        %10.0f tokens/s  (%ld steps of %d x %d tokens; the host "
+               "waited for the device %.2f times a step)\n", tok / plain, a.steps, a.batch,
+               a.model.seq, (double)waits / (double)a.steps);
+        double tf = tok / plain * flops_per_token(&a.model) / 1e12;
+        printf("  model FLOPs       %10.2f TFLOP/s (6 x matmul parameters + 12 L C T a token)",
+               tf);
+        if (peak > 0)
+            printf("; MFU %.1f%% of a bf16 GEMM at %.1f TFLOP/s (cuBLAS, 8192^3, timed here)",
+                   100.0 * tf / peak, peak);
+        printf("\n");
+        fflush(stdout);
     }
-    sh_checkpoint_free(ck);
-    free(stall);
+    /* Phase 2 (saves), when there are any. */
+    if (saving) {
+        /* Per save, this rank's stall and fence; the slowest rank's after the run. */
+        int max_saves = (int)(a.steps / a.ckpt_every) + 1;
+        double *stall = calloc((size_t)max_saves * 2, sizeof *stall);
+        double *fence = stall + max_saves;
+        double drain_sum = 0.0;
+        int saves = 0, done_n = 0;
+        if (!stall)
+            die(w, "setup", &(ck_err){-ENOMEM, "out of memory"});
+        t0 = now_s();
+        for (long s = 1; s <= a.steps; s++) {
+            if (tr_step(&m, opt, &data, &sc, &buf, &err))
+                die(w, "step", &err);
+            if (saves && s - 1 == (long)saves * a.ckpt_every)
+                fence[saves - 1] = sh_checkpoint_fence_ms(ck);
+            /* As the trainer does: move the save in flight on once per step, and take the
+             * reports of the finished ones, so that the next save does not wait for it and
+             * its time to commit is measured when it commits. */
+            if (sh_checkpoint_progress(ck, &err))
+                die(w, "checkpoint progress", &err);
+            take_reports(ck, &drain_sum, &done_n);
+            if (s % a.ckpt_every || s == a.steps)
+                continue;
+            char name[CK_NAME_MAX];
+            tr_save_name((uint64_t)s, name);
+            if ((a.ckpt_copy ? sh_checkpoint_save_async : sh_checkpoint_save_lazy)(
+                    ck, name, (uint64_t)s, sd, 2, blobs, 1, &stall[saves], &err))
+                die(w, "save", &err);
+            saves++;
+        }
+        if (sh_device_sync(w, &err))
+            die(w, "sync", &err);
+        double with_saves = now_s() - t0;
+        if (sh_checkpoint_wait(ck, &err))
+            die(w, "wait", &err);
+        take_reports(ck, &drain_sum, &done_n);
+        if (rank == 0 && tr_prune_saves(root, 2, &err))
+            die(w, "removing old saves", &err);
+
+        /* The reference: this rank's shard bytes, copied into touched memory. */
+        size_t bytes = 0;
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < sd[k]->n; i++)
+                bytes += ck_box_numel(&sd[k]->entry[i].box) * sizeof(float);
+        char *dst;
+        if (sh_host_buffer_alloc(w, bytes + 1, (void **)&dst, &err))
+            die(w, "reference buffer", &err);
+        memset(dst, 1, bytes + 1);
+        double best = 1e30;
+        for (int r = 0; r < 5; r++) {
+            double c0 = now_s();
+            size_t off = 0;
+            for (int k = 0; k < 2; k++)
+                for (size_t i = 0; i < sd[k]->n; i++) {
+                    const sh_shard_entry *e = &sd[k]->entry[i];
+                    size_t nb = ck_box_numel(&e->box) * sizeof(float);
+                    if (nb && e->device == SH_CUDA) {
+                        if (sh_copy_to_host(w, dst + off, e->data, nb, &err))
+                            die(w, "reference copy", &err);
+                    } else if (nb) {
+                        memcpy(dst + off, e->data, nb);
+                    }
+                    off += nb;
+                }
+            double c = (now_s() - c0) * 1e3;
+            best = c < best ? c : best;
+        }
+        sh_host_buffer_free(w, dst);
+        double memcpy_ms = best;
+        uint64_t most = bytes;
+        /* The slowest rank's stall and fence are the step's. */
+        if (sh_all_reduce(sh_world_comm(w), &memcpy_ms, &memcpy_ms, 1, CK_F64, SH_MAX, NULL,
+                          &err) ||
+            sh_all_reduce(sh_world_comm(w), &most, &most, 1, CK_I64, SH_MAX, NULL, &err) ||
+            sh_all_reduce(sh_world_comm(w), stall, stall, (size_t)max_saves * 2, CK_F64, SH_MAX,
+                          NULL, &err))
+            die(w, "all-reduce", &err);
+
+        if (rank == 0) {
+            printf("  train + saves     %10.0f tokens/s  (a save every %ld steps, %d saves, "
+                   "%s mode)\n", tok / with_saves, a.ckpt_every, saves, a.ckpt_mode);
+            printf("  %-17s %10.3f ms  (%.2f MB on the largest rank)\n",
+                   a.cuda ? "D2H copy same bytes" : "memcpy same bytes", memcpy_ms,
+                   (double)most / 1e6);
+            double sum = 0.0, worst = 0.0;
+            for (int k = 0; k < saves; k++) {
+                double waited = stall[k] + fence[k];
+                sum += waited;
+                worst = waited > worst ? waited : worst;
+                printf("  save %d            stall %8.2f ms  fence %8.2f ms  (stall + fence) / "
+                       "memcpy = %.2fx\n", k + 1, stall[k], fence[k],
+                       memcpy_ms > 0 ? waited / memcpy_ms : 0.0);
+            }
+            printf("  training waited   %10.2f ms mean, %.2f ms max per save -> %.2fx memcpy "
+                   "(mean)\n", saves ? sum / saves : 0.0, worst,
+                   saves && memcpy_ms > 0 ? sum / saves / memcpy_ms : 0.0);
+            printf("  save to commit    %10.0f ms mean (drained while training)\n",
+                   done_n ? drain_sum / done_n * 1e3 : 0.0);
+        }
+        sh_checkpoint_free(ck);
+        free(stall);
+    }
+    if (rank == 0 && !a.ckpt_root[0])
+        nftw(root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
     tr_step_buf_free(&buf);
     sh_state_dict_free(&msd);
     sh_state_dict_free(&osd);

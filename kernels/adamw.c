@@ -25,3 +25,13 @@ void k_adamw_step(float *p, const float *g, float *m, float *v, size_t n,
     for (size_t i = 0; i < n; i++)
         k_adamw_elem(&p[i], g[i], &m[i], &v[i], h);
 }
+
+void k_adamw_multi(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h)
+{
+    for (int i = 0; i < nt; i++) {
+        k_adamw_hparams hi = *h;
+        hi.step_size = t[i].step_size;
+        hi.bc2_sqrt = t[i].bc2_sqrt;
+        k_adamw_step(t[i].p, t[i].g, t[i].m, t[i].v, t[i].n, &hi);
+    }
+}

@@ -14,6 +14,7 @@
 #define KERNELS_ADAMW_ELEM_H
 
 #include <math.h>
+#include <stddef.h>
 
 #include "kernel_fn.h"
 
@@ -22,6 +23,15 @@ typedef struct k_adamw_hparams {
     float step_size;        /* lr / bc1 */
     float bc2_sqrt;         /* sqrt(bc2) */
 } k_adamw_hparams;
+
+/* One tensor of a fused step over many: its arrays and its own bias corrections (torch
+ * counts steps per parameter, so they can differ between tensors). */
+typedef struct k_adamw_tensor {
+    float *p, *m, *v;
+    const float *g;
+    size_t n;
+    float step_size, bc2_sqrt;
+} k_adamw_tensor;
 
 KERNEL_FN void k_adamw_elem(float *p, float g, float *m, float *v, const k_adamw_hparams *h)
 {

@@ -1,4 +1,4 @@
-/* bias.c - CPU loops of bias_elem.h. */
+/* bias.c - CPU loops of bias_elem.h, and the replay of the GPU's chunked gradient. */
 #include "bias.h"
 
 #include "bias_elem.h"
@@ -13,4 +13,14 @@ void k_bias_grad(float *db, const float *dy, int N, int O)
 {
     for (int o = 0; o < O; o++)
         k_bias_grad_col(db, dy, N, O, o);
+}
+
+void k_bias_grad_tiled(float *db, const float *dy, int N, int O, float *part)
+{
+    int chunks = k_col_chunks(N);
+    for (int k = 0; k < chunks; k++)
+        for (int o = 0; o < O; o++)
+            part[(size_t)k * O + o] = k_col_part(dy, N, O, o, k);
+    for (int o = 0; o < O; o++)
+        k_col_finish(db, part, chunks, O, o);
 }

@@ -9,8 +9,12 @@
 
 #if defined(__CUDACC__)
 #define KERNEL_FN __host__ __device__ static inline
+/* Tile loops over registers must unroll fully on the GPU (an array indexed by a loop
+ * variable that stays a variable lives in local memory); the CPU ignores it. */
+#define K_UNROLL _Pragma("unroll")
 #else
 #define KERNEL_FN static inline
+#define K_UNROLL
 #endif
 
 #endif

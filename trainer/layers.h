@@ -25,22 +25,18 @@ typedef struct tr_weight {
 } tr_weight;
 
 /* y[N,O] = x[N,K] W[O,K]^T + b (b may be NULL). A bf16 weight multiplies x rounded to
- * bf16 (x16: scratch of N*K bf16), accumulating in f32. */
+ * bf16 (x16: scratch of N*K bf16 at least), accumulating in f32. */
 int tr_linear_fwd(sh_world *w, float *y, const float *x, void *x16, const tr_weight *W,
                   const float *b, int N, int K, int O, ck_err *err);
 /* dW += dy^T x, db += sum_rows dy (db may be NULL), dx = dy W (dx may be NULL), or
- * dx += dy W when accumulate; in f32 (W32: the weight's f32 values). */
+ * dx += dy W when accumulate; accumulating in f32. A bf16 weight's two GEMMs take dy
+ * and x rounded to bf16, as under torch's autocast (the tensor cores' rate on a GPU):
+ * x16 is scratch of N * TR_X16_PER_ROW(K, O) floats. */
 int tr_linear_bwd(sh_world *w, float *dx, float *dW, float *db, const float *dy,
-                  const float *x, const float *W32, int N, int K, int O, bool accumulate,
-                  ck_err *err);
-
-/* Causal multi-head self-attention on qkv[B*T, 3C] (q, k, v side by side, head h in
- * columns h*hs .. h*hs+hs of each), out[B*T, C]. att[B, H, T, T] keeps the softmax
- * probabilities for the backward (zero above the diagonal). In f32. */
-int tr_attention_fwd(sh_world *w, float *out, float *att, const float *qkv, int B, int T,
-                     int C, int H, ck_err *err);
-/* dqkv = d(qkv) (written). dp: scratch of T x T floats. */
-int tr_attention_bwd(sh_world *w, float *dqkv, float *dp, const float *dout, const float *qkv,
-                     const float *att, int B, int T, int C, int H, ck_err *err);
+                  const float *x, void *x16, const tr_weight *W, int N, int K, int O,
+                  bool accumulate, ck_err *err);
+/* Floats of bf16 scratch a linear layer needs: its input (forward), its output's
+ * gradient and its input (backward, 16-byte aligned). Per row: (K + O) / 2 + 4. */
+#define TR_X16_PER_ROW(K, O) (((size_t)(K) + (size_t)(O)) / 2 + 4)
 
 #endif

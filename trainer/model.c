@@ -55,17 +55,18 @@ static int block_grow(sh_world *w, tr_block *s, int B, ck_err *err)
 {
     const tr_config *c = s->cfg;
     int T = c->seq;
-    size_t C = (size_t)c->dim, rows = (size_t)B * (size_t)T;
+    size_t C = (size_t)c->dim, rows = (size_t)B * (size_t)T, att, dp;
     if ((int)rows <= s->rows) {
         s->B = B;
         return 0;
     }
+    sh_attention_sizes(w, T, c->dim, c->heads, &att, &dp);
     buf_spec b[] = {
         {&s->x, C}, {&s->ln1, C}, {&s->ln1_mean, 1}, {&s->ln1_rstd, 1}, {&s->qkv, 3 * C},
-        {&s->att, (size_t)c->heads * (size_t)T}, {&s->atty, C}, {&s->x2, C}, {&s->ln2, C},
+        {&s->att, att}, {&s->atty, C}, {&s->x2, C}, {&s->ln2, C},
         {&s->ln2_mean, 1}, {&s->ln2_rstd, 1}, {&s->fc, 4 * C}, {&s->gelu, 4 * C},
         {&s->dx2, C}, {&s->dwide, 4 * C}, {&s->dnarrow, C}, {&s->dqkv, 3 * C},
-        {&s->dp, (size_t)T}, {&s->x16, 2 * C},
+        {&s->dp, dp}, {&s->x16, TR_X16_PER_ROW(4 * C, C)},
     };
     int rc = grow(w, b, (int)(sizeof b / sizeof *b), rows, err);
     if (!rc) {
@@ -133,16 +134,14 @@ static int block_forward(sh_module *mod, const sh_tensor *in, sh_tensor *out, vo
         rc = tr_linear_fwd(w, s->qkv, s->ln1, s->x16, &W[TR_QKV_W], W[TR_QKV_B].f32, N, C,
                            3 * C, err);
     if (!rc)
-        rc = tr_attention_fwd(w, s->atty, s->att, s->qkv, B, T, C, c->heads, err);
+        rc = sh_attention(w, s->atty, s->att, s->qkv, B, T, C, c->heads, err);
     if (!rc)
         rc = tr_linear_fwd(w, s->x2, s->atty, s->x16, &W[TR_PROJ_W], W[TR_PROJ_B].f32, N, C,
                            C, err);
+    /* MLP: y = x2 + fcp(gelu(fc(ln2(x2)))), the residual added as ln2 reads it */
     if (!rc)
-        rc = sh_scale_add(w, s->x2, s->x, 1.0f, NC, err);
-    /* MLP: y = x2 + fcp(gelu(fc(ln2(x2)))) */
-    if (!rc)
-        rc = sh_layernorm(w, s->ln2, s->ln2_mean, s->ln2_rstd, s->x2, W[TR_LN2_W].f32,
-                          W[TR_LN2_B].f32, N, C, err);
+        rc = sh_residual_layernorm(w, s->x2, s->ln2, s->ln2_mean, s->ln2_rstd, s->x,
+                                   W[TR_LN2_W].f32, W[TR_LN2_B].f32, N, C, err);
     if (!rc)
         rc = tr_linear_fwd(w, s->fc, s->ln2, s->x16, &W[TR_FC_W], W[TR_FC_B].f32, N, C, 4 * C,
                            err);
@@ -176,13 +175,13 @@ static int block_backward(sh_module *mod, const sh_tensor *gout, sh_tensor *gin,
     /* MLP: the residual passes dy to x2, the branch adds through ln2. */
     rc = sh_copy(w, s->dx2, dy, sizeof(float) * NC, err);
     if (!rc)
-        rc = tr_linear_bwd(w, s->dwide, g[TR_FCP_W], g[TR_FCP_B], dy, s->gelu,
-                           W[TR_FCP_W].f32, N, 4 * C, C, false, err);
+        rc = tr_linear_bwd(w, s->dwide, g[TR_FCP_W], g[TR_FCP_B], dy, s->gelu, s->x16,
+                           &W[TR_FCP_W], N, 4 * C, C, false, err);
     if (!rc)
         rc = sh_gelu_bwd(w, s->dwide, s->fc, s->dwide, NC * 4, err);
     if (!rc)
-        rc = tr_linear_bwd(w, s->dnarrow, g[TR_FC_W], g[TR_FC_B], s->dwide, s->ln2,
-                           W[TR_FC_W].f32, N, C, 4 * C, false, err);
+        rc = tr_linear_bwd(w, s->dnarrow, g[TR_FC_W], g[TR_FC_B], s->dwide, s->ln2, s->x16,
+                           &W[TR_FC_W], N, C, 4 * C, false, err);
     if (!rc)
         rc = sh_layernorm_bwd(w, s->dx2, g[TR_LN2_W], g[TR_LN2_B], s->dnarrow, s->x2,
                               s->ln2_mean, s->ln2_rstd, W[TR_LN2_W].f32, N, C, err);
@@ -190,14 +189,14 @@ static int block_backward(sh_module *mod, const sh_tensor *gout, sh_tensor *gin,
     if (!rc)
         rc = sh_copy(w, dx, s->dx2, sizeof(float) * NC, err);
     if (!rc)
-        rc = tr_linear_bwd(w, s->dnarrow, g[TR_PROJ_W], g[TR_PROJ_B], s->dx2, s->atty,
-                           W[TR_PROJ_W].f32, N, C, C, false, err);
+        rc = tr_linear_bwd(w, s->dnarrow, g[TR_PROJ_W], g[TR_PROJ_B], s->dx2, s->atty, s->x16,
+                           &W[TR_PROJ_W], N, C, C, false, err);
     if (!rc)
-        rc = tr_attention_bwd(w, s->dqkv, s->dp, s->dnarrow, s->qkv, s->att, B, T, C,
-                              c->heads, err);
+        rc = sh_attention_bwd(w, s->dqkv, s->dp, s->dnarrow, s->qkv, s->atty, s->att, B, T,
+                              C, c->heads, err);
     if (!rc)
-        rc = tr_linear_bwd(w, s->dnarrow, g[TR_QKV_W], g[TR_QKV_B], s->dqkv, s->ln1,
-                           W[TR_QKV_W].f32, N, C, 3 * C, false, err);
+        rc = tr_linear_bwd(w, s->dnarrow, g[TR_QKV_W], g[TR_QKV_B], s->dqkv, s->ln1, s->x16,
+                           &W[TR_QKV_W], N, C, 3 * C, false, err);
     if (!rc)
         rc = sh_layernorm_bwd(w, dx, g[TR_LN1_W], g[TR_LN1_B], s->dnarrow, s->x, s->ln1_mean,
                               s->ln1_rstd, W[TR_LN1_W].f32, N, C, err);
@@ -214,7 +213,7 @@ static int root_grow(tr_model *m, int B, ck_err *err)
     m->tok = NULL;
     int rc = sh_buffer_alloc(m->w, sizeof(int) * rows, (void **)&m->tok, err);
     buf_spec b[] = {{&m->lnf, C}, {&m->lnf_mean, 1}, {&m->lnf_rstd, 1}, {&m->dlnf, C},
-                    {&m->x16, C}};
+                    {&m->x16, TR_X16_PER_ROW(C, m->cfg.vocab)}};
     if (!rc)
         rc = grow(m->w, b, (int)(sizeof b / sizeof *b), rows, err);
     if (!rc)
@@ -266,7 +265,7 @@ static int root_backward(sh_module *mod, const sh_tensor *gout, sh_tensor *gin, 
         rc = sh_tensor_resize(&m->dh[L], CK_F32, 3, (int64_t[]){B, T, C}, err);
     /* head (tied): dwte += dlogits^T lnf, dlnf = dlogits wte */
     if (!rc)
-        rc = tr_linear_bwd(w, m->dlnf, g[0], NULL, gout->data, m->lnf, W[0].f32, N, C, V,
+        rc = tr_linear_bwd(w, m->dlnf, g[0], NULL, gout->data, m->lnf, m->x16, &W[0], N, C, V,
                            false, err);
     if (!rc)
         rc = sh_zero(w, m->dh[L].data, sizeof(float) * (size_t)N * (size_t)C, err);
@@ -276,7 +275,7 @@ static int root_backward(sh_module *mod, const sh_tensor *gout, sh_tensor *gin, 
     for (int l = L - 1; !rc && l >= 0; l--)
         rc = sh_module_backward(m->block[l], &m->dh[l + 1], &m->dh[l], err);
     if (!rc)
-        rc = sh_embed_bwd(w, g[0], g[1], m->dh[0].data, m->tok, N, T, C, err);
+        rc = sh_embed_bwd(w, g[0], g[1], m->dh[0].data, m->tok, N, T, C, V, err);
     return rc;
 }
 

@@ -12,8 +12,9 @@
  * The model computes through sh/ops.h only, on the world's device (sh_world_set_device
  * before tr_model_build): activations are device buffers (sh_buffer_alloc). Parameters
  * are f32; with bf16, FSDP's MixedPrecisionPolicy holds them unsharded in bf16 and the
- * forward's GEMMs take bf16 inputs (f32 accumulation), while LayerNorm, softmax, GELU,
- * the residual stream, the backward and the gradient reduction stay f32.
+ * linear layers' GEMMs, forward and backward, take bf16 inputs (f32 accumulation, as
+ * torch's autocast), while LayerNorm, attention, GELU, the residual stream, the
+ * gradients and their reduction stay f32.
  *
  * tr_model_forward uploads the batch's token ids (ints) to the device; the root's
  * forward input carries only the batch's shape [B, T] (a META tensor), and the forward

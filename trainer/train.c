@@ -250,9 +250,15 @@ static int train(trainer *t, ck_err *err)
     double t_last = now_s();
     while (!rc && t->step < a->steps) {
         long step = t->step + 1;
-        double loss, norm, stall = 0.0, fence = 0.0;
+        double loss = 0.0, norm = 0.0, stall = 0.0, fence = 0.0;
         tr_step_cfg sc = {a->batch, a->accum, tr_lr_at(&t->sched, step), a->clip};
-        rc = tr_step(&t->model, t->opt, &t->data, &sc, &buf, &loss, &norm, err);
+        rc = tr_step(&t->model, t->opt, &t->data, &sc, &buf, err);
+        if (rc)
+            break;
+        /* Only a logged step's results come to the host (and wait for the step). */
+        bool logged = step % a->log_every == 0 || step == 1 || step == a->steps;
+        if (rank == 0 && logged)
+            rc = tr_step_result(&buf, &loss, &norm, err);
         if (rc)
             break;
         if (saved_last)
@@ -264,14 +270,15 @@ static int train(trainer *t, ck_err *err)
         double t_now = now_s();
         if (!rc && t->ckpt)
             rc = collect_saves(t, err);   /* collective: it moves saves on */
-        if (rank == 0 && (step % a->log_every == 0 || step == 1 || step == a->steps || rc)) {
+        if (rank == 0 && (logged || rc)) {
             printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f "
                    "fence_ms %.2f%s\n", step, loss, (double)tr_lr_at(&t->sched, step), norm,
                    (double)a->batch * T / (t_now - t_last), stall, fence, t->saved);
             t->saved[0] = '\0';
         }
         t_last = t_now;
-        t->loss = loss;
+        if (logged)
+            t->loss = loss;
         if (!rc && step == a->kill_at_step) {
             /* The test hook of a crash: the saves so far are committed, then every
              * rank dies at once, as under kill -9. */
@@ -310,13 +317,18 @@ static int eval(trainer *t, ck_err *err)
     int rc = a->safetensors ? tr_load_safetensors(a->safetensors, &t->msd, err) : 0;
     if (!rc)
         rc = tr_step_buf_reserve(&b, t->w, mb * T, err);
+    if (!rc)
+        rc = sh_zero(t->w, b.stats, sizeof *b.stats, err);
     for (int i = 0; !rc && i < mb; i++)
         tr_data_sample(&t->data, (uint64_t)(sh_world_rank(t->w) * mb + i), b.tok + i * T,
                        b.tgt + i * T);
     if (!rc)
-        rc = tr_batch_loss(&t->model, &b, mb, 1.0f, false, &loss, err);
+        rc = tr_batch_loss(&t->model, &b, mb, 1.0f, false, b.stats, err);
     if (!rc)
-        rc = sh_all_reduce(sh_world_comm(t->w), &loss, &loss, 1, CK_F64, SH_SUM, NULL, err);
+        rc = sh_all_reduce(sh_world_comm(t->w), b.stats, b.stats, 1, CK_F64, SH_SUM, NULL,
+                           err);
+    if (!rc)
+        rc = sh_copy_to_host(t->w, &loss, b.stats, sizeof loss, err);
     if (!rc && sh_world_rank(t->w) == 0)
         printf("eval loss %.9g (samples 0..%d, weights from %s)\n", loss / ((double)mb * W * T),
                a->batch - 1, a->safetensors ? a->safetensors : "the checkpoint");

@@ -1,4 +1,5 @@
-/* norm.cu - CUDA twins of norm.c, over norm_elem.h. */
+/* norm.cu - CUDA twins of norm.c, over norm_elem.h, and the device-side sums that keep
+ * the loss and the gradient norm on the GPU (no host round trip inside a step). */
 #include "launch.h"
 
 extern "C" {
@@ -6,13 +7,11 @@ extern "C" {
 #include "norm_elem.h"
 }
 
-/* Each block reduces its grid-stride share in shared memory, then adds one double
- * atomically (sm_60+). */
-__global__ static void sumsq_kernel(const float *x, size_t n, double *out)
+/* A block's threads' doubles, summed in shared memory by halves: the block's total in
+ * thread 0. */
+__device__ static double block_sum(double s)
 {
     __shared__ double part[K_THREADS];
-    double s = 0.0;
-    K_FOR_EACH(i, n) s += k_sq_elem(x[i]);
     part[threadIdx.x] = s;
     __syncthreads();
     for (unsigned half = K_THREADS / 2; half > 0; half /= 2) {
@@ -20,16 +19,66 @@ __global__ static void sumsq_kernel(const float *x, size_t n, double *out)
             part[threadIdx.x] += part[threadIdx.x + half];
         __syncthreads();
     }
-    if (threadIdx.x == 0)
-        atomicAdd(out, part[0]);
+    return part[0];
 }
 
-extern "C" int k_cuda_sumsq(const float *x, size_t n, double *out, void *s)
+/* Block b's part of the sum of squares (its grid-stride share) into parts[b]. */
+__global__ static void sumsq_parts(const float *x, size_t n, double *parts)
 {
-    if (cudaMemsetAsync(out, 0, sizeof *out, (cudaStream_t)s) != cudaSuccess)
-        return -EIO;
+    double s = 0.0;
+    K_FOR_EACH(i, n) s += k_sq_elem(x[i]);
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        parts[blockIdx.x] = s;
+}
+
+/* One block: *acc += the sum of x[0..n) (thread t takes t, t + K_THREADS, ...). */
+__global__ static void add_sum_kernel(double *acc, const double *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += K_THREADS)
+        s += x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        *acc += s;
+}
+
+extern "C" int k_cuda_add_sum(double *acc, const double *x, size_t n, void *s)
+{
+    add_sum_kernel<<<1, K_THREADS, 0, (cudaStream_t)s>>>(acc, x, n);
+    return k_launched();
+}
+
+extern "C" int k_cuda_sumsq(const float *x, size_t n, double *acc, void *s)
+{
+    if (!n)
+        return 0;
+    cudaStream_t st = (cudaStream_t)s;
+    unsigned blocks = k_blocks(n);
+    double *parts = NULL;
+    if (cudaMallocAsync((void **)&parts, blocks * sizeof(double), st) != cudaSuccess) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    sumsq_parts<<<blocks, K_THREADS, 0, st>>>(x, n, parts);
+    add_sum_kernel<<<1, K_THREADS, 0, st>>>(acc, parts, blocks);
+    int rc = k_launched();
+    cudaFreeAsync(parts, st);
+    return rc;
+}
+
+__global__ static void clip_kernel(float *x, size_t n, const double *sumsq, double max_norm)
+{
+    float coef = k_clip_coef(*sumsq, max_norm);
+    if (coef < 1.0f)
+        K_FOR_EACH(i, n) x[i] = k_scale_elem(x[i], coef);
+}
+
+extern "C" int k_cuda_clip_scale(float *x, size_t n, const double *sumsq, double max_norm,
+                                 void *s)
+{
     if (n)
-        sumsq_kernel<<<k_blocks(n), K_THREADS, 0, (cudaStream_t)s>>>(x, n, out);
+        clip_kernel<<<k_blocks(n), K_THREADS, 0, (cudaStream_t)s>>>(x, n, sumsq, max_norm);
     return k_launched();
 }
 

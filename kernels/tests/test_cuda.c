@@ -13,6 +13,7 @@
 #include "check.h"
 #include "kernels_cuda.h"
 #include "norm.h"
+#include "norm_elem.h"
 
 enum { N = 1 << 20 };
 
@@ -89,7 +90,8 @@ int main(void)
         k_adamw_hparams hp;
         k_adamw_hparams_for_step(&hp, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, t);
         k_adamw_step(p, y, m, v, N, &hp);
-        CHECK(k_cuda_adamw_step(df, dy, dm, dv, N, &hp, NULL) == 0, "launch");
+        k_adamw_tensor one = {df, dm, dv, dy, N, hp.step_size, hp.bc2_sqrt};
+        CHECK(k_cuda_adamw_multi(&one, 1, &hp, NULL) == 0, "launch");
     }
     get(gpu, df, sizeof(float) * N);
     CHECK(memcmp(p, gpu, sizeof(float) * N) == 0, "AdamW parameters differ from the CPU");
@@ -104,11 +106,26 @@ int main(void)
     CHECK(k_cuda_scale_add(dy, df, -1.25f, N, NULL) == 0, "launch");
     get(gpu, dy, sizeof(float) * N);
     CHECK(memcmp(cpu, gpu, sizeof(float) * N) == 0, "scale / scale-add differ from the CPU");
-    double *dsum = dev(sizeof(double)), gs;
+    /* The sum of squares adds into what the device double holds. */
+    double *dsum = dev(sizeof(double)), gs = 1.5;
+    put(dsum, &gs, sizeof gs);
     CHECK(k_cuda_sumsq(df, N, dsum, NULL) == 0, "launch");
     get(&gs, dsum, sizeof gs);
-    double cs = k_sumsq(y, N);
+    double cs = 1.5 + k_sumsq(y, N);
     CHECK(fabs(gs - cs) <= 1e-12 * cs, "sumsq %.17g vs CPU %.17g", gs, cs);
+    /* Clipping from that device sum: a max norm below the norm scales as the CPU
+     * would, one above it leaves the values alone. */
+    for (int k = 0; k < 2; k++) {
+        double max_norm = k ? 2.0 * sqrt(cs) : 0.5 * sqrt(cs);
+        memcpy(cpu, y, sizeof(float) * N);
+        float coef = k_clip_coef(cs, max_norm);
+        if (coef < 1.0f)
+            k_scale(cpu, coef, N);
+        put(df, y, sizeof(float) * N);
+        CHECK(k_cuda_clip_scale(df, N, dsum, max_norm, NULL) == 0, "launch");
+        get(gpu, df, sizeof(float) * N);
+        CHECK(memcmp(cpu, gpu, sizeof(float) * N) == 0, "clip (max norm %g) differs", max_norm);
+    }
 
     cudaFree(dx); cudaFree(dy); cudaFree(df); cudaFree(dm); cudaFree(dv); cudaFree(dh);
     cudaFree(dsum);

@@ -4,9 +4,11 @@
  * ulps), flat copy-in / copy-out / chunk-cat through device memory (bitwise), and
  * cuBLAS GEMMs, f32 and bf16 inputs with every transpose, against a double-precision
  * reference (f32 accumulation: relative to sum |a||b|), and the GPT's layers (LayerNorm
- * forward and backward, causal softmax forward and backward, the encoder and its
- * backward, bias add and gradient: the same sums in the same order, bitwise expected;
- * cross-entropy: the device's exp and log). Exits 77 without a GPU. */
+ * forward, residual and backward and the bias gradient against the CPU replays of
+ * their tiled sums, causal softmax forward and backward, the encoder and its
+ * backward with a small and a large vocabulary, bias add: bitwise expected;
+ * cross-entropy: the device's exp and log), and the tiled causal attention forward and
+ * backward against its CPU replay. Exits 77 without a GPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 
 #include "adamw.h"
+#include "attention.h"
 #include "bias.h"
 #include "cast.h"
 #include "cast_elem.h"
@@ -52,6 +55,14 @@ static void *up(const void *h, size_t b)
     return d;
 }
 static void down(void *h, const void *d, size_t b) { cudaMemcpy(h, d, b, cudaMemcpyDeviceToHost); }
+
+static float *rnd(size_t n, float scale, float shift)
+{
+    float *p = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++)
+        p[i] = uniform() * scale + shift;
+    return p;
+}
 
 /* Prints and returns the max abs and rel error of got against want. */
 static double report(const char *what, size_t n, const float *want, const float *got,
@@ -113,7 +124,8 @@ static void elementwise(size_t n)
         k_adamw_hparams hp;
         k_adamw_hparams_for_step(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
         k_adamw_step(p, g, m, v, n, &hp);
-        CHECK(k_cuda_adamw_step(dx, dg, dm, dv, n, &hp, NULL) == 0, "launch");
+        k_adamw_tensor one = {dx, dm, dv, dg, n, hp.step_size, hp.bc2_sqrt};
+        CHECK(k_cuda_adamw_multi(&one, 1, &hp, NULL) == 0, "launch");
     }
     down(gpu, dx, n * 4);
     report("adamw (3 steps)", n, p, gpu, NULL);
@@ -128,6 +140,52 @@ static void elementwise(size_t n)
 
     cudaFree(dx); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(dy); cudaFree(dh);
     free(x); free(g); free(cpu); free(gpu); free(m); free(v); free(hc); free(hg); free(p);
+}
+
+/* The fused AdamW over many tensors of odd sizes (empty ones, one past a chunk,
+ * several chunks), each with its own step count, three steps: more tensors and chunks
+ * than one launch carries. Bitwise the CPU's per-tensor loop. */
+static void adamw_many(void)
+{
+    enum { NT = 61 };
+    k_adamw_tensor h[NT], d[NT];
+    size_t total = 0;
+    for (int i = 0; i < NT; i++) {
+        size_t n = i % 7 == 0 ? 0 : i % 11 == 0 ? 65537 + (size_t)i * 1000 : (size_t)i * 97 + 1;
+        if (i == 5)
+            n = 1000003;
+        float *p = rnd(n, 4.0f, 0.0f), *g = rnd(n, 0.01f, 0.0f);
+        float *m = calloc(n + 1, 4), *v = calloc(n + 1, 4);
+        h[i] = (k_adamw_tensor){p, m, v, g, n, 0, 0};
+        d[i] = (k_adamw_tensor){up(p, n * 4), up(m, n * 4), up(v, n * 4), up(g, n * 4), n, 0,
+                                0};
+        total += n;
+    }
+    k_adamw_hparams hp;
+    for (long t = 1; t <= 3; t++) {
+        for (int i = 0; i < NT; i++) {
+            k_adamw_hparams_for_step(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t + i % 3);
+            h[i].step_size = d[i].step_size = hp.step_size;
+            h[i].bc2_sqrt = d[i].bc2_sqrt = hp.bc2_sqrt;
+        }
+        k_adamw_multi(h, NT, &hp);
+        CHECK(k_cuda_adamw_multi(d, NT, &hp, NULL) == 0, "launch");
+    }
+    size_t differ = 0;
+    for (int i = 0; i < NT; i++) {
+        size_t n = h[i].n;
+        float *got = malloc(n * 4 + 4);
+        down(got, d[i].p, n * 4);
+        differ += memcmp(got, h[i].p, n * 4) != 0;
+        down(got, d[i].v, n * 4);
+        differ += memcmp(got, h[i].v, n * 4) != 0;
+        free(got);
+        cudaFree(d[i].p); cudaFree(d[i].m); cudaFree(d[i].v); cudaFree((void *)d[i].g);
+        free(h[i].p); free(h[i].m); free(h[i].v); free((void *)h[i].g);
+    }
+    printf("%-34s %d tensors, %zu elements, 3 steps: %s\n", "adamw fused", NT, total,
+           differ ? "differs" : "bitwise");
+    CHECK(!differ, "fused AdamW: %zu tensors differ from the CPU", differ);
 }
 
 /* Three tensors of odd row counts through copy-in, copy-out and chunk-cat on the
@@ -226,14 +284,6 @@ static void gemm(void *blas, k_gemm_type type, bool ta, bool tb, int m, int n, i
     free(a); free(b); free(c); free(want); free(got); free(a16); free(b16);
 }
 
-static float *rnd(size_t n, float scale, float shift)
-{
-    float *p = malloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++)
-        p[i] = uniform() * scale + shift;
-    return p;
-}
-
 /* The device's result of n floats at d against the CPU's in h, within tol absolute. */
 static void same(const char *what, int N, int C, const float *h, const float *d, size_t n,
                  double tol)
@@ -259,16 +309,27 @@ static void layers(int N, int C, int T, int V)
     float *gy = dev(NC * 4), *gmean = dev(N * 4), *grstd = dev(N * 4);
     float *gdx = up(dx, NC * 4), *gdw = up(dw, C * 4), *gdb = up(db, C * 4);
 
-    k_layernorm(y, mean, rstd, x, w, b, N, C);
+    float *part = malloc(k_layernorm_part_floats(N, C) * 4 + 4);
+    k_layernorm_tiled(y, mean, rstd, x, w, b, N, C);
     CHECK(k_cuda_layernorm(gy, gmean, grstd, gx, gw, gb, N, C, NULL) == 0, "launch");
     same("layernorm", N, C, y, gy, NC, 1e-6);
     same("layernorm rstd", N, 1, rstd, grstd, N, 1e-6);
-    k_layernorm_bwd(dx, dw, db, dy, x, mean, rstd, w, N, C);
+    k_layernorm_bwd_tiled(dx, dw, db, dy, x, mean, rstd, w, N, C, part);
     CHECK(k_cuda_layernorm_bwd(gdx, gdw, gdb, gdy, gx, gmean, grstd, gw, N, C, NULL) == 0,
           "launch");
     same("layernorm backward dx", N, C, dx, gdx, NC, 1e-6);
     same("layernorm backward dw", 1, C, dw, gdw, C, 1e-5);
     same("layernorm backward db", 1, C, db, gdb, C, 1e-5);
+    /* the residual form: x2 = dy + x, then its LayerNorm */
+    float *x2 = malloc(NC * 4 + 4);
+    memcpy(x2, dy, NC * 4);
+    k_residual_layernorm_tiled(x2, y, mean, rstd, x, w, b, N, C);
+    CHECK(k_cuda_residual_layernorm(gdy, gy, gmean, grstd, gx, gw, gb, N, C, NULL) == 0,
+          "launch");
+    same("residual layernorm sum", N, C, x2, gdy, NC, 0);
+    same("residual layernorm", N, C, y, gy, NC, 1e-6);
+    cudaMemcpy(gdy, dy, NC * 4, cudaMemcpyHostToDevice);
+    free(x2);
 
     /* bias over [N, C] */
     memcpy(y, x, NC * 4);
@@ -276,7 +337,7 @@ static void layers(int N, int C, int T, int V)
     cudaMemcpy(gy, gx, NC * 4, cudaMemcpyDeviceToDevice);
     CHECK(k_cuda_bias_add(gy, gb, N, C, NULL) == 0, "launch");
     same("bias add", N, C, y, gy, NC, 0);
-    k_bias_grad(db, dy, N, C);
+    k_bias_grad_tiled(db, dy, N, C, part);
     CHECK(k_cuda_bias_grad(gdb, gdy, N, C, NULL) == 0, "launch");
     same("bias gradient", N, C, db, gdb, C, 1e-5);
 
@@ -293,7 +354,7 @@ static void layers(int N, int C, int T, int V)
     CHECK(k_cuda_embed(gy, gtok, gwte, gwpe, N, T, C, NULL) == 0, "launch");
     same("embedding", N, C, y, gy, NC, 0);
     k_embed_bwd(dwte, dwpe, dy, tok, N, T, C);
-    CHECK(k_cuda_embed_bwd(gdwte, gdwpe, gdy, gtok, N, T, C, NULL) == 0, "launch");
+    CHECK(k_cuda_embed_bwd(gdwte, gdwpe, gdy, gtok, N, T, C, V, NULL) == 0, "launch");
     same("embedding backward wte", V, C, dwte, gdwte, (size_t)V * C, 0);
     same("embedding backward wpe", T, C, dwpe, gdwpe, (size_t)T * C, 0);
 
@@ -334,7 +395,38 @@ static void layers(int N, int C, int T, int V)
     cudaFree(gl); cudaFree(gdl);
     free(x); free(dy); free(w); free(b); free(y); free(mean); free(rstd); free(dx); free(dw);
     free(db); free(tok); free(wte); free(wpe); free(dwte); free(dwpe); free(l); free(dl);
-    free(loss); free(gloss_h);
+    free(loss); free(gloss_h); free(part);
+}
+
+/* The tiled attention against its CPU replay (attention.c: the same tiles and lanes,
+ * fmaf on both sides): equal but for the device's expf and logf. Every output element
+ * is first filled with NaN, so one left unwritten fails. */
+static void attention(int B, int T, int C, int H)
+{
+    size_t N = (size_t)B * T, n3 = N * 3 * C, nc = N * C, nl = N * H;
+    float *qkv = rnd(n3, 2.0f, 0.0f), *dout = rnd(nc, 1.0f, 0.0f);
+    float *out = malloc(nc * 4 + 4), *lse = malloc(nl * 4 + 4), *dqkv = malloc(n3 * 4 + 4),
+          *D = malloc(nl * 4 + 4);
+    k_attention_fwd(out, lse, qkv, B, T, C, H);
+    k_attention_bwd(dqkv, D, dout, qkv, out, lse, B, T, C, H);
+    float *gqkv = up(qkv, n3 * 4), *gdout = up(dout, nc * 4), *gout = dev(nc * 4),
+          *glse = dev(nl * 4), *gdqkv = dev(n3 * 4), *gD = dev(nl * 4);
+    cudaMemset(gout, 0xff, nc * 4);
+    cudaMemset(glse, 0xff, nl * 4);
+    cudaMemset(gdqkv, 0xff, n3 * 4);
+    CHECK(k_cuda_attention_fwd(gout, glse, gqkv, B, T, C, H, NULL) == 0, "launch");
+    CHECK(k_cuda_attention_bwd(gdqkv, gD, gdout, gqkv, gout, glse, B, T, C, H, NULL) == 0,
+          "launch");
+    char what[64];
+    snprintf(what, sizeof what, "attention B%d H%d", B, H);
+    same(what, T, C, out, gout, nc, 1e-5);
+    snprintf(what, sizeof what, "attention lse B%d H%d", B, H);
+    same(what, T, C, lse, glse, nl, 1e-5);
+    snprintf(what, sizeof what, "attention backward B%d H%d", B, H);
+    same(what, T, C, dqkv, gdqkv, n3, 1e-5);
+    cudaFree(gqkv); cudaFree(gdout); cudaFree(gout); cudaFree(glse); cudaFree(gdqkv);
+    cudaFree(gD);
+    free(qkv); free(dout); free(out); free(lse); free(dqkv); free(D);
 }
 
 int main(void)
@@ -351,10 +443,16 @@ int main(void)
         elementwise(sizes[i]);
     for (size_t world = 1; world <= 5; world += 2)
         flat(world);
+    adamw_many();
     static const int lshapes[][4] = {{1, 1, 1, 2}, {7, 13, 7, 11}, {33, 65, 11, 257},
-                                     {1023, 97, 31, 256}};
+                                     {1023, 97, 31, 256}, {130, 33, 13, 1500}};
     for (size_t i = 0; i < sizeof lshapes / sizeof lshapes[0]; i++)
         layers(lshapes[i][0], lshapes[i][1], lshapes[i][2], lshapes[i][3]);
+    static const int ashapes[][4] = {{1, 1, 1, 1}, {2, 7, 15, 3}, {3, 17, 12, 4},
+                                     {2, 33, 128, 2}, {1, 40, 200, 2}, {1, 18, 256, 1},
+                                     {2, 129, 64, 1}, {1, 300, 96, 3}, {4, 128, 512, 8}};
+    for (size_t i = 0; i < sizeof ashapes / sizeof ashapes[0]; i++)
+        attention(ashapes[i][0], ashapes[i][1], ashapes[i][2], ashapes[i][3]);
     void *blas;
     CHECK(k_cuda_blas_new(&blas) == 0, "cublasCreate");
     static const int shapes[][3] = {{1, 1, 1}, {37, 53, 129}, {64, 96, 768}, {5, 300, 17}};

@@ -27,9 +27,13 @@ typedef struct sh_dev_ops {
     int (*cast)(void *dst, ck_dtype dd, const void *src, ck_dtype sd, size_t n);
     int (*scale)(float *x, float s, size_t n);
     int (*scale_add)(float *dst, const float *src, float s, size_t n);
-    int (*sumsq)(const float *x, size_t n, double *out);   /* *out in host memory */
-    int (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
-                 const k_adamw_hparams *h);
+    /* *acc (this device's memory, one double) += sum of x[i]^2; nothing waits. */
+    int (*sumsq)(const float *x, size_t n, double *acc);
+    /* x *= k_clip_coef(*sumsq, max_norm) when that is below 1 (*sumsq on the device). */
+    int (*clip_scale)(float *x, size_t n, const double *sumsq, double max_norm);
+    /* AdamW over every tensor of t (kernels/adamw.h's k_adamw_multi): one call for
+     * the whole optimizer step. */
+    int (*adamw)(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h);
     int (*gelu)(float *y, const float *x, size_t n);
     int (*gelu_bwd)(float *dx, const float *x, const float *dy, size_t n);
     /* Row-major, A and B f32 or bf16 (in), C f32; blas: the world's handle. */
@@ -37,9 +41,13 @@ typedef struct sh_dev_ops {
                 const void *a, int lda, const void *b, int ldb, float beta, float *c,
                 int ldc);
     /* The GPT's layers: kernels/layernorm.h, softmax.h, embed.h, bias.h, and xent.h,
-     * whose per-row losses the host sums in row order into *loss (host memory). */
+     * whose per-row losses are summed (the CPU: in row order; CUDA: a fixed tree) and
+     * added to *loss, a double of this device's memory: nothing waits. */
     int (*layernorm)(float *y, float *mean, float *rstd, const float *x, const float *w,
                      const float *b, int N, int C);
+    /* x2 += x, then y = layernorm(x2) (the CPU: k_scale_add, then k_layernorm). */
+    int (*residual_layernorm)(float *x2, float *y, float *mean, float *rstd, const float *x,
+                              const float *w, const float *b, int N, int C);
     int (*layernorm_bwd)(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *mean, const float *rstd, const float *w, int N, int C);
     int (*softmax_causal)(float *a, size_t rows, int T);
@@ -47,12 +55,18 @@ typedef struct sh_dev_ops {
     int (*embed)(float *out, const int *tok, const float *wte, const float *wpe, int N, int T,
                  int C);
     int (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const int *tok, int N, int T,
-                     int C);
+                     int C, int V);
     int (*xent)(float *dlogits, const float *logits, const int *targets, int N, int V,
                 float scale, double *loss);
+    /* Fused causal self-attention (sh_attention: lse[B*H*T] saved, D[B*H*T] scratch),
+     * for heads up to K_ATTN_HS_MAX columns; NULL where the device has none (then
+     * ops_attention.c composes it from gemm and the causal softmax). */
+    int (*attention)(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
+    int (*attention_bwd)(float *dqkv, float *D, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int H);
     int (*bias_add)(float *y, const float *b, int N, int O);
     int (*bias_grad)(float *db, const float *dy, int N, int O);
-    int (*sync)(void);                        /* the host waits for queued work */
+    int (*sync)(void);   /* the host waits for queued work: only through host_wait */
 } sh_dev_ops;
 
 extern const sh_dev_ops sh_dev_cpu;
@@ -62,6 +76,12 @@ const sh_dev_ops *sh_dev_for(sh_device d);
 
 /* The world's table. */
 static inline const sh_dev_ops *sh_dev(const sh_world *w) { return sh_dev_for(w->device); }
+
+/* The host waits for w's device (d->sync), counted in w->host_waits. */
+int sh_host_wait(sh_world *w);
+
+/* rc as the public ops return it: 0, or rc with "WHAT on DEVICE (rank R) failed". */
+int sh_ops_done(const sh_world *w, int rc, const char *what, ck_err *err);
 
 /* dst[i] = src[i] converted, on d (the dtype pair checked, equal dtypes copied). */
 int sh_dev_cast(const sh_dev_ops *d, void *dst, ck_dtype dst_dtype, const void *src,

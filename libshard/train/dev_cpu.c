@@ -11,6 +11,7 @@
 #include "gelu.h"
 #include "layernorm.h"
 #include "norm.h"
+#include "norm_elem.h"
 #include "softmax.h"
 #include "xent.h"
 
@@ -61,16 +62,23 @@ static int c_scale_add(float *dst, const float *src, float s, size_t n)
     return 0;
 }
 
-static int c_sumsq(const float *x, size_t n, double *out)
+static int c_sumsq(const float *x, size_t n, double *acc)
 {
-    *out = k_sumsq(x, n);
+    *acc += k_sumsq(x, n);
     return 0;
 }
 
-static int c_adamw(float *p, const float *g, float *m, float *v, size_t n,
-                   const k_adamw_hparams *h)
+static int c_clip_scale(float *x, size_t n, const double *sumsq, double max_norm)
 {
-    k_adamw_step(p, g, m, v, n, h);
+    float coef = k_clip_coef(*sumsq, max_norm);
+    if (coef < 1.0f)
+        k_scale(x, coef, n);
+    return 0;
+}
+
+static int c_adamw(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h)
+{
+    k_adamw_multi(t, nt, h);
     return 0;
 }
 
@@ -123,6 +131,14 @@ static int c_layernorm(float *y, float *mean, float *rstd, const float *x, const
     return 0;
 }
 
+static int c_residual_layernorm(float *x2, float *y, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int N, int C)
+{
+    k_scale_add(x2, x, 1.0f, (size_t)N * (size_t)C);
+    k_layernorm(y, mean, rstd, x2, w, b, N, C);
+    return 0;
+}
+
 static int c_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *mean, const float *rstd, const float *w, int N, int C)
 {
@@ -150,8 +166,9 @@ static int c_embed(float *out, const int *tok, const float *wte, const float *wp
 }
 
 static int c_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
-                       int T, int C)
+                       int T, int C, int V)
 {
+    (void)V;
     k_embed_bwd(dwte, dwpe, dout, tok, N, T, C);
     return 0;
 }
@@ -163,9 +180,10 @@ static int c_xent(float *dlogits, const float *logits, const int *targets, int N
     if (!rows)
         return -ENOMEM;
     k_xent(dlogits, rows, logits, targets, N, V, scale);
-    *loss = 0.0;
+    double sum = 0.0;
     for (int n = 0; n < N; n++)
-        *loss += rows[n];
+        sum += rows[n];
+    *loss += sum;
     free(rows);
     return 0;
 }
@@ -196,11 +214,13 @@ const sh_dev_ops sh_dev_cpu = {
     .scale = c_scale,
     .scale_add = c_scale_add,
     .sumsq = c_sumsq,
+    .clip_scale = c_clip_scale,
     .adamw = c_adamw,
     .gelu = c_gelu,
     .gelu_bwd = c_gelu_bwd,
     .gemm = c_gemm,
     .layernorm = c_layernorm,
+    .residual_layernorm = c_residual_layernorm,
     .layernorm_bwd = c_layernorm_bwd,
     .softmax_causal = c_softmax_causal,
     .softmax_causal_bwd = c_softmax_causal_bwd,

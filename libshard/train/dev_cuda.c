@@ -5,7 +5,6 @@
  * collective's buffers only after sh_work_wait has ordered the default stream behind
  * the collective. */
 #include <cuda_runtime_api.h>
-#include <stdlib.h>
 
 #include "dev.h"
 #include "kernels_cuda.h"
@@ -65,26 +64,19 @@ static int g_scale_add(float *dst, const float *src, float s, size_t n)
     return k_cuda_scale_add(dst, src, s, n, NULL);
 }
 
-/* The sum lands in a stream-ordered device double, then the host waits for it. */
-static int g_sumsq(const float *x, size_t n, double *out)
+static int g_sumsq(const float *x, size_t n, double *acc)
 {
-    double *d = NULL;
-    int rc = ok(cudaMallocAsync((void **)&d, sizeof *d, NULL));
-    if (rc)
-        return rc;
-    rc = k_cuda_sumsq(x, n, d, NULL);
-    if (!rc)
-        rc = ok(cudaMemcpyAsync(out, d, sizeof *d, cudaMemcpyDeviceToHost, NULL));
-    cudaFreeAsync(d, NULL);
-    if (!rc)
-        rc = ok(cudaStreamSynchronize(NULL));
-    return rc;
+    return k_cuda_sumsq(x, n, acc, NULL);
 }
 
-static int g_adamw(float *p, const float *g, float *m, float *v, size_t n,
-                   const k_adamw_hparams *h)
+static int g_clip_scale(float *x, size_t n, const double *sumsq, double max_norm)
 {
-    return k_cuda_adamw_step(p, g, m, v, n, h, NULL);
+    return k_cuda_clip_scale(x, n, sumsq, max_norm, NULL);
+}
+
+static int g_adamw(const k_adamw_tensor *t, int nt, const k_adamw_hparams *h)
+{
+    return k_cuda_adamw_multi(t, nt, h, NULL);
 }
 
 static int g_gelu(float *y, const float *x, size_t n) { return k_cuda_gelu(y, x, n, NULL); }
@@ -107,6 +99,12 @@ static int g_layernorm(float *y, float *mean, float *rstd, const float *x, const
                        const float *b, int N, int C)
 {
     return k_cuda_layernorm(y, mean, rstd, x, w, b, N, C, NULL);
+}
+
+static int g_residual_layernorm(float *x2, float *y, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int N, int C)
+{
+    return k_cuda_residual_layernorm(x2, y, mean, rstd, x, w, b, N, C, NULL);
 }
 
 static int g_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
@@ -132,34 +130,38 @@ static int g_embed(float *out, const int *tok, const float *wte, const float *wp
 }
 
 static int g_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int N,
-                       int T, int C)
+                       int T, int C, int V)
 {
-    return k_cuda_embed_bwd(dwte, dwpe, dout, tok, N, T, C, NULL);
+    return k_cuda_embed_bwd(dwte, dwpe, dout, tok, N, T, C, V, NULL);
 }
 
-/* The rows' losses come to the host and are summed there in row order, as on the CPU,
- * so the total differs from the CPU's only by the device's exp and log. */
+/* The rows' losses stay on the device and are added to *loss there (a fixed tree
+ * instead of the CPU's row order: they differ in the last bits of the double). */
 static int g_xent(float *dlogits, const float *logits, const int *targets, int N, int V,
                   float scale, double *loss)
 {
-    size_t bytes = sizeof(double) * (size_t)(N > 0 ? N : 0);
-    double *d = NULL, *h = malloc(bytes + 1);
-    int rc = h ? 0 : -ENOMEM;
-    if (!rc && bytes)
-        rc = ok(cudaMallocAsync((void **)&d, bytes, NULL));
+    if (N <= 0)
+        return 0;
+    double *rows = NULL;
+    int rc = ok(cudaMallocAsync((void **)&rows, sizeof(double) * (size_t)N, NULL));
     if (!rc)
-        rc = k_cuda_xent(dlogits, d, logits, targets, N, V, scale, NULL);
-    if (!rc && bytes)
-        rc = ok(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, NULL));
-    if (d)
-        cudaFreeAsync(d, NULL);
+        rc = k_cuda_xent(dlogits, rows, logits, targets, N, V, scale, NULL);
     if (!rc)
-        rc = ok(cudaStreamSynchronize(NULL));
-    *loss = 0.0;
-    for (int n = 0; !rc && n < N; n++)
-        *loss += h[n];
-    free(h);
+        rc = k_cuda_add_sum(loss, rows, (size_t)N, NULL);
+    if (rows)
+        cudaFreeAsync(rows, NULL);
     return rc;
+}
+
+static int g_attention(float *out, float *lse, const float *qkv, int B, int T, int C, int H)
+{
+    return k_cuda_attention_fwd(out, lse, qkv, B, T, C, H, NULL);
+}
+
+static int g_attention_bwd(float *dqkv, float *D, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int B, int T, int C, int H)
+{
+    return k_cuda_attention_bwd(dqkv, D, dout, qkv, out, lse, B, T, C, H, NULL);
 }
 
 static int g_bias_add(float *y, const float *b, int N, int O)
@@ -186,17 +188,21 @@ static const sh_dev_ops dev_cuda = {
     .scale = g_scale,
     .scale_add = g_scale_add,
     .sumsq = g_sumsq,
+    .clip_scale = g_clip_scale,
     .adamw = g_adamw,
     .gelu = g_gelu,
     .gelu_bwd = g_gelu_bwd,
     .gemm = g_gemm,
     .layernorm = g_layernorm,
+    .residual_layernorm = g_residual_layernorm,
     .layernorm_bwd = g_layernorm_bwd,
     .softmax_causal = g_softmax_causal,
     .softmax_causal_bwd = g_softmax_causal_bwd,
     .embed = g_embed,
     .embed_bwd = g_embed_bwd,
     .xent = g_xent,
+    .attention = g_attention,
+    .attention_bwd = g_attention_bwd,
     .bias_add = g_bias_add,
     .bias_grad = g_bias_grad,
     .sync = g_sync,

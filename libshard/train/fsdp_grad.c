@@ -20,7 +20,8 @@ int sh_set_requires_gradient_sync(sh_module *m, bool sync, ck_err *err)
 }
 
 typedef struct norm_acc {
-    double sumsq;
+    double *sumsq;               /* device memory */
+    double max_norm;
     sh_group *first;
     bool ungrouped;
     const char *ungrouped_name;
@@ -37,35 +38,33 @@ static int add_sumsq(sh_module *m, void *arg, ck_err *err)
     const sh_dev_ops *d = sh_dev(m->world);
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
-        double s = 0;
         int rc = 0;
         if (!p->sharded_by) {
             a->ungrouped = true;
             a->ungrouped_name = p->name;
             if (p->grad_full)
-                rc = d->sumsq(p->grad_full, p->numel, &s);
+                rc = d->sumsq(p->grad_full, p->numel, a->sumsq);
         } else if (p->grad_shard) {
-            rc = d->sumsq(p->grad_shard, p->shard_numel, &s);
+            rc = d->sumsq(p->grad_shard, p->shard_numel, a->sumsq);
         }
         if (rc)
             return ck_err_set(err, rc, "clip_grad_norm: the norm of '%s' on %s", p->name,
                               d->name);
-        a->sumsq += s;
     }
     return 0;
 }
 
 static int scale_grads(sh_module *m, void *arg, ck_err *err)
 {
-    float s = *(const float *)arg;
+    const norm_acc *a = arg;
     const sh_dev_ops *d = sh_dev(m->world);
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
         int rc = 0;
         if (p->sharded_by && p->grad_shard)
-            rc = d->scale(p->grad_shard, s, p->shard_numel);
+            rc = d->clip_scale(p->grad_shard, p->shard_numel, a->sumsq, a->max_norm);
         else if (!p->sharded_by && p->grad_full)
-            rc = d->scale(p->grad_full, s, p->numel);
+            rc = d->clip_scale(p->grad_full, p->numel, a->sumsq, a->max_norm);
         if (rc)
             return ck_err_set(err, rc, "clip_grad_norm: scaling '%s' on %s", p->name,
                               d->name);
@@ -73,10 +72,14 @@ static int scale_grads(sh_module *m, void *arg, ck_err *err)
     return 0;
 }
 
-int sh_clip_grad_norm(sh_module *root, double max_norm, double *total_norm, ck_err *err)
+int sh_clip_grad_norm_dev(sh_module *root, double max_norm, double *sumsq, ck_err *err)
 {
-    norm_acc a = {0};
-    int rc = sh_module_walk(root, add_sumsq, &a, err);
+    norm_acc a = {sumsq, max_norm, NULL, false, NULL};
+    const sh_dev_ops *d = sh_dev(root->world);
+    int rc = d->zero(sumsq, sizeof *sumsq);
+    if (rc)
+        return ck_err_set(err, rc, "clip_grad_norm: zeroing the sum on %s", d->name);
+    rc = sh_module_walk(root, add_sumsq, &a, err);
     if (rc)
         return rc;
     if (a.first && a.ungrouped)
@@ -84,19 +87,27 @@ int sh_clip_grad_norm(sh_module *root, double max_norm, double *total_norm, ck_e
                           "sharded while others are; fully_shard the root too",
                           root->name, a.ungrouped_name);
     /* Replicas hold equal shards: summing over the shard dim alone counts each
-     * element once. */
+     * element once. The sum stays in device memory (NCCL on CUDA ranks). */
     if (a.first) {
-        rc = sh_all_reduce(a.first->shard_comm, &a.sumsq, &a.sumsq, 1, CK_F64, SH_SUM, NULL,
-                           err);
+        rc = sh_all_reduce(a.first->shard_comm, sumsq, sumsq, 1, CK_F64, SH_SUM, NULL, err);
         if (rc)
             return ck_err_set(err, rc, "clip_grad_norm");
     }
-    double norm = sqrt(a.sumsq);
-    if (total_norm)
-        *total_norm = norm;
-    float coef = (float)(max_norm / (norm + 1e-6));
-    if (coef < 1.0f)
-        rc = sh_module_walk(root, scale_grads, &coef, err);
+    return sh_module_walk(root, scale_grads, &a, err);
+}
+
+int sh_clip_grad_norm(sh_module *root, double max_norm, double *total_norm, ck_err *err)
+{
+    sh_world *w = root->world;
+    double *sumsq = NULL, host = 0.0;
+    int rc = sh_buffer_alloc(w, sizeof *sumsq, (void **)&sumsq, err);
+    if (!rc)
+        rc = sh_clip_grad_norm_dev(root, max_norm, sumsq, err);
+    if (!rc && total_norm)
+        rc = sh_copy_to_host(w, &host, sumsq, sizeof host, err);
+    sh_buffer_free(w, sumsq);
+    if (!rc && total_norm)
+        *total_norm = sqrt(host);
     return rc;
 }
 

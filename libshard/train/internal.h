@@ -82,6 +82,7 @@ struct sh_world {
     sh_device device;      /* SH_CPU until sh_world_set_device(SH_CUDA) */
     int cuda_ordinal;      /* the CUDA device this rank drives */
     void *blas;            /* its cuBLAS handle */
+    long host_waits;       /* times the host waited for the device (sh_host_wait) */
     /* How NCCL communicators are made (comm_nccl.c); tests replace it to run the
      * bootstrap on machines without a GPU. NULL in a build without CUDA. */
     const struct sh_nccl_seam *nccl_seam;

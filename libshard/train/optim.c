@@ -12,6 +12,7 @@ struct sh_adamw {
     sh_param **p;
     float **m, **v;
     long *steps;          /* per parameter, as torch: a step without a gradient skips */
+    k_adamw_tensor *t;    /* the step's list of shards (n entries at most) */
     int n;
     long calls;
     int (*fence)(void *arg, ck_err *err);
@@ -80,7 +81,8 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
         o->m = calloc((size_t)o->n + 1, sizeof *o->m);
         o->v = calloc((size_t)o->n + 1, sizeof *o->v);
         o->steps = calloc((size_t)o->n + 1, sizeof *o->steps);
-        if (!o->m || !o->v || !o->steps)
+        o->t = calloc((size_t)o->n + 1, sizeof *o->t);
+        if (!o->m || !o->v || !o->steps || !o->t)
             rc = ck_err_set(err, -ENOMEM, "optimizer: out of memory");
     }
     for (int i = 0; !rc && i < o->n; i++) {
@@ -106,21 +108,25 @@ int sh_adamw_step(sh_adamw *o, ck_err *err)
     if (rc)
         return rc;
     o->calls++;
+    k_adamw_hparams h;
+    int nt = 0;
     for (int i = 0; i < o->n; i++) {
         sh_param *p = o->p[i];
         /* Shards that are empty on this rank still count the step, as torch counts it
          * for a parameter whose gradient exists elsewhere. */
         if (!p->grad_shard && p->shard_numel)
             continue;
-        k_adamw_hparams h;
         k_adamw_hparams_for_step(&h, o->o.lr, o->o.beta1, o->o.beta2, o->o.eps,
                                  o->o.weight_decay, ++o->steps[i]);
-        rc = p->shard_numel ? d->adamw(p->shard, p->grad_shard, o->m[i], o->v[i],
-                                       p->shard_numel, &h) : 0;
-        if (rc)
-            return ck_err_set(err, rc, "AdamW step of '%s' on %s", p->name, d->name);
+        if (p->shard_numel)
+            o->t[nt++] = (k_adamw_tensor){p->shard, o->m[i], o->v[i], p->grad_shard,
+                                          p->shard_numel, h.step_size, h.bc2_sqrt};
     }
-    return 0;
+    /* Every shard in one call: one launch (a few) on CUDA ranks. */
+    rc = nt ? d->adamw(o->t, nt, &h) : 0;
+    return rc ? ck_err_set(err, rc, "AdamW step of %d tensors (rank %d) on %s", nt,
+                           o->world->rank, d->name)
+              : 0;
 }
 
 long sh_adamw_step_count(const sh_adamw *o) { return o->calls; }
@@ -146,6 +152,7 @@ void sh_adamw_free(sh_adamw *o)
     free(o->m);
     free(o->v);
     free(o->steps);
+    free(o->t);
     free(o->p);
     free(o);
 }

@@ -30,7 +30,7 @@ int main(int argc, char **argv)
     refused(w, sh_softmax_causal_bwd(w, a, a, 3, 2, 1.0f, &err), &err,
             "causal softmax backward");
     refused(w, sh_embed(w, a, tok, b, b, 2, 0, 2, &err), &err, "embedding");
-    refused(w, sh_embed_bwd(w, a, a, a, tok, -2, 1, 2, &err), &err, "embedding backward");
+    refused(w, sh_embed_bwd(w, a, a, a, tok, -2, 1, 2, 3, &err), &err, "embedding backward");
     refused(w, sh_bias_add(w, a, b, 3, -4, &err), &err, "bias");
     refused(w, sh_bias_grad(w, b, a, -3, 4, &err), &err, "bias gradient");
     refused(w, sh_cross_entropy(w, a, a, tok, 2, 0, 1.0f, &loss, &err), &err,

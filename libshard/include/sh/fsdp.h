@@ -75,10 +75,14 @@ int sh_set_modules_to_backward_prefetch(sh_module *m, sh_module *const *mods, in
 int sh_set_requires_gradient_sync(sh_module *m, bool sync, ck_err *err);
 
 /* Clips the sharded gradients under root to a global L2 norm of at most max_norm and
- * returns the norm before clipping. The norm sums squares over the shard dim only,
+ * returns the norm before clipping (the host waits for it; total_norm may be NULL). The norm sums squares over the shard dim only,
  * so HSDP's replicas are not counted twice. Scale: max_norm / (norm + 1e-6), at most
  * 1, as torch.nn.utils.clip_grad_norm_. */
 int sh_clip_grad_norm(sh_module *root, double max_norm, double *total_norm, ck_err *err);
+/* The same without the host: *sumsq (one double of the world device's memory) becomes
+ * the global sum of squares (the norm squared), and the factor is computed from it on
+ * the device. Nothing waits, so a step can keep the device fed. */
+int sh_clip_grad_norm_dev(sh_module *root, double max_norm, double *sumsq, ck_err *err);
 
 /* Drops every gradient under root (torch's zero_grad(set_to_none=True)). */
 int sh_zero_grad(sh_module *root, ck_err *err);
