@@ -14,14 +14,21 @@
 
 #include "ck/catalog.h"
 #include "format/owner.h"
+#include "io/rootfs.h"
 
 int kd_recover(kd_server *s, ck_err *err)
 {
-    char path[PATH_MAX + 16], what[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/.ckptd.%s.lock", s->root, s->o.id);
+    char rel[64 + 16], what[PATH_MAX + 64];
+    snprintf(rel, sizeof rel, ".ckptd.%s.lock", s->o.id);
     snprintf(what, sizeof what, "root %s is served by another ckptd with id %s", s->root,
              s->o.id);
-    int r = ck__lock_take(path, what, &s->lock_fd, err);
+    /* Beneath ROOT, never through a link (io/rootfs.h): a lock planted as a link is
+     * refused, naming it. */
+    int rootfd = ck__root_open(s->root, err);
+    if (rootfd < 0)
+        return rootfd;
+    int r = ck__lock_take(rootfd, s->root, rel, what, &s->lock_fd, err);
+    close(rootfd);
     if (r < 0)
         return r;
     size_t removed = 0;
