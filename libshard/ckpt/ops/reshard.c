@@ -400,7 +400,7 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
     /* The pool hashes, and runs the fills in parallel: reads of different blocks then
      * overlap each other and the writes. */
     if ((r = ck__hashpool_new(s->o->hash_threads, &pool)) < 0 ||
-        (r = ck_readers_open(ck_dir(s->src), &s->readers, err)) < 0) {
+        (r = ck_readers_open_ckpt(s->src, &s->readers, err)) < 0) {
         ck_err_set(err, r, "starting the copy workers: %s", strerror(-r));
         goto out;
     }
