@@ -370,13 +370,14 @@ static bool is_lock(const char *name)
 }
 
 /* Whether ROOT/name is a committed checkpoint: a directory (not a link) holding a
- * manifest that is a regular file. */
+ * manifest. A manifest that is a link or a FIFO still marks it committed, so that
+ * opening it reports the checkpoint as bad rather than hiding it. */
 static bool committed_at(int rootfd, const char *name)
 {
     char rel[CK_NAME_MAX + sizeof CK_MANIFEST + 1];
     struct stat st;
     snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST);
-    return ck__statat(rootfd, rel, &st) == 0 && S_ISREG(st.st_mode);
+    return ck__statat(rootfd, rel, &st) == 0;
 }
 
 /* Reads the names in the directory fd (taken over): push(name) for each that keep()
