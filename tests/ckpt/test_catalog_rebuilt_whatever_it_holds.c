@@ -117,6 +117,7 @@ static void damage(const char *root, const char *home, int kind)
 int main(void)
 {
     char base[PATH_MAX], root[PATH_MAX], home[PATH_MAX];
+    alarm(120);         /* a catalog that hangs its reader (a FIFO) fails here, soon */
     tl_tmpdir(base, sizeof base, "catbad");
     snprintf(root, sizeof root, "%s/root", base);
     snprintf(home, sizeof home, "%s/home", base);

@@ -10,11 +10,11 @@
 #     log; ckpt-inspect then lists the checkpoint.
 # The checkpoints read are never written (lib.sh's guards), and each command runs
 # under a timeout that counts as a hang.
+TOOL_TIMEOUT=${TOOL_TIMEOUT:-20}     # a hang is what some of these cases were
 . "$(dirname "$0")/../ckpt/bad/lib.sh"
 for v in CKPTD CKPT_CONSOLIDATE CKPT_RESHARD; do
     [ -x "${!v:-}" ] || skip "\$$v is not set (run through meson test)"
 done
-TOOL_TIMEOUT=${TOOL_TIMEOUT:-20}
 
 make_ckpt "$WORK/root" c
 rm "$WORK/root/c/rank-00001.dat"

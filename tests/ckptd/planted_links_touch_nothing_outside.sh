@@ -17,11 +17,11 @@
 #   start (recovery), serve a save each alone and one save shared by both (the member
 #   looks for the meeting among the planted ones), and a save of n1 through ckptd.
 #   What reads a planted thing refuses it naming it; what does not need it works.
+TOOL_TIMEOUT=${TOOL_TIMEOUT:-30}     # a hang is what some of these cases were
 . "$(dirname "$0")/../ckpt/bad/lib.sh"
 for v in CKPTD CKPT_CONSOLIDATE CKPT_RESHARD; do
     [ -x "${!v:-}" ] || skip "\$$v is not set (run through meson test)"
 done
-TOOL_TIMEOUT=${TOOL_TIMEOUT:-30}
 H=$WORK/home A=$WORK/a B=$WORK/b
 link_msg="a symbolic link \(links are never followed"
 
