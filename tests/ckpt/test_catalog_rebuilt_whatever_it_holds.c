@@ -33,8 +33,9 @@ static void bad_record(const char *root, const uint8_t head[4])
     MDB_val k = { .mv_size = 1, .mv_data = "c" }, v;
     REQUIRE(mdb_env_create(&env) == 0 && mdb_env_set_maxdbs(env, 4) == 0 &&
             mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOLOCK, 0644) == 0 &&
-            mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "checkpoints", 0, &dbi) == 0 &&
-            mdb_get(txn, dbi, &k, &v) == 0, "opening %s to damage it", path);
+            mdb_txn_begin(env, NULL, 0, &txn) == 0 &&
+            mdb_dbi_open(txn, "checkpoints", 0, &dbi) == 0 && mdb_get(txn, dbi, &k, &v) == 0,
+            "opening %s to damage it", path);
     uint8_t val[512];
     REQUIRE(v.mv_size <= sizeof val, "a record of %zu bytes", v.mv_size);
     memcpy(val, v.mv_data, v.mv_size);

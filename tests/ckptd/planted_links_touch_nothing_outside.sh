@@ -79,7 +79,8 @@ expect_exit 1 "$CKPT_INSPECT" "$B" c2
 expect_msg "$(re "$B")/c2/manifest\.mdb: $link_msg" "c2's manifest link"
 for deep in "" --deep; do
     expect_exit 1 "$CKPT_VERIFY" "$B" c1 $deep
-    expect_msg "$(re "$B")/c1/rank-00000\.dat: not a regular file \(a symbolic link" "c1's data link"
+    expect_msg "$(re "$B")/c1/rank-00000\.dat: not a regular file \(a symbolic link" \
+        "c1's data link"
 done
 expect_exit 1 "$CKPT_CONSOLIDATE" "$B" c1 -o "$WORK/out"
 expect_msg "$(re "$B")/c1/rank-00000\.dat: $link_msg" "c1's data link, at ckpt-consolidate"
@@ -94,7 +95,8 @@ expect_msg "$(re "$B")/catalog\.mdb-lock: $link_msg" "the catalog lock link, at 
 expect_exit 0 "$CKPT_VERIFY" "$B" e1 --deep
 expect_exit 1 "$CKPT_INSPECT" "$B" --rebuild-catalog
 expect_msg "kept aside as $(re "$B")/catalog\.mdb\.bad-" "the catalog link kept aside"
-expect_msg "catalog\.mdb-lock was a symbolic link, not a lock file: kept aside" "the lock link kept aside"
+expect_msg "catalog\.mdb-lock was a symbolic link, not a lock file: kept aside" \
+    "the lock link kept aside"
 expect_msg "skipping unreadable checkpoint: $(re "$B")/c2/manifest\.mdb" "c2 as unreadable"
 ln -s "$H/catalog.mdb" "$B/catalog.mdb.planted-again"
 mv "$B/catalog.mdb.planted-again" "$B/catalog.mdb"
@@ -114,7 +116,8 @@ for id in A B; do
     [ -S "$B/.s$id" ] || { cat "$WORK/d$id.log"; fail "ckptd $id never listened"; }
 done
 sed 's/^/  A| /' "$WORK/dA.log"
-grep -q "catalog is unreadable.*kept aside" "$WORK/dA.log" || fail "A's start did not rebuild the catalog"
+grep -q "catalog is unreadable.*kept aside" "$WORK/dA.log" ||
+    fail "A's start did not rebuild the catalog"
 grep -q "removed incomplete save $(re "$B")/\.pending/dead\.aaaaaaaaaaaa" "$WORK/dA.log" ||
     fail "A's recovery did not remove the dead save"
 grep -q "m1\.0123456789ab-meet alone: it is a symbolic link" "$WORK/dA.log" ||

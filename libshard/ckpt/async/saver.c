@@ -228,7 +228,8 @@ static void announce(ck__saver *sv, sv_ckpt *c)
     if (!c->meet[0])
         return;
     ck_err err = { 0 };
-    if (!c->heard && ck__meet_fail(sv->root, c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
+    if (!c->heard &&
+        ck__meet_fail(sv->root, c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
         logf_(sv, "checkpoint %s: telling the other daemons of the failure: %s", c->name,
               ck_err_msg(&err));
     grave *g = c->role == R_COORD ? calloc(1, sizeof *g) : NULL;

@@ -144,7 +144,8 @@ int ck__mdb_copy(int fd, const char *path, bool seal, int *mem, ck_err *err)
         close(m);
         return ck_err_set(err, r, "%s: copying it to memory: %s", path, strerror(-r));
     }
-    if (seal && fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+    if (seal && fcntl(m, F_ADD_SEALS, seals) < 0) {
         r = -errno;
         close(m);
         return ck_err_set(err, r, "%s: sealing its copy: %s", path, strerror(-r));

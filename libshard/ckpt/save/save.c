@@ -580,7 +580,8 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
     }
     ck__writer_stats ws = { .direct = true };
     if (r == 0) {
-        ck__writer_opts wo = { .engine = s->e, .dir = s->rootfd, .pool = s->pool, .no_hash = s->o.no_hash,
+        ck__writer_opts wo = { .engine = s->e, .dir = s->rootfd, .pool = s->pool,
+                              .no_hash = s->o.no_hash,
                               .fill_threadsafe = s->o.fill_threadsafe, .block_size = s->block,
                               .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
                               .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
