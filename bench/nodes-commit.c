@@ -95,7 +95,7 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
                 (r = ck__meet_parts_encode(&rec, &len, 1, NULL, 0, &file, &flen)) == 0) {
                 snprintf(fname, sizeof fname, "part.n%llu.0", (unsigned long long)k);
                 double t0 = tool_now();
-                r = ck__meet_put(meet, fname, file, flen, true, err);
+                r = ck__meet_put(root, meet, fname, file, flen, true, err);
                 put += tool_now() - t0;
             }
             free(rec);
@@ -111,7 +111,7 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
     }
     double t0 = tool_now();
     adopt_arg a = { .s = s, .err = err };
-    r = ck__meet_each(meet, "part.", adopt_file, &a, err);
+    r = ck__meet_each(root, meet, "part.", adopt_file, &a, err);
     double t1 = tool_now();
     ck_save_stats st;
     if (r == 0)
@@ -119,7 +119,7 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
     else
         ck__save_discard(s);
     double t2 = tool_now();
-    ck__meet_remove(meet);
+    ck__meet_remove(root, meet);
     *adopt = t1 - t0;
     *commit = t2 - t1;
     return r;

@@ -14,6 +14,7 @@
 
 #include "ck/catalog.h"
 #include "format/owner.h"
+#include "io/rootfs.h"
 
 int kd_recover(kd_server *s, ck_err *err)
 {

@@ -50,7 +50,10 @@ static int listen_on(kd_server *s, ck_err *err)
     mode_t old = umask(0177);
     int r = bind(fd, (struct sockaddr *)&a, sizeof a);
     umask(old);
-    if (r < 0 || chmod(s->o.socket, 0600) < 0 || listen(fd, 128) < 0) {
+    /* The umask made it 0600 already; the chmod only says so, and never follows a link
+     * planted in its place meanwhile. */
+    if (r < 0 || fchmodat(AT_FDCWD, s->o.socket, 0600, AT_SYMLINK_NOFOLLOW) < 0 ||
+        listen(fd, 128) < 0) {
         int e = errno;
         close(fd);
         return ck_err_set(err, -e, "listening on %s: %s", s->o.socket, strerror(e));

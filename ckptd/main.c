@@ -10,6 +10,7 @@
 #include "kd.h"
 
 #include "format/owner.h"
+#include "io/rootfs.h"
 #include "save/meet.h"
 #ifdef KD_TEST_HOOKS
 #include "test_engines.h"
@@ -206,20 +207,36 @@ static void detach(kd_server *s)
     }
 }
 
+/* The default log, ROOT/.ckptd.log, is opened beneath ROOT as every file there is (a
+ * log planted as a link or a FIFO is refused); a --log path is the user's own. */
+static FILE *open_log(const char *root)
+{
+    int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = rootfd < 0 ? -errno
+                        : ck__openat_reg(rootfd, ".ckptd.log", O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (rootfd >= 0)
+        close(rootfd);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!f) {
+        fprintf(stderr, "ckptd: %s/.ckptd.log: %s\n", root, ck__why(fd >= 0 ? -errno : fd));
+        if (fd >= 0)
+            close(fd);
+    }
+    return f;
+}
+
 int main(int argc, char **argv)
 {
     kd_server s = { 0 };
     if (parse(argc, argv, &s.o) < 0)
         return 2;
-    char deflog[PATH_MAX];
     const char *log = s.o.log;
-    if (!log && !s.o.foreground && snprintf(deflog, sizeof deflog, "%s/.ckptd.log", s.o.root) <
-        (int)sizeof deflog)
-        log = deflog;
     if (log && !(s.log = fopen(log, "ae"))) {
         fprintf(stderr, "ckptd: --log %s: %s\n", log, strerror(errno));
         return 2;
     }
+    if (!log && !s.o.foreground && !(s.log = open_log(s.o.root)))
+        return 2;
     ck_err err = { 0 };
     int r = kd_server_start(&s, &err);
     /* Threads do not survive fork: detach first, then start the engine. */

@@ -99,6 +99,7 @@ static int list_root(const char *root, bool json)
         memset(&sc, 0, sizeof sc);
     if (r < 0) {
         tool_error(prog, "%s", ck_err_msg(&err));
+        free(ents);     /* the scan may refuse a root whose catalog listed (a .pending link) */
         return tool_exit_code(r) == EXIT_BAD ? EXIT_BAD : EXIT_USAGE;
     }
     json_t *jl = json ? json_array() : NULL, *jp = json ? json_array() : NULL;

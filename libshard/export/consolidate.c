@@ -296,7 +296,7 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         goto out;
     /* Blocks are filled on a worker pool, so reads of different blocks overlap. */
     if ((r = ck__hashpool_new(0, &pool)) < 0 ||
-        (r = ck_readers_open(ck_dir(ck), &c.readers, err)) < 0) {
+        (r = ck_readers_open_ckpt(ck, &c.readers, err)) < 0) {
         ck_err_set(err, r, "consolidate: starting workers: %s", strerror(-r));
         goto out;
     }

@@ -28,15 +28,15 @@ static struct {
 
 #define IN gate.inner->ops
 
-static int g_open(ck_engine *e, const char *p, int f, unsigned m) { return IN->open(gate.inner, p, f, m); }
+static int g_open(ck_engine *e, int d, const char *p, int f, unsigned m) { return IN->open(gate.inner, d, p, f, m); }
 static int g_close(ck_engine *e, int fd) { return IN->close(gate.inner, fd); }
 static int g_fallocate(ck_engine *e, int fd, uint64_t l) { return IN->fallocate(gate.inner, fd, l); }
 static int g_fsync(ck_engine *e, int fd) { return IN->fsync(gate.inner, fd); }
-static int g_mkdir(ck_engine *e, const char *p, unsigned m) { return IN->mkdir(gate.inner, p, m); }
-static int g_rename(ck_engine *e, const char *a, const char *b) { return IN->rename(gate.inner, a, b); }
-static int g_unlink(ck_engine *e, const char *p) { return IN->unlink(gate.inner, p); }
-static int g_rmdir(ck_engine *e, const char *p) { return IN->rmdir(gate.inner, p); }
-static int g_link(ck_engine *e, const char *a, const char *b) { return IN->link(gate.inner, a, b); }
+static int g_mkdir(ck_engine *e, int d, const char *p, unsigned m) { return IN->mkdir(gate.inner, d, p, m); }
+static int g_rename(ck_engine *e, int d, const char *a, const char *b) { return IN->rename(gate.inner, d, a, b); }
+static int g_unlink(ck_engine *e, int d, const char *p) { return IN->unlink(gate.inner, d, p); }
+static int g_rmdir(ck_engine *e, int d, const char *p) { return IN->rmdir(gate.inner, d, p); }
+static int g_link(ck_engine *e, int da, const char *a, int d, const char *b) { return IN->link(gate.inner, da, a, d, b); }
 static int g_step(ck_engine *e, const char *w) { return IN->step(gate.inner, w); }
 static int g_ioq_open(ck_engine *e, unsigned d, const struct iovec *b, unsigned n, ck_ioq **q)
 {

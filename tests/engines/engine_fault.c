@@ -84,10 +84,10 @@ static enum verdict judge(fault_engine *fe, bool is_write, uint32_t write_len, b
             return err_;                                             \
     } while (0)
 
-static int f_open(ck_engine *e, const char *path, int flags, unsigned mode)
+static int f_open(ck_engine *e, int dir, const char *path, int flags, unsigned mode)
 {
     GUARD(e);
-    return FE(e)->inner->ops->open(FE(e)->inner, path, flags, mode);
+    return FE(e)->inner->ops->open(FE(e)->inner, dir, path, flags, mode);
 }
 
 static int f_close(ck_engine *e, int fd)
@@ -115,34 +115,34 @@ static int f_fsync(ck_engine *e, int fd)
     return FE(e)->inner->ops->fsync(FE(e)->inner, fd);
 }
 
-static int f_mkdir(ck_engine *e, const char *path, unsigned mode)
+static int f_mkdir(ck_engine *e, int dir, const char *path, unsigned mode)
 {
     GUARD(e);
-    return FE(e)->inner->ops->mkdir(FE(e)->inner, path, mode);
+    return FE(e)->inner->ops->mkdir(FE(e)->inner, dir, path, mode);
 }
 
-static int f_rename(ck_engine *e, const char *from, const char *to)
+static int f_rename(ck_engine *e, int dir, const char *from, const char *to)
 {
     GUARD(e);
-    return FE(e)->inner->ops->rename(FE(e)->inner, from, to);
+    return FE(e)->inner->ops->rename(FE(e)->inner, dir, from, to);
 }
 
-static int f_unlink(ck_engine *e, const char *path)
+static int f_unlink(ck_engine *e, int dir, const char *path)
 {
     GUARD(e);
-    return FE(e)->inner->ops->unlink(FE(e)->inner, path);
+    return FE(e)->inner->ops->unlink(FE(e)->inner, dir, path);
 }
 
-static int f_rmdir(ck_engine *e, const char *path)
+static int f_rmdir(ck_engine *e, int dir, const char *path)
 {
     GUARD(e);
-    return FE(e)->inner->ops->rmdir(FE(e)->inner, path);
+    return FE(e)->inner->ops->rmdir(FE(e)->inner, dir, path);
 }
 
-static int f_link(ck_engine *e, const char *from, const char *to)
+static int f_link(ck_engine *e, int fromdir, const char *from, int dir, const char *to)
 {
     GUARD(e);
-    return FE(e)->inner->ops->link(FE(e)->inner, from, to);
+    return FE(e)->inner->ops->link(FE(e)->inner, fromdir, from, dir, to);
 }
 
 static int f_step(ck_engine *e, const char *what)

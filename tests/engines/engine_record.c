@@ -4,8 +4,9 @@
  *
  * What is recorded: creates (an open with O_CREAT), mkdir, rename, unlink, rmdir,
  * link, fallocate, every data write with its bytes, and every fsync (of a file or a
- * directory, directly or on a queue), each with the path it was made on; steps with
- * their name. Reads, opens of existing files and closes change nothing on disk and
+ * directory, directly or on a queue), each with the path it was made on (a directory
+ * descriptor's path, as it was opened through the engine, joined with the path beneath
+ * it); steps with their name. Reads, opens of existing files and closes change nothing on disk and
  * are not recorded. Failed operations are not recorded.
  *
  * A file written by other code (LMDB writes the manifest with its own calls, then the
@@ -82,6 +83,15 @@ static const char *fd_path(rec_engine *re, int fd)
     return "?";
 }
 
+/* The path of (dir, path): dir as it was opened through the engine. */
+static void join(rec_engine *re, int dir, const char *path, char *out, size_t len)
+{
+    if (dir == AT_FDCWD)
+        snprintf(out, len, "%s", path);
+    else
+        snprintf(out, len, "%s/%s", fd_path(re, dir), path);
+}
+
 static bool known(rec_engine *re, const char *path)
 {
     for (size_t i = 0; i < re->nknown; i++)
@@ -137,15 +147,17 @@ static void adopt(rec_engine *re, const char *path)
         close(fd);
 }
 
-static int r_open(ck_engine *e, const char *path, int flags, unsigned mode)
+static int r_open(ck_engine *e, int dir, const char *rel, int flags, unsigned mode)
 {
     rec_engine *re = RE(e);
+    char path[PATH_MAX];
     pthread_mutex_lock(&re->mu);
+    join(re, dir, rel, path, sizeof path);
     if (!(flags & O_CREAT))
         adopt(re, path);
     struct stat st;
     bool existed = stat(path, &st) == 0;
-    int fd = re->inner->ops->open(re->inner, path, flags, mode);
+    int fd = re->inner->ops->open(re->inner, dir, rel, flags, mode);
     if (fd >= 0) {
         char *p = strdup(path);
         if (!p || ck__grow(&re->fds, &re->capfds, re->nfds + 1, sizeof *re->fds) < 0) {
@@ -191,6 +203,16 @@ static int r_close(ck_engine *e, int fd)
         return r_;                                                       \
     } while (0)
 
+/* The same for an operation on (dir, rel), recorded with its joined path. */
+#define AT_OP(e, kind, dir, rel, call)                                   \
+    do {                                                                 \
+        char p_[PATH_MAX];                                               \
+        pthread_mutex_lock(&RE(e)->mu);                                  \
+        join(RE(e), (dir), (rel), p_, sizeof p_);                        \
+        pthread_mutex_unlock(&RE(e)->mu);                                \
+        PATH_OP(e, kind, p_, NULL, call);                                \
+    } while (0)
+
 static int r_fallocate(ck_engine *e, int fd, uint64_t len)
 {
     rec_engine *re = RE(e);
@@ -207,11 +229,13 @@ static int r_fsync(ck_engine *e, int fd)
     PATH_OP(e, CK_REC_FSYNC, fd_path(re_, fd), NULL, re_->inner->ops->fsync(re_->inner, fd));
 }
 
-static int r_mkdir(ck_engine *e, const char *path, unsigned mode)
+static int r_mkdir(ck_engine *e, int dir, const char *rel, unsigned mode)
 {
     rec_engine *re = RE(e);
+    char path[PATH_MAX];
     pthread_mutex_lock(&re->mu);
-    int r = re->inner->ops->mkdir(re->inner, path, mode);
+    join(re, dir, rel, path, sizeof path);
+    int r = re->inner->ops->mkdir(re->inner, dir, rel, mode);
     if (r >= 0) {
         add(re, CK_REC_MKDIR, path, NULL, 0, 0, NULL);
         remember(re, path);
@@ -240,12 +264,15 @@ static void move_known(rec_engine *re, const char *from, const char *to)
     }
 }
 
-static int r_rename(ck_engine *e, const char *from, const char *to)
+static int r_rename(ck_engine *e, int dir, const char *from_rel, const char *to_rel)
 {
     rec_engine *re = RE(e);
+    char from[PATH_MAX], to[PATH_MAX];
     pthread_mutex_lock(&re->mu);
+    join(re, dir, from_rel, from, sizeof from);
+    join(re, dir, to_rel, to, sizeof to);
     adopt(re, from);         /* what other code wrote into it, before it moves */
-    int r = re->inner->ops->rename(re->inner, from, to);
+    int r = re->inner->ops->rename(re->inner, dir, from_rel, to_rel);
     if (r >= 0) {
         add(re, CK_REC_RENAME, from, to, 0, 0, NULL);
         move_known(re, from, to);
@@ -254,19 +281,25 @@ static int r_rename(ck_engine *e, const char *from, const char *to)
     return r;
 }
 
-static int r_unlink(ck_engine *e, const char *path)
+static int r_unlink(ck_engine *e, int dir, const char *rel)
 {
-    PATH_OP(e, CK_REC_UNLINK, path, NULL, re_->inner->ops->unlink(re_->inner, path));
+    AT_OP(e, CK_REC_UNLINK, dir, rel, re_->inner->ops->unlink(re_->inner, dir, rel));
 }
 
-static int r_rmdir(ck_engine *e, const char *path)
+static int r_rmdir(ck_engine *e, int dir, const char *rel)
 {
-    PATH_OP(e, CK_REC_RMDIR, path, NULL, re_->inner->ops->rmdir(re_->inner, path));
+    AT_OP(e, CK_REC_RMDIR, dir, rel, re_->inner->ops->rmdir(re_->inner, dir, rel));
 }
 
-static int r_link(ck_engine *e, const char *from, const char *to)
+static int r_link(ck_engine *e, int fromdir, const char *from_rel, int dir, const char *to_rel)
 {
-    PATH_OP(e, CK_REC_LINK, from, to, re_->inner->ops->link(re_->inner, from, to));
+    char from[PATH_MAX], to[PATH_MAX];
+    pthread_mutex_lock(&RE(e)->mu);
+    join(RE(e), fromdir, from_rel, from, sizeof from);
+    join(RE(e), dir, to_rel, to, sizeof to);
+    pthread_mutex_unlock(&RE(e)->mu);
+    PATH_OP(e, CK_REC_LINK, from, to,
+            re_->inner->ops->link(re_->inner, fromdir, from_rel, dir, to_rel));
 }
 
 static int r_step(ck_engine *e, const char *what)

@@ -228,7 +228,8 @@ static void announce(ck__saver *sv, sv_ckpt *c)
     if (!c->meet[0])
         return;
     ck_err err = { 0 };
-    if (!c->heard && ck__meet_fail(c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
+    if (!c->heard &&
+        ck__meet_fail(sv->root, c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
         logf_(sv, "checkpoint %s: telling the other daemons of the failure: %s", c->name,
               ck_err_msg(&err));
     grave *g = c->role == R_COORD ? calloc(1, sizeof *g) : NULL;
@@ -364,7 +365,7 @@ static void run_commit(ck__saver *sv, sv_ckpt *c)
         emit(sv, CK_SAVER_COMMITTED, c, 0);
         /* The members know the commit by ROOT/NAME, not by the meeting. */
         if (c->meet[0])
-            ck__meet_remove(c->meet);
+            ck__meet_remove(sv->root, c->meet);
         unlink_ckpt(sv, c);
         ckpt_free_parts(c, true);
         return;
@@ -513,9 +514,8 @@ static int on_parts(void *arg, const char *file, const uint8_t *buf, size_t len)
     if (r < 0)
         return ck_err_set(&x->err, r, "the parts of daemon %s (%s): %s", x->from, file,
                           ck_err_msg(&x->err));
-    char path[PATH_MAX + 256];
-    snprintf(path, sizeof path, "%s/%s", x->c->meet, file);
-    unlink(path);       /* adopted: the hashes are in memory, bound for the manifest */
+    /* adopted: the hashes are in memory, bound for the manifest */
+    ck__meet_drop(x->sv->root, x->c->meet, file);
     return 0;
 }
 
@@ -550,11 +550,11 @@ static void peers_of(const sv_ckpt *c, char *out, size_t cap)
 static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
 {
     scan x = { .sv = sv, .c = c };
-    int r = ck__meet_each(c->meet, "join.", on_join, &x, &x.err);
+    int r = ck__meet_each(sv->root, c->meet, "join.", on_join, &x, &x.err);
     if (r == 0)
-        r = ck__meet_each(c->meet, "failed.", on_failed, &x, &x.err);
+        r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
     if (r == 0)
-        r = ck__meet_each(c->meet, "part.", on_parts, &x, &x.err);
+        r = ck__meet_each(sv->root, c->meet, "part.", on_parts, &x, &x.err);
     char msg[CK_ERR_MSG_MAX + 512], miss[256], who[256];
     if (r != 0) {
         snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&x.err));
@@ -644,7 +644,7 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
             r = ck_err_set(&err, -ENOMEM, "out of memory");
     }
     if (r >= 0)
-        r = ck__meet_join(c->meet, sv->o.node_id, sv->o.instance, &err);
+        r = ck__meet_join(sv->root, c->meet, sv->o.node_id, sv->o.instance, &err);
     if (r >= 0)
         r = resolve(sv, c, &err);
     if (r < 0) {
@@ -698,7 +698,7 @@ static void put_records(ck__saver *sv, sv_ckpt *c)
     c->writes++;
     pthread_mutex_unlock(&sv->mu);
     if (r == 0)
-        r = ck__meet_put(c->meet, name, file, len, true, &err);
+        r = ck__meet_put(sv->root, c->meet, name, file, len, true, &err);
     else
         ck_err_set(&err, r, "out of memory");
     pthread_mutex_lock(&sv->mu);
@@ -739,7 +739,7 @@ static int heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     scan x = { .sv = sv, .c = c };
     struct stat st;
-    int r = ck__meet_each(c->meet, "failed.", on_failed, &x, &x.err);
+    int r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
     if (r < 0 && stat(c->meet, &st) < 0 && !committed_as(sv, c))
         r = ck_err_set(&x.err, -ECANCELED, "daemon %s gave it up (its meeting %s is gone)",
                        c->npeers ? c->peers[0].id : "?", c->meet);
@@ -829,7 +829,7 @@ static void *meet_thread(void *arg)
                 continue;
             }
             *gp = g->next;
-            ck__meet_remove(g->dir);
+            ck__meet_remove(sv->root, g->dir);
             free(g);
         }
         struct timespec ts;
@@ -947,7 +947,7 @@ void ck__saver_free(ck__saver *sv)
     while (sv->graves) {
         grave *g = sv->graves;
         sv->graves = g->next;
-        ck__meet_remove(g->dir);
+        ck__meet_remove(sv->root, g->dir);
         free(g);
     }
     while (sv->list) {
@@ -1183,7 +1183,7 @@ out:
         if (c->role == R_COORD) {
             ck__save_discard(c->s);
             if (c->meet[0])
-                ck__meet_remove(c->meet);
+                ck__meet_remove(sv->root, c->meet);
         } else {
             ck_save_abort(c->s);
         }

@@ -1,11 +1,13 @@
 /* manifest.c - writes a checkpoint's manifest (the LMDB schema of docs/FORMAT.md). */
 #include "format/manifest.h"
 #include "model/grow.h"
+#include "io/rootfs.h"
 
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,41 +69,93 @@ static uint64_t rd_le(const uint8_t *p, int n)
     return v;
 }
 
-int ck__mdb_precheck(const char *path, ck_err *err)
+int ck__mdb_precheck(int fd, const char *path, ck_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
     uint8_t meta[2][META_END];
-    int r = 0;
-    if (fstat(fd, &st) < 0) {
-        r = ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
-        goto out;
-    }
+    if (fstat(fd, &st) < 0)
+        return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
     if (st.st_size < 2 * 512 || pread(fd, meta[0], META_END, 0) != META_END ||
-        rd_le(meta[0] + META_MAGIC, 4) != 0xBEEFC0DEu) {
-        r = ck_err_set(err, -EBADMSG, "%s: not an LMDB file (%lld bytes, no LMDB meta page)",
-                       path, (long long)st.st_size);
-        goto out;
-    }
+        rd_le(meta[0] + META_MAGIC, 4) != 0xBEEFC0DEu)
+        return ck_err_set(err, -EBADMSG, "%s: not an LMDB file (%lld bytes, no LMDB meta page)",
+                          path, (long long)st.st_size);
     uint64_t psize = rd_le(meta[0] + META_PSIZE, 4);
     if (psize < 512 || psize > 65536 || (psize & (psize - 1)) ||
-        (uint64_t)st.st_size < 2 * psize || pread(fd, meta[1], META_END, (off_t)psize) != META_END) {
-        r = ck_err_set(err, -EBADMSG, "%s: truncated or corrupt LMDB file (page size %llu, "
-                       "%lld bytes)", path, (unsigned long long)psize, (long long)st.st_size);
-        goto out;
-    }
+        (uint64_t)st.st_size < 2 * psize || pread(fd, meta[1], META_END, (off_t)psize) != META_END)
+        return ck_err_set(err, -EBADMSG, "%s: truncated or corrupt LMDB file (page size %llu, "
+                          "%lld bytes)", path, (unsigned long long)psize, (long long)st.st_size);
     /* The newest meta page names the last page in use: all of it must be there. */
     int m = rd_le(meta[1] + META_TXNID, 8) > rd_le(meta[0] + META_TXNID, 8) ? 1 : 0;
     uint64_t last = rd_le(meta[m] + META_LAST_PG, 8);
     if (last > (uint64_t)st.st_size / psize || (last + 1) * psize > (uint64_t)st.st_size)
-        r = ck_err_set(err, -EBADMSG, "%s: truncated: its meta page uses %llu pages of %llu "
-                       "bytes, the file has %lld bytes", path, (unsigned long long)(last + 1),
-                       (unsigned long long)psize, (long long)st.st_size);
-out:
-    close(fd);
-    return r;
+        return ck_err_set(err, -EBADMSG, "%s: truncated: its meta page uses %llu pages of %llu "
+                          "bytes, the file has %lld bytes", path, (unsigned long long)(last + 1),
+                          (unsigned long long)psize, (long long)st.st_size);
+    return 0;
+}
+
+/* Reads fd into the memory map p of len bytes: the bytes read (fewer when the file
+ * shrank meanwhile: a short read, never a fault), or -errno. */
+static ssize_t read_into(int fd, uint8_t *p, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, p + done, len - done, (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+int ck__mdb_copy(int fd, const char *path, bool seal, int *mem, ck_err *err)
+{
+    *mem = -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    if (st.st_size < 0 || (uint64_t)st.st_size > SIZE_MAX / 2)
+        return ck_err_set(err, -EFBIG, "%s: %lld bytes", path, (long long)st.st_size);
+    int m = memfd_create("ck-lmdb", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (m < 0)
+        return ck_err_set(err, -errno, "%s: a private copy: memfd_create: %s", path,
+                          strerror(errno));
+    size_t len = (size_t)st.st_size;
+    ssize_t got = 0;
+    int r = ftruncate(m, (off_t)len) < 0 ? -errno : 0;
+    if (r == 0 && len) {
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+        if (p == MAP_FAILED) {
+            r = -errno;
+        } else {
+            got = read_into(fd, p, len);
+            munmap(p, len);
+            if (got < 0)
+                r = (int)got;
+            else if ((size_t)got < len && ftruncate(m, got) < 0)
+                r = -errno;
+        }
+    }
+    if (r < 0) {
+        close(m);
+        return ck_err_set(err, r, "%s: copying it to memory: %s", path, strerror(-r));
+    }
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+    if (seal && fcntl(m, F_ADD_SEALS, seals) < 0) {
+        r = -errno;
+        close(m);
+        return ck_err_set(err, r, "%s: sealing its copy: %s", path, strerror(-r));
+    }
+    if (got > 0 && (r = ck__mdb_precheck(m, path, err)) < 0) {
+        close(m);
+        return r;
+    }
+    *mem = m;
+    return 0;
 }
 
 int ck__blob_append(ck__blob_rec **blobs, uint32_t *n, size_t *cap, const char *name,
@@ -298,13 +352,42 @@ static size_t map_size(const ck__manifest *m)
     return (size_t)(bytes * 4 + (64u << 20));
 }
 
-int ck__manifest_write(ck_engine *e, const char *path, const ck__manifest *m, ck_err *err)
+/* The manifest is created here, exclusive and never through a link, and LMDB writes
+ * into that very file through /proc/self/fd (it opens by path only). Not through the
+ * engine: LMDB's writes are its own, as before; the engine fsyncs it. */
+static int manifest_create(int dir, const char *rel, const char *path, char *mpath,
+                           struct stat *st, ck_err *err)
+{
+    int fd = ck__openat(dir, rel, O_RDWR | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return ck_err_set(err, fd, "%s: %s", path,
+                          fd == -EEXIST ? "something is there already (the save made no "
+                                          "manifest yet): refusing to write through it"
+                                        : ck__why(fd));
+    int r = ck__fd_path(fd, mpath, err);
+    if (r == 0 && fstat(fd, st) < 0)
+        r = ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    if (r < 0) {
+        close(fd);
+        ck__unlinkat(dir, rel, 0);
+        return r;
+    }
+    return fd;
+}
+
+int ck__manifest_write(ck_engine *e, int dir, const char *rel, const char *path,
+                       const ck__manifest *m, ck_err *err)
 {
     static const char *const names[] = { CK_DB_META, CK_DB_TENSORS, CK_DB_SHARDS,
                                          CK_DB_FILES, CK_DB_HASHES, CK_DB_BLOBS };
     int r = e->ops->step(e, "manifest");
     if (r < 0)
         return ck_err_set(err, r, "%s: writing the manifest: %s", path, strerror(-r));
+    char mpath[CK_FD_PATH_MAX];
+    struct stat made;
+    int fd = manifest_create(dir, rel, path, mpath, &made, err);
+    if (fd < 0)
+        return fd;
     MDB_env *env = NULL;
     mwriter mw = { .path = path, .err = err };
     int rc = mdb_env_create(&env);
@@ -315,7 +398,7 @@ int ck__manifest_write(ck_engine *e, const char *path, const ck__manifest *m, ck
     /* NOLOCK: one writer and no readers until the rename publishes it; NOSYNC: the
      * fsync below, through the engine, is the durability point. */
     if (rc == MDB_SUCCESS)
-        rc = mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
+        rc = mdb_env_open(env, mpath, MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
     if (rc == MDB_SUCCESS)
         rc = mdb_txn_begin(env, NULL, 0, &mw.txn);
     if (rc != MDB_SUCCESS) {
@@ -342,11 +425,25 @@ out:
         mdb_txn_abort(mw.txn);
     if (env)
         mdb_env_close(env);
+    close(fd);
     ck__wbuf_free(&mw.val);
     if (r == 0) {
-        r = ck_engine_fsync_path(e, path);
+        /* Reopened by name through the engine (which records what LMDB wrote): it must
+         * still be the file made above. */
+        int f = e->ops->open(e, dir, rel, O_RDONLY, 0);
+        struct stat now;
+        r = f < 0 ? f : fstat(f, &now) < 0 ? -errno : 0;
+        if (r == 0 && (now.st_dev != made.st_dev || now.st_ino != made.st_ino))
+            r = -ESTALE;
+        if (r == 0)
+            r = e->ops->fsync(e, f);
+        if (f >= 0) {
+            int c = e->ops->close(e, f);
+            r = r < 0 ? r : c;
+        }
         if (r < 0)
-            ck_err_set(err, r, "%s: fsync: %s", path, strerror(-r));
+            ck_err_set(err, r, "%s: fsync: %s", path,
+                       r == -ESTALE ? "it was replaced while it was written" : ck__why(r));
     }
     return r;
 }

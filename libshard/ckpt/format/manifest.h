@@ -41,19 +41,28 @@ typedef struct ck__manifest {
     const ck__blob_rec *blobs;
 } ck__manifest;
 
-/* Writes the manifest at path (a new file) in one transaction, then fsyncs it through
- * the engine. */
-int ck__manifest_write(ck_engine *e, const char *path, const ck__manifest *m, ck_err *err);
+/* Writes the manifest at rel beneath dir (a new file, never a link: anything already
+ * there is refused; path names it in messages) in one transaction, then fsyncs it
+ * through the engine. */
+int ck__manifest_write(ck_engine *e, int dir, const char *rel, const char *path,
+                       const ck__manifest *m, ck_err *err);
 
 /* Record header: the format version every value starts with. */
 void ck__put_version(ck__wbuf *w);
 /* Checks a value's version; what names the record in the error. */
 int ck__get_version(ck__rbuf *r, const char *file, const char *what, ck_err *err);
 
-/* LMDB maps the file and trusts its meta page: a manifest cut short would fault
- * (SIGBUS) on the first access past its end. This checks, before LMDB opens path,
- * that it is at least as long as its newest meta page says. -EBADMSG otherwise. */
-int ck__mdb_precheck(const char *path, ck_err *err);
+/* LMDB maps the file and trusts its meta page: a file cut short would fault (SIGBUS)
+ * on the first access past its end, and one cut short by someone else while it is
+ * mapped faults too. So an LMDB file is never mapped where it lies: ck__mdb_copy
+ * copies the regular file open as fd into memory of this process (a memfd, *mem;
+ * sealed against any change when seal) and checks the copy with ck__mdb_precheck;
+ * LMDB then maps the copy (ck__fd_path). path names the file in messages. The copy
+ * of an empty file is empty, and not checked. */
+int ck__mdb_copy(int fd, const char *path, bool seal, int *mem, ck_err *err);
+/* That the LMDB file open as fd is at least as long as its newest meta page says.
+ * -EBADMSG otherwise. */
+int ck__mdb_precheck(int fd, const char *path, ck_err *err);
 
 /* Maps an LMDB return code to an errno-style one: corruption is -EBADMSG. */
 int ck__mdb_err(int rc);

@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/owner.h"
+#include "io/rootfs.h"
 
 static bool is_file(const char *a, const char *b)
 {
@@ -31,23 +33,27 @@ static bool is_dir(const char *a, const char *b)
            stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static bool committed(const char *root, const char *name)
+/* Whether ROOT/NAME is a checkpoint: a directory holding a regular manifest, both
+ * reached beneath the root, never through a link. */
+static bool committed(int rootfd, const char *name)
 {
-    char path[PATH_MAX];
-    return snprintf(path, sizeof path, "%s/%s", root, name) < (int)sizeof path &&
-           is_file(path, CK_MANIFEST);
+    char rel[PATH_MAX];
+    struct stat st;
+    return snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST) < (int)sizeof rel &&
+           ck__statat(rootfd, rel, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Whether .pending holds an entry of a save of name (NAME.TOKEN, the token without a
  * dot; the lock file NAME.lock is no save). */
-static bool has_debris(const char *root, const char *name)
+static bool has_debris(int rootfd, const char *name)
 {
-    char dir[PATH_MAX];
-    if (snprintf(dir, sizeof dir, "%s/%s", root, CK_PENDING) >= (int)sizeof dir)
+    int fd = ck__openat(rootfd, CK_PENDING, O_RDONLY | O_DIRECTORY, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
         return false;
-    DIR *d = opendir(dir);
-    if (!d)
-        return false;
+    }
     size_t n = strlen(name);
     bool found = false;
     struct dirent *de;
@@ -65,19 +71,24 @@ int ck_name_probe(const char *root, const char *name, char *who, size_t len, ck_
         return r;
     if (len)
         who[0] = '\0';
-    if (committed(root, name))
-        return CK_NAME_COMMITTED;
+    int rootfd = ck__root_open(root, err);
+    if (rootfd < 0)
+        return rootfd;
     char lock[PATH_MAX];
-    if ((r = ck__save_lock_path(root, name, lock, err)) < 0)
-        return r;
-    if ((r = ck__lock_held(lock, who, len)) < 0)
-        return ck_err_set(err, r, "%s: %s", lock, strerror(-r));
+    if (committed(rootfd, name))
+        r = CK_NAME_COMMITTED;
+    else if ((r = ck__save_lock_rel(name, lock, err)) == 0 &&
+             (r = ck__lock_held(rootfd, lock, who, len)) < 0)
+        ck_err_set(err, r, "%s/%s: %s", root, lock, ck__why(r));
     /* Its owner drops the lock after the commit rename: committed meanwhile? */
-    if (r == 0 && committed(root, name))
-        return CK_NAME_COMMITTED;
-    if (r == 1)
-        return CK_NAME_BUSY;
-    return has_debris(root, name) ? CK_NAME_DEBRIS : CK_NAME_FREE;
+    else if (r == 0 && committed(rootfd, name))
+        r = CK_NAME_COMMITTED;
+    else if (r == 1)
+        r = CK_NAME_BUSY;
+    else if (r == 0)
+        r = has_debris(rootfd, name) ? CK_NAME_DEBRIS : CK_NAME_FREE;
+    close(rootfd);
+    return r;
 }
 
 ck_path_kind ck_path_kind_of(const char *path)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ck/ckpt.h"
+#include "io/rootfs.h"
 
 static void read_holder(int fd, char *who, size_t len)
 {
@@ -32,24 +33,25 @@ void ck__lock_note_pid(int fd)
         (void)ftruncate(fd, 0);   /* a holder without a name is still a holder */
 }
 
-/* Whether path still names the file open as fd: a lock taken on a file that its last
+/* Whether rel still names the file open as fd: a lock taken on a file that its last
  * holder unlinked meanwhile guards nothing. */
-static bool still_named(const char *path, int fd)
+static bool still_named(int dir, const char *rel, int fd)
 {
     struct stat a, b;
-    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+    return fstat(fd, &a) == 0 && ck__statat(dir, rel, &b) == 0 && a.st_dev == b.st_dev &&
            a.st_ino == b.st_ino;
 }
 
-int ck__lock_take(const char *path, const char *what, int *fd, ck_err *err)
+int ck__lock_take(int dir, const char *root, const char *rel, const char *what, int *fd,
+                  ck_err *err)
 {
     *fd = -1;
     for (int tries = 0; tries < 64; tries++) {
-        int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        int f = ck__openat_reg(dir, rel, O_RDWR | O_CREAT, 0644);
         if (f < 0)
-            return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+            return ck_err_set(err, f, "%s/%s: %s; refusing it as a lock", root, rel, ck__why(f));
         int r = flock(f, LOCK_EX | LOCK_NB) < 0 ? -errno : 0;
-        if (still_named(path, f)) {
+        if (still_named(dir, rel, f)) {
             if (r == 0) {
                 ck__lock_note_pid(f);
                 *fd = f;
@@ -59,31 +61,32 @@ int ck__lock_take(const char *path, const char *what, int *fd, ck_err *err)
                 char who[256];
                 read_holder(f, who, sizeof who);
                 close(f);
-                return ck_err_set(err, -EBUSY, "%s (held by %s, lock %s)", what, who, path);
+                return ck_err_set(err, -EBUSY, "%s (held by %s, lock %s/%s)", what, who, root,
+                                  rel);
             }
             close(f);
-            return ck_err_set(err, r, "%s: flock: %s", path, strerror(-r));
+            return ck_err_set(err, r, "%s/%s: flock: %s", root, rel, strerror(-r));
         }
         close(f);   /* its holder dropped it between our open and flock: take the new one */
     }
-    return ck_err_set(err, -EAGAIN, "%s: the lock file keeps being replaced", path);
+    return ck_err_set(err, -EAGAIN, "%s/%s: the lock file keeps being replaced", root, rel);
 }
 
-void ck__lock_drop(const char *path, int *fd)
+void ck__lock_drop(int dir, const char *rel, int *fd)
 {
     if (*fd < 0)
         return;
-    unlink(path);
+    ck__unlinkat(dir, rel, 0);
     close(*fd);
     *fd = -1;
 }
 
-int ck__lock_probe(const char *path, int *fd, char *who, size_t len)
+int ck__lock_probe(int dir, const char *rel, int *fd, char *who, size_t len)
 {
     *fd = -1;
-    int f = open(path, O_RDWR | O_CLOEXEC);
+    int f = ck__openat_reg(dir, rel, O_RDWR, 0);
     if (f < 0)
-        return errno == ENOENT ? 1 : -errno;
+        return f == -ENOENT ? 1 : f;
     if (flock(f, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
         if (e == EWOULDBLOCK)
@@ -95,11 +98,11 @@ int ck__lock_probe(const char *path, int *fd, char *who, size_t len)
     return 1;
 }
 
-int ck__lock_held(const char *path, char *who, size_t len)
+int ck__lock_held(int dir, const char *rel, char *who, size_t len)
 {
-    int f = open(path, O_RDONLY | O_CLOEXEC);
+    int f = ck__openat_reg(dir, rel, O_RDONLY, 0);
     if (f < 0)
-        return errno == ENOENT ? 0 : -errno;
+        return f == -ENOENT ? 0 : f;
     int r = flock(f, LOCK_SH | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 1 : -errno;
     if (r == 1)
         read_holder(f, who, len);
@@ -107,33 +110,45 @@ int ck__lock_held(const char *path, char *who, size_t len)
     return r;
 }
 
-int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *err)
+int ck__save_lock_rel(const char *name, char *out, ck_err *err)
 {
-    if (snprintf(out, PATH_MAX, "%s/%s/%s%s", root, CK_PENDING, name, CK_LOCK_SUFFIX) >=
-        PATH_MAX)
-        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+    if (snprintf(out, PATH_MAX, "%s/%s%s", CK_PENDING, name, CK_LOCK_SUFFIX) >= PATH_MAX)
+        return ck_err_set(err, -ENAMETOOLONG, "checkpoint %s: name too long", name);
     return 0;
 }
 
-static int engine_lock_path(const char *root, const char *id, char *out, ck_err *err)
+/* ".ckptd.ID.lock" below ROOT. */
+static void engine_lock_rel(const char *id, char *out, size_t len)
 {
-    if (snprintf(out, PATH_MAX, "%s/.ckptd.%s%s", root, id, CK_LOCK_SUFFIX) >= PATH_MAX)
-        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
-    return 0;
+    snprintf(out, len, ".ckptd.%s%s", id, CK_LOCK_SUFFIX);
 }
 
 int ck__engine_lock(const char *root, const char *id, const char *what, int *fd, ck_err *err)
 {
-    char path[PATH_MAX];
+    char rel[CK_NODE_ID_LOCK_MAX];
     *fd = -1;
-    int r = engine_lock_path(root, id, path, err);
-    return r < 0 ? r : ck__lock_take(path, what, fd, err);
+    engine_lock_rel(id, rel, sizeof rel);
+    int rootfd = ck__root_open(root, err);
+    if (rootfd < 0)
+        return rootfd;
+    int r = ck__lock_take(rootfd, root, rel, what, fd, err);
+    close(rootfd);
+    return r;
 }
 
 void ck__engine_unlock(const char *root, const char *id, int *fd)
 {
-    char path[PATH_MAX];
+    char rel[CK_NODE_ID_LOCK_MAX];
     ck_err err;
-    if (*fd >= 0 && engine_lock_path(root, id, path, &err) == 0)
-        ck__lock_drop(path, fd);
+    if (*fd < 0)
+        return;
+    engine_lock_rel(id, rel, sizeof rel);
+    int rootfd = ck__root_open(root, &err);
+    if (rootfd >= 0) {
+        ck__lock_drop(rootfd, rel, fd);
+        close(rootfd);
+    } else {
+        close(*fd);     /* the root is gone: nothing to unlink */
+        *fd = -1;
+    }
 }

@@ -19,34 +19,43 @@
 
 #define CK_LOCK_SUFFIX ".lock"
 
-/* Takes the lock file at path (created if absent) and records this process in it.
- * -EBUSY when a live process holds it: the error says "WHAT (held by pid P on HOST,
- * lock PATH)". */
-int ck__lock_take(const char *path, const char *what, int *fd, ck_err *err);
+/* Lock files are reached beneath the root descriptor dir, as io/rootfs.h reaches
+ * paths: rel names the file below ROOT (".pending/NAME.lock", ".ckptd.ID.lock"), root
+ * names ROOT in messages. A lock path that is a link, a FIFO or anything but a regular
+ * file is refused, never followed or opened. */
+
+/* Takes the lock file (created if absent) and records this process in it. -EBUSY
+ * when a live process holds it: the error says "WHAT (held by pid P on HOST, lock
+ * PATH)". */
+int ck__lock_take(int dir, const char *root, const char *rel, const char *what, int *fd,
+                  ck_err *err);
 /* Records the calling process as the holder again (after a fork that kept the lock). */
 void ck__lock_note_pid(int fd);
-/* Unlinks path while the lock is still held, so that nobody takes the old file in
- * between, then closes fd. No-op when *fd < 0. */
-void ck__lock_drop(const char *path, int *fd);
-/* For recovery: 1 when nobody holds path, with *fd holding it now (-1 when there is
- * no such file); 0 when a live process holds it, described in who; or -errno. */
-int ck__lock_probe(const char *path, int *fd, char *who, size_t len);
+/* Unlinks the lock file while the lock is still held, so that nobody takes the old file
+ * in between, then closes fd. No-op when *fd < 0. */
+void ck__lock_drop(int dir, const char *rel, int *fd);
+/* For recovery: 1 when nobody holds it, with *fd holding it now (-1 when there is no
+ * such file); 0 when a live process holds it, described in who; or -errno (-ELOOP: a
+ * link, -EMEDIUMTYPE: not a regular file). */
+int ck__lock_probe(int dir, const char *rel, int *fd, char *who, size_t len);
 
-/* For readers: 1 when a live process holds path (described in who), 0 when nobody
- * does or there is no such file, or -errno. Opens read-only and tries a shared lock,
+/* For readers: 1 when a live process holds it (described in who), 0 when nobody does
+ * or there is no such file, or -errno. Opens read-only and tries a shared lock,
  * dropped at once: a live holder is never disturbed, and only a writer taking a free
  * lock in that instant would find it held. */
-int ck__lock_held(const char *path, char *who, size_t len);
+int ck__lock_held(int dir, const char *rel, char *who, size_t len);
 
 /* ROOT/.ckptd.ID.lock, held for its whole life by the save engine of that id: a ckptd,
  * or the embedded engine of a process that shares saves with other processes. A second
  * engine of the id is refused (-EBUSY, what says why), and recovery knows the heartbeat
- * ROOT/.ckptd.ID.beat of an engine whose lock nobody holds as debris. */
+ * ROOT/.ckptd.ID.beat of an engine whose lock nobody holds as debris. Beneath ROOT,
+ * never through a link: a lock planted as a link is refused, naming it. */
+#define CK_NODE_ID_LOCK_MAX (64 + 16)   /* ".ckptd." + an engine id + ".lock" + NUL */
 int ck__engine_lock(const char *root, const char *id, const char *what, int *fd, ck_err *err);
 /* Unlinks the engine's lock and closes it (ck__lock_drop). */
 void ck__engine_unlock(const char *root, const char *id, int *fd);
 
-/* ROOT/.pending/NAME.lock into out (PATH_MAX bytes). */
-int ck__save_lock_path(const char *root, const char *name, char *out, ck_err *err);
+/* ".pending/NAME.lock", the save lock of NAME below ROOT, into out (PATH_MAX bytes). */
+int ck__save_lock_rel(const char *name, char *out, ck_err *err);
 
 #endif

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/reader_int.h"
+#include "io/rootfs.h"
 
 
 static bool plain(char c)
@@ -20,13 +22,17 @@ static int hexval(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* Names of both kinds; escapes says whether %XX is allowed (tensor and blob names). */
-static int check_name(const char *what, const char *name, bool escapes, ck_err *err)
+/* Names of both kinds; escapes says whether %XX is allowed (tensor and blob names); max
+ * is the longest allowed, in bytes. */
+static int check_name(const char *what, const char *name, bool escapes, size_t max,
+                      ck_err *err)
 {
     size_t n = strlen(name);
-    if (n == 0 || n >= CK_NAME_MAX)
-        return ck_err_set(err, -EINVAL, "%s name '%.64s' must be 1 to %d bytes", what, name,
-                          CK_NAME_MAX - 1);
+    if (n == 0 || n > max)
+        return ck_err_set(err, -EINVAL, "%s name '%.64s%s' must be 1 to %zu bytes%s", what, name,
+                          n > 64 ? "..." : "", max,
+                          max < CK_NAME_MAX - 1 ? " (the files of a save add up to 21 bytes "
+                                                  "to it, and a file name holds 255)" : "");
     if (name[0] == '.')
         return ck_err_set(err, -EINVAL, "%s name '%s' must not start with '.'", what, name);
     for (size_t i = 0; i < n; i++) {
@@ -49,12 +55,17 @@ static int check_name(const char *what, const char *name, bool escapes, ck_err *
 
 int ck_name_check(const char *what, const char *name, ck_err *err)
 {
-    return check_name(what, name, false, err);
+    return check_name(what, name, false, CK_CKPT_NAME_LEN, err);
+}
+
+int ck__name_check_read(const char *what, const char *name, ck_err *err)
+{
+    return check_name(what, name, false, CK_NAME_MAX - 1, err);
 }
 
 int ck_key_check(const char *what, const char *name, ck_err *err)
 {
-    return check_name(what, name, true, err);
+    return check_name(what, name, true, CK_NAME_MAX - 1, err);
 }
 
 int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len)
@@ -198,36 +209,36 @@ static int load_files(ck_ckpt *ck, ck_err *err)
     return 0;
 }
 
-int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err)
+/* Opens the checkpoint whose directory is dirfd and whose manifest's copy is mem (both
+ * taken over, closed on failure too); dir names it. The manifest is never mapped
+ * where it lies (format/manifest.h, ck__mdb_copy): a file cut short meanwhile cannot
+ * fault the reader. */
+static int open_at(int dirfd, int mem, const char *dir, ck_ckpt **out, ck_err *err)
 {
     ck_ckpt *ck = calloc(1, sizeof *ck);
-    if (!ck)
+    if (!ck) {
+        close(dirfd);
+        close(mem);
         return -ENOMEM;
+    }
+    ck->dirfd = dirfd;
+    ck->mem = mem;
     ck->engine = ck_engine_default();
+    char mpath[CK_FD_PATH_MAX];
     int r = 0;
     if (snprintf(ck->dir, sizeof ck->dir, "%s", dir) >= (int)sizeof ck->dir ||
         snprintf(ck->mpath, sizeof ck->mpath, "%s/%s", dir, CK_MANIFEST) >= (int)sizeof ck->mpath) {
         r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
         goto fail;
     }
-    struct stat st;
-    if (stat(ck->mpath, &st) < 0) {
-        r = ck_err_set(err, errno == ENOENT ? -EBADMSG : -errno, "%s: %s", ck->mpath,
-                       errno == ENOENT ? "the manifest is missing" : strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        r = ck_err_set(err, -EBADMSG, "%s: the manifest is not a regular file", ck->mpath);
-        goto fail;
-    }
-    if ((r = ck__mdb_precheck(ck->mpath, err)) < 0)
+    if ((r = ck__fd_path(mem, mpath, err)) < 0)
         goto fail;
     int rc = mdb_env_create(&ck->env);
     if (rc == MDB_SUCCESS)
         rc = mdb_env_set_maxdbs(ck->env, 8);
     /* RDONLY + NOLOCK: reading never writes to the checkpoint, not even a lock file. */
     if (rc == MDB_SUCCESS)
-        rc = mdb_env_open(ck->env, ck->mpath, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS,
+        rc = mdb_env_open(ck->env, mpath, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS,
                           0);
     if (rc == MDB_SUCCESS)
         rc = mdb_txn_begin(ck->env, NULL, MDB_RDONLY, &ck->txn);
@@ -262,18 +273,73 @@ fail:
     return r;
 }
 
+/* The checkpoint in the directory dirfd (taken over); dir names it. */
+static int open_dirfd(int dirfd, const char *dir, ck_ckpt **out, ck_err *err)
+{
+    char mpath[PATH_MAX + 16];
+    snprintf(mpath, sizeof mpath, "%s/%s", dir, CK_MANIFEST);
+    int mem = -1, fd = ck__openat_reg(dirfd, CK_MANIFEST, O_RDONLY, 0);
+    int r = fd >= 0 ? 0
+            : ck_err_set(err, fd == -ENOENT || fd == -ELOOP || fd == CK_ENOTREG ? -EBADMSG : fd,
+                         "%s: %s", mpath, fd == -ENOENT ? "the manifest is missing" : ck__why(fd));
+    if (r == 0) {
+        r = ck__mdb_copy(fd, mpath, true, &mem, err);
+        close(fd);
+    }
+    if (r == 0 && mem >= 0) {
+        struct stat st;
+        if (fstat(mem, &st) == 0 && st.st_size == 0)
+            r = ck_err_set(err, -EBADMSG, "%s: not an LMDB file (0 bytes)", mpath);
+    }
+    if (r < 0) {
+        close(dirfd);
+        if (mem >= 0)
+            close(mem);
+        return r;
+    }
+    return open_at(dirfd, mem, dir, out, err);
+}
+
+int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err)
+{
+    int fd = ck__openat(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return ck_err_set(err, fd == -ENOENT || fd == -ENOTDIR ? -EBADMSG : fd, "%s: %s", dir,
+                          fd == -ENOENT ? "no such directory" : strerror(-fd));
+    return open_dirfd(fd, dir, out, err);
+}
+
 int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err)
 {
-    int r = ck_name_check("checkpoint", name, err);
+    int r = ck__name_check_read("checkpoint", name, err);
     if (r < 0)
         return r;
     char dir[PATH_MAX];
     if (snprintf(dir, sizeof dir, "%s/%s", root, name) >= (int)sizeof dir)
         return ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, name);
-    struct stat st;
-    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+    int rootfd = ck__root_open(root, err);
+    if (rootfd < 0)
+        return rootfd == -ENOTDIR ? -ENOENT : rootfd;
+    int fd = ck__openat(rootfd, name, O_RDONLY | O_DIRECTORY, 0);
+    close(rootfd);
+    if (fd == -ELOOP)
+        return ck_err_set(err, -EBADMSG, "%s: %s", dir, ck__why(fd));
+    if (fd < 0)
         return ck_err_set(err, -ENOENT, "%s: no checkpoint named '%s'", root, name);
-    return ck_open_dir(dir, out, err);
+    return open_dirfd(fd, dir, out, err);
+}
+
+int ck__open_dup(const ck_ckpt *ck, ck_ckpt **out, ck_err *err)
+{
+    int dirfd = fcntl(ck->dirfd, F_DUPFD_CLOEXEC, 0);
+    int mem = dirfd >= 0 ? fcntl(ck->mem, F_DUPFD_CLOEXEC, 0) : -1;
+    if (mem < 0) {
+        int r = -errno;
+        if (dirfd >= 0)
+            close(dirfd);
+        return ck_err_set(err, r, "%s: %s", ck->dir, strerror(-r));
+    }
+    return open_at(dirfd, mem, ck->dir, out, err);
 }
 
 void ck_close(ck_ckpt *ck)
@@ -290,6 +356,8 @@ void ck_close(ck_ckpt *ck)
         mdb_txn_abort(ck->txn);
     if (ck->env)
         mdb_env_close(ck->env);
+    close(ck->dirfd);
+    close(ck->mem);
     free(ck->files);
     free(ck->fds);
     free(ck->dfds);
@@ -668,11 +736,12 @@ int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
     if (ck_file_path(ck, id, path, sizeof path) < 0)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", ck->dir);
     bool is_direct = false;
-    int fd = direct ? ck_engine_open_data(ck->engine, path, O_RDONLY, 0, &is_direct)
-                    : ck->engine->ops->open(ck->engine, path, O_RDONLY, 0);
+    const char *name = ck->files[id].name;
+    int fd = direct ? ck_engine_open_data(ck->engine, ck->dirfd, name, O_RDONLY, 0, &is_direct)
+                    : ck_engine_open_file(ck->engine, ck->dirfd, name, O_RDONLY, 0);
     if (fd < 0)
-        return ck_err_set(err, fd == -ENOENT ? -EBADMSG : fd, "%s: %s", path,
-                          fd == -ENOENT ? "data file is missing" : strerror(-fd));
+        return ck_err_set(err, fd == -ENOENT || fd == -ELOOP || fd == CK_ENOTREG ? -EBADMSG : fd,
+                          "%s: %s", path, fd == -ENOENT ? "data file is missing" : ck__why(fd));
     if (direct && !is_direct) {
         ck->engine->ops->close(ck->engine, fd);
         return *slot = NO_DIRECT;

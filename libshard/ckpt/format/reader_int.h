@@ -9,6 +9,8 @@
 struct ck_ckpt {
     char dir[PATH_MAX];
     char mpath[PATH_MAX];        /* the manifest, for messages */
+    int dirfd;                   /* the directory: data files are opened beneath it */
+    int mem;                     /* the manifest's private copy, which LMDB maps */
     MDB_env *env;
     MDB_txn *txn;                /* one read transaction for the handle's lifetime */
     MDB_dbi db_tensors, db_shards, db_files, db_hashes, db_blobs;
@@ -27,6 +29,15 @@ int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor
  * recorded data file sizes. */
 int ck__decode_shard(ck_ckpt *ck, const ck_tensor *t, uint32_t idx, const MDB_val *v,
                      ck_shard *s, ck_err *err);
+
+/* ck_name_check for a name that exists already: up to CK_NAME_MAX - 1 bytes, the
+ * limit of earlier releases, so that a checkpoint saved under a longer name than a
+ * save now allows still opens. */
+int ck__name_check_read(const char *what, const char *name, ck_err *err);
+
+/* Another handle on ck's checkpoint: the same directory and manifest copy, never looked
+ * up by name again (ck_readers_open_ckpt). */
+int ck__open_dup(const ck_ckpt *ck, ck_ckpt **out, ck_err *err);
 
 /* A descriptor of data file id: O_DIRECT (direct) or buffered, opened once and kept.
  * Returns NO_DIRECT when direct I/O was asked for and the file system refuses it. */

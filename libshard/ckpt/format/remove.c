@@ -19,7 +19,8 @@
  *      removes if this stops half-way;
  *   6. drop the lock.
  * Every change to the disk goes through the engine, so that the crash tests can stop
- * or record a removal at each of its operations.
+ * or record a removal at each of its operations, and every path is reached beneath a
+ * descriptor of ROOT, never through a link (io/rootfs.h).
  */
 #include "ck/catalog.h"
 
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include "format/owner.h"
+#include "io/rootfs.h"
 
 /* A checkpoint holds plain files; deeper directories were planted, and go too, down
  * to this depth. */
@@ -41,18 +43,19 @@
 
 #define REMOVED_SUFFIX "-removed"
 
-/* Removes dir and everything under it without following a link: entries are listed
- * through a descriptor opened O_NOFOLLOW and checked with AT_SYMLINK_NOFOLLOW, and
- * unlink and rmdir never follow their last component. */
-static int remove_tree(ck_engine *e, const char *dir, int depth, ck_err *err)
+/* Removes rel (beneath rootfd) and everything under it without following a link:
+ * entries are listed through a descriptor reached beneath the root, checked with
+ * AT_SYMLINK_NOFOLLOW, and unlink and rmdir never follow their last component. */
+static int remove_tree(ck_engine *e, int rootfd, const char *root, const char *rel, int depth,
+                       ck_err *err)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = ck__openat(rootfd, rel, O_RDONLY | O_DIRECTORY, 0);
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
     if (!d) {
-        int r = -errno;
+        int r = fd < 0 ? fd : -errno;
         if (fd >= 0)
             close(fd);
-        return ck_err_set(err, r, "%s: %s", dir, strerror(-r));
+        return ck_err_set(err, r, "%s/%s: %s", root, rel, ck__why(r));
     }
     char path[PATH_MAX];
     struct dirent *de;
@@ -60,43 +63,41 @@ static int remove_tree(ck_engine *e, const char *dir, int depth, ck_err *err)
     while (r == 0 && (de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
-        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) {
-            r = ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", dir, de->d_name);
+        if (snprintf(path, sizeof path, "%s/%s", rel, de->d_name) >= (int)sizeof path) {
+            r = ck_err_set(err, -ENAMETOOLONG, "%s/%s/%s: path too long", root, rel,
+                           de->d_name);
             break;
         }
         struct stat st;
         bool sub = fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
         if (sub && depth >= REMOVE_DEPTH_MAX)
-            r = ck_err_set(err, -ELOOP, "%s: nested deeper than %d directories", path,
+            r = ck_err_set(err, -ELOOP, "%s/%s: nested deeper than %d directories", root, path,
                            REMOVE_DEPTH_MAX);
         else if (sub)
-            r = remove_tree(e, path, depth + 1, err);
-        else if ((r = e->ops->unlink(e, path)) < 0)
-            ck_err_set(err, r, "%s: unlink: %s", path, strerror(-r));
+            r = remove_tree(e, rootfd, root, path, depth + 1, err);
+        else if ((r = e->ops->unlink(e, rootfd, path)) < 0)
+            ck_err_set(err, r, "%s/%s: unlink: %s", root, path, strerror(-r));
     }
     closedir(d);
-    if (r == 0 && (r = e->ops->rmdir(e, dir)) < 0)
-        ck_err_set(err, r, "%s: rmdir: %s", dir, strerror(-r));
+    if (r == 0 && (r = e->ops->rmdir(e, rootfd, rel)) < 0)
+        ck_err_set(err, r, "%s/%s: rmdir: %s", root, rel, strerror(-r));
     return r;
 }
 
 /* ROOT/NAME must be a real directory holding a manifest: a link, a file or a directory
  * that is no checkpoint is left alone. */
-static int check_committed(const char *root, const char *name, ck_err *err)
+static int check_committed(int rootfd, const char *root, const char *name, ck_err *err)
 {
-    char path[PATH_MAX];
+    char rel[PATH_MAX];
     struct stat st;
-    if (snprintf(path, sizeof path, "%s/%s", root, name) >= (int)sizeof path)
-        return ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, name);
-    if (lstat(path, &st) < 0)
-        return ck_err_set(err, -errno, "%s: no checkpoint named %s (%s)", root, name,
-                          strerror(errno));
+    int r = ck__statat(rootfd, name, &st);
+    if (r < 0)
+        return ck_err_set(err, r, "%s: no checkpoint named %s (%s)", root, name, strerror(-r));
     if (!S_ISDIR(st.st_mode))
         return ck_err_set(err, -ENOTDIR, "%s: %s is not a checkpoint directory but %s", root,
                           name, S_ISLNK(st.st_mode) ? "a symbolic link" : "another file");
-    if (snprintf(path, sizeof path, "%s/%s/%s", root, name, CK_MANIFEST) >= (int)sizeof path)
-        return ck_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, name);
-    if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+    snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST);
+    if (ck__statat(rootfd, rel, &st) < 0 || !S_ISREG(st.st_mode))
         return ck_err_set(err, -ENOENT, "%s: %s is not a committed checkpoint (it has no %s)",
                           root, name, CK_MANIFEST);
     return 0;
@@ -104,43 +105,43 @@ static int check_committed(const char *root, const char *name, ck_err *err)
 
 /* ROOT/.pending, made if missing; refused when it is anything but a directory, so that
  * the rename never carries NAME out of the root. */
-static int pending_dir(ck_engine *e, const char *root, char *out, ck_err *err)
+static int pending_dir(ck_engine *e, int rootfd, const char *root, ck_err *err)
 {
-    if (snprintf(out, PATH_MAX, "%s/%s", root, CK_PENDING) >= PATH_MAX)
-        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
-    int r = e->ops->mkdir(e, out, 0755);
+    int r = e->ops->mkdir(e, rootfd, CK_PENDING, 0755);
     if (r < 0 && r != -EEXIST)
-        return ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+        return ck_err_set(err, r, "%s/%s: mkdir: %s", root, CK_PENDING, ck__why(r));
     struct stat st;
-    if (lstat(out, &st) < 0)
-        return ck_err_set(err, -errno, "%s: %s", out, strerror(errno));
+    if ((r = ck__statat(rootfd, CK_PENDING, &st)) < 0)
+        return ck_err_set(err, r, "%s/%s: %s", root, CK_PENDING, strerror(-r));
     if (!S_ISDIR(st.st_mode))
-        return ck_err_set(err, -ENOTDIR, "%s is not a directory: nothing removed", out);
+        return ck_err_set(err, -ENOTDIR, "%s/%s is not a directory but %s: nothing removed",
+                          root, CK_PENDING, ck__ftype(st.st_mode));
     return 0;
 }
 
-/* Steps 3 and 4: NAME out of sight, durably. *moved says whether the rename happened. */
-static int move_out(ck_engine *e, const char *root, const char *name, const char *pend,
-                    char *trash, bool *moved, ck_err *err)
+/* Steps 3 and 4: NAME out of sight, durably. *moved says whether the rename happened;
+ * trash is where it went (below ROOT). */
+static int move_out(ck_engine *e, int rootfd, const char *root, const char *name, char *trash,
+                    bool *moved, ck_err *err)
 {
-    char from[PATH_MAX];
-    snprintf(from, sizeof from, "%s/%s", root, name);
     uint64_t tag = 0;
     if (getrandom(&tag, sizeof tag, GRND_NONBLOCK) != (ssize_t)sizeof tag)
         tag = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
     int r = -EEXIST;
     for (int tries = 0; r == -EEXIST && tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
-        if (snprintf(trash, PATH_MAX, "%s/%s.%012llx" REMOVED_SUFFIX, pend, name,
+        if (snprintf(trash, PATH_MAX, "%s/%s.%012llx" REMOVED_SUFFIX, CK_PENDING, name,
                      (unsigned long long)(tag & 0xffffffffffffull)) >= PATH_MAX)
-            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", pend);
-        r = e->ops->rename(e, from, trash);
+            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+        r = e->ops->rename(e, rootfd, name, trash);
     }
     if (r < 0)
-        return ck_err_set(err, r, "%s: rename to %s: %s", from, trash, strerror(-r));
+        return ck_err_set(err, r, "%s/%s: rename to %s: %s", root, name, trash, strerror(-r));
     *moved = true;
-    if ((r = ck_engine_fsync_path(e, pend)) < 0 || (r = ck_engine_fsync_path(e, root)) < 0)
-        return ck_err_set(err, r, "%s: out of sight, but not durably (fsync: %s); its files "
-                          "stay in %s for the next recovery", from, strerror(-r), trash);
+    if ((r = ck_engine_fsync_path(e, rootfd, CK_PENDING)) < 0 ||
+        (r = e->ops->fsync(e, rootfd)) < 0)
+        return ck_err_set(err, r, "%s/%s: out of sight, but not durably (fsync: %s); its files "
+                          "stay in %s/%s for the next recovery", root, name, strerror(-r), root,
+                          trash);
     return 0;
 }
 
@@ -151,29 +152,34 @@ int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err
     int r = ck_name_check("checkpoint", name, err);
     if (r < 0)
         return r;
-    /* Checked before anything is made, and again under the lock. */
-    if ((r = check_committed(root, name, err)) < 0)
-        return r;
-    char pend[PATH_MAX], lock[PATH_MAX], trash[PATH_MAX], what[CK_NAME_MAX + 64];
+    int rootfd = ck__root_open_engine(e, root, err);
+    if (rootfd < 0)
+        return rootfd;
+    char lock[PATH_MAX], trash[PATH_MAX], what[CK_NAME_MAX + 64];
     int fd = -1;
     snprintf(what, sizeof what, "checkpoint %s is being saved or removed by another process",
              name);
-    if ((r = pending_dir(e, root, pend, err)) < 0 ||
-        (r = ck__save_lock_path(root, name, lock, err)) < 0 ||
-        (r = ck__lock_take(lock, what, &fd, err)) < 0)
+    /* Checked before anything is made, and again under the lock. */
+    if ((r = check_committed(rootfd, root, name, err)) < 0 ||
+        (r = pending_dir(e, rootfd, root, err)) < 0 ||
+        (r = ck__save_lock_rel(name, lock, err)) < 0 ||
+        (r = ck__lock_take(rootfd, root, lock, what, &fd, err)) < 0) {
+        e->ops->close(e, rootfd);
         return ck_err_set(err, r, "removing %s", name);
+    }
     bool moved = false;
-    r = check_committed(root, name, err);
+    r = check_committed(rootfd, root, name, err);
     if (r == 0 && (r = e->ops->step(e, "catalog")) < 0)
         ck_err_set(err, r, "%s/%s: %s", root, CK_CATALOG, strerror(-r));
     if (r == 0)
         r = ck_catalog_del(root, name, err);
     if (r == 0)
-        r = move_out(e, root, name, pend, trash, &moved, err);
-    if (r == 0 && (r = remove_tree(e, trash, 0, err)) < 0)
-        ck_err_set(err, r, "%s: out of sight, but its files stay in %s for the next recovery",
-                   name, trash);
-    ck__lock_drop(lock, &fd);
+        r = move_out(e, rootfd, root, name, trash, &moved, err);
+    if (r == 0 && (r = remove_tree(e, rootfd, root, trash, 0, err)) < 0)
+        ck_err_set(err, r, "%s: out of sight, but its files stay in %s/%s for the next "
+                   "recovery", name, root, trash);
+    ck__lock_drop(rootfd, lock, &fd);
+    e->ops->close(e, rootfd);
     if (r < 0 && !moved)
         ck_err_set(err, r, "removing %s (the checkpoint is intact)", name);
     return r;

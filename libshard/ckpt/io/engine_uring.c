@@ -1,5 +1,7 @@
-/* engine_uring.c - the real engine: POSIX calls for metadata, io_uring for data. */
+/* engine_uring.c - the real engine: POSIX calls for metadata, io_uring for data. Paths
+ * are resolved beneath their directory, no link followed (io/rootfs.h). */
 #include "ck/engine.h"
+#include "io/rootfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,10 +10,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE (1 << 0)
-#endif
 
 struct ck_ioq {
     struct io_uring ring;
@@ -24,10 +22,10 @@ static int neg_errno(int r)
     return r < 0 ? -errno : r;
 }
 
-static int u_open(ck_engine *e, const char *path, int flags, unsigned mode)
+static int u_open(ck_engine *e, int dir, const char *path, int flags, unsigned mode)
 {
     (void)e;
-    return neg_errno(open(path, flags | O_CLOEXEC, (mode_t)mode));
+    return ck__openat(dir, path, flags, mode);
 }
 
 static int u_close(ck_engine *e, int fd)
@@ -53,34 +51,34 @@ static int u_fsync(ck_engine *e, int fd)
     return neg_errno(fsync(fd));
 }
 
-static int u_mkdir(ck_engine *e, const char *path, unsigned mode)
+static int u_mkdir(ck_engine *e, int dir, const char *path, unsigned mode)
 {
     (void)e;
-    return neg_errno(mkdir(path, (mode_t)mode));
+    return ck__mkdirat(dir, path, mode);
 }
 
-static int u_rename(ck_engine *e, const char *from, const char *to)
+static int u_rename(ck_engine *e, int dir, const char *from, const char *to)
 {
     (void)e;
-    return neg_errno((int)syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE));
+    return ck__renameat(dir, from, dir, to, RENAME_NOREPLACE);
 }
 
-static int u_unlink(ck_engine *e, const char *path)
+static int u_unlink(ck_engine *e, int dir, const char *path)
 {
     (void)e;
-    return neg_errno(unlink(path));
+    return ck__unlinkat(dir, path, 0);
 }
 
-static int u_rmdir(ck_engine *e, const char *path)
+static int u_rmdir(ck_engine *e, int dir, const char *path)
 {
     (void)e;
-    return neg_errno(rmdir(path));
+    return ck__unlinkat(dir, path, AT_REMOVEDIR);
 }
 
-static int u_link(ck_engine *e, const char *from, const char *to)
+static int u_link(ck_engine *e, int fromdir, const char *from, int dir, const char *to)
 {
     (void)e;
-    return neg_errno(link(from, to));
+    return ck__linkat(fromdir, from, dir, to);
 }
 
 static int u_step(ck_engine *e, const char *what)
@@ -202,15 +200,37 @@ ck_engine *ck_engine_default(void)
     return &uring_engine;
 }
 
-int ck_engine_open_data(ck_engine *e, const char *path, int flags, unsigned mode, bool *direct)
+int ck_engine_open_file(ck_engine *e, int dir, const char *path, int flags, unsigned mode)
 {
-    int fd = e->ops->open(e, path, flags | O_DIRECT, mode);
+    /* Non-blocking until it is known to be a regular file: a FIFO would block a read
+     * open until a writer came, for ever. */
+    int fd = e->ops->open(e, dir, path, flags | O_NONBLOCK, mode);
+    if (fd == -ENXIO)
+        return CK_ENOTREG;      /* a FIFO opened for writing, no reader */
+    if (fd < 0)
+        return fd;
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : CK_ENOTREG;
+    int fl = r == 0 ? fcntl(fd, F_GETFL) : 0;
+    if (r == 0 && !(flags & O_NONBLOCK) && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
+        r = -errno;
+    if (r < 0) {
+        e->ops->close(e, fd);
+        return r;
+    }
+    return fd;
+}
+
+int ck_engine_open_data(ck_engine *e, int dir, const char *path, int flags, unsigned mode,
+                        bool *direct)
+{
+    int fd = ck_engine_open_file(e, dir, path, flags | O_DIRECT, mode);
     if (fd == -EINVAL) {
         /* The file system refuses O_DIRECT (some FUSE and older tmpfs): buffered I/O
          * still works, only slower; the caller logs it. Linux creates the file before
          * it refuses the flag, so the retry drops O_EXCL: the file is ours, made by
          * the exclusive open that just failed. */
-        fd = e->ops->open(e, path, flags & ~O_EXCL, mode);
+        fd = ck_engine_open_file(e, dir, path, flags & ~O_EXCL, mode);
         *direct = false;
     } else {
         *direct = fd >= 0;
@@ -218,9 +238,9 @@ int ck_engine_open_data(ck_engine *e, const char *path, int flags, unsigned mode
     return fd;
 }
 
-int ck_engine_fsync_path(ck_engine *e, const char *path)
+int ck_engine_fsync_path(ck_engine *e, int dir, const char *path)
 {
-    int fd = e->ops->open(e, path, O_RDONLY, 0);
+    int fd = e->ops->open(e, dir, path, O_RDONLY, 0);
     if (fd < 0)
         return fd;
     int r = e->ops->fsync(e, fd);

@@ -8,6 +8,7 @@
  * closed when its last block lands.
  */
 #include "io/writer.h"
+#include "io/rootfs.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -387,9 +388,11 @@ static int open_file(wstate *w, uint32_t f)
 {
     ck__wfile *wf = &w->files[f];
     bool direct = false;
-    int fd = ck_engine_open_data(w->e, wf->path, O_WRONLY | O_CREAT | O_EXCL, 0644, &direct);
+    int fd = ck_engine_open_data(w->e, wf->rel ? w->o->dir : AT_FDCWD,
+                                 wf->rel ? wf->rel : wf->path, O_WRONLY | O_CREAT | O_EXCL,
+                                 0644, &direct);
     if (fd < 0)
-        return fail(w, fd, "%s: create: %s", wf->path, strerror(-fd));
+        return fail(w, fd, "%s: create: %s", wf->path, ck__why(fd));
     if (!direct && w->st->direct) {
         logf_(w, "%s: the file system refuses O_DIRECT; writing through the page cache",
               wf->path);

@@ -32,7 +32,8 @@ typedef struct ck__src {
 } ck__src;
 
 typedef struct ck__wfile {
-    const char *path;      /* created with O_EXCL */
+    const char *path;      /* created with O_EXCL; named so in messages */
+    const char *rel;       /* its path beneath ck__writer_opts.dir; NULL: path itself */
     uint64_t size;         /* multiple of 4096 */
     const ck__src *srcs;    /* sorted by file_off, not overlapping, inside size */
     uint32_t nsrcs;
@@ -41,6 +42,7 @@ typedef struct ck__wfile {
 
 typedef struct ck__writer_opts {
     ck_engine *engine;          /* NULL: ck_engine_default() */
+    int dir;                    /* the files' rel are beneath it (the root, held open) */
     ck__hashpool *pool;          /* worker threads; NULL: no hashing, fills inline */
     bool no_hash;               /* with a pool: use it for fills only */
     bool fill_threadsafe;       /* fill callbacks may run concurrently on the pool */

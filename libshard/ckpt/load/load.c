@@ -446,6 +446,7 @@ typedef struct rs_entry {
 
 struct ck_readers {
     char dir[PATH_MAX];
+    const ck_ckpt *src;          /* ck_readers_open_ckpt: each handle is a copy of it */
     pthread_mutex_t mu;
     rs_entry *idle;              /* handles no thread holds */
 };
@@ -469,6 +470,14 @@ static void entry_free(rs_entry *e)
     ck_reader_close(e->rd);
     ck_close(e->ck);
     free(e);
+}
+
+int ck_readers_open_ckpt(const ck_ckpt *ck, ck_readers **out, ck_err *err)
+{
+    int r = ck_readers_open(ck_dir(ck), out, err);
+    if (r == 0)
+        (*out)->src = ck;
+    return r;
 }
 
 void ck_readers_close(ck_readers *rs)
@@ -496,7 +505,8 @@ int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint6
     if (!e) {
         if (!(e = calloc(1, sizeof *e)))
             return -ENOMEM;
-        if ((r = ck_open_dir(rs->dir, &e->ck, err)) < 0) {
+        if ((r = rs->src ? ck__open_dup(rs->src, &e->ck, err)
+                         : ck_open_dir(rs->dir, &e->ck, err)) < 0) {
             free(e);
             return r;
         }

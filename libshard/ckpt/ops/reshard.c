@@ -30,6 +30,8 @@
 #include "format/manifest.h"
 #include "save/rankfiles.h"
 #include "model/grow.h"
+#include "format/reader_int.h"
+#include "io/rootfs.h"
 
 typedef struct run {
     uint64_t dst, src, n;   /* elements: offset in the new shard, in the old, count */
@@ -78,6 +80,7 @@ typedef struct rs {
     ck_readers *readers;    /* fills run on the writer's workers, each with its own */
     pthread_mutex_t err_mu;
     ck_err fill_err;        /* the first fill error, under err_mu */
+    int rootfd;             /* the target root, held open (through the engine) */
     char pending[PATH_MAX];
     int lock;               /* the new checkpoint's save lock (format/owner.h) */
     ck_reshard_stats *st;
@@ -306,9 +309,10 @@ static int link_files(rs *s, bool hashed, ck_err *err)
         char from[PATH_MAX], to[PATH_MAX + CK_FILE_NAME_MAX];
         ck_file_path(s->src, f, from, sizeof from);
         snprintf(to, sizeof to, "%s/%s", s->pending, nf->name);
-        int r = s->e->ops->link(s->e, from, to);
+        int r = s->e->ops->link(s->e, s->src->dirfd, sf->name, s->rootfd,
+                                ck__rel(s->o->root, to));
         if (r < 0)
-            return r == -EXDEV ? r : ck_err_set(err, r, "link %s to %s: %s", from, to, strerror(-r));
+            return r == -EXDEV ? r : ck_err_set(err, r, "link %s to %s: %s", from, to, ck__why(r));
         s->link_of[f] = ++s->nfiles;
         if (!hashed)
             continue;
@@ -355,7 +359,8 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
     uint32_t ncp = ck__plan_nshards(s->pcopy), first_file = s->nfiles;
     ck__rank_files rf;
     ck__hashpool *pool = NULL;
-    int r = ck__rank_files_layout(s->pcopy, s->pending, hashed ? block : 0, &rf);
+    int r = ck__rank_files_layout(s->pcopy, s->pending, strlen(s->o->root) + 1,
+                                  hashed ? block : 0, &rf);
     if (r == 0 && rf.n == 0) {
         ck__rank_files_free(&rf);
         return 0;
@@ -395,11 +400,11 @@ static int write_copies(rs *s, bool hashed, uint32_t block, ck_err *err)
     /* The pool hashes, and runs the fills in parallel: reads of different blocks then
      * overlap each other and the writes. */
     if ((r = ck__hashpool_new(s->o->hash_threads, &pool)) < 0 ||
-        (r = ck_readers_open(ck_dir(s->src), &s->readers, err)) < 0) {
+        (r = ck_readers_open_ckpt(s->src, &s->readers, err)) < 0) {
         ck_err_set(err, r, "starting the copy workers: %s", strerror(-r));
         goto out;
     }
-    ck__writer_opts wo = { .engine = s->e, .pool = pool, .no_hash = !hashed,
+    ck__writer_opts wo = { .engine = s->e, .dir = s->rootfd, .pool = pool, .no_hash = !hashed,
                           .fill_threadsafe = true, .block_size = block,
                           .mem_limit = s->o->mem_limit, .log = s->o->log,
                           .progress = s->o->progress, .cb_arg = s->o->cb_arg };
@@ -438,7 +443,9 @@ static void rs_free(rs *s)
     free(s->files);
     free(s->link_of);
     free(s->fills);
-    ck__pending_unlock(s->o->root, s->o->name, &s->lock);
+    ck__pending_unlock(s->rootfd, s->o->name, &s->lock);
+    if (s->rootfd >= 0)
+        s->e->ops->close(s->e, s->rootfd);
 }
 
 /* One whole attempt: lay out, link, copy, publish. -EXDEV without a message when a
@@ -448,7 +455,7 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
 {
     const ck_info *in = ck_get_info(src);
     rs S = { .src = src, .o = o, .e = o->engine ? o->engine : ck_engine_default(), .st = st,
-             .max_ext = o->max_extents ? o->max_extents : 16, .lock = -1,
+             .max_ext = o->max_extents ? o->max_extents : 16, .lock = -1, .rootfd = -1,
              .err_mu = PTHREAD_MUTEX_INITIALIZER };
     rs *s = &S;
     bool committed = false;
@@ -492,7 +499,9 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
     /* A linked file's hashes carry over; with none recorded the new checkpoint can
      * have none either, as hashing its links would mean reading them. */
     bool hashed = in->hashed || s->next == 0;
-    if ((r = ck__pending_create(s->e, o->root, o->name, NULL, true, s->pending, &s->lock, err)) < 0)
+    if ((r = s->rootfd = ck__root_open_engine(s->e, o->root, err)) < 0 ||
+        (r = ck__pending_create(s->e, s->rootfd, o->root, o->name, NULL, true, s->pending,
+                                &s->lock, err)) < 0)
         goto out;
     if ((r = link_files(s, hashed, err)) < 0 || (r = write_copies(s, hashed, in->block_size, err)) < 0)
         goto out;
@@ -519,11 +528,12 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
         tens[k] = s->T[k].t;
     ck__manifest m = { .info = info, .tensors = tens, .shards = s->shards, .files = s->files,
                       .hashes = (const uint8_t *const *)s->hashes, .blobs = s->blobs };
-    r = ck__publish(s->e, o->root, s->pending, &m, !o->no_catalog, &committed, err);
+    r = ck__publish(s->e, s->rootfd, o->root, s->pending, &m, !o->no_catalog, &committed,
+                    err);
     free(tens);
 out:
     if (!committed && s->pending[0])
-        ck__pending_remove(s->e, s->pending, s->files, s->nfiles);
+        ck__pending_remove(s->e, s->rootfd, o->root, s->pending, s->files, s->nfiles);
     rs_free(s);
     return r;
 }

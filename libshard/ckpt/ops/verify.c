@@ -12,6 +12,7 @@
 
 #include "io/hash.h"
 #include "format/reader_int.h"
+#include "io/rootfs.h"
 #include "model/grow.h"
 #include "model/say.h"
 
@@ -54,10 +55,13 @@ static void check_files(vstate *v)
         char path[PATH_MAX];
         ck_file_path(v->ck, f, path, sizeof path);
         struct stat st;
-        if (stat(path, &st) < 0) {
-            problem(v, "data file %s: %s", path, errno == ENOENT ? "missing" : strerror(errno));
+        int r = ck__statat(v->ck->dirfd, cf->name, &st);
+        if (r < 0) {
+            problem(v, "data file %s: %s", path, r == -ENOENT ? "missing" : ck__why(r));
         } else if (!S_ISREG(st.st_mode)) {
-            problem(v, "data file %s: not a regular file", path);
+            /* Never read: a link leads out of the checkpoint, a FIFO would hang. */
+            problem(v, "data file %s: not a regular file (%s%s)", path, ck__ftype(st.st_mode),
+                    S_ISLNK(st.st_mode) ? ", never followed" : "");
         } else if ((uint64_t)st.st_size != cf->size) {
             problem(v, "data file %s: %llu bytes, the manifest says %llu (%s)", path,
                     (unsigned long long)st.st_size, (unsigned long long)cf->size,
@@ -328,10 +332,10 @@ static int deep_setup(deep *d, ck_err *err)
             return -ENOMEM;
     }
     for (uint32_t f = 0; f < in->n_files; f++) {
-        char path[PATH_MAX];
         bool direct;
-        ck_file_path(v->ck, f, path, sizeof path);
-        d->fds[f] = ck_engine_open_data(d->e, path, O_RDONLY, 0, &direct);
+        /* Not a regular file, or gone: the structural check reported it; not read. */
+        d->fds[f] = ck_engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
+                                        O_RDONLY, 0, &direct);
         struct stat st;
         if (d->fds[f] < 0 || fstat(d->fds[f], &st) < 0)
             continue;

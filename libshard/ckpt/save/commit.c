@@ -1,6 +1,7 @@
 /* commit.c - the steps of the commit protocol (see commit.h and docs/FORMAT.md). */
 #include "save/commit.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -8,57 +9,74 @@
 #include <unistd.h>
 
 #include "ck/catalog.h"
+#include "ck/save.h"
 #include "format/owner.h"
+#include "io/rootfs.h"
 
-static int owner_start(const char *root, const char *name, bool own, int *lock, ck_err *err)
+static int owner_start(int rootfd, const char *root, const char *name, bool own, int *lock,
+                       ck_err *err)
 {
-    char path[PATH_MAX], what[CK_NAME_MAX + 64];
+    char rel[PATH_MAX], what[CK_NAME_MAX + 64];
     int r = 0;
     if (own) {
         snprintf(what, sizeof what, "checkpoint %s is being saved by another writer", name);
-        if ((r = ck__save_lock_path(root, name, path, err)) < 0 ||
-            (r = ck__lock_take(path, what, lock, err)) < 0)
+        if ((r = ck__save_lock_rel(name, rel, err)) < 0 ||
+            (r = ck__lock_take(rootfd, root, rel, what, lock, err)) < 0)
             return r;
     }
     /* Checked under the lock: a writer of the same name drops it only after its
      * commit, so a name committed meanwhile is seen here, not at the rename. */
     struct stat st;
-    if (snprintf(path, sizeof path, "%s/%s", root, name) < (int)sizeof path &&
-        lstat(path, &st) == 0) {
-        ck__pending_unlock(root, name, lock);
+    if (ck__statat(rootfd, name, &st) == 0) {
+        ck__pending_unlock(rootfd, name, lock);
         return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", root, name);
     }
     return 0;
 }
 
-void ck__pending_unlock(const char *root, const char *name, int *lock)
+void ck__pending_unlock(int rootfd, const char *name, int *lock)
 {
-    char path[PATH_MAX];
-    if (*lock >= 0 && ck__save_lock_path(root, name, path, NULL) == 0)
-        ck__lock_drop(path, lock);
+    char rel[PATH_MAX];
+    if (*lock >= 0 && ck__save_lock_rel(name, rel, NULL) == 0)
+        ck__lock_drop(rootfd, rel, lock);
 }
 
-int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
-                       bool own, char *out, int *lock, ck_err *err)
+/* ROOT/.pending, made if absent: a link or anything but a directory there is refused
+ * by name (every later step would refuse it too, less clearly). */
+static int pending_dir(ck_engine *e, int rootfd, const char *root, ck_err *err)
 {
-    char dir[PATH_MAX];
+    int r = e->ops->mkdir(e, rootfd, CK_PENDING, 0755);
+    if (r < 0 && r != -EEXIST)
+        return ck_err_set(err, r, "%s/%s: mkdir: %s", root, CK_PENDING, ck__why(r));
+    struct stat st;
+    if (r == -EEXIST && ck__statat(rootfd, CK_PENDING, &st) == 0 && !S_ISDIR(st.st_mode))
+        return ck_err_set(err, S_ISLNK(st.st_mode) ? -ELOOP : -ENOTDIR,
+                          "%s/%s is %s, not a directory: saves never follow it (remove it)",
+                          root, CK_PENDING, ck__ftype(st.st_mode));
+    return 0;
+}
+
+int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *name,
+                       const char *token, bool own, char *out, int *lock, ck_err *err)
+{
+    char rel[PATH_MAX];
     *lock = -1;
     out[0] = '\0';
-    if (snprintf(dir, sizeof dir, "%s/%s", root, CK_PENDING) >= (int)sizeof dir)
-        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
-    int r = e->ops->mkdir(e, dir, 0755);
-    if (r < 0 && r != -EEXIST)
-        return ck_err_set(err, r, "%s: mkdir: %s", dir, strerror(-r));
-    if ((r = owner_start(root, name, own || !token, lock, err)) < 0)
+    int r = pending_dir(e, rootfd, root, err);
+    if (r < 0 || (r = owner_start(rootfd, root, name, own || !token, lock, err)) < 0)
         return r;
     if (token) {
         if (ck_name_check("save token", token, err) < 0)
             return -EINVAL;
-        if (snprintf(out, PATH_MAX, "%s/%s.%s", dir, name, token) >= PATH_MAX)
-            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
-        r = e->ops->mkdir(e, out, 0755);
+        if (strlen(token) >= CK_TOKEN_MAX)
+            return ck_err_set(err, -EINVAL, "save token '%s' is longer than %d bytes", token,
+                              CK_TOKEN_MAX - 1);
+        snprintf(rel, sizeof rel, "%s/%s.%s", CK_PENDING, name, token);
+        if (snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX)
+            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
+        r = e->ops->mkdir(e, rootfd, rel, 0755);
         if (r < 0 && r != -EEXIST) {
-            ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+            ck_err_set(err, r, "%s: mkdir: %s", out, ck__why(r));
             out[0] = '\0';
             return r;
         }
@@ -68,56 +86,63 @@ int ck__pending_create(ck_engine *e, const char *root, const char *name, const c
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;
     for (int tries = 0; tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
-        if (snprintf(out, PATH_MAX, "%s/%s.%012llx", dir, name,
-                     (unsigned long long)(tag & 0xffffffffffffull)) >= PATH_MAX) {
-            r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+        snprintf(rel, sizeof rel, "%s/%s.%012llx", CK_PENDING, name,
+                 (unsigned long long)(tag & 0xffffffffffffull));
+        if (snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX) {
+            r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
             break;
         }
-        r = e->ops->mkdir(e, out, 0755);
+        r = e->ops->mkdir(e, rootfd, rel, 0755);
         if (r != -EEXIST)
             break;
     }
     if (r < 0) {
         if (r != -ENAMETOOLONG)
-            ck_err_set(err, r, "%s: mkdir: %s", out, strerror(-r));
+            ck_err_set(err, r, "%s: mkdir: %s", out, ck__why(r));
         out[0] = '\0';
-        ck__pending_unlock(root, name, lock);
+        ck__pending_unlock(rootfd, name, lock);
     }
     return r;
 }
 
-void ck__pending_remove(ck_engine *e, const char *pending, const ck_file *files, uint32_t n)
+void ck__pending_remove(ck_engine *e, int rootfd, const char *root, const char *pending,
+                        const ck_file *files, uint32_t n)
 {
-    if (!pending[0])
+    const char *rel = pending[0] ? ck__rel(root, pending) : NULL;
+    if (!rel || !rel[0])
         return;
     char path[PATH_MAX + CK_FILE_NAME_MAX];
     for (uint32_t f = 0; f < n; f++) {
-        snprintf(path, sizeof path, "%s/%s", pending, files[f].name);
-        e->ops->unlink(e, path);
+        snprintf(path, sizeof path, "%s/%s", rel, files[f].name);
+        e->ops->unlink(e, rootfd, path);
     }
-    snprintf(path, sizeof path, "%s/%s", pending, CK_MANIFEST);
-    e->ops->unlink(e, path);
-    e->ops->rmdir(e, pending);
+    snprintf(path, sizeof path, "%s/%s", rel, CK_MANIFEST);
+    e->ops->unlink(e, rootfd, path);
+    e->ops->rmdir(e, rootfd, rel);
 }
 
-int ck__publish(ck_engine *e, const char *root, const char *pending, const ck__manifest *m,
-                bool catalog, bool *committed, ck_err *err)
+int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
+                const ck__manifest *m, bool catalog, bool *committed, ck_err *err)
 {
-    char final[PATH_MAX + CK_NAME_MAX], path[PATH_MAX + CK_NAME_MAX];
+    char final[PATH_MAX + CK_NAME_MAX], path[PATH_MAX + CK_NAME_MAX], mrel[PATH_MAX];
+    const char *rel = ck__rel(root, pending);
     int r;
     *committed = false;
+    if (!rel || !rel[0])
+        return ck_err_set(err, -EINVAL, "%s is not under the root %s", pending, root);
     snprintf(final, sizeof final, "%s/%s", root, m->info.name);
     snprintf(path, sizeof path, "%s/%s", pending, CK_MANIFEST);
-    if ((r = ck__manifest_write(e, path, m, err)) < 0)
+    snprintf(mrel, sizeof mrel, "%s/%s", rel, CK_MANIFEST);
+    if ((r = ck__manifest_write(e, rootfd, mrel, path, m, err)) < 0)
         return r;
-    if ((r = ck_engine_fsync_path(e, pending)) < 0)
-        return ck_err_set(err, r, "%s: fsync: %s", pending, strerror(-r));
-    if ((r = e->ops->rename(e, pending, final)) < 0)
+    if ((r = ck_engine_fsync_path(e, rootfd, rel)) < 0)
+        return ck_err_set(err, r, "%s: fsync: %s", pending, ck__why(r));
+    if ((r = e->ops->rename(e, rootfd, rel, m->info.name)) < 0)
         return ck_err_set(err, r, "%s: commit rename to %s: %s", pending, final,
                           r == -EEXIST ? "a checkpoint of that name appeared meanwhile"
-                                       : strerror(-r));
+                                       : ck__why(r));
     *committed = true;
-    if ((r = ck_engine_fsync_path(e, root)) < 0)
+    if ((r = e->ops->fsync(e, rootfd)) < 0)
         return ck_err_set(err, r, "%s: committed, but the fsync of the root failed: %s", root,
                           strerror(-r));
     if (catalog) {

@@ -1,5 +1,10 @@
 /* save/commit.h - the commit protocol's steps, shared by save and reshard (private).
- * The protocol itself is described in docs/FORMAT.md and save/save.c. */
+ * The protocol itself is described in docs/FORMAT.md and save/save.c.
+ *
+ * Every path is reached beneath the root's descriptor (rootfd, opened through the
+ * engine; root names it in messages), never through a link (io/rootfs.h): a .pending,
+ * a lock, a pending directory or a manifest planted as a link is refused, not
+ * followed. */
 #ifndef CK_SAVE_COMMIT_H
 #define CK_SAVE_COMMIT_H
 
@@ -14,19 +19,21 @@
  * random token (12 hex digits, retried on collision). Else the given token (the ranks
  * of one multi-process save share its directory): the process that will commit (own)
  * takes the lock as above, the others leave *lock at -1. -EEXIST when a checkpoint
- * NAME is committed already. */
-int ck__pending_create(ck_engine *e, const char *root, const char *name, const char *token,
-                       bool own, char *out, int *lock, ck_err *err);
+ * NAME is committed already; -ELOOP or -ENOTDIR when ROOT/.pending or the lock is a
+ * link or not what it should be, naming it. */
+int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *name,
+                       const char *token, bool own, char *out, int *lock, ck_err *err);
 /* Lets go of the save's lock (see format/owner.h): once the directory is committed or
  * removed, or left as debris that recovery may now remove. No-op when *lock < 0. */
-void ck__pending_unlock(const char *root, const char *name, int *lock);
+void ck__pending_unlock(int rootfd, const char *name, int *lock);
 /* Removes the named files, the manifest and the directory; best effort, through the
  * engine, so that a "crashed" engine leaves the debris a real crash would. */
-void ck__pending_remove(ck_engine *e, const char *pending, const ck_file *files, uint32_t n);
+void ck__pending_remove(ck_engine *e, int rootfd, const char *root, const char *pending,
+                        const ck_file *files, uint32_t n);
 /* Steps 3-7: writes and fsyncs the manifest, fsyncs the pending directory, renames it
  * to ROOT/NAME (never replacing), fsyncs ROOT, records it in the catalog. *committed
  * tells whether the rename happened: after it, an error leaves a complete checkpoint. */
-int ck__publish(ck_engine *e, const char *root, const char *pending, const ck__manifest *m,
-                bool catalog, bool *committed, ck_err *err);
+int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
+                const ck__manifest *m, bool catalog, bool *committed, ck_err *err);
 
 #endif

@@ -13,9 +13,14 @@
 
 #include "format/enc.h"
 #include "io/hash.h"
+#include "io/rootfs.h"
 
 #define PARTS_MAGIC "CKMEET1\0"
 #define MEET_FILE_MAX (64u << 20)  /* a part file: records of one node's ranks, blobs */
+
+/* The longest name the core makes of a checkpoint's: its meeting, NAME.TOKEN-meet. */
+_Static_assert(CK_CKPT_NAME_LEN + 1 + (CK_TOKEN_MAX - 1) + sizeof CK_MEET_SUFFIX - 1 <= NAME_MAX,
+               "a meeting's name must fit a file name");
 
 int ck__node_id_check(const char *id, ck_err *err)
 {
@@ -35,62 +40,77 @@ void ck__meet_dir(const char *root, const char *name, const char *token, char *o
     snprintf(out, PATH_MAX, "%s/%s/%s.%s%s", root, CK_PENDING, name, token, CK_MEET_SUFFIX);
 }
 
-static int fsync_path(const char *path)
+/* The directory dir (ROOT itself or a meeting under it), opened beneath ROOT without
+ * following a link (io/rootfs.h): a meeting planted as a link leads nowhere. */
+static int dir_open(const char *root, const char *dir, ck_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *rel = ck__rel(root, dir);
+    if (!rel)
+        return ck_err_set(err, -EINVAL, "%s is not under the root %s", dir, root);
+    int rootfd = ck__root_open(root, err);
+    if (rootfd < 0 || !rel[0])
+        return rootfd;
+    int fd = ck__openat(rootfd, rel, O_RDONLY | O_DIRECTORY, 0);
+    close(rootfd);
     if (fd < 0)
-        return -errno;
-    int r = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return r;
+        return ck_err_set(err, fd, "%s: %s", dir, ck__why(fd));
+    return fd;
 }
 
-int ck__meet_put(const char *dir, const char *name, const void *buf, size_t len,
-                 bool durable, ck_err *err)
+static int write_all(int fd, const void *buf, size_t len)
 {
-    char tmp[PATH_MAX + 64], path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    /* The temporary name starts with '.': no reader's prefix matches it. */
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ck_err_set(err, -errno, "%s: %s", tmp, strerror(errno));
     const uint8_t *p = buf;
     size_t done = 0;
-    int r = 0;
-    while (r == 0 && done < len) {
+    while (done < len) {
         ssize_t n = write(fd, p + done, len - done);
         if (n < 0 && errno != EINTR)
-            r = -errno;
-        else if (n > 0)
+            return -errno;
+        if (n > 0)
             done += (size_t)n;
-    }
-    if (r == 0 && durable && fsync(fd) < 0)
-        r = -errno;
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && rename(tmp, path) < 0)
-        r = -errno;
-    if (r == 0 && durable)
-        r = fsync_path(dir);
-    if (r < 0) {
-        unlink(tmp);
-        return ck_err_set(err, r, "%s: %s", path, strerror(-r));
     }
     return 0;
 }
 
-static int read_all(const char *path, uint8_t **out, size_t *len)
+int ck__meet_put(const char *root, const char *dir, const char *name, const void *buf,
+                 size_t len, bool durable, ck_err *err)
+{
+    char tmp[NAME_MAX + 1];
+    /* The temporary name starts with '.': no reader's prefix matches it. It is ours:
+     * whatever is there (debris, or a link planted for us to write through) goes, and
+     * the new one is made exclusive. */
+    snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+    int d = dir_open(root, dir, err);
+    if (d < 0)
+        return d;
+    unlinkat(d, tmp, 0);
+    int fd = ck__openat(d, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int r = fd < 0 ? fd : write_all(fd, buf, len);
+    if (r == 0 && durable && fsync(fd) < 0)
+        r = -errno;
+    if (fd >= 0 && close(fd) < 0 && r == 0)
+        r = -errno;
+    if (r == 0 && renameat(d, tmp, d, name) < 0)
+        r = -errno;
+    if (r == 0 && durable && fsync(d) < 0)
+        r = -errno;
+    if (r < 0 && fd >= 0)
+        unlinkat(d, tmp, 0);
+    close(d);
+    if (r < 0)
+        return ck_err_set(err, r, "%s/%s: %s", dir, fd < 0 ? tmp : name, ck__why(r));
+    return 0;
+}
+
+/* The regular file name beneath d, whole (at most MEET_FILE_MAX bytes). */
+static int read_all(int d, const char *name, uint8_t **out, size_t *len)
 {
     /* Non-blocking and no links: a FIFO or device planted in the shared directory
      * must not hang the daemon that polls it. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    int fd = ck__openat_reg(d, name, O_RDONLY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     struct stat st;
     int r = fstat(fd, &st) < 0 ? -errno : 0;
-    if (r == 0 && !S_ISREG(st.st_mode))
-        r = -EINVAL;
     if (r == 0 && (uint64_t)st.st_size > MEET_FILE_MAX)
         r = -EFBIG;
     uint8_t *buf = r == 0 ? malloc((size_t)st.st_size + 1) : NULL;
@@ -117,51 +137,84 @@ static int read_all(const char *path, uint8_t **out, size_t *len)
     return 0;
 }
 
-int ck__meet_each(const char *dir, const char *prefix,
-                  int (*fn)(void *arg, const char *file, const uint8_t *buf, size_t len),
-                  void *arg, ck_err *err)
+/* ck__meet_each on the directory d (kept open; dir names it). */
+static int each_at(int d, const char *dir, const char *prefix,
+                   int (*fn)(void *arg, const char *file, const uint8_t *buf, size_t len),
+                   void *arg, ck_err *err)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return ck_err_set(err, -errno, "%s: %s", dir, strerror(errno));
+    int fd = fcntl(d, F_DUPFD_CLOEXEC, 0);
+    DIR *dd = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dd) {
+        int e = -errno;
+        if (fd >= 0)
+            close(fd);
+        return ck_err_set(err, e, "%s: %s", dir, strerror(-e));
+    }
     struct dirent *de;
     int r = 0;
     size_t k = strlen(prefix);
-    char path[PATH_MAX + 256];
-    while (r == 0 && (de = readdir(d))) {
+    while (r == 0 && (de = readdir(dd))) {
         if (strncmp(de->d_name, prefix, k))
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         uint8_t *buf;
         size_t len;
-        int e = read_all(path, &buf, &len);
+        int e = read_all(d, de->d_name, &buf, &len);
         if (e == -ENOENT)
             continue;       /* removed since the readdir */
         if (e < 0) {
-            r = ck_err_set(err, e, "%s: %s", path, strerror(-e));
+            r = ck_err_set(err, e, "%s/%s: %s", dir, de->d_name, ck__why(e));
             break;
         }
         r = fn(arg, de->d_name, buf, len);
         free(buf);
     }
-    closedir(d);
+    closedir(dd);
     return r;
 }
 
-void ck__meet_remove(const char *dir)
+int ck__meet_each(const char *root, const char *dir, const char *prefix,
+                  int (*fn)(void *arg, const char *file, const uint8_t *buf, size_t len),
+                  void *arg, ck_err *err)
 {
-    DIR *d = opendir(dir);
+    int d = dir_open(root, dir, err);
+    if (d < 0)
+        return d;
+    int r = each_at(d, dir, prefix, fn, arg, err);
+    close(d);
+    return r;
+}
+
+void ck__meet_drop(const char *root, const char *dir, const char *file)
+{
+    int d = dir_open(root, dir, NULL);
+    if (d < 0)
+        return;
+    unlinkat(d, file, 0);
+    close(d);
+}
+
+void ck__meet_remove(const char *root, const char *dir)
+{
+    int d = dir_open(root, dir, NULL);
+    int fd = d >= 0 ? fcntl(d, F_DUPFD_CLOEXEC, 0) : -1;
+    DIR *dd = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dd && fd >= 0)
+        close(fd);
     struct dirent *de;
-    char path[PATH_MAX + 256];
-    while (d && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    /* Names, never followed: a link in it is removed as a link, a directory stays. */
+    while (dd && (de = readdir(dd)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            unlinkat(d, de->d_name, 0);
+    if (dd)
+        closedir(dd);
+    if (d >= 0)
+        close(d);
+    int rootfd = ck__root_open(root, NULL);
+    const char *rel = ck__rel(root, dir);
+    if (rootfd >= 0 && rel && rel[0])
+        ck__unlinkat(rootfd, rel, AT_REMOVEDIR);
+    if (rootfd >= 0)
+        close(rootfd);
 }
 
 /* ---- the plan ---- */
@@ -193,12 +246,17 @@ int ck__meet_create(const char *root, const char *name, const char *token,
 {
     char dir[PATH_MAX], buf[256];
     ck__meet_dir(root, name, token, dir);
-    if (mkdir(dir, 0755) < 0)
-        return ck_err_set(err, -errno, "%s: %s", dir, strerror(errno));
-    int n = plan_text(plan, buf, sizeof buf);
-    int r = ck__meet_put(dir, "plan", buf, (size_t)n, false, err);
+    int rootfd = ck__root_open(root, err);
+    if (rootfd < 0)
+        return rootfd;
+    int r = ck__mkdirat(rootfd, ck__rel(root, dir), 0755);
+    close(rootfd);
     if (r < 0)
-        ck__meet_remove(dir);
+        return ck_err_set(err, r, "%s: %s", dir, ck__why(r));
+    int n = plan_text(plan, buf, sizeof buf);
+    r = ck__meet_put(root, dir, "plan", buf, (size_t)n, false, err);
+    if (r < 0)
+        ck__meet_remove(root, dir);
     return r;
 }
 
@@ -211,11 +269,24 @@ static int any_file(void *arg, const char *file, const uint8_t *buf, size_t len)
 int ck__meet_find(const char *root, const char *name, char token[CK_TOKEN_MAX],
                   ck__meet_plan *plan, ck_err *err)
 {
-    char pending[PATH_MAX], dir[PATH_MAX + 256], path[PATH_MAX + 300];
+    char pending[PATH_MAX], dir[PATH_MAX + 256], rel[NAME_MAX + 8];
     snprintf(pending, sizeof pending, "%s/%s", root, CK_PENDING);
-    DIR *d = opendir(pending);
-    if (!d)
-        return errno == ENOENT ? 0 : ck_err_set(err, -errno, "%s: %s", pending, strerror(errno));
+    int rootfd = ck__root_open(root, err);
+    if (rootfd < 0)
+        return rootfd;
+    int pend = ck__openat(rootfd, CK_PENDING, O_RDONLY | O_DIRECTORY, 0);
+    close(rootfd);
+    if (pend < 0)
+        return pend == -ENOENT ? 0 : ck_err_set(err, pend, "%s: %s", pending, ck__why(pend));
+    int fd = fcntl(pend, F_DUPFD_CLOEXEC, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int e = -errno;
+        if (fd >= 0)
+            close(fd);
+        close(pend);
+        return ck_err_set(err, e, "%s: %s", pending, strerror(-e));
+    }
     size_t k = strlen(name), ks = strlen(CK_MEET_SUFFIX);
     struct dirent *de;
     int found = 0;
@@ -225,31 +296,38 @@ int ck__meet_find(const char *root, const char *name, char token[CK_TOKEN_MAX],
             strcmp(de->d_name + n - ks, CK_MEET_SUFFIX) || n - k - 1 - ks >= CK_TOKEN_MAX)
             continue;
         snprintf(dir, sizeof dir, "%s/%s", pending, de->d_name);
-        snprintf(path, sizeof path, "%s/plan", dir);
+        int m = ck__openat(pend, de->d_name, O_RDONLY | O_DIRECTORY, 0);
         uint8_t *buf;
         size_t len;
-        if (read_all(path, &buf, &len) < 0)
-            continue;           /* not planned yet, or gone */
+        snprintf(rel, sizeof rel, "plan");
+        if (m < 0 || read_all(m, rel, &buf, &len) < 0) {
+            if (m >= 0)
+                close(m);
+            continue;           /* not planned yet, or gone, or not a meeting at all */
+        }
         int r = plan_parse((const char *)buf, plan);
         free(buf);
         /* A meeting that failed is an earlier attempt of the name, not ours. */
-        if (r < 0 || ck__meet_each(dir, "failed.", any_file, NULL, NULL) != 0)
-            continue;
-        snprintf(token, CK_TOKEN_MAX, "%.*s", (int)(n - k - 1 - ks), de->d_name + k + 1);
-        found = 1;
+        if (r == 0 && each_at(m, dir, "failed.", any_file, NULL, NULL) == 0) {
+            snprintf(token, CK_TOKEN_MAX, "%.*s", (int)(n - k - 1 - ks), de->d_name + k + 1);
+            found = 1;
+        }
+        close(m);
     }
     closedir(d);
+    close(pend);
     return found;
 }
 
 /* ---- join and failed records ---- */
 
-int ck__meet_join(const char *dir, const char *id, uint64_t instance, ck_err *err)
+int ck__meet_join(const char *root, const char *dir, const char *id, uint64_t instance,
+                  ck_err *err)
 {
     char name[CK_NODE_ID_MAX + 8], buf[64];
     snprintf(name, sizeof name, "join.%s", id);
     int n = snprintf(buf, sizeof buf, "instance %" PRIu64 "\n", instance);
-    return ck__meet_put(dir, name, buf, (size_t)n, false, err);
+    return ck__meet_put(root, dir, name, buf, (size_t)n, false, err);
 }
 
 int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance)
@@ -258,14 +336,15 @@ int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance)
     return sscanf((const char *)buf, "instance %" SCNu64, instance) == 1 ? 0 : -EBADMSG;
 }
 
-int ck__meet_fail(const char *dir, const char *id, int code, const char *msg, ck_err *err)
+int ck__meet_fail(const char *root, const char *dir, const char *id, int code, const char *msg,
+                  ck_err *err)
 {
     char name[CK_NODE_ID_MAX + 8], buf[CK_ERR_MSG_MAX + 32];
     snprintf(name, sizeof name, "failed.%s", id);
     int n = snprintf(buf, sizeof buf, "code %d\n%s\n", code, msg);
     if (n >= (int)sizeof buf)
         n = (int)sizeof buf - 1;
-    return ck__meet_put(dir, name, buf, (size_t)n, true, err);
+    return ck__meet_put(root, dir, name, buf, (size_t)n, true, err);
 }
 
 int ck__meet_fail_decode(const uint8_t *buf, size_t len, int *code, char *msg, size_t cap)
@@ -364,16 +443,20 @@ int ck__beat_write(const char *root, const char *id, uint64_t instance, uint64_t
     int n = snprintf(buf, sizeof buf, "ckptd beat 1 instance %" PRIu64 " counter %" PRIu64 "\n",
                      instance, counter);
     /* ck__meet_put's temporary name is ".NAME.tmp" in the same directory. */
-    return ck__meet_put(root, name, buf, (size_t)n, false, err);
+    return ck__meet_put(root, root, name, buf, (size_t)n, false, err);
 }
 
 int ck__beat_read(const char *root, const char *id, uint64_t *instance, uint64_t *counter)
 {
-    char path[PATH_MAX + CK_NODE_ID_MAX + 16];
-    snprintf(path, sizeof path, "%s/.ckptd.%s.beat", root, id);
+    char name[CK_NODE_ID_MAX + 16];
+    snprintf(name, sizeof name, ".ckptd.%s.beat", id);
+    int rootfd = ck__root_open(root, NULL);
+    if (rootfd < 0)
+        return rootfd;
     uint8_t *buf;
     size_t len;
-    int r = read_all(path, &buf, &len);
+    int r = read_all(rootfd, name, &buf, &len);
+    close(rootfd);
     if (r < 0)
         return r;
     int v;
@@ -385,7 +468,11 @@ int ck__beat_read(const char *root, const char *id, uint64_t *instance, uint64_t
 
 void ck__beat_remove(const char *root, const char *id)
 {
-    char path[PATH_MAX + CK_NODE_ID_MAX + 16];
-    snprintf(path, sizeof path, "%s/.ckptd.%s.beat", root, id);
-    unlink(path);
+    char name[CK_NODE_ID_MAX + 16];
+    snprintf(name, sizeof name, ".ckptd.%s.beat", id);
+    int rootfd = ck__root_open(root, NULL);
+    if (rootfd < 0)
+        return;
+    unlinkat(rootfd, name, 0);
+    close(rootfd);
 }

@@ -50,22 +50,31 @@ int ck__meet_create(const char *root, const char *name, const char *token,
 int ck__meet_find(const char *root, const char *name, char token[CK_TOKEN_MAX],
                   ck__meet_plan *plan, ck_err *err);
 
+/* A meeting's directory is dir, a path under ROOT (root); it is reached beneath ROOT
+ * and its files by name in it, no link followed (io/rootfs.h), and only regular files
+ * are read: a link, FIFO or device planted in a meeting is an error naming it, never
+ * a write, a delete or a hang outside the root. */
+
 /* Writes name in the meeting dir under a temporary name, renames it into place; with
  * durable, fsyncs the file before and the directory after the rename. */
-int ck__meet_put(const char *dir, const char *name, const void *buf, size_t len,
-                 bool durable, ck_err *err);
+int ck__meet_put(const char *root, const char *dir, const char *name, const void *buf,
+                 size_t len, bool durable, ck_err *err);
 /* Calls fn for each file of the meeting whose name starts with prefix, with its bytes
  * (malloc'd for the call); stops at fn's first nonzero return and returns it. */
-int ck__meet_each(const char *dir, const char *prefix,
+int ck__meet_each(const char *root, const char *dir, const char *prefix,
                   int (*fn)(void *arg, const char *file, const uint8_t *buf, size_t len),
                   void *arg, ck_err *err);
+/* Removes one file of the meeting (best effort). */
+void ck__meet_drop(const char *root, const char *dir, const char *file);
 /* Removes the meeting's files and the meeting itself (best effort). */
-void ck__meet_remove(const char *dir);
+void ck__meet_remove(const char *root, const char *dir);
 
 /* join.ID and failed.ID: small text records. */
-int ck__meet_join(const char *dir, const char *id, uint64_t instance, ck_err *err);
+int ck__meet_join(const char *root, const char *dir, const char *id, uint64_t instance,
+                  ck_err *err);
 int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance);
-int ck__meet_fail(const char *dir, const char *id, int code, const char *msg, ck_err *err);
+int ck__meet_fail(const char *root, const char *dir, const char *id, int code, const char *msg,
+                  ck_err *err);
 /* A failed.ID record: its code and message. */
 int ck__meet_fail_decode(const uint8_t *buf, size_t len, int *code, char *msg, size_t cap);
 

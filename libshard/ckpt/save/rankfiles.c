@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ck__rank_files_layout(const ck__plan *p, const char *dir, uint32_t hash_block, ck__rank_files *rf)
+int ck__rank_files_layout(const ck__plan *p, const char *dir, size_t rel_at,
+                          uint32_t hash_block, ck__rank_files *rf)
 {
     memset(rf, 0, sizeof *rf);
     uint64_t world = ck_mesh_world(ck__plan_mesh(p));
@@ -43,6 +44,7 @@ int ck__rank_files_layout(const ck__plan *p, const char *dir, uint32_t hash_bloc
         char *path = rf->paths + (size_t)f * path_len;
         snprintf(path, path_len, "%s/%s", dir, cf->name);
         rf->wf[f].path = path;
+        rf->wf[f].rel = path + rel_at;
         rf->wf[f].size = cf->size;
         if (hash_block) {
             rf->hashes[f] = malloc(((cf->size + hash_block - 1) / hash_block) * CK_HASH_LEN + 1);

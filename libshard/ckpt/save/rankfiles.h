@@ -25,8 +25,11 @@ typedef struct ck__rank_files {
     uint8_t **hashes;           /* per file, NULL when unhashed */
 } ck__rank_files;
 
-/* Lays out plan p's files in directory dir. hash_block 0: unhashed. 0 or -ENOMEM. */
-int ck__rank_files_layout(const ck__plan *p, const char *dir, uint32_t hash_block, ck__rank_files *rf);
+/* Lays out plan p's files in directory dir (a path); rel_at is where each file's path
+ * below the writer's directory (the root) starts: strlen(ROOT) + 1. hash_block 0:
+ * unhashed. 0 or -ENOMEM. */
+int ck__rank_files_layout(const ck__plan *p, const char *dir, size_t rel_at,
+                          uint32_t hash_block, ck__rank_files *rf);
 void ck__rank_files_free(ck__rank_files *rf);
 
 #endif

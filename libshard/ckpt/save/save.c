@@ -11,6 +11,7 @@
  * A crash before 5 leaves only .pending debris; after 5, a complete checkpoint.
  */
 #include "ck/save.h"
+#include "io/rootfs.h"
 #include "save/save_int.h"
 
 #include <fcntl.h>
@@ -58,6 +59,7 @@ struct ck_save {
     ck__blob_rec *blobs;
     uint32_t nblobs;
     size_t capblobs;
+    int rootfd;                    /* the root, held open (through the engine) */
     char pending[PATH_MAX];        /* set once created */
     int lock;                      /* the save's lock while this process owns it, or -1 */
     /* Set by ck_save_share or ck_save_join (the group save's first step): */
@@ -133,9 +135,6 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     if (mesh->ndim < 1 || mesh->ndim > CK_MAX_MESH_DIMS || ck_mesh_world(mesh) == 0 ||
         ck_mesh_world(mesh) > CK_MAX_WORLD)
         return ck_err_set(err, -EINVAL, "checkpoint %s: invalid mesh", name);
-    struct stat st;
-    if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode))
-        return ck_err_set(err, -ENOENT, "%s: the checkpoint root is not a directory", root);
     ck_save *s = calloc(1, sizeof *s);
     if (!s)
         return -ENOMEM;
@@ -148,8 +147,15 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     if (opts)
         s->o = *opts;
     s->e = s->o.engine ? s->o.engine : ck_engine_default();
+    /* Everything of the save is reached beneath this descriptor (save/commit.h). */
+    if ((s->rootfd = ck__root_open_engine(s->e, root, err)) < 0) {
+        r = s->rootfd == -ENOTDIR ? -ENOENT : s->rootfd;
+        free(s);
+        return r;
+    }
     r = ck__plan_new(mesh, &s->plan);
     if (r < 0) {
+        s->e->ops->close(s->e, s->rootfd);
         free(s);
         return r;
     }
@@ -369,7 +375,8 @@ static void layout_free(layout *L);
 
 static void save_free(ck_save *s)
 {
-    ck__pending_unlock(s->root, s->name, &s->lock);
+    ck__pending_unlock(s->rootfd, s->name, &s->lock);
+    s->e->ops->close(s->e, s->rootfd);
     ck__hashpool_free(s->pool);
     layout_free(&s->L);
     free(s->image);
@@ -411,7 +418,8 @@ static int build_layout(ck_save *s)
     layout *L = &s->L;
     const ck_mesh *mesh = ck__plan_mesh(s->plan);
     uint32_t nsh = ck__plan_nshards(s->plan);
-    int r = ck__rank_files_layout(s->plan, s->pending, s->o.no_hash ? 0 : s->block, &L->F);
+    int r = ck__rank_files_layout(s->plan, s->pending, strlen(s->root) + 1,
+                                  s->o.no_hash ? 0 : s->block, &L->F);
     if (r < 0)
         return r;
     size_t nf = L->F.n ? L->F.n : 1, ns = nsh ? nsh : 1;
@@ -448,7 +456,8 @@ static int prepare_at(ck_save *s, const char *token, bool own, ck_err *err)
     if (s->prepared)
         return 0;
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    int r = ck__pending_create(s->e, s->root, s->name, token, own, s->pending, &s->lock, err);
+    int r = ck__pending_create(s->e, s->rootfd, s->root, s->name, token, own, s->pending,
+                               &s->lock, err);
     if (r == 0)
         r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
@@ -572,7 +581,8 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
     }
     ck__writer_stats ws = { .direct = true };
     if (r == 0) {
-        ck__writer_opts wo = { .engine = s->e, .pool = s->pool, .no_hash = s->o.no_hash,
+        ck__writer_opts wo = { .engine = s->e, .dir = s->rootfd, .pool = s->pool,
+                              .no_hash = s->o.no_hash,
                               .fill_threadsafe = s->o.fill_threadsafe, .block_size = s->block,
                               .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
                               .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
@@ -852,7 +862,7 @@ int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, c
     /* Every rank has stopped writing once rank 0 holds all their records: only then is
      * the directory of a failed save rank 0's to remove. Otherwise it is debris. */
     if (r < 0 && gathered && g->rank == 0)
-        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+        ck__pending_remove(s->e, s->rootfd, s->root, s->pending, s->L.F.files, s->L.F.n);
     save_free(s);
     return r;
 }
@@ -862,7 +872,7 @@ void ck_save_abort(ck_save *s)
     if (!s)
         return;
     if (!s->shared)
-        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+        ck__pending_remove(s->e, s->rootfd, s->root, s->pending, s->L.F.files, s->L.F.n);
     save_free(s);
 }
 
@@ -871,7 +881,7 @@ void ck__save_discard(ck_save *s)
     if (!s)
         return;
     if (s->prepared)
-        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+        ck__pending_remove(s->e, s->rootfd, s->root, s->pending, s->L.F.files, s->L.F.n);
     save_free(s);
 }
 
@@ -913,10 +923,11 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
         ck__manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
                           .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
                           .blobs = s->blobs };
-        r = ck__publish(s->e, s->root, s->pending, &m, !s->o.no_catalog, &committed, err);
+        r = ck__publish(s->e, s->rootfd, s->root, s->pending, &m, !s->o.no_catalog,
+                        &committed, err);
     }
     if (!committed)
-        ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
+        ck__pending_remove(s->e, s->rootfd, s->root, s->pending, s->L.F.files, s->L.F.n);
     s->st.total_seconds = now_s() - t0;
     if (stats)
         *stats = s->st;

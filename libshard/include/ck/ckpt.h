@@ -24,6 +24,10 @@
 #define CK_MAGIC "LIBSHARD"          /* 8 bytes, first field of the checkpoint record */
 
 #define CK_NAME_MAX    256            /* checkpoint, tensor and blob names, with the NUL */
+/* The longest checkpoint name a save takes, in bytes: the longest file name the core
+ * makes of it, .pending/NAME.TOKEN-meet (a token of up to 15 bytes), must fit the
+ * 255 bytes of a file name (docs/FORMAT.md, "Names"). */
+#define CK_CKPT_NAME_LEN 234
 #define CK_FILE_NAME_MAX 64
 #define CK_HASH_LEN    32             /* SHA-256 */
 #define CK_BLOB_MAX    (64u << 20)    /* a blob is metadata, not a tensor */
@@ -87,8 +91,9 @@ typedef struct ck_file {
 
 typedef struct ck_ckpt ck_ckpt;
 
-/* Checks that name can be a checkpoint (or tensor/blob) name on disk: 1..255 bytes of
- * [A-Za-z0-9._-], not starting with '.'. Never a path. */
+/* Checks that name can be the name of a checkpoint to save: 1 to CK_CKPT_NAME_LEN
+ * bytes of [A-Za-z0-9._-], not starting with '.'. Never a path. (Tensor and blob names
+ * go through ck_key_check.) */
 int ck_name_check(const char *what, const char *name, ck_err *err);
 
 /* Tensor and blob names (format 1.1) may also hold percent escapes, '%' and two

@@ -9,6 +9,12 @@
  *
  * Data moves through queues (ck_ioq): one io_uring each, owned by one thread.
  * Everything else is synchronous. Calls return 0 (or an fd / a count) or -errno.
+ *
+ * Paths are relative to a directory descriptor `dir`, a checkpoint root held open:
+ * the real engine resolves them beneath it and follows no symbolic link in any
+ * component (-ELOOP), so that nothing planted in a shared root leads a save outside
+ * it (docs/FORMAT.md, "Links and special files"). dir == AT_FDCWD takes the path as
+ * given, links followed: only for opening a root itself.
  */
 #ifndef CK_ENGINE_H
 #define CK_ENGINE_H
@@ -38,16 +44,18 @@ typedef struct ck_io_done {
 } ck_io_done;
 
 struct ck_engine_ops {
-    int (*open)(ck_engine *e, const char *path, int flags, unsigned mode);
+    int (*open)(ck_engine *e, int dir, const char *path, int flags, unsigned mode);
     int (*close)(ck_engine *e, int fd);
     int (*fallocate)(ck_engine *e, int fd, uint64_t len);
     int (*fsync)(ck_engine *e, int fd);
-    int (*mkdir)(ck_engine *e, const char *path, unsigned mode);
-    /* rename that fails with -EEXIST when `to` exists (renameat2 RENAME_NOREPLACE) */
-    int (*rename)(ck_engine *e, const char *from, const char *to);
-    int (*unlink)(ck_engine *e, const char *path);
-    int (*rmdir)(ck_engine *e, const char *path);
-    int (*link)(ck_engine *e, const char *from, const char *to);
+    int (*mkdir)(ck_engine *e, int dir, const char *path, unsigned mode);
+    /* rename, both paths beneath dir, that fails with -EEXIST when `to` exists
+     * (renameat2 RENAME_NOREPLACE) */
+    int (*rename)(ck_engine *e, int dir, const char *from, const char *to);
+    int (*unlink)(ck_engine *e, int dir, const char *path);
+    int (*rmdir)(ck_engine *e, int dir, const char *path);
+    /* a hard link to the regular file `from` (beneath fromdir) at `to` (beneath dir) */
+    int (*link)(ck_engine *e, int fromdir, const char *from, int dir, const char *to);
     /* A durable step done by other code (an LMDB commit): `what` names it. The real
      * engine does nothing; a fault engine may fail or crash here. */
     int (*step)(ck_engine *e, const char *what);
@@ -69,12 +77,17 @@ struct ck_engine {
  * besides its queues. Never destroy it. */
 ck_engine *ck_engine_default(void);
 
-/* Opens a data file for O_DIRECT I/O when the file system allows it, else buffered.
- * *direct says which. `flags` are O_RDONLY / O_WRONLY|O_CREAT|O_EXCL and the like. */
-int ck_engine_open_data(ck_engine *e, const char *path, int flags, unsigned mode, bool *direct);
+/* Opens a data file (path beneath dir) that must be a regular file: anything else (a
+ * FIFO, a device, a socket) is refused without blocking, as -EMEDIUMTYPE, which no
+ * other failure of an open returns. */
+int ck_engine_open_file(ck_engine *e, int dir, const char *path, int flags, unsigned mode);
+/* The same, for O_DIRECT I/O when the file system allows it, else buffered. *direct
+ * says which. `flags` are O_RDONLY / O_WRONLY|O_CREAT|O_EXCL and the like. */
+int ck_engine_open_data(ck_engine *e, int dir, const char *path, int flags, unsigned mode,
+                        bool *direct);
 
-/* Opens path (a directory or file) read-only and fsyncs it. */
-int ck_engine_fsync_path(ck_engine *e, const char *path);
+/* Opens path (a directory or file, beneath dir) read-only and fsyncs it. */
+int ck_engine_fsync_path(ck_engine *e, int dir, const char *path);
 
 /* Runs n I/Os through q and waits for all of them. Short transfers are continued
  * (ios[] is updated in place); a read that meets end-of-file is -EBADMSG (the file

@@ -73,6 +73,9 @@ int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
 typedef struct ck_readers ck_readers;
 
 int ck_readers_open(const char *dir, ck_readers **out, ck_err *err);
+/* Readers of the open checkpoint ck, which must stay open while they are used: every
+ * handle shares its directory and manifest, never looking them up by name again. */
+int ck_readers_open_ckpt(const ck_ckpt *ck, ck_readers **out, ck_err *err);
 void ck_readers_close(ck_readers *rs);
 /* ck_reader_read of tensor's box, from any thread. */
 int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
