@@ -35,6 +35,9 @@
 
 #define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
 #define KD_MAX_SHARDS (1u << 24) /* shard records per save (docs/PROTOCOL.md) */
+/* Boxes a BEGIN may declare and still have their tiling checked on the event loop
+ * (about a millisecond); more go to the planner thread (docs/PROTOCOL.md). */
+#define KD_INLINE_BOXES 4096u
 
 typedef struct kd_opts {
     const char *root;
@@ -113,6 +116,8 @@ typedef struct kd_join {
     int fd;
     ck__decl d;
     uint64_t bytes;            /* the declaration's, counted against --plan-memory */
+    bool check;                /* its box lists are the planner's to check */
+    bool bad;                  /* they do not tile: a bad message, not a failed join */
     int r;
     uint64_t image;
     char msg[CK_ERR_MSG_MAX];
@@ -179,8 +184,9 @@ void kd_proto_truncated(kd_server *s, kd_client *c);
 void kd_status_reply(kd_server *s, kd_client *c);
 
 /* kd_ckpt.c */
-/* Takes d's arrays and fd: the rank joins through the planner. */
-void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd);
+/* Takes d's arrays and fd: the rank joins through the planner, which checks the box
+ * lists first when check_boxes (a declaration too large to check on the loop). */
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_boxes);
 void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank);
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
@@ -201,6 +207,10 @@ uint64_t kd_plan_shards(const ck__decl *d);
 uint64_t kd_plan_cost(const ck__decl *d);
 /* Bytes of the declaration itself (tensors and blobs). */
 uint64_t kd_join_bytes(const ck__decl *d);
+/* Boxes of the declaration's box lists, and whether each list tiles its tensor
+ * (ck_boxes_check: O(n log n) in the boxes). */
+uint64_t kd_decl_boxes(const ck__decl *d);
+int kd_decl_tiles(const ck__decl *d, ck_err *err);
 int kd_plan_start(kd_server *s, ck_err *err);
 void kd_plan_stop(kd_server *s);
 void kd_plan_submit(kd_server *s, kd_join *j);

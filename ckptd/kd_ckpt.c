@@ -134,7 +134,7 @@ static int plan_budget(kd_server *s, const ck__decl *d, uint64_t cost, ck_err *e
     return 0;
 }
 
-void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd)
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_boxes)
 {
     ck_err err = { 0 };
     kd_ckpt *k = find(s, d->name);
@@ -161,7 +161,7 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd)
         return;
     }
     *j = (kd_join){ .client = c->id, .pid = c->pid, .fd = fd, .d = *d,
-                    .bytes = kd_join_bytes(d) };
+                    .bytes = kd_join_bytes(d), .check = check_boxes };
     d->tensors = NULL;
     d->blobs = NULL;
     s->plan_used += j->bytes;
@@ -177,8 +177,15 @@ static void joined(kd_server *s, kd_join *j)
     if (k)
         k->joins--;
     kd_client *c = kd_client_find(s, j->client);
+    if (j->bad && c) {
+        /* As kd_proto.c refuses a bad message: a connection error, then the close. */
+        kd_log(s, "client %llu (pid %d): bad message: %s; closing it",
+               (unsigned long long)c->id, (int)c->pid, j->msg);
+        kd_send_error(s, c, "", j->r, j->msg);
+        c->drop = true;
+    }
     if (j->r < 0) {
-        if (c)
+        if (c && !j->bad)
             kd_send_error(s, c, j->d.name, j->r, j->msg);
         /* No rank of it joined, none is on its way: the saver never had the save. */
         if (k && !k->parts && !k->joins)
