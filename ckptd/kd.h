@@ -123,6 +123,11 @@ typedef struct kd_join {
     char msg[CK_ERR_MSG_MAX];
 } kd_join;
 
+/* Joins in order, appended and taken in O(1) (a client may queue many BEGINs). */
+typedef struct kd_joinq {
+    kd_join *head, *tail;
+} kd_joinq;
+
 typedef struct kd_event {
     struct kd_event *next;
     ck__saver_ev_kind kind;
@@ -154,7 +159,7 @@ typedef struct kd_server {
     pthread_t plan_th;
     pthread_mutex_t plan_mu;   /* the planner's queues */
     pthread_cond_t plan_cv;
-    kd_join *plan_todo, *plan_done;
+    kd_joinq plan_todo, plan_done;
     unsigned plan_queued;      /* joins submitted and not yet taken back */
     bool plan_stop, plan_running;
     bool stopping;

@@ -89,17 +89,34 @@ void kd_join_free(kd_join *j)
     free(j);
 }
 
+static void push(kd_joinq *q, kd_join *j)
+{
+    j->next = NULL;
+    if (q->tail)
+        q->tail->next = j;
+    else
+        q->head = j;
+    q->tail = j;
+}
+
+static kd_join *pop(kd_joinq *q)
+{
+    kd_join *j = q->head;
+    if (j && !(q->head = j->next))
+        q->tail = NULL;
+    return j;
+}
+
 static void *planner(void *arg)
 {
     kd_server *s = arg;
     pthread_mutex_lock(&s->plan_mu);
     for (;;) {
-        while (!s->plan_todo && !s->plan_stop)
+        while (!s->plan_todo.head && !s->plan_stop)
             pthread_cond_wait(&s->plan_cv, &s->plan_mu);
-        kd_join *j = s->plan_todo;
+        kd_join *j = pop(&s->plan_todo);
         if (!j)
             break;
-        s->plan_todo = j->next;
         pthread_mutex_unlock(&s->plan_mu);
         ck_err err = { 0 };
         /* A declaration too large to check on the loop (kd_proto.c) is checked here;
@@ -110,11 +127,7 @@ static void *planner(void *arg)
         if (j->r < 0)
             snprintf(j->msg, sizeof j->msg, "%s", ck_err_msg(&err));
         pthread_mutex_lock(&s->plan_mu);
-        j->next = NULL;
-        kd_join **pp = &s->plan_done;
-        while (*pp)
-            pp = &(*pp)->next;
-        *pp = j;
+        push(&s->plan_done, j);
         uint64_t one = 1;
         if (write(s->ev_fd, &one, sizeof one) < 0)
             kd_log(s, "eventfd: %s", strerror(errno));
@@ -144,20 +157,14 @@ void kd_plan_stop(kd_server *s)
     pthread_mutex_unlock(&s->plan_mu);
     pthread_join(s->plan_th, NULL);
     s->plan_running = false;
-    for (kd_join *j; (j = s->plan_done);) {
-        s->plan_done = j->next;
+    for (kd_join *j; (j = pop(&s->plan_done));)
         kd_join_free(j);
-    }
 }
 
 void kd_plan_submit(kd_server *s, kd_join *j)
 {
-    j->next = NULL;
     pthread_mutex_lock(&s->plan_mu);
-    kd_join **pp = &s->plan_todo;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = j;
+    push(&s->plan_todo, j);
     s->plan_queued++;
     pthread_cond_signal(&s->plan_cv);
     pthread_mutex_unlock(&s->plan_mu);
@@ -166,11 +173,9 @@ void kd_plan_submit(kd_server *s, kd_join *j)
 kd_join *kd_plan_done(kd_server *s)
 {
     pthread_mutex_lock(&s->plan_mu);
-    kd_join *j = s->plan_done;
-    if (j) {
-        s->plan_done = j->next;
+    kd_join *j = pop(&s->plan_done);
+    if (j)
         s->plan_queued--;
-    }
     pthread_mutex_unlock(&s->plan_mu);
     return j;
 }
