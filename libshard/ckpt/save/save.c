@@ -942,7 +942,8 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
         ck__manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
                           .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
                           .blobs = s->blobs };
-        r = ck__publish(s->e, s->root, s->pending, &m, !s->o.no_catalog, &committed, err);
+        r = ck__publish(s->e, s->root, s->pending, &m, !s->o.no_catalog, &committed,
+                        s->o.log, s->o.cb_arg, err);
     }
     if (!committed)
         ck__pending_remove(s->e, s->pending, s->L.F.files, s->L.F.n);
