@@ -142,6 +142,9 @@ typedef struct kd_server {
     char root[PATH_MAX];       /* realpath */
     FILE *log;
     int listen_fd, ep_fd, sig_fd, ev_fd;
+    int reserve_fd;            /* /dev/null, given up to accept a client past the fd limit */
+    bool fds_short;            /* out of descriptors: logged once, until a client is taken */
+    double listen_resume;      /* kd_now() to listen again after a pause; 0: listening */
     int lock_fd;               /* ROOT/.ckptd.ID.lock, held for the daemon's life */
     uint64_t instance;         /* a nonce per start, in the heartbeat ROOT/.ckptd.ID.beat */
     ck_engine *engine;         /* the fault engine with --inject-fault, else NULL */
