@@ -17,38 +17,11 @@
 #include <string.h>
 
 #include "ck/layout.h"
+#include "layout_testlib.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define BRUTE_MAX (1u << 16)    /* elements counted, summed over the boxes */
-
-/* The slow truth: every element in exactly one box (the boxes lie inside the shape). */
-static bool tiles_by_count(int ndim, const uint64_t *shape, uint32_t n, const ck_box *b)
-{
-    uint64_t total = 1;
-    for (int d = 0; d < ndim; d++)
-        total *= shape[d];
-    uint8_t *cnt = calloc(total ? total : 1, 1);
-    if (!cnt)
-        abort();
-    bool ok = true;
-    for (uint32_t i = 0; i < n && ok; i++) {
-        uint64_t m = ck_box_numel(&b[i]);
-        for (uint64_t e = 0; e < m && ok; e++) {
-            uint64_t rem = e, k = 0, stride = 1;
-            for (int d = ndim - 1; d >= 0; d--) {
-                k += (b[i].off[d] + rem % b[i].len[d]) * stride;
-                rem /= b[i].len[d];
-                stride *= shape[d];
-            }
-            ok = ++cnt[k] == 1;
-        }
-    }
-    for (uint64_t k = 0; k < total && ok; k++)
-        ok = cnt[k] == 1;
-    free(cnt);
-    return ok;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -90,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = ck_boxes_check("fz", ndim, shape, n, b, &err);
     if (rc != 0 && rc != -EINVAL)
         abort();                /* only "does not tile" is an answer about the list */
-    if (sum <= BRUTE_MAX && total <= BRUTE_MAX && (rc == 0) != tiles_by_count(ndim, shape, n, b)) {
+    if (sum <= BRUTE_MAX && total <= BRUTE_MAX && (rc == 0) != lt_tiles_by_count(ndim, shape, n, b)) {
         fprintf(stderr, "fuzz_boxes: ck_boxes_check says %d (%s) for %u boxes, the count "
                 "disagrees\n", rc, ck_err_msg(&err), n);
         abort();

@@ -326,6 +326,24 @@ static inline const char *kc_state_name(ck_client_state st)
     return (unsigned)st < 5 ? names[st] : "(not a state)";
 }
 
+/* The next message on fd, as a raw client reads it: its type (0 once the connection
+ * closed, or past the socket's SO_RCVTIMEO), and an ERROR's message into msg. */
+static inline uint16_t kc_reply(int fd, char *msg, size_t len)
+{
+    ck__msg m = { 0 };
+    if (ck__conn_recv(fd, true, &m, NULL) <= 0)
+        return 0;
+    if (m.type == CK_MSG_ERROR && msg) {
+        ck__rbuf r = ck__rbuf_make(m.payload, m.len);
+        char name[CK_NAME_MAX];
+        ck__get_str(&r, name, sizeof name);
+        ck__get_u32(&r);
+        ck__get_str(&r, msg, len);
+    }
+    free(m.payload);
+    return m.type;
+}
+
 /* A rank as ckptd sees it, without the client library: connects to sock and sends a
  * raw BEGIN of d with a sealed staging memfd of d->staging_size bytes. Returns the
  * connection, for the test to read the reply. */

@@ -42,23 +42,6 @@ static ck__decl staircase(const char *name, bool overlap, ck__decl_tensor *t)
     return d;
 }
 
-/* The next message on fd: its type, an ERROR's message into msg; 0 once closed. */
-static uint16_t next_reply(int fd, char *msg, size_t len)
-{
-    ck__msg m = { 0 };
-    if (ck__conn_recv(fd, true, &m, NULL) <= 0)
-        return 0;
-    if (m.type == CK_MSG_ERROR && msg) {
-        ck__rbuf r = ck__rbuf_make(m.payload, m.len);
-        char name[CK_NAME_MAX];
-        ck__get_str(&r, name, sizeof name);
-        ck__get_u32(&r);
-        ck__get_str(&r, msg, len);
-    }
-    free(m.payload);
-    return m.type;
-}
-
 int main(void)
 {
     kc_watchdog(170);
@@ -102,7 +85,7 @@ int main(void)
             if (p[i].fd < 0 || !p[i].revents)
                 continue;
             msg[0] = '\0';
-            uint16_t type = next_reply(p[i].fd, msg, sizeof msg);
+            uint16_t type = kc_reply(p[i].fd, msg, sizeof msg);
             if (i == CLIENTS) {
                 CHECK(type == CK_MSG_STATUS_OK, "STATUS got message type %u", type);
                 status_seen = true;
@@ -114,7 +97,7 @@ int main(void)
                 before_status += !status_seen;
                 named += strstr(msg, "boxes") && strstr(msg, "overlap") &&
                          strstr(msg, "[8191:8192, 0:8193)") != NULL;
-                closed += next_reply(p[i].fd, NULL, 0) == 0;
+                closed += kc_reply(p[i].fd, NULL, 0) == 0;
                 t_last = kd_now();
             }
             close(p[i].fd);
@@ -137,7 +120,7 @@ int main(void)
     ck__decl good = staircase("stairs-good", false, &t);
     int g = kc_raw_begin(d.sock, &good);
     msg[0] = '\0';
-    uint16_t type = next_reply(g, msg, sizeof msg);
+    uint16_t type = kc_reply(g, msg, sizeof msg);
     CHECK(type == CK_MSG_ADMIT, "the staircase that tiles got message type %u: %s", type, msg);
     close(g);
 

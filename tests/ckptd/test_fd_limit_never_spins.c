@@ -33,18 +33,6 @@ static double cpu_s(pid_t pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static int count_in(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    char line[4096];
-    int n = 0;
-    while (f && fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    if (f)
-        fclose(f);
-    return n;
-}
-
 int main(void)
 {
     char root[PATH_MAX];
@@ -78,7 +66,7 @@ int main(void)
     CHECK(used < 1.0, "ckptd used %.2f s of CPU in 3 s with its descriptors spent: it spins",
           used);
     CHECK(refused > 0, "no client past the limit was told why it was refused");
-    CHECK(count_in(d.log, "out of file descriptors") == 1, "the lack of descriptors is not "
+    CHECK(kd_count_in(d.log, "out of file descriptors") == 1, "the lack of descriptors is not "
           "logged exactly once (see %s)", d.log);
     for (int i = 0; i < IDLE; i++)
         close(fd[i]);
