@@ -236,7 +236,8 @@ static int ckpt_error(trainer *t, int rc, ck_err *err)
     return rc;
 }
 
-/* Whether the run still saves: not after its checkpointer ended everywhere. */
+/* Whether the run's saves still move on: not after its checkpointer ended everywhere
+ * (its saves then fail at once, each counted). */
 static bool saving(const trainer *t)
 {
     return t->ckpt && !sh_checkpoint_dead_everywhere(t->ckpt);
@@ -317,8 +318,9 @@ static int train(trainer *t, ck_err *err)
         if (saved_last)
             fence = sh_checkpoint_fence_ms(t->ckpt);
         t->step = step;
-        saved_last = saving(t) && ((a->ckpt_every && step % a->ckpt_every == 0) ||
-                                   step == a->steps);
+        /* A dead checkpointer still gets its saves: each fails at once, and counts. */
+        saved_last = t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) ||
+                                 step == a->steps);
         if (saved_last && (rc = save(t, &stall, err)))
             rc = ckpt_error(t, rc, err);
         double t_now = now_s();
