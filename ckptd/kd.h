@@ -14,7 +14,8 @@
  *   kd_proto.c    reading and validating messages, dispatching them
  *   kd_status.c   the STATUS reply
  *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
- *   kd_plan.c     the planner thread: joins ranks to saves, off the event loop
+ *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
+ *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
  *   kd_reply.c    finding a client by id, sending replies
  *   kd_log.c      the log
