@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A failed save never stops a training run that goes on, unless --max-failed-saves says
 # so, and then every rank stops at the same step with the same error.
-#   trains-on  2 ranks of shard-train save every 2 steps through ckptd (CKPTD_TIMEOUT=1);
+#   trains-on  2 ranks of shard-train save every 2 steps through ckptd (CKPTD_TIMEOUT=2);
 #              after step 2 ckptd is sent SIGSTOP, and SIGCONT once two saves have
 #              failed. The run reaches its last step and exits 0 on every rank; the
-#              failures are logged, naming ckptd's socket and pid and the 1 s wait,
+#              failures are logged, naming ckptd's socket and pid and the 2 s wait,
 #              and counted; a save after SIGCONT commits and deep-verifies.
 #   stops      the same run through a ckptd whose staging (4 KiB) no part fits, so that
 #              every save fails: with --max-failed-saves 3 both ranks stop once the
@@ -26,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAILED: $*"; cat "$work"/run.log "$work"/status.* 2>/dev/null; exit 1; }
-export OPENBLAS_NUM_THREADS=1 CKPTD_TIMEOUT=1
+export OPENBLAS_NUM_THREADS=1 CKPTD_TIMEOUT=2
 mkdir -p "$work/ck"
 staging=512MiB
 [ "$mode" = stops ] && staging=4KiB
@@ -60,8 +60,8 @@ if [ "$mode" = trains-on ]; then
     [ "$(failures)" -ge 2 ] || fail "fewer than 2 failed saves were logged while ckptd was stopped"
     for r in 0 1; do [ "$(cat "$work/status.$r" 2>/dev/null)" = 0 ] || fail "rank $r did not exit 0"; done
     grep -q "^done: step $steps" "$work/run.log" || fail "the run did not reach step $steps"
-    grep "training goes on" "$work/run.log" | grep -q "ckptd at $sock (pid $daemon).*1.0 s" ||
-        fail "no failure names ckptd's socket, its pid $daemon and the 1 s wait"
+    grep "training goes on" "$work/run.log" | grep -q "ckptd at $sock (pid $daemon).*2.0 s" ||
+        fail "no failure names ckptd's socket, its pid $daemon and the 2 s wait"
     grep -q "save(s) failed, .* training went on" "$work/run.log" || fail "no count of the failed saves"
     last=$(printf 'step-%08d' $steps)
     "$verify" --deep "$work/ck" "$last" >/dev/null || fail "$last, saved after SIGCONT, does not verify"
