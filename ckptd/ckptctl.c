@@ -1,8 +1,10 @@
-/* ckptctl - asks a running ckptd what it is doing. */
+/* ckptctl - asks a running ckptd what it is doing, waiting for its answer no longer
+ * than --daemon-timeout (a stopped daemon must not hang the operator's shell). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "async/proto.h"
@@ -10,12 +12,13 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: ckptctl status (--socket PATH | --root DIR)\n"
+"usage: ckptctl status (--socket PATH | --root DIR) [--daemon-timeout SECS]\n"
 "\n"
 "Lists the saves in flight in a running ckptd: ranks joined, staged and durable,\n"
 "bytes staged and written, write MB/s, connected clients. The socket defaults to\n"
-"$CKPTD_SOCKET, else DIR/.ckptd.sock.\n"
-"Exit status: 0 ok, 2 usage error or no daemon.\n");
+"$CKPTD_SOCKET, else DIR/.ckptd.sock. A daemon that does not answer within\n"
+"--daemon-timeout seconds (default $CKPTD_TIMEOUT, else 10) is an error naming it.\n"
+"Exit status: 0 ok, 2 usage error, no daemon, or no answer in time.\n");
 }
 
 static const char *state_name(const ck__proto_ckpt *c)
@@ -24,10 +27,28 @@ static const char *state_name(const ck__proto_ckpt *c)
                                                                : "collecting";
 }
 
+/* Seconds in (0, 86400]; false for anything else. */
+static bool seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = s && *s ? strtod(s, &end) : 0;
+    if (!s || !*s || errno || *end || !(v > 0) || v > 86400)
+        return false;
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
-    const char *sock = getenv("CKPTD_SOCKET");
+    const char *sock = getenv("CKPTD_SOCKET"), *env = getenv("CKPTD_TIMEOUT");
     char buf[PATH_MAX];
+    double limit = 10;
+    if (env && *env && !seconds(env, &limit)) {
+        fprintf(stderr, "ckptctl: CKPTD_TIMEOUT=%s: not a number of seconds in (0, 86400]\n",
+                env);
+        return 2;
+    }
     if (argc < 2 || strcmp(argv[1], "status") != 0) {
         usage(argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr);
         return argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? 0 : 2;
@@ -38,6 +59,12 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--root") && i + 1 < argc) {
             snprintf(buf, sizeof buf, "%s/.ckptd.sock", argv[++i]);
             sock = buf;
+        } else if (!strcmp(argv[i], "--daemon-timeout") && i + 1 < argc) {
+            if (!seconds(argv[++i], &limit)) {
+                fprintf(stderr, "ckptctl: --daemon-timeout %s: not a number of seconds in "
+                        "(0, 86400]\n", argv[i]);
+                return 2;
+            }
         } else {
             usage(stderr);
             return 2;
@@ -52,15 +79,22 @@ int main(int argc, char **argv)
     ck__wbuf w = { 0 };
     ck__msg m = { 0 };
     ck__proto_status st;
-    int r = ck__conn_connect(sock, &fd, &err);
+    double deadline = ck__conn_now() + limit;
+    int r = ck__conn_connect_by(sock, deadline, &fd, &err);
     if (r == 0) {
+        struct ucred cr = { 0 };
+        socklen_t len = sizeof cr;
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len);
         ck__proto_start(&w, CK_MSG_STATUS);
         r = ck__proto_end(&w);
         if (r == 0)
-            r = ck__conn_send(fd, &w, -1, &err);
+            r = ck__conn_send_by(fd, &w, -1, deadline, &err);
         ck__wbuf_free(&w);
-        if (r == 0)
-            r = ck__conn_recv(fd, true, &m, &err);
+        if (r == 0 && (r = ck__conn_recv_by(fd, deadline, deadline, &m, &err)) == 0)
+            r = ck_err_set(&err, -ETIMEDOUT, "no answer to STATUS");
+        if (r == -ETIMEDOUT)
+            ck_err_set(&err, r, "ckptd at %s (pid %d) did not answer within %.1f s "
+                       "(--daemon-timeout)", sock, (int)cr.pid, limit);
         close(fd);
     }
     if (r > 0 && m.type != CK_MSG_STATUS_OK)

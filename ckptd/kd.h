@@ -14,7 +14,8 @@
  *   kd_proto.c    reading and validating messages, dispatching them
  *   kd_status.c   the STATUS reply
  *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
- *   kd_plan.c     the planner thread: joins ranks to saves, off the event loop
+ *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
+ *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
  *   kd_reply.c    finding a client by id, sending replies
  *   kd_log.c      the log
@@ -35,6 +36,9 @@
 
 #define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
 #define KD_MAX_SHARDS (1u << 24) /* shard records per save (docs/PROTOCOL.md) */
+/* Boxes a BEGIN may declare and still have their tiling checked on the event loop
+ * (about a millisecond); more go to the planner thread (docs/PROTOCOL.md). */
+#define KD_INLINE_BOXES 4096u
 
 typedef struct kd_opts {
     const char *root;
@@ -114,10 +118,17 @@ typedef struct kd_join {
     int fd;
     ck__decl d;
     uint64_t bytes;            /* the declaration's, counted against --plan-memory */
+    bool check;                /* its box lists are the planner's to check */
+    bool bad;                  /* they do not tile: a bad message, not a failed join */
     int r;
     uint64_t image;
     char msg[CK_ERR_MSG_MAX];
 } kd_join;
+
+/* Joins in order, appended and taken in O(1) (a client may queue many BEGINs). */
+typedef struct kd_joinq {
+    kd_join *head, *tail;
+} kd_joinq;
 
 typedef struct kd_event {
     struct kd_event *next;
@@ -133,6 +144,9 @@ typedef struct kd_server {
     char root[PATH_MAX];       /* realpath */
     FILE *log;
     int listen_fd, ep_fd, sig_fd, ev_fd;
+    int reserve_fd;            /* /dev/null, given up to accept a client past the fd limit */
+    bool fds_short;            /* out of descriptors: logged once, until a client is taken */
+    double listen_resume;      /* kd_now() to listen again after a pause; 0: listening */
     int lock_fd;               /* ROOT/.ckptd.ID.lock, held for the daemon's life */
     uint64_t instance;         /* a nonce per start, in the heartbeat ROOT/.ckptd.ID.beat */
     ck__saver *saver;
@@ -149,7 +163,7 @@ typedef struct kd_server {
     pthread_t plan_th;
     pthread_mutex_t plan_mu;   /* the planner's queues */
     pthread_cond_t plan_cv;
-    kd_join *plan_todo, *plan_done;
+    kd_joinq plan_todo, plan_done;
     unsigned plan_queued;      /* joins submitted and not yet taken back */
     bool plan_stop, plan_running;
     bool stopping;
@@ -179,8 +193,9 @@ void kd_proto_truncated(kd_server *s, kd_client *c);
 void kd_status_reply(kd_server *s, kd_client *c);
 
 /* kd_ckpt.c */
-/* Takes d's arrays and fd: the rank joins through the planner. */
-void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd);
+/* Takes d's arrays and fd: the rank joins through the planner, which checks the box
+ * lists first when check_boxes (a declaration too large to check on the loop). */
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_boxes);
 void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank);
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
@@ -201,6 +216,10 @@ uint64_t kd_plan_shards(const ck__decl *d);
 uint64_t kd_plan_cost(const ck__decl *d);
 /* Bytes of the declaration itself (tensors and blobs). */
 uint64_t kd_join_bytes(const ck__decl *d);
+/* Boxes of the declaration's box lists, and whether each list tiles its tensor
+ * (ck_boxes_check: O(n log n) in the boxes). */
+uint64_t kd_decl_boxes(const ck__decl *d);
+int kd_decl_tiles(const ck__decl *d, ck_err *err);
 int kd_plan_start(kd_server *s, ck_err *err);
 void kd_plan_stop(kd_server *s);
 void kd_plan_submit(kd_server *s, kd_join *j);

@@ -84,15 +84,60 @@ static void ckpt_free(kd_server *s, kd_ckpt *k)
     free(k);
 }
 
+static int id_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The clients that hold parts of k, each once, sorted (malloc'd; NULL when none, or
+ * out of memory: *oom). A part's client is 0 once that client is gone, so these are
+ * the connected ones: O(P log P) in k's parts, where asking each client was O(C P). */
+static uint64_t *client_ids(const kd_ckpt *k, unsigned *n, bool *oom)
+{
+    unsigned parts = 0;
+    for (const kd_part *p = k->parts; p; p = p->next)
+        parts += p->client != 0;
+    *n = 0;
+    *oom = false;
+    uint64_t *ids = parts ? malloc(parts * sizeof *ids) : NULL;
+    if (!ids) {
+        *oom = parts != 0;
+        return NULL;
+    }
+    for (const kd_part *p = k->parts; p; p = p->next)
+        if (p->client)
+            ids[(*n)++] = p->client;
+    qsort(ids, *n, sizeof *ids, id_cmp);
+    unsigned u = 0;
+    for (unsigned i = 0; i < *n; i++)
+        if (!u || ids[i] != ids[u - 1])
+            ids[u++] = ids[i];
+    *n = u;
+    return ids;
+}
+
+/* Whether client id holds a part of k: in ids, or by a walk of the parts when
+ * client_ids ran out of memory. */
+static bool holds_part(const kd_ckpt *k, const uint64_t *ids, unsigned n, bool oom,
+                       uint64_t id)
+{
+    if (!oom)
+        return n && bsearch(&id, ids, n, sizeof *ids, id_cmp);
+    for (const kd_part *p = k->parts; p; p = p->next)
+        if (p->client == id)
+            return true;
+    return false;
+}
+
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
 {
     unsigned n = 0;
-    for (const kd_client *c = s->clients; c; c = c->next)
-        for (const kd_part *p = k->parts; p; p = p->next)
-            if (p->client == c->id) {
-                n++;
-                break;
-            }
+    bool oom;
+    uint64_t *ids = client_ids(k, &n, &oom);
+    for (const kd_client *c = s->clients; oom && c; c = c->next)
+        n += holds_part(k, NULL, 0, true, c->id);
+    free(ids);
     return n;
 }
 
@@ -134,7 +179,7 @@ static int plan_budget(kd_server *s, const ck__decl *d, uint64_t cost, ck_err *e
     return 0;
 }
 
-void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd)
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_boxes)
 {
     ck_err err = { 0 };
     kd_ckpt *k = find(s, d->name);
@@ -161,7 +206,7 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd)
         return;
     }
     *j = (kd_join){ .client = c->id, .pid = c->pid, .fd = fd, .d = *d,
-                    .bytes = kd_join_bytes(d) };
+                    .bytes = kd_join_bytes(d), .check = check_boxes };
     d->tensors = NULL;
     d->blobs = NULL;
     s->plan_used += j->bytes;
@@ -177,8 +222,15 @@ static void joined(kd_server *s, kd_join *j)
     if (k)
         k->joins--;
     kd_client *c = kd_client_find(s, j->client);
+    if (j->bad && c) {
+        /* As kd_proto.c refuses a bad message: a connection error, then the close. */
+        kd_log(s, "client %llu (pid %d): bad message: %s; closing it",
+               (unsigned long long)c->id, (int)c->pid, j->msg);
+        kd_send_error(s, c, "", j->r, j->msg);
+        c->drop = true;
+    }
     if (j->r < 0) {
-        if (c)
+        if (c && !j->bad)
             kd_send_error(s, c, j->d.name, j->r, j->msg);
         /* No rank of it joined, none is on its way: the saver never had the save. */
         if (k && !k->parts && !k->joins)
@@ -272,7 +324,9 @@ void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
 /* The save failed: remember which clients held it, or forget it now if none does. */
 static void remember_failed(kd_server *s, kd_ckpt *k)
 {
-    unsigned n = kd_ckpt_clients(k, s), kept = 0;
+    unsigned n, kept = 0;
+    bool oom;
+    uint64_t *ids = client_ids(k, &n, &oom);
     /* An earlier attempt's entry is superseded; past KD_FAILED_KEPT the oldest go
      * untracked (the saver forgets its oldest failures by itself). */
     for (kd_failed **pp = &s->failed; *pp;) {
@@ -287,16 +341,14 @@ static void remember_failed(kd_server *s, kd_ckpt *k)
     kd_failed *f = n ? calloc(1, sizeof *f + n * sizeof f->client[0]) : NULL;
     if (!f) {
         /* No client left (or no memory to track them): no late rank is to come. */
+        free(ids);
         ck__saver_forget(s->saver, k->name);
         return;
     }
     snprintf(f->name, sizeof f->name, "%s", k->name);
-    for (const kd_client *c = s->clients; c && f->n < n; c = c->next)
-        for (const kd_part *p = k->parts; p; p = p->next)
-            if (p->client == c->id) {
-                f->client[f->n++] = c->id;
-                break;
-            }
+    memcpy(f->client, ids, n * sizeof *ids);
+    f->n = n;
+    free(ids);
     f->next = s->failed;
     s->failed = f;
 }
@@ -383,17 +435,18 @@ void kd_saver_event(void *arg, const ck__saver_event *ev)
 
 static void broadcast(kd_server *s, kd_ckpt *k, const kd_event *e)
 {
+    unsigned n;
+    bool oom;
+    uint64_t *ids = client_ids(k, &n, &oom);
     for (kd_client *c = s->clients; c; c = c->next) {
-        bool attached = false;
-        for (kd_part *p = k->parts; p && !attached; p = p->next)
-            attached = p->client == c->id;
-        if (!attached)
+        if (!holds_part(k, ids, n, oom, c->id))
             continue;
         if (e->kind == CK_SAVER_COMMITTED)
             kd_send_named(s, c, CK_MSG_COMMITTED, k->name, NULL, NULL);
         else
             kd_send_error(s, c, k->name, e->code, e->msg);
     }
+    free(ids);
 }
 
 void kd_ckpt_events(kd_server *s)

@@ -22,7 +22,9 @@ static void refuse(kd_server *s, kd_client *c, int code, const char *what)
     c->drop = true;
 }
 
-static int check_decl(const ck__decl *d, ck_err *err)
+/* Every field of a BEGIN; the box lists' tiling too where they are small enough for
+ * the loop (KD_INLINE_BOXES), else *defer: the planner checks them. */
+static int check_decl(const ck__decl *d, bool *defer, ck_err *err)
 {
     int r = ck_name_check("checkpoint", d->name, err);
     if (r < 0)
@@ -69,10 +71,10 @@ static int check_decl(const ck__decl *d, ck_err *err)
                 return ck_err_set(err, -EINVAL, "tensor %s: shape overflows", t->name);
             elems *= t->shape[k];
         }
-        if (boxes && (r = ck_boxes_check(t->name, t->ndim, t->shape, t->nboxes, t->boxes,
-                                         err)) < 0)
-            return r;
     }
+    *defer = kd_decl_boxes(d) > KD_INLINE_BOXES;
+    if (!*defer && (r = kd_decl_tiles(d, err)) < 0)
+        return r;
     if (kd_plan_shards(d) > KD_MAX_SHARDS)
         return ck_err_set(err, -E2BIG, "checkpoint %s: %llu shard records (at most %u per "
                           "save)", d->name, (unsigned long long)kd_plan_shards(d),
@@ -124,14 +126,15 @@ static void on_begin(kd_server *s, kd_client *c, const uint8_t *p, uint32_t len)
     int fd = c->fds[0];
     memmove(c->fds, c->fds + 1, --c->nfds * sizeof *c->fds);
     ck__decl d;
+    bool defer = false;
     int r = ck__proto_get_decl(p, len, &d, &err);
-    if (r == 0 && (r = check_decl(&d, &err)) == 0)
+    if (r == 0 && (r = check_decl(&d, &defer, &err)) == 0)
         r = kd_staging_check(fd, d.staging_size, &err);
     if (r < 0) {
         close(fd);
         refuse(s, c, r, ck_err_msg(&err));
     } else {
-        kd_ckpt_begin(s, c, &d, fd);
+        kd_ckpt_begin(s, c, &d, fd, defer);
     }
     ck__decl_free(&d);
 }

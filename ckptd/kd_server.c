@@ -6,12 +6,19 @@
  * mode was loosened. Signals arrive through a signalfd and the save engine's events
  * through an eventfd, so the one loop thread owns all state and no handler runs
  * asynchronously.
+ *
+ * Out of descriptors (EMFILE, ENFILE), accept cannot take a connection off the
+ * listening socket, which then stays readable: a level-triggered loop would spin on
+ * it at 100% of a core. A reserve descriptor is given up to accept that connection,
+ * tell it why (ERROR) and close it; where even that fails, the socket is not listened
+ * to for a second. Either is logged once, until a client is taken again.
  */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -65,6 +72,7 @@ static int listen_on(kd_server *s, ck_err *err)
 int kd_server_start(kd_server *s, ck_err *err)
 {
     s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = s->lock_fd = -1;
+    s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pthread_mutex_init(&s->ev_mu, NULL);
     if (!realpath(s->o.root, s->root))
         return ck_err_set(err, -errno, "root %s: %s", s->o.root, strerror(errno));
@@ -110,11 +118,47 @@ int kd_server_engine(kd_server *s, ck_err *err)
     return 0;
 }
 
+#define KD_LISTEN_PAUSE 1.0    /* s without listening when not even the reserve helps */
+
+/* accept failed for want of descriptors: takes the connection off the queue through
+ * the reserve descriptor and refuses it, or stops listening for a while. */
+static void out_of_fds(kd_server *s, int e)
+{
+    if (!s->fds_short) {
+        struct rlimit rl = { 0 };
+        getrlimit(RLIMIT_NOFILE, &rl);
+        kd_log(s, "out of file descriptors (%s; RLIMIT_NOFILE %llu, %u clients): refusing "
+               "new clients until some leave", strerror(e), (unsigned long long)rl.rlim_cur,
+               s->nclients);
+        s->fds_short = true;
+    }
+    if (s->reserve_fd >= 0)
+        close(s->reserve_fd);
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+        kd_client refused = { .fd = fd };
+        kd_send_error(s, &refused, "", -EMFILE, "ckptd is out of file descriptors; retry "
+                      "once other clients have left");
+        close(fd);
+    }
+    s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || s->reserve_fd < 0) {
+        epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+        s->listen_resume = kd_now() + KD_LISTEN_PAUSE;
+    }
+}
+
 static void accept_one(kd_server *s)
 {
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+        out_of_fds(s, errno);
     if (fd < 0)
         return;
+    if (s->fds_short) {
+        kd_log(s, "taking new clients again (%u connected)", s->nclients);
+        s->fds_short = false;
+    }
     struct ucred cr;
     socklen_t len = sizeof cr;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.uid != getuid()) {
@@ -242,9 +286,17 @@ int kd_server_run(kd_server *s)
 {
     struct epoll_event evs[64];
     while (!s->stopping || s->ckpts || s->plan_queued || ck__saver_active(s->saver)) {
-        /* Wakes to look at the rank timeouts while saves are in flight. */
-        int n = epoll_wait(s->ep_fd, evs, 64,
-                           s->stopping ? 100 : s->ckpts && s->o.rank_timeout ? 1000 : -1);
+        if (s->listen_resume && kd_now() >= s->listen_resume) {
+            s->listen_resume = 0;
+            if (s->listen_fd >= 0)
+                ep_add(s, s->listen_fd, TAG_LISTEN);
+        }
+        /* Wakes to look at the rank timeouts while saves are in flight, and to listen
+         * again after a pause. */
+        int ms = s->stopping ? 100 : s->ckpts && s->o.rank_timeout ? 1000 : -1;
+        if (s->listen_resume && (ms < 0 || ms > (int)(KD_LISTEN_PAUSE * 1000)))
+            ms = (int)(KD_LISTEN_PAUSE * 1000);
+        int n = epoll_wait(s->ep_fd, evs, 64, ms);
         if (n < 0 && errno != EINTR)
             return -errno;
         for (int i = 0; i < n; i++) {

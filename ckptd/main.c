@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kd.h"
@@ -197,6 +198,11 @@ static void detach(kd_server *s)
         _exit(0);
     setsid();
     ck__lock_note_pid(s->lock_fd);   /* the lock came along; the pid in it is ours now */
+    /* The socket's credentials are the listener's at listen(): listening again makes
+     * them this process's, so that a client's errors name the daemon's real pid. */
+    if (listen(s->listen_fd, 128) < 0)
+        kd_log(s, "listen again after detaching: %s (clients will see the parent's pid)",
+               strerror(errno));
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
         dup2(null, 0);

@@ -2,7 +2,11 @@
  * messages (fuzz/make-seeds runs it on a checkpoint that ckpt-synth wrote):
  *   manifest/, catalog/  the records of ROOT/NAME/manifest.mdb and ROOT/catalog.mdb
  *   daemon_msg/          what a real ck_client sends: its HELLO and BEGIN are recorded
- *                        on a socket, then STAGED, COMMIT and STATUS as it frames them
+ *                        on a socket (a save of placed tensors, and one with a box
+ *                        list), then STAGED, COMMIT and STATUS as it frames them
+ *   boxes/               box lists in fuzz_boxes.c's encoding: the old overlap check's
+ *                        worst cases (a staircase, full-width rows, nested boxes) and
+ *                        8-D slabs with one missing
  *   client_reply/        a daemon's replies to a save, framed by ckptd's kd_reply.c
  *   parsers/             the command-line examples of README.md
  * Usage: make_seeds OUTDIR ROOT NAME
@@ -101,8 +105,8 @@ static void *recorder(void *p)
 }
 
 /* The HELLO and BEGIN of rank 1 of a 2x2 save of a small model, as a real client
- * sends them. */
-static void record_client(ck__wbuf *got)
+ * sends them; with boxes, its embedding is a list of 4 boxes instead (one per rank). */
+static void record_client(ck__wbuf *got, bool boxes)
 {
     char sock[108];
     snprintf(sock, sizeof sock, "%s/seeds.sock", fz_scratch());
@@ -126,11 +130,17 @@ static void record_client(ck__wbuf *got)
     ck_placements_parse("R,R", 2, 2, rr, &err);
     static float wte[64 * 16], ln[16];
     const uint64_t s_wte[2] = { 64, 16 }, s_ln[1] = { 16 };
+    const ck_box quarters[4] = { { 2, { 0, 0 }, { 32, 8 } }, { 2, { 0, 8 }, { 32, 8 } },
+                                 { 2, { 32, 0 }, { 32, 8 } }, { 2, { 32, 8 }, { 32, 8 } } };
+    const uint64_t writers[4] = { 0, 1, 2, 3 };
     if (ck_client_open(&cl, NULL, &o, &err) < 0 ||
         ck_client_begin(cl, &sv, "step-00000100", 100, &mesh, 1, 4, &err) < 0 ||
-        ck_client_tensor(sv, "wte", CK_F32, 2, s_wte, rs, &err) < 0 ||
+        (boxes ? ck_client_tensor_boxes(sv, "wte", CK_F32, 2, s_wte, 4, quarters, writers,
+                                        &err) < 0 || ck_client_box(sv, "wte", 1, wte, &err) < 0
+               : ck_client_tensor(sv, "wte", CK_F32, 2, s_wte, rs, &err) < 0 ||
+                 ck_client_shard(sv, "wte", wte, &err) < 0) ||
         ck_client_tensor(sv, "ln_f.weight", CK_BF16, 1, s_ln, rr, &err) < 0 ||
-        ck_client_shard(sv, "wte", wte, &err) < 0 || ck_client_shard(sv, "ln_f.weight", ln, &err) < 0 ||
+        ck_client_shard(sv, "ln_f.weight", ln, &err) < 0 ||
         ck_client_blob(sv, "trainer.json", "{\"step\":100}", 12, &err) < 0) {
         fprintf(stderr, "make_seeds: %s\n", ck_err_msg(&err));
         exit(1);
@@ -197,7 +207,10 @@ static void error_reply(replies *r, ck__wbuf *out, const char *name, int code, c
 static void daemon_seeds(void)
 {
     ck__wbuf hello_begin = { 0 }, m = { 0 }, all = { 0 };
-    record_client(&hello_begin);
+    record_client(&hello_begin, true);
+    put("daemon_msg", "hello-begin-boxes", hello_begin.p, hello_begin.len);
+    ck__wbuf_free(&hello_begin);
+    record_client(&hello_begin, false);
     put("daemon_msg", "hello-begin", hello_begin.p, hello_begin.len);
     /* STAGED, COMMIT and STATUS as the client frames them (client_connected.c) */
     const char *name = "step-00000100";
@@ -295,6 +308,33 @@ static void parser_seeds(void)
     }
 }
 
+/* fuzz_boxes.c's encoding: ndim, the shape, n, then per template and dim (a, b, c, e):
+ * offset a + b j, length c + e j in round j. */
+static void boxes_seeds(void)
+{
+    static const struct { const char *name; size_t len; uint8_t bytes[83]; } ex[] = {
+        /* 2 x 200 rows of a 200 x 201 tensor: row j cut after column j */
+        { "staircase", 39, { 2, 200, 0, 201, 0, 144, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1,
+                             0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 201, 0, 0, 0 } },
+        /* the same in 32767 rows: the old sweep compared each left box with those below */
+        { "staircase-32k", 39, { 2, 255, 127, 0, 128, 254, 255, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+                                 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 128, 0, 0 } },
+        /* full-height columns of a 4 x 255 tensor, and between them full-width rows */
+        { "columns-rows", 39, { 2, 4, 0, 255, 0, 254, 1, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 1, 0, 1, 0,
+                                0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 255, 0, 0, 0 } },
+        /* box j is [j, 255 - j) along both dims: inside box j - 1 */
+        { "nested", 23, { 2, 255, 0, 255, 0, 100, 0, 0, 0, 1, 0, 255, 0, 254, 0, 0, 0, 1, 0, 255, 0,
+                          254, 0 } },
+        /* 8 dims, full along 7, slab j of 201 along the last, 200 of them */
+        { "slabs-8d", 83, { 8, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 201, 0, 200, 0, 0, 0, 0, 0,
+                            2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
+                            2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
+                            2, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0 } },
+    };
+    for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
+        put("boxes", ex[i].name, ex[i].bytes, ex[i].len);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
@@ -313,5 +353,6 @@ int main(int argc, char **argv)
     daemon_seeds();
     client_seeds();
     parser_seeds();
+    boxes_seeds();
     return 0;
 }

@@ -30,9 +30,12 @@ static const char usage[] =
     "                       forward and backward, and the optimizer step waits for it;\n"
     "                       copy: the save copies before training goes on\n"
     "  --keep-last M        keep the M newest checkpoints\n"
+    "  --max-failed-saves K stop, every rank at the same step, once K saves in a row\n"
+    "                       failed (default 0: never; a failed save is logged and\n"
+    "                       counted, and training goes on)\n"
     "  --ckpt-timeout S     embedded saves: a save whose parts are not all written S s\n"
-    "                       after it began fails on every rank, and the run stops\n"
-    "                       (default 1800)\n"
+    "                       after it began fails on every rank, and so does every later\n"
+    "                       save of the run (default 1800)\n"
     "  --resume             continue from the newest committed checkpoint in DIR\n"
     "  --daemon SOCKET      save through ckptd\n"
     "  --log-every N        log every N steps (default 1)\n"
@@ -79,6 +82,7 @@ static const struct {
     {"--ckpt-every", offsetof(tr_args, ckpt_every), O_LONG, 0, 1e12},
     {"--ckpt-timeout", offsetof(tr_args, ckpt_timeout), O_FLOAT, 0.001, 1e7},
     {"--keep-last", offsetof(tr_args, keep_last), O_INT, 0, 1 << 30},
+    {"--max-failed-saves", offsetof(tr_args, max_failed_saves), O_INT, 0, 1 << 30},
     {"--log-every", offsetof(tr_args, log_every), O_LONG, 1, 1e12},
     {"--kill-at-step", offsetof(tr_args, kill_at_step), O_LONG, 1, 1e12},
 };
@@ -160,9 +164,9 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
                           "with --device cpu");
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
-    if ((a->ckpt_every || a->keep_last || a->resume || a->daemon || a->ckpt_timeout) &&
-        !a->ckpt_root)
-        return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --ckpt-timeout, --resume "
-                          "and --daemon need --ckpt-root");
+    if ((a->ckpt_every || a->keep_last || a->resume || a->daemon || a->ckpt_timeout ||
+         a->max_failed_saves) && !a->ckpt_root)
+        return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --max-failed-saves, "
+                          "--ckpt-timeout, --resume and --daemon need --ckpt-root");
     return tr_config_check(&a->model, err);
 }

@@ -21,6 +21,7 @@ typedef struct tr_args {
     const char *ckpt_mode;    /* "lazy" (the default) or "copy" */
     bool ckpt_copy;           /* --ckpt-mode copy: the save copies inside its stall */
     int keep_last;
+    int max_failed_saves; /* stop after this many saves failed in a row; 0: never */
     bool resume;
     bool eval;            /* only the loss of the first --batch samples, no training */
     long log_every;

@@ -39,7 +39,9 @@ typedef struct trainer {
     long step;                 /* steps done */
     double loss;               /* the last step's */
     char saved[512];           /* rank 0: saves finished since the last log line */
-    bool failed_together;      /* a save failed, and every rank got that verdict */
+    int failed_in_a_row;       /* saves failed since the last one committed (every rank) */
+    int failed_saves;          /* in all */
+    bool failed_together;      /* the run stops on a verdict every rank got */
     char config[1024];         /* the config blob */
 } trainer;
 
@@ -198,16 +200,67 @@ static int save(trainer *t, double *stall_ms, ck_err *err)
         t->ckpt, name, (uint64_t)t->step, sd, 2, sb.b, 4, stall_ms, err);
 }
 
+/* A save failed, as msg says (the same on every rank, so the count is too): logged
+ * (by rank 0) and counted; the run goes on unless it is the --max-failed-saves'th in a
+ * row. 0 to go on; else the save's error, with *stop set. */
+static int save_failed(trainer *t, int code, const char *msg, bool *stop, ck_err *err)
+{
+    t->failed_saves++;
+    t->failed_in_a_row++;
+    int k = t->a.max_failed_saves;
+    *stop = k > 0 && t->failed_in_a_row >= k;
+    if (*stop && k > 1)
+        return ck_err_set(err, code, "%s (%d saves in a row failed: --max-failed-saves %d)",
+                          msg, t->failed_in_a_row, k);
+    if (*stop)
+        return ck_err_set(err, code, "%s", msg);
+    if (sh_world_rank(t->w) == 0)
+        fprintf(stderr, "shard-train: %s; training goes on (%d failed in a row, %d in all; "
+                "--max-failed-saves %d)\n", msg, t->failed_in_a_row, t->failed_saves, k);
+    return 0;
+}
+
+/* A checkpoint call failed on this rank. Where the checkpointer ended on every rank
+ * at once (a part timeout: sh_checkpoint_dead_everywhere), that is a failed save like
+ * any other, and the run goes on without checkpoints; anything else ends the run. */
+static int ckpt_error(trainer *t, int rc, ck_err *err)
+{
+    if (!sh_checkpoint_dead_everywhere(t->ckpt))
+        return rc;
+    char why[CK_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", ck_err_msg(err));
+    ck_err_clear(err);
+    bool stop;
+    rc = save_failed(t, rc, why, &stop, err);
+    t->failed_together = stop;
+    return rc;
+}
+
+/* Whether the run's saves still move on: not after its checkpointer ended everywhere
+ * (its saves then fail at once, each counted). */
+static bool saving(const trainer *t)
+{
+    return t->ckpt && !sh_checkpoint_dead_everywhere(t->ckpt);
+}
+
 /* Rank 0's part of collect_saves: notes the saves that finished, for the next log line,
- * and after each commit keeps only the newest --keep-last. */
+ * counts the failed ones, and after each commit keeps only the newest --keep-last. An
+ * error is the run's end, for every rank. */
 static int poll_saves(trainer *t, ck_err *err)
 {
     sh_checkpoint_done d;
     int rc;
     while ((rc = sh_checkpoint_poll(t->ckpt, &d, err)) == 1) {
         size_t n = strlen(t->saved);
-        if (d.rc)
-            return ck_err_set(err, d.rc, "checkpoint %s failed: %s", d.name, d.msg);
+        if (d.rc) {
+            char why[CK_ERR_MSG_MAX + CK_NAME_MAX + 32];
+            snprintf(why, sizeof why, "checkpoint %s failed: %s", d.name, d.msg);
+            bool stop;
+            if ((rc = save_failed(t, d.rc, why, &stop, err)))
+                return rc;
+            continue;
+        }
+        t->failed_in_a_row = 0;
         snprintf(t->saved + n, sizeof t->saved - n, " saved %s (%.1f MB in %.0f ms)", d.name,
                  (double)d.bytes / 1e6, d.seconds * 1e3);
         if (t->a.keep_last > 0 && (rc = tr_prune_saves(t->a.ckpt_root, t->a.keep_last, err)))
@@ -217,20 +270,27 @@ static int poll_saves(trainer *t, ck_err *err)
 }
 
 /* Collective. Moves the saves in flight on; rank 0 learns how they ended (poll) and
- * every rank gets its verdict, so that a failed save stops every rank at the same
- * step: stopping rank 0 alone left the others waiting in the next step's collectives
- * and rank 0 in MPI_Finalize, for good. */
+ * every rank gets its verdict and the failure counts, so that a run that stops (after
+ * --max-failed-saves failed saves in a row) stops every rank at the same step:
+ * stopping rank 0 alone left the others waiting in the next step's collectives and
+ * rank 0 in MPI_Finalize, for good. */
 static int collect_saves(trainer *t, ck_err *err)
 {
     int rc = sh_checkpoint_progress(t->ckpt, err);
     if (rc)
-        return rc;
+        return ckpt_error(t, rc, err);
     ck_err why = { 0 };
-    int64_t code = sh_world_rank(t->w) == 0 ? poll_saves(t, &why) : 0;
+    int64_t v[3] = { sh_world_rank(t->w) == 0 ? poll_saves(t, &why) : 0, t->failed_in_a_row,
+                     t->failed_saves };
     int64_t msg[CK_ERR_MSG_MAX / 8];
-    rc = sh_broadcast(sh_world_comm(t->w), &code, 1, CK_I64, 0, NULL, err);
-    if (rc || !code)
+    rc = sh_broadcast(sh_world_comm(t->w), v, 3, CK_I64, 0, NULL, err);
+    if (rc)
         return rc;
+    int64_t code = v[0];
+    t->failed_in_a_row = (int)v[1];
+    t->failed_saves = (int)v[2];
+    if (!code)
+        return 0;
     snprintf((char *)msg, sizeof msg, "%s", ck_err_msg(&why));
     rc = sh_broadcast(sh_world_comm(t->w), msg, sizeof msg / 8, CK_I64, 0, NULL, err);
     if (rc)
@@ -264,11 +324,13 @@ static int train(trainer *t, ck_err *err)
         if (saved_last)
             fence = sh_checkpoint_fence_ms(t->ckpt);
         t->step = step;
-        saved_last = t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) || step == a->steps);
-        if (saved_last)
-            rc = save(t, &stall, err);
+        /* A dead checkpointer still gets its saves: each fails at once, and counts. */
+        saved_last = t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) ||
+                                 step == a->steps);
+        if (saved_last && (rc = save(t, &stall, err)))
+            rc = ckpt_error(t, rc, err);
         double t_now = now_s();
-        if (!rc && t->ckpt)
+        if (!rc && saving(t))
             rc = collect_saves(t, err);   /* collective: it moves saves on */
         if (rank == 0 && (logged || rc)) {
             printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f "
@@ -282,8 +344,9 @@ static int train(trainer *t, ck_err *err)
         if (!rc && step == a->kill_at_step) {
             /* The test hook of a crash: the saves so far are committed, then every
              * rank dies at once, as under kill -9. */
-            rc = t->ckpt ? sh_checkpoint_wait(t->ckpt, err) : 0;
-            if (!rc && t->ckpt)
+            if (saving(t) && (rc = sh_checkpoint_wait(t->ckpt, err)))
+                rc = ckpt_error(t, rc, err);
+            if (!rc && saving(t))
                 rc = collect_saves(t, err);
             if (rank == 0)
                 printf("kill-at-step %ld:%s\n", step, t->saved);
@@ -294,13 +357,15 @@ static int train(trainer *t, ck_err *err)
         }
         fflush(stdout);
     }
-    if (!rc && t->ckpt) {
-        rc = sh_checkpoint_wait(t->ckpt, err);
-        if (!rc)
-            rc = collect_saves(t, err);
-        if (rank == 0 && t->saved[0])
-            printf("checkpoints:%s\n", t->saved);
-    }
+    if (!rc && saving(t) && (rc = sh_checkpoint_wait(t->ckpt, err)))
+        rc = ckpt_error(t, rc, err);
+    if (!rc && saving(t))
+        rc = collect_saves(t, err);
+    if (!rc && t->ckpt && rank == 0 && t->saved[0])
+        printf("checkpoints:%s\n", t->saved);
+    if (!rc && rank == 0 && t->failed_saves)
+        fprintf(stderr, "shard-train: %d checkpoint save(s) failed, %d of them the last in a "
+                "row; training went on\n", t->failed_saves, t->failed_in_a_row);
     tr_step_buf_free(&buf);
     return rc;
 }

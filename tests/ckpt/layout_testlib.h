@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,6 +29,35 @@
         if (!(cond))                                                    \
             LT_FAIL(__VA_ARGS__);                                       \
     } while (0)
+
+/* Whether n boxes tile shape, the slow way: every box inside, every element counted
+ * and covered exactly once (a byte per element: for small shapes). */
+static inline bool lt_tiles_by_count(int ndim, const uint64_t *shape, uint32_t n, const ck_box *b)
+{
+    uint64_t total = 1;
+    for (int d = 0; d < ndim; d++)
+        total *= shape[d];
+    uint8_t *cnt = calloc(total ? total : 1, 1);
+    bool ok = true;
+    for (uint32_t i = 0; i < n && ok; i++) {
+        for (int d = 0; d < ndim; d++)
+            ok &= b[i].ndim == ndim && b[i].off[d] + b[i].len[d] <= shape[d];
+        uint64_t m = ck_box_numel(&b[i]);
+        for (uint64_t e = 0; e < m && ok; e++) {
+            uint64_t rem = e, k = 0, stride = 1;
+            for (int d = ndim - 1; d >= 0; d--) {
+                k += (b[i].off[d] + rem % b[i].len[d]) * stride;
+                rem /= b[i].len[d];
+                stride *= shape[d];
+            }
+            ok &= ++cnt[k] == 1;
+        }
+    }
+    for (uint64_t k = 0; k < total && ok; k++)
+        ok = cnt[k] == 1;
+    free(cnt);
+    return ok;
+}
 
 /* Fixed-seed generator (splitmix64) so a failure reproduces exactly. */
 static inline uint64_t lt_rand(uint64_t *state)

@@ -326,25 +326,54 @@ static inline const char *kc_state_name(ck_client_state st)
     return (unsigned)st < 5 ? names[st] : "(not a state)";
 }
 
+/* The next message on fd, as a raw client reads it: its type (0 once the connection
+ * closed, or past the socket's SO_RCVTIMEO), and an ERROR's message into msg. */
+static inline uint16_t kc_reply(int fd, char *msg, size_t len)
+{
+    ck__msg m = { 0 };
+    if (ck__conn_recv(fd, true, &m, NULL) <= 0)
+        return 0;
+    if (m.type == CK_MSG_ERROR && msg) {
+        ck__rbuf r = ck__rbuf_make(m.payload, m.len);
+        char name[CK_NAME_MAX];
+        ck__get_str(&r, name, sizeof name);
+        ck__get_u32(&r);
+        ck__get_str(&r, msg, len);
+    }
+    free(m.payload);
+    return m.type;
+}
+
 /* A rank as ckptd sees it, without the client library: connects to sock and sends a
- * raw BEGIN of d with a sealed staging memfd of d->staging_size bytes. Returns the
- * connection, for the test to read the reply. */
-static inline int kc_raw_begin(const char *sock, const ck__decl *d)
+ * raw BEGIN of d with a sealed staging memfd of d->staging_size bytes; with status, a
+ * STATUS right behind it, in the same write (the daemon reads both before it answers
+ * either). Returns the connection, for the test to read the replies. */
+static inline int kc_raw_begin_then(const char *sock, const ck__decl *d, bool status)
 {
     ck_err err = { 0 };
     int fd, mfd = memfd_create("raw-begin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     REQUIRE(mfd >= 0 && ftruncate(mfd, (off_t)d->staging_size) == 0 &&
             fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0, "memfd");
     REQUIRE(ck__conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
-    ck__wbuf w = { 0 };
+    ck__wbuf w = { 0 }, st = { 0 };
     ck__proto_start(&w, CK_MSG_BEGIN);
     ck__proto_put_decl(&w, d);
     ck__proto_end(&w);
+    ck__proto_start(&st, CK_MSG_STATUS);
+    ck__proto_end(&st);
+    if (status)
+        ck__put_bytes(&w, st.p, st.len);
     REQUIRE(ck__conn_send(fd, &w, mfd, &err) == 0, "BEGIN %s: %s", d->name,
             ck_err_msg(&err));
     ck__wbuf_free(&w);
+    ck__wbuf_free(&st);
     close(mfd);
     return fd;
+}
+
+static inline int kc_raw_begin(const char *sock, const ck__decl *d)
+{
+    return kc_raw_begin_then(sock, d, false);
 }
 
 /* The end of a test of two daemons A and B: both must exit 0 on SIGTERM (under ASan,

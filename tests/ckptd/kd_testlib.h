@@ -208,6 +208,22 @@ static inline bool kd_log_has(const char *log, const char *needle)
     return found;
 }
 
+/* Occurrences of needle in the file at path (lines of several writers may interleave
+ * mid-line, so the whole file is searched, not line by line; its first MiB). */
+static inline int kd_count_in(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    static char buf[1 << 20];
+    size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[len] = 0;
+    int n = 0;
+    for (const char *p = buf; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
 /* ckpt-synth as world ranks through ckptd at sock (NULL: the embedded engine), seed 7,
  * in the background. */
 static inline pid_t kd_synth(const char *root, const char *sock, const char *name,

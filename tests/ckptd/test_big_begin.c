@@ -12,8 +12,7 @@
  *   - a BEGIN over the hard limit of shard records per save is refused and closed. */
 #include <sys/mman.h>
 
-#include "kd_testlib.h"
-#include "async/proto.h"
+#include "kc_testlib.h"
 
 static int conn(const char *sock)
 {
@@ -56,19 +55,7 @@ static uint16_t reply(int fd, double secs, char *msg, size_t len)
 {
     struct timeval tv = { .tv_sec = (time_t)secs, .tv_usec = (long)((secs - (double)(time_t)secs) * 1e6) };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ck__msg m = { 0 };
-    ck_err err = { 0 };
-    if (ck__conn_recv(fd, true, &m, &err) <= 0)
-        return 0;
-    if (m.type == CK_MSG_ERROR && msg) {
-        ck__rbuf r = ck__rbuf_make(m.payload, m.len);
-        char name[CK_NAME_MAX];
-        ck__get_str(&r, name, sizeof name);
-        ck__get_u32(&r);
-        ck__get_str(&r, msg, len);
-    }
-    free(m.payload);
-    return m.type;
+    return kc_reply(fd, msg, len);
 }
 
 /* Sends STATUS on a fresh connection; whether STATUS_OK came within a second, and the

@@ -4,21 +4,6 @@
  * so that save commits intact. */
 #include "kd_testlib.h"
 
-/* Occurrences of needle in the file (the ranks' messages may interleave mid-line). */
-static int count_in(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    static char buf[1 << 20];
-    size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[len] = 0;
-    int n = 0;
-    for (const char *p = buf; (p = strstr(p, needle)); p += strlen(needle))
-        n++;
-    return n;
-}
-
 int main(void)
 {
     static const struct { const char *spec, *needle; bool fails; } cases[] = {
@@ -37,7 +22,7 @@ int main(void)
         int rc = kd_wait_pid(kd_synth(root, d.sock, "hit", "2x2", "4", "8MiB", out), 60);
         if (cases[i].fails) {
             CHECK(rc == 2, "%s: ckpt-synth exit %d, expected 2", cases[i].spec, rc);
-            int told = count_in(out, cases[i].needle);
+            int told = kd_count_in(out, cases[i].needle);
             CHECK(told == 4, "%s: %d of 4 ranks got an error naming it (see %s)", cases[i].spec,
                   told, out);
             CHECK(!kd_exists(root, "hit"), "%s: the failed save is visible", cases[i].spec);

@@ -3,7 +3,8 @@
 # tests/launch/netns_lib.sh): the job ends with the same error on every rank, not a
 # hang, and the next run saves once that daemon is back.
 # shard-train, 2 hosts x 2 ranks, one ckptd per host on one root (ids node0, node1),
-# saves every 2 steps; SIGKILL to host B's ckptd once step-00000002 is committed.
+# saves every 2 steps, stopping at the first failed one (--max-failed-saves 1); SIGKILL
+# to host B's ckptd once step-00000002 is committed.
 #  - every rank prints "checkpoint step-N failed: ..." with one and the same reason,
 #    and both nodes' shardrun fail (the verdict is rank 0's, shared with every rank:
 #    rank 0 stopping alone left the others in the next step's collectives);
@@ -25,8 +26,9 @@ daemon_args=(--part-timeout 20 --dead-after 3)
 netns_ckptd 0 "$ckptd" "$work/ck" "$work" "${daemon_args[@]}"
 netns_ckptd 1 "$ckptd" "$work/ck" "$work" "${daemon_args[@]}"
 export CKPTD_SOCKET="$work/ckptd-%n.sock"
+# --max-failed-saves 1: the run stops at its first failed save (by default it goes on).
 model=(--data "$data" --layers 1 --dim 32 --heads 2 --seq 32 --batch 8 --mesh 2x2
-       --ckpt-root "$work/ck" --ckpt-every 2)
+       --ckpt-root "$work/ck" --ckpt-every 2 --max-failed-saves 1)
 
 netns_launch "$shardrun" 29461 2 "$work/run.log" "$train" "${model[@]}" --steps 1000000
 for _ in $(seq 1200); do [ -d "$work/ck/step-00000002" ] && break; sleep 0.1; done

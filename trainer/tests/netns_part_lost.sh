@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A save whose parts cannot all arrive ends every rank, with a clear error, not a hang.
 # shard-train on two real hosts (network namespaces, tests/launch/netns_lib.sh), 2 x 2
-# ranks, embedded saves every 2 steps into one shared root. On host B, rank 3's
+# ranks, embedded saves every 2 steps into one shared root, the run stopping at its
+# first failed save (--max-failed-saves 1). On host B, rank 3's
 # storage hangs for step 4's part (stall_open.so: the open() of its file never
 # returns), so that save is in flight for good. Then:
 #   storage-hangs  --ckpt-timeout 3: each of the 4 ranks prints the error naming
@@ -34,7 +35,7 @@ netns_launch "$shardrun" 29441 2 "$work/run.log" env LD_PRELOAD="$shim" \
     STALL_OPEN='*/.pending/step-00000004.*/rank-00003.dat' \
     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
     "$train" "${model[@]}" --mesh 2x2 --steps "$steps" --ckpt-root "$work/ck" --ckpt-every 2 \
-    --ckpt-timeout "$timeout_s"
+    --ckpt-timeout "$timeout_s" --max-failed-saves 1
 if [ "$mode" = rank-dies ]; then
     # Step 5 is logged with step 4's save in flight (step 6's save waits for it).
     for _ in $(seq 1200); do grep -q "^step 5 " "$work/run.log.0" && break; sleep 0.1; done

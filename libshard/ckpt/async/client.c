@@ -42,8 +42,11 @@ static void unlock(ck_client *cl)
 }
 
 void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
-                         const void *arg)
+                         const void *arg, double limit, const char *what)
 {
+    cl->wait_limit = limit;
+    cl->wait_until = ck__conn_now() + limit;
+    cl->waiting_for = what;
     lock(cl);
     while (!done(cl, arg))
         if (cl->t->await(cl) < 0)
@@ -72,6 +75,26 @@ static int nodes_of(const ck_client_opts *o, uint32_t *out, ck_err *err)
     return 0;
 }
 
+/* A time limit: opts' if set, else the environment's, else the default. */
+static int limit_of(double opt, const char *env_name, double dflt, double *out, ck_err *err)
+{
+    const char *env = getenv(env_name);
+    *out = opt > 0 ? opt : dflt;
+    if (opt < 0 || opt > CK_CLIENT_MAX_WAIT)
+        return ck_err_set(err, -EINVAL, "a time limit of %g s for ckptd (at most %d s)", opt,
+                          CK_CLIENT_MAX_WAIT);
+    if (opt > 0 || !env || !*env)
+        return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(env, &end);
+    if (errno || *end || !(v > 0) || v > CK_CLIENT_MAX_WAIT)
+        return ck_err_set(err, -EINVAL, "%s=%s: not a number of seconds in (0, %d]", env_name,
+                          env, CK_CLIENT_MAX_WAIT);
+    *out = v;
+    return 0;
+}
+
 int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts,
                    ck_err *err)
 {
@@ -94,7 +117,10 @@ int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts
     cl->staging_unmapping = o.staging_unmapping;
     cl->staging_arg = o.staging_arg;
     int r = 0;
-    if (sock && (r = nodes_of(&o, &cl->nodes, err)) < 0) {
+    if (sock && ((r = nodes_of(&o, &cl->nodes, err)) < 0 ||
+                 (r = limit_of(o.timeout_s, "CKPTD_TIMEOUT", 10, &cl->timeout, err)) < 0 ||
+                 (r = limit_of(o.commit_timeout_s, "CKPTD_COMMIT_TIMEOUT", 600,
+                               &cl->commit_timeout, err)) < 0)) {
         free(cl);
         return r;
     }
@@ -130,7 +156,16 @@ const char *ck_client_root(const ck_client *cl)
 
 /* ---- staging slots, made ahead ---- */
 
-/* Unmaps s's memory; its user stays. */
+static void slot_release(ck_client *cl, ck__client_slot *s);
+
+void ck__client_forsake(ck_client_save *sv)
+{
+    ck_client *cl = sv->cl;
+    if (sv->slot >= 0 && cl->slots[sv->slot].user == sv)
+        slot_release(cl, &cl->slots[sv->slot]);
+}
+
+/* Unmaps s's memory (the engine may keep its own mapping); its user stays. */
 static void slot_release(ck_client *cl, ck__client_slot *s)
 {
     if (s->hooked && s->map)
@@ -261,7 +296,8 @@ void ck_client_close(ck_client *cl)
      * part this client staged is durable (or failed). A client whose transport never
      * opened staged nothing. */
     if (cl->t)
-        ck__client_wait_for(cl, all_slots_free, NULL);
+        ck__client_wait_for(cl, all_slots_free, NULL, cl->commit_timeout,
+                            "every part it staged to be durable");
     for (int i = 0; i < CK_CLIENT_SLOTS; i++)
         slot_release(cl, &cl->slots[i]);
     if (cl->t)
@@ -697,7 +733,9 @@ int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err)
 static int take_slot(ck_client_save *sv)
 {
     ck_client *cl = sv->cl;
-    ck__client_wait_for(cl, any_slot_free, NULL);
+    ck__client_wait_for(cl, any_slot_free, NULL, cl->commit_timeout,
+                        "a staging area to come free (the save before the last one is "
+                        "still being written)");
     lock(cl);
     int k = -1;
     for (int i = 0; i < CK_CLIENT_SLOTS && k < 0; i++) {
@@ -728,7 +766,11 @@ static int admit(ck_client_save *sv, ck_err *err)
                           "engine stopped answering)", sv->d.name);
     ck__client_slot *s = &cl->slots[k];
     bool grew = !s->map || s->size < sv->total;
-    r = slot_map(cl, s, sv->total, err);
+    /* A link given up (ckptd did not answer in time) is made again for this save. */
+    if (cl->t->revive)
+        r = cl->t->revive(cl, err);
+    if (r == 0)
+        r = slot_map(cl, s, sv->total, err);
     if (r < 0)
         return ck_err_set(err, r, "checkpoint %s, rank %llu", sv->d.name,
                           (unsigned long long)sv->d.rank);
@@ -961,7 +1003,7 @@ int ck_client_wait(ck_client_save *sv, ck_err *err)
     settle(sv->cl);
     if (sv->state == CK_CLIENT_BUILDING)
         return ck_err_set(err, -EINVAL, "checkpoint %s: wait before save_async", sv->d.name);
-    ck__client_wait_for(sv->cl, save_done, sv);
+    ck__client_wait_for(sv->cl, save_done, sv, sv->cl->commit_timeout, "the commit");
     ck_client_state st;
     return ck_client_poll(sv, &st, err);
 }
@@ -972,7 +1014,7 @@ void ck_client_save_free(ck_client_save *sv)
         return;
     ck_client *cl = sv->cl;
     settle(cl);
-    ck__client_wait_for(cl, part_done, sv);
+    ck__client_wait_for(cl, part_done, sv, cl->commit_timeout, "its part to be durable");
     lock(cl);
     if (sv->slot >= 0 && cl->slots[sv->slot].user == sv)
         cl->slots[sv->slot].user = NULL;

@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "async/proto.h"
 #include "ck/client.h"
@@ -29,6 +30,7 @@
 #include "save/image.h"
 
 #define CK_CLIENT_SLOTS 2       /* staging areas per client: double buffering */
+#define CK_CLIENT_MAX_WAIT 86400 /* s: the largest time limit on ckptd */
 
 typedef struct ck__client_slot {
     int fd;                     /* the memfd, -1 when none */
@@ -70,7 +72,18 @@ struct ck_client {
     int sock;                   /* -1 until connected */
     uint32_t nodes;             /* opts.nodes or $CKPTD_NODES: the daemons of the job */
     bool dead;                  /* the connection broke: every save failed */
+    int dead_code;              /* and why, for the calls made on it since */
+    char dead_msg[CK_ERR_MSG_MAX];
     ck_client_save *saves;      /* this client's saves, for replies */
+    /* The time limits (docs/PROTOCOL.md, "Time limits"): */
+    double timeout;             /* s: HELLO, ADMIT, a message taken, ckptd's silence */
+    double commit_timeout;      /* s: a part made durable, a save committed */
+    pid_t daemon_pid;           /* SO_PEERCRED at connect, for the errors */
+    double heard;               /* ck__conn_now() of ckptd's last message */
+    double probe_sent;          /* of the STATUS asking whether it is alive; 0: none */
+    /* The wait in progress (ck__client_wait_for): its deadline, limit, and what for. */
+    double wait_until, wait_limit;
+    const char *waiting_for;
 };
 
 struct ck_client_save {
@@ -126,10 +139,13 @@ struct ck__client_transport {
     int (*commit)(ck_client_save *sv, ck_err *err);
     /* Lets go of the engine (the slots are already free). */
     void (*close)(ck_client *cl);
+    /* Where the engine was given up (connected: ckptd did not answer in time), makes
+     * a new link to it for the next save; NULL where there is nothing to redo. */
+    int (*revive)(ck_client *cl, ck_err *err);
 };
 
 /* Each opens cl on its transport (cl->t set) or fails with err; cl is closed by the
- * caller either way. */
+ * caller either way. The connected one connects within cl->timeout. */
 int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_opts *o,
                              ck_err *err);
 int ck__client_open_connected(ck_client *cl, const char *sock, const char *root,
@@ -139,8 +155,13 @@ enum { CK__LAZY_RUNNING = 0, CK__LAZY_COMMIT_ASKED, CK__LAZY_DONE };
 
 /* Moves sv forward to st (or to FAILED with code and msg); states never go back. */
 void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg);
-/* Blocks until done(cl, arg) holds, taking in the engine's news meanwhile. */
+/* Blocks until done(cl, arg) holds, taking in the engine's news meanwhile. Connected,
+ * for at most limit seconds (and while ckptd answers): past it the connection is given
+ * up and every save of it fails, naming what (e.g. "the commit") it waited for. */
 void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
-                         const void *arg);
+                         const void *arg, double limit, const char *what);
+/* sv's part was handed over on a link now given up: the engine may still read its
+ * staging, so this client never writes that memory again (it makes a new one). */
+void ck__client_forsake(ck_client_save *sv);
 
 #endif

@@ -129,11 +129,20 @@ typedef struct ck__msg {
     uint8_t *payload;          /* malloc'd, len bytes */
 } ck__msg;
 
+/* CLOCK_MONOTONIC seconds, the clock of the deadlines below (INFINITY: none). */
+double ck__conn_now(void);
+/* Connects to ckptd's socket; -ETIMEDOUT when its backlog stays full past deadline. */
+int ck__conn_connect_by(const char *path, double deadline, int *fd, ck_err *err);
 int ck__conn_connect(const char *path, int *fd, ck_err *err);
-/* Sends one whole message (a ck__proto_end'ed buffer), with fd attached when >= 0. */
+/* Sends one whole message (a ck__proto_end'ed buffer), with fd attached when >= 0;
+ * -ETIMEDOUT when the daemon has not taken all of it by deadline (INFINITY: none). */
+int ck__conn_send_by(int sock, const ck__wbuf *w, int fd, double deadline, ck_err *err);
 int ck__conn_send(int sock, const ck__wbuf *w, int fd, ck_err *err);
-/* Reads one message: 1, or 0 when block is false and none is waiting, or -errno
- * (-ECONNRESET when the daemon closed the connection). */
+/* Reads one message: 1; 0 when none began by start_by; -ETIMEDOUT when one began but
+ * was not whole by finish_by; or -errno (-ECONNRESET when the daemon closed the
+ * connection). */
+int ck__conn_recv_by(int sock, double start_by, double finish_by, ck__msg *m, ck_err *err);
+/* The same without deadlines: blocking, or (block false) 0 when none is waiting. */
 int ck__conn_recv(int sock, bool block, ck__msg *m, ck_err *err);
 
 #endif

@@ -529,7 +529,7 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
     ck__manifest m = { .info = info, .tensors = tens, .shards = s->shards, .files = s->files,
                       .hashes = (const uint8_t *const *)s->hashes, .blobs = s->blobs };
     r = ck__publish(s->e, s->rootfd, o->root, s->pending, &m, !o->no_catalog, &committed,
-                    err);
+                    o->log, o->cb_arg, err);
     free(tens);
 out:
     if (!committed && s->pending[0])

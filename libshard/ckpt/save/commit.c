@@ -2,6 +2,7 @@
 #include "save/commit.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "ck/save.h"
 #include "format/owner.h"
 #include "io/rootfs.h"
+#include "model/say.h"
 
 static int owner_start(int rootfd, const char *root, const char *name, bool own, int *lock,
                        ck_err *err)
@@ -121,8 +123,21 @@ void ck__pending_remove(ck_engine *e, int rootfd, const char *root, const char *
     e->ops->rmdir(e, rootfd, rel);
 }
 
+/* A commit that happened, with something after it that did not: told, not failed. */
+static void warn(void (*log)(void *arg, const char *msg), void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void warn(void (*log)(void *arg, const char *msg), void *arg, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ck__vsay(log, arg, fmt, ap);
+    va_end(ap);
+}
+
 int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
-                const ck__manifest *m, bool catalog, bool *committed, ck_err *err)
+                const ck__manifest *m, bool catalog, bool *committed,
+                void (*log)(void *arg, const char *msg), void *log_arg, ck_err *err)
 {
     char final[PATH_MAX + CK_NAME_MAX], path[PATH_MAX + CK_NAME_MAX], mrel[PATH_MAX];
     const char *rel = ck__rel(root, pending);
@@ -141,15 +156,20 @@ int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
         return ck_err_set(err, r, "%s: commit rename to %s: %s", pending, final,
                           r == -EEXIST ? "a checkpoint of that name appeared meanwhile"
                                        : ck__why(r));
+    /* Committed: every byte is durable and the checkpoint is visible, so from here on
+     * nothing is a failure (a caller told "failed" would retry or count the step
+     * lost, while the checkpoint is there and deep-verifies). */
     *committed = true;
     if ((r = e->ops->fsync(e, rootfd)) < 0)
-        return ck_err_set(err, r, "%s: committed, but the fsync of the root failed: %s", root,
-                          strerror(-r));
-    if (catalog) {
-        /* The catalog is derived: a failure here leaves a committed checkpoint that
-         * reconciling (ckptd at start, ckpt-inspect --rebuild-catalog) will list. */
-        if ((r = e->ops->step(e, "catalog")) < 0 || (r = ck_catalog_put(root, &m->info, err)) < 0)
-            return ck_err_set(err, r, "%s: committed, but not yet in the catalog", final);
-    }
+        warn(log, log_arg, "checkpoint %s committed, but the fsync of %s failed (%s): the "
+             "commit may not survive a power loss", m->info.name, root, strerror(-r));
+    /* The catalog is derived: a checkpoint missing from it is listed again by
+     * reconciling (ckptd at start, ckpt-inspect --rebuild-catalog). */
+    ck_err cat = { 0 };
+    if (catalog && ((r = e->ops->step(e, "catalog")) < 0 ||
+                    (r = ck_catalog_put(root, &m->info, &cat)) < 0))
+        warn(log, log_arg, "checkpoint %s committed, but not yet in the catalog (%s): the "
+             "next ckptd start or ckpt-inspect --rebuild-catalog lists it", m->info.name,
+             cat.code ? ck_err_msg(&cat) : strerror(-r));
     return 0;
 }

@@ -31,9 +31,12 @@ void ck__pending_unlock(int rootfd, const char *name, int *lock);
 void ck__pending_remove(ck_engine *e, int rootfd, const char *root, const char *pending,
                         const ck_file *files, uint32_t n);
 /* Steps 3-7: writes and fsyncs the manifest, fsyncs the pending directory, renames it
- * to ROOT/NAME (never replacing), fsyncs ROOT, records it in the catalog. *committed
- * tells whether the rename happened: after it, an error leaves a complete checkpoint. */
+ * to ROOT/NAME (never replacing), fsyncs ROOT, records it in the catalog. 0 once the
+ * rename happened (*committed): a failed fsync of ROOT or catalog update after it is
+ * a warning to log (NULL: none), never an error, as the checkpoint is complete and
+ * visible; an error means nothing was published. */
 int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
-                const ck__manifest *m, bool catalog, bool *committed, ck_err *err);
+                const ck__manifest *m, bool catalog, bool *committed,
+                void (*log)(void *arg, const char *msg), void *log_arg, ck_err *err);
 
 #endif

@@ -52,8 +52,10 @@ struct ck_save {
     uint32_t ntensors;
     size_t captensors, capfirst;
     uint32_t *tensor_first;        /* first plan shard of each tensor */
-    uint32_t *index;               /* open-addressing name -> tensor+1 */
-    uint32_t index_cap;
+    struct name_index {            /* open addressing: name -> entry + 1 */
+        uint32_t *slot;
+        uint32_t cap;
+    } index, blob_index;           /* of tensors, of blobs */
     ck__shard_src *src;             /* per plan shard */
     size_t capsrc;
     ck__blob_rec *blobs;
@@ -87,39 +89,62 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-/* The slot of name in the index: its entry, or the empty one where it would go. */
-static uint32_t *index_slot(const ck_save *s, const char *name)
+/* Names are unique among tensors and among blobs; the indexes find one in O(1), as a
+ * save may have hundreds of thousands of either (ckptd adds every rank's blobs while
+ * its event loop waits). */
+typedef const char *(*entry_name)(const ck_save *s, uint32_t i);
+
+static const char *tensor_name(const ck_save *s, uint32_t i)
 {
-    uint32_t mask = s->index_cap - 1;
+    return s->tensors[i].name;
+}
+
+static const char *blob_name(const ck_save *s, uint32_t i)
+{
+    return s->blobs[i].name;
+}
+
+/* The slot of name in x: its entry, or the empty one where it would go. */
+static uint32_t *index_slot(const ck_save *s, const struct name_index *x, entry_name nm,
+                            const char *name)
+{
+    uint32_t mask = x->cap - 1;
     for (uint32_t i = (uint32_t)fnv1a(name) & mask;; i = (i + 1) & mask) {
-        uint32_t *e = &s->index[i];
-        if (*e == 0 || strcmp(s->tensors[*e - 1].name, name) == 0)
+        uint32_t *e = &x->slot[i];
+        if (*e == 0 || strcmp(nm(s, *e - 1), name) == 0)
             return e;
     }
 }
 
-static int index_grow(ck_save *s)
+/* Room in x for a count + 1st entry (at most half full). */
+static int index_fit(ck_save *s, struct name_index *x, entry_name nm, uint32_t count)
 {
-    uint32_t cap = s->index_cap ? s->index_cap * 2 : 256;
-    uint32_t *old = s->index, oldcap = s->index_cap;
-    s->index = calloc(cap, sizeof *s->index);
-    if (!s->index) {
-        s->index = old;
+    if ((count + 1) * 2 <= x->cap)
+        return 0;
+    struct name_index old = *x;
+    x->cap = old.cap ? old.cap * 2 : 256;
+    x->slot = calloc(x->cap, sizeof *x->slot);
+    if (!x->slot) {
+        *x = old;
         return -ENOMEM;
     }
-    s->index_cap = cap;
-    for (uint32_t i = 0; i < oldcap; i++)
-        if (old[i])
-            *index_slot(s, s->tensors[old[i] - 1].name) = old[i];
-    free(old);
+    for (uint32_t i = 0; i < old.cap; i++)
+        if (old.slot[i])
+            *index_slot(s, x, nm, nm(s, old.slot[i] - 1)) = old.slot[i];
+    free(old.slot);
     return 0;
+}
+
+/* Entry + 1 of name in x, 0 when there is none. */
+static uint32_t index_find(const ck_save *s, const struct name_index *x, entry_name nm,
+                           const char *name)
+{
+    return x->cap ? *index_slot(s, x, nm, name) : 0;
 }
 
 static const ck_tensor *find_tensor(const ck_save *s, const char *name, uint32_t *idx)
 {
-    if (!s->index_cap)
-        return NULL;
-    uint32_t e = *index_slot(s, name);
+    uint32_t e = index_find(s, &s->index, tensor_name, name);
     if (!e)
         return NULL;
     *idx = e - 1;
@@ -188,7 +213,7 @@ static int declare(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     if (ck__grow(&s->tensors, &s->captensors, s->ntensors + 1, sizeof *s->tensors) < 0 ||
         ck__grow(&s->tensor_first, &s->capfirst, s->ntensors + 1, sizeof *s->tensor_first) < 0)
         return -ENOMEM;
-    if ((s->ntensors + 1) * 2 > s->index_cap && (r = index_grow(s)) < 0)
+    if ((r = index_fit(s, &s->index, tensor_name, s->ntensors)) < 0)
         return r;
     uint32_t first, count;
     r = plan_add(s, arg, &first, &count, err);
@@ -209,7 +234,7 @@ static int declare(ck_save *s, const char *name, ck_dtype dtype, int ndim,
     memcpy(t->pl, pl, (size_t)ck__plan_mesh(s->plan)->ndim * sizeof *pl);
     t->n_shards = count;
     s->tensor_first[s->ntensors] = first;
-    *index_slot(s, name) = ++s->ntensors;
+    *index_slot(s, &s->index, tensor_name, name) = ++s->ntensors;
     return 0;
 }
 
@@ -365,10 +390,13 @@ int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_
     if (len > CK_BLOB_MAX)
         return ck_err_set(err, -EFBIG, "blob %s: %zu bytes (at most %u; save tensors as tensors)",
                           name, len, CK_BLOB_MAX);
-    for (uint32_t i = 0; i < s->nblobs; i++)
-        if (!strcmp(s->blobs[i].name, name))
-            return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate blob name %s", s->name, name);
-    return ck__blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len);
+    if (index_find(s, &s->blob_index, blob_name, name))
+        return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate blob name %s", s->name, name);
+    if ((r = index_fit(s, &s->blob_index, blob_name, s->nblobs)) < 0 ||
+        (r = ck__blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len)) < 0)
+        return r;
+    *index_slot(s, &s->blob_index, blob_name, name) = s->nblobs;
+    return 0;
 }
 
 static void layout_free(layout *L);
@@ -388,7 +416,8 @@ static void save_free(ck_save *s)
     ck__plan_free(s->plan);
     free(s->tensors);
     free(s->tensor_first);
-    free(s->index);
+    free(s->index.slot);
+    free(s->blob_index.slot);
     free(s->src);
     for (uint32_t i = 0; i < s->nblobs; i++)
         free((void *)s->blobs[i].data);
@@ -924,7 +953,7 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
                           .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
                           .blobs = s->blobs };
         r = ck__publish(s->e, s->rootfd, s->root, s->pending, &m, !s->o.no_catalog,
-                        &committed, err);
+                        &committed, s->o.log, s->o.cb_arg, err);
     }
     if (!committed)
         ck__pending_remove(s->e, s->rootfd, s->root, s->pending, s->L.F.files, s->L.F.n);

@@ -70,6 +70,16 @@ typedef struct ck_client_opts {
      * ranks, each rank through its own node's socket; 0: $CKPTD_NODES, else 1. Every
      * rank must give the same count (docs/PROTOCOL.md, "Several daemons"). */
     unsigned nodes;
+    /* Connected: how long the client waits for ckptd, in seconds (docs/PROTOCOL.md,
+     * "Time limits"). timeout_s bounds the answer to HELLO, the ADMIT of a part, each
+     * message taken, and the daemon's silence during the longer waits; 0:
+     * $CKPTD_TIMEOUT, else 10. commit_timeout_s bounds the wait for a part to be
+     * durable and for the commit (ck_client_wait, and a save waiting for a staging
+     * area); 0: $CKPTD_COMMIT_TIMEOUT, else 600. A daemon that misses a limit fails the
+     * client's saves with -ETIMEDOUT naming its socket, its pid and the wait; the
+     * next save connects again. */
+    double timeout_s;
+    double commit_timeout_s;
     ck_client *peer;           /* embedded: share this client's engine (ranks as threads) */
     /* Embedded, nodes > 1: the job's processes each run an engine of their own (every
      * rank declares the same count). Seconds a save may wait for the others' parts (0:
