@@ -220,29 +220,6 @@ static int save_failed(trainer *t, int code, const char *msg, bool *stop, ck_err
     return 0;
 }
 
-/* A checkpoint call failed on this rank. Where the checkpointer ended on every rank
- * at once (a part timeout: sh_checkpoint_dead_everywhere), that is a failed save like
- * any other, and the run goes on without checkpoints; anything else ends the run. */
-static int ckpt_error(trainer *t, int rc, ck_err *err)
-{
-    if (!sh_checkpoint_dead_everywhere(t->ckpt))
-        return rc;
-    char why[CK_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", ck_err_msg(err));
-    ck_err_clear(err);
-    bool stop;
-    rc = save_failed(t, rc, why, &stop, err);
-    t->failed_together = stop;
-    return rc;
-}
-
-/* Whether the run's saves still move on: not after its checkpointer ended everywhere
- * (its saves then fail at once, each counted). */
-static bool saving(const trainer *t)
-{
-    return t->ckpt && !sh_checkpoint_dead_everywhere(t->ckpt);
-}
-
 /* Rank 0's part of collect_saves: notes the saves that finished, for the next log line,
  * counts the failed ones, and after each commit keeps only the newest --keep-last. An
  * error is the run's end, for every rank. */
@@ -278,7 +255,7 @@ static int collect_saves(trainer *t, ck_err *err)
 {
     int rc = sh_checkpoint_progress(t->ckpt, err);
     if (rc)
-        return ckpt_error(t, rc, err);
+        return rc;
     ck_err why = { 0 };
     int64_t v[3] = { sh_world_rank(t->w) == 0 ? poll_saves(t, &why) : 0, t->failed_in_a_row,
                      t->failed_saves };
@@ -324,13 +301,12 @@ static int train(trainer *t, ck_err *err)
         if (saved_last)
             fence = sh_checkpoint_fence_ms(t->ckpt);
         t->step = step;
-        /* A dead checkpointer still gets its saves: each fails at once, and counts. */
         saved_last = t->ckpt && ((a->ckpt_every && step % a->ckpt_every == 0) ||
                                  step == a->steps);
-        if (saved_last && (rc = save(t, &stall, err)))
-            rc = ckpt_error(t, rc, err);
+        if (saved_last)
+            rc = save(t, &stall, err);
         double t_now = now_s();
-        if (!rc && saving(t))
+        if (!rc && t->ckpt)
             rc = collect_saves(t, err);   /* collective: it moves saves on */
         if (rank == 0 && (logged || rc)) {
             printf("step %ld loss %.9g lr %.3e norm %.4f tok/s %.0f stall_ms %.2f "
@@ -344,9 +320,9 @@ static int train(trainer *t, ck_err *err)
         if (!rc && step == a->kill_at_step) {
             /* The test hook of a crash: the saves so far are committed, then every
              * rank dies at once, as under kill -9. */
-            if (saving(t) && (rc = sh_checkpoint_wait(t->ckpt, err)))
-                rc = ckpt_error(t, rc, err);
-            if (!rc && saving(t))
+            if (t->ckpt)
+                rc = sh_checkpoint_wait(t->ckpt, err);
+            if (!rc && t->ckpt)
                 rc = collect_saves(t, err);
             if (rank == 0)
                 printf("kill-at-step %ld:%s\n", step, t->saved);
@@ -357,9 +333,9 @@ static int train(trainer *t, ck_err *err)
         }
         fflush(stdout);
     }
-    if (!rc && saving(t) && (rc = sh_checkpoint_wait(t->ckpt, err)))
-        rc = ckpt_error(t, rc, err);
-    if (!rc && saving(t))
+    if (!rc && t->ckpt)
+        rc = sh_checkpoint_wait(t->ckpt, err);
+    if (!rc && t->ckpt)
         rc = collect_saves(t, err);
     if (!rc && t->ckpt && rank == 0 && t->saved[0])
         printf("checkpoints:%s\n", t->saved);
@@ -494,12 +470,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "shard-train: rank %d: %s\n", sh_world_rank(t.w), ck_err_msg(&err));
     /* A rank that failed past the arguments may leave the others waiting for it in a
      * collective (or, with a dead peer, itself wait in sh_finalize): end the job. A
-     * failed save (rank 0's verdict, or a part timeout) is every rank's at the same
-     * step, so each one says it and they finalize together: aborting there cut the
-     * others' messages short, and several ranks aborting at once have crashed
-     * OpenMPI 4.1.4's mpirun (in pmix_server_log_fn). */
-    bool together = t.failed_together || sh_checkpoint_dead_everywhere(t.ckpt);
-    if (rc < 0 && parsed && !together && sh_world_size(t.w) > 1)
+     * failed save (rank 0's verdict) is every rank's at the same step, so each one
+     * says it and they finalize together: aborting there cut the others' messages
+     * short, and several ranks aborting at once have crashed OpenMPI 4.1.4's mpirun
+     * (in pmix_server_log_fn). */
+    if (rc < 0 && parsed && !t.failed_together && sh_world_size(t.w) > 1)
         sh_abort(t.w, status);
     teardown(&t);
     sh_finalize(t.w);

@@ -1,37 +1,25 @@
 /* checkpoint.c - asynchronous collective saves of sharded state dicts (see
- * sh/checkpoint.h).
+ * sh/checkpoint.h): a thin caller of the checkpoint client (ck/client.h).
  *
- * A save's stall holds no collective: each rank hands its own part over alone, and
- * the ranks agree that the save happened later, at a sh_checkpoint_progress, on the
- * training thread (so the MPI library needs no thread support; docs/DECISIONS.md).
+ * Every rank hands its own part to its client and the engine does the rest: ckptd
+ * through its socket, or the embedded engine of this process, the ranks' engines
+ * meeting through the root (ck_client_opts.nodes = the world, one process per rank).
+ * There is one path; the two engines differ only in where the saver runs.
  *
- * Connected, every rank has a ck_client and stages its own part in ckptd's shared
- * memory (a lazy save: on the client's thread, until the fence). At the first
- * progress after the part is staged (after the fence, for a lazy save) one all-reduce
- * says whether every rank's part got there; then rank 0 asks for the commit and
- * watches for it.
- *
- * Embedded, every rank builds the same ck_save and the core runs the shared save over
- * this world's collectives (ck_group). The pending directory's token is rank 0's
- * nonce (drawn at sh_checkpoint_new) and the save's number, so no broadcast is needed
- * to start a save. On every rank a save goes
- *   IDLE -> WRITING: a thread copies the shards into the file's image (lazy; else the
- *           caller did) and writes and fsyncs it;
- *        -> at the first progress where no rank is still WRITING (an all-reduce):
- *           ck_save_finish_group gathers every part's outcome and hashes to rank 0;
- *        -> COMMITTING on rank 0 (its thread runs ck_save_commit), IDLE elsewhere.
- * A rank whose part could not even be started says so in that all-reduce, and then
- * every rank lets the save go. A part still being written part_timeout_s after the
- * save's start (by any rank's clock: the all-reduce carries a "late" flag, so no
- * clocks are compared) fails the save on every rank, at the same all-reduce; the
- * checkpointer is dead from then on (see dead, stuck).
+ * A save's stall holds no collective: each rank hands its part over alone (a lazy save
+ * on the client's thread, until the optimizer's fence), and the ranks agree that the
+ * save happened later, at a sh_checkpoint_progress, on the training thread (so the MPI
+ * library needs no thread support; docs/DECISIONS.md). At the first progress after the
+ * part is staged (after the fence, for a lazy save) one all-reduce says whether every
+ * rank's part got there; then rank 0 asks for the commit and watches for it. Every
+ * bound (a part that never arrives, an engine that died, storage that hangs) is the
+ * engine's and the client's, and ends the save with its reason, which rank 0 reports
+ * through poll.
  */
 #include "sh/checkpoint.h"
 
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,23 +30,17 @@
 #include "ck/catalog.h"
 #include "ck/client.h"
 #include "ck/load.h"
-#include "ck/save.h"
-#include "ck/staging.h"
 #include "sh/comm.h"
 #include "dev.h"
 #include "stage.h"
 
-typedef enum phase { IDLE, WRITING, COMMITTING } phase;
-
 struct sh_checkpoint {
     sh_world *w;
-    char root[PATH_MAX];
-    ck_group group;                /* the world's broadcast and gather, lent to the core */
+    uint64_t rank, world;
     sh_adamw *optim;               /* its step fences lazy saves */
-    uint64_t nonce, seq;           /* the pending directories' tokens */
-    ck_client *cl;                 /* connected; NULL when embedded */
-    ck_client_save *sv;            /* connected: this rank's part of the save in flight */
-    bool agreed;                   /* connected: every rank staged it, commit asked */
+    ck_client *cl;                 /* ckptd, or this process's embedded engine */
+    ck_client_save *sv;            /* this rank's part of the save in flight */
+    bool agreed;                   /* every rank staged it, commit asked */
     char name[CK_NAME_MAX];        /* the save in flight; "" when none */
     uint64_t bytes;
     struct timespec t0;
@@ -68,24 +50,6 @@ struct sh_checkpoint {
     bool fence_due;                /* lazy, and not fenced yet */
     ck_err part;                   /* part.code: it could not be handed over */
     double fence_ms;
-    double timeout_ms;             /* embedded: a part's bound, from the save's start */
-    ck_err dead;                   /* dead.code: a part timed out; every call fails so */
-    bool stuck;                    /* this rank's writer outlived the bound: it still
-                                    * holds c, which is never freed */
-    /* Embedded: */
-    ck_save *save;
-    ck_staging image;              /* this rank's data file, kept from save to save */
-    bool image_pinned;             /* registered for DMA (stage->pin) while mapped */
-    phase phase;
-    pthread_t th;
-    bool th_running;
-    bool th_copies;                /* the thread copies first (lazy) */
-    atomic_bool th_done;
-    int th_rc;
-    ck_err th_err;
-    pthread_mutex_t mu;            /* copied; part, while the thread may set it */
-    pthread_cond_t cv;
-    bool copied;                   /* the part is handed over, or failed */
     /* A GPU rank's shards are offered through fill callbacks that copy them from the
      * device into the staging (stage.h); one source per shard of the save in flight. */
     sh_stage_ops *stage;
@@ -98,26 +62,6 @@ static double since_ms(const struct timespec *t0)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
-
-/* ---- the core's view of the world ---- */
-
-static int group_words(size_t len, ck_err *err)
-{
-    return len % 8 ? ck_err_set(err, -EINVAL, "checkpoint collective of %zu bytes, not a "
-                                "multiple of 8", len) : 0;
-}
-
-static int group_broadcast(void *arg, void *buf, size_t len, ck_err *err)
-{
-    int rc = group_words(len, err);
-    return rc ? rc : sh_broadcast(sh_world_comm(arg), buf, len / 8, CK_I64, 0, NULL, err);
-}
-
-static int group_gather(void *arg, const void *mine, void *all, size_t len, ck_err *err)
-{
-    int rc = group_words(len, err);
-    return rc ? rc : sh_gather(sh_world_comm(arg), mine, all, len / 8, CK_I64, 0, NULL, err);
 }
 
 static int fence_for_optim(void *arg, ck_err *err);
@@ -146,39 +90,43 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     if (!c)
         return ck_err_set(err, -ENOMEM, "checkpoints: out of memory");
     c->w = w;
-    c->group = (ck_group){ (uint64_t)sh_world_rank(w), (uint64_t)sh_world_size(w),
-                           group_broadcast, group_gather, w };
-    c->image = CK_STAGING_NONE;
-    c->timeout_ms = (o->part_timeout_s > 0 ? o->part_timeout_s : 1800.0) * 1e3;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    c->rank = (uint64_t)sh_world_rank(w);
+    c->world = (uint64_t)sh_world_size(w);
     int rc = 0;
-    if (snprintf(c->root, sizeof c->root, "%s", o->root) >= (int)sizeof c->root)
+    if (strlen(o->root) >= PATH_MAX)
         rc = ck_err_set(err, -ENAMETOOLONG, "checkpoint root %s: path too long", o->root);
     /* Rank 0 makes the root; broadcasting the outcome also keeps the other ranks from
-     * looking for it before it exists. The nonce names this run's pending directories. */
-    int64_t msg[2] = { 0, 0 };
-    if (!rc && c->group.rank == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        msg[1] = (int64_t)(((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^
-                           ((uint64_t)ts.tv_sec << 20));
-        if (mkdir(c->root, 0755) && errno != EEXIST)
-            msg[0] = -errno;
-    }
+     * looking for it before it exists. */
+    const char *env = getenv("CKPTD_SOCKET");
+    bool connected = o->daemon || (env && *env);
+    int64_t made = 0;
+    if (!rc && c->rank == 0 && mkdir(o->root, 0755) && errno != EEXIST)
+        made = -errno;
+    /* Embedded, no ckptd's start recovers the root: rank 0 does, before any save of this
+     * run, so that what dead runs left (their pending saves, their engines' heartbeats)
+     * goes. It never touches what live writers own. */
+    ck_err rec = { 0 };
+    if (!rc && !made && c->rank == 0 && !connected &&
+        ck_root_recover(o->root, NULL, NULL, NULL, &rec) < 0)
+        fprintf(stderr, "checkpoints: recovering %s: %s (its debris stays)\n", o->root,
+                ck_err_msg(&rec));
     if (!rc)
-        rc = sh_broadcast(sh_world_comm(w), msg, 2, CK_I64, 0, NULL, err);
-    if (!rc && msg[0])
-        rc = ck_err_set(err, (int)msg[0], "checkpoint root %s: %s", c->root,
-                        strerror((int)-msg[0]));
-    c->nonce = (uint64_t)msg[1];
+        rc = sh_broadcast(sh_world_comm(w), &made, 1, CK_I64, 0, NULL, err);
+    if (!rc && made)
+        rc = ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
+                        strerror((int)-made));
     if (!rc && sh_world_device(w) == SH_CUDA && (rc = sh_stage_cuda_new(&c->stage)))
         rc = ck_err_set(err, rc, "checkpoints on rank %d: no CUDA stream for device copies",
                         sh_world_rank(w));
-    const char *env = getenv("CKPTD_SOCKET");
-    if (!rc && (o->daemon || (env && *env)))
-        rc = ck_client_open(&c->cl, c->root, &(ck_client_opts){
+    /* Embedded, each rank is a process with an engine of its own, and the world's
+     * engines meet through the root; through ckptd, $CKPTD_NODES counts the daemons. */
+    double pt = o->part_timeout_s > 0 ? o->part_timeout_s : 1800.0;
+    if (!rc)
+        rc = ck_client_open(&c->cl, o->root, &(ck_client_opts){
                                 .socket = o->daemon,
+                                .embedded = !connected,
+                                .nodes = connected ? 0 : (unsigned)c->world,
+                                .part_timeout = (unsigned)(pt < 1 ? 1 : pt),
                                 .staging_mapped = c->stage ? stage_mapped : NULL,
                                 .staging_unmapping = stage_unmapping,
                                 .staging_arg = c->stage }, err);
@@ -197,7 +145,7 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
 static int over(sh_checkpoint *c, int code, const char *why, ck_err *err)
 {
     int rc = 0;
-    if (c->group.rank == 0) {
+    if (c->rank == 0) {
         sh_checkpoint_done d = { .rc = code, .bytes = c->bytes,
                                  .seconds = since_ms(&c->t0) / 1e3 };
         snprintf(d.name, sizeof d.name, "%s", c->name);
@@ -227,32 +175,17 @@ static void fence_wait(sh_checkpoint *c)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_err why = { 0 };
-    if (c->cl) {
-        if (c->sv && !c->part.code && ck_client_save_fence(c->sv, &why))
-            c->part = why;
-    } else {
-        pthread_mutex_lock(&c->mu);
-        while (!c->copied)
-            pthread_cond_wait(&c->cv, &c->mu);
-        pthread_mutex_unlock(&c->mu);
-    }
+    if (c->sv && !c->part.code && ck_client_save_fence(c->sv, &why))
+        c->part = why;
     c->fence_due = false;
     c->fence_ms = since_ms(&t0);
-}
-
-/* This rank's error of the save in flight, so far. */
-static int part_error(sh_checkpoint *c, ck_err *err)
-{
-    pthread_mutex_lock(&c->mu);
-    int rc = c->part.code ? ck_err_set(err, c->part.code, "%s", ck_err_msg(&c->part)) : 0;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
 }
 
 int sh_checkpoint_fence(sh_checkpoint *c, ck_err *err)
 {
     fence_wait(c);
-    return c->name[0] ? part_error(c, err) : 0;
+    return c->name[0] && c->part.code ? ck_err_set(err, c->part.code, "%s",
+                                                   ck_err_msg(&c->part)) : 0;
 }
 
 /* The optimizer's fence: it may step once the sources are free, whatever became of
@@ -269,12 +202,16 @@ double sh_checkpoint_fence_ms(const sh_checkpoint *c)
     return c->fence_ms;
 }
 
-bool sh_checkpoint_dead_everywhere(const sh_checkpoint *c)
-{
-    return c && c->dead.code != 0;
-}
-
 /* ---- agreement ---- */
+
+/* Lets go of this rank's part of a save (the client waits, within its bound, until the
+ * engine no longer reads its staging). */
+static void drop(sh_checkpoint *c)
+{
+    fence_wait(c);
+    ck_client_save_free(c->sv);
+    c->sv = NULL;
+}
 
 /* Collective, where some rank could not hand its part over: rank 0 learns the first
  * such rank's error and reports the save failed; every rank lets its part go. */
@@ -283,20 +220,19 @@ typedef struct fail_msg {
     char msg[CK_ERR_MSG_MAX];
 } fail_msg;
 
-static void drop(sh_checkpoint *c);
-
 static int fail_all(sh_checkpoint *c, ck_err *err)
 {
     fail_msg mine = { .code = c->part.code }, *all = NULL;
     if (c->part.code)
-        snprintf(mine.msg, sizeof mine.msg, "rank %" PRIu64 ": %s", c->group.rank,
+        snprintf(mine.msg, sizeof mine.msg, "rank %" PRIu64 ": %s", c->rank,
                  ck_err_msg(&c->part));
-    if (c->group.rank == 0 && !(all = calloc(c->group.world, sizeof *all)))
+    if (c->rank == 0 && !(all = calloc(c->world, sizeof *all)))
         return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", c->name);
-    int rc = group_gather(c->w, &mine, all, sizeof mine, err);
+    int rc = sh_gather(sh_world_comm(c->w), &mine, all, sizeof mine / 8, CK_I64, 0, NULL,
+                       err);
     drop(c);
     const fail_msg *first = NULL;
-    for (uint64_t k = 0; !rc && all && k < c->group.world && !first; k++)
+    for (uint64_t k = 0; !rc && all && k < c->world && !first; k++)
         if (all[k].code)
             first = &all[k];
     if (!rc && first)
@@ -306,30 +242,21 @@ static int fail_all(sh_checkpoint *c, ck_err *err)
     return rc;
 }
 
-/* Collective: MAX over the ranks of v[0..n). */
-static int all_max(sh_checkpoint *c, int32_t *v, int n, ck_err *err)
-{
-    return sh_all_reduce(sh_world_comm(c->w), v, v, (size_t)n, CK_I32, SH_MAX, NULL, err);
-}
-
-/* ---- connected ---- */
-
 /* Collective, once every part's fate is known here (after the fence): every rank
  * learns whether all were staged; then rank 0 asks for the commit. */
 static int agree_staged(sh_checkpoint *c, ck_err *err)
 {
     int32_t bad = c->part.code ? 1 : 0;
-    int rc = all_max(c, &bad, 1, err);
+    int rc = sh_all_reduce(sh_world_comm(c->w), &bad, &bad, 1, CK_I32, SH_MAX, NULL, err);
     if (rc)
         return rc;
     if (bad)
         return fail_all(c, err);
     c->agreed = true;
     ck_err why = { 0 };
-    if (c->group.rank == 0 && ck_client_commit(c->sv, &why)) {
+    if (c->rank == 0 && ck_client_commit(c->sv, &why)) {
         int code = why.code;
-        ck_client_save_free(c->sv);
-        c->sv = NULL;
+        drop(c);
         return over(c, code, ck_err_msg(&why), err);
     }
     return 0;
@@ -347,9 +274,8 @@ static int retire(sh_checkpoint *c, ck_err *err)
             return rc;
     }
     ck_err why = { 0 };
-    int code = c->group.rank == 0 && c->sv ? ck_client_wait(c->sv, &why) : 0;
-    ck_client_save_free(c->sv);
-    c->sv = NULL;
+    int code = c->rank == 0 && c->sv ? ck_client_wait(c->sv, &why) : 0;
+    drop(c);
     return over(c, code, ck_err_msg(&why), err);
 }
 
@@ -389,8 +315,7 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
                    int nblobs, ck_err *err)
 {
     const ck_mesh *mesh = &sd[0]->entry[0].mesh;
-    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->group.rank, ck_mesh_world(mesh),
-                             err);
+    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->rank, ck_mesh_world(mesh), err);
     for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
@@ -408,272 +333,9 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
             rc = src ? ck_client_shard_fill(*sv, e->name, sh_stage_fill, src, err)
                      : ck_client_shard(*sv, e->name, e->data, err);
         }
-    for (int b = 0; !rc && c->group.rank == 0 && b < nblobs; b++)
+    for (int b = 0; !rc && c->rank == 0 && b < nblobs; b++)
         rc = ck_client_blob(*sv, blobs[b].name, blobs[b].data, blobs[b].len, err);
     return rc;
-}
-
-/* ---- embedded ---- */
-
-static int fill_part(sh_checkpoint *c, ck_err *err);
-static int join_part(sh_checkpoint *c, ck_err *err);
-
-/* The part is handed over (copied and joined) or failed: the fence may let the
- * sources change, and sees why it failed. */
-static void set_copied(sh_checkpoint *c, const ck_err *e)
-{
-    pthread_mutex_lock(&c->mu);
-    if (e->code)
-        c->part = *e;
-    c->copied = true;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* The part off the training thread: (lazy) the copy, then the pending directory and
- * the write. Until it joined the directory, a failure leaves the rank without a part
- * to gather (c->part, set before the fence or the all-reduce can look). */
-static void *write_part(void *arg)
-{
-    sh_checkpoint *c = arg;
-    ck_err e = { 0 };
-    int rc = c->th_copies ? fill_part(c, &e) : 0;
-    if (!rc)
-        rc = join_part(c, &e);
-    set_copied(c, &e);
-    if (!rc) {
-        rc = ck_save_write_rank(c->save, c->group.rank, &e);
-        c->th_err = e;
-        c->th_rc = rc;
-    }
-    atomic_store(&c->th_done, true);
-    return NULL;
-}
-
-static void *commit_all(void *arg)
-{
-    sh_checkpoint *c = arg;
-    c->th_rc = ck_save_commit(c->save, NULL, &c->th_err);
-    c->save = NULL;     /* commit frees it, in every case */
-    atomic_store(&c->th_done, true);
-    return NULL;
-}
-
-static int start(sh_checkpoint *c, void *(*fn)(void *), phase ph, ck_err *err)
-{
-    atomic_store(&c->th_done, false);
-    c->th_rc = 0;
-    ck_err_clear(&c->th_err);
-    int e = pthread_create(&c->th, NULL, fn, c);
-    if (e) {
-        atomic_store(&c->th_done, true);
-        return ck_err_set(err, -e, "checkpoint %s: starting a thread: %s", c->name,
-                          strerror(e));
-    }
-    c->th_running = true;
-    c->phase = ph;
-    return 0;
-}
-
-static void join(sh_checkpoint *c)
-{
-    if (c->th_running)
-        pthread_join(c->th, NULL);
-    c->th_running = false;
-}
-
-/* The same ck_save on every rank: the tensors in order, this rank's shards, rank 0's
- * blobs. */
-static int build(sh_checkpoint *c, ck_save **out, const char *name, uint64_t step,
-                 const sh_state_dict *const *sd, int nsd, const sh_blob *blobs, int nblobs,
-                 ck_err *err)
-{
-    int rc = ck_save_begin(out, c->root, name, step, &sd[0]->entry[0].mesh, NULL, err);
-    if (!rc)
-        rc = reserve_sources(c, sd, nsd, err);
-    for (int d = 0; !rc && d < nsd; d++)
-        for (size_t i = 0; !rc && i < sd[d]->n; i++) {
-            const sh_shard_entry *e = &sd[d]->entry[i];
-            rc = ck_save_tensor(*out, e->name, e->dtype, e->ndim, e->shape, e->placement,
-                                err);
-            sh_stage_src *src = !rc && ck_box_numel(&e->box) ? device_source(c, e) : NULL;
-            if (src)
-                rc = ck_save_shard_fill(*out, e->name, c->group.rank, sh_stage_fill, src,
-                                        err);
-            else if (!rc && ck_box_numel(&e->box))
-                rc = ck_save_shard(*out, e->name, c->group.rank, e->data, err);
-        }
-    for (int b = 0; !rc && c->group.rank == 0 && b < nblobs; b++)
-        rc = ck_save_blob(*out, blobs[b].name, blobs[b].data, blobs[b].len, err);
-    return rc;
-}
-
-static void image_release(sh_checkpoint *c)
-{
-    if (c->image_pinned)
-        stage_unmapping(c->stage, c->image.map, c->image.size);
-    c->image_pinned = false;
-    ck_staging_unmap(&c->image);
-}
-
-/* The staging image of this rank's file: at least size bytes, faulted in (and, on a
- * GPU rank, registered for DMA). */
-static int image_fit(sh_checkpoint *c, uint64_t size, ck_err *err)
-{
-    if (c->image.map && c->image.size >= size)
-        return 0;
-    image_release(c);
-    int rc = ck_staging_map(&c->image, size, 0, err);
-    c->image_pinned = !rc && c->stage && stage_mapped(c->stage, c->image.map,
-                                                      c->image.size) == 0;
-    return rc;
-}
-
-/* This rank's shards into its file's image (fitted first): the copy, which needs the
- * save's plan only. */
-static int fill_part(sh_checkpoint *c, ck_err *err)
-{
-    int rc = image_fit(c, ck_save_rank_bytes(c->save, c->group.rank), err);
-    return rc ? rc : ck_save_fill_rank(c->save, c->group.rank, c->image.map, err);
-}
-
-/* Joins the group's pending directory and binds the image as this rank's file. */
-static int join_part(sh_checkpoint *c, ck_err *err)
-{
-    char token[16];
-    snprintf(token, sizeof token, "%012" PRIx64,
-             (uint64_t)((c->nonce + c->seq * 0x9E3779B97F4A7C15ull) & 0xffffffffffffull));
-    int rc = ck_save_join_group(c->save, &c->group, token, err);
-    return rc ? rc : ck_save_rank_image(c->save, c->group.rank, c->image.map, err);
-}
-
-/* This rank's part of save c->save: copied into the image (lazy: on the thread), then
- * joined and written by the thread. Until it is joined, a failure leaves the rank
- * without a part to gather (c->part says why, the all-reduce tells the others); after,
- * it is the part's outcome, gathered by ck_save_finish_group. */
-static void start_part(sh_checkpoint *c, bool lazy)
-{
-    c->th_copies = lazy;
-    c->copied = !lazy;
-    if (!lazy && fill_part(c, &c->part))
-        return;
-    ck_err why = { 0 };
-    if (start(c, write_part, WRITING, &why))
-        set_copied(c, &why);
-}
-
-/* After a part timed out, every collective call fails the same way on every rank. */
-static int dead(const sh_checkpoint *c, ck_err *err)
-{
-    return c->dead.code ? ck_err_set(err, c->dead.code, "%s", ck_err_msg(&c->dead)) : 0;
-}
-
-/* Collective, when a part outlived the bound: every rank learns the first late rank,
- * its host and how many are late, and fails with the same error from now on. A late
- * rank's writer cannot be stopped (it may be blocked in the kernel): it keeps c. */
-static int time_out(sh_checkpoint *c, int late, ck_err *err)
-{
-    int32_t n = atomic_load(&c->th_done) ? 0 : 1;
-    int64_t host[8] = { 0 };
-    if (c->group.rank == (uint64_t)late)
-        gethostname((char *)host, sizeof host - 1);
-    int rc = sh_all_reduce(sh_world_comm(c->w), &n, &n, 1, CK_I32, SH_SUM, NULL, err);
-    if (!rc)
-        rc = sh_broadcast(sh_world_comm(c->w), host, 8, CK_I64, late, NULL, err);
-    if (rc)
-        return rc;
-    ((char *)host)[sizeof host - 1] = '\0';
-    if (atomic_load(&c->th_done)) {
-        join(c);
-        ck_save_abort(c->save);     /* shared: what it wrote stays debris */
-        c->save = NULL;
-    } else {
-        c->stuck = true;            /* c->save stays its writer's, which still uses it */
-    }
-    c->phase = IDLE;
-    char others[48] = "";
-    if (n > 1)
-        snprintf(others, sizeof others, " (and %d other rank%s)", n - 1, n > 2 ? "s" : "");
-    ck_err_set(&c->dead, -ETIMEDOUT, "checkpoint %s: rank %d on host %s%s did not write its "
-               "part within %.0f s of the save's start (its storage hangs?); nothing was "
-               "published, and this run saves no more checkpoints", c->name, late,
-               (char *)host, others, c->timeout_ms / 1e3);
-    c->name[0] = '\0';
-    return ck_err_set(err, c->dead.code, "%s", ck_err_msg(&c->dead));
-}
-
-/* Collective: moves the save in flight on; with block, until it is over. Ranks agree
- * on the step at which to finish by an all-reduce of "my part is still being
- * written" and "I have no part". */
-static int advance(sh_checkpoint *c, bool block, ck_err *err)
-{
-    int rc = 0;
-    if (c->phase == WRITING) {
-        /* v: someone still writing, someone without a part, someone's clock past the
-         * bound, world - the first rank still writing. Blocking, the ranks ask again
-         * until every part is written or the bound passes. */
-        int32_t v[4];
-        for (;;) {
-            bool writing = !atomic_load(&c->th_done);
-            v[0] = writing;
-            v[1] = c->part.code ? 1 : 0;
-            v[2] = since_ms(&c->t0) > c->timeout_ms;
-            v[3] = writing ? (int32_t)(c->group.world - c->group.rank) : 0;
-            rc = all_max(c, v, 4, err);
-            if (rc || !v[0] || v[2] || !block)
-                break;
-            nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
-        }
-        if (!rc && v[0] && v[2])
-            return time_out(c, (int)(c->group.world - (uint64_t)v[3]), err);
-        if (rc || v[0])
-            return rc;
-        join(c);
-        c->phase = IDLE;
-        if (v[1])
-            return fail_all(c, err);
-        ck_err outcome = c->th_err;
-        outcome.code = c->th_rc;
-        ck_save *s = c->save;
-        c->save = NULL;
-        if (c->group.rank != 0) {
-            c->name[0] = '\0';
-            return ck_save_finish_group(s, &c->group, &outcome, err);
-        }
-        /* A failed part fails the save, not the training: rank 0 reports it. */
-        ck_err why = { 0 };
-        int code = ck_save_finish_group(s, &c->group, &outcome, &why);
-        if (!code) {
-            c->save = s;
-            code = start(c, commit_all, COMMITTING, &why);
-        }
-        if (code) {
-            ck_save_abort(c->save);
-            c->save = NULL;
-            return over(c, code, ck_err_msg(&why), err);
-        }
-    }
-    if (c->phase == COMMITTING && (block || atomic_load(&c->th_done))) {
-        join(c);
-        c->phase = IDLE;
-        rc = over(c, c->th_rc, ck_err_msg(&c->th_err), err);
-    }
-    return rc;
-}
-
-/* ---- both ---- */
-
-/* Lets go of this rank's part of a failed save. What it wrote into a shared directory
- * stays as debris for recovery. */
-static void drop(sh_checkpoint *c)
-{
-    fence_wait(c);
-    ck_client_save_free(c->sv);
-    c->sv = NULL;
-    join(c);
-    c->phase = IDLE;
-    ck_save_abort(c->save);
-    c->save = NULL;
 }
 
 static int check_entries(const char *name, const sh_state_dict *const *sd, int nsd,
@@ -704,22 +366,11 @@ int sh_checkpoint_reserve(sh_checkpoint *c, const sh_state_dict *const *sd, int 
     int rc = check_entries("reserve", sd, nsd, &bytes, err);
     if (rc)
         return rc;
-    if (c->cl) {
-        ck_client_save *sv = NULL;
-        rc = declare(c, &sv, "reserve", 0, sd, nsd, false, blobs, nblobs, err);
-        if (!rc)
-            rc = ck_client_save_reserve(sv, true, err);
-        ck_client_save_free(sv);
-        return rc;
-    }
-    if (c->phase != IDLE)
-        return ck_err_set(err, -EBUSY, "checkpoint staging: reserve it before the first save "
-                          "or once the last is over (sh_checkpoint_wait)");
-    ck_save *s = NULL;
-    rc = build(c, &s, "reserve", 0, sd, nsd, NULL, 0, err);
+    ck_client_save *sv = NULL;
+    rc = declare(c, &sv, "reserve", 0, sd, nsd, false, blobs, nblobs, err);
     if (!rc)
-        rc = image_fit(c, ck_save_rank_bytes(s, c->group.rank), err);
-    ck_save_abort(s);
+        rc = ck_client_save_reserve(sv, true, err);
+    ck_client_save_free(sv);
     return rc;
 }
 
@@ -729,11 +380,7 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = dead(c, err);
-    if (rc) {
-        *stall_ms = 0;
-        return rc;
-    }
+    int rc = 0;
     if (lazy && !c->optim)
         rc = ck_err_set(err, -EINVAL, "checkpoint %s: a lazy save needs the optimizer that "
                         "writes its sources (sh_checkpoint_opts.optim), which fences it",
@@ -741,7 +388,7 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
     /* One save in flight: the next one waits for it (collectively, only if it is still
      * in flight). */
     if (!rc)
-        rc = c->cl ? retire(c, err) : advance(c, true, err);
+        rc = retire(c, err);
     uint64_t bytes = 0;
     if (!rc)
         rc = check_entries(name, sd, nsd, &bytes, err);
@@ -752,26 +399,17 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
     snprintf(c->name, sizeof c->name, "%s", name);
     c->t0 = t0;
     c->bytes = bytes;
-    c->seq++;
     c->agreed = false;
     c->fence_due = lazy;
     c->fence_ms = 0;
     ck_err_clear(&c->part);
     /* A failure is the part's outcome, in c->part: the ranks agree on it at a later
      * progress, and rank 0 reports it through poll. */
-    if (c->cl) {
-        if (!declare(c, &c->sv, name, step, sd, nsd, true, blobs, nblobs, &c->part)) {
-            if (lazy)
-                ck_client_save_lazy(c->sv, &c->part);
-            else
-                ck_client_save_async(c->sv, &c->part);
-        }
-    } else {
-        c->phase = WRITING;
-        c->copied = true;
-        atomic_store(&c->th_done, true);
-        if (!build(c, &c->save, name, step, sd, nsd, blobs, nblobs, &c->part))
-            start_part(c, lazy);
+    if (!declare(c, &c->sv, name, step, sd, nsd, true, blobs, nblobs, &c->part)) {
+        if (lazy)
+            ck_client_save_lazy(c->sv, &c->part);
+        else
+            ck_client_save_async(c->sv, &c->part);
     }
     *stall_ms = since_ms(&t0);
     return 0;
@@ -793,10 +431,6 @@ int sh_checkpoint_save_lazy(sh_checkpoint *c, const char *name, uint64_t step,
 
 int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err)
 {
-    if (c->dead.code)
-        return dead(c, err);
-    if (!c->cl)
-        return advance(c, false, err);
     /* A lazy part's fate is known at its fence. name, agreed and fence_due say the same
      * on every rank (c->sv does not: a rank may have failed to begin its part). */
     return c->name[0] && !c->agreed && !c->fence_due ? agree_staged(c, err) : 0;
@@ -804,7 +438,7 @@ int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err)
 
 int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err)
 {
-    if (c->sv && c->agreed && c->group.rank == 0) {
+    if (c->sv && c->agreed && c->rank == 0) {
         ck_client_state st;
         ck_err why = { 0 };
         ck_client_poll(c->sv, &st, &why);
@@ -821,9 +455,7 @@ int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err)
 
 int sh_checkpoint_wait(sh_checkpoint *c, ck_err *err)
 {
-    if (c->dead.code)
-        return dead(c, err);
-    return c->cl ? retire(c, err) : advance(c, true, err);
+    return retire(c, err);
 }
 
 void sh_checkpoint_free(sh_checkpoint *c)
@@ -832,21 +464,13 @@ void sh_checkpoint_free(sh_checkpoint *c)
         return;
     if (c->optim)
         sh_adamw_set_fence(c->optim, NULL, NULL);
-    if (c->stuck)
-        return;     /* its writer still uses c, its save and its image: all are let go */
-    /* No collective here: the save in flight is let go, and what it wrote is debris
-     * for recovery (connected: the client waits for its staged part). */
+    /* No collective here: the save in flight is let go, and what it wrote is debris for
+     * recovery (the client waits for a staged part, within its bound). */
     fence_wait(c);
-    if (c->sv && c->agreed && c->group.rank == 0)
+    if (c->sv && c->agreed && c->rank == 0)
         ck_client_wait(c->sv, NULL);
     ck_client_save_free(c->sv);
     ck_client_close(c->cl);
-    join(c);
-    if (c->phase == WRITING)
-        ck_save_abort(c->save);     /* a commit frees its save itself */
-    image_release(c);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
     free(c->report);
     free(c->src);
     sh_stage_cuda_free(c->stage);

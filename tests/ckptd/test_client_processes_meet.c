@@ -112,7 +112,7 @@ static pid_t process(const char *root, const char *name, uint64_t rank, uint64_t
         if (ck_client_save_place(sv, &err) < 0)
             _exit(1);
         char pat[PATH_MAX + 64];
-        snprintf(pat, sizeof pat, "%s/%s/%s.*-meet/join.*.p%ld", root, CK_PENDING, name,
+        snprintf(pat, sizeof pat, "%s/%s/%s.*-meet/join.*.p%ld.*", root, CK_PENDING, name,
                  (long)getpid());
         for (;;) {
             glob_t g;

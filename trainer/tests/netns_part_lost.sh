@@ -5,8 +5,9 @@
 # first failed save (--max-failed-saves 1). On host B, rank 3's
 # storage hangs for step 4's part (stall_open.so: the open() of its file never
 # returns), so that save is in flight for good. Then:
-#   storage-hangs  --ckpt-timeout 3: each of the 4 ranks prints the error naming
-#                  step-00000004, rank 3 and host B, and the job ends;
+#   storage-hangs  --ckpt-timeout 3: each of the 4 ranks prints rank 0's engine's error
+#                  naming step-00000004, rank 3 and the engine on host B that joined
+#                  for it, and the job ends (--max-failed-saves 1);
 #   rank-dies      --ckpt-timeout 600, and rank 3 gets SIGKILL once step 5 is logged
 #                  (its part of step 4 still unwritten): the job ends, mpirun naming
 #                  rank 3 and host B, both nodes' shardrun fail; a run resumed on host
@@ -54,7 +55,9 @@ rc=$?
     { echo "FAILED: the job exited $rc (124: it hung until the test's bound)"; cat "$work"/run.log.*; exit 1; }
 if [ "$mode" = storage-hangs ]; then
     for r in 0 1 2 3; do
-        grep -q "shard-train: rank $r: checkpoint step-00000004: rank 3 on host $B did not write its part within 3 s" "$work/run.log.0" ||
+        # Rank 0's engine coordinates the save and names the late rank and the engine
+        # (HOST.pPID.NONCE) that joined for it.
+        grep -qF "shard-train: rank $r: checkpoint step-00000004 failed: checkpoint step-00000004: the parts of ranks 3 never arrived within --part-timeout 3 s (rank 3: engine $B.p" "$work/run.log.0" ||
             { echo "FAILED: rank $r did not say that rank 3 on $B never wrote its part"; cat "$work"/run.log.*; exit 1; }
     done
     said=$(grep -m1 "shard-train: rank 0:" "$work/run.log.0")
@@ -67,13 +70,20 @@ else
     [ "$NETNS_RC1" -eq "$rc" ] ||
         { echo "FAILED: node 1's shardrun exited $NETNS_RC1, node 0's $rc"; cat "$work/run.log.1"; exit 1; }
 fi
-[ -d "$work/ck/.pending" ] && ls "$work/ck/.pending" | grep -q '^step-00000004\.' ||
-    { echo "FAILED: step 4's save was not in flight"; ls -la "$work/ck" "$work/ck/.pending"; exit 1; }
+# rank-dies: every engine died with step 4 in flight, its directory is debris.
+# storage-hangs: rank 0's engine failed the save and removed its directory itself.
+if [ "$mode" = rank-dies ]; then
+    [ -d "$work/ck/.pending" ] && ls "$work/ck/.pending" | grep -q '^step-00000004\.' ||
+        { echo "FAILED: step 4's save was not in flight"; ls -la "$work/ck" "$work/ck/.pending"; exit 1; }
+fi
 "$verify" --deep "$work/ck" step-00000002 >"$work/verify.log" 2>&1 ||
     { echo "FAILED: step-00000002 does not verify"; cat "$work/verify.log"; exit 1; }
 for d in "$work"/ck/* "$work"/ck/.[!.]*; do
     case $(basename "$d") in
     catalog.mdb|catalog.mdb-lock|.pending|step-00000002) ;;
+    # The heartbeat and lock of an engine whose process died (rank-dies: every rank's)
+    # or left it behind (storage-hangs: rank 3's stuck write): the next recovery's.
+    .ckptd.*.beat|.ckptd.*.lock) ;;
     step-00000004) echo "FAILED: step-00000004 is visible without rank 3's part"; exit 1 ;;
     # rank-dies: the saves after step 4 are not started (one save in flight at a time).
     *) echo "FAILED: unexpected $(basename "$d") in the root"; ls -la "$work/ck"; exit 1 ;;
@@ -85,6 +95,9 @@ if [ "$mode" = rank-dies ]; then
         grep -q "resumed from step-00000002" "$work/resumed.log" &&
         "$verify" --deep "$work/ck" step-00000004 >"$work/verify.log" 2>&1 ||
         { echo "FAILED: resuming and saving step 4 again"; cat "$work/resumed.log" "$work/verify.log"; exit 1; }
+    # The resumed run's rank 0 recovered the root: the dead engines' files are gone.
+    ls -a "$work/ck" | grep -q '^\.ckptd\.' &&
+        { echo "FAILED: dead engines' heartbeats or locks outlived a recovery"; ls -la "$work/ck"; exit 1; }
 fi
 echo "ok ($mode): step 4's save, whose part on $B never arrived, ended all 4 ranks; step-00000002" \
      "committed and verifies, nothing partial visible$([ "$mode" = rank-dies ] && echo "; the resumed run committed step 4")"

@@ -165,9 +165,12 @@ void ck__client_forsake(ck_client_save *sv)
         slot_release(cl, &cl->slots[sv->slot]);
 }
 
-/* Unmaps s's memory (the engine may keep its own mapping); its user stays. */
+/* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost
+ * slot's memory is left mapped for good: an embedded engine's write may still read it. */
 static void slot_release(ck_client *cl, ck__client_slot *s)
 {
+    if (s->lost)
+        return;
     if (s->hooked && s->map)
         cl->staging_unmapping(cl->staging_arg, s->map, s->size);
     s->hooked = false;
@@ -559,7 +562,7 @@ int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_
 
 static bool slot_free(const ck__client_slot *s)
 {
-    return !s->user || s->user->state >= CK_CLIENT_DURABLE;
+    return !s->lost && (!s->user || s->user->state >= CK_CLIENT_DURABLE);
 }
 
 static bool any_slot_free(ck_client *cl, const void *arg)
@@ -571,11 +574,12 @@ static bool any_slot_free(ck_client *cl, const void *arg)
     return false;
 }
 
+/* A lost slot is never free, and never waited for either. */
 static bool all_slots_free(ck_client *cl, const void *arg)
 {
     (void)arg;
     for (int i = 0; i < CK_CLIENT_SLOTS; i++)
-        if (!slot_free(&cl->slots[i]))
+        if (!cl->slots[i].lost && !slot_free(&cl->slots[i]))
             return false;
     return true;
 }

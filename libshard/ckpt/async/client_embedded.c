@@ -9,8 +9,8 @@
  * The ranks of a job that are processes of their own (opts.nodes > 1) each have such
  * an engine, and the engines meet through the root as the daemons of several nodes do
  * (async/saver.h): no collective of the caller's and no second mechanism. The engine
- * then has an id ("HOST.pPID": unique among live processes, and it says where to look
- * when one dies), holds ROOT/.ckptd.ID.lock and beats ROOT/.ckptd.ID.beat while it
+ * then has an id ("HOST.pPID.NONCE": unique among live engines, and it says where to
+ * look when one dies), holds ROOT/.ckptd.ID.lock and beats ROOT/.ckptd.ID.beat while it
  * lives; both go when the client closes, and recovery removes those of a process that
  * died (its lock is free).
  */
@@ -48,6 +48,17 @@ static void hub_log(void *arg, const char *msg)
     h->log(h->log_arg, msg);
 }
 
+/* sv failed while the engine may still write from its staging: the area is lost
+ * (never reused, never unmapped) unless its part was durable already. With the hub's
+ * lock held. */
+static void give_up_part(ck_client_save *sv, int code, const char *msg)
+{
+    ck_client *cl = sv->cl;
+    if (sv->state < CK_CLIENT_DURABLE && sv->slot >= 0 && cl->slots[sv->slot].user == sv)
+        cl->slots[sv->slot].lost = true;
+    ck__client_set_state(sv, CK_CLIENT_FAILED, code, msg);
+}
+
 static void hub_event(void *arg, const ck__saver_event *ev)
 {
     ck__client_hub *h = arg;
@@ -61,6 +72,8 @@ static void hub_event(void *arg, const ck__saver_event *ev)
             ck__client_set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
         else if (ev->kind == CK_SAVER_FAILED)
             ck__client_set_state(sv, CK_CLIENT_FAILED, ev->code, ev->msg);
+        else if (ev->kind == CK_SAVER_STUCK)
+            give_up_part(sv, ev->code, ev->msg);
     }
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
@@ -76,9 +89,42 @@ static void emb_unlock(ck_client *cl)
     pthread_mutex_unlock(&cl->hub->mu);
 }
 
+/* The wait's limit passed (ck__client_wait_for): the engine's writes of some part
+ * of this client never returned (storage that hangs), since the engines' own bounds
+ * (the part timeout, a dead peer) end a save with its reason well before. Every save
+ * of this client still in flight fails; the staging of a part not yet durable is lost
+ * (kept mapped and never reused), since its write may still resume. With the hub's
+ * lock held. */
+static void emb_give_up(ck_client *cl)
+{
+    char msg[CK_ERR_MSG_MAX];
+    for (ck_client_save *sv = cl->hub->saves; sv; sv = sv->next) {
+        if (sv->cl != cl || sv->state == CK_CLIENT_BUILDING ||
+            sv->state == CK_CLIENT_COMMITTED || sv->state == CK_CLIENT_FAILED)
+            continue;
+        bool written = sv->state >= CK_CLIENT_DURABLE;
+        snprintf(msg, sizeof msg, "checkpoint %s, rank %llu: %s within %.0f s (the storage "
+                 "under %s hangs?)%s", sv->d.name, (unsigned long long)sv->d.rank,
+                 written ? "not committed" : "this rank's part was not written",
+                 cl->wait_limit, cl->root, written ? "; it may still commit" :
+                 "; its staging is left to the engine's stuck write");
+        give_up_part(sv, -ETIMEDOUT, msg);
+    }
+}
+
 static int emb_await(ck_client *cl)
 {
-    pthread_cond_wait(&cl->hub->cv, &cl->hub->mu);
+    double left = cl->wait_until - ck__conn_now();
+    if (left <= 0) {
+        emb_give_up(cl);
+        return -ETIMEDOUT;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + left;
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&cl->hub->cv, &cl->hub->mu, &ts);
     return 0;
 }
 
@@ -119,9 +165,9 @@ static void emb_close(ck_client *cl)
     pthread_mutex_lock(&h->mu);
     bool last = --h->refs == 0;
     pthread_mutex_unlock(&h->mu);
-    if (last) {
-        /* The saver's last events take the hub's lock: free the saver first. */
-        ck__saver_free(h->sv);
+    /* The saver's last events take the hub's lock: free the saver first. A saver left
+     * behind (writes that never return) may still send events: the hub stays too. */
+    if (last && ck__saver_free(h->sv)) {
         ck__engine_unlock(cl->root, h->id, &h->lock_fd);
         pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);
@@ -130,8 +176,8 @@ static void emb_close(ck_client *cl)
     cl->hub = NULL;
 }
 
-/* This process's engine id, HOST.pPID with the host name made an id ([A-Za-z0-9._-],
- * at most 63 bytes), and its lock. */
+/* This engine's id, HOST.pPID.NONCE with the host name made an id ([A-Za-z0-9._-], at
+ * most 63 bytes), and its lock. */
 static int engine_id(ck__client_hub *h, const char *root, ck_err *err)
 {
     char host[64] = "";
@@ -140,7 +186,13 @@ static int engine_id(ck__client_hub *h, const char *root, ck_err *err)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
               (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
             *c = '_';       /* a dot would make the pid look like part of the host */
-    snprintf(h->id, sizeof h->id, "%.48s.p%ld", host[0] ? host : "host", (long)getpid());
+    /* Several engines of one process may share a root (two checkpointers): a nonce
+     * keeps their ids apart. */
+    uint32_t nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce)
+        nonce = (uint32_t)time(NULL) ^ (uint32_t)(uintptr_t)h;
+    snprintf(h->id, sizeof h->id, "%.40s.p%ld.%08x", host[0] ? host : "host", (long)getpid(),
+             nonce);
     char what[PATH_MAX + 96];
     snprintf(what, sizeof what, "root %s: another engine of process %s is open", root, h->id);
     return ck__engine_lock(root, h->id, what, &h->lock_fd, err);
@@ -167,6 +219,8 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
             return ck_err_set(err, -EINVAL, "the peer client is not embedded");
         cl->t = &embedded;
         cl->hub = o->peer->hub;
+        cl->timeout = o->peer->timeout;
+        cl->commit_timeout = o->peer->commit_timeout;
         snprintf(cl->root, sizeof cl->root, "%s", o->peer->root);
         pthread_mutex_lock(&cl->hub->mu);
         cl->hub->refs++;
@@ -177,7 +231,11 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
     if (!h)
         return ck_err_set(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the clock of the waits' limits */
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
     h->refs = 1;
     h->log = o->log;
     h->log_arg = o->log_arg;
@@ -185,9 +243,15 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
     cl->t = &embedded;
     cl->hub = h;
     snprintf(cl->root, sizeof cl->root, "%s", root);
+    unsigned part_timeout = o->part_timeout ? o->part_timeout : 600;
+    unsigned dead_after = o->dead_after ? o->dead_after : 10;
+    /* The client's waits end after the engines' bounds, which fail a save with its reason
+     * first: see emb_give_up. */
+    cl->timeout = cl->commit_timeout = part_timeout + 2.0 * dead_after + 5;
     ck__saver_opts so = { .root = root, .engine = o->engine, .writers = o->writers,
                          .hash_threads = o->hash_threads, .log = o->log ? hub_log : NULL,
-                         .event = hub_event, .arg = h };
+                         .event = hub_event, .arg = h, .close_timeout = cl->commit_timeout,
+                         .report_stuck = true };
     if (cl->nodes > 1) {
         int r = engine_id(h, root, err);
         if (r < 0)
@@ -195,8 +259,8 @@ int ck__client_open_embedded(ck_client *cl, const char *root, const ck_client_op
         so.node_id = h->id;
         if (getrandom(&so.instance, sizeof so.instance, 0) != sizeof so.instance)
             so.instance = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
-        so.part_timeout = o->part_timeout ? o->part_timeout : 600;
-        so.dead_after = o->dead_after ? o->dead_after : 10;
+        so.part_timeout = part_timeout;
+        so.dead_after = dead_after;
     }
     return ck__saver_new(&so, &h->sv, err);
 }

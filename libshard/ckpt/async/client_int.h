@@ -39,6 +39,9 @@ typedef struct ck__client_slot {
     ck_staging_pages pages;
     ck_client_save *user;       /* the save whose part it holds, until durable */
     bool hooked;                /* opts.staging_mapped accepted this mapping */
+    /* Embedded: given up while the engine's writes from it had not finished (storage
+     * that hangs): never reused and never unmapped, since a write may still resume. */
+    bool lost;
 } ck__client_slot;
 
 typedef struct ck__client_transport ck__client_transport;
@@ -75,7 +78,9 @@ struct ck_client {
     int dead_code;              /* and why, for the calls made on it since */
     char dead_msg[CK_ERR_MSG_MAX];
     ck_client_save *saves;      /* this client's saves, for replies */
-    /* The time limits (docs/PROTOCOL.md, "Time limits"): */
+    /* The time limits (docs/PROTOCOL.md, "Time limits"). Embedded, both are the part
+     * timeout and some: the engines' own bounds end a save first, with its reason;
+     * these end only the waits on writes that never return. */
     double timeout;             /* s: HELLO, ADMIT, a message taken, ckptd's silence */
     double commit_timeout;      /* s: a part made durable, a save committed */
     pid_t daemon_pid;           /* SO_PEERCRED at connect, for the errors */

@@ -12,6 +12,7 @@
 
 #include <sys/stat.h>
 
+#include "ck/catalog.h"
 #include "ck/save.h"
 #include "model/say.h"
 #include "save/meet.h"
@@ -50,6 +51,7 @@ typedef struct part {
 typedef struct peer {
     char id[CK_NODE_ID_MAX];
     uint64_t instance, counter;
+    uint64_t rank;                 /* the first rank it serves, from its join; or none */
     double changed;                /* CLOCK_MONOTONIC, this host's: when it last beat */
 } peer;
 
@@ -92,6 +94,8 @@ typedef struct sv_ckpt {
     double deadline;               /* the part timeout */
     double next_watch;             /* when to read the peers' heartbeats next */
     bool heard;                    /* the failure came from the meeting: not announced */
+    double failed_at;              /* C_FAILED: when */
+    bool stuck_reported;           /* CK_SAVER_STUCK sent: its writes never returned */
 } sv_ckpt;
 
 enum { JOB_WRITE, JOB_COMMIT, JOB_ABORT };
@@ -270,6 +274,7 @@ static void fail(ck__saver *sv, sv_ckpt *c, int code, const char *msg)
     if (c->state != C_COLLECTING)
         return;
     c->state = C_FAILED;
+    c->failed_at = now_s();
     c->fail_code = code;
     snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
     announce(sv, c);
@@ -416,7 +421,7 @@ static void *worker(void *arg)
 
 /* ---- saves shared by several daemons: the meeting thread ---- */
 
-static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance)
+static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t rank)
 {
     for (unsigned i = 0; i < c->npeers; i++)
         if (!strcmp(c->peers[i].id, id))
@@ -426,7 +431,7 @@ static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance)
         return NULL;
     c->peers = n;
     peer *q = &n[c->npeers++];
-    *q = (peer){ .instance = instance, .changed = now_s() };
+    *q = (peer){ .instance = instance, .rank = rank, .changed = now_s() };
     snprintf(q->id, sizeof q->id, "%s", id);
     return q;
 }
@@ -458,10 +463,10 @@ typedef struct scan {
 static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     scan *x = arg;
-    uint64_t inst;
+    uint64_t inst, rank;
     const char *id = file + strlen("join.");
-    if (ck__node_id_check(id, NULL) == 0 && ck__meet_join_decode(buf, len, &inst) == 0 &&
-        !peer_add(x->c, id, inst))
+    if (ck__node_id_check(id, NULL) == 0 && ck__meet_join_decode(buf, len, &inst, &rank) == 0 &&
+        !peer_add(x->c, id, inst, rank))
         return ck_err_set(&x->err, -ENOMEM, "out of memory");
     return 0;
 }
@@ -480,7 +485,7 @@ static int on_failed(void *arg, const char *file, const uint8_t *buf, size_t len
     }
     char prefix[CK_NAME_MAX + 16];
     size_t k = (size_t)snprintf(prefix, sizeof prefix, "checkpoint %s: ", x->c->name);
-    return ck_err_set(&x->err, code, "daemon %s gave it up: %s", id,
+    return ck_err_set(&x->err, code, "engine %s gave it up: %s", id,
                       strncmp(msg, prefix, k) ? msg : msg + k);
 }
 
@@ -512,7 +517,7 @@ static int on_parts(void *arg, const char *file, const uint8_t *buf, size_t len)
     snprintf(x->from, sizeof x->from, "%.*s", dot ? (int)(dot - id) : 0, id);
     int r = ck__meet_parts_decode(buf, len, on_record, x, &x->err);
     if (r < 0)
-        return ck_err_set(&x->err, r, "the parts of daemon %s (%s): %s", x->from, file,
+        return ck_err_set(&x->err, r, "the parts of engine %s (%s): %s", x->from, file,
                           ck_err_msg(&x->err));
     /* adopted: the hashes are in memory, bound for the manifest */
     ck__meet_drop(x->sv->root, x->c->meet, file);
@@ -533,6 +538,20 @@ static void missing(const sv_ckpt *c, char *out, size_t cap)
         n += (size_t)snprintf(out + n, cap - n, e > r ? "%s%llu-%llu" : "%s%llu", n ? ", " : "",
                               (unsigned long long)r, (unsigned long long)e);
         r = e;
+    }
+}
+
+/* "rank R: engine ID" for each joined engine whose first rank's part has not
+ * arrived: where a missing part was to come from (at most cap bytes). */
+static void late_engines(const sv_ckpt *c, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (unsigned i = 0; i < c->npeers && n + CK_NODE_ID_MAX + 32 < cap; i++) {
+        const peer *q = &c->peers[i];
+        if (q->rank < c->world && c->parts[q->rank].state < P_DURABLE)
+            n += (size_t)snprintf(out + n, cap - n, "rank %llu: engine %s; ",
+                                  (unsigned long long)q->rank, q->id);
     }
 }
 
@@ -558,7 +577,7 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
     char msg[CK_ERR_MSG_MAX + 512], miss[256], who[256];
     if (r != 0) {
         snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&x.err));
-        c->heard = strncmp(ck_err_msg(&x.err), "daemon ", 7) == 0;
+        c->heard = strncmp(ck_err_msg(&x.err), "engine ", 7) == 0;
         fail(sv, c, r < 0 ? r : -EIO, msg);
         return;
     }
@@ -573,18 +592,20 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         if (!why)
             continue;
         missing(c, miss, sizeof miss);
-        snprintf(msg, sizeof msg, "checkpoint %s: daemon %s %s (heartbeat %s/.ckptd.%s.beat, "
+        snprintf(msg, sizeof msg, "checkpoint %s: engine %s %s (heartbeat %s/.ckptd.%s.beat, "
                  "--dead-after %u s); the parts of ranks %s cannot arrive", c->name,
                  c->peers[i].id, why, sv->root, c->peers[i].id, sv->o.dead_after, miss);
         fail(sv, c, -EHOSTDOWN, msg);
         return;
     }
     if (!complete && t > c->deadline) {
+        char late[512];
         missing(c, miss, sizeof miss);
         peers_of(c, who, sizeof who);
+        late_engines(c, late, sizeof late);
         snprintf(msg, sizeof msg, "checkpoint %s: the parts of ranks %s never arrived within "
-                 "--part-timeout %u s (daemons that joined besides coordinator %s: %s)",
-                 c->name, miss, sv->o.part_timeout, sv->o.node_id, who);
+                 "--part-timeout %u s (%sengines that joined besides coordinator %s: %s)",
+                 c->name, miss, sv->o.part_timeout, late, sv->o.node_id, who);
         fail(sv, c, -ETIMEDOUT, msg);
         return;
     }
@@ -623,8 +644,8 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     if (r == 0)
         return;
     if (r > 0 && (plan.step != c->step || plan.world != c->world || plan.nodes != c->nodes))
-        r = ck_err_set(&err, -EINVAL, "daemon %s coordinates it for step %llu, %llu ranks, %u "
-                       "daemons; the ranks here declared step %llu, %llu ranks, %u daemons",
+        r = ck_err_set(&err, -EINVAL, "engine %s coordinates it for step %llu, %llu ranks, %u "
+                       "engines; the ranks here declared step %llu, %llu ranks, %u engines",
                        plan.coord, (unsigned long long)plan.step,
                        (unsigned long long)plan.world, plan.nodes,
                        (unsigned long long)c->step, (unsigned long long)c->world, c->nodes);
@@ -640,11 +661,11 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         c->ino = st.st_ino;
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
         c->role = R_MEMBER;
-        if (!peer_add(c, plan.coord, plan.instance))
+        if (!peer_add(c, plan.coord, plan.instance, 0))
             r = ck_err_set(&err, -ENOMEM, "out of memory");
     }
     if (r >= 0)
-        r = ck__meet_join(sv->root, c->meet, sv->o.node_id, sv->o.instance, &err);
+        r = ck__meet_join(sv->root, c->meet, sv->o.node_id, sv->o.instance, any, &err);
     if (r >= 0)
         r = resolve(sv, c, &err);
     if (r < 0) {
@@ -741,7 +762,7 @@ static int heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
     struct stat st;
     int r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
     if (r < 0 && stat(c->meet, &st) < 0 && !committed_as(sv, c))
-        r = ck_err_set(&x.err, -ECANCELED, "daemon %s gave it up (its meeting %s is gone)",
+        r = ck_err_set(&x.err, -ECANCELED, "engine %s gave it up (its meeting %s is gone)",
                        c->npeers ? c->peers[0].id : "?", c->meet);
     if (r == 0)
         return 0;
@@ -782,11 +803,28 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         why = peer_dead(sv, &c->peers[0], t);
     }
     if (why) {
-        snprintf(msg, sizeof msg, "checkpoint %s: the coordinating daemon %s %s (heartbeat "
+        snprintf(msg, sizeof msg, "checkpoint %s: the coordinating engine %s %s (heartbeat "
                  "%s/.ckptd.%s.beat, --dead-after %u s); the save cannot commit", c->name,
                  c->peers[0].id, why, sv->root, c->peers[0].id, sv->o.dead_after);
         fail(sv, c, -EHOSTDOWN, msg);
     }
+}
+
+/* Failed saves whose writes have not returned dead_after seconds after the failure:
+ * told once, so that the engine's users let go of them without waiting for good. */
+static void report_stuck(ck__saver *sv, double t)
+{
+    if (!sv->o.report_stuck)
+        return;
+    for (sv_ckpt *c = sv->list; c; c = c->next)
+        if (c->state == C_FAILED && c->writes && !c->fail_reported && !c->stuck_reported &&
+            t - c->failed_at >= sv->o.dead_after) {
+            c->stuck_reported = true;
+            logf_(sv, "checkpoint %s: failed, and its writes have not returned %u s later "
+                  "(the storage under %s hangs?): their staging is given up", c->name,
+                  sv->o.dead_after, sv->root);
+            emit(sv, CK_SAVER_STUCK, c, 0);
+        }
 }
 
 static void *meet_thread(void *arg)
@@ -822,6 +860,7 @@ static void *meet_thread(void *arg)
             if (sv->list != before || !listed(sv, c) || c->state != C_COLLECTING)
                 break;
         }
+        report_stuck(sv, t);
         for (grave **gp = &sv->graves; *gp;) {
             grave *g = *gp;
             if (g->when > t) {
@@ -853,10 +892,10 @@ int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err)
     sv->o.root = sv->root;
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->work, NULL);
-    pthread_cond_init(&sv->idle, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sv->idle, &ca);      /* ck__saver_free's limit is monotonic */
     pthread_cond_init(&sv->meet_cv, &ca);
     pthread_condattr_destroy(&ca);
     if (!sv->o.poll_ms)
@@ -916,28 +955,56 @@ static bool committable(const sv_ckpt *c)
     return c->staged == c->joined && (c->commit_requested || c->role != R_COORD);
 }
 
-void ck__saver_free(ck__saver *sv)
+bool ck__saver_free(ck__saver *sv)
 {
     if (!sv)
-        return;
+        return true;
     pthread_mutex_lock(&sv->mu);
     sv->closing = true;
     for (sv_ckpt *c = sv->list; c; c = c->next)
         if (!committable(c))
             fail(sv, c, -ECANCELED, "the save engine is shutting down before every rank "
                  "staged its part and the commit was asked for");
+    double until = now_s() + sv->o.close_timeout;
     for (;;) {
-        bool busy = false;
+        unsigned busy = 0;
         for (sv_ckpt *c = sv->list; c; c = c->next)
-            busy |= c->state != C_FAILED || !c->fail_reported;
+            busy += c->state != C_FAILED || !(c->fail_reported || c->stuck_reported);
         if (!busy)
             break;
-        pthread_cond_wait(&sv->idle, &sv->mu);
+        if (sv->o.close_timeout > 0 && now_s() >= until) {
+            /* Writes that never return: their threads, and what they use, stay. */
+            logf_(sv, "%u save(s) still writing %.0f s after the engine began to close "
+                  "(the storage under %s hangs?): the engine is left behind", busy,
+                  sv->o.close_timeout, sv->root);
+            /* The idle threads end (the heartbeat stops: peers see this engine gone);
+             * the stuck ones keep the engine. */
+            sv->stop = true;
+            pthread_cond_broadcast(&sv->work);
+            pthread_cond_broadcast(&sv->meet_cv);
+            pthread_mutex_unlock(&sv->mu);
+            return false;
+        }
+        if (sv->o.close_timeout > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&sv->idle, &sv->mu, &ts);
+        } else {
+            pthread_cond_wait(&sv->idle, &sv->mu);
+        }
     }
     sv->stop = true;
     pthread_cond_broadcast(&sv->work);
     pthread_cond_broadcast(&sv->meet_cv);
+    bool stuck = false;
+    for (sv_ckpt *c = sv->list; c; c = c->next)
+        stuck |= c->stuck_reported && c->writes;
     pthread_mutex_unlock(&sv->mu);
+    if (stuck) {
+        logf_(sv, "closing with writes that never returned: the engine is left behind");
+        return false;
+    }
     for (unsigned i = 0; i < sv->nth; i++)
         pthread_join(sv->th[i], NULL);
     if (sv->meet_running) {
@@ -961,6 +1028,7 @@ void ck__saver_free(ck__saver *sv)
     pthread_cond_destroy(&sv->meet_cv);
     pthread_mutex_destroy(&sv->mu);
     free(sv);
+    return true;
 }
 
 /* What a later part must agree on with the first. */
@@ -1063,6 +1131,13 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
     if (!c->tensors || !c->parts)
         r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for %llu ranks",
                        d->name, (unsigned long long)d->world);
+    /* A member learns of rank 0's refusal only through the meeting, later: a name that
+     * is committed already is refused here and now, as rank 0's engine refuses it. */
+    char who[8];
+    if (r == 0 && c->role == R_UNKNOWN &&
+        ck_name_probe(sv->root, d->name, who, sizeof who, err) == CK_NAME_COMMITTED)
+        r = ck_err_set(err, -EEXIST, "checkpoint %s: %s: a checkpoint named %s already exists",
+                       d->name, sv->root, d->name);
     for (uint32_t i = 0; r == 0 && i < d->ntensors; i++)
         if (ck__decl_tensor_copy(&c->tensors[i], &d->tensors[i]) < 0)
             r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);

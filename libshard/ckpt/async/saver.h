@@ -27,6 +27,8 @@
 #ifndef CK_ASYNC_SAVER_H
 #define CK_ASYNC_SAVER_H
 
+#include <stdbool.h>
+
 #include "ck/engine.h"
 #include "async/proto.h"
 
@@ -34,6 +36,10 @@ typedef enum ck__saver_ev_kind {
     CK_SAVER_DURABLE = 1,
     CK_SAVER_COMMITTED,
     CK_SAVER_FAILED,
+    /* With opts.report_stuck: the save failed (code, msg), but some of its writes have
+     * not returned dead_after seconds later (storage that hangs). Their staging areas
+     * must stay mapped and unused for good; FAILED follows only if they ever return. */
+    CK_SAVER_STUCK,
 } ck__saver_ev_kind;
 
 typedef struct ck__saver_event {
@@ -63,13 +69,23 @@ typedef struct ck__saver_opts {
     unsigned part_timeout;  /* seconds a save may wait for parts from other daemons */
     unsigned dead_after;    /* seconds another daemon's heartbeat may stand still */
     unsigned poll_ms;       /* 0: 20 */
+    /* Seconds ck__saver_free waits for the saves that can finish; past it (a write that
+     * never returns: storage that hangs) it gives up, and leaves the engine, its threads
+     * and memory behind rather than wait for good. 0: no limit (ckptd, whose shutdown
+     * has its own --drain-timeout). */
+    double close_timeout;
+    /* Report CK_SAVER_STUCK (the embedded engine; ckptd keeps its own mappings and bounds
+     * its clients' waits itself). */
+    bool report_stuck;
 } ck__saver_opts;
 
 typedef struct ck__saver ck__saver;
 
 int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err);
-/* Waits for the saves that can finish (every part staged), abandons the others. */
-void ck__saver_free(ck__saver *sv);
+/* Waits for the saves that can finish (every part staged), abandons the others, then
+ * frees the engine and returns true; past opts.close_timeout it leaves the engine
+ * instead (see there) and returns false: whatever its events reach must stay too. */
+bool ck__saver_free(ck__saver *sv);
 
 /* Registers rank d->rank's part: begins the save on the first part of a name, checks
  * that later parts declare the same step, mesh and tensors. *image_bytes: the size of

@@ -322,18 +322,22 @@ int ck__meet_find(const char *root, const char *name, char token[CK_TOKEN_MAX],
 /* ---- join and failed records ---- */
 
 int ck__meet_join(const char *root, const char *dir, const char *id, uint64_t instance,
-                  ck_err *err)
+                  uint64_t rank, ck_err *err)
 {
-    char name[CK_NODE_ID_MAX + 8], buf[64];
+    char name[CK_NODE_ID_MAX + 8], buf[96];
     snprintf(name, sizeof name, "join.%s", id);
-    int n = snprintf(buf, sizeof buf, "instance %" PRIu64 "\n", instance);
+    int n = snprintf(buf, sizeof buf, "instance %" PRIu64 "\nrank %" PRIu64 "\n", instance,
+                     rank);
     return ck__meet_put(root, dir, name, buf, (size_t)n, false, err);
 }
 
-int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance)
+int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance, uint64_t *rank)
 {
     (void)len;
-    return sscanf((const char *)buf, "instance %" SCNu64, instance) == 1 ? 0 : -EBADMSG;
+    /* The rank line came later in version 1: a join without it names no rank. */
+    *rank = UINT64_MAX;
+    int got = sscanf((const char *)buf, "instance %" SCNu64 "\nrank %" SCNu64, instance, rank);
+    return got >= 1 ? 0 : -EBADMSG;
 }
 
 int ck__meet_fail(const char *root, const char *dir, const char *id, int code, const char *msg,

@@ -69,10 +69,12 @@ void ck__meet_drop(const char *root, const char *dir, const char *file);
 /* Removes the meeting's files and the meeting itself (best effort). */
 void ck__meet_remove(const char *root, const char *dir);
 
-/* join.ID and failed.ID: small text records. */
+/* join.ID and failed.ID: small text records. A join names the rank that brought the
+ * engine to the save (the first it serves), so that a part that never arrives can be
+ * told by the engine that was to write it; UINT64_MAX when the record has none. */
 int ck__meet_join(const char *root, const char *dir, const char *id, uint64_t instance,
-                  ck_err *err);
-int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance);
+                  uint64_t rank, ck_err *err);
+int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance, uint64_t *rank);
 int ck__meet_fail(const char *root, const char *dir, const char *id, int code, const char *msg,
                   ck_err *err);
 /* A failed.ID record: its code and message. */

@@ -28,18 +28,18 @@
  * then written, hashed, fsynced and committed while training goes on. One save is in
  * flight at a time: the next one waits for it.
  *
- * Two engines. With ckptd (opts.daemon, or $CKPTD_SOCKET) every rank stages its part
- * into the daemon's shared memory through the core's client (ck/client.h), and a save
- * whose parts were all staged and agreed on commits even if every rank dies right
- * after. Embedded (the default) every rank copies its shards into its data file's
- * image and a thread of its own writes it into the save's shared pending directory;
- * at a later sh_checkpoint_progress, once every rank's file is durable, the block
- * hashes go to rank 0 (ck_save_finish_group over this world's collectives) and a
- * thread on rank 0 commits. A run that dies loses the save in flight; committed ones
- * stay intact. Embedded, a save whose parts are not all written within
- * opts.part_timeout_s of its start (a host whose storage hangs) fails on every rank
- * with -ETIMEDOUT, naming the first late rank and its host, and every later call
- * fails the same way: end the run (the late rank's thread cannot be taken back).
+ * One path, two places for its engine. With ckptd (opts.daemon, or $CKPTD_SOCKET) every
+ * rank stages its part into the daemon's shared memory, and a save whose parts were all
+ * staged and agreed on commits even if every rank dies right after. Embedded (the
+ * default) each rank's process runs the same engine on threads of its own, and the
+ * world's engines meet through the root's file system as the daemons of several nodes
+ * do: rank 0's engine coordinates and commits once every rank's file is durable
+ * (docs/FORMAT.md, "Saves served by several daemons"). Either way a save whose parts
+ * do not all arrive within opts.part_timeout_s (embedded; ckptd's --part-timeout
+ * through it), or one of whose engines dies, fails with a message naming the missing
+ * ranks and the engines that joined (their ids name their hosts), which rank 0 reports
+ * through poll; training goes on, and the next save is a new one. A run that dies loses
+ * the save in flight; committed ones stay intact.
  *
  * Every call here is collective over the world except reserve, fence, fence_ms, poll,
  * free and load_state_dict.
@@ -64,9 +64,8 @@ typedef struct sh_checkpoint_opts {
      * (sh_adamw_set_fence), so that it cannot run before the copy is done. Lazy saves
      * need it. */
     sh_adamw *optim;
-    /* Embedded: seconds from a save's start by which every rank's part must be
-     * written (each rank times it on its own clock; the ranks agree at a progress,
-     * wait or save). 0: 1800. */
+    /* Embedded: seconds from a save's start by which every rank's part must have
+     * reached rank 0's engine (timed by that engine). 0: 1800. */
     double part_timeout_s;
 } sh_checkpoint_opts;
 
@@ -121,10 +120,6 @@ int sh_checkpoint_fence(sh_checkpoint *c, ck_err *err);
 double sh_checkpoint_fence_ms(const sh_checkpoint *c);
 /* Moves the save in flight on; call it once per step on every rank. */
 int sh_checkpoint_progress(sh_checkpoint *c, ck_err *err);
-/* True once a part timeout ended this checkpointer: every rank got that error from the
- * same collective call, so no rank waits for another and each may finalize normally
- * (sh_abort is for failures that leave ranks behind in a collective). */
-bool sh_checkpoint_dead_everywhere(const sh_checkpoint *c);
 /* Rank 0: 1 and *done for a save that finished since the last call, 0 when none did
  * (never blocks). Other ranks: always 0. */
 int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err);
