@@ -21,7 +21,8 @@ static void start(kd_proc *d, const char *root, const char *id)
 }
 
 /* Each rank of the trial's output ended: "rank K: save_async stalled", or an error
- * that names a daemon (its id, or the socket of the one the rank talked to). */
+ * that names a daemon (its id as the engine it is, or the socket of the one the rank
+ * talked to). */
 static void every_rank_ended(const char *out, const char *what)
 {
     bool ended[8] = { false };
@@ -35,7 +36,8 @@ static void every_rank_ended(const char *out, const char *what)
                 ended[k] = true;
         if (n == 1)
             CHECK(strstr(line, "stalled") || strstr(line, "daemon ") ||
-                  strstr(line, "ckptd at ") || strstr(line, "the parts of ranks"),
+                  strstr(line, "engine ") || strstr(line, "ckptd at ") ||
+                  strstr(line, "the parts of ranks"),
                   "%s: rank %d's error names no daemon and no ranks: %s", what, k, line);
     }
     if (f)
