@@ -600,8 +600,9 @@ int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
     for (size_t i = 0; r == 0 && i < nents; i++) {
         /* A writer may have committed it since the scan (recovery runs beside live
          * writers): the directory decides. */
-        if (bsearch(&(const char *){ ents[i].name }, sc.committed, sc.n_committed,
-                    sizeof(char *), cmp_str) || committed_at(rootfd, ents[i].name))
+        if ((sc.n_committed && bsearch(&(const char *){ ents[i].name }, sc.committed,
+                                       sc.n_committed, sizeof(char *), cmp_str)) ||
+            committed_at(rootfd, ents[i].name))
             continue;
         r = del_entry(&c, ents[i].name, err);
         rep->removed++;
