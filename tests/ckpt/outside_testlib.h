@@ -9,6 +9,7 @@
 #include <fcntl.h>
 
 #include "ck/save.h"
+#include "save/save_int.h"
 #include "ckpt_testlib.h"
 
 static inline void ol_write(const char *path, const char *text)

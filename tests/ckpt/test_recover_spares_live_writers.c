@@ -2,8 +2,8 @@
  * "Owners and locks"). Writers are real processes on one root:
  *   - recovery (ck_root_recover) beside a live writer keeps its pending directory, and
  *     the writer then commits; the directory of a writer killed with SIGKILL is removed;
- *     the same for rank 0 of a group save whose ranks all join one token
- *     (ck_save_join_group, sh_checkpoint's way), which holds the lock as it commits;
+ *     the same for the coordinator of a save shared by several engines (ck_save_share,
+ *     rank 0's engine's way), which holds the lock as it commits;
  *   - two writers of different names, both in flight at once, both commit;
  *   - a second writer of a name being saved gets -EBUSY naming the first one's pid at
  *     prepare, nothing of the first is touched, and the first commits intact. */
@@ -12,6 +12,7 @@
 
 #include "ck/catalog.h"
 #include "ck/save.h"
+#include "save/save_int.h"
 #include "ckpt_testlib.h"
 
 static const uint64_t seed = 11;
@@ -23,16 +24,9 @@ typedef struct writer {
     int ready;              /* child writes a byte once prepared */
 } writer;
 
-static int gather1(void *arg, const void *mine, void *all, size_t len, ck_err *err)
-{
-    (void)arg, (void)err;
-    memcpy(all, mine, len);
-    return 0;
-}
-
-/* token NULL: a save of one process (ck_save_prepare); else rank 0 of a one-rank group
- * that joins token. */
-static int begin(const char *root, const char *name, const char *token, ck_save **s,
+/* shared false: a save of one process (ck_save_prepare); true: the coordinator of a
+ * save shared with other engines (ck_save_share). */
+static int begin(const char *root, const char *name, bool shared, ck_save **s,
                  ck_synth_src *src, ck_err *err)
 {
     ck_mesh mesh;
@@ -49,8 +43,8 @@ static int begin(const char *root, const char *name, const char *token, ck_save 
     ck_shard_box(2, shape, &mesh, pl, coord, &src->box);
     if ((r = ck_save_tensor(*s, "t0", CK_F32, 2, shape, pl, err)) == 0 &&
         (r = ck_save_shard_fill(*s, "t0", 0, ck_synth_fill, src, err)) == 0) {
-        ck_group g = { .rank = 0, .world = 1, .gather = gather1 };
-        r = token ? ck_save_join_group(*s, &g, token, err) : ck_save_prepare(*s, err);
+        char token[CK_TOKEN_MAX];
+        r = shared ? ck_save_share(*s, token, err) : ck_save_prepare(*s, err);
     }
     if (r < 0)
         ck_save_abort(*s);
@@ -59,7 +53,7 @@ static int begin(const char *root, const char *name, const char *token, ck_save 
 
 /* A child that prepares NAME (its pending directory exists and it holds the lock),
  * says so, and commits when told; exits 0 once committed. */
-static writer start_writer(const char *root, const char *name, const char *token)
+static writer start_writer(const char *root, const char *name, bool shared)
 {
     int go[2], ready[2];
     REQUIRE(pipe(go) == 0 && pipe(ready) == 0, "pipe");
@@ -71,18 +65,15 @@ static writer start_writer(const char *root, const char *name, const char *token
         ck_save *s;
         ck_synth_src src;
         ck_err err = { 0 };
-        if (begin(root, name, token, &s, &src, &err) < 0) {
+        if (begin(root, name, shared, &s, &src, &err) < 0) {
             fprintf(stderr, "writer %s: %s\n", name, ck_err_msg(&err));
             _exit(2);
         }
         char b = 1;
         if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
             _exit(3);
-        ck_group g = { .rank = 0, .world = 1, .gather = gather1 };
-        ck_err outcome = { 0 };
-        if (token && (ck_save_write_rank(s, 0, &outcome),
-                      ck_save_finish_group(s, &g, &outcome, &err) < 0)) {
-            fprintf(stderr, "writer %s: finish: %s\n", name, ck_err_msg(&err));
+        if (shared && ck_save_write_rank(s, 0, &err) < 0) {
+            fprintf(stderr, "writer %s: write: %s\n", name, ck_err_msg(&err));
             _exit(4);
         }
         if (ck_save_commit(s, NULL, &err) < 0) {
@@ -127,8 +118,8 @@ int main(void)
     ck_err err = { 0 };
 
     /* A live writer and a dead one, then recovery. */
-    writer live = start_writer(root, "live", NULL);
-    writer dead = start_writer(root, "dead", NULL);
+    writer live = start_writer(root, "live", false);
+    writer dead = start_writer(root, "dead", false);
     kill(dead.pid, SIGKILL);
     waitpid(dead.pid, NULL, 0);
     close(dead.go);
@@ -143,25 +134,25 @@ int main(void)
     CHECK(finish_writer(&live) == 0, "the live writer could not commit after recovery");
     CHECK(tl_verify_deep(root, "live", seed) == 0, "live does not verify");
 
-    /* The same for a group save joined by token. */
-    writer group = start_writer(root, "group", "0123456789ab");
+    /* The same for the coordinator of a shared save. */
+    writer group = start_writer(root, "group", true);
     REQUIRE(ck_root_recover(root, &removed, NULL, NULL, &err) == 0, "recover: %s",
             ck_err_msg(&err));
     CHECK(removed == 0 && pending_saves(root) == 1, "recovery removed the save of a live "
-          "group's rank 0 (joined by token)");
-    CHECK(finish_writer(&group) == 0, "the group's rank 0 could not commit after recovery");
+          "coordinator of a shared save");
+    CHECK(finish_writer(&group) == 0, "the coordinator could not commit after recovery");
     CHECK(tl_verify_deep(root, "group", seed) == 0, "group does not verify");
 
     /* Two names at once: both commit. */
-    writer a = start_writer(root, "a", NULL);
-    writer b = start_writer(root, "b", NULL);
+    writer a = start_writer(root, "a", false);
+    writer b = start_writer(root, "b", false);
     CHECK(finish_writer(&b) == 0 && finish_writer(&a) == 0, "two writers of different "
           "names on one root did not both commit");
     CHECK(tl_verify_deep(root, "a", seed) == 0 && tl_verify_deep(root, "b", seed) == 0,
           "a or b does not verify");
 
     /* One name twice: the second is refused at once, naming the first. */
-    writer first = start_writer(root, "same", NULL);
+    writer first = start_writer(root, "same", false);
     ck_save *s;
     ck_synth_src src;
     ck_err_clear(&err);

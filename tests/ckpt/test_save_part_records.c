@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "ck/save.h"
+#include "save/save_int.h"
 #include "ckpt_testlib.h"
 
 #define WORLD 3

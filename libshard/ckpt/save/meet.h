@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "ck/save.h"
+#include "save/commit.h"
 
 #define CK_MEET_VERSION 1
 #define CK_NODE_ID_MAX 64          /* a daemon id with its NUL: [A-Za-z0-9._-] */

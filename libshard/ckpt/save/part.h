@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "ck/save.h"
+#include "save/commit.h"
 
 #define CK_PART_MAGIC "CKPART\0\0"
 

@@ -64,12 +64,9 @@ struct ck_save {
     int rootfd;                    /* the root, held open (through the engine) */
     char pending[PATH_MAX];        /* set once created */
     int lock;                      /* the save's lock while this process owns it, or -1 */
-    /* Set by ck_save_share or ck_save_join (the group save's first step): */
+    /* Set by ck_save_share or ck_save_join (a save shared by several engines): */
     bool shared;                   /* other processes write into pending too */
     bool *adopted;                 /* per rank: its part record was adopted */
-    uint8_t *part;                 /* the group save: this rank's record slot */
-    uint8_t *parts;                /* rank 0: room for every rank's */
-    size_t part_len;
     /* Set by ck_save_prepare: */
     bool prepared;
     uint32_t block;
@@ -409,8 +406,6 @@ static void save_free(ck_save *s)
     layout_free(&s->L);
     free(s->image);
     free(s->written);
-    free(s->part);
-    free(s->parts);
     free(s->adopted);
     pthread_mutex_destroy(&s->mu);
     ck__plan_free(s->plan);
@@ -647,8 +642,8 @@ int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
  * The ranks share ROOT/.pending/NAME.TOKEN: rank 0 creates it under a fresh token
  * (ck_save_share), the others open it (ck_save_join). Each rank writes its own file,
  * then proves it to rank 0 with its part record (save/part.h): its outcome and its
- * file's block hashes. Rank 0 needs nothing else from the others to commit. The group
- * save is these steps over the caller's broadcast and gather. */
+ * file's block hashes. Rank 0 needs nothing else from the others to commit. The saver
+ * runs these steps for the engines that share a save (async/saver.c). */
 
 static const char *token_of(const ck_save *s)
 {
@@ -670,7 +665,7 @@ int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
-    /* From here on the directory is the group's (another rank may have made it
+    /* From here on the directory is the shared save's (another engine may have made it
      * already): no rank but 0, and 0 only once every part is accounted for, may
      * remove it. */
     s->shared = true;
@@ -783,117 +778,6 @@ int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
     s->written[f - 1] = true;
     pthread_mutex_unlock(&s->mu);
     return 0;
-}
-
-/* What rank 0 tells the group once the pending directory exists (or could not be
- * made). */
-typedef struct group_start {
-    int64_t code;
-    char token[CK_TOKEN_MAX];
-    char msg[CK_ERR_MSG_MAX];
-} group_start;
-
-/* ck_group promises lengths in multiples of 8. */
-_Static_assert(sizeof(group_start) % 8 == 0, "the token travels in 8-byte words");
-
-/* The slots of ck_save_finish_group, made here so that finish cannot fail before its
- * gather and leave the other ranks waiting in it: every rank's record fits one. */
-static int alloc_parts(ck_save *s, const ck_group *g, ck_err *err)
-{
-    uint64_t most = 0;
-    for (uint64_t k = 0; k < g->world; k++)
-        most = n_hashes(s, k) > most ? n_hashes(s, k) : most;
-    s->part_len = (ck__part_max(strlen(s->name), most) + 7) & ~(size_t)7;
-    s->part = calloc(1, s->part_len);
-    s->parts = g->rank == 0 ? calloc(g->world, s->part_len) : NULL;
-    if (!s->part || (g->rank == 0 && !s->parts))
-        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for the parts' hashes",
-                          s->name);
-    return 0;
-}
-
-static int group_check(const ck_save *s, const ck_group *g, ck_err *err)
-{
-    uint64_t world = ck_mesh_world(ck__plan_mesh(s->plan));
-    if (g->world != world || g->rank >= world)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of a group of %llu, but the "
-                          "mesh has %llu ranks", s->name, (unsigned long long)g->rank,
-                          (unsigned long long)g->world, (unsigned long long)world);
-    return 0;
-}
-
-int ck_save_join_group(ck_save *s, const ck_group *g, const char *token, ck_err *err)
-{
-    int r = group_check(s, g, err);
-    if (r < 0)
-        return r;
-    /* Rank 0 commits, so it holds the save's lock, as ck_save_prepare_group's rank 0
-     * does: recovery elsewhere must not take the directory for debris. */
-    if (g->rank == 0 && (r = prepare_at(s, token, true, err)) < 0)
-        return r;
-    if ((r = ck_save_join(s, token, g->rank, err)) < 0)
-        return r;
-    return alloc_parts(s, g, err);
-}
-
-int ck_save_prepare_group(ck_save *s, const ck_group *g, ck_err *err)
-{
-    int r = group_check(s, g, err);
-    if (r < 0)
-        return r;
-    group_start m = { 0 };
-    if (g->rank == 0) {
-        ck_err why = { 0 };
-        m.code = ck_save_share(s, m.token, &why);
-        if (m.code)
-            snprintf(m.msg, sizeof m.msg, "%s", ck_err_msg(&why));
-    }
-    r = g->broadcast(g->arg, &m, sizeof m, err);
-    if (r < 0)
-        return ck_err_set(err, r, "checkpoint %s: rank %llu: the token from rank 0", s->name,
-                          (unsigned long long)g->rank);
-    if (m.code)
-        return ck_err_set(err, (int)m.code, "checkpoint %s: rank 0 could not prepare the "
-                          "save: %s", s->name, m.msg);
-    if (g->rank != 0 && (r = ck_save_join(s, m.token, g->rank, err)) < 0)
-        return r;
-    return alloc_parts(s, g, err);
-}
-
-int ck_save_finish_group(ck_save *s, const ck_group *g, const ck_err *outcome, ck_err *err)
-{
-    if (!s->part)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare_group first", s->name);
-    ck__part p;
-    part_of(s, g->rank, outcome, &p);
-    int r = ck__part_encode(&p, s->part);
-    if (r < 0)   /* the gather must happen: a record that says why goes instead */
-        ck__part_encode(&(ck__part){ .rank = g->rank, .code = r }, s->part);
-    r = g->gather(g->arg, s->part, s->parts, s->part_len, err);
-    if (r < 0)
-        ck_err_set(err, r, "checkpoint %s: rank %llu: gathering the parts to rank 0", s->name,
-                   (unsigned long long)g->rank);
-    bool gathered = r == 0;
-    for (uint64_t k = 0; r == 0 && g->rank == 0 && k < g->world; k++) {
-        const uint8_t *slot = s->parts + k * s->part_len;
-        size_t len = ck__part_len(slot, s->part_len);
-        r = len <= s->part_len ? ck_save_adopt(s, slot, len, err)
-                               : ck_err_set(err, -EBADMSG, "checkpoint %s: rank %llu's part "
-                                            "record overflows its slot", s->name,
-                                            (unsigned long long)k);
-        if (r == 0 && ck__part_decode(slot, len, &p, NULL) == 0 && p.rank != k)
-            r = ck_err_set(err, -EBADMSG, "checkpoint %s: the gather's slot %llu holds rank "
-                           "%llu's record", s->name, (unsigned long long)k,
-                           (unsigned long long)p.rank);
-    }
-    if (r == 0 && g->rank == 0)
-        return 0;       /* s awaits ck_save_commit */
-    /* Every rank has stopped writing once rank 0 holds all their records: only then is
-     * the directory of a failed save rank 0's to remove. Otherwise it is debris. */
-    if (r < 0 && gathered && g->rank == 0)
-        ck__pending_remove(s->e, s->rootfd, s->root, s->pending, s->L.F.files, s->L.F.n);
-    save_free(s);
-    return r;
 }
 
 void ck_save_abort(ck_save *s)

@@ -1,20 +1,15 @@
-/* save.c - libshard._ck.Save: one checkpoint save of the embedded engine (ck/save.h).
+/* save.c - libshard._ck.Save: a whole save in one process (ck/save.h).
  *
- * Two uses. A process that holds every rank's data (ckpt-import-dcp) declares the
- * tensors, offers boxes (from memory, or straight from a file range) and commits. The
- * ranks of a DCP save, each a process, use the part records: rank 0 shares the pending
- * directory (share -> token), the others join it, each stages its file image (the one
- * copy: stage_rank), writes it durably (write_rank) and returns its part record
- * (part), and rank 0 adopts every record and commits.
+ * For a process that holds every rank's data (ckpt-import-dcp): it declares the
+ * tensors, offers boxes (from memory, or straight from a file range, streamed) and
+ * commits. Training ranks save through Client (client.c) instead.
  *
- * Memory offered with box() is the caller's and must stay alive until the box's rank is
- * staged or written; the image of stage_rank belongs to this object.
+ * Memory offered with box() is the caller's and must stay alive until commit returns.
  */
 #include "ckpy.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "ck/save.h"
@@ -28,18 +23,8 @@ typedef struct file_src {
 typedef struct {
     PyObject_HEAD
     ck_save *s;                 /* NULL once committed or aborted */
-    void *image;                /* stage_rank's file image, mmap'd */
-    size_t image_len;
     file_src *files;            /* box_from_file sources, closed at the end */
 } save_obj;
-
-static void drop_image(save_obj *self)
-{
-    if (self->image)
-        munmap(self->image, self->image_len);
-    self->image = NULL;
-    self->image_len = 0;
-}
 
 static void drop_files(save_obj *self)
 {
@@ -56,7 +41,6 @@ static void save_release(save_obj *self)
     if (self->s)
         ck_save_abort(self->s);
     self->s = NULL;
-    drop_image(self);
     drop_files(self);
 }
 
@@ -179,127 +163,6 @@ static PyObject *save_box_from_file(save_obj *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *save_writes(save_obj *self, PyObject *args)
-{
-    const char *name;
-    unsigned long long rank;
-    if (!PyArg_ParseTuple(args, "sK", &name, &rank) || live(self) < 0)
-        return NULL;
-    return PyBool_FromLong(ck_save_writes(self->s, name, rank));
-}
-
-static PyObject *save_share(save_obj *self, PyObject *unused)
-{
-    if (live(self) < 0)
-        return NULL;
-    char token[CK_TOKEN_MAX];
-    ck_err err = {0};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ck_save_share(self->s, token, &err);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    return PyUnicode_FromString(token);
-}
-
-static PyObject *save_join(save_obj *self, PyObject *args)
-{
-    const char *token;
-    unsigned long long rank;
-    if (!PyArg_ParseTuple(args, "sK", &token, &rank) || live(self) < 0)
-        return NULL;
-    ck_err err = {0};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ck_save_join(self->s, token, rank, &err);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
-}
-
-/* stage_rank(rank): copies the boxes offered for rank into its file image, the only
- * copy of the data; the offered memory is free again when it returns. */
-static PyObject *save_stage_rank(save_obj *self, PyObject *args)
-{
-    unsigned long long rank;
-    if (!PyArg_ParseTuple(args, "K", &rank) || live(self) < 0)
-        return NULL;
-    drop_image(self);
-    size_t len = ck_save_rank_bytes(self->s, rank);
-    ck_err err = {0};
-    int rc = 0;
-    Py_BEGIN_ALLOW_THREADS
-    if (len) {
-        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
-            rc = ck_err_set(&err, -errno, "rank %llu: mapping a %zu-byte file image",
-                            rank, len);
-        else {
-            self->image = p;
-            self->image_len = len;
-        }
-    }
-    if (rc == 0 && len)
-        rc = ck_save_copy_rank(self->s, rank, self->image, &err);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
-}
-
-static PyObject *save_write_rank(save_obj *self, PyObject *args)
-{
-    unsigned long long rank;
-    if (!PyArg_ParseTuple(args, "K", &rank) || live(self) < 0)
-        return NULL;
-    ck_err err = {0};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ck_save_write_rank(self->s, rank, &err);
-    Py_END_ALLOW_THREADS
-    drop_image(self);
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
-}
-
-/* part(rank, failure=None) -> bytes: this rank's part record; failure is the message
- * of what failed this rank's write, if anything did. */
-static PyObject *save_part(save_obj *self, PyObject *args)
-{
-    unsigned long long rank;
-    const char *failure = NULL;
-    if (!PyArg_ParseTuple(args, "K|z", &rank, &failure) || live(self) < 0)
-        return NULL;
-    ck_err outcome = {0};
-    if (failure)
-        ck_err_set(&outcome, -EIO, "%s", failure);
-    void *rec = NULL;
-    size_t len = 0;
-    ck_err err = {0};
-    int rc = ck_save_part(self->s, rank, &outcome, &rec, &len, &err);
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    PyObject *b = PyBytes_FromStringAndSize(rec, (Py_ssize_t)len);
-    free(rec);
-    return b;
-}
-
-static PyObject *save_adopt(save_obj *self, PyObject *args)
-{
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "y*", &b))
-        return NULL;
-    ck_err err = {0};
-    int rc = live(self) < 0 ? -EINVAL : ck_save_adopt(self->s, b.buf, (size_t)b.len, &err);
-    PyBuffer_Release(&b);
-    if (rc < 0)
-        return PyErr_Occurred() ? NULL : ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
-}
-
 static PyObject *save_commit(save_obj *self, PyObject *unused)
 {
     if (live(self) < 0)
@@ -312,7 +175,6 @@ static PyObject *save_commit(save_obj *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = ck_save_commit(s, &st, &err);
     Py_END_ALLOW_THREADS
-    drop_image(self);
     drop_files(self);
     if (rc < 0)
         return ckpy_raise(rc, &err);
@@ -323,7 +185,7 @@ static PyObject *save_commit(save_obj *self, PyObject *unused)
                          st.direct ? Py_True : Py_False);
 }
 
-/* abort(): frees the save; a shared one leaves its directory as .pending debris. */
+/* abort(): frees the save and removes what it wrote. */
 static PyObject *save_abort(save_obj *self, PyObject *unused)
 {
     save_release(self);
@@ -337,13 +199,6 @@ static PyMethodDef save_methods[] = {
     {"box_from_file", (PyCFunction)save_box_from_file, METH_VARARGS,
      "box_from_file(tensor, index, path, offset)"},
     {"blob", (PyCFunction)save_blob, METH_VARARGS, "blob(name, bytes)"},
-    {"writes", (PyCFunction)save_writes, METH_VARARGS, "writes(tensor, rank) -> bool"},
-    {"share", (PyCFunction)save_share, METH_NOARGS, "share() -> token (rank 0)"},
-    {"join", (PyCFunction)save_join, METH_VARARGS, "join(token, rank)"},
-    {"stage_rank", (PyCFunction)save_stage_rank, METH_VARARGS, "stage_rank(rank)"},
-    {"write_rank", (PyCFunction)save_write_rank, METH_VARARGS, "write_rank(rank)"},
-    {"part", (PyCFunction)save_part, METH_VARARGS, "part(rank, failure=None) -> bytes"},
-    {"adopt", (PyCFunction)save_adopt, METH_VARARGS, "adopt(part record)"},
     {"commit", (PyCFunction)save_commit, METH_NOARGS, "commit() -> stats"},
     {"abort", (PyCFunction)save_abort, METH_NOARGS, "abort()"},
     {NULL, NULL, 0, NULL},
@@ -352,7 +207,7 @@ static PyMethodDef save_methods[] = {
 PyTypeObject ckpy_save_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "libshard._ck.Save",
-    .tp_doc = "Save(root, name, step, world, hash=True): a save of the embedded engine.",
+    .tp_doc = "Save(root, name, step, world, hash=True): a whole save in this process.",
     .tp_basicsize = sizeof(save_obj),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
