@@ -45,8 +45,8 @@
 #include "ck/save.h"
 #include "ck/staging.h"
 #include "sh/comm.h"
-#include "dev.h"
-#include "stage.h"
+#include "device/device.h"
+#include "device/stage.h"
 
 typedef enum phase { IDLE, WRITING, COMMITTING } phase;
 

@@ -1,11 +1,14 @@
-/* state_dict.c - sharded state dicts (local shards, torch.chunk boxes) and full state
+/* checkpoint/state_dict.c - sharded state dicts (local shards, torch.chunk boxes) and full state
  * dicts (whole tensors on rank 0). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
-#include "fsdp_int.h"
+#include "fsdp/hooks.h"
+#include "optim/optim.h"
+#include "sh/state_dict.h"
+#include "world/mesh.h"
+#include "world/world.h"
 
 typedef struct sd_build {
     sh_state_dict *sd;
@@ -38,8 +41,9 @@ static void describe(sh_shard_entry *e, const sh_param *p, const char *suffix, v
     for (int d = 0; d < p->ndim; d++)
         e->shape[d] = (uint64_t)p->shape[d];
     if (p->sharded_by) {
-        e->mesh = p->sharded_by->group->mesh->desc;
-        memcpy(e->coord, p->sharded_by->group->mesh->coord, sizeof e->coord);
+        const sh_mesh *mesh = sh_fsdp_group(p->sharded_by)->mesh;
+        e->mesh = mesh->desc;
+        memcpy(e->coord, mesh->coord, sizeof e->coord);
         ck_placements_default(e->mesh.ndim, e->placement);
     } else {
         e->mesh.ndim = 1;
@@ -170,7 +174,7 @@ static int list_params(sh_module *m, void *arg, ck_err *err)
  * is shard rank 0 of that row. */
 static int gather_full(sh_param *p, float *full, ck_err *err)
 {
-    sh_group *g = p->sharded_by ? p->sharded_by->group : NULL;
+    sh_group *g = p->sharded_by ? sh_fsdp_group(p->sharded_by) : NULL;
     sh_world *w = p->owner->world;
     const sh_dev_ops *d = sh_dev(w);
     if (!g) {

@@ -1,9 +1,9 @@
-/* comm.c - the backend-neutral collectives: argument checks, then the ops table. */
+/* comm/comm.c - the backend-neutral collectives: argument checks, then the ops table. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "comm/comm.h"
 
 int sh_comm_rank(const sh_comm *c) { return c->rank; }
 int sh_comm_size(const sh_comm *c) { return c->size; }

@@ -1,15 +1,15 @@
-/* comm_dtypes.h - the one table of how each dtype travels in a collective: its MPI
+/* comm/dtypes.h - the one table of how each dtype travels in a collective: its MPI
  * type, the reductions it needs beside MPI's own, and its NCCL type.
  *
  * One row per dtype the collectives carry, keyed by ck_dtype (the core's dtype
  * table, ck/types.h, says everything else about it). Each backend expands the columns
- * it needs, so that no file has a switch of its own: comm_mpi.c the MPI type,
- * world.c the reductions it creates at sh_init, comm_nccl.c (the CUDA build, which
- * alone has nccl.h) the NCCL type. A dtype that has no row is refused by every
+ * it needs, so that no file has a switch of its own: mpi.c the MPI type, job.c the
+ * reductions it creates for the job at sh_init, nccl.c (the CUDA build, which alone
+ * has nccl.h) the NCCL type. A dtype that has no row is refused by every
  * collective with -EINVAL naming it.
  *
  * bf16 and f16 have no MPI type: they travel as MPI_UINT16_T and reduce through the
- * functions world.c defines (each pair widened to f32 and rounded once, as NCCL
+ * functions job.c defines (each pair widened to f32 and rounded once, as NCCL
  * does); NULL reductions are MPI_SUM and MPI_MAX.
  *
  *   X(dtype,  MPI type,     sum,      max,      NCCL type)

@@ -1,10 +1,11 @@
-/* comm_mpi.c - the CPU backend: MPI's nonblocking collectives. */
+/* comm/mpi.c - the CPU backend: MPI's nonblocking collectives. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_dtypes.h"
-#include "internal.h"
+#include "comm/comm.h"
+#include "comm/dtypes.h"
+#include "comm/peers.h"
 
 #define MPI_ROW(dt, type, sum, max, nccl) [dt] = { true, type },
 static const struct {
@@ -22,9 +23,9 @@ static int mpi_type(ck_dtype dt, MPI_Datatype *out)
 }
 
 /* After mpi_type accepted dt. */
-static void mpi_op(sh_world *w, ck_dtype dt, sh_reduce_op op, MPI_Op *out)
+static void mpi_op(const sh_comm_job *j, ck_dtype dt, sh_reduce_op op, MPI_Op *out)
 {
-    *out = op == SH_SUM ? w->op_sum[dt] : w->op_max[dt];
+    *out = op == SH_SUM ? j->op_sum[dt] : j->op_max[dt];
 }
 
 static int mpi_fail(sh_comm *c, const char *what, int code, ck_err *err)
@@ -58,7 +59,7 @@ static int m_reduce_scatter(sh_comm *c, const void *send, void *recv, size_t cou
     MPI_Datatype t;
     MPI_Op o;
     TYPE_OR_FAIL(dt, t, w->what);
-    mpi_op(c->world, dt, op, &o);
+    mpi_op(c->job, dt, op, &o);
     int rc = MPI_Ireduce_scatter_block(send, recv, (int)count, t, o, c->mpi, &w->req);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
 }
@@ -69,7 +70,7 @@ static int m_all_reduce(sh_comm *c, const void *send, void *recv, size_t count, 
     MPI_Datatype t;
     MPI_Op o;
     TYPE_OR_FAIL(dt, t, w->what);
-    mpi_op(c->world, dt, op, &o);
+    mpi_op(c->job, dt, op, &o);
     int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, o,
                             c->mpi, &w->req);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, w->what, rc, err);
@@ -111,7 +112,7 @@ static int m_wait(sh_work *w, ck_err *err)
             return mpi_fail(w->comm, w->what, rc, err);
         if (done)
             return 0;
-        if ((rc = sh_peers_watch(w->comm->world, &next, w->what, w->comm->name, err)))
+        if ((rc = sh_peers_watch(w->comm->job, &next, w->what, w->comm->name, err)))
             return rc;
     }
 }
@@ -129,11 +130,26 @@ static int m_split(sh_comm *c, int color, int key, const char *name, sh_comm **o
     }
     MPI_Comm_set_errhandler(n->mpi, MPI_ERRORS_RETURN);
     n->ops = c->ops;
-    n->world = c->world;
+    n->job = c->job;
     MPI_Comm_rank(n->mpi, &n->rank);
     MPI_Comm_size(n->mpi, &n->size);
     snprintf(n->name, sizeof n->name, "%s", name);
     *out = n;
+    return 0;
+}
+
+int sh_comm_mpi_new(sh_comm_job *job, MPI_Comm mpi, const char *name, sh_comm **out)
+{
+    sh_comm *c = calloc(1, sizeof *c);
+    *out = c;
+    if (!c)
+        return -ENOMEM;
+    c->ops = &sh_mpi_ops;
+    c->job = job;
+    c->mpi = mpi;
+    MPI_Comm_rank(mpi, &c->rank);
+    MPI_Comm_size(mpi, &c->size);
+    snprintf(c->name, sizeof c->name, "%s", name);
     return 0;
 }
 

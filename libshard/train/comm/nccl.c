@@ -1,4 +1,4 @@
-/* comm_nccl.c - the GPU backend: NCCL collectives on a stream per communicator.
+/* comm/nccl.c - the GPU backend: NCCL collectives on a stream per communicator.
  *
  * Device buffers go through NCCL; host buffers (the control words and norms the
  * library and the checkpoint exchange) go through the communicator's MPI twin, so
@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm_dtypes.h"
-#include "nccl_int.h"
+#include "comm/dtypes.h"
+#include "comm/nccl.h"
 
 #define NCCL_ROW(dt, type, sum, max, nccl) [dt] = { true, nccl },
 static const struct {
@@ -280,17 +280,17 @@ static int n_split(sh_comm *c, int color, int key, const char *name, sh_comm **o
 
 static void n_destroy(sh_comm *c)
 {
-    const sh_nccl_seam *seam = c->world->nccl_seam;
+    const sh_nccl_seam *seam = c->job->nccl_seam;
     if (c->nccl)
         seam->close(seam->arg, c->nccl);
     c->nccl = NULL;
     sh_mpi_ops.destroy(c);
 }
 
-int sh_nccl_attach_world(sh_world *w, const sh_nccl_seam *seam, ck_err *err)
+int sh_nccl_attach_world(sh_comm *world, const sh_nccl_seam *seam, ck_err *err)
 {
-    w->nccl_seam = seam;
-    return sh_nccl_attach(w->comm, err);
+    world->job->nccl_seam = seam;
+    return sh_nccl_attach(world, err);
 }
 
 const sh_comm_ops sh_nccl_ops = {

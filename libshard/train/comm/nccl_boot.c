@@ -1,13 +1,13 @@
-/* nccl_boot.c - a NCCL communicator per sh_comm, bootstrapped over its MPI twin:
+/* comm/nccl_boot.c - a NCCL communicator per sh_comm, bootstrapped over its MPI twin:
  * rank 0 makes the unique id, MPI broadcasts it, every rank opens its link. */
 #include <string.h>
 
-#include "nccl_int.h"
+#include "comm/nccl.h"
 
 int sh_nccl_bootstrap(sh_comm *c, sh_nccl_link **out, ck_err *err)
 {
     *out = NULL;
-    const sh_nccl_seam *seam = c->world->nccl_seam;
+    const sh_nccl_seam *seam = c->job->nccl_seam;
     /* The id travels with rank 0's verdict, so that a rank 0 that could not make one
      * fails every rank here instead of leaving them waiting in the open. */
     struct {

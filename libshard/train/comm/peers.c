@@ -1,4 +1,4 @@
-/* peers.c - the peer watchdog: a rank that loses a peer of its host stops waiting.
+/* comm/peers.c - the peer watchdog: a rank that loses a peer of its host stops waiting.
  *
  * MPI on one host (shared memory) has no notion of a dead peer: a collective that
  * waits for a rank killed by SIGKILL waits forever, and whether the job ends then is
@@ -23,7 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "comm/peers.h"
+#include "sh/world.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -56,17 +57,18 @@ void sh_peers_free(sh_peers *p)
     free(p);
 }
 
-int sh_peers_new(sh_world *w, MPI_Comm local, sh_peers **out, ck_err *err)
+int sh_peers_new(const sh_comm_job *job, MPI_Comm local, int local_size, sh_peers **out,
+                 ck_err *err)
 {
     *out = NULL;
     /* A pid means something only inside its pid namespace: ranks of one host in
      * containers of their own cannot watch each other, and skip each other. */
     struct stat ns;
     uint64_t ino = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
-    int me[4] = {(int)getpid(), w->rank, (int)(ino >> 32), (int)(uint32_t)ino};
-    int *all = calloc((size_t)w->local_size * 4, sizeof *all);
+    int me[4] = {(int)getpid(), job->rank, (int)(ino >> 32), (int)(uint32_t)ino};
+    int *all = calloc((size_t)local_size * 4, sizeof *all);
     sh_peers *p = calloc(1, sizeof *p);
-    int n = w->local_size - 1;
+    int n = local_size - 1;
     if (p && all && n > 0) {
         p->rank = calloc((size_t)n, sizeof *p->rank);
         p->pid = calloc((size_t)n, sizeof *p->pid);
@@ -76,17 +78,17 @@ int sh_peers_new(sh_world *w, MPI_Comm local, sh_peers **out, ck_err *err)
         free(all);
         sh_peers_free(p);
         return ck_err_set(err, -ENOMEM, "rank %d: out of memory for the peer watchdog",
-                          w->rank);
+                          job->rank);
     }
     if (MPI_Allgather(me, 4, MPI_INT, all, 4, MPI_INT, local) != MPI_SUCCESS) {
         free(all);
         sh_peers_free(p);
         return ck_err_set(err, -EIO, "rank %d: exchanging pids with the ranks of this host "
-                          "failed", w->rank);
+                          "failed", job->rank);
     }
-    for (int i = 0; i < w->local_size; i++) {
+    for (int i = 0; i < local_size; i++) {
         const int *o = all + 4 * i;
-        if (o[1] == w->rank || o[2] != me[2] || o[3] != me[3])
+        if (o[1] == job->rank || o[2] != me[2] || o[3] != me[3])
             continue;
         int k = p->n++;
         p->pid[k] = (pid_t)o[0];
@@ -112,10 +114,10 @@ static int dead_peer(sh_peers *p)
     return -1;
 }
 
-int sh_peers_watch(sh_world *w, double *next, const char *what, const char *comm,
+int sh_peers_watch(const sh_comm_job *job, double *next, const char *what, const char *comm,
                    ck_err *err)
 {
-    if (!w->peers || !w->peers->n)
+    if (!job->peers || !job->peers->n)
         return 0;
     double now = mono_s();
     if (*next == 0.0)
@@ -123,12 +125,12 @@ int sh_peers_watch(sh_world *w, double *next, const char *what, const char *comm
     if (now < *next)
         return 0;
     *next = now + 1.0;
-    int i = dead_peer(w->peers);
+    int i = dead_peer(job->peers);
     if (i < 0)
         return 0;
     return ck_err_set(err, -EPIPE, "%s on %s (rank %d of %d): rank %d (pid %d, on this "
-                      "host) has died; this rank stops waiting for it", what, comm, w->rank,
-                      w->size, w->peers->rank[i], (int)w->peers->pid[i]);
+                      "host) has died; this rank stops waiting for it", what, comm, job->rank,
+                      job->size, job->peers->rank[i], (int)job->peers->pid[i]);
 }
 
 void sh_abort(sh_world *w, int status)

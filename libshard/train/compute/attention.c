@@ -1,4 +1,4 @@
-/* ops_attention.c - sh_attention (sh/ops.h): causal multi-head self-attention through
+/* compute/attention.c - sh_attention (sh/ops.h): causal multi-head self-attention through
  * the device table. A device with fused attention kernels (CUDA: kernels/cuda/
  * attention.cu, heads up to K_ATTN_HS_MAX columns) keeps only each row's log-sum-exp
  * and recomputes the probabilities in its backward; any other (the CPU, a wider head)
@@ -6,8 +6,9 @@
  * softmax over all of them, a GEMM per (sequence, head) for the output, the T x T
  * probabilities kept. The CPU ranks' numbers are this composition's, unchanged. */
 #include "attention_tile.h"
-#include "dev.h"
+#include "compute/compute.h"
 #include "sh/ops.h"
+#include "world/world.h"
 
 static bool fused(const sh_dev_ops *d, int C, int H)
 {

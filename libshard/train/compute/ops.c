@@ -1,9 +1,11 @@
-/* ops.c - sh/ops.h: the device table's compute for module callbacks, with messages. */
+/* compute/ops.c - sh/ops.h: the device table's compute for module callbacks, with
+ * messages. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
+#include "compute/compute.h"
 #include "sh/ops.h"
+#include "world/world.h"
 
 int sh_ops_done(const sh_world *w, int rc, const char *what, ck_err *err)
 {

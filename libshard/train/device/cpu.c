@@ -1,4 +1,4 @@
-/* dev_cpu.c - the CPU's device table: libc, the kernels/ loops, OpenBLAS. */
+/* device/cpu.c - the CPU's device table: libc, the kernels/ loops, OpenBLAS. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,7 +6,7 @@
 #include "adamw.h"
 #include "bias.h"
 #include "cast.h"
-#include "dev.h"
+#include "device/device.h"
 #include "embed.h"
 #include "gelu.h"
 #include "layernorm.h"

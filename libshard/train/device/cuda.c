@@ -1,12 +1,13 @@
-/* dev_cuda.c - CUDA's device table: stream-ordered allocations, the CUDA twins and
+/* device/cuda.c - CUDA's device table: stream-ordered allocations, the CUDA twins and
  * cuBLAS, all on the legacy default stream (NULL), where the NCCL backend orders its
  * collectives. cudaFree would synchronize the device at every reshard; a buffer freed
  * with cudaFreeAsync is reused only by work queued after it, and FSDP frees a
  * collective's buffers only after sh_work_wait has ordered the default stream behind
- * the collective. */
+ * the collective. Also the pinned host memory of CPU offload and of save staging. */
 #include <cuda_runtime_api.h>
+#include <string.h>
 
-#include "dev.h"
+#include "device/device.h"
 #include "kernels_cuda.h"
 
 static int ok(cudaError_t e)
@@ -211,4 +212,23 @@ static const sh_dev_ops dev_cuda = {
 const sh_dev_ops *sh_dev_for(sh_device d)
 {
     return d == SH_CPU ? &sh_dev_cpu : d == SH_CUDA ? &dev_cuda : NULL;
+}
+
+int sh_pinned_alloc(void **p, size_t bytes, bool zero)
+{
+    /* Under unified addressing pinned memory is mapped: kernels read and write it in
+     * place, so offloaded state needs no copies around the optimizer step. */
+    if (cudaHostAlloc(p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        *p = NULL;
+        return -ENOMEM;
+    }
+    if (zero)
+        memset(*p, 0, bytes);
+    return 0;
+}
+
+void sh_pinned_free(void *p)
+{
+    cudaFreeHost(p);
 }

@@ -1,4 +1,4 @@
-/* dev.h - where the library's memory lives and how its kernels run there.
+/* device/device.h - where the library's memory lives and how its kernels run there.
  *
  * One table per device: the CPU's (libc, kernels/ loops, OpenBLAS) and, in a CUDA
  * build, CUDA's (cudaMalloc, the CUDA twins and cuBLAS on the legacy default stream,
@@ -7,12 +7,17 @@
  * same code runs on both. Functions return 0 or a negative errno; messages are the
  * caller's to write.
  */
-#ifndef SH_DEV_H
-#define SH_DEV_H
+#ifndef SH_DEVICE_DEVICE_H
+#define SH_DEVICE_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "adamw_elem.h"
+#include "ck/error.h"
+#include "ck/types.h"
 #include "flat.h"
-#include "internal.h"
+#include "sh/tensor.h"
 
 typedef struct sh_dev_ops {
     sh_device device;
@@ -60,7 +65,7 @@ typedef struct sh_dev_ops {
                 float scale, double *loss);
     /* Fused causal self-attention (sh_attention: lse[B*H*T] saved, D[B*H*T] scratch),
      * for heads up to K_ATTN_HS_MAX columns; NULL where the device has none (then
-     * ops_attention.c composes it from gemm and the causal softmax). */
+     * compute/attention.c composes it from gemm and the causal softmax). */
     int (*attention)(float *out, float *lse, const float *qkv, int B, int T, int C, int H);
     int (*attention_bwd)(float *dqkv, float *D, const float *dout, const float *qkv,
                          const float *out, const float *lse, int B, int T, int C, int H);
@@ -74,14 +79,10 @@ extern const sh_dev_ops sh_dev_cpu;
 /* The table of a device: NULL for META, and for CUDA in a build without it. */
 const sh_dev_ops *sh_dev_for(sh_device d);
 
-/* The world's table. */
-static inline const sh_dev_ops *sh_dev(const sh_world *w) { return sh_dev_for(w->device); }
-
-/* The host waits for w's device (d->sync), counted in w->host_waits. */
-int sh_host_wait(sh_world *w);
-
-/* rc as the public ops return it: 0, or rc with "WHAT on DEVICE (rank R) failed". */
-int sh_ops_done(const sh_world *w, int rc, const char *what, ck_err *err);
+/* Pinned host memory, which the device reaches directly (cuda.c; -ENOTSUP without
+ * CUDA). */
+int sh_pinned_alloc(void **p, size_t bytes, bool zero);
+void sh_pinned_free(void *p);
 
 /* dst[i] = src[i] converted, on d (the dtype pair checked, equal dtypes copied). */
 int sh_dev_cast(const sh_dev_ops *d, void *dst, ck_dtype dst_dtype, const void *src,

@@ -1,24 +1,7 @@
-/* device_none.c - the device hooks of a build without CUDA: asking for one is an
- * error that says how to get it. */
-#include "dev.h"
-#include "stage.h"
-
-int sh_cuda_attach(sh_world *w, ck_err *err)
-{
-    return ck_err_set(err, -ENOTSUP, "rank %d: CUDA was asked for, but this build has no "
-                      "CUDA (configure with -Dcuda=enabled where nvcc and NCCL are "
-                      "installed)", w->rank);
-}
-
-int sh_cuda_attach_comm(sh_world *w, ck_err *err)
-{
-    return sh_cuda_attach(w, err);
-}
-
-void sh_cuda_detach(sh_world *w)
-{
-    (void)w;
-}
+/* device/none.c - the device box in a build without CUDA: only the CPU's table, and
+ * no pinned memory nor device staging (-ENOTSUP; the world says how to get CUDA). */
+#include "device/device.h"
+#include "device/stage.h"
 
 int sh_pinned_alloc(void **p, size_t bytes, bool zero)
 {

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "stage.h"
+#include "device/stage.h"
 
 int sh_stage_fill(void *arg, uint64_t off, void *dst, size_t len)
 {

@@ -13,10 +13,10 @@
  * whole staging areas when they are mapped (the client's reserver thread, the
  * embedded image), so the fills usually find their pages registered (-EEXIST). */
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <stdlib.h>
 
-#include "internal.h"
-#include "stage.h"
+#include "device/stage.h"
 
 typedef struct side {
     cudaStream_t stream;

@@ -1,10 +1,10 @@
-/* tensor.c - tensors on the CPU or a CUDA device, dtype casts through the device's
+/* device/tensor.c - tensors on the CPU or a CUDA device, dtype casts through the device's
  * kernels, and parameter initializers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
+#include "device/device.h"
 
 static bool is_float(ck_dtype dt)
 {

@@ -1,11 +1,11 @@
-/* fsdp_gather.c - a group's parameters between their shards and their full values:
+/* fsdp/gather.c - a group's parameters between their shards and their full values:
  * the all-gather into one flat buffer (padded slots, so every rank sends equal
  * counts), copying out into the unsharded parameters, and resharding back, fully or
- * to the smaller post-forward world. When this happens is fsdp_hooks.c's choice. */
+ * to the smaller post-forward world. When this happens is hooks.c's choice. */
 #include <stdlib.h>
 
-#include "dev.h"
-#include "fsdp_int.h"
+#include "fsdp/gather.h"
+#include "world/world.h"
 
 int sh_group_unshard(sh_group *g, ck_err *err)
 {

@@ -1,16 +1,18 @@
-/* fsdp_grad.c - what the user does with gradients around backward and the step:
+/* fsdp/grad.c - what the user does with gradients around backward and the step:
  * turning the reduction off to accumulate locally (requires_gradient_sync), clipping
- * by the global norm, and zeroing. The gradients are made in fsdp_reduce.c. */
+ * by the global norm, and zeroing. The gradients are made in reduce.c. */
 #include <math.h>
 
-#include "dev.h"
-#include "fsdp_int.h"
+#include "fsdp/hooks.h"
+#include "sh/ops.h"
+#include "world/world.h"
 
 static int set_sync(sh_module *m, void *arg, ck_err *err)
 {
     (void)err;
-    if (m->group)
-        m->group->sync = *(const bool *)arg;
+    sh_group *g = sh_fsdp_group(m);
+    if (g)
+        g->sync = *(const bool *)arg;
     return 0;
 }
 
@@ -30,9 +32,10 @@ typedef struct norm_acc {
 static int add_sumsq(sh_module *m, void *arg, ck_err *err)
 {
     norm_acc *a = arg;
-    if (m->group && !a->first)
-        a->first = m->group;
-    if (m->group && m->group->mesh != a->first->mesh)
+    sh_group *g = sh_fsdp_group(m);
+    if (g && !a->first)
+        a->first = g;
+    if (g && g->mesh != a->first->mesh)
         return ck_err_set(err, -EINVAL, "clip_grad_norm: modules '%s' and '%s' are sharded "
                           "on different meshes", a->first->module->name, m->name);
     const sh_dev_ops *d = sh_dev(m->world);
@@ -118,7 +121,8 @@ static int drop_grads(sh_module *m, void *arg, ck_err *err)
     for (int i = 0; i < m->nparam; i++) {
         sh_param *p = m->param[i];
         sh_free(m->world, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
-        sh_free_state(m->world, p, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
+        sh_free_state(m->world, p->host_state, SH_MEM_GRAD, p->grad_shard,
+                      p->shard_numel * sizeof(float));
         p->grad_full = p->grad_shard = NULL;
     }
     return 0;

@@ -1,10 +1,15 @@
-/* fsdp_int.h - FSDP's private structures, shared by its files and state_dict.c.
+/* fsdp/group.h - FSDP's group: the parameters fully_shard took over on one module,
+ * shared by the box's files and by the state dicts (checkpoint/state_dict.c).
  *
- *   fsdp.c         fully_shard: grouping, layouts, options, prefetch lists
- *   fsdp_hooks.c   the module hooks: lazy init, order, prefetch, mixed-precision casts
- *   fsdp_gather.c  unshard (all-gather into the flat buffer) and reshard
- *   fsdp_reduce.c  reduce-scatter, HSDP all-reduce, the end of backward
- *   fsdp_grad.c    gradient sync, clipping, zero_grad
+ * The box's files, each calling only files listed after it (tests/layering checks
+ * that no two call each other):
+ *   fully_shard.c  sh_fully_shard: options, which parameters, prefetch lists
+ *   grad.c         gradient sync, clipping, zero_grad
+ *   hooks.c        the module hooks: lazy init, order, prefetch, mixed-precision
+ *                  casts; a module's group is the state of the hooks on it
+ *   reduce.c       reduce-scatter, HSDP all-reduce, the end of backward
+ *   gather.c       unshard (all-gather into the flat buffer) and reshard
+ *   group.c        a group's making (its comms, flat layouts, shards) and freeing
  *
  * A group's life in one training step:
  *   SHARDED --pre-forward: all-gather--> UNSHARDED --post-forward--> SHARDED
@@ -16,11 +21,17 @@
  * Prefetching starts a group's all-gather early (state UNSHARDING) and the hook that
  * needs it waits for it.
  */
-#ifndef SH_FSDP_INT_H
-#define SH_FSDP_INT_H
+#ifndef SH_FSDP_GROUP_H
+#define SH_FSDP_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "flat.h"
-#include "internal.h"
+#include "module/module.h"
+#include "sh/fsdp.h"
+
+typedef struct sh_group sh_group;
 
 typedef enum group_state {
     GS_SHARDED,                  /* only the shards exist */
@@ -80,26 +91,13 @@ struct sh_group {
 
 static inline sh_world *group_world(const sh_group *g) { return g->module->world; }
 
-/* fsdp.c: frees g, waiting first for its collectives still in flight. */
+/* Makes the group of module m on mesh over its param[0..nparam) (the array is the
+ * group's from then on, freed with it even on failure): their rows sharded across
+ * the mesh's last dim, the parameters materialized already cut to this rank's rows. */
+int sh_group_new(sh_module *m, sh_mesh *mesh, const sh_fsdp_opts *opts, sh_param **param,
+                 int nparam, sh_group **out, ck_err *err);
+
+/* Frees g, waiting first for its collectives still in flight. */
 void sh_group_free(sh_group *g);
-
-/* fsdp_hooks.c: makes g's module run FSDP's hooks. */
-void sh_fsdp_install_hooks(sh_group *g);
-
-/* fsdp_gather.c. unshard starts the all-gather that rebuilds g's parameters (a no-op
- * when unsharded or already gathering); wait_unshard ends it. */
-int sh_group_unshard(sh_group *g, ck_err *err);
-int sh_group_wait_unshard(sh_group *g, ck_err *err);
-/* Back to SHARDED from any state. */
-int sh_group_reshard(sh_group *g, ck_err *err);
-/* reshard_after_forward=int: keep this rank's part of the smaller world's sharding. */
-int sh_group_reshard_post_forward(sh_group *g, ck_err *err);
-
-/* fsdp_reduce.c. start_reduce cuts the unsharded f32 gradients into slots, casts
- * them to the reduce dtype and starts the reduce-scatter; finish_backward, at the end
- * of the root's backward, completes every group's reduction into the sharded
- * gradients and reshards the groups that ran forward but not backward. */
-int sh_group_start_reduce(sh_group *g, ck_err *err);
-int sh_fsdp_finish_backward(sh_group *root, ck_err *err);
 
 #endif

@@ -1,21 +1,24 @@
-/* fsdp_hooks.c - the hooks fully_shard installs on a module: what each of
+/* fsdp/hooks.c - the hooks fully_shard installs on a module: what each of
  * sh_module_forward / sh_module_backward's steps does to the group, in which order,
  * and which group to prefetch. The root's first forward settles the tree (lazy init);
  * the mixed-precision casts of inputs and outputs happen here too, so module.c runs
- * hooks without knowing FSDP. The collectives themselves are in fsdp_gather.c and
- * fsdp_reduce.c. */
+ * hooks without knowing FSDP. The collectives themselves are in gather.c and
+ * reduce.c; the group is the hooks' state, so a module's group is found here. */
 #include <stdlib.h>
 
-#include "dev.h"
-#include "fsdp_int.h"
+#include "device/device.h"
+#include "fsdp/gather.h"
+#include "fsdp/hooks.h"
+#include "fsdp/reduce.h"
+#include "world/world.h"
 
 /* The FSDP root group above m (m's own when m is the root). */
 static sh_group *root_group(sh_module *m)
 {
     sh_group *top = NULL;
     for (sh_module *a = m; a; a = a->parent)
-        if (a->group)
-            top = a->group;
+        if (sh_fsdp_group(a))
+            top = sh_fsdp_group(a);
     return top;
 }
 
@@ -27,18 +30,19 @@ typedef struct group_list {
 static int collect_groups(sh_module *m, void *arg, ck_err *err)
 {
     group_list *l = arg;
-    if (!m->group)
+    sh_group *g = sh_fsdp_group(m);
+    if (!g)
         return 0;
-    for (int i = 0; i < m->group->nparam; i++)
-        if (!m->group->param[i]->materialized)
+    for (int i = 0; i < g->nparam; i++)
+        if (!g->param[i]->materialized)
             return ck_err_set(err, -EINVAL, "parameter '%s' is still on META: call "
                               "sh_module_to_empty and sh_module_reset_parameters before "
-                              "the first forward", m->group->param[i]->name);
+                              "the first forward", g->param[i]->name);
     sh_group **n = realloc(l->g, (size_t)(l->n + 1) * sizeof *n);
     if (!n)
         return ck_err_set(err, -ENOMEM, "FSDP init: out of memory");
     l->g = n;
-    l->g[l->n++] = m->group;
+    l->g[l->n++] = g;
     return 0;
 }
 
@@ -224,6 +228,13 @@ static int check_param(void *state, const sh_param *p, bool grad, ck_err *err)
 }
 
 static void release(void *state) { sh_group_free(state); }
+
+sh_group *sh_fsdp_group(const sh_module *m)
+{
+    /* Only FSDP's hooks release with release(): any other installer's state is not a
+     * group. */
+    return m->hooks.release == release ? m->hooks.state : NULL;
+}
 
 void sh_fsdp_install_hooks(sh_group *g)
 {

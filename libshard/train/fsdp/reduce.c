@@ -1,11 +1,12 @@
-/* fsdp_reduce.c - a group's unsharded gradients to its sharded ones: the
+/* fsdp/reduce.c - a group's unsharded gradients to its sharded ones: the
  * reduce-scatter started at each post-backward, and at the end of the root's backward
  * the waits, the replica all-reduce (HSDP), the averaging and the accumulation into
  * the sharded f32 gradients. */
 #include <stdlib.h>
 
-#include "dev.h"
-#include "fsdp_int.h"
+#include "fsdp/gather.h"
+#include "fsdp/reduce.h"
+#include "world/world.h"
 
 int sh_group_start_reduce(sh_group *g, ck_err *err)
 {
@@ -88,8 +89,8 @@ static int land_reduced(sh_group *g, ck_err *err)
         if (!p->shard_numel)
             continue;
         if (!p->grad_shard) {
-            p->grad_shard = sh_alloc_state(w, p, SH_MEM_GRAD, p->shard_numel * sizeof(float),
-                                           true);
+            p->grad_shard = sh_alloc_state(w, p->host_state, SH_MEM_GRAD,
+                                           p->shard_numel * sizeof(float), true);
             if (!p->grad_shard) {
                 rc = ck_err_set(err, -ENOMEM, "gradient of '%s': out of memory", p->name);
                 break;

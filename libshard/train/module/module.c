@@ -1,4 +1,4 @@
-/* module.c - the module tree, parameters, materialization, and running a module:
+/* module/module.c - the module tree, parameters, materialization, and running a module:
  * sh_module_forward / sh_module_backward run the callback inside whatever hooks are
  * installed on the module (sh_fully_shard installs FSDP's). What a hook does is the
  * installer's business; this file only knows where each one runs. */
@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
+#include "module/module.h"
+#include "world/world.h"
 
 static int grow(void **arr, int n, size_t elem)
 {
@@ -66,9 +67,10 @@ static void free_param_storage(sh_param *p)
         sh_free(w, SH_MEM_PARAM, p->value.data, p->value.cap);
     p->value.data = NULL;
     p->value.cap = 0;
-    sh_free_state(w, p, SH_MEM_PARAM, p->shard, p->shard_numel * sizeof(float));
+    size_t shard_bytes = p->shard_numel * sizeof(float);
+    sh_free_state(w, p->host_state, SH_MEM_PARAM, p->shard, shard_bytes);
     sh_free(w, SH_MEM_GRAD, p->grad_full, p->numel * sizeof(float));
-    sh_free_state(w, p, SH_MEM_GRAD, p->grad_shard, p->shard_numel * sizeof(float));
+    sh_free_state(w, p->host_state, SH_MEM_GRAD, p->grad_shard, shard_bytes);
     p->shard = p->grad_full = p->grad_shard = NULL;
     p->materialized = false;
 }
@@ -171,7 +173,7 @@ static int materialize(sh_module *m, void *arg, ck_err *err)
             continue;
         /* Whoever sharded p already set which rows are local. */
         if (p->shard_numel) {
-            p->shard = sh_alloc_state(m->world, p, SH_MEM_PARAM,
+            p->shard = sh_alloc_state(m->world, p->host_state, SH_MEM_PARAM,
                                       p->shard_numel * sizeof(float), true);
             if (!p->shard)
                 return ck_err_set(err, -ENOMEM, "parameter '%s': out of memory for its "

@@ -1,10 +1,12 @@
-/* optim.c - AdamW over local shards (kernels/adamw.h does the arithmetic). */
+/* optim/optim.c - AdamW over local shards (kernels/adamw.h does the arithmetic). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "adamw.h"
-#include "dev.h"
+#include "module/module.h"
+#include "optim/optim.h"
+#include "world/world.h"
 
 struct sh_adamw {
     sh_world *world;
@@ -87,8 +89,9 @@ int sh_adamw_new(sh_module *root, const sh_adamw_opts *opts, sh_adamw **out, ck_
     }
     for (int i = 0; !rc && i < o->n; i++) {
         size_t bytes = o->p[i]->shard_numel * sizeof(float);
-        o->m[i] = sh_alloc_state(o->world, o->p[i], SH_MEM_OPTIM, bytes, true);
-        o->v[i] = sh_alloc_state(o->world, o->p[i], SH_MEM_OPTIM, bytes, true);
+        bool host = o->p[i]->host_state;
+        o->m[i] = sh_alloc_state(o->world, host, SH_MEM_OPTIM, bytes, true);
+        o->v[i] = sh_alloc_state(o->world, host, SH_MEM_OPTIM, bytes, true);
         if (bytes && (!o->m[i] || !o->v[i]))
             rc = ck_err_set(err, -ENOMEM, "optimizer state of '%s': out of memory",
                             o->p[i]->name);
@@ -146,8 +149,9 @@ void sh_adamw_free(sh_adamw *o)
         return;
     for (int i = 0; o->m && i < o->n; i++) {
         size_t bytes = o->p[i]->shard_numel * sizeof(float);
-        sh_free_state(o->world, o->p[i], SH_MEM_OPTIM, o->m[i], bytes);
-        sh_free_state(o->world, o->p[i], SH_MEM_OPTIM, o->v[i], bytes);
+        bool host = o->p[i]->host_state;
+        sh_free_state(o->world, host, SH_MEM_OPTIM, o->m[i], bytes);
+        sh_free_state(o->world, host, SH_MEM_OPTIM, o->v[i], bytes);
     }
     free(o->m);
     free(o->v);

@@ -1,9 +1,11 @@
-/* mesh.c - the N-D device mesh and its per-dim communicators. */
+/* world/mesh.c - the N-D device mesh and its per-dim communicators. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "comm/comm.h"
+#include "world/mesh.h"
+#include "world/world.h"
 
 int sh_mesh_new(sh_world *w, int ndim, const int *shape, const char *const *names,
                 sh_mesh **out, ck_err *err)

@@ -1,59 +1,12 @@
-/* world.c - joining the job (sh_init) and the memory counters. */
+/* world/world.c - joining the job (sh_init), a rank on its device, and the memory
+ * counters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cast_elem.h"
-#include "comm_dtypes.h"
-#include "dev.h"
-
-/* Reductions MPI has no type for (comm_dtypes.h): bf16 and f16 travel as
- * MPI_UINT16_T with these ops, widening each pair to f32 and rounding the result
- * once, as NCCL does. */
-#define HALF_OP(fn, to_f32, from_f32, combine)                                          \
-    static void fn(void *in, void *inout, int *len, MPI_Datatype *dt)                   \
-    {                                                                                   \
-        (void)dt;                                                                       \
-        const uint16_t *a = in;                                                         \
-        uint16_t *b = inout;                                                            \
-        for (int i = 0; i < *len; i++) {                                                \
-            float x = to_f32(a[i]), y = to_f32(b[i]);                                   \
-            b[i] = from_f32(combine(x, y));                                             \
-        }                                                                               \
-    }
-#define ADD(x, y) ((x) + (y))
-#define MAX(x, y) ((x) > (y) || (y) != (y) ? (x) : (y))
-HALF_OP(sum_bf16, k_bf16_to_f32_elem, k_f32_to_bf16_elem, ADD)
-HALF_OP(sum_f16, k_f16_to_f32_elem, k_f32_to_f16_elem, ADD)
-HALF_OP(max_bf16, k_bf16_to_f32_elem, k_f32_to_bf16_elem, MAX)
-HALF_OP(max_f16, k_f16_to_f32_elem, k_f32_to_f16_elem, MAX)
-
-#define USER_OPS(dt, type, sum, max, nccl) [dt] = { sum, max },
-static MPI_User_function *const user_ops[CK_DTYPE_MAX + 1][2] = { SH_COMM_DTYPES(USER_OPS) };
-#undef USER_OPS
-
-/* Each dtype's sum and max: MPI's own, or ours where the table names them. */
-static void ops_create(sh_world *w)
-{
-    for (int dt = 1; dt <= CK_DTYPE_MAX; dt++) {
-        w->op_sum[dt] = MPI_SUM;
-        w->op_max[dt] = MPI_MAX;
-        if (user_ops[dt][0])
-            MPI_Op_create(user_ops[dt][0], 1, &w->op_sum[dt]);
-        if (user_ops[dt][1])
-            MPI_Op_create(user_ops[dt][1], 1, &w->op_max[dt]);
-    }
-}
-
-static void ops_free(sh_world *w)
-{
-    for (int dt = 1; dt <= CK_DTYPE_MAX; dt++) {
-        if (user_ops[dt][0])
-            MPI_Op_free(&w->op_sum[dt]);
-        if (user_ops[dt][1])
-            MPI_Op_free(&w->op_max[dt]);
-    }
-}
+#include "comm/comm.h"
+#include "world/attach.h"
+#include "world/world.h"
 
 /* An env var as an int, or -1 when unset or not a number. */
 static int env_int(const char *name)
@@ -103,23 +56,13 @@ int sh_init(int *argc, char ***argv, sh_world **out, ck_err *err)
     MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &w->local_rank);
     MPI_Comm_size(local, &w->local_size);
-    int prc = sh_peers_new(w, local, &w->peers, err);
+    int prc = sh_comm_job_new(w->rank, w->size, local, w->local_size, &w->job, err);
     MPI_Comm_free(&local);
-    ops_create(w);
-
-    sh_comm *c = calloc(1, sizeof *c);
-    if (!c) {
+    if (sh_comm_mpi_new(w->job, world, "world", &w->comm)) {
         MPI_Comm_free(&world);
         sh_finalize(w);
         return ck_err_set(err, -ENOMEM, "sh_init: out of memory");
     }
-    c->ops = &sh_mpi_ops;
-    c->world = w;
-    c->mpi = world;
-    c->rank = w->rank;
-    c->size = w->size;
-    snprintf(c->name, sizeof c->name, "world");
-    w->comm = c;
 
     int rc = prc ? prc : check_env("RANK", w->rank, "rank", err);
     if (!rc)
@@ -141,8 +84,7 @@ void sh_finalize(sh_world *w)
         return;
     sh_comm_free(w->comm);
     sh_cuda_detach(w);
-    sh_peers_free(w->peers);
-    ops_free(w);
+    sh_comm_job_free(w->job);
     if (w->owns_mpi)
         MPI_Finalize();
     free(w);
@@ -231,11 +173,10 @@ void sh_free(sh_world *w, sh_mem_kind kind, void *p, size_t bytes)
     uncounted(w, kind, bytes);
 }
 
-void *sh_alloc_state(sh_world *w, const sh_param *p, sh_mem_kind kind, size_t bytes,
-                     bool zero)
+void *sh_alloc_state(sh_world *w, bool host, sh_mem_kind kind, size_t bytes, bool zero)
 {
     void *ptr;
-    if (!p->host_state)
+    if (!host)
         return sh_alloc(w, kind, bytes, zero);
     if (bytes == 0 || sh_pinned_alloc(&ptr, bytes, zero))
         return NULL;
@@ -243,9 +184,9 @@ void *sh_alloc_state(sh_world *w, const sh_param *p, sh_mem_kind kind, size_t by
     return ptr;
 }
 
-void sh_free_state(sh_world *w, const sh_param *p, sh_mem_kind kind, void *ptr, size_t bytes)
+void sh_free_state(sh_world *w, bool host, sh_mem_kind kind, void *ptr, size_t bytes)
 {
-    if (!p->host_state) {
+    if (!host) {
         sh_free(w, kind, ptr, bytes);
     } else if (ptr) {
         sh_pinned_free(ptr);
