@@ -1,5 +1,5 @@
-/* checkpoint/state_dict.c - sharded state dicts (local shards, torch.chunk boxes) and full state
- * dicts (whole tensors on rank 0). */
+/* checkpoint/state_dict.c - sharded state dicts (local shards, torch.chunk boxes) and
+ * full state dicts (whole tensors on rank 0). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

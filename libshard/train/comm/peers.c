@@ -129,8 +129,8 @@ int sh_peers_watch(const sh_comm_job *job, double *next, const char *what, const
     if (i < 0)
         return 0;
     return ck_err_set(err, -EPIPE, "%s on %s (rank %d of %d): rank %d (pid %d, on this "
-                      "host) has died; this rank stops waiting for it", what, comm, job->rank,
-                      job->size, job->peers->rank[i], (int)job->peers->pid[i]);
+                      "host) has died; this rank stops waiting for it", what, comm,
+                      job->rank, job->size, job->peers->rank[i], (int)job->peers->pid[i]);
 }
 
 void sh_abort(sh_world *w, int status)

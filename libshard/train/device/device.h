@@ -5,7 +5,8 @@
  * where the NCCL backend orders its collectives). FSDP, the optimizer, tensors and
  * the public ops (sh/ops.h) call through the table of the world's device, so the
  * same code runs on both. Functions return 0 or a negative errno; messages are the
- * caller's to write.
+ * caller's to write. The box knows no world: world/world.h's sh_dev(w) picks the
+ * world's table.
  */
 #ifndef SH_DEVICE_DEVICE_H
 #define SH_DEVICE_DEVICE_H
