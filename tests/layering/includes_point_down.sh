@@ -4,10 +4,13 @@
 #     public headers (ck/X.h) counting as the box that implements them;
 #   - the core never includes MPI, CUDA, the training library, the trainer or export;
 #   - the training library includes only the core's public headers, never the trainer;
+#   - inside the training library (libshard/train/README.md), a box includes only
+#     itself and the boxes of lower floors, naming private headers from their folder;
+#     its calls point the same way, and no files of it call each other in a circle;
 #   - kernels/ knows nothing of libshard;
 #   - private names (ck__) stay inside the core and the parts that use its internals;
-#   - the module tree (libshard/train/module.c) names nothing of FSDP.
-# Prints each offending include as FILE:LINE and exits 1 if there is any.
+#   - the module tree (libshard/train/module/) names nothing of FSDP.
+# Prints each offending include or call as FILE[:LINE] and exits 1 if there is any.
 set -euo pipefail
 cd "${1:-$(dirname "$0")/../..}"
 
@@ -78,13 +81,115 @@ if [ -n "$hits" ]; then
     while IFS= read -r h; do complain "${h%%:*}:$(cut -d: -f2 <<<"$h")" "uses a private ck__ name"; done <<<"$hits"
 fi
 
-# Modules know modules, not FSDP: fully_shard installs its hooks through the table.
-if grep -nE 'fsdp|sh_group_' libshard/train/module.c; then
-    complain libshard/train/module.c "names FSDP (it runs whatever hooks fully_shard installed)"
+# ---- The training library's boxes (libshard/train/README.md), on floors: a box
+# includes only itself and boxes of lower floors, never one of its own floor.
+T=libshard/train
+train_boxes=(device comm world compute module fsdp optim checkpoint)
+train_floor() {
+    case "$1" in
+        device|comm) echo 0 ;;
+        world) echo 1 ;;
+        compute|module) echo 2 ;;
+        fsdp|optim) echo 3 ;;
+        checkpoint) echo 4 ;;
+        *) echo 99 ;;
+    esac
+}
+for b in "${train_boxes[@]}"; do
+    [ -d "$T/$b" ] || complain "$T/$b" "missing box"
+done
+for d in "$T"/*/; do
+    [ "$(train_floor "$(basename "$d")")" != 99 ] || complain "$d" "a folder that is no box"
+done
+for f in "$T"/*.[ch]; do
+    [ ! -e "$f" ] || complain "$f" "a source file outside the boxes"
+done
+box_of() { local b=${1#"$T"/}; echo "${b%%/*}"; }
+while IFS=: read -r file line inc; do
+    box=$(box_of "$file")
+    target=${inc#*\"}; target=${target%%\"*}
+    case "$target" in
+        sh/*|ck/*) ;;   # the public headers, the library's contract
+        */*)
+            tbox=${target%%/*}; tfloor=$(train_floor "$tbox")
+            if [ "$tfloor" = 99 ] || [ ! -e "$T/$target" ]; then
+                complain "$file:$line" "include \"$target\" names no box's header"
+            elif [ "$tbox" != "$box" ] && [ "$tfloor" -ge "$(train_floor "$box")" ]; then
+                complain "$file:$line" "$box includes $target (a box on its floor or above)"
+            fi ;;
+        *)  # kernels/ headers; a private header is named from its folder
+            if [ -n "$(find "$T" -name "$target" -print -quit)" ]; then
+                complain "$file:$line" "include \"$target\": name it from its box's folder"
+            fi ;;
+    esac
+done < <(grep -Hn '^#include "' "$T"/*/*.[ch] || true)
+
+# The same for calls, which an include does not show (a declaration can be repeated):
+# each file's global sh_* functions and tables are found where they are defined, and
+# a file that names one of another box calls down a floor. No files call each other
+# in a circle, in a box or across (fsdp.c and fsdp_hooks.c once did).
+strip_c() {   # FILE: its code, comments and string and character literals blanked
+    awk '{
+        out = ""; n = length($0); i = 1
+        while (i <= n) {
+            c = substr($0, i, 1); d = substr($0, i, 2)
+            if (incomment) { if (d == "*/") { incomment = 0; i += 2 } else i++; continue }
+            if (d == "/*") { incomment = 1; i += 2; continue }
+            if (d == "//") break
+            if (c == "\"" || c == "\047") {
+                for (i++; i <= n; i++) {
+                    e = substr($0, i, 1)
+                    if (e == "\\") i++
+                    else if (e == c) break
+                }
+                i++; out = out c c; continue
+            }
+            out = out c; i++
+        }
+        print out
+    }' "$1"
+}
+declare -A defined_in   # symbol -> the files that define it (CUDA and CPU twins)
+train_c=("$T"/*/*.c)
+for f in "${train_c[@]}"; do
+    while read -r sym; do
+        defined_in[$sym]+="$f "
+    done < <(strip_c "$f" | sed -nE '/^(static|typedef|extern|#)/d
+        /;[[:space:]]*$/{/=/!d}
+        s/^[A-Za-z_][^;=(]*[ *](sh_[a-z0-9_]+)[[:space:]]*(\(|=).*/\1/p')
+done
+edges=()
+for f in "${train_c[@]}"; do
+    box=$(box_of "$f"); floor=$(train_floor "$box")
+    while read -r sym; do
+        # A file that defines the symbol too (a twin: CUDA's and the CPU build's) uses
+        # its own.
+        [[ " ${defined_in[$sym]:-} " != *" $f "* ]] || continue
+        for g in ${defined_in[$sym]:-}; do
+            edges+=("$f $g")
+            gbox=$(box_of "$g")
+            if [ "$gbox" != "$box" ] && [ "$(train_floor "$gbox")" -ge "$floor" ]; then
+                complain "$f" "$box calls $sym of $g (a box on its floor or above)"
+            fi
+        done
+    done < <(strip_c "$f" | grep -oE '\bsh_[a-z0-9_]+' | sort -u)
+done
+[ "${#edges[@]}" -gt 0 ] || complain "$T" "no calls between files found (is the parse broken?)"
+loop=$(printf '%s\n' "${edges[@]}" | sort -u | tsort 2>&1 >/dev/null || true)
+if [ -n "$loop" ]; then
+    complain "$T" "files that call each other in a circle: $(grep -o "$T/[^ ]*" <<<"$loop" |
+        tr '\n' ' ')"
+fi
+
+# Modules know modules, not FSDP: fully_shard installs its hooks through the table, and
+# finds a module's group as the state of its own hooks.
+if grep -rnE 'fsdp|sh_group' "$T/module"; then
+    complain "$T/module" "names FSDP (it runs whatever hooks fully_shard installed)"
 fi
 
 if [ "$bad" -ne 0 ]; then
-    echo "layering: includes that point up a floor (see libshard/ckpt/README.md)"
+    echo "layering: includes or calls that point up a floor (see libshard/ckpt/README.md" \
+         "and libshard/train/README.md)"
     exit 1
 fi
 echo "layering: every include points down"

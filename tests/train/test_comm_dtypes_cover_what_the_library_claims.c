@@ -1,5 +1,5 @@
 /* test_comm_dtypes_cover_what_the_library_claims: the training library's one table of
- * how dtypes travel (libshard/train/comm_dtypes.h) against what the library claims:
+ * how dtypes travel (libshard/train/comm/dtypes.h) against what the library claims:
  *   - every dtype a tensor may hold (sh_tensor_resize accepts it) has a row;
  *   - every dtype with a row sums, maxes, gathers and broadcasts over real MPI ranks
  *     to the closed-form result, bit for bit (values built from the core's dtype
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_dtypes.h"
+#include "comm/dtypes.h"
 #include "harness.h"
 
 #define CHECK(cond, ...) TH_CHECK(w, cond, __VA_ARGS__)

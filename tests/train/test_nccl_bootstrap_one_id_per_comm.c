@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "nccl_int.h"
+#include "comm/nccl.h"
 
 enum { MAX_OPENS = 8 };
 
@@ -61,7 +61,7 @@ int main(int argc, char **argv)
     int wr = sh_world_rank(w), ws = sh_world_size(w);
     recorder rec = {.fail_rank = -1, .world_rank = wr};
     sh_nccl_seam seam = {.open = rec_open, .close = rec_close, .arg = &rec};
-    if (sh_nccl_attach_world(w, &seam, &err))
+    if (sh_nccl_attach_world(sh_world_comm(w), &seam, &err))
         th_die(w, "NCCL world", &err);
     sh_mesh *mesh = th_mesh(w, argc, argv);
     int nd = sh_mesh_ndim(mesh);

@@ -1,5 +1,5 @@
 /* test_stage_fill_pins_copies_unpins: the device-to-staging fill of a GPU save
- * (libshard/train/stage.c), with plain host memory in place of the device and a
+ * (libshard/train/device/stage.c), with plain host memory in place of the device and a
  * recorder in place of cudaHostRegister. One fill pins the whole pages under its
  * destination, copies the shard's bytes from the right offset, waits for the copy
  * and only then unpins; pages that were already pinned stay pinned; a failed pin
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "stage.h"
+#include "device/stage.h"
 
 typedef struct rec {
     char log[64];            /* 'p'in, 'c'opy, 'w'ait, 'u'npin in call order */

@@ -63,7 +63,7 @@ if [ "$mode" = storage-hangs ]; then
     said=$(grep -m1 "shard-train: rank 0:" "$work/run.log.0")
 else
     # Whoever sees the death first ends the job: mpirun, or rank 2's peer watchdog on
-    # the same host (libshard/train/peers.c), which then aborts. Either names rank 3.
+    # the same host (libshard/train/comm/peers.c), which then aborts. Either names rank 3.
     said=$(grep -m1 -e "process rank 3 with PID $rank3 on node $B exited on signal 9" \
                     -e "rank 3 (pid $rank3, on this host) has died" "$work/run.log.0") ||
         { echo "FAILED: neither mpirun nor a peer named rank 3 on $B"; cat "$work"/run.log.*; exit 1; }

@@ -4,11 +4,11 @@
  * asynchronously: pass a `sh_work **` and wait on the handle later (sh_work_wait
  * completes and frees it); pass NULL to run it to completion before returning. The
  * CPU backend uses MPI's nonblocking collectives; a GPU backend (NCCL) implements the
- * same table of operations (see libshard/train/internal.h), so the FSDP code above
+ * same table of operations (see libshard/train/comm/comm.h), so the FSDP code above
  * never names MPI.
  *
  * Buffers are counted in elements of `dtype`, one of the dtypes the table
- * libshard/train/comm_dtypes.h lists (any other is -EINVAL). All ranks of the
+ * libshard/train/comm/dtypes.h lists (any other is -EINVAL). All ranks of the
  * communicator must start the same collectives in the same order, as in MPI/NCCL.
  */
 #ifndef SH_COMM_H
