@@ -3,7 +3,7 @@
  *
  * A save's stall holds no collective: each rank hands its own part over alone, and
  * the ranks agree that the save happened later, at a sh_checkpoint_progress, on the
- * training thread (so the MPI library needs no thread support; docs/DECISIONS.md).
+ * training thread (MPI needs no thread support: docs/decisions/0047-ranks-agree-at-progress.md).
  *
  * Connected, every rank has a ck_client and stages its own part in ckptd's shared
  * memory (a lazy save: on the client's thread, until the fence). At the first
