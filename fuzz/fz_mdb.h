@@ -1,7 +1,7 @@
 /* fz_mdb.h - LMDB files from fuzz input, and fuzz input from LMDB files.
  *
  * The manifest and catalog targets fuzz the records, not LMDB's page format (LMDB
- * trusts its pages; docs/DECISIONS.md): an input is a list of records, each
+ * trusts its pages; docs/decisions/0045-fuzzing.md): an input is a list of records, each
  *   u8 db, u8 key length, key, u16 value length (little-endian), value
  * where db indexes the target's table of database names (modulo its size). The target
  * writes them into a fresh LMDB file and opens it with the code under test. Seeds are

@@ -1,5 +1,5 @@
 /* train.c - shard-train: a byte-level GPT trained with FSDP over MPI ranks, with
- * asynchronous checkpoints and resume onto any mesh. See docs/TRAINER.md.
+ * asynchronous checkpoints and resume onto any mesh. See docs/gpt-trainer.md.
  *
  * --device cuda puts every rank on its GPU (sh_world_set_device) before anything is
  * built; the model computes through sh/ops.h, so the same code runs there.

@@ -7,7 +7,7 @@
     f = dcp.async_save(sd, storage_writer=CkptWriter("/ckpt", "step-200"))
     dcp.load(sd, storage_reader=CkptReader("/ckpt"))          # the newest committed
 
-See README.md ("PyTorch") for what differs from FileSystemWriter.
+See README.md ("PyTorch quick start") for what differs from FileSystemWriter.
 """
 from .reader import CkptReader
 from .writer import CkptWriter

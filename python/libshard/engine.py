@@ -8,7 +8,7 @@ made once per process and reused by every save, whichever writer object starts i
 usual loop makes a new CkptWriter per save).
 
 Embedded, each process of a job runs one engine, and the engines meet through the root
-(docs/FORMAT.md, "Saves served by several engines"), so the client is keyed by the
+(docs/FORMAT.md, "Saves served by several daemons"), so the client is keyed by the
 number of processes too. A client is used by one thread at a time (ck/client.h): every
 call goes through Engine.lock, and waiting for a commit polls, so that a save's
 background thread never holds the client while the training thread starts the next

@@ -6,8 +6,7 @@
  * (every create, mkdir, rename, unlink, rmdir, fallocate, write with its bytes and
  * fsync, in order; LMDB's manifest pages at the moment the core fsyncs it). For every
  * prefix of the record, i.e. a power cut after operation k, crash states are built
- * from what POSIX promises and no more (docs/DECISIONS.md, "the power-loss crash
- * model"):
+ * from what POSIX promises and no more (docs/decisions/0044-power-loss-crash-model.md):
  *   - a data write or fallocate is durable once its file was fsynced after it; any
  *     subset of the others is lost (the bytes stay what they were: zeros);
  *   - a directory operation (create, mkdir, rename) is durable once its directory was

@@ -1,5 +1,5 @@
 /* A manifest cut short while it is read costs the reader nothing (issue 21, defect 9;
- * docs/DECISIONS.md, "A manifest is read from a private copy"): LMDB maps the file it
+ * docs/decisions/0118-manifest-private-copy.md): LMDB maps the file it
  * opens, and a mapped file that shrinks raises SIGBUS on the next access past its new
  * end (rc 135 in ckpt-verify, -consolidate and -reshard on the build this test was
  * written against). The reader maps a sealed private copy instead, so:

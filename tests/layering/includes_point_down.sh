@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every include points down a floor (docs/DESIGN's arrows, libshard/ckpt/README.md):
+# Every include points down a floor (docs/ARCHITECTURE.md's arrows, libshard/ckpt/README.md):
 #   - inside the checkpoint core, a box includes only itself and the boxes below it,
 #     public headers (ck/X.h) counting as the box that implements them;
 #   - the core never includes MPI, CUDA, the training library, the trainer or export;

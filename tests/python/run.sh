@@ -15,7 +15,7 @@ if [ "$sanitize" != none ]; then
   # The extension is sanitized, the venv's python is not: the sanitizer runtimes go in
   # first with LD_PRELOAD (the ranks inherit it). Leak checking is off: CPython and
   # torch keep their allocations to exit; our leaks are the C suites' to find
-  # (docs/DECISIONS.md, "Python: the python suite under sanitizers").
+  # (docs/decisions/0039-python-suite-under-sanitizers.md).
   preload=""
   case $sanitize in *address*) preload="$(gcc -print-file-name=libasan.so)";; esac
   case $sanitize in *undefined*) preload="$preload:$(gcc -print-file-name=libubsan.so)";; esac

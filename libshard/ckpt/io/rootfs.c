@@ -1,5 +1,5 @@
 /* rootfs.c - paths under a checkpoint root, reached without following links (see
- * io/rootfs.h; docs/DECISIONS.md says why openat2 first and openat as the fallback). */
+ * io/rootfs.h; docs/decisions/0116-openat2-with-a-walk-fallback.md says why openat2 first and openat as the fallback). */
 #include "io/rootfs.h"
 
 #include "ck/engine.h"

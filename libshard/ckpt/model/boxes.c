@@ -5,7 +5,7 @@
  * unwritten, an overlap would let two ranks disagree about an element. The check
  * must cost O(n log n) whatever the list: it runs on every BEGIN ckptd takes, and a
  * sweep that compares boxes sharing a dim's range costs n^2 for lists made so
- * (docs/DECISIONS.md, "Box lists are checked by a fingerprint").
+ * (docs/decisions/0124-boxes-fingerprint.md).
  *
  * The boxes tile the tensor T exactly when their cover count f(x) (how many boxes hold
  * element x) is 1 on all of T. Write each box as the signed sum of its 2^d corners

@@ -26,7 +26,7 @@
  * process; ranks that are threads of one process share one engine (opts->peer), and
  * the engines of a job's processes (opts->nodes of them, one per process) meet through
  * the root's file system exactly as the daemons of several nodes do: the engine of
- * rank 0 coordinates and commits (docs/FORMAT.md, "Saves served by several engines").
+ * rank 0 coordinates and commits (docs/FORMAT.md, "Saves served by several daemons").
  *
  * Staging is double-buffered per client: a save waits in ck_client_save_async only
  * while the save before the previous one still drains. Its memory is faulted in ahead

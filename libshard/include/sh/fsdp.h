@@ -38,7 +38,7 @@ typedef struct sh_mp_policy {
 /* FSDP2's CPUOffloadPolicy. On CUDA ranks each parameter's shard, sharded gradient
  * and optimizer state live in pinned host memory, which the device's kernels reach in
  * place (the parameters must be on META when fully_shard runs). On CPU ranks they
- * are in host memory already, so it changes nothing (see docs/TRAINING.md). */
+ * are in host memory already, so it changes nothing (see docs/training-library.md). */
 typedef struct sh_offload_policy {
     bool enabled;
     bool pin_memory;

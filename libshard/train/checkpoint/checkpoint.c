@@ -9,12 +9,12 @@
  * A save's stall holds no collective: each rank hands its part over alone (a lazy save
  * on the client's thread, until the optimizer's fence), and the ranks agree that the
  * save happened later, at a sh_checkpoint_progress, on the training thread (so the MPI
- * library needs no thread support; docs/DECISIONS.md). At the first progress after the
- * part is staged (after the fence, for a lazy save) one all-reduce says whether every
- * rank's part got there; then rank 0 asks for the commit and watches for it. Every
- * bound (a part that never arrives, an engine that died, storage that hangs) is the
- * engine's and the client's, and ends the save with its reason, which rank 0 reports
- * through poll.
+ * library needs no thread support: docs/decisions/0047-ranks-agree-at-progress.md). At
+ * the first progress after the part is staged (after the fence, for a lazy save) one
+ * all-reduce says whether every rank's part got there; then rank 0 asks for the commit
+ * and watches for it. Every bound (a part that never arrives, an engine that died,
+ * storage that hangs) is the engine's and the client's, and ends the save with its
+ * reason, which rank 0 reports through poll.
  */
 #include "sh/checkpoint.h"
 
