@@ -87,22 +87,34 @@ int kd_server_start(kd_server *s, ck_err *err)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    s->sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     s->ev_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     s->ep_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (s->sig_fd < 0 || s->ev_fd < 0 || s->ep_fd < 0)
-        return ck_err_set(err, -errno, "signalfd/eventfd/epoll: %s", strerror(errno));
+    if (s->ev_fd < 0 || s->ep_fd < 0)
+        return ck_err_set(err, -errno, "eventfd/epoll: %s", strerror(errno));
     if ((r = listen_on(s, err)) < 0)
         return r;
-    if ((r = ep_add(s, s->listen_fd, TAG_LISTEN)) < 0 || (r = ep_add(s, s->sig_fd, TAG_SIGNAL)) < 0 ||
-        (r = ep_add(s, s->ev_fd, TAG_EVENT)) < 0)
+    if ((r = ep_add(s, s->listen_fd, TAG_LISTEN)) < 0 || (r = ep_add(s, s->ev_fd, TAG_EVENT)) < 0)
         return ck_err_set(err, r, "epoll: %s", strerror(-r));
     return 0;
 }
 
 int kd_server_engine(kd_server *s, ck_err *err)
 {
-    int r;
+    /* The signalfd is made here, after detach's fork: one made by the parent still
+     * reads the child's signals, but never wakes the child's epoll (its readiness is
+     * tied to the process that made it), so a detached daemon slept through SIGTERM.
+     * Signals that came meanwhile are pending, blocked since the start: it reads them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGPIPE);
+    s->sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (s->sig_fd < 0)
+        return ck_err_set(err, -errno, "signalfd: %s", strerror(errno));
+    int r = ep_add(s, s->sig_fd, TAG_SIGNAL);
+    if (r < 0)
+        return ck_err_set(err, r, "epoll: %s", strerror(-r));
     ck__saver_opts so = { .root = s->root, .engine = s->o.engine, .writers = s->o.writers,
                          .hash_threads = s->o.hash_threads, .io_size = CK_IO_SIZE_DEFAULT,
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,
