@@ -307,8 +307,9 @@ int main(int argc, char **argv)
                        "committed yet\n", root, CK_PENDING, sc.pending[i], who);
             else if (!c.json)
                 printf("%s/%s/%s: debris of an incomplete save whose writer died (nothing holds "
-                       "its lock; the next recovery removes it: a ckptd's start, or an "
-                       "embedded writer's)\n", root, CK_PENDING, sc.pending[i]);
+                       "its lock; the next recovery removes it: a ckptd's start, or the "
+                       "start of an embedded trainer or CheckpointManager)\n", root, CK_PENDING,
+                       sc.pending[i]);
             if (!live && code < EXIT_BAD)
                 code = EXIT_BAD;
         }

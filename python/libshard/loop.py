@@ -21,7 +21,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from . import _ck, committed
+from . import _ck, committed, engine
 from .reader import CkptReader
 from .writer import CkptWriter
 
@@ -177,6 +177,11 @@ class CheckpointManager:
         """Loads the given step, or the newest committed; returns the step loaded, or
         None when there is none to load. Reserves the staging of saves of state_dict."""
         name = step_name(step) if step is not None else None
+        # Without a ckptd (whose start recovers the root), rank 0 removes what dead runs
+        # left (pending saves, their engines' heartbeats) before this run saves.
+        if self._rank() == 0 and engine.socket_of(self.socket) is None and \
+                os.path.isdir(self.root):
+            _ck.recover(self.root)
         if self.async_save:
             self.reserve(state_dict)
         if name is None and newest_step(self.root) is None:

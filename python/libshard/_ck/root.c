@@ -126,6 +126,25 @@ PyObject *ckpy_remove(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* recover(root) -> removed: what dead writers left under .pending, and dead engines'
+ * heartbeats, go; the catalog is reconciled (ck_root_recover: live writers' saves are
+ * kept). */
+PyObject *ckpy_recover(PyObject *self, PyObject *args)
+{
+    const char *root;
+    if (!PyArg_ParseTuple(args, "s", &root))
+        return NULL;
+    ck_err err = {0};
+    size_t removed = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_root_recover(root, &removed, NULL, NULL, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    return PyLong_FromSize_t(removed);
+}
+
 /* name_state(root, name) -> (state, who): state is "committed", "busy" (a live process
  * saves or removes it; who names it), "debris" (a dead writer's leftovers only) or
  * "free". */
