@@ -16,21 +16,6 @@
 #include "ck/load.h"
 #include "model/plan.h"
 
-/* ---- states ---- */
-
-void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg)
-{
-    if (sv->state == CK_CLIENT_COMMITTED || sv->state == CK_CLIENT_FAILED)
-        return;
-    if (st == CK_CLIENT_FAILED) {
-        sv->code = code;
-        snprintf(sv->msg, sizeof sv->msg, "%s", msg);
-    } else if (st <= sv->state) {
-        return;
-    }
-    sv->state = st;
-}
-
 static void lock(ck_client *cl)
 {
     cl->t->lock(cl);
@@ -39,19 +24,6 @@ static void lock(ck_client *cl)
 static void unlock(ck_client *cl)
 {
     cl->t->unlock(cl);
-}
-
-void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
-                         const void *arg, double limit, const char *what)
-{
-    cl->wait_limit = limit;
-    cl->wait_until = ck__conn_now() + limit;
-    cl->waiting_for = what;
-    lock(cl);
-    while (!done(cl, arg))
-        if (cl->t->await(cl) < 0)
-            break;      /* every save has FAILED now: done() holds for what we wait on */
-    unlock(cl);
 }
 
 /* ---- open / close ---- */
@@ -156,31 +128,6 @@ const char *ck_client_root(const ck_client *cl)
 
 /* ---- staging slots, made ahead ---- */
 
-static void slot_release(ck_client *cl, ck__client_slot *s);
-
-void ck__client_forsake(ck_client_save *sv)
-{
-    ck_client *cl = sv->cl;
-    if (sv->slot >= 0 && cl->slots[sv->slot].user == sv)
-        slot_release(cl, &cl->slots[sv->slot]);
-}
-
-/* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost
- * slot's memory is left mapped for good: an embedded engine's write may still read it. */
-static void slot_release(ck_client *cl, ck__client_slot *s)
-{
-    if (s->lost)
-        return;
-    if (s->hooked && s->map)
-        cl->staging_unmapping(cl->staging_arg, s->map, s->size);
-    s->hooked = false;
-    ck_staging m = { .fd = s->fd, .map = s->map, .size = s->size };
-    ck_staging_unmap(&m);
-    s->fd = -1;
-    s->map = NULL;
-    s->size = 0;
-}
-
 static void say(ck_client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void say(ck_client *cl, const char *fmt, ...)
@@ -201,7 +148,7 @@ static int slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *er
 {
     if (s->map && s->size >= need)
         return 0;
-    slot_release(cl, s);
+    ck__client_slot_release(cl, s);
     ck_staging m = CK_STAGING_NONE;
     int r = ck_staging_map(&m, need, CK_STAGING_MEMFD |
                            (cl->small_pages ? CK_STAGING_SMALL_PAGES : 0u), err);
@@ -302,7 +249,7 @@ void ck_client_close(ck_client *cl)
         ck__client_wait_for(cl, all_slots_free, NULL, cl->commit_timeout,
                             "every part it staged to be durable");
     for (int i = 0; i < CK_CLIENT_SLOTS; i++)
-        slot_release(cl, &cl->slots[i]);
+        ck__client_slot_release(cl, &cl->slots[i]);
     if (cl->t)
         cl->t->close(cl);
     free(cl);

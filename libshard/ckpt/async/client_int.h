@@ -158,6 +158,8 @@ int ck__client_open_connected(ck_client *cl, const char *sock, const char *root,
 
 enum { CK__LAZY_RUNNING = 0, CK__LAZY_COMMIT_ASKED, CK__LAZY_DONE };
 
+/* ---- client_state.c: what a transport may do to a client ---- */
+
 /* Moves sv forward to st (or to FAILED with code and msg); states never go back. */
 void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg);
 /* Blocks until done(cl, arg) holds, taking in the engine's news meanwhile. Connected,
@@ -168,5 +170,8 @@ void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
 /* sv's part was handed over on a link now given up: the engine may still read its
  * staging, so this client never writes that memory again (it makes a new one). */
 void ck__client_forsake(ck_client_save *sv);
+/* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost slot
+ * is left mapped for good. */
+void ck__client_slot_release(ck_client *cl, ck__client_slot *s);
 
 #endif

@@ -1,0 +1,64 @@
+/* client_state.c - what the client's transports may do to a client: move a save's
+ * state, wait for the engine's news, give up a part's staging (async/client_int.h).
+ *
+ * The transports (client_embedded.c, client_connected.c) bring the engine's news and
+ * client.c drives the saves; both need these, and neither calls the other, so that the
+ * calls point one way: client.c opens a transport and calls it through its table, the
+ * transports call only this file.
+ */
+#include <stdio.h>
+
+#include "async/client_int.h"
+#include "async/proto.h"
+#include "ck/staging.h"
+
+void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg)
+{
+    if (sv->state == CK_CLIENT_COMMITTED || sv->state == CK_CLIENT_FAILED)
+        return;
+    if (st == CK_CLIENT_FAILED) {
+        sv->code = code;
+        snprintf(sv->msg, sizeof sv->msg, "%s", msg);
+    } else if (st <= sv->state) {
+        return;
+    }
+    sv->state = st;
+}
+
+void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
+                         const void *arg, double limit, const char *what)
+{
+    cl->wait_limit = limit;
+    cl->wait_until = ck__conn_now() + limit;
+    cl->waiting_for = what;
+    cl->t->lock(cl);
+    while (!done(cl, arg))
+        if (cl->t->await(cl) < 0)
+            break;      /* every save has FAILED now: done() holds for what we wait on */
+    cl->t->unlock(cl);
+}
+
+/* ---- staging slots ---- */
+
+void ck__client_forsake(ck_client_save *sv)
+{
+    ck_client *cl = sv->cl;
+    if (sv->slot >= 0 && cl->slots[sv->slot].user == sv)
+        ck__client_slot_release(cl, &cl->slots[sv->slot]);
+}
+
+/* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost
+ * slot's memory is left mapped for good: an embedded engine's write may still read it. */
+void ck__client_slot_release(ck_client *cl, ck__client_slot *s)
+{
+    if (s->lost)
+        return;
+    if (s->hooked && s->map)
+        cl->staging_unmapping(cl->staging_arg, s->map, s->size);
+    s->hooked = false;
+    ck_staging m = { .fd = s->fd, .map = s->map, .size = s->size };
+    ck_staging_unmap(&m);
+    s->fd = -1;
+    s->map = NULL;
+    s->size = 0;
+}
