@@ -174,6 +174,8 @@ typedef struct kd_server {
 /* kd_server.c */
 /* Recovers the root, then listens: the socket exists when it returns. */
 int kd_server_start(kd_server *s, ck_err *err);
+/* The signalfd of SIGTERM and SIGINT, on the event loop (after any fork). */
+int kd_server_signals(kd_server *s, ck_err *err);
 /* Starts the save engine's threads (after any fork). */
 int kd_server_engine(kd_server *s, ck_err *err);
 int kd_server_run(kd_server *s);

@@ -98,12 +98,12 @@ int kd_server_start(kd_server *s, ck_err *err)
     return 0;
 }
 
-int kd_server_engine(kd_server *s, ck_err *err)
+int kd_server_signals(kd_server *s, ck_err *err)
 {
-    /* The signalfd is made here, after detach's fork: one made by the parent still
-     * reads the child's signals, but never wakes the child's epoll (its readiness is
-     * tied to the process that made it), so a detached daemon slept through SIGTERM.
-     * Signals that came meanwhile are pending, blocked since the start: it reads them. */
+    /* Made after detach's fork: a signalfd made by the parent still reads the child's
+     * signals, but never wakes the child's epoll (its readiness is tied to the process
+     * that made it), so a detached daemon slept through SIGTERM. Signals that came
+     * meanwhile are pending, blocked since the start: it reads them. */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -113,8 +113,12 @@ int kd_server_engine(kd_server *s, ck_err *err)
     if (s->sig_fd < 0)
         return ck_err_set(err, -errno, "signalfd: %s", strerror(errno));
     int r = ep_add(s, s->sig_fd, TAG_SIGNAL);
-    if (r < 0)
-        return ck_err_set(err, r, "epoll: %s", strerror(-r));
+    return r < 0 ? ck_err_set(err, r, "epoll: %s", strerror(-r)) : 0;
+}
+
+int kd_server_engine(kd_server *s, ck_err *err)
+{
+    int r;
     ck__saver_opts so = { .root = s->root, .engine = s->o.engine, .writers = s->o.writers,
                          .hash_threads = s->o.hash_threads, .io_size = CK_IO_SIZE_DEFAULT,
                          .mem_limit = (uint64_t)(s->o.io_depth < 8 ? 8 : s->o.io_depth) * CK_IO_SIZE_DEFAULT,

@@ -249,6 +249,8 @@ int main(int argc, char **argv)
     if (r == 0 && !s.o.foreground)
         detach(&s);
     if (r == 0)
+        r = kd_server_signals(&s, &err);
+    if (r == 0)
         r = kd_server_engine(&s, &err);
 #ifdef KD_TEST_HOOKS
     if (r == 0 && s.o.engine)

@@ -1,0 +1,175 @@
+/* async/saver_int.h - the save engine's own state, shared by its three files (private
+ * to async/):
+ *
+ *   saver.c        the engine: its threads and jobs, and the calls of async/saver.h
+ *   saver_state.c  one save's state machine: its failure, its jobs, its commit, its
+ *                  events and log lines
+ *   saver_meet.c   saves shared by several engines: the meeting thread's rounds
+ *                  (joins, part records, heartbeats, timeouts; save/meet.h's files)
+ *
+ * The calls point one way: saver.c uses both others, saver_meet.c uses saver_state.c,
+ * and saver_state.c neither. Everything here is used with the engine's lock held
+ * unless a function says otherwise.
+ */
+#ifndef CK_ASYNC_SAVER_INT_H
+#define CK_ASYNC_SAVER_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "async/saver.h"
+#include "ck/save.h"
+#include "save/meet.h"
+#include "save/save_int.h"
+
+/* A failed save's name is remembered so that ranks arriving after the failure get
+ * the error instead of starting a save that can never complete; the oldest go first,
+ * and go sooner when the ranks they remember (a part record each) add up. */
+#define FAILED_KEPT 64
+#define FAILED_KEPT_RANKS (1u << 21)
+
+/* P_REMOTE: written by another daemon, its part record adopted (the coordinator). */
+enum { P_NONE, P_JOINED, P_STAGED, P_DURABLE, P_REMOTE };
+/* A save of one daemon (ALONE), or shared by several: this daemon coordinates, is a
+ * member, or does not know yet (no rank 0 here, no meeting found). */
+enum { R_ALONE, R_UNKNOWN, R_COORD, R_MEMBER };
+/* PLANNING: the first rank's join computes the plan without the saver's lock, so
+ * that a large plan stalls neither the writers nor STATUS; joins of that name wait. */
+enum { C_COLLECTING, C_COMMITTING, C_FAILED, C_PLANNING };
+
+typedef struct part {
+    uint8_t state;
+    uint32_t nblobs;
+    ck__decl_blob *blobs;
+    uint64_t image_bytes;
+    /* Shared saves, not coordinating: */
+    const void *staging;           /* staged before the meeting was found (deferred) */
+    bool deferred;
+    uint8_t *blob_bytes;           /* a copy: the coordinator's manifest holds blobs */
+    void *rec;                     /* the part record, once durable, until recorded */
+    size_t rec_len;
+} part;
+
+/* Another daemon of a shared save, watched through its heartbeat. */
+typedef struct peer {
+    char id[CK_NODE_ID_MAX];
+    uint64_t instance, counter;
+    uint64_t rank;                 /* the first rank it serves, from its join; or none */
+    double changed;                /* CLOCK_MONOTONIC, this host's: when it last beat */
+} peer;
+
+/* A failed meeting the coordinator removes once the others had time to read why. */
+typedef struct grave {
+    struct grave *next;
+    char dir[PATH_MAX];
+    double when;
+} grave;
+
+typedef struct sv_ckpt {
+    struct sv_ckpt *next;
+    char name[CK_NAME_MAX];
+    int state;
+    uint64_t step, world;
+    ck_mesh mesh;
+    bool no_hash;
+    uint32_t ntensors;
+    ck__decl_tensor *tensors;
+    ck_save *s;
+    part *parts;
+    uint64_t joined, staged, durable;
+    bool commit_requested, fail_reported;
+    unsigned writes;               /* write jobs queued or running */
+    int fail_code;
+    char fail_msg[CK_ERR_MSG_MAX];
+    uint64_t bytes_staged, bytes_written;
+    double t0;
+    /* Shared by several daemons: */
+    uint32_t nodes;
+    int role;
+    char token[CK_TOKEN_MAX];
+    char meet[PATH_MAX];           /* the meeting's directory, once known */
+    dev_t dev;                     /* member: the pending directory's identity, which */
+    ino_t ino;                     /* the rename keeps: ROOT/NAME is it once committed */
+    uint64_t remote;               /* coordinator: ranks adopted from part records */
+    uint32_t seq;                  /* member: part files written */
+    peer *peers;
+    unsigned npeers;
+    double deadline;               /* the part timeout */
+    double next_watch;             /* when to read the peers' heartbeats next */
+    bool heard;                    /* the failure came from the meeting: not announced */
+    double failed_at;              /* C_FAILED: when */
+    bool stuck_reported;           /* CK_SAVER_STUCK sent: its writes never returned */
+} sv_ckpt;
+
+enum { JOB_WRITE, JOB_COMMIT, JOB_ABORT };
+
+typedef struct sv_job {
+    struct sv_job *next;
+    sv_ckpt *c;
+    uint64_t rank;
+    int kind;
+} sv_job;
+
+struct ck__saver {
+    ck__saver_opts o;
+    char root[PATH_MAX];
+    pthread_mutex_t mu;
+    pthread_cond_t work, idle;
+    sv_job *head, *tail;
+    bool stop;
+    bool closing;                  /* ck__saver_free walks the list: no pruning */
+    pthread_t *th;
+    unsigned nth;
+    sv_ckpt *list;
+    /* Shared saves: the meeting thread, its wake-up, the graves it tends. */
+    pthread_t meet_th;
+    bool meet_running;
+    pthread_cond_t meet_cv;
+    grave *graves;
+    double beat_every;             /* seconds between heartbeats, and between watches */
+};
+
+/* ---- saver_state.c ---- */
+
+/* CLOCK_MONOTONIC, in seconds. */
+double ck__sv_now(void);
+/* A line for the engine's log, when it has one. */
+void ck__sv_log(ck__saver *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Tells the engine's user (opts.event) of c's news; rank for DURABLE. */
+void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64_t rank);
+/* The save of name in flight (or failed and remembered), or NULL. */
+sv_ckpt *ck__sv_find(ck__saver *sv, const char *name);
+/* Whether c is still in the engine's list (looked up by address). */
+bool ck__sv_listed(const ck__saver *sv, const sv_ckpt *c);
+/* Frees c's parts (all: c itself too). */
+void ck__sv_free_parts(sv_ckpt *c, bool all);
+/* Takes c out of the engine's list. */
+void ck__sv_unlink(ck__saver *sv, sv_ckpt *c);
+/* Fails c (once, while it collects) with code and msg: told to the other engines of a
+ * shared save, reported once nothing of it runs any more (ck__sv_finish_failed). */
+void ck__sv_fail(ck__saver *sv, sv_ckpt *c, int code, const char *msg);
+void ck__sv_finish_failed(ck__saver *sv, sv_ckpt *c);
+/* Queues a job of kind (JOB_*) for the worker threads. */
+int ck__sv_push(ck__saver *sv, sv_ckpt *c, uint64_t rank, int kind);
+/* Queues c's commit once every part is durable (or adopted) and rank 0 asked. */
+void ck__sv_maybe_commit(ck__saver *sv, sv_ckpt *c);
+/* Binds and queues the parts staged before c's directory was known; takes the
+ * blobs of a coordinator's parts into its manifest. */
+int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err);
+
+/* ---- saver_meet.c ---- */
+
+/* The engine serving rank 0 of a shared save: makes the save's directory (holding its
+ * lock) and the meeting the other engines look for. */
+int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err);
+/* A member: the failure another engine recorded (its code, its reason in err), or the
+ * meeting gone without a commit; 0 when there is neither. */
+int ck__sv_heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err);
+/* The meeting thread (opts.node_id set): heartbeats, and every shared save's round
+ * every poll_ms. Takes the engine's lock itself. */
+void *ck__sv_meet_thread(void *arg);
+
+#endif

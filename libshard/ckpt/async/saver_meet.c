@@ -1,0 +1,498 @@
+/* saver_meet.c - saves shared by several engines, in the engine (see async/saver.h and
+ * async/saver_int.h): the coordinator makes the meeting, members find it and write
+ * their ranks' part records there, both watch each other's heartbeats and the part
+ * timeout, and the meeting thread runs every shared save's round. The files are
+ * save/meet.h's; the save's states are saver_state.c's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sys/stat.h>
+
+#include "async/saver_int.h"
+#include "ck/catalog.h"
+#include "save/part.h"
+
+typedef struct scan {
+    ck__saver *sv;
+    sv_ckpt *c;
+    char from[CK_NODE_ID_MAX];     /* the daemon whose file is being read */
+    ck_err err;
+} scan;
+
+static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t rank)
+{
+    for (unsigned i = 0; i < c->npeers; i++)
+        if (!strcmp(c->peers[i].id, id))
+            return &c->peers[i];
+    peer *n = realloc(c->peers, (c->npeers + 1) * sizeof *n);
+    if (!n)
+        return NULL;
+    c->peers = n;
+    peer *q = &n[c->npeers++];
+    *q = (peer){ .instance = instance, .rank = rank, .changed = ck__sv_now() };
+    snprintf(q->id, sizeof q->id, "%s", id);
+    return q;
+}
+
+/* Why a watched daemon is dead, or NULL: its heartbeat names another instance (it
+ * restarted and forgot the save), or its counter stood still for --dead-after seconds
+ * measured on this host's monotonic clock (no clocks are compared across hosts). */
+static const char *peer_dead(ck__saver *sv, peer *q, double t)
+{
+    uint64_t inst, cnt;
+    int r = ck__beat_read(sv->root, q->id, &inst, &cnt);
+    if (r == 0 && inst != q->instance)
+        return "was restarted (another instance beats) and lost the save";
+    if (r == 0 && cnt != q->counter) {
+        q->counter = cnt;
+        q->changed = t;
+        return NULL;
+    }
+    return t - q->changed > sv->o.dead_after ? "stopped beating" : NULL;
+}
+
+static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
+{
+    scan *x = arg;
+    uint64_t inst, rank;
+    const char *id = file + strlen("join.");
+    if (ck__node_id_check(id, NULL) == 0 && ck__meet_join_decode(buf, len, &inst, &rank) == 0 &&
+        !peer_add(x->c, id, inst, rank))
+        return ck_err_set(&x->err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+static int on_failed(void *arg, const char *file, const uint8_t *buf, size_t len)
+{
+    scan *x = arg;
+    const char *id = file + strlen("failed.");
+    if (!strcmp(id, x->sv->o.node_id))
+        return 0;
+    int code;
+    char msg[CK_ERR_MSG_MAX];
+    if (ck__meet_fail_decode(buf, len, &code, msg, sizeof msg) < 0) {
+        code = -EIO;
+        snprintf(msg, sizeof msg, "(its record is unreadable)");
+    }
+    char prefix[CK_NAME_MAX + 16];
+    size_t k = (size_t)snprintf(prefix, sizeof prefix, "checkpoint %s: ", x->c->name);
+    return ck_err_set(&x->err, code, "engine %s gave it up: %s", id,
+                      strncmp(msg, prefix, k) ? msg : msg + k);
+}
+
+static int on_record(void *arg, const void *rec, size_t len, const ck__meet_blob *b)
+{
+    scan *x = arg;
+    sv_ckpt *c = x->c;
+    if (b)
+        return ck_save_blob(c->s, b->name, b->data, (size_t)b->len, &x->err);
+    ck__part pr;
+    int r = ck__part_decode(rec, len, &pr, &x->err);
+    if (r == 0 && pr.rank < c->world && c->parts[pr.rank].state != P_NONE)
+        r = ck_err_set(&x->err, -EBADMSG, "rank %llu is served by two daemons (this one "
+                       "and %s)", (unsigned long long)pr.rank, x->from);
+    if (r == 0)
+        r = ck_save_adopt(c->s, rec, len, &x->err);
+    if (r < 0)
+        return r;
+    c->parts[pr.rank].state = P_REMOTE;
+    c->remote++;
+    return 0;
+}
+
+static int on_parts(void *arg, const char *file, const uint8_t *buf, size_t len)
+{
+    scan *x = arg;
+    const char *id = file + strlen("part.");
+    const char *dot = strrchr(id, '.');
+    snprintf(x->from, sizeof x->from, "%.*s", dot ? (int)(dot - id) : 0, id);
+    int r = ck__meet_parts_decode(buf, len, on_record, x, &x->err);
+    if (r < 0)
+        return ck_err_set(&x->err, r, "the parts of engine %s (%s): %s", x->from, file,
+                          ck_err_msg(&x->err));
+    /* adopted: the hashes are in memory, bound for the manifest */
+    ck__meet_drop(x->sv->root, x->c->meet, file);
+    return 0;
+}
+
+/* The ranks no part has arrived for, as "4-7, 9" (at most cap bytes). */
+static void missing(const sv_ckpt *c, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (uint64_t r = 0; r < c->world && n + 48 < cap; r++) {
+        if (c->parts[r].state >= P_DURABLE)
+            continue;
+        uint64_t e = r;
+        while (e + 1 < c->world && c->parts[e + 1].state < P_DURABLE)
+            e++;
+        n += (size_t)snprintf(out + n, cap - n, e > r ? "%s%llu-%llu" : "%s%llu", n ? ", " : "",
+                              (unsigned long long)r, (unsigned long long)e);
+        r = e;
+    }
+}
+
+/* "rank R: engine ID" for each joined engine whose first rank's part has not
+ * arrived: where a missing part was to come from (at most cap bytes). */
+static void late_engines(const sv_ckpt *c, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (unsigned i = 0; i < c->npeers && n + CK_NODE_ID_MAX + 32 < cap; i++) {
+        const peer *q = &c->peers[i];
+        if (q->rank < c->world && c->parts[q->rank].state < P_DURABLE)
+            n += (size_t)snprintf(out + n, cap - n, "rank %llu: engine %s; ",
+                                  (unsigned long long)q->rank, q->id);
+    }
+}
+
+static void peers_of(const sv_ckpt *c, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (unsigned i = 0; i < c->npeers && n + CK_NODE_ID_MAX + 2 < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? ", " : "", c->peers[i].id);
+    if (!n)
+        snprintf(out, cap, "none");
+}
+
+/* The coordinator's round: joins, part records, failures, dead members, the timeout. */
+static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
+{
+    scan x = { .sv = sv, .c = c };
+    int r = ck__meet_each(sv->root, c->meet, "join.", on_join, &x, &x.err);
+    if (r == 0)
+        r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
+    if (r == 0)
+        r = ck__meet_each(sv->root, c->meet, "part.", on_parts, &x, &x.err);
+    char msg[CK_ERR_MSG_MAX + 512], miss[256], who[256];
+    if (r != 0) {
+        snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&x.err));
+        c->heard = strncmp(ck_err_msg(&x.err), "engine ", 7) == 0;
+        ck__sv_fail(sv, c, r < 0 ? r : -EIO, msg);
+        return;
+    }
+    bool complete = c->durable + c->remote == c->world;
+    /* Heartbeats change once per beat_every: reading them every poll would cost the
+     * coordinator of N nodes N reads per poll for nothing. */
+    bool watch = t >= c->next_watch;
+    if (watch)
+        c->next_watch = t + sv->beat_every;
+    for (unsigned i = 0; i < c->npeers && !complete && watch; i++) {
+        const char *why = peer_dead(sv, &c->peers[i], t);
+        if (!why)
+            continue;
+        missing(c, miss, sizeof miss);
+        snprintf(msg, sizeof msg, "checkpoint %s: engine %s %s (heartbeat %s/.ckptd.%s.beat, "
+                 "--dead-after %u s); the parts of ranks %s cannot arrive", c->name,
+                 c->peers[i].id, why, sv->root, c->peers[i].id, sv->o.dead_after, miss);
+        ck__sv_fail(sv, c, -EHOSTDOWN, msg);
+        return;
+    }
+    if (!complete && t > c->deadline) {
+        char late[512];
+        missing(c, miss, sizeof miss);
+        peers_of(c, who, sizeof who);
+        late_engines(c, late, sizeof late);
+        snprintf(msg, sizeof msg, "checkpoint %s: the parts of ranks %s never arrived within "
+                 "--part-timeout %u s (%sengines that joined besides coordinator %s: %s)",
+                 c->name, miss, sv->o.part_timeout, late, sv->o.node_id, who);
+        ck__sv_fail(sv, c, -ETIMEDOUT, msg);
+        return;
+    }
+    ck__sv_maybe_commit(sv, c);
+}
+
+/* A member without a meeting yet looks for the one the daemon of rank 0 opened. */
+static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
+{
+    ck__meet_plan plan;
+    ck_err err = { 0 };
+    char msg[CK_ERR_MSG_MAX + 256];
+    int r = ck__meet_find(sv->root, c->name, c->token, &plan, &err);
+    char final[PATH_MAX + CK_NAME_MAX];
+    snprintf(final, sizeof final, "%s/%s", sv->root, c->name);
+    struct stat st;
+    /* The one refusal of rank 0 that leaves a trace here: no meeting will come. */
+    if (r == 0 && stat(final, &st) == 0) {
+        snprintf(msg, sizeof msg, "checkpoint %s: %s: a checkpoint named %s already exists",
+                 c->name, sv->root, c->name);
+        ck__sv_fail(sv, c, -EEXIST, msg);
+        return;
+    }
+    /* The meeting of a coordinator that died since (another instance beats now) is
+     * debris its recovery is about to remove, not the save to join. */
+    uint64_t inst, cnt;
+    if (r > 0 && ck__beat_read(sv->root, plan.coord, &inst, &cnt) == 0 && inst != plan.instance)
+        r = 0;
+    if (r == 0 && t > c->deadline) {
+        snprintf(msg, sizeof msg, "checkpoint %s: no daemon serving rank 0 opened the save "
+                 "within --part-timeout %u s (is rank 0's ckptd running on the same root?)",
+                 c->name, sv->o.part_timeout);
+        ck__sv_fail(sv, c, -ETIMEDOUT, msg);
+        return;
+    }
+    if (r == 0)
+        return;
+    if (r > 0 && (plan.step != c->step || plan.world != c->world || plan.nodes != c->nodes))
+        r = ck_err_set(&err, -EINVAL, "engine %s coordinates it for step %llu, %llu ranks, %u "
+                       "engines; the ranks here declared step %llu, %llu ranks, %u engines",
+                       plan.coord, (unsigned long long)plan.step,
+                       (unsigned long long)plan.world, plan.nodes,
+                       (unsigned long long)c->step, (unsigned long long)c->world, c->nodes);
+    uint64_t any = 0;
+    while (any + 1 < c->world && c->parts[any].state == P_NONE)
+        any++;
+    char pend[PATH_MAX + CK_NAME_MAX + CK_TOKEN_MAX];
+    snprintf(pend, sizeof pend, "%s/%s/%s.%s", sv->root, CK_PENDING, c->name, c->token);
+    if (r > 0 && (r = ck_save_join(c->s, c->token, any, &err)) == 0 && stat(pend, &st) < 0)
+        r = ck_err_set(&err, -errno, "%s: %s", pend, strerror(errno));
+    if (r >= 0) {
+        c->dev = st.st_dev;
+        c->ino = st.st_ino;
+        ck__meet_dir(sv->root, c->name, c->token, c->meet);
+        c->role = R_MEMBER;
+        if (!peer_add(c, plan.coord, plan.instance, 0))
+            r = ck_err_set(&err, -ENOMEM, "out of memory");
+    }
+    if (r >= 0)
+        r = ck__meet_join(sv->root, c->meet, sv->o.node_id, sv->o.instance, any, &err);
+    if (r >= 0)
+        r = ck__sv_resolve(sv, c, &err);
+    if (r < 0) {
+        snprintf(msg, sizeof msg, "checkpoint %s: joining the save: %s", c->name,
+                 ck_err_msg(&err));
+        ck__sv_fail(sv, c, r, msg);
+        return;
+    }
+    ck__sv_log(sv, "checkpoint %s: joined daemon %s's save %s", c->name, plan.coord, c->token);
+}
+
+/* Writes the records of the ranks made durable since the last file, with their blobs,
+ * as one durable part file; the saver's lock is let go meanwhile (c->writes holds c). */
+static void put_records(ck__saver *sv, sv_ckpt *c)
+{
+    uint32_t n = 0, nb = 0;
+    for (uint64_t r = 0; r < c->world; r++)
+        if (c->parts[r].rec) {
+            n++;
+            nb += c->parts[r].nblobs;
+        }
+    if (!n)
+        return;
+    void **recs = calloc(n, sizeof *recs);
+    size_t *lens = calloc(n, sizeof *lens);
+    ck__meet_blob *blobs = calloc(nb ? nb : 1, sizeof *blobs);
+    uint64_t *ranks = calloc(n, sizeof *ranks);
+    uint8_t *file = NULL;
+    size_t len = 0;
+    int r = recs && lens && blobs && ranks ? 0 : -ENOMEM;
+    uint32_t k = 0, kb = 0;
+    for (uint64_t q = 0; r == 0 && q < c->world; q++) {
+        part *p = &c->parts[q];
+        if (!p->rec)
+            continue;
+        ranks[k] = q;
+        lens[k] = p->rec_len;
+        recs[k++] = p->rec;
+        const uint8_t *b = p->blob_bytes;
+        for (uint32_t i = 0; i < p->nblobs; i++) {
+            blobs[kb++] = (ck__meet_blob){ .name = p->blobs[i].name, .data = b,
+                                           .len = p->blobs[i].len };
+            b += p->blobs[i].len;
+        }
+    }
+    if (r == 0)
+        r = ck__meet_parts_encode(recs, lens, n, blobs, nb, &file, &len);
+    char name[CK_NODE_ID_MAX + 32];
+    snprintf(name, sizeof name, "part.%s.%u", sv->o.node_id, c->seq++);
+    ck_err err = { 0 };
+    c->writes++;
+    pthread_mutex_unlock(&sv->mu);
+    if (r == 0)
+        r = ck__meet_put(sv->root, c->meet, name, file, len, true, &err);
+    else
+        ck_err_set(&err, r, "out of memory");
+    pthread_mutex_lock(&sv->mu);
+    c->writes--;
+    for (uint32_t i = 0; r == 0 && i < n; i++) {
+        part *p = &c->parts[ranks[i]];
+        free(p->rec);
+        free(p->blob_bytes);
+        p->rec = NULL;
+        p->blob_bytes = NULL;
+    }
+    free(file);
+    free(recs);
+    free(lens);
+    free(blobs);
+    free(ranks);
+    if (r < 0 && c->state == C_COLLECTING) {
+        char msg[CK_ERR_MSG_MAX + 64];
+        snprintf(msg, sizeof msg, "checkpoint %s: writing its part records: %s", c->name,
+                 ck_err_msg(&err));
+        ck__sv_fail(sv, c, r, msg);
+    } else if (c->state == C_FAILED) {
+        ck__sv_finish_failed(sv, c);
+    }
+}
+
+static bool committed_as(ck__saver *sv, const sv_ckpt *c)
+{
+    char path[PATH_MAX + CK_NAME_MAX];
+    snprintf(path, sizeof path, "%s/%s", sv->root, c->name);
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_dev == c->dev && st.st_ino == c->ino;
+}
+
+/* A member: the failure another daemon recorded (its code, its reason in err), or the
+ * meeting gone without a commit; 0 when there is neither. */
+int ck__sv_heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    scan x = { .sv = sv, .c = c };
+    struct stat st;
+    int r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
+    if (r < 0 && stat(c->meet, &st) < 0 && !committed_as(sv, c))
+        r = ck_err_set(&x.err, -ECANCELED, "engine %s gave it up (its meeting %s is gone)",
+                       c->npeers ? c->peers[0].id : "?", c->meet);
+    if (r == 0)
+        return 0;
+    ck_err_set(err, r < 0 ? r : -EIO, "%s", ck_err_msg(&x.err));
+    return r < 0 ? r : -EIO;
+}
+
+/* A member's round: its records, then the outcome: the commit (ROOT/NAME is the
+ * directory it wrote into), a failure record, or a coordinator that died. */
+static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
+{
+    put_records(sv, c);
+    if (c->state != C_COLLECTING)
+        return;
+    char msg[CK_ERR_MSG_MAX + 512];
+    if (!c->writes && committed_as(sv, c)) {
+        ck__sv_log(sv, "checkpoint %s committed by daemon %s: %llu ranks written here, %.3f s",
+              c->name, c->peers[0].id, (unsigned long long)c->durable, ck__sv_now() - c->t0);
+        ck__sv_emit(sv, CK_SAVER_COMMITTED, c, 0);
+        ck__sv_unlink(sv, c);
+        ck_save_abort(c->s);        /* shared: frees only; the directory is committed */
+        ck__sv_free_parts(c, true);
+        return;
+    }
+    ck_err err = { 0 };
+    int r = ck__sv_heard_failure(sv, c, &err);
+    if (r != 0) {
+        if (committed_as(sv, c))
+            return;                 /* committed since the first look: the next round */
+        snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&err));
+        c->heard = true;
+        ck__sv_fail(sv, c, r, msg);
+        return;
+    }
+    const char *why = NULL;
+    if (t >= c->next_watch) {
+        c->next_watch = t + sv->beat_every;
+        why = peer_dead(sv, &c->peers[0], t);
+    }
+    if (why) {
+        snprintf(msg, sizeof msg, "checkpoint %s: the coordinating engine %s %s (heartbeat "
+                 "%s/.ckptd.%s.beat, --dead-after %u s); the save cannot commit", c->name,
+                 c->peers[0].id, why, sv->root, c->peers[0].id, sv->o.dead_after);
+        ck__sv_fail(sv, c, -EHOSTDOWN, msg);
+    }
+}
+
+/* Failed saves whose writes have not returned dead_after seconds after the failure:
+ * told once, so that the engine's users let go of them without waiting for good. */
+static void report_stuck(ck__saver *sv, double t)
+{
+    if (!sv->o.report_stuck)
+        return;
+    for (sv_ckpt *c = sv->list; c; c = c->next)
+        if (c->state == C_FAILED && c->writes && !c->fail_reported && !c->stuck_reported &&
+            t - c->failed_at >= sv->o.dead_after) {
+            c->stuck_reported = true;
+            ck__sv_log(sv, "checkpoint %s: failed, and its writes have not returned %u s later "
+                  "(the storage under %s hangs?): their staging is given up", c->name,
+                  sv->o.dead_after, sv->root);
+            ck__sv_emit(sv, CK_SAVER_STUCK, c, 0);
+        }
+}
+
+void *ck__sv_meet_thread(void *arg)
+{
+    ck__saver *sv = arg;
+    uint64_t counter = 0;
+    double next_beat = 0, every = sv->beat_every;
+    pthread_mutex_lock(&sv->mu);
+    while (!sv->stop) {
+        double t = ck__sv_now();
+        if (t >= next_beat) {
+            pthread_mutex_unlock(&sv->mu);
+            ck_err err = { 0 };
+            if (ck__beat_write(sv->root, sv->o.node_id, sv->o.instance, ++counter, &err) < 0)
+                ck__sv_log(sv, "heartbeat: %s", ck_err_msg(&err));
+            pthread_mutex_lock(&sv->mu);
+            next_beat = t + every;
+        }
+        for (sv_ckpt *c = sv->list; c; c = c->next) {
+            if (c->state != C_COLLECTING || c->role == R_ALONE)
+                continue;
+            sv_ckpt *before = sv->list;
+            int role = c->role;
+            if (role == R_COORD)
+                tick_coord(sv, c, t);
+            else if (role == R_UNKNOWN)
+                tick_find(sv, c, t);
+            else
+                tick_member(sv, c, t);
+            /* A save that ended may have freed c, or taken others out of the list (and
+             * the lock was let go): the rest wait for the next round. c is looked up by
+             * address, since reading its name could read freed memory. */
+            if (sv->list != before || !ck__sv_listed(sv, c) || c->state != C_COLLECTING)
+                break;
+        }
+        report_stuck(sv, t);
+        for (grave **gp = &sv->graves; *gp;) {
+            grave *g = *gp;
+            if (g->when > t) {
+                gp = &g->next;
+                continue;
+            }
+            *gp = g->next;
+            ck__meet_remove(sv->root, g->dir);
+            free(g);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)sv->o.poll_ms * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&sv->meet_cv, &sv->mu, &ts);
+    }
+    pthread_mutex_unlock(&sv->mu);
+    return NULL;
+}
+
+/* This daemon serves rank 0: it makes the save's directory (holding its lock) and the
+ * meeting the other daemons look for. With the lock held. */
+int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    if (!sv->o.node_id)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: declared for %u daemons, but this "
+                          "engine serves one node only (run ckptd on each node)", c->name,
+                          c->nodes);
+    c->role = R_COORD;
+    int r = ck_save_share(c->s, c->token, err);
+    ck__meet_plan plan = { .step = c->step, .world = c->world, .nodes = c->nodes,
+                           .instance = sv->o.instance };
+    snprintf(plan.coord, sizeof plan.coord, "%s", sv->o.node_id);
+    if (r == 0 && (r = ck__meet_create(sv->root, c->name, c->token, &plan, err)) == 0)
+        ck__meet_dir(sv->root, c->name, c->token, c->meet);
+    if (r == 0)
+        r = ck__sv_resolve(sv, c, err);
+    if (r == 0)
+        ck__sv_log(sv, "checkpoint %s: coordinating %u daemons in %s", c->name, c->nodes, c->meet);
+    return r;
+}

@@ -1,0 +1,218 @@
+/* saver_state.c - one save's state machine in the engine (see async/saver_int.h): its
+ * failure and how it is told, its jobs, its commit request, its events. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "async/saver_int.h"
+#include "model/say.h"
+
+double ck__sv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void ck__sv_log(ck__saver *sv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ck__vsay(sv->o.log, sv->o.arg, fmt, ap);
+    va_end(ap);
+}
+
+void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64_t rank)
+{
+    if (!sv->o.event)
+        return;
+    ck__saver_event ev = { .kind = kind, .name = c->name, .rank = rank, .code = c->fail_code,
+                          .msg = c->fail_msg };
+    sv->o.event(sv->o.arg, &ev);
+}
+
+sv_ckpt *ck__sv_find(ck__saver *sv, const char *name)
+{
+    for (sv_ckpt *c = sv->list; c; c = c->next)
+        if (!strcmp(c->name, name))
+            return c;
+    return NULL;
+}
+
+bool ck__sv_listed(const ck__saver *sv, const sv_ckpt *c)
+{
+    for (const sv_ckpt *p = sv->list; p; p = p->next)
+        if (p == c)
+            return true;
+    return false;
+}
+
+void ck__sv_free_parts(sv_ckpt *c, bool all)
+{
+    for (uint64_t r = 0; c->parts && r < c->world; r++) {
+        free(c->parts[r].blobs);
+        free(c->parts[r].blob_bytes);
+        free(c->parts[r].rec);
+        c->parts[r].blobs = NULL;
+        c->parts[r].blob_bytes = NULL;
+        c->parts[r].rec = NULL;
+    }
+    if (all) {
+        free(c->peers);
+        free(c->parts);
+        for (uint32_t i = 0; c->tensors && i < c->ntensors; i++)
+            ck__decl_tensor_free(&c->tensors[i]);
+        free(c->tensors);
+        free(c);
+    }
+}
+
+void ck__sv_unlink(ck__saver *sv, sv_ckpt *c)
+{
+    for (sv_ckpt **pp = &sv->list; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    pthread_cond_broadcast(&sv->idle);
+}
+
+static void prune_failed(ck__saver *sv, const sv_ckpt *keep)
+{
+    if (sv->closing)
+        return;
+    for (;;) {
+        unsigned n = 0;
+        uint64_t ranks = 0;
+        sv_ckpt *oldest = NULL;
+        /* Only saves taken apart: a job of one still being aborted holds it. */
+        for (sv_ckpt *c = sv->list; c; c = c->next)
+            if (c->state == C_FAILED && c->fail_reported && !c->writes) {
+                n++;
+                ranks += c->world;
+                if (c != keep)
+                    oldest = c;         /* new saves are pushed at the front */
+            }
+        if (!oldest || (n <= FAILED_KEPT && ranks <= FAILED_KEPT_RANKS))
+            break;
+        ck__sv_unlink(sv, oldest);
+        ck__sv_free_parts(oldest, true);
+    }
+}
+
+/* The other daemons of a shared save hear of this daemon's failure through its
+ * failed.ID record; the coordinator then removes the meeting after a grace period in
+ * which they can read why (they poll every poll_ms). */
+static void announce(ck__saver *sv, sv_ckpt *c)
+{
+    if (!c->meet[0])
+        return;
+    ck_err err = { 0 };
+    if (!c->heard &&
+        ck__meet_fail(sv->root, c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
+        ck__sv_log(sv, "checkpoint %s: telling the other daemons of the failure: %s", c->name,
+              ck_err_msg(&err));
+    grave *g = c->role == R_COORD ? calloc(1, sizeof *g) : NULL;
+    if (!g)
+        return;
+    snprintf(g->dir, sizeof g->dir, "%s", c->meet);
+    g->when = ck__sv_now() + 2.0 + 4.0 * sv->o.poll_ms / 1000.0;
+    g->next = sv->graves;
+    sv->graves = g;
+}
+
+/* Once nothing of a failed save runs any more: remove its files (on a worker: a plan
+ * of a million ranks takes seconds to take apart, and the caller may be ckptd's event
+ * loop), then tell everyone. */
+void ck__sv_finish_failed(ck__saver *sv, sv_ckpt *c)
+{
+    if (c->writes || c->fail_reported)
+        return;
+    if (c->s && ck__sv_push(sv, c, 0, JOB_ABORT) == 0) {
+        c->writes++;
+        return;
+    }
+    c->fail_reported = true;
+    if (c->role == R_COORD)
+        ck__save_discard(c->s);
+    else
+        ck_save_abort(c->s);
+    c->s = NULL;
+    ck__sv_free_parts(c, false);
+    ck__sv_log(sv, "checkpoint %s failed: %s", c->name, c->fail_msg);
+    ck__sv_emit(sv, CK_SAVER_FAILED, c, 0);
+    pthread_cond_broadcast(&sv->idle);
+    prune_failed(sv, c);
+}
+
+void ck__sv_fail(ck__saver *sv, sv_ckpt *c, int code, const char *msg)
+{
+    if (c->state != C_COLLECTING)
+        return;
+    c->state = C_FAILED;
+    c->failed_at = ck__sv_now();
+    c->fail_code = code;
+    snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
+    announce(sv, c);
+    ck__sv_finish_failed(sv, c);
+}
+
+int ck__sv_push(ck__saver *sv, sv_ckpt *c, uint64_t rank, int kind)
+{
+    sv_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return -ENOMEM;
+    *j = (sv_job){ .c = c, .rank = rank, .kind = kind };
+    if (sv->tail)
+        sv->tail->next = j;
+    else
+        sv->head = j;
+    sv->tail = j;
+    pthread_cond_signal(&sv->work);
+    return 0;
+}
+
+void ck__sv_maybe_commit(ck__saver *sv, sv_ckpt *c)
+{
+    if (c->state != C_COLLECTING || !c->commit_requested || c->durable + c->remote != c->world ||
+        (c->role != R_ALONE && c->role != R_COORD))
+        return;
+    c->state = C_COMMITTING;
+    if (ck__sv_push(sv, c, 0, JOB_COMMIT) < 0) {
+        c->state = C_COLLECTING;
+        ck__sv_fail(sv, c, -ENOMEM, "out of memory queueing the commit");
+    }
+}
+
+/* The parts staged before the save's directory was known are bound and written now;
+ * their blobs go to this daemon's manifest when it coordinates. */
+int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    for (uint64_t r = 0; r < c->world; r++) {
+        part *p = &c->parts[r];
+        if (c->role == R_COORD && p->blob_bytes) {
+            const uint8_t *b = p->blob_bytes;
+            for (uint32_t i = 0; i < p->nblobs; i++) {
+                int e = ck_save_blob(c->s, p->blobs[i].name, b, p->blobs[i].len, err);
+                if (e < 0)
+                    return e;
+                b += p->blobs[i].len;
+            }
+            free(p->blob_bytes);
+            p->blob_bytes = NULL;
+        }
+        if (p->state != P_STAGED || !p->deferred)
+            continue;
+        int e = ck_save_rank_image(c->s, r, p->staging, err);
+        if (e == 0 && (e = ck__sv_push(sv, c, r, JOB_WRITE)) < 0)
+            ck_err_set(err, e, "checkpoint %s: out of memory", c->name);
+        if (e < 0)
+            return e;
+        p->staging = NULL;
+        p->deferred = false;
+        c->writes++;
+    }
+    return 0;
+}
