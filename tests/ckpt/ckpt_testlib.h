@@ -15,6 +15,7 @@
 
 #include "ck/ckpt.h"
 #include "ck/load.h"
+#include "ck/save.h"
 #include "ck/synth.h"
 #include "ck/verify.h"
 
@@ -106,6 +107,45 @@ typedef struct tl_content {
     uint64_t seed;
     int bad;
 } tl_content;
+
+/* Saves checkpoint name under root on mesh (with dim names names, or NULL): n 2-D
+ * tensors "t0".."t<n-1>" of shapes[i] and dtypes[i], tensor i placed as pl[i] (a
+ * placement string, one entry per mesh dim), every rank's shard filled with the
+ * formula of seed. Fails the test on any error. */
+static inline void tl_save_formula(const char *root, const char *name, const char *mesh_s,
+                                   const char *names, const uint64_t (*shapes)[2],
+                                   const ck_dtype *dtypes, const char *const *pl, uint32_t n,
+                                   uint64_t seed)
+{
+    ck_err err = { 0 };
+    ck_mesh mesh;
+    REQUIRE(ck_mesh_parse(mesh_s, names, &mesh, NULL) == 0, "mesh %s", mesh_s);
+    uint64_t world = ck_mesh_world(&mesh);
+    ck_synth_src *src = calloc((size_t)n * world, sizeof *src);
+    REQUIRE(src, "out of memory");
+    ck_save *s;
+    REQUIRE(ck_save_begin(&s, root, name, 1, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    for (uint32_t t = 0; t < n; t++) {
+        char tn[16];
+        ck_placement p[CK_MAX_MESH_DIMS];
+        snprintf(tn, sizeof tn, "t%u", t);
+        REQUIRE(ck_placements_parse(pl[t], mesh.ndim, 2, p, NULL) == 0, "%s", pl[t]);
+        REQUIRE(ck_save_tensor(s, tn, dtypes[t], 2, shapes[t], p, &err) == 0, "%s",
+                ck_err_msg(&err));
+        for (uint64_t r = 0; r < world; r++) {
+            uint32_t c[CK_MAX_MESH_DIMS];
+            ck_synth_src *x = &src[t * world + r];
+            ck_mesh_coord(&mesh, r, c);
+            *x = (ck_synth_src){ .seed = seed, .tensor = t, .itemsize = ck_dtype_size(dtypes[t]),
+                                 .ndim = 2, .shape = { shapes[t][0], shapes[t][1] } };
+            ck_shard_box(2, shapes[t], &mesh, p, c, &x->box);
+            REQUIRE(ck_save_shard_fill(s, tn, r, ck_synth_fill, x, &err) == 0, "%s",
+                    ck_err_msg(&err));
+        }
+    }
+    REQUIRE(ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    free(src);
+}
 
 static inline int tl_check_tensor(const ck_tensor *t, void *arg)
 {

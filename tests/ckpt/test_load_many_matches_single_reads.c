@@ -14,30 +14,8 @@ static const ck_dtype dt[3] = { CK_F32, CK_BF16, CK_F64 };
 
 static void save(const char *root)
 {
-    ck_err err = { 0 };
-    ck_mesh mesh;
-    ck_placement pl[1];
-    ck_mesh_parse("4", NULL, &mesh, NULL);
-    ck_placements_parse("S(0)", 1, 2, pl, NULL);
-    static ck_synth_src src[3][4];
-    ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "src", 1, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
-    for (uint32_t t = 0; t < 3; t++) {
-        char tn[8];
-        snprintf(tn, sizeof tn, "t%u", t);
-        REQUIRE(ck_save_tensor(s, tn, dt[t], 2, shapes[t], pl, &err) == 0, "%s",
-                ck_err_msg(&err));
-        for (uint64_t r = 0; r < 4; r++) {
-            uint32_t c[1] = { (uint32_t)r };
-            src[t][r] = (ck_synth_src){ .seed = seed, .tensor = t,
-                                        .itemsize = ck_dtype_size(dt[t]), .ndim = 2,
-                                        .shape = { shapes[t][0], shapes[t][1] } };
-            ck_shard_box(2, shapes[t], &mesh, pl, c, &src[t][r].box);
-            REQUIRE(ck_save_shard_fill(s, tn, r, ck_synth_fill, &src[t][r], &err) == 0, "%s",
-                    ck_err_msg(&err));
-        }
-    }
-    REQUIRE(ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    static const char *const pl[3] = { "S(0)", "S(0)", "S(0)" };
+    tl_save_formula(root, "src", "4", NULL, shapes, dt, pl, 3, seed);
 }
 
 int main(void)

@@ -9,33 +9,10 @@ static const uint64_t seed = 99;
 
 static void save_2x4(const char *root)
 {
-    ck_err err = { 0 };
-    ck_mesh mesh;
-    ck_placement pl[2], pl1[2];
-    ck_mesh_parse("2x4", "replicate,shard", &mesh, NULL);
-    ck_placements_parse("R,S(0)", 2, 2, pl, NULL);
-    ck_placements_parse("S(1),S(0)", 2, 2, pl1, NULL);
     static const uint64_t shapes[4][2] = { { 1001, 37 }, { 3, 5 }, { 4096, 8 }, { 17, 19 } };
     static const ck_dtype dt[4] = { CK_F32, CK_BF16, CK_F64, CK_I16 };
-    static ck_synth_src src[4][8];
-    ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "src", 1, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
-    for (uint32_t t = 0; t < 4; t++) {
-        char tn[8];
-        snprintf(tn, sizeof tn, "t%u", t);
-        const ck_placement *p = t == 3 ? pl1 : pl;
-        REQUIRE(ck_save_tensor(s, tn, dt[t], 2, shapes[t], p, &err) == 0, "%s", ck_err_msg(&err));
-        for (uint64_t r = 0; r < 8; r++) {
-            uint32_t c[2];
-            ck_mesh_coord(&mesh, r, c);
-            src[t][r] = (ck_synth_src){ .seed = seed, .tensor = t, .itemsize = ck_dtype_size(dt[t]),
-                                        .ndim = 2, .shape = { shapes[t][0], shapes[t][1] } };
-            ck_shard_box(2, shapes[t], &mesh, p, c, &src[t][r].box);
-            REQUIRE(ck_save_shard_fill(s, tn, r, ck_synth_fill, &src[t][r], &err) == 0, "%s",
-                    ck_err_msg(&err));
-        }
-    }
-    REQUIRE(ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    static const char *const pl[4] = { "R,S(0)", "R,S(0)", "R,S(0)", "S(1),S(0)" };
+    tl_save_formula(root, "src", "2x4", "replicate,shard", shapes, dt, pl, 4, seed);
 }
 
 int main(void)
