@@ -1,6 +1,8 @@
 """CkptWriter and CkptReader stay picklable (dcp.async_save's process executor pickles
 the writer into a spawned process): before a save, after a save (no C handles
-travel), and a copy saves like the original."""
+travel), and a copy saves like the original. A root that does not exist yet is made,
+as FileSystemWriter makes its directory."""
+import os
 import pickle
 
 import torch
@@ -12,7 +14,7 @@ from libshard.dcp import CkptReader, CkptWriter
 
 
 def main():
-    root = common.tmpdir("pickle")
+    root = os.path.join(common.tmpdir("pickle"), "made", "here")    # not there yet
     w = CkptWriter(root, "a-1", hash=False, step=7)
     w2 = pickle.loads(pickle.dumps(w))
     assert (w2.root, w2.name, w2.hash, w2.step) == (root, "a-1", False, 7)
