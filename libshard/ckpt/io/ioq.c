@@ -1,9 +1,37 @@
-/* ioq.c - run a batch of I/Os to completion, the loop every synchronous caller needs. */
+/* ioq.c - what every synchronous or streaming caller of a ck_ioq does with a
+ * completion (continue a short transfer, name a failure), and the loop that runs a
+ * batch to its end. */
 #include <stdio.h>
 #include <string.h>
 
 #include "ck/engine.h"
 #include "ck/error.h"
+
+int ck_ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *what,
+                    ck_err *err)
+{
+    if (res < 0)
+        return ck_err_set(err, res, "%s: %s of %u bytes at offset %llu: %s", what,
+                          io->write ? "write" : "read", io->len,
+                          (unsigned long long)io->off, strerror(-res));
+    if (res == 0 && io->len > 0)
+        return io->write
+            ? ck_err_set(err, -EIO, "%s: write at offset %llu made no progress", what,
+                         (unsigned long long)io->off)
+            : ck_err_set(err, -EBADMSG, "%s: file ends before offset %llu (truncated?)",
+                         what, (unsigned long long)io->off);
+    if ((unsigned)res >= io->len)
+        return 1;
+    /* Continue where the kernel stopped: the rest of a short transfer. */
+    io->buf = (char *)io->buf + res;
+    io->off += (unsigned)res;
+    io->len -= (unsigned)res;
+    io->buf_index = -1;
+    int r = e->ops->ioq_submit(q, io, 1);
+    if (r < 0)
+        return ck_err_set(err, r, "%s: submitting I/O: %s", what, strerror(-r));
+    return 0;
+}
 
 int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what, ck_err *err)
 {
@@ -20,36 +48,14 @@ int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what
         if (got < 0)
             return ck_err_set(err, got, "%s: waiting for I/O: %s", what, strerror(-got));
         for (int j = 0; j < got; j++) {
-            ck_io *io = &ios[done[j].user];
-            int res = done[j].res;
             pending--;
-            if (res < 0 || first_err < 0) {
-                if (res < 0 && first_err == 0)
-                    first_err = ck_err_set(err, res, "%s: %s of %u bytes at offset %llu: %s",
-                                           what, io->write ? "write" : "read", io->len,
-                                           (unsigned long long)io->off, strerror(-res));
-                continue;
-            }
-            if (res == 0 && io->len > 0) {
-                first_err = io->write
-                    ? ck_err_set(err, -EIO, "%s: write at offset %llu made no progress", what,
-                                 (unsigned long long)io->off)
-                    : ck_err_set(err, -EBADMSG, "%s: file ends before offset %llu (truncated?)",
-                                 what, (unsigned long long)io->off);
-                continue;
-            }
-            if ((unsigned)res < io->len) {
-                /* Continue where the kernel stopped: the rest of a short transfer. */
-                io->buf = (char *)io->buf + res;
-                io->off += (unsigned)res;
-                io->len -= (unsigned)res;
-                io->buf_index = -1;
-                r = e->ops->ioq_submit(q, io, 1);
-                if (r < 0)
-                    first_err = ck_err_set(err, r, "%s: submitting I/O: %s", what, strerror(-r));
-                else
-                    pending++;
-            }
+            if (first_err < 0)
+                continue;   /* the first failure's message stands; drain the rest */
+            r = ck_ioq_complete(e, q, &ios[done[j].user], done[j].res, what, err);
+            if (r < 0)
+                first_err = r;
+            else if (r == 0)
+                pending++;
         }
     }
     return first_err;

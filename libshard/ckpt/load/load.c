@@ -15,7 +15,7 @@
 #include "ck/load.h"
 #include "format/reader_int.h"
 
-enum { RL_BATCH = 64, RL_IO_MAX = 1u << 20, RL_ALIGN = 4096 };
+enum { RL_DEPTH = 64, RL_IO_MAX = 1u << 20, RL_ALIGN = 4096 };
 
 typedef struct rl_item {
     uint32_t file;
@@ -24,28 +24,31 @@ typedef struct rl_item {
     uint8_t *dst;
 } rl_item;
 
-/* An O_DIRECT read into a bounce buffer, copied out once the batch has landed. */
+/* An O_DIRECT read into a bounce buffer, copied out once it has landed. */
 typedef struct rl_bounce {
     uint8_t *dst;
     uint32_t skip;        /* bytes of the aligned read before the wanted ones */
-    uint32_t len;
+    uint32_t len;         /* 0: the slot's read goes straight to its destination */
 } rl_bounce;
 
 /* A read list: file ranges added in order, coalesced when they continue each other
- * in the file and in memory, read through one io_uring. With bounce buffers (a batch
- * load), ranges whose destination is not 4 KiB aligned are read with O_DIRECT too,
- * into aligned buffers, and copied out: the page cache's path runs at about half the
- * device's read speed. */
+ * in the file and in memory, and streamed through one io_uring: up to RL_DEPTH reads
+ * are in flight, and a slot is handed to the next read as soon as its own has landed
+ * (and, through a bounce buffer, been copied out), so the device never waits for the
+ * slowest read of a batch nor for the copies. With bounce buffers (a batch load),
+ * ranges whose destination is not 4 KiB aligned are read with O_DIRECT too, into
+ * aligned buffers: the page cache's path runs at about half the device's read speed. */
 typedef struct rlist {
     ck_ckpt *ck;
     ck_ioq *q;
     rl_item pending;      /* the range being grown by coalescing */
     bool have;
-    ck_io ios[RL_BATCH];
-    unsigned nio;
+    ck_io ios[RL_DEPTH];  /* per slot: its read in flight */
+    rl_bounce bc[RL_DEPTH];
+    unsigned free_slots[RL_DEPTH], nfree;
     uint64_t reads;       /* file reads issued */
-    uint8_t *bounce;      /* RL_BATCH buffers of RL_BOUNCE bytes, or NULL */
-    rl_bounce bc[RL_BATCH];   /* per I/O of the batch: its copy-out, len 0 when none */
+    int failed;           /* the first failure; its message is in the caller's err */
+    uint8_t *bounce;      /* RL_DEPTH buffers of RL_BOUNCE bytes, or NULL */
 } rlist;
 
 enum { RL_BOUNCE = RL_IO_MAX + 2 * RL_ALIGN };
@@ -56,48 +59,105 @@ static int rlist_open(ck_ckpt *ck, rlist **out, ck_err *err)
     if (!rl)
         return -ENOMEM;
     rl->ck = ck;
-    int r = ck->engine->ops->ioq_open(ck->engine, RL_BATCH, NULL, 0, &rl->q);
+    int r = ck->engine->ops->ioq_open(ck->engine, RL_DEPTH, NULL, 0, &rl->q);
     if (r < 0) {
         free(rl);
         return ck_err_set(err, r, "io_uring: %s", strerror(-r));
     }
+    for (unsigned i = 0; i < RL_DEPTH; i++)
+        rl->free_slots[i] = RL_DEPTH - 1 - i;
+    rl->nfree = RL_DEPTH;
     *out = rl;
     return 0;
+}
+
+/* Waits for at least min_done reads, copies out what landed in bounce buffers and
+ * frees their slots. After a failure the rest are still reaped (the kernel must be
+ * done with every buffer before it is freed), but nothing more is copied. */
+static int rl_reap(rlist *rl, unsigned min_done, ck_err *err)
+{
+    ck_engine *e = rl->ck->engine;
+    ck_io_done done[RL_DEPTH];
+    int got = e->ops->ioq_reap(rl->q, done, RL_DEPTH, min_done);
+    if (got < 0) {
+        /* The ring itself failed: nothing more will complete. */
+        if (!rl->failed)
+            rl->failed = ck_err_set(err, got, "%s: waiting for reads: %s", rl->ck->dir,
+                                    strerror(-got));
+        rl->nfree = RL_DEPTH;
+        for (unsigned i = 0; i < RL_DEPTH; i++)
+            rl->free_slots[i] = i;
+        return rl->failed;
+    }
+    for (int j = 0; j < got; j++) {
+        unsigned s = (unsigned)done[j].user;
+        int r = 1;
+        if (!rl->failed) {
+            r = ck_ioq_complete(e, rl->q, &rl->ios[s], done[j].res, rl->ck->dir, err);
+            if (r < 0)
+                rl->failed = r;
+        }
+        if (r == 0)
+            continue;     /* the rest of a short read is in flight in the same slot */
+        if (r > 0 && !rl->failed && rl->bc[s].len)
+            memcpy(rl->bc[s].dst, rl->bounce + (size_t)s * RL_BOUNCE + rl->bc[s].skip,
+                   rl->bc[s].len);
+        rl->bc[s].len = 0;
+        rl->free_slots[rl->nfree++] = s;
+    }
+    return rl->failed;
+}
+
+/* A free slot, waiting for a read to land when all are in flight. */
+static int rl_slot(rlist *rl, ck_err *err)
+{
+    while (rl->nfree == 0) {
+        int r = rl_reap(rl, 1, err);
+        if (r < 0)
+            return r;
+    }
+    return (int)rl->free_slots[--rl->nfree];
+}
+
+/* Starts slot s's read (ios[s] and bc[s] filled in). */
+static int rl_start(rlist *rl, unsigned s, ck_err *err)
+{
+    rl->ios[s].user = s;
+    rl->reads++;
+    int r = rl->ck->engine->ops->ioq_submit(rl->q, &rl->ios[s], 1);
+    if (r < 0) {
+        rl->bc[s].len = 0;
+        rl->free_slots[rl->nfree++] = s;
+        return rl->failed = ck_err_set(err, r, "%s: submitting reads: %s", rl->ck->dir,
+                                       strerror(-r));
+    }
+    return 0;
+}
+
+/* Waits for every read in flight. */
+static int rl_drain(rlist *rl, ck_err *err)
+{
+    while (rl->nfree < RL_DEPTH)
+        rl_reap(rl, 1, err);
+    int r = rl->failed;
+    rl->failed = 0;
+    return r;
 }
 
 static void rlist_close(rlist *rl)
 {
     if (!rl)
         return;
+    ck_err ignored = {0};
+    rl_drain(rl, &ignored);     /* only after an error path: buffers must be idle */
     rl->ck->engine->ops->ioq_close(rl->q);
     free(rl->bounce);
     free(rl);
 }
 
-static int rl_submit_batch(rlist *rl, ck_err *err)
-{
-    if (rl->nio == 0)
-        return 0;
-    int r = ck_ioq_run(rl->ck->engine, rl->q, rl->ios, rl->nio, rl->ck->dir, err);
-    for (unsigned i = 0; i < rl->nio && r >= 0; i++)
-        if (rl->bc[i].len)
-            memcpy(rl->bc[i].dst, rl->bounce + (size_t)i * RL_BOUNCE + rl->bc[i].skip,
-                   rl->bc[i].len);
-    memset(rl->bc, 0, rl->nio * sizeof *rl->bc);
-    rl->nio = 0;
-    return r < 0 ? r : 0;
-}
-
-static int rl_push(rlist *rl, ck_io io, ck_err *err)
-{
-    rl->ios[rl->nio++] = io;
-    rl->reads++;
-    return rl->nio == RL_BATCH ? rl_submit_batch(rl, err) : 0;
-}
-
-/* Reads [foff, foff + chunk) into d through bounce buffer: the aligned range around it,
- * with O_DIRECT, when that range lies inside the file; 0 when it does not (the caller
- * reads buffered), 1 when queued. */
+/* Reads [foff, foff + chunk) into d through a bounce buffer: the aligned range around
+ * it, with O_DIRECT, when that range lies inside the file; 0 when it does not (the
+ * caller reads buffered), 1 when started. */
 static int rl_bounced(rlist *rl, uint32_t file, uint64_t foff, uint32_t chunk, uint8_t *d,
                       ck_err *err)
 {
@@ -110,16 +170,20 @@ static int rl_bounced(rlist *rl, uint32_t file, uint64_t foff, uint32_t chunk, u
         return 0;
     if (fd < 0)
         return fd;
-    rl->bc[rl->nio] = (rl_bounce){ .dst = d, .skip = (uint32_t)(foff - a), .len = chunk };
-    int r = rl_push(rl, (ck_io){ .fd = fd, .write = false, .buf_index = -1,
-                                 .buf = rl->bounce + (size_t)rl->nio * RL_BOUNCE,
-                                 .len = (uint32_t)(b - a), .off = a }, err);
+    int s = rl_slot(rl, err);
+    if (s < 0)
+        return s;
+    rl->bc[s] = (rl_bounce){ .dst = d, .skip = (uint32_t)(foff - a), .len = chunk };
+    rl->ios[s] = (ck_io){ .fd = fd, .write = false, .buf_index = -1,
+                          .buf = rl->bounce + (size_t)s * RL_BOUNCE,
+                          .len = (uint32_t)(b - a), .off = a };
+    int r = rl_start(rl, (unsigned)s, err);
     return r < 0 ? r : 1;
 }
 
-/* Splits one coalesced range into I/Os of at most RL_IO_MAX: O_DIRECT for the aligned
- * body; what alignment forbids through a bounce buffer where the list has them, else
- * buffered. */
+/* Splits one coalesced range into reads of at most RL_IO_MAX: O_DIRECT for the
+ * aligned body; what alignment forbids through a bounce buffer where the list has
+ * them, else buffered. */
 static int rl_issue(rlist *rl, const rl_item *it, ck_err *err)
 {
     uint64_t done = 0;
@@ -143,9 +207,12 @@ static int rl_issue(rlist *rl, const rl_item *it, ck_err *err)
             fd = ck__data_fd(rl->ck, it->file, false, err);
         if (fd < 0)
             return fd;
-        r = rl_push(rl, (ck_io){ .fd = fd, .write = false, .buf_index = -1, .buf = d,
-                                 .len = chunk, .off = foff }, err);
-        if (r < 0)
+        int s = rl_slot(rl, err);
+        if (s < 0)
+            return s;
+        rl->ios[s] = (ck_io){ .fd = fd, .write = false, .buf_index = -1, .buf = d,
+                              .len = chunk, .off = foff };
+        if ((r = rl_start(rl, (unsigned)s, err)) < 0)
             return r;
         done += chunk;
     }
@@ -178,7 +245,7 @@ static int rlist_flush(rlist *rl, ck_err *err)
     if (rl->have)
         r = rl_issue(rl, &rl->pending, err);
     rl->have = false;
-    int r2 = rl_submit_batch(rl, err);
+    int r2 = rl_drain(rl, err);
     return r < 0 ? r : r2;
 }
 
@@ -405,7 +472,7 @@ int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err)
     int r = rlist_open(ck, &rl, err);
     if (r < 0)
         return r;
-    if (posix_memalign((void **)&rl->bounce, RL_ALIGN, (size_t)RL_BATCH * RL_BOUNCE)) {
+    if (posix_memalign((void **)&rl->bounce, RL_ALIGN, (size_t)RL_DEPTH * RL_BOUNCE)) {
         rlist_close(rl);
         return ck_err_set(err, -ENOMEM, "%s: out of memory for read buffers", ck->dir);
     }

@@ -89,10 +89,18 @@ int ck_engine_open_data(ck_engine *e, int dir, const char *path, int flags, unsi
 /* Opens path (a directory or file, beneath dir) read-only and fsyncs it. */
 int ck_engine_fsync_path(ck_engine *e, int dir, const char *path);
 
+/* What a caller does with the completion of io (res as reaped): 1 when io is done;
+ * 0 when it moved fewer bytes than asked and its rest was submitted again (io is
+ * updated in place: the same user, still in flight); a negative code, with the
+ * message naming `what`, the offset and the length, when it failed. A read that meets
+ * end-of-file is -EBADMSG (the file is shorter than the manifest says). */
+struct ck_err;
+int ck_ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *what,
+                    struct ck_err *err);
+
 /* Runs n I/Os through q and waits for all of them. Short transfers are continued
  * (ios[] is updated in place); a read that meets end-of-file is -EBADMSG (the file
  * is shorter than the manifest says). `what` names the file(s) in messages. */
-struct ck_err;
 int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what,
                struct ck_err *err);
 
