@@ -20,6 +20,12 @@ The copy into staging is the only stall. A CPU tensor's bytes are copied by the 
 staging area, which the client page-locked once when it made it: the copies run on a
 side stream, back to back, and the part is handed over when their event has happened.
 
+A synchronous ``dcp.save`` (write_data without stage()) needs no staging at all where
+the engine runs in this process: the part's CPU tensors are given by address and the
+engine's writer copies them block by block while earlier blocks are written and hashed
+(ck_client_save_sync), so the copy overlaps the writes; write_data returns once the
+part is durable. Through ckptd, or with CUDA tensors, it stages as above.
+
 As the AsyncStager of ``dcp.async_save``, stage() plans (one gather and one scatter of
 the plans; cached while the state dict keeps its structure) and stages this rank's part:
 - copy mode (the default): async_save returns once the copy is done;
@@ -270,10 +276,11 @@ class CkptWriter(StorageWriter, AsyncStager):
     def _engine(self, pin):
         return engine.engine(self.root, self.socket, self.world, pin)
 
-    def _stage_part(self, plan, planner, table, lazy):
+    def _stage_part(self, plan, planner, table, lazy, sync=False):
         """Declares the save on this rank, stages its boxes and blobs (lazy: queues the
-        copies and returns), and on rank 0 asks for the commit. Returns the
-        WriteResults of its items."""
+        copies and returns; sync: returns once the part is durable, read from the
+        sources themselves where it can), and on rank 0 asks for the commit. Returns
+        the WriteResults of its items."""
         items, results, blobs = [], [], {}
         cuda = None
         for it in plan.items:
@@ -304,8 +311,12 @@ class CkptWriter(StorageWriter, AsyncStager):
         save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, self.hash)
         try:
             keep, event = eng.call(self._fill, save, table, items, blobs)
-            eng.call(save.save_lazy if lazy else save.save_async,
-                     event.cuda_event if event is not None else 0)
+            if lazy:
+                eng.call(save.save_lazy, event.cuda_event if event is not None else 0)
+            elif sync and event is None:
+                eng.call(save.save_sync)       # durable when it returns
+            else:
+                eng.call(save.save_async, event.cuda_event if event is not None else 0)
             if self.is_coordinator:
                 eng.call(save.commit)
         except BaseException:
@@ -375,7 +386,8 @@ class CkptWriter(StorageWriter, AsyncStager):
             results = []               # stage() staged it
         else:
             self._done_with_last()
-            results = self._stage_part(plan, planner, plan.storage_data, lazy=False)
+            results = self._stage_part(plan, planner, plan.storage_data, lazy=False,
+                                       sync=True)
         if self._part is not None:
             self._part.handed = True
         fut = Future()

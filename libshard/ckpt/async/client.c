@@ -705,6 +705,19 @@ static int take_slot(ck_client_save *sv)
 
 /* The first half of a save: sv's layout, a staging slot large enough for it, and the
  * engine's admission, checked against our layout. */
+/* Declares the part to the engine (s: its staging area, or NULL for a part read from
+ * its sources) and checks that both lay it out alike. */
+static int join_engine(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
+{
+    list_add(sv);
+    int r = sv->cl->t->join(sv, s, err);
+    if (r == 0 && sv->image_bytes != sv->image)
+        r = ck_err_set(err, -EPROTO, "checkpoint %s, rank %llu: the engine lays out %llu "
+                       "bytes, this client %llu", sv->d.name, (unsigned long long)sv->d.rank,
+                       (unsigned long long)sv->image_bytes, (unsigned long long)sv->image);
+    return r;
+}
+
 static int admit(ck_client_save *sv, ck_err *err)
 {
     ck_client *cl = sv->cl;
@@ -729,13 +742,7 @@ static int admit(ck_client_save *sv, ck_err *err)
     if (grew)
         reserve_start(cl, sv->total);
     sv->d.staging_size = s->size;
-    list_add(sv);
-    r = cl->t->join(sv, s, err);
-    if (r == 0 && sv->image_bytes != sv->image)
-        r = ck_err_set(err, -EPROTO, "checkpoint %s, rank %llu: the engine lays out %llu "
-                       "bytes, this client %llu", sv->d.name, (unsigned long long)sv->d.rank,
-                       (unsigned long long)sv->image_bytes, (unsigned long long)sv->image);
-    return r;
+    return join_engine(sv, s, err);
 }
 
 static void failed(ck_client_save *sv, int r, const ck_err *err)
@@ -870,6 +877,127 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err)
     return r < 0 ? r : save_run(sv, err);
 }
 
+/* Whether the engine can read sv's part straight from its sources: an embedded
+ * engine, and every source given by address (fills are the caller's to run, on the
+ * caller's thread; placed boxes live in staging). */
+static bool by_address(const ck_client_save *sv)
+{
+    if (!sv->cl->t->stage_sources || sv->plan)
+        return false;
+    for (uint32_t t = 0; t < sv->d.ntensors; t++) {
+        if (!sv->box_src[t]) {
+            if (sv->src[t].fill || sv->src[t].placed)
+                return false;
+            continue;
+        }
+        for (uint32_t b = 0; b < sv->d.tensors[t].nboxes; b++)
+            if (sv->box_src[t][b].fill || sv->box_src[t][b].placed)
+                return false;
+    }
+    return true;
+}
+
+/* The engine's read of a synchronous part's source: refused once the client gave the
+ * part up (ck__client_direct_forsake), since the caller may have freed the memory. */
+static int direct_read(void *arg, uint64_t off, void *dst, size_t len)
+{
+    const ck__direct_src *a = arg;
+    pthread_rwlock_rdlock(&a->d->lock);
+    bool gone = a->d->gone;
+    if (!gone)
+        memcpy(dst, a->mem + off, len);
+    pthread_rwlock_unlock(&a->d->lock);
+    return gone ? -ECANCELED : 0;
+}
+
+static int direct_new(ck_client_save *sv, const ck__shard_src *src, ck_err *err)
+{
+    uint32_t n = ck__plan_nshards(sv->plan);
+    ck__client_direct *d = calloc(1, sizeof *d);
+    if (d) {
+        d->src = calloc(n ? n : 1, sizeof *d->src);
+        d->args = calloc(n ? n : 1, sizeof *d->args);
+    }
+    if (!d || !d->src || !d->args || pthread_rwlock_init(&d->lock, NULL) != 0) {
+        if (d) {
+            free(d->src);
+            free(d->args);
+        }
+        free(d);
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", sv->d.name);
+    }
+    d->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!src[i].mem)
+            continue;   /* not this rank's: the engine never reads it */
+        d->args[i] = (ck__direct_src){ .d = d, .mem = src[i].mem };
+        d->src[i] = (ck__shard_src){ .fill = direct_read, .arg = &d->args[i] };
+    }
+    sv->direct = d;
+    return 0;
+}
+
+static void direct_free(ck__client_direct *d)
+{
+    if (!d)
+        return;
+    pthread_rwlock_destroy(&d->lock);
+    free(d->src);
+    free(d->args);
+    free(d);
+}
+
+/* save_sync's hand-over without staging: the engine copies the sources itself. */
+static int save_direct(ck_client_save *sv, ck_err *err)
+{
+    ck_client *cl = sv->cl;
+    int r = part_bytes(sv, &sv->plan, &sv->image, &sv->total, err);
+    ck__shard_src *src = NULL;
+    uint8_t *blobs = NULL;
+    if (r == 0) {
+        sv->d.staging_size = sv->total;     /* what the engine checks the part against */
+        r = join_engine(sv, NULL, err);
+    }
+    if (r == 0)
+        r = plan_all_sources(sv, &src, err);
+    if (r == 0)
+        r = direct_new(sv, src, err);
+    if (r == 0 && !(blobs = malloc(sv->total - sv->image + 1)))
+        r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", sv->d.name);
+    if (r == 0) {
+        uint64_t at = 0;
+        for (uint32_t b = 0; b < sv->d.nblobs; b++) {
+            memcpy(blobs + at, sv->blob_data[b], sv->d.blobs[b].len);
+            at += sv->d.blobs[b].len;
+        }
+        lock(cl);
+        ck__client_set_state(sv, CK_CLIENT_STAGED, 0, NULL);
+        unlock(cl);
+        r = cl->t->stage_sources(sv, blobs, err);
+    }
+    free(blobs);
+    free(src);
+    ck__plan_free(sv->plan);
+    sv->plan = NULL;
+    if (r < 0)
+        failed(sv, r, err);
+    return r;
+}
+
+int ck_client_save_sync(ck_client_save *sv, ck_err *err)
+{
+    ck_client *cl = sv->cl;
+    settle(cl);
+    int r = building(sv, err);
+    if (r == 0)
+        r = by_address(sv) ? save_direct(sv, err) : save_run(sv, err);
+    if (r < 0)
+        return r;
+    ck__client_wait_for(cl, part_done, sv, cl->commit_timeout, "its part to be durable");
+    ck_client_state st;
+    return ck_client_poll(sv, &st, err);
+}
+
 static void *copier_main(void *arg)
 {
     ck_client_save *sv = arg;
@@ -976,6 +1104,7 @@ void ck_client_save_free(ck_client_save *sv)
                 break;
             }
     unlock(cl);
+    direct_free(sv->direct);
     ck__plan_free(sv->plan);
     for (uint32_t b = 0; b < sv->d.nblobs; b++)
         free(sv->blob_data[b]);

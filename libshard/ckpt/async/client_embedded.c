@@ -56,6 +56,8 @@ static void give_up_part(ck_client_save *sv, int code, const char *msg)
     ck_client *cl = sv->cl;
     if (sv->state < CK_CLIENT_DURABLE && sv->slot >= 0 && cl->slots[sv->slot].user == sv)
         cl->slots[sv->slot].lost = true;
+    if (sv->state < CK_CLIENT_DURABLE)
+        ck__client_direct_forsake(sv);
     ck__client_set_state(sv, CK_CLIENT_FAILED, code, msg);
 }
 
@@ -107,6 +109,7 @@ static void emb_give_up(ck_client *cl)
                  "under %s hangs?)%s", sv->d.name, (unsigned long long)sv->d.rank,
                  written ? "not committed" : "this rank's part was not written",
                  cl->wait_limit, cl->root, written ? "; it may still commit" :
+                 sv->direct ? "; its sources are never read again" :
                  "; its staging is left to the engine's stuck write");
         give_up_part(sv, -ETIMEDOUT, msg);
     }
@@ -150,6 +153,12 @@ static int emb_join(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 static int emb_stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
     return ck__saver_stage(sv->cl->hub->sv, sv->d.name, sv->d.rank, s->map, err);
+}
+
+static int emb_stage_sources(ck_client_save *sv, const void *blobs, ck_err *err)
+{
+    return ck__saver_stage_sources(sv->cl->hub->sv, sv->d.name, sv->d.rank, sv->direct->src,
+                                   sv->direct->n, blobs, err);
 }
 
 static int emb_commit(ck_client_save *sv, ck_err *err)
@@ -207,6 +216,7 @@ static const ck__client_transport embedded = {
     .saves = emb_saves,
     .join = emb_join,
     .stage = emb_stage,
+    .stage_sources = emb_stage_sources,
     .commit = emb_commit,
     .close = emb_close,
 };

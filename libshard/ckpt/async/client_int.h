@@ -91,6 +91,23 @@ struct ck_client {
     const char *waiting_for;
 };
 
+/* A synchronous part's sources as an embedded engine reads them (ck_client_save_sync):
+ * every read takes the lock shared and checks gone, so that once the client stops
+ * waiting for a write that never returns, no late read touches memory the caller got
+ * back. Freed with the save, unless it was given up (the engine may still call in). */
+typedef struct ck__client_direct ck__client_direct;
+typedef struct ck__direct_src {
+    ck__client_direct *d;
+    const uint8_t *mem;
+} ck__direct_src;
+struct ck__client_direct {
+    pthread_rwlock_t lock;
+    bool gone;
+    uint32_t n;
+    ck__shard_src *src;          /* what the engine gets: guarded copies of args */
+    ck__direct_src *args;
+};
+
 struct ck_client_save {
     ck_client *cl;
     ck__decl d;
@@ -118,6 +135,7 @@ struct ck_client_save {
     atomic_int lazy_commit;
     int lazy_rc;                /* the copier's outcome */
     ck_err lazy_err;
+    ck__client_direct *direct;  /* a synchronous part's sources, or NULL */
     bool listed;
     ck_client_save *next;       /* in the transport's list of saves */
 };
@@ -141,6 +159,9 @@ struct ck__client_transport {
     int (*join)(ck_client_save *sv, const ck__client_slot *s, ck_err *err);
     /* The staging area holds the part: the engine may write it. */
     int (*stage)(ck_client_save *sv, const ck__client_slot *s, ck_err *err);
+    /* The part is in sv->direct's sources and blobs (back to back): the engine reads
+     * them as it writes. NULL where the engine cannot read this process's memory. */
+    int (*stage_sources)(ck_client_save *sv, const void *blobs, ck_err *err);
     int (*commit)(ck_client_save *sv, ck_err *err);
     /* Lets go of the engine (the slots are already free). */
     void (*close)(ck_client *cl);
@@ -170,6 +191,9 @@ void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
 /* sv's part was handed over on a link now given up: the engine may still read its
  * staging, so this client never writes that memory again (it makes a new one). */
 void ck__client_forsake(ck_client_save *sv);
+/* sv's synchronous part was given up while the engine may still read its sources:
+ * the reads that follow fail instead, and the guard is left to them. */
+void ck__client_direct_forsake(ck_client_save *sv);
 /* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost slot
  * is left mapped for good. */
 void ck__client_slot_release(ck_client *cl, ck__client_slot *s);

@@ -47,6 +47,17 @@ void ck__client_forsake(ck_client_save *sv)
         ck__client_slot_release(cl, &cl->slots[sv->slot]);
 }
 
+void ck__client_direct_forsake(ck_client_save *sv)
+{
+    ck__client_direct *d = sv->direct;
+    if (!d)
+        return;
+    pthread_rwlock_wrlock(&d->lock);    /* waits out a read in progress (one block) */
+    d->gone = true;
+    pthread_rwlock_unlock(&d->lock);
+    sv->direct = NULL;
+}
+
 /* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost
  * slot's memory is left mapped for good: an embedded engine's write may still read it. */
 void ck__client_slot_release(ck_client *cl, ck__client_slot *s)

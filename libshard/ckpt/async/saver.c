@@ -333,9 +333,11 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
     for (uint32_t i = 0; r == 0 && i < d->ntensors; i++)
         if (ck__decl_tensor_copy(&c->tensors[i], &d->tensors[i]) < 0)
             r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
+    /* The only fills a saver's save meets are the guarded copies of an embedded
+     * client's synchronous part (ck__saver_stage_sources), made for several threads. */
     ck_save_opts so = { .engine = sv->o.engine, .hash_threads = sv->o.hash_threads,
                         .io_size = sv->o.io_size, .mem_limit = sv->o.mem_limit,
-                        .no_hash = d->no_hash, .log = sv->o.log,
+                        .no_hash = d->no_hash, .fill_threadsafe = true, .log = sv->o.log,
                         .cb_arg = sv->o.arg };
     if (r == 0)
         r = ck_save_begin(&c->s, sv->root, d->name, d->step, &d->mesh, &so, err);
@@ -460,8 +462,11 @@ out:
     return r;
 }
 
-int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
-                   ck_err *err)
+/* A rank's part handed over: its image (staging, the blobs after it) or its sources
+ * (src, with the blobs apart). */
+static int stage_part(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
+                      const ck__shard_src *src, uint32_t nsrc, const void *blobs,
+                      ck_err *err)
 {
     pthread_mutex_lock(&sv->mu);
     int r = 0;
@@ -474,7 +479,7 @@ int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *
         goto out;
     }
     part *p = &c->parts[rank];
-    const uint8_t *blob = (const uint8_t *)staging + p->image_bytes;
+    const uint8_t *blob = staging ? (const uint8_t *)staging + p->image_bytes : blobs;
     uint64_t blob_len = 0;
     for (uint32_t i = 0; i < p->nblobs; i++)
         blob_len += p->blobs[i].len;
@@ -490,27 +495,39 @@ int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *
         else
             memcpy(p->blob_bytes, blob, blob_len);
     }
-    bool deferred = c->role == R_UNKNOWN;   /* no directory yet: ck__sv_resolve() writes it */
+    p->staging = staging;
+    p->src = src;
+    p->nsrc = nsrc;
+    /* No directory yet (the meeting is not found): ck__sv_resolve() writes it. */
+    bool deferred = c->role == R_UNKNOWN;
     p->deferred = deferred;
-    if (deferred)
-        p->staging = staging;
     if (r == 0 && !deferred)
-        r = ck_save_rank_image(c->s, rank, staging, err);
-    if (r == 0 && !deferred && (r = ck__sv_push(sv, c, rank, JOB_WRITE)) < 0)
-        ck_err_set(err, r, "checkpoint %s: out of memory", name);
+        r = ck__sv_bind_part(sv, c, rank, err);
     if (r < 0) {
         char msg[CK_ERR_MSG_MAX + 64];
         snprintf(msg, sizeof msg, "rank %llu: %s", (unsigned long long)rank, ck_err_msg(err));
         ck__sv_fail(sv, c, r, msg);
         goto out;
     }
-    c->writes += !deferred;
     p->state = P_STAGED;
     c->staged++;
     c->bytes_staged += p->image_bytes;
 out:
     pthread_mutex_unlock(&sv->mu);
     return r;
+}
+
+int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
+                    ck_err *err)
+{
+    return stage_part(sv, name, rank, staging, NULL, 0, NULL, err);
+}
+
+int ck__saver_stage_sources(ck__saver *sv, const char *name, uint64_t rank,
+                            const ck__shard_src *src, uint32_t nsrc, const void *blobs,
+                            ck_err *err)
+{
+    return stage_part(sv, name, rank, NULL, src, nsrc, blobs, err);
 }
 
 int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err)

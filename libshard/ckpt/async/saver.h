@@ -31,6 +31,7 @@
 
 #include "ck/engine.h"
 #include "async/proto.h"
+#include "save/image.h"
 
 typedef enum ck__saver_ev_kind {
     CK_SAVER_DURABLE = 1,
@@ -95,6 +96,15 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
  * bytes. It must stay valid until the part's DURABLE or the save's FAILED event. */
 int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
                    ck_err *err);
+/* The rank's part given by its sources instead of a staging area (an embedded
+ * client's synchronous save): src holds one source per plan shard (nsrc; those the
+ * rank writes are read, by the writer's threads, while earlier blocks are written, so
+ * the copy overlaps the writes), blobs the part's blob bytes back to back (copied
+ * before it returns). The sources must stay readable until the part's DURABLE or the
+ * save's FAILED event; fills among them may run on several threads at once. */
+int ck__saver_stage_sources(ck__saver *sv, const char *name, uint64_t rank,
+                            const ck__shard_src *src, uint32_t nsrc, const void *blobs,
+                            ck_err *err);
 /* Rank 0's request: commit as soon as every part is durable. */
 int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err);
 /* Gives up a save that cannot complete (its ranks went away); why goes to FAILED. */

@@ -46,7 +46,10 @@ typedef struct part {
     ck__decl_blob *blobs;
     uint64_t image_bytes;
     /* Shared saves, not coordinating: */
-    const void *staging;           /* staged before the meeting was found (deferred) */
+    /* Staged before the meeting was found (deferred): the image, or the sources. */
+    const void *staging;
+    const ck__shard_src *src;
+    uint32_t nsrc;
     bool deferred;
     uint8_t *blob_bytes;           /* a copy: the coordinator's manifest holds blobs */
     void *rec;                     /* the part record, once durable, until recorded */
@@ -159,6 +162,9 @@ void ck__sv_maybe_commit(ck__saver *sv, sv_ckpt *c);
 /* Binds and queues the parts staged before c's directory was known; takes the
  * blobs of a coordinator's parts into its manifest. */
 int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err);
+/* Binds rank's staged part (its image or its sources) to c's save and queues its
+ * write. */
+int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err);
 
 /* ---- saver_meet.c ---- */
 

@@ -205,14 +205,25 @@ int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err)
         }
         if (p->state != P_STAGED || !p->deferred)
             continue;
-        int e = ck_save_rank_image(c->s, r, p->staging, err);
-        if (e == 0 && (e = ck__sv_push(sv, c, r, JOB_WRITE)) < 0)
-            ck_err_set(err, e, "checkpoint %s: out of memory", c->name);
+        int e = ck__sv_bind_part(sv, c, r, err);
         if (e < 0)
             return e;
-        p->staging = NULL;
         p->deferred = false;
-        c->writes++;
     }
+    return 0;
+}
+
+int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err)
+{
+    part *p = &c->parts[rank];
+    int r = p->src ? ck_save_rank_sources(c->s, rank, p->src, p->nsrc, err)
+                   : ck_save_rank_image(c->s, rank, p->staging, err);
+    if (r == 0 && (r = ck__sv_push(sv, c, rank, JOB_WRITE)) < 0)
+        ck_err_set(err, r, "checkpoint %s: out of memory", c->name);
+    if (r < 0)
+        return r;
+    p->staging = NULL;
+    p->src = NULL;
+    c->writes++;
     return 0;
 }

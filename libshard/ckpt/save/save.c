@@ -536,6 +536,29 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     return 0;
 }
 
+int ck_save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
+                         ck_err *err)
+{
+    int r = ck_save_rank_image(s, rank, NULL, err);
+    if (r < 0)
+        return r;
+    uint32_t n = ck__plan_nshards(s->plan);
+    if (nsrc != n)
+        return ck_err_set(err, -EPROTO, "checkpoint %s, rank %llu: %u sources for a plan of "
+                          "%u shards", s->name, (unsigned long long)rank, nsrc, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const ck__plan_shard *ps = ck__plan_shard_at(s->plan, i);
+        if (ps->writer != rank || !ps->bytes)
+            continue;
+        if ((!src[i].mem && !src[i].fill) || src[i].placed)
+            return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %llu gave no "
+                              "source for its shard %u", s->name,
+                              s->tensors[ps->tensor].name, (unsigned long long)rank, i);
+        s->src[i] = src[i];
+    }
+    return 0;
+}
+
 int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
 {
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))

@@ -12,6 +12,7 @@
 
 #include "ck/save.h"
 #include "model/plan.h"
+#include "save/image.h"
 #include "save/commit.h"
 
 /* ---- writing rank by rank (the saver's way, async/saver.c) ----
@@ -36,6 +37,11 @@ int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err);
  * ck_save_rank_image. In an asynchronous save the prepare, which makes directories,
  * can then run after the stall. */
 int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err);
+/* Binds rank's file to sources instead of an image: src holds one per plan shard
+ * (nsrc of them; those rank writes are read, by memory or fill, when the file is
+ * written, which copies them block by block while earlier blocks are written). */
+int ck_save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
+                         ck_err *err);
 int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
 
 /* ---- one save, many engines: part records ----

@@ -151,6 +151,15 @@ int ck_client_save_async(ck_client_save *sv, ck_err *err);
  * part while the caller computes. The sources must stay unchanged until
  * ck_client_save_fence returns. */
 int ck_client_save_lazy(ck_client_save *sv, ck_err *err);
+/* A synchronous save of this rank's part: returns once it is durable (rank 0 still
+ * asks for the commit, and ck_client_wait waits for it), and the sources may change
+ * as soon as it returns. With an embedded engine and every source given by address,
+ * no staging area is used: the engine's writer copies the sources block by block into
+ * its own buffers while earlier blocks are written and hashed, so the copy overlaps
+ * the writes instead of coming before them. Otherwise (ckptd, fills, placed boxes) it
+ * is save_async and a wait for the part. The wait is bounded like ck_client_wait's; a
+ * part given up then is never read again (its later reads fail its save). */
+int ck_client_save_sync(ck_client_save *sv, ck_err *err);
 /* After save_lazy, before the sources change: waits for what is not yet copied. 0
  * once the part is staged (or further); the save's error when it failed (a fence
  * after a failed save returns its error, as often as it is called). Also accepts a

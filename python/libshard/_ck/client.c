@@ -310,6 +310,11 @@ static PyObject *csave_save_async(csave_obj *self, PyObject *args)
     return csave_hand_over(self, args, ck_client_save_async);
 }
 
+static PyObject *csave_save_sync(csave_obj *self, PyObject *unused)
+{
+    return csave_call(self, ck_client_save_sync);
+}
+
 static PyObject *csave_save_lazy(csave_obj *self, PyObject *args)
 {
     return csave_hand_over(self, args, ck_client_save_lazy);
@@ -417,6 +422,9 @@ static PyMethodDef csave_methods[] = {
     {"save_async", (PyCFunction)csave_save_async, METH_VARARGS,
      "save_async(event=0): copies the boxes given by address and the blobs into staging, "
      "waits for the CUDA event of the caller's own copies, hands the part to the engine."},
+    {"save_sync", (PyCFunction)csave_save_sync, METH_NOARGS,
+     "save_sync(): the part durable when it returns; embedded, the engine reads the boxes "
+     "given by address itself, its copies overlapping its writes (no staging)."},
     {"save_lazy", (PyCFunction)csave_save_lazy, METH_VARARGS,
      "save_lazy(event=0): the same on the client's thread; returns at once (fence)."},
     {"fence", (PyCFunction)csave_fence, METH_NOARGS,
