@@ -937,16 +937,6 @@ static int direct_new(ck_client_save *sv, const ck__shard_src *src, ck_err *err)
     return 0;
 }
 
-static void direct_free(ck__client_direct *d)
-{
-    if (!d)
-        return;
-    pthread_rwlock_destroy(&d->lock);
-    free(d->src);
-    free(d->args);
-    free(d);
-}
-
 /* save_sync's hand-over without staging: the engine copies the sources itself. */
 static int save_direct(ck_client_save *sv, ck_err *err)
 {
@@ -1104,7 +1094,7 @@ void ck_client_save_free(ck_client_save *sv)
                 break;
             }
     unlock(cl);
-    direct_free(sv->direct);
+    ck__client_direct_free(sv->direct);
     ck__plan_free(sv->plan);
     for (uint32_t b = 0; b < sv->d.nblobs; b++)
         free(sv->blob_data[b]);

@@ -38,6 +38,9 @@ struct ck__client_hub {
     /* Shared with the engines of other processes (nodes > 1): */
     char id[CK_NODE_ID_MAX];
     int lock_fd;
+    /* Guards of synchronous parts given up (ck__client_direct_forsake): the engine may
+     * still read through them until it is freed. */
+    ck__client_direct *forsaken;
 };
 
 /* The saver passes one argument to its log and its events, the hub: the user's log
@@ -57,7 +60,7 @@ static void give_up_part(ck_client_save *sv, int code, const char *msg)
     if (sv->state < CK_CLIENT_DURABLE && sv->slot >= 0 && cl->slots[sv->slot].user == sv)
         cl->slots[sv->slot].lost = true;
     if (sv->state < CK_CLIENT_DURABLE)
-        ck__client_direct_forsake(sv);
+        ck__client_direct_forsake(sv, &cl->hub->forsaken);
     ck__client_set_state(sv, CK_CLIENT_FAILED, code, msg);
 }
 
@@ -177,6 +180,11 @@ static void emb_close(ck_client *cl)
     /* The saver's last events take the hub's lock: free the saver first. A saver left
      * behind (writes that never return) may still send events: the hub stays too. */
     if (last && ck__saver_free(h->sv)) {
+        while (h->forsaken) {
+            ck__client_direct *d = h->forsaken;
+            h->forsaken = d->next;
+            ck__client_direct_free(d);
+        }
         ck__engine_unlock(cl->root, h->id, &h->lock_fd);
         pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);

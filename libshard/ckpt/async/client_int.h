@@ -94,7 +94,7 @@ struct ck_client {
 /* A synchronous part's sources as an embedded engine reads them (ck_client_save_sync):
  * every read takes the lock shared and checks gone, so that once the client stops
  * waiting for a write that never returns, no late read touches memory the caller got
- * back. Freed with the save, unless it was given up (the engine may still call in). */
+ * back. Freed with the save; once given up, with the engine (which may still call in). */
 typedef struct ck__client_direct ck__client_direct;
 typedef struct ck__direct_src {
     ck__client_direct *d;
@@ -106,6 +106,7 @@ struct ck__client_direct {
     uint32_t n;
     ck__shard_src *src;          /* what the engine gets: guarded copies of args */
     ck__direct_src *args;
+    ck__client_direct *next;     /* in the engine's list of given-up guards */
 };
 
 struct ck_client_save {
@@ -192,8 +193,10 @@ void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
  * staging, so this client never writes that memory again (it makes a new one). */
 void ck__client_forsake(ck_client_save *sv);
 /* sv's synchronous part was given up while the engine may still read its sources:
- * the reads that follow fail instead, and the guard is left to them. */
-void ck__client_direct_forsake(ck_client_save *sv);
+ * the reads that follow fail instead, and the guard goes onto *keep, to be freed with
+ * the engine. */
+void ck__client_direct_forsake(ck_client_save *sv, ck__client_direct **keep);
+void ck__client_direct_free(ck__client_direct *d);
 /* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost slot
  * is left mapped for good. */
 void ck__client_slot_release(ck_client *cl, ck__client_slot *s);

@@ -7,6 +7,7 @@
  * transports call only this file.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "async/client_int.h"
 #include "async/proto.h"
@@ -47,7 +48,7 @@ void ck__client_forsake(ck_client_save *sv)
         ck__client_slot_release(cl, &cl->slots[sv->slot]);
 }
 
-void ck__client_direct_forsake(ck_client_save *sv)
+void ck__client_direct_forsake(ck_client_save *sv, ck__client_direct **keep)
 {
     ck__client_direct *d = sv->direct;
     if (!d)
@@ -56,6 +57,18 @@ void ck__client_direct_forsake(ck_client_save *sv)
     d->gone = true;
     pthread_rwlock_unlock(&d->lock);
     sv->direct = NULL;
+    d->next = *keep;
+    *keep = d;
+}
+
+void ck__client_direct_free(ck__client_direct *d)
+{
+    if (!d)
+        return;
+    pthread_rwlock_destroy(&d->lock);
+    free(d->src);
+    free(d->args);
+    free(d);
 }
 
 /* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost
