@@ -703,8 +703,6 @@ static int take_slot(ck_client_save *sv)
     return k;
 }
 
-/* The first half of a save: sv's layout, a staging slot large enough for it, and the
- * engine's admission, checked against our layout. */
 /* Declares the part to the engine (s: its staging area, or NULL for a part read from
  * its sources) and checks that both lay it out alike. */
 static int join_engine(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
@@ -718,6 +716,8 @@ static int join_engine(ck_client_save *sv, const ck__client_slot *s, ck_err *err
     return r;
 }
 
+/* The first half of a save: sv's layout, a staging slot large enough for it, and the
+ * engine's admission, checked against our layout. */
 static int admit(ck_client_save *sv, ck_err *err)
 {
     ck_client *cl = sv->cl;
