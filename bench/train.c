@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     if (sh_mesh_new(w, md.ndim, shape, md.ndim == 1 ? n1 : n2, &mesh, &err) ||
         tr_data_open(&data, a.data, a.model.seq, a.model.seed, &err) ||
         tr_model_build(w, &a.model, &m, &err) ||
-        tr_model_materialize(&m, mesh, &(tr_precision){a.bf16, a.offload}, &err) ||
+        tr_model_materialize(&m, mesh, &(tr_fsdp){a.bf16, a.offload, a.no_prefetch}, &err) ||
         sh_adamw_new(m.root, &ao, &opt, &err) || sh_model_state_dict(m.root, &msd, &err) ||
         sh_optim_state_dict(opt, &osd, &err))
         die(w, "setup", &err);

@@ -48,7 +48,9 @@ static const char usage[] =
     "  --bf16               mixed precision: bf16 parameters and GEMM inputs, f32\n"
     "                       gradients, reduction, optimizer state and everything else\n"
     "  --offload            CPU offload: sharded parameters, gradients and AdamW state\n"
-    "                       in pinned host memory (on cuda; a no-op on cpu)\n";
+    "                       in pinned host memory (on cuda; a no-op on cpu)\n"
+    "  --no-prefetch        all-gather each block only when it runs (default: the next\n"
+    "                       block's all-gather runs under the current one's compute)\n";
 
 /* Options with a value: where it goes in tr_args, and its type and range. */
 typedef enum { O_STR, O_INT, O_LONG, O_U64, O_FLOAT } opt_kind;
@@ -130,7 +132,7 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
         }
         bool *flag = !strcmp(o, "--resume") ? &a->resume : !strcmp(o, "--eval") ? &a->eval
                    : !strcmp(o, "--bf16") ? &a->bf16 : !strcmp(o, "--offload") ? &a->offload
-                   : NULL;
+                   : !strcmp(o, "--no-prefetch") ? &a->no_prefetch : NULL;
         if (flag) {
             *flag = true;
             continue;

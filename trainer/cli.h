@@ -30,6 +30,7 @@ typedef struct tr_args {
     bool cuda;
     bool bf16;            /* MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32) */
     bool offload;         /* CPUOffloadPolicy */
+    bool no_prefetch;     /* every all-gather starts when its block needs it */
 } tr_args;
 
 /* Fills a from argv. Returns 0, 1 when --help was printed, or -EINVAL with the

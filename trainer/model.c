@@ -369,13 +369,13 @@ int tr_model_build(sh_world *w, const tr_config *cfg, tr_model *m, ck_err *err)
     return rc;
 }
 
-int tr_model_materialize(tr_model *m, sh_mesh *mesh, const tr_precision *prec, ck_err *err)
+int tr_model_materialize(tr_model *m, sh_mesh *mesh, const tr_fsdp *fsdp, ck_err *err)
 {
     int rc = 0;
-    tr_precision p = prec ? *prec : (tr_precision){0};
-    if ((p.bf16 || p.offload) && !mesh)
-        return ck_err_set(err, -EINVAL, "model: bf16 and offload are FSDP policies, they "
-                          "need a mesh");
+    tr_fsdp p = fsdp ? *fsdp : (tr_fsdp){0};
+    if ((p.bf16 || p.offload || p.no_prefetch) && !mesh)
+        return ck_err_set(err, -EINVAL, "model: bf16, offload and prefetching are FSDP's, "
+                          "they need a mesh");
     if (mesh) {
         sh_fsdp_opts o;
         sh_fsdp_opts_default(&o);
@@ -391,6 +391,12 @@ int tr_model_materialize(tr_model *m, sh_mesh *mesh, const tr_precision *prec, c
             rc = sh_fully_shard(m->block[l], mesh, &o, err);
         if (!rc)
             rc = sh_fully_shard(m->root, mesh, &o, err);
+        for (int l = -1; !rc && p.no_prefetch && l < m->cfg.layers; l++) {
+            sh_module *mod = l < 0 ? m->root : m->block[l];
+            rc = sh_set_modules_to_forward_prefetch(mod, NULL, 0, err);
+            if (!rc)
+                rc = sh_set_modules_to_backward_prefetch(mod, NULL, 0, err);
+        }
     }
     if (!rc)
         rc = sh_module_to_empty(m->root, sh_world_device(m->w), err);

@@ -69,18 +69,21 @@ typedef struct tr_model {
 
 /* Builds the model on META: modules and parameter shapes, no storage. */
 int tr_model_build(sh_world *w, const tr_config *cfg, tr_model *m, ck_err *err);
-/* How the parameters are kept: bf16, FSDP's MixedPrecisionPolicy(param_dtype=bf16,
+/* FSDP's options for the model: bf16, its MixedPrecisionPolicy(param_dtype=bf16,
  * reduce_dtype=f32); offload, its CPUOffloadPolicy (on CUDA ranks the shards,
- * gradients and AdamW state live in pinned host memory). Both need a mesh. */
-typedef struct tr_precision {
-    bool bf16, offload;
-} tr_precision;
+ * gradients and AdamW state live in pinned host memory); no_prefetch, an empty
+ * prefetch list on every block both ways, so that each all-gather starts only when
+ * its block needs it (the baseline against which prefetching's overlap is timed).
+ * All need a mesh. */
+typedef struct tr_fsdp {
+    bool bf16, offload, no_prefetch;
+} tr_fsdp;
 
 /* fully_shard every block (bottom-up), then the root, over mesh; then to_empty on the
  * world's device and reset_parameters (the full tensors do not depend on the mesh or
  * the device). mesh NULL: no FSDP (plain one-process model: the gradient check reads
- * parameters and gradients); prec NULL: f32, no offload. */
-int tr_model_materialize(tr_model *m, sh_mesh *mesh, const tr_precision *prec, ck_err *err);
+ * parameters and gradients); fsdp NULL: f32, no offload, implicit prefetching. */
+int tr_model_materialize(tr_model *m, sh_mesh *mesh, const tr_fsdp *fsdp, ck_err *err);
 void tr_model_free(tr_model *m);
 
 /* The forward of a batch tok[B * T] (host memory, ids in [0, vocab)) through the

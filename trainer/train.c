@@ -394,7 +394,7 @@ static int setup(trainer *t, ck_err *err)
         rc = tr_model_build(t->w, &a->model, &t->model, err);
     if (!rc)
         rc = tr_model_materialize(&t->model, t->mesh,
-                                  &(tr_precision){a->bf16, a->offload}, err);
+                                  &(tr_fsdp){a->bf16, a->offload, a->no_prefetch}, err);
     sh_adamw_opts ao = {.lr = a->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                         .weight_decay = a->wd};
     if (!rc)

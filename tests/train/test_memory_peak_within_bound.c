@@ -8,9 +8,20 @@
  *    gradients, which coexist during that group's backward;
  * slack: torch.chunk's uneven split, at most one extra dim-0 row per tensor and kind.
  * Every group reshards after forward and prefetching is off (explicit empty lists):
- * prefetching holds one more group unsharded by design. Collective buffers are
- * transient and printed separately. The model's root has no parameters of its own, so
- * no group but the running block is ever unsharded.
+ * prefetching holds one more group unsharded by design. The model's root has no
+ * parameters of its own, so no group but the running block is ever unsharded.
+ *
+ * Collective buffers are bounded on their own:
+ *
+ *   comm peak <= 2 * (S * N + S)
+ *
+ * S: a block's slot, its shard padded to whole rows of the largest rank's part
+ * (f32). One all-gather (this rank's slot in, N slots out) and one reduce-scatter
+ * (N slots in, one out) may be alive together: a group's all-gather runs while the
+ * previous group's reduce-scatter is in flight. A second reduce-scatter never is, as
+ * each post-backward retires the one before it; holding every group's until the end
+ * of backward, as this library once did, keeps the whole model's gradients unsharded
+ * in collective buffers and breaks this bound.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,14 +65,16 @@ int main(int argc, char **argv)
     /* The bound's terms, from the model's shapes. */
     tm_param_desc desc[TM_MAX_PARAMS];
     int np = tm_param_descs(&DIMS, desc);
-    uint64_t total = 0, slack = 0, block = 0;
+    uint64_t total = 0, slack = 0, block = 0, slot = 0;
     for (int i = 0; i < np; i++) {
         uint64_t rows = (uint64_t)desc[i].shape[0];
         uint64_t row = desc[i].ndim == 2 ? (uint64_t)desc[i].shape[1] : 1;
         total += 4 * rows * row * sizeof(float);
         slack += 4 * row * sizeof(float);
-        if (i < 4)   /* every block has the same shapes */
+        if (i < 4) {   /* every block has the same shapes */
             block += 2 * rows * row * sizeof(float);
+            slot += (rows + (uint64_t)N - 1) / (uint64_t)N * row * sizeof(float);
+        }
     }
 
     enum { B = 8 };
@@ -81,6 +94,7 @@ int main(int argc, char **argv)
     sh_mem_stats st;
     sh_mem_get(w, &st);
     uint64_t bound = total / (uint64_t)N + block + slack;
+    uint64_t comm_bound = 2 * (slot * (uint64_t)N + slot);
     int status = st.state_peak <= bound ? 0 : 1;
     printf("rank %d of %d: peak params+grads+optim %llu B <= bound %llu B (total/N %llu, "
            "largest group unsharded %llu, slack %llu): %s; peaks by kind: params %llu, grads "
@@ -90,6 +104,17 @@ int main(int argc, char **argv)
            (unsigned long long)slack, status ? "FAIL" : "ok",
            (unsigned long long)st.peak[SH_MEM_PARAM], (unsigned long long)st.peak[SH_MEM_GRAD],
            (unsigned long long)st.peak[SH_MEM_OPTIM], (unsigned long long)st.peak[SH_MEM_COMM]);
+    if (st.peak[SH_MEM_COMM] > comm_bound) {
+        printf("rank %d of %d: FAIL: collective buffers peaked at %llu B > %llu B, one "
+               "all-gather and one reduce-scatter of a block (slot %llu B): more than one "
+               "reduce-scatter was in flight\n", rank, N,
+               (unsigned long long)st.peak[SH_MEM_COMM], (unsigned long long)comm_bound,
+               (unsigned long long)slot);
+        status = 1;
+    } else {
+        printf("rank %d of %d: collective buffers peak %llu B <= %llu B: ok\n", rank, N,
+               (unsigned long long)st.peak[SH_MEM_COMM], (unsigned long long)comm_bound);
+    }
     free(x);
     free(t);
     sh_adamw_free(opt);

@@ -28,7 +28,7 @@ static int run(sh_world *w, const char *corpus, bool bf16)
     if (sh_mesh_new(w, 1, shape, names, &mesh, &err) ||
         tr_data_open(&data, corpus, cfg.seq, cfg.seed, &err) ||
         tr_model_build(w, &cfg, &m, &err) ||
-        tr_model_materialize(&m, mesh, &(tr_precision){bf16, false}, &err) ||
+        tr_model_materialize(&m, mesh, &(tr_fsdp){.bf16 = bf16}, &err) ||
         sh_adamw_new(m.root, NULL, &opt, &err)) {
         fprintf(stderr, "setup: %s\n", ck_err_msg(&err));
         return 1;

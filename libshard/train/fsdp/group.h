@@ -16,8 +16,9 @@
  *     (or POSTFWD, a shard over the smaller reshard_after_forward world, or stays
  *     UNSHARDED when reshard_after_forward is false)
  *   --pre-backward: all-gather--> UNSHARDED --post-backward: reduce-scatter, reshard-->
- *   SHARDED; the root's post-backward waits for every reduction and accumulates the
- *   averaged result into the sharded f32 gradients.
+ *   SHARDED; the next group's post-backward waits for that reduce-scatter and
+ *   accumulates the averaged result into the sharded f32 gradients (the root's
+ *   post-backward does so for the last one, and for the HSDP all-reduces).
  * Prefetching starts a group's all-gather early (state UNSHARDING) and the hook that
  * needs it waits for it.
  */
@@ -48,6 +49,8 @@ typedef struct sh_fsdp_root {
     int nfwd, nprev_fwd;
     sh_group **post_fwd_order;   /* post-forward order of this pass (backward prefetch) */
     int npost_fwd;
+    sh_group *rs_inflight;       /* the group whose reduce-scatter is in flight (reduce.c:
+                                    one at a time), or NULL */
 } sh_fsdp_root;
 
 struct sh_group {
@@ -76,11 +79,12 @@ struct sh_group {
     size_t ag_in_bytes, ag_out_bytes;
     bool ag_from_pf;             /* gathering the post-forward shards */
     void *pf_shard;              /* post-forward shard (param dtype) */
-    /* In-flight gradient reduction, finished at the end of backward. */
+    /* Gradient reduction: the reduce-scatter is retired at the next group's
+     * post-backward, the replica all-reduce at the end of backward. */
     sh_work *rs_work, *ar_work;
-    void *rs_in;                 /* the chunk-cat slots, reduce dtype */
+    void *rs_in;                 /* the chunk-cat slots, reduce dtype, while reduce-scattering */
     void *rs_out;                /* this rank's reduced slot (reduce dtype) */
-    bool rs_pending;
+    bool rs_pending;             /* rs_out not yet added into the sharded gradients */
     bool fwd_set, bwd_set;       /* explicit prefetch lists given */
     sh_group **fwd_prefetch, **bwd_prefetch;
     int nfwd_prefetch, nbwd_prefetch;

@@ -198,7 +198,7 @@ static int post_backward(void *state, ck_err *err)
     for (int i = 0; i < g->nparam; i++)
         any |= g->param[i]->grad_full != NULL;
     if (any && g->sync && g->nparam)
-        rc = sh_group_start_reduce(g, err);
+        rc = sh_group_reduce(root_group(g->module)->root, g, err);
     g->in_backward = false;
     int rc2 = sh_group_reshard(g, err);
     rc = rc ? rc : rc2;

@@ -1,14 +1,20 @@
 /* fsdp/reduce.c - a group's unsharded gradients to its sharded ones: the
- * reduce-scatter started at each post-backward, and at the end of the root's backward
- * the waits, the replica all-reduce (HSDP), the averaging and the accumulation into
- * the sharded f32 gradients. */
+ * reduce-scatter started at each post-backward, the replica all-reduce (HSDP), the
+ * averaging and the accumulation into the sharded f32 gradients.
+ *
+ * One reduce-scatter is in flight at a time, as in FSDP2: a group's post-backward
+ * first retires the previous group's (waits for it, frees its input, lands or
+ * all-reduces its result), then starts its own. The reduce-scatter of block l so
+ * runs under the backward of block l-1, and the unsharded gradient slots of at most
+ * two groups exist at once. Waiting for all of them at the end of backward instead
+ * would hold every group's slots, the whole model's gradients unsharded, until then. */
 #include <stdlib.h>
 
 #include "fsdp/gather.h"
 #include "fsdp/reduce.h"
 #include "world/world.h"
 
-int sh_group_start_reduce(sh_group *g, ck_err *err)
+static int start_reduce(sh_group *g, ck_err *err)
 {
     sh_world *w = group_world(g);
     size_t W = (size_t)g->W;
@@ -62,12 +68,12 @@ int sh_group_start_reduce(sh_group *g, ck_err *err)
                           g->module->name);
     g->rs_pending = true;
     rc = sh_reduce_scatter(g->shard_comm, g->rs_in, g->rs_out, g->slot_elems, g->rdt,
-                               SH_SUM, &g->rs_work, err);
+                           SH_SUM, &g->rs_work, err);
     return rc ? ck_err_set(err, rc, "reduce-scatter of module '%s'", g->module->name) : 0;
 }
 
-/* Completes g's reduction: all-reduce over replicas (HSDP) already waited for;
- * averages over every data-parallel rank and adds into the sharded gradients. */
+/* Completes g's reduction, its reduce-scatter (and all-reduce over replicas) waited
+ * for: averages over every data-parallel rank and adds into the sharded gradients. */
 static int land_reduced(sh_group *g, ck_err *err)
 {
     sh_world *w = group_world(g);
@@ -108,24 +114,43 @@ static int land_reduced(sh_group *g, ck_err *err)
     return rc;
 }
 
+/* Waits for g's reduce-scatter and frees its input; then starts the all-reduce over
+ * replicas (HSDP), landed at the end of backward, or lands the result now. */
+static int retire(sh_group *g, ck_err *err)
+{
+    int rc = sh_work_wait(g->rs_work, err);
+    g->rs_work = NULL;
+    sh_free(group_world(g), SH_MEM_COMM, g->rs_in, (size_t)g->W * g->slot_r);
+    g->rs_in = NULL;
+    if (rc)
+        return ck_err_set(err, rc, "reduce-scatter of module '%s'", g->module->name);
+    if (!g->rep_comm || g->R <= 1)
+        return land_reduced(g, err);
+    rc = sh_all_reduce(g->rep_comm, g->rs_out, g->rs_out, g->slot_elems, g->rdt, SH_SUM,
+                       &g->ar_work, err);
+    return rc ? ck_err_set(err, rc, "all-reduce of module '%s' over replicas",
+                           g->module->name) : 0;
+}
+
+int sh_group_reduce(sh_fsdp_root *r, sh_group *g, ck_err *err)
+{
+    sh_group *prev = r->rs_inflight;
+    r->rs_inflight = NULL;
+    int rc = prev ? retire(prev, err) : 0;
+    if (!rc)
+        rc = start_reduce(g, err);
+    if (!rc)
+        r->rs_inflight = g;
+    return rc;
+}
+
 int sh_fsdp_finish_backward(sh_group *rg, ck_err *err)
 {
     sh_fsdp_root *r = rg->root;
-    int rc = 0;
-    /* Reduce-scatters first (they overlapped the rest of backward), then the replica
-     * all-reduces all in flight together, then the results. */
-    for (int i = 0; !rc && i < r->ngroups; i++) {
-        sh_group *g = r->groups[i];
-        if (!g->rs_pending)
-            continue;
-        rc = sh_work_wait(g->rs_work, err);
-        g->rs_work = NULL;
-        sh_free(group_world(g), SH_MEM_COMM, g->rs_in, (size_t)g->W * g->slot_r);
-        g->rs_in = NULL;
-        if (!rc && g->rep_comm && g->R > 1)
-            rc = sh_all_reduce(g->rep_comm, g->rs_out, g->rs_out, g->slot_elems, g->rdt,
-                               SH_SUM, &g->ar_work, err);
-    }
+    sh_group *last = r->rs_inflight;
+    r->rs_inflight = NULL;
+    int rc = last ? retire(last, err) : 0;
+    /* The replica all-reduces, all in flight together by now. */
     for (int i = 0; !rc && i < r->ngroups; i++) {
         sh_group *g = r->groups[i];
         if (!g->rs_pending)
