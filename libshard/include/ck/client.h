@@ -107,7 +107,8 @@ typedef struct ck_client_opts {
  * and must otherwise be the daemon's root. */
 int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts,
                    ck_err *err);
-/* Waits until every part this client staged is durable, then closes. */
+/* Waits until every part this client staged is durable, then closes. Every save begun
+ * on cl must be freed first (ck_client_save_free): a save points into its client. */
 void ck_client_close(ck_client *cl);
 bool ck_client_connected(const ck_client *cl);
 const char *ck_client_root(const ck_client *cl);

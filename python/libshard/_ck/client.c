@@ -8,7 +8,11 @@
  * released) before the part is handed over. Connected to ckptd, once every rank's
  * save_async returned and rank 0 asked for the commit, the checkpoint commits even if
  * every rank dies. A ClientSave holds a reference to its Client, so the client
- * outlives its saves.
+ * object outlives its saves; and the client lists its open saves, as closing it
+ * (Client.close, or interpreter exit through engine.close_all) frees the C client,
+ * which every save points into: close frees the saves still open first (each waits
+ * until its part no longer needs staging), and a save freed later finds it closed.
+ * Without that, a writer collected after the exit's close_all crashed the process.
  */
 #include "ckpy.h"
 
@@ -16,18 +20,24 @@
 
 #include "ck/client.h"
 
+typedef struct csave_obj csave_obj;
+
 typedef struct {
     PyObject_HEAD
     ck_client *cl;
     ckpy_cuda *cu;              /* pin=: the driver that page-locks the staging */
+    csave_obj *open;            /* the saves whose C save is not freed yet */
 } client_obj;
 
-typedef struct {
+struct csave_obj {
     PyObject_HEAD
     client_obj *owner;
     ck_client_save *sv;
     void *event;                /* the CUDA event of the caller's copies, until handed over */
-} csave_obj;
+    csave_obj *prev, *next;     /* in owner->open while sv is set */
+};
+
+static void csave_free_handle(csave_obj *self);
 
 static int client_init(client_obj *self, PyObject *args, PyObject *kw)
 {
@@ -71,6 +81,8 @@ static int client_init(client_obj *self, PyObject *args, PyObject *kw)
 
 static void client_close_handle(client_obj *self)
 {
+    while (self->open)
+        csave_free_handle(self->open);
     ck_client *cl = self->cl;
     ckpy_cuda *cu = self->cu;
     self->cl = NULL;
@@ -129,6 +141,7 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
         return NULL;
     sv->sv = NULL;
     sv->event = NULL;
+    sv->prev = sv->next = NULL;
     Py_INCREF(self);
     sv->owner = self;
     ck_err err = {0};
@@ -143,6 +156,10 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
     }
     if (!hash)
         ck_client_no_hash(sv->sv);
+    sv->next = self->open;
+    if (self->open)
+        self->open->prev = sv;
+    self->open = sv;
     return (PyObject *)sv;
 }
 
@@ -209,6 +226,14 @@ static void csave_free_handle(csave_obj *self)
     ck_client_save *sv = self->sv;
     self->sv = NULL;
     if (sv) {
+        client_obj *o = self->owner;
+        if (self->prev)
+            self->prev->next = self->next;
+        else
+            o->open = self->next;
+        if (self->next)
+            self->next->prev = self->prev;
+        self->prev = self->next = NULL;
         Py_BEGIN_ALLOW_THREADS
         ck_client_save_free(sv);
         Py_END_ALLOW_THREADS
