@@ -67,6 +67,11 @@ class CheckpointManager:
     failed_in_a_row), and the next save goes on. max_failed_saves=K raises instead once
     K saves in a row have failed (0: never). Every rank gets the same verdict (DCP
     gives every rank the coordinator's outcome), so every rank goes on or stops alike.
+
+    process_group: the group DCP's collectives run on. By default, with async saves
+    and torch.distributed initialized, a gloo group the manager makes, so that the
+    save's background collectives never interleave with the training thread's (every
+    rank makes its manager: new_group is collective).
     """
 
     def __init__(self, root, *, keep_latest_k=0, socket=None, hash=True, async_save=True,
@@ -78,6 +83,15 @@ class CheckpointManager:
         self.async_save = async_save
         self.async_staging = async_staging and async_save
         self.process_group = process_group
+        if process_group is None and async_save and dist.is_available() and \
+                dist.is_initialized():
+            # DCP runs the rest of an async save (its plan, the results, the commit's
+            # all-reduce) on a thread of its own. On the group the training thread also
+            # uses, the two threads' collectives interleave in different orders on
+            # different ranks and both hang. A gloo group of its own, as torchtitan makes
+            # for async checkpointing; new_group is collective, so every rank makes its
+            # manager at the same point, as it does anyway.
+            self.process_group = dist.new_group(backend="gloo")
         self.max_failed_saves = max_failed_saves
         self.failed_saves = 0
         self.failed_in_a_row = 0
