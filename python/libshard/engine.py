@@ -112,7 +112,8 @@ def close_all():
 
 def _forget_after_fork():
     # A forked child has the parent's clients without their threads (and perhaps the
-    # lock as another thread held it): it makes its own.
+    # lock as another thread held it): it makes its own. Dropping the parent's never
+    # reaches their engines (_ck's clients know the process that opened them).
     global _engines_lock
     _engines.clear()
     _engines_lock = threading.Lock()

@@ -13,10 +13,17 @@
  * which every save points into: close frees the saves still open first (each waits
  * until its part no longer needs staging), and a save freed later finds it closed.
  * Without that, a writer collected after the exit's close_all crashed the process.
+ *
+ * A forked child inherits the objects but not the engine's threads, which stay in the
+ * parent: closing its copy of the client, or freeing a save, would wait forever for
+ * them. In a process other than the one that opened it, a client and its saves are
+ * dropped without a word to the engine (the child's copies of their memory simply go
+ * with it), and using them raises. engine.py makes the child its own clients.
  */
 #include "ckpy.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ck/client.h"
 
@@ -27,6 +34,7 @@ typedef struct {
     ck_client *cl;
     ckpy_cuda *cu;              /* pin=: the driver that page-locks the staging */
     csave_obj *open;            /* the saves whose C save is not freed yet */
+    pid_t pid;                  /* the process that opened cl (its engine's threads) */
 } client_obj;
 
 struct csave_obj {
@@ -38,6 +46,16 @@ struct csave_obj {
 };
 
 static void csave_free_handle(csave_obj *self);
+
+/* 0 when cl is open in this process; else -1 with ValueError set. */
+static int client_live(client_obj *self)
+{
+    if (self->cl && self->pid == getpid())
+        return 0;
+    PyErr_SetString(PyExc_ValueError, self->cl ? "the Client was opened by a parent process "
+                    "(this one was forked from it): make a new one here" : "Client is closed");
+    return -1;
+}
 
 static int client_init(client_obj *self, PyObject *args, PyObject *kw)
 {
@@ -69,6 +87,7 @@ static int client_init(client_obj *self, PyObject *args, PyObject *kw)
         rc = ck_client_open(&self->cl, root, &opts, &err);
     }
     Py_END_ALLOW_THREADS
+    self->pid = getpid();
     if (rc < 0) {
         self->cl = NULL;
         ckpy_cuda_close(self->cu);
@@ -87,7 +106,7 @@ static void client_close_handle(client_obj *self)
     ckpy_cuda *cu = self->cu;
     self->cl = NULL;
     self->cu = NULL;
-    if (cl || cu) {
+    if ((cl || cu) && self->pid == getpid()) {
         Py_BEGIN_ALLOW_THREADS
         ck_client_close(cl);        /* unpins its areas before the driver goes */
         ckpy_cuda_close(cu);
@@ -126,12 +145,9 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
     const char *name;
     unsigned long long step, rank, world;
     int hash = 1;
-    if (!PyArg_ParseTuple(args, "sKKK|p", &name, &step, &rank, &world, &hash))
+    if (!PyArg_ParseTuple(args, "sKKK|p", &name, &step, &rank, &world, &hash) ||
+        client_live(self) < 0)
         return NULL;
-    if (!self->cl) {
-        PyErr_SetString(PyExc_ValueError, "Client is closed");
-        return NULL;
-    }
     ckpy_u64s sizes = {.n = 1, .v = {world}};
     ck_mesh mesh;
     if (ckpy_mesh(&sizes, &mesh) < 0)
@@ -169,12 +185,8 @@ static PyObject *client_reserve(client_obj *self, PyObject *args)
 {
     unsigned long long bytes;
     int wait = 0;
-    if (!PyArg_ParseTuple(args, "K|p", &bytes, &wait))
+    if (!PyArg_ParseTuple(args, "K|p", &bytes, &wait) || client_live(self) < 0)
         return NULL;
-    if (!self->cl) {
-        PyErr_SetString(PyExc_ValueError, "Client is closed");
-        return NULL;
-    }
     Py_BEGIN_ALLOW_THREADS
     ck_client_reserve(self->cl, bytes, wait);
     Py_END_ALLOW_THREADS
@@ -234,9 +246,11 @@ static void csave_free_handle(csave_obj *self)
         if (self->next)
             self->next->prev = self->prev;
         self->prev = self->next = NULL;
-        Py_BEGIN_ALLOW_THREADS
-        ck_client_save_free(sv);
-        Py_END_ALLOW_THREADS
+        if (o->pid == getpid()) {
+            Py_BEGIN_ALLOW_THREADS
+            ck_client_save_free(sv);
+            Py_END_ALLOW_THREADS
+        }
     }
 }
 
@@ -249,10 +263,11 @@ static void csave_dealloc(csave_obj *self)
 
 static int csave_live(csave_obj *self)
 {
-    if (self->sv)
-        return 0;
-    PyErr_SetString(PyExc_ValueError, "the save is closed");
-    return -1;
+    if (!self->sv) {
+        PyErr_SetString(PyExc_ValueError, "the save is closed");
+        return -1;
+    }
+    return client_live(self->owner);
 }
 
 static int tensor_boxes_fn(void *h, const char *name, ck_dtype dtype, int ndim,
