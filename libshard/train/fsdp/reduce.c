@@ -66,10 +66,14 @@ static int start_reduce(sh_group *g, ck_err *err)
     if (!g->rs_in || !g->rs_out)
         return ck_err_set(err, -ENOMEM, "reducing gradients of module '%s': out of memory",
                           g->module->name);
-    g->rs_pending = true;
     rc = sh_reduce_scatter(g->shard_comm, g->rs_in, g->rs_out, g->slot_elems, g->rdt,
                            SH_SUM, &g->rs_work, err);
-    return rc ? ck_err_set(err, rc, "reduce-scatter of module '%s'", g->module->name) : 0;
+    if (rc)
+        return ck_err_set(err, rc, "reduce-scatter of module '%s'", g->module->name);
+    /* Only a started reduction is ever landed: after a failure here rs_out holds
+     * nothing, and a later end of backward must not add it into the gradients. */
+    g->rs_pending = true;
+    return 0;
 }
 
 /* Completes g's reduction, its reduce-scatter (and all-reduce over replicas) waited
