@@ -10,13 +10,16 @@ pid=
 cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$root"; }
 trap cleanup EXIT
 "$ckptd" --root "$root" || { echo "FAILED: ckptd did not start"; exit 1; }
-# The lock file names the daemon's pid once it detached ("pid P on HOST").
+# The lock file names the daemon's pid once it detached ("pid P on HOST"). Until the
+# child has noted its own, it names the parent, which has exited by the time ckptd
+# returns: wait for a pid that is alive.
 for _ in $(seq 100); do
     pid=$(sed -n 's/^pid \([0-9]*\) on .*/\1/p' "$root"/.ckptd.*.lock 2>/dev/null)
-    [ -n "$pid" ] && [ -S "$root/.ckptd.sock" ] && break
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ -S "$root/.ckptd.sock" ] && break
+    pid=
     sleep 0.1
 done
-[ -n "$pid" ] || { echo "FAILED: no daemon pid in $root/.ckptd.*.lock"; exit 1; }
+[ -n "$pid" ] || { echo "FAILED: no live daemon pid in $root/.ckptd.*.lock"; exit 1; }
 kill -TERM "$pid"
 # A generous bound, never asserted as a time: the drain has nothing to wait for.
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
