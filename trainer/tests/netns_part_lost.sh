@@ -17,6 +17,21 @@
 # job is generous and never asserted as a time.
 #   netns_part_lost.sh MODE SHARDRUN SHARD_TRAIN CKPT_VERIFY STALL_OPEN_SO
 set -uo pipefail
+# mpirun itself (OpenMPI 4.1's orterun) now and then dies of SIGSEGV in its PMIx
+# logging (libopen-rte's pmix_server_log_fn) while the killed rank's peers report the
+# death, and then nobody names rank 3 (once in about 20 runs here). That is the
+# launcher's crash, not the job's: the scenario runs once more, with every check.
+if [ -z "${PART_LOST_TRY:-}" ]; then
+    out=$(PART_LOST_TRY=1 "$0" "$@" 2>&1)
+    rc=$?
+    if [ "$rc" -ne 0 ] && grep -q "libopen-rte.*pmix_server_log_fn" <<<"$out"; then
+        echo "mpirun crashed inside OpenMPI's PMIx logging; the scenario runs again:"
+        grep -m2 -e "pmix_server_log_fn" -e "FAILED" <<<"$out"
+        PART_LOST_TRY=2 exec "$0" "$@"
+    fi
+    printf '%s\n' "$out"
+    exit "$rc"
+fi
 mode=$1 shardrun=$2 train=$3 verify=$4 shim=$5
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../tests/launch/netns_lib.sh"
