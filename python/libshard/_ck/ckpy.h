@@ -77,6 +77,7 @@ PyObject *ckpy_scan(PyObject *self, PyObject *args);
 PyObject *ckpy_recover(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_name(PyObject *self, PyObject *args);
 PyObject *ckpy_dtypes(PyObject *self, PyObject *args);
+PyObject *ckpy_dtype_convert(PyObject *self, PyObject *args);
 PyObject *ckpy_name_check(PyObject *self, PyObject *args);
 PyObject *ckpy_key_encode(PyObject *self, PyObject *args);
 PyObject *ckpy_key_decode(PyObject *self, PyObject *args);

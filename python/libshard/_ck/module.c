@@ -8,6 +8,8 @@ static PyMethodDef module_methods[] = {
      "dtype_name(code) -> 'f32', 'bf16', ... or None for a code this build lacks."},
     {"dtypes", ckpy_dtypes, METH_NOARGS,
      "dtypes() -> [(code, name, itemsize, torch name)]: the format's dtype table."},
+    {"dtype_convert", ckpy_dtype_convert, METH_VARARGS,
+     "dtype_convert(data, from_code, to_code) -> bytes: elements converted by value."},
     {"key_encode", ckpy_key_encode, METH_VARARGS,
      "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
     {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},
