@@ -31,7 +31,7 @@ bad_targets)
     expect 0 'usage' "$CKPT_RESHARD" --help
     expect 0 'usage' "$CKPT_CONSOLIDATE" --help
     expect 2 'needs ROOT' "$CKPT_CONSOLIDATE" "$root" src
-    expect 2 'dtype' "$CKPT_CONSOLIDATE" "$root" src -o "$root/x" --dtype f16
+    expect 2 'dtype i32: an export converts its float tensors' "$CKPT_CONSOLIDATE" "$root" src -o "$root/x" --dtype i32
     ;;
 reshard_default_name_json)
     expect 0 '"name": "src-8"' "$CKPT_RESHARD" "$root" src --to-mesh 8 --json
