@@ -85,5 +85,8 @@ PyObject *ckpy_remove(PyObject *self, PyObject *args);
 PyObject *ckpy_name_state(PyObject *self, PyObject *args);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
 
+/* export.c */
+PyObject *ckpy_export_hf(PyObject *self, PyObject *args, PyObject *kw);
+
 
 #endif
