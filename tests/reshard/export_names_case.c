@@ -94,6 +94,18 @@ static ck_st_file read_export(const char *dir)
     return sf;
 }
 
+/* Exports ck with o into ROOT/sub; reads the file back. */
+static ck_st_file export_into(ck_ckpt *ck, const char *root, const char *sub,
+                              ck_consolidate_opts o, ck_consolidate_stats *st)
+{
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/%s", root, sub);
+    o.dir = dir;
+    ck_err err = { 0 };
+    REQUIRE(ck_consolidate(ck, &o, st, &err) == 0, "%s", ck_err_msg(&err));
+    return read_export(dir);
+}
+
 static const ck_st_tensor *find(const ck_st_file *sf, const char *key)
 {
     for (size_t i = 0; i < sf->n; i++)
@@ -110,17 +122,14 @@ static void model_only(const char *root)
     ck_err err = { 0 };
     REQUIRE(ck_export_model_prefix(ck, prefix, sizeof prefix, &err) == 0, "%s", ck_err_msg(&err));
     CHECK(!strcmp(prefix, "app.model."), "the model's prefix found is '%s'", prefix);
-    char dir[PATH_MAX + 8];
-    snprintf(dir, sizeof dir, "%s/hf", root);
-    ck_consolidate_opts o = { .dir = dir, .prefix = prefix, .dtype = CK_BF16 };
     ck_consolidate_stats st;
-    REQUIRE(ck_consolidate(ck, &o, &st, &err) == 0, "%s", ck_err_msg(&err));
+    ck_st_file sf = export_into(ck, root, "hf", (ck_consolidate_opts){ .prefix = prefix,
+                                                                       .dtype = CK_BF16 }, &st);
     ck_close(ck);
-    ck_st_file sf = read_export(dir);
     CHECK(sf.n == 3 && st.tensors == 3, "the export holds %zu tensors, wanted the model's 3", sf.n);
     static const char *const want[] = { "wte.weight", "h.0 attn/c w", "pos_ids" };
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(path, sizeof path, "%s/hf/model.safetensors", root);
     FILE *f = fopen(path, "rb");
     REQUIRE(f, "%s", path);
     for (size_t t = 0; t < 3; t++) {
@@ -174,10 +183,10 @@ static void model_only(const char *root)
           strstr(ck_err_msg(&err), "model.") && strstr(ck_err_msg(&err), "prefix"),
           "no prefix: '%s'", ck_err_msg(&err));
     /* The prefix given as '' takes every tensor under its whole key. */
-    snprintf(dir, sizeof dir, "%s/all", root);
-    o = (ck_consolidate_opts){ .dir = dir, .prefix = "" };
-    REQUIRE(ck_consolidate(ck, &o, &st, &err) == 0, "%s", ck_err_msg(&err));
-    CHECK(st.tensors == 2, "prefix '' exported %llu tensors", (unsigned long long)st.tensors);
+    sf = export_into(ck, root, "all", (ck_consolidate_opts){ .prefix = "" }, &st);
+    CHECK(st.tensors == 2 && find(&sf, "optimizer.state.w.exp_avg"),
+          "prefix '' exported %llu tensors", (unsigned long long)st.tensors);
+    ck_st_free(&sf);
     ck_close(ck);
 }
 
@@ -199,13 +208,10 @@ static void key_map(const char *root)
     REQUIRE(parse("{\"app.model.h.*\": \"transformer.h.*\", \"app.model.*\": null,"
                   " \"app.model.wte.weight\": \"transformer.wte\", \"app.optim.*\": null}", &m,
                   &err) == 0, "%s", ck_err_msg(&err));
-    char dir[PATH_MAX + 8];
-    snprintf(dir, sizeof dir, "%s/mapped", root);
-    ck_consolidate_opts o = { .dir = dir, .rename = ck_key_map_rename, .rename_arg = m };
     ck_consolidate_stats st;
-    REQUIRE(ck_consolidate(ck, &o, &st, &err) == 0, "%s", ck_err_msg(&err));
+    ck_st_file sf = export_into(ck, root, "mapped", (ck_consolidate_opts){
+                                    .rename = ck_key_map_rename, .rename_arg = m }, &st);
     ck_key_map_free(m);
-    ck_st_file sf = read_export(dir);
     CHECK(sf.n == 2 && find(&sf, "transformer.wte") && find(&sf, "transformer.h.0 attn/c w"),
           "the key map gave %zu tensors: %s, %s", sf.n, sf.n > 0 ? sf.t[0].key : "",
           sf.n > 1 ? sf.t[1].key : "");
@@ -214,8 +220,9 @@ static void key_map(const char *root)
     /* Unmatched keys stay; two tensors renamed to one key are refused, naming both. */
     REQUIRE(parse("{\"app.optim.state.wte.weight.exp_avg\": \"app.model.wte.weight\"}", &m,
                   &err) == 0, "%s", ck_err_msg(&err));
+    char dir[PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/twice", root);
-    o = (ck_consolidate_opts){ .dir = dir, .rename = ck_key_map_rename, .rename_arg = m };
+    ck_consolidate_opts o = { .dir = dir, .rename = ck_key_map_rename, .rename_arg = m };
     ck_err_clear(&err);
     CHECK(ck_consolidate(ck, &o, &st, &err) == -EINVAL &&
           strstr(ck_err_msg(&err), "app.model.wte.weight and app.optim.state.wte.weight.exp_avg"),
