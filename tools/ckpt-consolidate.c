@@ -66,13 +66,18 @@ static void on_signal(int sig)
 }
 
 /* SIGINT and SIGTERM stop the export, which removes its temporary files; the tool then
- * dies of the same signal, so that a shell or a batch system sees the interruption. */
+ * dies of the same signal, so that a shell or a batch system sees the interruption. A
+ * signal ignored from the start stays ignored (a script's background job ignores
+ * SIGINT, so that Ctrl-C stops only what runs in the foreground). */
 static void catch_signals(void)
 {
-    struct sigaction sa = { .sa_handler = on_signal };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    static const int sigs[] = { SIGINT, SIGTERM };
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction old, sa = { .sa_handler = on_signal };
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
 }
 
 static int die_of_signal(void)

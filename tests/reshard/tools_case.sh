@@ -110,9 +110,12 @@ boxes_verify_against_reshard_consolidate)
     ;;
 consolidate_interrupted_removes_its_temporary_files)
     # SIGINT (Ctrl-C) and SIGTERM once the output's temporary file exists: the tool
-    # removes it, writes no file under its final name, and dies of the signal.
+    # removes it, writes no file under its final name, and dies of the signal. Job
+    # control on: without it a script's background job ignores SIGINT (and the tool
+    # keeps a signal ignored from the start ignored).
     "$CKPT_SYNTH" "$root" --name big --mesh 2 --tensors 2 --bytes 512MiB --no-hash >/dev/null ||
         fail "ckpt-synth big"
+    set -m
     for sig in INT TERM; do
         out=$root/out-$sig
         "$CKPT_CONSOLIDATE" "$root" big -o "$out" 2>"$root/err-$sig" &
@@ -125,12 +128,12 @@ consolidate_interrupted_removes_its_temporary_files)
         kill -$sig $pid
         wait $pid
         rc=$?
+        left=$(ls -A "$out")
+        [ -z "$left" ] || fail "SIG$sig left $left in $out"
         want=$((128 + $(kill -l $sig)))
         [ "$rc" = "$want" ] || fail "SIG$sig: exit status $rc, wanted $want: $(cat "$root/err-$sig")"
         grep -q "interrupted by SIG$sig" "$root/err-$sig" ||
             fail "SIG$sig: no message saying so: $(cat "$root/err-$sig")"
-        left=$(ls -A "$out")
-        [ -z "$left" ] || fail "SIG$sig left $left in $out"
     done
     ;;
 progress_lines_when_asked)
