@@ -105,8 +105,10 @@ int ck_key_map_parse(const char *json, size_t len, const char *what, ck_key_map 
                         : to && !to[0] ? "renames to an empty key"
                         : NULL;
         if (why) {
+            /* The message first: the rule's text belongs to the map. */
+            int r = ck_err_set(err, -EINVAL, "key map %s: rule \"%.200s\" %s", what, from, why);
             ck_key_map_free(m);
-            return ck_err_set(err, -EINVAL, "key map %s: rule \"%.200s\" %s", what, from, why);
+            return r;
         }
         if (star)
             m->pat[m->npat++] = (pattern){ .head = from, .head_len = (size_t)(star - from),
