@@ -4,8 +4,8 @@ into what transformers' GPT2LMHeadModel.from_pretrained loads with no missing or
 unexpected key: in f32 (export_hf, sharded, with an index) it gives the trained model's
 logits exactly; in bf16 (ckpt-consolidate --model-only --dtype bf16, one file) exactly
 the logits of the trained weights rounded to bf16. A key_map callable that leaves out
-the tied lm_head.weight still loads, tied to the embedding. The optimizer's state stays
-out of every export. The model is built from a local GPT2Config: nothing is downloaded.
+the tied lm_head.weight still loads, tied to the embedding; one that raises fails the
+export with its own exception. The optimizer's state stays out of every export. The model is built from a local GPT2Config: nothing is downloaded.
 About 20 s on 2 cores."""
 import os
 import sys
@@ -145,6 +145,17 @@ def main():
         assert "lm_head.weight" not in f.keys() and f.metadata() == {"format": "pt"}
     m = load(d, torch.float32)
     assert torch.equal(logits(m, x), want_bf16), "the export without lm_head.weight differs"
+
+    # A key map that raises, or answers with no str, fails the export with its error.
+    for bad, exc in ((lambda k: 1 // 0, ZeroDivisionError), (lambda k: 7, TypeError)):
+        d = os.path.join(root, f"hf-{exc.__name__}")
+        try:
+            export_hf(root_ck, name, d, key_map=bad)
+        except exc:
+            pass
+        else:
+            raise AssertionError(f"a key_map raising {exc.__name__} exported")
+        assert not os.path.exists(os.path.join(d, "model.safetensors")), d
 
 
 if __name__ == "__main__":
