@@ -6,7 +6,7 @@
  * data. The header maps each tensor name to {"dtype", "shape", "data_offsets":
  * [begin, end]} (offsets into the data, which follow each other from 0 with no
  * gap), plus "__metadata__": {"format": "pt"}. Tensors are ordered by dtype
- * alignment (element size) descending, then name, so every tensor starts aligned to
+ * alignment (element size) descending, then key, so every tensor starts aligned to
  * its element size.
  *
  * ck_consolidate streams each full tensor, in row-major order, through ck_reader
