@@ -3,10 +3,11 @@
  *
  * Each output file is one run of bytes produced on demand: the header, then each
  * tensor's row-major bytes read through ck_reader (converted to another dtype on the
- * way when asked, by ck_dtype_convert). ck__write_files pulls it block by block into its bounded ring and
- * writes it with io_uring; the file is written under a temporary name, cut to its
- * exact length (the writer works in whole pages), made durable and renamed into
- * place, so a reader never sees half a file.
+ * way when asked, by ck_dtype_convert). ck__write_files pulls it block by block into
+ * its bounded ring and writes it with io_uring; the file is written under a temporary
+ * name, cut to its exact length (the writer works in whole pages), made durable and
+ * renamed into place, so a reader never sees half a file. Which tensors go out, and
+ * under what keys, is decided first, on the caller's thread (select_tensor).
  */
 #include "export/safetensors.h"
 

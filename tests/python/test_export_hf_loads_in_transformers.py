@@ -5,8 +5,8 @@ unexpected key: in f32 (export_hf, sharded, with an index) it gives the trained 
 logits exactly; in bf16 (ckpt-consolidate --model-only --dtype bf16, one file) exactly
 the logits of the trained weights rounded to bf16. A key_map callable that leaves out
 the tied lm_head.weight still loads, tied to the embedding; one that raises fails the
-export with its own exception. The optimizer's state stays out of every export. The model is built from a local GPT2Config: nothing is downloaded.
-About 20 s on 2 cores."""
+export with its own exception. The optimizer's state stays out of every export. The
+model is built from a local GPT2Config: nothing is downloaded. About 25 s on 2 cores."""
 import os
 import sys
 
@@ -123,7 +123,7 @@ def main():
     assert s["tensors"] == len(ref.state_dict()), (s, len(ref.state_dict()))
     assert os.path.exists(os.path.join(d, "model.safetensors.index.json"))
     m = load(d, torch.float32)
-    assert torch.equal(logits(m, x), want), "the f32 export's logits differ from the trained model's"
+    assert torch.equal(logits(m, x), want), "the f32 export's logits are not the trained ones"
 
     # bf16, one file, from the command line.
     d = os.path.join(root, "hf-bf16")
@@ -133,7 +133,8 @@ def main():
     assert sorted(os.listdir(d)) == ["model.safetensors"], os.listdir(d)
     m = load(d)
     assert all(p.dtype == torch.bfloat16 for p in m.parameters())
-    assert torch.equal(logits(m.float(), x), want_bf16), "the bf16 export's logits are not the rounded model's"
+    assert torch.equal(logits(m.float(), x), want_bf16), \
+        "the bf16 export's logits are not the rounded model's"
 
     # A callable key map that leaves out the tied head: transformers ties it to wte.
     d = os.path.join(root, "hf-untied")

@@ -244,7 +244,8 @@ static void key_map(const char *root)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         m = NULL;
-        CHECK(parse(bad[i].json, &m, &err) == -EINVAL && !m && strstr(ck_err_msg(&err), bad[i].says),
+        CHECK(parse(bad[i].json, &m, &err) == -EINVAL && !m &&
+              strstr(ck_err_msg(&err), bad[i].says),
               "key map %s: '%s', wanted '%s'", bad[i].json, ck_err_msg(&err), bad[i].says);
     }
     char path[PATH_MAX + 16];
