@@ -4,8 +4,9 @@
  * under "app.model.", AdamW's state under "app.optim.", a key that needs escapes)
  * exports, with the prefix ck_export_model_prefix finds, exactly the model's tensors
  * under the model's own keys (decoded, prefix cut off), floats in bf16 and the integer
- * tensor as it was; a checkpoint with both "model." and "app.model." or with neither
- * is refused, saying to give the prefix.
+ * tensor as it was; one saved as {"model": ..., "optim": ...} has the prefix
+ * "model."; a checkpoint with both "model." and "app.model." or with neither is
+ * refused, saying to give the prefix, and the prefix '' takes every tensor.
  *
  * key_map: rules rename exact keys and patterns (an exact rule winning over a pattern
  * listed before it), null leaves a tensor out, unmatched keys stay; two tensors
@@ -163,6 +164,15 @@ static void model_only(const char *root)
     }
     fclose(f);
     ck_st_free(&sf);
+
+    /* A state dict saved as {"model": ..., "optim": ...}: the prefix is "model.". */
+    static const tdef plain[] = { { "model.w", CK_F32, 1, { 2 } },
+                                  { "optim.state.w.exp_avg", CK_F32, 1, { 2 } } };
+    save(root, "plain", plain, 2);
+    ck = open_ck(root, "plain");
+    REQUIRE(ck_export_model_prefix(ck, prefix, sizeof prefix, &err) == 0, "%s", ck_err_msg(&err));
+    CHECK(!strcmp(prefix, "model."), "the model's prefix of 'plain' found is '%s'", prefix);
+    ck_close(ck);
 
     /* Both shapes in one checkpoint, and neither: refused, saying to give the prefix. */
     static const tdef both[] = { { "app.model.w", CK_F32, 1, { 2 } },
