@@ -377,7 +377,9 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
 int kd_xsend_pump(kd_xsend *x, struct kd_pconn *c, ck_err *err);
 /* An ACK: how much the receiver took. */
 int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err);
+/* Bytes acknowledged (and the stream's, in total). */
 uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total);
+bool kd_xsend_all_sent(const kd_xsend *x);
 void kd_xsend_free(kd_xsend *x);
 /* Receiving into ROOT/q->name, a copy of q->source. */
 int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, const char *msg),
@@ -442,8 +444,12 @@ void kd_pmsg_free(kd_pmsg *m);
 int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len);
 /* Sends the encoded message w (taken). */
 int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w);
-/* 0 while usable; else -errno, and why in msg. */
+/* 0 while usable; else -errno, and why: nothing more is taken from it (the messages
+ * that came whole before still are). */
 int kd_pconn_failed(const kd_pconn *c, const char **why);
+/* The transport itself failed (the peer closed or died): nothing can be sent either.
+ * Otherwise a failed connection can still carry an ERROR saying why. */
+bool kd_pconn_broken(const kd_pconn *c);
 /* Marks c failed (its messages dropped from now on); why names the cause. */
 void kd_pconn_fail(kd_pconn *c, int code, const char *why);
 const char *kd_pconn_peer(const kd_pconn *c);
@@ -451,8 +457,11 @@ const char *kd_pconn_peer(const kd_pconn *c);
 size_t kd_pconn_unsent(const kd_pconn *c);
 /* Bytes of received messages c may have waiting to be taken (more fails it). */
 void kd_pconn_set_budget(kd_pconn *c, size_t bytes);
-/* Closes c; flush: after what was sent went out. c is freed by the worker later. */
-void kd_pconn_close(kd_pconn *c, bool flush);
+/* Closes c: at once, once what was sent went out, or once the peer hung up after
+ * reading the last word (an ERROR); a second at most. c is freed by the worker later
+ * (kd_ucx_progress). */
+typedef enum kd_close { KD_CLOSE_NOW, KD_CLOSE_FLUSH, KD_CLOSE_LAST_WORD } kd_close;
+void kd_pconn_close(kd_pconn *c, kd_close how);
 void *kd_pconn_user(const kd_pconn *c);
 void kd_pconn_set_user(kd_pconn *c, void *user);
 

@@ -111,7 +111,7 @@ static int call_open(call *k, const kd_peer_call *c, ck_err *err)
 static void call_close(call *k, bool done)
 {
     if (k->pc)
-        kd_pconn_close(k->pc, done);
+        kd_pconn_close(k->pc, done ? KD_CLOSE_FLUSH : KD_CLOSE_NOW);
     kd_ucx_close(k->u);
 }
 
@@ -183,7 +183,7 @@ int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_er
         kd_pmsg_free(m);
         r = stream_out(&k, x, name, err);
     }
-    bool aborted = r < 0 && k.pc && !kd_pconn_failed(k.pc, NULL);
+    bool aborted = r < 0 && r != -ETIMEDOUT && k.pc && !kd_pconn_failed(k.pc, NULL);
     if (aborted) {
         /* The peer may be mid-stream: it drops the copy rather than wait it out. */
         ck__wbuf w = { 0 };

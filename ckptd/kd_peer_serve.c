@@ -76,16 +76,20 @@ static const char *who(const sconn *c)
     return c->id[0] ? c->id : "?";
 }
 
-/* Ends what c was doing: a PUT's copy is removed, a GET's reading stops. */
-static void end_transfer(struct kd_peers *p, sconn *c)
+/* Ends what c was doing: a PUT's copy is removed, a GET's reading stops. Returns
+ * "PUT" or "GET" when there was one, for the log line said after (so that whoever
+ * reads the log finds the cleanup done), else NULL. */
+static const char *end_transfer(struct kd_peers *p, sconn *c)
 {
-    if (c->rx || c->tx)
+    const char *what = c->rx ? "PUT" : c->tx ? "GET" : NULL;
+    if (what)
         p->xfers--;
     kd_xrecv_free(c->rx);
     kd_xsend_free(c->tx);
     c->rx = NULL;
     c->tx = NULL;
     kd_pconn_set_budget(c->pc, KD_PEER_REQ_MAX + KD_PEER_HDR);
+    return what;
 }
 
 static void send_error(sconn *c, const char *name, int code, const char *msg)
@@ -99,12 +103,12 @@ static void send_error(sconn *c, const char *name, int code, const char *msg)
  * ERROR went out. */
 static void refuse(struct kd_peers *p, sconn *c, int code, const char *msg)
 {
+    const char *what = end_transfer(p, c);
     say(p, "peer %s (ckptd %s): refused: %s; connection closed", kd_pconn_peer(c->pc), who(c),
         msg);
-    if (c->rx || c->tx)
+    if (what)
         say(p, "peer %s: %s of %s abandoned; nothing of it is kept", kd_pconn_peer(c->pc),
-            c->rx ? "PUT" : "GET", c->name);
-    end_transfer(p, c);
+            what, c->name);
     send_error(c, "", code, msg);
     c->drop = true;
 }
@@ -223,10 +227,10 @@ static void on_data(struct kd_peers *p, sconn *c, kd_pmsg *m)
         return;
     }
     if (r < 0) {
+        end_transfer(p, c);
         say(p, "peer %s (ckptd %s): PUT of %s failed: %s; nothing of it is kept",
             kd_pconn_peer(c->pc), who(c), c->name, ck_err_msg(&err));
         send_error(c, c->name, r, ck_err_msg(&err));
-        end_transfer(p, c);
         c->drop = true;      /* what it still sends is of the failed stream */
     }
 }
@@ -284,9 +288,9 @@ static void on_abort(struct kd_peers *p, sconn *c, kd_pmsg *m)
         refuse(p, c, -EPROTO, "an ABORT outside a PUT");
         return;
     }
+    end_transfer(p, c);
     say(p, "peer %s (ckptd %s): PUT of %s given up by its sender (%s); nothing of it is kept",
         kd_pconn_peer(c->pc), who(c), c->name, ck_err_msg(&err));
-    end_transfer(p, c);
 }
 
 static void dispatch(struct kd_peers *p, sconn *c, kd_pmsg *m)
@@ -329,21 +333,29 @@ static void serve(struct kd_peers *p, sconn *c, double now)
     ck_err err = { 0 };
     const char *why;
     kd_pmsg *m;
-    int r;
+    int r = 0;
     while (!c->drop && (m = kd_pconn_next(c->pc))) {
         c->last = now;
         dispatch(p, c, m);
     }
-    if (!c->drop && kd_pconn_failed(c->pc, &why)) {
-        /* A peer that hangs up between requests is done, not failed. */
-        if (c->rx || c->tx)
+    if (!c->drop && (r = kd_pconn_failed(c->pc, &why)) && !kd_pconn_broken(c->pc)) {
+        /* Refused by the transport layer's checks (a header, a size, a budget). */
+        refuse(p, c, r, why);
+    } else if (!c->drop && r) {
+        /* A peer that hangs up between requests is done, not failed; one that hangs
+         * up as its GET's last bytes went out may have taken them all (its final ACK
+         * can be lost to the close): whether it kept them is its to say. */
+        uint64_t total = 0;
+        bool all_sent = c->tx && kd_xsend_all_sent(c->tx);
+        if (all_sent)
+            kd_xsend_done(c->tx, &total);
+        const char *what = end_transfer(p, c);
+        if (all_sent)
+            say(p, "peer %s (ckptd %s): GET of %s: hung up with all %llu bytes sent",
+                kd_pconn_peer(c->pc), who(c), c->name, (unsigned long long)total);
+        else if (what)
             say(p, "peer %s (ckptd %s): %s of %s failed: %s; nothing of it is kept",
-                kd_pconn_peer(c->pc), who(c), c->rx ? "PUT" : "GET", c->name, why);
-        else if (kd_pconn_failed(c->pc, NULL) != -ECONNRESET &&
-                 kd_pconn_failed(c->pc, NULL) != -ETIMEDOUT)
-            say(p, "peer %s (ckptd %s): refused: %s; connection closed", kd_pconn_peer(c->pc),
-                who(c), why);
-        end_transfer(p, c);
+                kd_pconn_peer(c->pc), who(c), what, c->name, why);
         c->drop = true;
     }
     if (!c->drop && c->tx && (r = kd_xsend_pump(c->tx, c->pc, &err)) != 0) {
@@ -361,11 +373,13 @@ static void serve(struct kd_peers *p, sconn *c, double now)
         end_transfer(p, c);
     }
     if (!c->drop && now - c->last > p->timeout) {
-        say(p, "peer %s (ckptd %s): silent for %u s (--peer-timeout)%s%s%s; connection closed",
-            kd_pconn_peer(c->pc), who(c), p->timeout, c->rx ? ": PUT of " : c->tx ? ": GET of "
-            : "", c->rx || c->tx ? c->name : "", c->rx || c->tx ? " abandoned, nothing of it "
-            "is kept" : "");
-        end_transfer(p, c);
+        const char *what = end_transfer(p, c);
+        say(p, "peer %s (ckptd %s): silent for %u s (--peer-timeout)%s%s%s%s; connection "
+            "closed", kd_pconn_peer(c->pc), who(c), p->timeout, what ? ": " : "",
+            what ? what : "", what ? " of " : "", what ? c->name : "");
+        if (what)
+            say(p, "peer %s: %s of %s abandoned; nothing of it is kept", kd_pconn_peer(c->pc),
+                what, c->name);
         c->drop = true;
     }
 }
@@ -376,7 +390,7 @@ static void accept_new(struct kd_peers *p, double now)
     while ((pc = kd_ucx_accepted(p->u))) {
         sconn *c = calloc(1, sizeof *c);
         if (!c) {
-            kd_pconn_close(pc, false);
+            kd_pconn_close(pc, KD_CLOSE_NOW);
             continue;
         }
         c->pc = pc;
@@ -394,11 +408,11 @@ static void drop_conns(struct kd_peers *p, bool all)
             pp = &c->next;
             continue;
         }
-        if (all && (c->rx || c->tx))
-            say(p, "stopping: %s of %s with peer %s abandoned; nothing of it is kept",
-                c->rx ? "PUT" : "GET", c->name, kd_pconn_peer(c->pc));
-        end_transfer(p, c);
-        kd_pconn_close(c->pc, !all);
+        const char *what = end_transfer(p, c);
+        if (all && what)
+            say(p, "stopping: %s of %s with peer %s abandoned; nothing of it is kept", what,
+                c->name, kd_pconn_peer(c->pc));
+        kd_pconn_close(c->pc, all ? KD_CLOSE_NOW : KD_CLOSE_LAST_WORD);
         *pp = c->next;
         free(c);
     }

@@ -37,10 +37,13 @@ struct kd_pconn {
     size_t in_bytes, budget;       /* waiting to be taken, and how many may */
     size_t unsent;
     unsigned reqs;                 /* sends and receives in flight */
-    int failed;
+    int failed;                    /* no more messages taken: -errno */
+    bool broken;                   /* the transport failed: nothing can be sent either */
     char why[192];
     bool fresh;                    /* accepted, not yet handed out */
     bool closed;                   /* kd_pconn_close was called */
+    double linger;                 /* closed: kd_now() until which sends may still finish */
+    bool wait_peer;                /* ... and the peer close first (KD_CLOSE_LAST_WORD) */
     void *close_req;               /* the endpoint's close, in flight */
     bool ep_gone;                  /* the endpoint is closed (or never was) */
     void *user;
@@ -84,6 +87,11 @@ int kd_pconn_failed(const kd_pconn *c, const char **why)
     return c->failed;
 }
 
+bool kd_pconn_broken(const kd_pconn *c)
+{
+    return c->broken;
+}
+
 const char *kd_pconn_peer(const kd_pconn *c)
 {
     return c->peer;
@@ -124,6 +132,7 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     char why[160];
     snprintf(why, sizeof why, "the connection failed (UCX: %s)", ucs_status_string(status));
     kd_pconn_fail(c, status == UCS_ERR_ENDPOINT_TIMEOUT ? -ETIMEDOUT : -ECONNRESET, why);
+    c->broken = true;
 }
 
 static kd_pconn *conn_new(kd_ucx *u, const char *peer)
@@ -379,8 +388,10 @@ int kd_ucx_connect(kd_ucx *u, const char *addr, kd_pconn **out, ck_err *err)
 
 kd_pmsg *kd_pconn_next(kd_pconn *c)
 {
+    /* What arrived whole before a failure still counts: an ERROR just before the peer
+     * closed says why it closed. */
     kd_pmsg *m = c->in_head;
-    if (!m || !m->ready || c->failed)
+    if (!m || !m->ready)
         return NULL;
     c->in_head = m->next;
     if (!c->in_head)
@@ -399,6 +410,7 @@ static void on_send_done(void *req, ucs_status_t status, void *arg)
         char why[160];
         snprintf(why, sizeof why, "a send failed (UCX: %s)", ucs_status_string(status));
         kd_pconn_fail(t->c, -ECONNRESET, why);
+        t->c->broken = true;
     }
     free(t->payload);
     free(t);
@@ -408,7 +420,7 @@ static void on_send_done(void *req, ucs_status_t status, void *arg)
 
 int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len)
 {
-    if (c->failed || c->closed) {
+    if (c->broken || c->closed) {
         free(payload);
         return c->failed ? c->failed : -ENOTCONN;
     }
@@ -458,27 +470,50 @@ int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w)
     return kd_pconn_send(c, type, 0, p, len);
 }
 
-void kd_pconn_close(kd_pconn *c, bool flush)
+/* Every close is forced: UCX's flushing close waits for a peer that may never answer
+ * (one that stopped reading, or never finished connecting), and a worker destroyed with
+ * such an endpoint still open aborts the process. What was sent gets a moment to go
+ * out first (the linger), which is all an ERROR before a close needs. */
+static void close_ep(kd_pconn *c)
 {
-    if (c->closed)
-        return;
-    c->closed = true;
-    if (c->ep_gone)
-        return;
     ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                              .flags = flush && !c->failed ? 0 : UCP_EP_CLOSE_FLAG_FORCE };
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE };
     ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &p);
+    c->linger = 0;
     if (r && !UCS_PTR_IS_ERR(r))
         c->close_req = r;
     else
         c->ep_gone = true;
 }
 
-/* Frees the connections that are closed and have nothing in flight. */
+#define LINGER_S 1.0
+
+void kd_pconn_close(kd_pconn *c, kd_close how)
+{
+    if (c->closed)
+        return;
+    c->closed = true;
+    c->wait_peer = how == KD_CLOSE_LAST_WORD;
+    if (c->ep_gone)
+        return;
+    if (how != KD_CLOSE_NOW && !c->broken && (c->unsent || c->wait_peer))
+        c->linger = kd_now() + LINGER_S;
+    else
+        close_ep(c);
+}
+
+/* Closes the endpoints whose linger is over, frees the connections that are closed and
+ * have nothing in flight. */
 static void reap(kd_ucx *u)
 {
+    double now = kd_now();
     for (kd_pconn **pp = &u->conns; *pp;) {
         kd_pconn *c = *pp;
+        /* A TCP connection closed with bytes unread is reset, and a reset can discard
+         * what the peer has not read yet: an ERROR is the peer's to read before the
+         * close, so its connection lingers until the peer hangs up. */
+        if (c->linger && (c->broken || now >= c->linger || (!c->unsent && !c->wait_peer)))
+            close_ep(c);
         if (c->close_req && ucp_request_check_status(c->close_req) != UCS_INPROGRESS) {
             ucp_request_free(c->close_req);
             c->close_req = NULL;
@@ -531,10 +566,13 @@ void kd_ucx_close(kd_ucx *u)
         return;
     if (u->listener)
         ucp_listener_destroy(u->listener);
-    for (kd_pconn *c = u->conns; c; c = c->next)
-        kd_pconn_close(c, false);
+    for (kd_pconn *c = u->conns; c; c = c->next) {
+        kd_pconn_close(c, KD_CLOSE_FLUSH);
+        if (c->linger)
+            c->linger = kd_now() + LINGER_S / 4;
+    }
     /* Forced closes complete what was in flight with errors; a second is plenty. */
-    double deadline = kd_now() + 1.0;
+    double deadline = kd_now() + 2 * LINGER_S;
     while (u->worker && u->conns && kd_now() < deadline)
         kd_ucx_wait(u, 10);
     if (u->worker)

@@ -109,6 +109,11 @@ uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total)
     return x->acked;
 }
 
+bool kd_xsend_all_sent(const kd_xsend *x)
+{
+    return x->sent == x->out->total;
+}
+
 void kd_xsend_free(kd_xsend *x)
 {
     if (x) {

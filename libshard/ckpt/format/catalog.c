@@ -765,6 +765,9 @@ static void drop_dead_beats(int rootfd, const char *suffix)
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d && fd >= 0)
         close(fd);
+    /* The duplicate shares rootfd's position, which an earlier walk left at the end. */
+    if (d)
+        rewinddir(d);
     struct dirent *de;
     while (d && (de = readdir(d))) {
         size_t n = strlen(de->d_name);

@@ -20,7 +20,12 @@
 
 int ck__copy_source_check(const char *id, ck_err *err)
 {
-    if (strlen(id) >= CK_COPY_ID_MAX || ck_name_check("daemon id", id, NULL) < 0)
+    size_t n = strnlen(id, CK_COPY_ID_MAX);
+    bool ok = n > 0 && n < CK_COPY_ID_MAX && id[0] != '.';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
+                    id[i]) != NULL;
+    if (!ok)
         return ck_err_set(err, -EINVAL, "daemon id '%.80s': 1 to %d characters of "
                           "[A-Za-z0-9._-], not starting with '.'", id, CK_COPY_ID_MAX - 1);
     return 0;
