@@ -56,13 +56,15 @@ synth() {
 }
 
 # daemon ID [ckptd options]: ckptd of id ID on WORK/ID.durable, local tier WORK/ID.local,
-# peer service on 127.0.0.1 (any port); waits for its published address.
+# peer service on $LISTEN (127.0.0.1), any port, run through ${WRAP[@]} (a host of
+# netns_lib.sh: netns_on HOST); waits for its published address.
+WRAP=()
 daemon() {
     local id=$1
     shift
     mkdir -p "$WORK/$id.durable" "$WORK/$id.local"
     rm -f "$WORK/$id.durable/.ckptd.$id.peer"
-    "$CKPTD" --root "$WORK/$id.durable" --id "$id" --local-root "$WORK/$id.local" \
+    "${WRAP[@]}" "$CKPTD" --root "$WORK/$id.durable" --id "$id" --local-root "$WORK/$id.local" \
         --peer-listen "${LISTEN:-127.0.0.1}:0" --foreground --log "$WORK/$id.log" \
         --staging 64MiB "$@" &
     PID[$id]=$!
