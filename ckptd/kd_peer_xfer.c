@@ -52,7 +52,8 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
         return r;
     }
     snprintf(q->name, sizeof q->name, "%s", name);
-    snprintf(q->source, sizeof q->source, "%s", x->out->copy.partial ? x->out->copy.source : source);
+    const ck_copy *cp = &x->out->copy;
+    snprintf(q->source, sizeof q->source, "%s", cp->partial ? cp->source : source);
     q->manifest_size = x->out->manifest_size;
     q->n = x->out->n_files;
     q->files = malloc((q->n ? q->n : 1) * sizeof *q->files);

@@ -144,6 +144,22 @@ static void put_decl(conn *c, const char *name, const char *source, uint64_t msi
     kd_pconn_send_w(c->pc, KD_P_PUT, &w);
 }
 
+/* A PUT of x whose count says count files and whose list holds the n given, 4096
+ * bytes each: the wire as a liar writes it. */
+static void put_lying(conn *c, uint32_t count, const char *const *files, unsigned n)
+{
+    ck__wbuf w = { 0 };
+    ck__put_str(&w, "x");
+    ck__put_str(&w, "hostile");
+    ck__put_u64(&w, 4096);
+    ck__put_u32(&w, count);
+    for (unsigned i = 0; i < n; i++) {
+        ck__put_str(&w, files[i]);
+        ck__put_u64(&w, 4096);
+    }
+    kd_pconn_send_w(c->pc, KD_P_PUT, &w);
+}
+
 /* A string with an embedded NUL, as the wire carries it (u16 length, bytes). */
 static void put_nul_name(ck__wbuf *w)
 {
@@ -158,6 +174,8 @@ typedef struct raw {
     ucp_worker_h wk;
     ucp_listener_h ls;
     ucp_ep_h ep;
+    ucp_ep_h served[8];            /* serve: the endpoints it made */
+    unsigned nserved;
     uint16_t version;              /* serve: the version its replies claim */
     char got[CK_ERR_MSG_MAX];      /* client: the ERROR that came back */
 } raw;
@@ -186,7 +204,8 @@ static ucs_status_t raw_am(void *arg, const void *header, size_t hlen, void *dat
         return UCS_OK;
     }
     const uint8_t *h = header;
-    if (hlen == KD_PEER_HDR && h[6] == KD_P_ERROR && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    if (hlen == KD_PEER_HDR && h[6] == KD_P_ERROR &&
+        !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         kd_pmsg m = { .type = KD_P_ERROR, .data = data, .len = len };
         ck_err err = { 0 };
         kd_pw_get_error(&m, "service", &err);
@@ -209,8 +228,10 @@ static void raw_conn(ucp_conn_request_h req, void *arg)
                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
                           .conn_request = req, .err_mode = UCP_ERR_HANDLING_MODE_PEER,
                           .err_handler = { .cb = raw_ep_error } };
-    ucp_ep_h ep;
-    ucp_ep_create(x->wk, &p, &ep);
+    if (x->nserved < 8 && ucp_ep_create(x->wk, &p, &x->served[x->nserved]) == UCS_OK)
+        x->nserved++;
+    else
+        ucp_listener_reject(x->ls, req);
 }
 
 static int raw_open(raw *x, const char *listen, const char *addr)
@@ -251,6 +272,32 @@ static int raw_open(raw *x, const char *listen, const char *addr)
     return ucp_ep_create(x->wk, &ep_p, &x->ep) == UCS_OK ? 0 : -1;
 }
 
+static void raw_close_ep(raw *x, ucp_ep_h ep)
+{
+    ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE };
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+        ucp_worker_progress(x->wk);
+    if (r && !UCS_PTR_IS_ERR(r))
+        ucp_request_free(r);
+}
+
+/* Everything UCX holds, given back (LeakSanitizer counts what is not). */
+static void raw_close(raw *x)
+{
+    if (x->ep)
+        raw_close_ep(x, x->ep);
+    for (unsigned i = 0; i < x->nserved; i++)
+        raw_close_ep(x, x->served[i]);
+    if (x->ls)
+        ucp_listener_destroy(x->ls);
+    if (x->wk)
+        ucp_worker_destroy(x->wk);
+    if (x->ctx)
+        ucp_cleanup(x->ctx);
+}
+
 static void raw_spin(raw *x, double secs)
 {
     for (double end = kd_now() + secs; kd_now() < end;)
@@ -262,8 +309,10 @@ static void raw_spin(raw *x, double secs)
 static int raw_hello(const char *addr, size_t hlen, uint16_t version)
 {
     raw x = { .version = version };
-    if (raw_open(&x, NULL, addr) < 0)
+    if (raw_open(&x, NULL, addr) < 0) {
+        raw_close(&x);
         return 2;
+    }
     if (hlen == KD_PEER_HDR) {
         raw_reply(&x, x.ep, KD_P_HELLO);
     } else {
@@ -277,7 +326,7 @@ static int raw_hello(const char *addr, size_t hlen, uint16_t version)
     raw_spin(&x, 1.0);
     printf("sent a HELLO with a %zu-byte header, version %u; answer: %s\n", hlen, version,
            x.got[0] ? x.got : "none");
-    /* The process exits: UCX's resources go with it, the service sees the peer gone. */
+    raw_close(&x);
     return 0;
 }
 
@@ -285,14 +334,17 @@ static int raw_hello(const char *addr, size_t hlen, uint16_t version)
 static int raw_serve(const char *listen, uint16_t version, double secs)
 {
     raw x = { .version = version };
-    if (raw_open(&x, listen, NULL) < 0)
+    if (raw_open(&x, listen, NULL) < 0) {
+        raw_close(&x);
         return 2;
+    }
     ucp_listener_attr_t la = { .field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR };
     char at[KD_PEER_ADDR_MAX] = "?";
     if (ucp_listener_query(x.ls, &la) == UCS_OK)
         kd_addr_format((const struct sockaddr *)&la.sockaddr, at, sizeof at);
     printf("serving as version %u at %s\n", version, at);
     raw_spin(&x, secs);
+    raw_close(&x);
     return 0;
 }
 
@@ -336,17 +388,14 @@ static int hostile(const char *addr, const char *cs)
         put_decl(&c, "a/b", "hostile", 4096, "rank-00000.dat", 4096);
     } else if (!strcmp(cs, "put-dot-name")) {
         put_decl(&c, ".pending", "hostile", 4096, "rank-00000.dat", 4096);
-    } else if (!strcmp(cs, "put-nul-name")) {
-        put_nul_name(&w);
-        ck__put_str(&w, "hostile");
-        ck__put_u64(&w, 4096);
-        ck__put_u32(&w, 0);
-        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
-    } else if (!strcmp(cs, "put-long-name")) {
+    } else if (!strcmp(cs, "put-nul-name") || !strcmp(cs, "put-long-name")) {
         char name[300];
         memset(name, 'n', sizeof name - 1);
         name[sizeof name - 1] = '\0';
-        ck__put_str(&w, name);
+        if (!strcmp(cs, "put-nul-name"))
+            put_nul_name(&w);
+        else
+            ck__put_str(&w, name);
         ck__put_str(&w, "hostile");
         ck__put_u64(&w, 4096);
         ck__put_u32(&w, 0);
@@ -368,35 +417,14 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "put-absurd-manifest")) {
         put_decl(&c, "x", "hostile", UINT64_C(1) << 40, NULL, 0);
     } else if (!strcmp(cs, "put-more-files")) {
-        /* says 1000 files, holds one */
-        ck__put_str(&w, "x");
-        ck__put_str(&w, "hostile");
-        ck__put_u64(&w, 4096);
-        ck__put_u32(&w, 1000);
-        ck__put_str(&w, "rank-00000.dat");
-        ck__put_u64(&w, 4096);
-        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
+        static const char *const one[] = { "rank-00000.dat" };
+        put_lying(&c, 1000, one, 1);
     } else if (!strcmp(cs, "put-files-beyond-count")) {
-        /* says 1 file, holds two */
-        ck__put_str(&w, "x");
-        ck__put_str(&w, "hostile");
-        ck__put_u64(&w, 4096);
-        ck__put_u32(&w, 1);
-        for (int i = 0; i < 2; i++) {
-            ck__put_str(&w, i ? "rank-00001.dat" : "rank-00000.dat");
-            ck__put_u64(&w, 4096);
-        }
-        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
+        static const char *const two[] = { "rank-00000.dat", "rank-00001.dat" };
+        put_lying(&c, 1, two, 2);
     } else if (!strcmp(cs, "put-twice-file")) {
-        ck__put_str(&w, "x");
-        ck__put_str(&w, "hostile");
-        ck__put_u64(&w, 4096);
-        ck__put_u32(&w, 2);
-        for (int i = 0; i < 2; i++) {
-            ck__put_str(&w, "rank-00000.dat");
-            ck__put_u64(&w, 4096);
-        }
-        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
+        static const char *const twice[] = { "rank-00000.dat", "rank-00000.dat" };
+        put_lying(&c, 2, twice, 2);
     } else if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "data-past-window") ||
                !strcmp(cs, "data-past-end") || !strcmp(cs, "data-overlap") ||
                !strcmp(cs, "data-too-big")) {

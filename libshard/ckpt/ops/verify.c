@@ -335,10 +335,12 @@ static int deep_setup(deep *d, ck_err *err)
     }
     for (uint32_t f = 0; f < in->n_files; f++) {
         bool direct;
-        /* Not a regular file, or gone: the structural check reported it; not read. Not
-         * in a partial copy: nothing to read. */
-        d->fds[f] = !ck_file_held(v->ck, f) ? -ENOENT : ck_engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
-                                        O_RDONLY, 0, &direct);
+        /* Not in a partial copy: nothing to read. Not a regular file, or gone: the
+         * structural check reported it; not read. */
+        d->fds[f] = -ENOENT;
+        if (ck_file_held(v->ck, f))
+            d->fds[f] = ck_engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
+                                            O_RDONLY, 0, &direct);
         struct stat st;
         if (d->fds[f] < 0 || fstat(d->fds[f], &st) < 0)
             continue;
