@@ -346,6 +346,9 @@ typedef struct kd_peer_call {
 } kd_peer_call;
 
 /* kd_peer_serve.c */
+/* Whether ADDR[:PORT] can be listened on for peers: it parses, and is no wildcard,
+ * which would say nothing a peer could connect to. */
+int kd_peers_check_listen(const char *listen, ck_err *err);
 /* Listens (the address file written) and runs the service on a thread of its own. */
 int kd_peers_start(const kd_peer_opts *o, struct kd_peers **out, ck_err *err);
 /* Fails the transfers in progress (nothing of them stays), removes the address file,

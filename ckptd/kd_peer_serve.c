@@ -418,8 +418,7 @@ static void drop_conns(struct kd_peers *p, bool all)
     }
 }
 
-/* A wildcard address says nothing a peer could connect to. */
-static int check_listen(const char *listen, ck_err *err)
+int kd_peers_check_listen(const char *listen, ck_err *err)
 {
     struct sockaddr_storage sa;
     socklen_t len;
@@ -437,7 +436,7 @@ static int check_listen(const char *listen, ck_err *err)
 
 static int start(struct kd_peers *p, ck_err *err)
 {
-    int r = check_listen(p->listen, err);
+    int r = kd_peers_check_listen(p->listen, err);
     if (r == 0)
         r = kd_ucx_open(p->listen, &p->u, p->addr, sizeof p->addr, err);
     if (r < 0)

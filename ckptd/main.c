@@ -265,12 +265,16 @@ static int local_tier(kd_server *s, ck_err *err)
 {
     if (!s->o.local_root)
         return 0;
+    /* Said now, while whoever started the daemon still hears it (before detaching). */
+    int r = s->o.peer_listen ? kd_peers_check_listen(s->o.peer_listen, err) : 0;
+    if (r < 0)
+        return r;
     if (!realpath(s->o.local_root, s->local_root))
         return ck_err_set(err, -errno, "--local-root %s: %s", s->o.local_root, strerror(errno));
     char what[PATH_MAX + 64];
     snprintf(what, sizeof what, "local tier %s is served by another ckptd with id %s",
              s->local_root, s->o.id);
-    int r = ck__engine_lock(s->local_root, s->o.id, what, &s->local_lock_fd, err);
+    r = ck__engine_lock(s->local_root, s->o.id, what, &s->local_lock_fd, err);
     return r < 0 ? r : kd_inv_recover(s->local_root, kd_log_cb, s, err);
 }
 
