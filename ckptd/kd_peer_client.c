@@ -13,8 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kd.h"
+
+#include "io/rootfs.h"
 
 typedef struct call {
     const kd_peer_call *c;
@@ -235,6 +238,10 @@ int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_
     kd_pmsg *m = NULL;
     /* Said before the peer starts sending; the copy's own begin checks it again under
      * the name's lock. */
+    int rootfd = ck__root_open(into, err);
+    if (rootfd < 0)
+        return rootfd;
+    close(rootfd);
     ck_ckpt *ck = NULL;
     if (ck_open(into, ask->name, &ck, NULL) != -ENOENT) {
         ck_close(ck);
