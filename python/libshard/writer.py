@@ -130,6 +130,29 @@ class _PlanCache:
         return e
 
 
+# The job id of each process group's saves (libshard._ck.job_id_new; docs/FORMAT.md,
+# "Job identity"), by the group object, which is kept so that its id() is never a later
+# group's: a cache hit on some ranks and a broadcast on others would hang.
+_jobs = {}
+
+
+def _job_of(process_group):
+    """The job id every rank of the group passes to its saves: made once, on the group's
+    rank 0, and broadcast over the group the first time a save needs it, so every rank
+    must call it at the same point (it does, first thing in _stage_part). Without
+    torch.distributed, this process is the job."""
+    group = process_group if process_group is not None else (
+        dist.group.WORLD if dist.is_initialized() else None)
+    hit = _jobs.get(id(group))
+    if hit is not None:
+        return hit[1]
+    job = [_ck.job_id_new()]
+    if group is not None:
+        dist.broadcast_object_list(job, src=dist.get_global_rank(group, 0), group=group)
+    _jobs[id(group)] = (group, job[0])
+    return job[0]
+
+
 def _mkroot(root):
     """The root is made when missing, as FileSystemWriter does (the coordinator, before
     any rank opens it)."""
@@ -281,6 +304,7 @@ class CkptWriter(StorageWriter, AsyncStager):
         copies and returns; sync: returns once the part is durable, read from the
         sources themselves where it can), and on rank 0 asks for the commit. Returns
         the WriteResults of its items."""
+        job = _job_of(self.process_group)      # a collective: before anything can raise
         items, results, blobs = [], [], {}
         cuda = None
         for it in plan.items:
@@ -308,7 +332,8 @@ class CkptWriter(StorageWriter, AsyncStager):
         pin = cuda.index if cuda is not None else -1
         eng = self._engine(pin)
         step = self.step if self.step is not None else _step_of(self.name)
-        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, self.hash)
+        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, job,
+                        self.hash)
         try:
             keep, event = eng.call(self._fill, save, table, items, blobs)
             if lazy:

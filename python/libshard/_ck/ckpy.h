@@ -83,6 +83,8 @@ PyObject *ckpy_key_decode(PyObject *self, PyObject *args);
 PyObject *ckpy_remove(PyObject *self, PyObject *args);
 PyObject *ckpy_name_state(PyObject *self, PyObject *args);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
+/* client.c */
+PyObject *ckpy_job_id_new(PyObject *self, PyObject *args);
 
 
 #endif

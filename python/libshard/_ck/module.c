@@ -22,6 +22,8 @@ static PyMethodDef module_methods[] = {
      "path_kind(path) -> 'checkpoint', 'root' or None."},
     {"name_check", ckpy_name_check, METH_VARARGS,
      "name_check(what, name): raises CkptError unless name is a valid name on disk."},
+    {"job_id_new", ckpy_job_id_new, METH_NOARGS,
+     "job_id_new() -> a new job id (bytes): made once per job, shared by its ranks."},
     {NULL, NULL, 0, NULL},
 };
 
