@@ -64,6 +64,21 @@ except ImportError:                    # pragma: no cover
 class _Table:
     """The whole save, as the coordinator planned it: sent to every rank."""
     tensors: list                      # [(name, dtype code, shape, boxes, writers)]
+    job: bytes                         # the coordinator's job id: every rank's begin
+
+
+_job = None
+
+
+def _job_id():
+    """This process's job id (libshard._ck.job_id_new; docs/FORMAT.md, "Job identity"):
+    made once, where the coordinator plans, and sent to every rank in the table, with
+    the plans DCP scatters over the save's group anyway, so it costs no collective of
+    its own. A process is one job's: every save it coordinates carries the same id."""
+    global _job
+    if _job is None:
+        _job = _ck.job_id_new()
+    return _job
 
 
 _SAME = "libshard: the same plan as the last save"
@@ -90,7 +105,7 @@ def _table(plans):
             ent[3].append((tuple(int(x) for x in td.chunk.offsets),
                            tuple(int(x) for x in td.chunk.sizes)))
             ent[4].append(rank)
-    return _Table(tensors=[tensors[k] for k in sorted(tensors)])
+    return _Table(tensors=[tensors[k] for k in sorted(tensors)], job=_job_id())
 
 
 def _signature(plan):
@@ -128,29 +143,6 @@ class _PlanCache:
         if e is None:
             e = cls.entries[key] = cls(key)
         return e
-
-
-# The job id of each process group's saves (libshard._ck.job_id_new; docs/FORMAT.md,
-# "Job identity"), by the group object, which is kept so that its id() is never a later
-# group's: a cache hit on some ranks and a broadcast on others would hang.
-_jobs = {}
-
-
-def _job_of(process_group):
-    """The job id every rank of the group passes to its saves: made once, on the group's
-    rank 0, and broadcast over the group the first time a save needs it, so every rank
-    must call it at the same point (it does, first thing in _stage_part). Without
-    torch.distributed, this process is the job."""
-    group = process_group if process_group is not None else (
-        dist.group.WORLD if dist.is_initialized() else None)
-    hit = _jobs.get(id(group))
-    if hit is not None:
-        return hit[1]
-    job = [_ck.job_id_new()]
-    if group is not None:
-        dist.broadcast_object_list(job, src=dist.get_global_rank(group, 0), group=group)
-    _jobs[id(group)] = (group, job[0])
-    return job[0]
 
 
 def _mkroot(root):
@@ -304,7 +296,6 @@ class CkptWriter(StorageWriter, AsyncStager):
         copies and returns; sync: returns once the part is durable, read from the
         sources themselves where it can), and on rank 0 asks for the commit. Returns
         the WriteResults of its items."""
-        job = _job_of(self.process_group)      # a collective: before anything can raise
         items, results, blobs = [], [], {}
         cuda = None
         for it in plan.items:
@@ -332,7 +323,7 @@ class CkptWriter(StorageWriter, AsyncStager):
         pin = cuda.index if cuda is not None else -1
         eng = self._engine(pin)
         step = self.step if self.step is not None else _step_of(self.name)
-        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, job,
+        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, table.job,
                         self.hash)
         try:
             keep, event = eng.call(self._fill, save, table, items, blobs)
