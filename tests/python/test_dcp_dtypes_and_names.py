@@ -2,7 +2,9 @@
 outside [A-Za-z0-9._-] (spaces, '/', UTF-8, a leading '.', '%') round-trip through
 CkptWriter and CkptReader bit for bit (one process, sync and async), the names on disk
 are the escaped keys, ckpt-verify --deep passes, and a dtype the format lacks is
-refused with a message naming the tensor."""
+refused with a message naming the tensor. Keys named like the writer's own blobs
+("dcp-x.planner_data", beside a nested dict that makes DCP write its planner data)
+come back as they were: they are escaped, never overwritten."""
 import os
 
 import torch
@@ -62,6 +64,20 @@ def main():
     else:
         raise AssertionError("a complex32 tensor was not refused")
     assert not os.path.exists(os.path.join(root, "bad-3"))
+
+    # The writer's reserved names: a user key can never be one.
+    sd = {"nested": {"w": torch.arange(6.0)}, "dcp-x.planner_data": ["mine", 1],
+          "dcp-x.t": torch.ones(3)}
+    for name, save in (("res-sync", dcp.save), ("res-async", dcp.async_save)):
+        f = save(sd, storage_writer=CkptWriter(root, name), no_dist=True)
+        if save is dcp.async_save:
+            f.result()
+        got = {"nested": {"w": torch.zeros(6)}, "dcp-x.planner_data": None,
+               "dcp-x.t": torch.zeros(3)}
+        dcp.load(got, storage_reader=CkptReader(root, name), no_dist=True)
+        assert got["dcp-x.planner_data"] == ["mine", 1], (name, got)
+        assert torch.equal(got["nested"]["w"], sd["nested"]["w"]), (name, got)
+        assert torch.equal(got["dcp-x.t"], sd["dcp-x.t"]), (name, got)
 
 
 if __name__ == "__main__":
