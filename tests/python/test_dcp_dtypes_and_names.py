@@ -4,7 +4,9 @@ CkptWriter and CkptReader bit for bit (one process, sync and async), the names o
 are the escaped keys, ckpt-verify --deep passes, and a dtype the format lacks is
 refused with a message naming the tensor. Keys named like the writer's own blobs
 ("dcp-x.planner_data", beside a nested dict that makes DCP write its planner data)
-come back as they were: they are escaped, never overwritten."""
+come back as they were: they are escaped, never overwritten. A floating tensor loads
+into another floating dtype converted (bf16 into f32); into an integer one it is
+refused, naming the tensor."""
 import os
 
 import torch
@@ -78,6 +80,20 @@ def main():
         assert got["dcp-x.planner_data"] == ["mine", 1], (name, got)
         assert torch.equal(got["nested"]["w"], sd["nested"]["w"]), (name, got)
         assert torch.equal(got["dcp-x.t"], sd["dcp-x.t"]), (name, got)
+
+    # Dtypes on load: floating converts, anything else is refused by name.
+    w = torch.randn(4, 3).bfloat16()
+    dcp.save({"w": w}, storage_writer=CkptWriter(root, "bf16-4"), no_dist=True)
+    got = {"w": torch.zeros(4, 3)}
+    dcp.load(got, storage_reader=CkptReader(root, "bf16-4"), no_dist=True)
+    assert got["w"].dtype == torch.float32 and torch.equal(got["w"], w.float()), got
+    try:
+        dcp.load({"w": torch.zeros(4, 3, dtype=torch.int32)},
+                 storage_reader=CkptReader(root, "bf16-4"), no_dist=True)
+    except BaseException as e:
+        assert "tensor w" in str(e) and "bfloat16" in str(e), e
+    else:
+        raise AssertionError("a bf16 tensor loaded into an int32 one")
 
 
 if __name__ == "__main__":
