@@ -32,17 +32,10 @@ names)
     expect_no_msg "^(a|b) " "a removed checkpoint in the catalog"
     ;;
 busy)
-    command -v flock >/dev/null || skip "no flock (util-linux)"
     make_ckpt "$root" c "${small[@]}"
     mkdir -p "$root/.pending/p.aaa111"
-    ( exec 9>>"$root/.pending/p.lock" >/dev/null 2>&1; flock -x 9; exec sleep 300 ) &
-    holder=$!
-    trap 'kill $holder 2>/dev/null; rm -rf "$WORK"' EXIT
-    for _ in $(seq 100); do
-        flock -n -s "$root/.pending/p.lock" true || break
-        sleep 0.05
-    done
-    echo "pid $holder on $(hostname)" >"$root/.pending/p.lock"
+    hold_lock "$root/.pending/p.lock"
+    holder=$HOLDER
     guard "$root/c"
     guard "$root/.pending"
     expect_exit 2 "$CKPT_RM" "$root" p
