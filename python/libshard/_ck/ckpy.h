@@ -77,6 +77,7 @@ PyObject *ckpy_scan(PyObject *self, PyObject *args);
 PyObject *ckpy_recover(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_name(PyObject *self, PyObject *args);
 PyObject *ckpy_dtypes(PyObject *self, PyObject *args);
+PyObject *ckpy_dtype_convert(PyObject *self, PyObject *args);
 PyObject *ckpy_name_check(PyObject *self, PyObject *args);
 PyObject *ckpy_key_encode(PyObject *self, PyObject *args);
 PyObject *ckpy_key_decode(PyObject *self, PyObject *args);
@@ -86,6 +87,9 @@ PyObject *ckpy_newest_step(PyObject *self, PyObject *args);
 PyObject *ckpy_prune(PyObject *self, PyObject *args);
 PyObject *ckpy_name_state(PyObject *self, PyObject *args);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
+
+/* export.c */
+PyObject *ckpy_export_hf(PyObject *self, PyObject *args, PyObject *kw);
 
 
 #endif

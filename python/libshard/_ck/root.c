@@ -66,6 +66,36 @@ PyObject *ckpy_dtypes(PyObject *self, PyObject *args)
     return list;
 }
 
+/* dtype_convert(data, from, to) -> bytes: the elements of data (bytes of dtype code
+ * from) converted by value into dtype code to, as a load into another dtype does. */
+PyObject *ckpy_dtype_convert(PyObject *self, PyObject *args)
+{
+    Py_buffer in;
+    int from, to;
+    if (!PyArg_ParseTuple(args, "y*ii", &in, &from, &to))
+        return NULL;
+    size_t fs = ck_dtype_size(from), ts = ck_dtype_size(to);
+    ck_err err = {0};
+    int rc = ck_dtype_convertible(from, to, &err);
+    if (rc == 0 && (size_t)in.len % fs != 0)
+        rc = ck_err_set(&err, -EINVAL, "%zd bytes are not whole %s elements", in.len,
+                        ck_dtype_name(from));
+    PyObject *out = NULL;
+    if (rc == 0) {
+        size_t n = (size_t)in.len / fs;
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * ts));
+        if (out) {
+            rc = ck_dtype_convert(PyBytes_AS_STRING(out), to, in.buf, from, n, &err);
+            if (rc < 0)
+                Py_CLEAR(out);
+        }
+    }
+    PyBuffer_Release(&in);
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    return out;
+}
+
 PyObject *ckpy_name_check(PyObject *self, PyObject *args)
 {
     const char *what, *name;
