@@ -26,6 +26,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from . import _ck, engine, hf, names
+from .export import export_hf
 from .reader import CkptReader, PLANNER_DATA_BLOB
 from .writer import CkptWriter
 
@@ -124,8 +125,10 @@ class CheckpointManager:
         initial_load_model_only only state_dict[model_key] is loaded.
     last_save_model_only, export_dtype, last_save_in_hf, hf_key_map, hf_folder: the
         save with last_step=True keeps only state_dict[model_key], floating tensors in
-        export_dtype; in HF, as hf_folder/step-N/model.safetensors under the model's own
-        keys mapped by hf_key_map (default hf_folder: ROOT-hf beside the root).
+        export_dtype, as the checkpoint step-N; with last_save_in_hf, rank 0 also
+        exports it as hf_folder/step-N/model.safetensors (sharded above 5 GB) under the
+        model's own keys mapped by hf_key_map (default hf_folder: ROOT-hf beside the
+        root), streaming: no rank gathers the model.
     enable_checkpoint: False makes save and load do nothing.
 
     A failed save does not stop training: it is logged and counted (stats.failed,
@@ -257,30 +260,52 @@ class CheckpointManager:
 
     def _save_model_only(self, step, name, state_dict):
         """The last save, torchtitan's way: the model alone, floating tensors in
-        export_dtype; as safetensors with last_save_in_hf (hf.save_model_hf), else as
-        the committed checkpoint PREFIX<step> holding {model_key: ...}."""
+        export_dtype, committed as PREFIX<step> holding {model_key: ...}; with
+        last_save_in_hf, rank 0 then exports that checkpoint as safetensors under the
+        model's own keys (hf_key_map applied) into hf_folder/PREFIX<step> through the
+        streaming exporter (libshard.export: every tensor whole with bounded memory,
+        whatever the mesh; nothing is gathered into one rank's memory), and every rank
+        returns once the export is written."""
         msd = self._model_state(state_dict)
+        cast = {k: v.to(self.export_dtype) if v.is_floating_point() else v
+                for k, v in msd.items()}
         try:
-            if self.last_save_in_hf:
-                out = os.path.join(self.hf_folder, name)
-                path = hf.save_model_hf(msd, out, dtype=self.export_dtype,
-                                        key_map=self.hf_key_map, rank=self._rank())
-                if path:
-                    log.info("libshard: step %d: the model in %s as safetensors: %s", step,
-                             self.export_dtype, path)
-                return True
-            cast = {k: v.to(self.export_dtype) if v.is_floating_point() else v
-                    for k, v in msd.items()}
             self._writer = CkptWriter(self.root, name, socket=self.socket, hash=self.hash,
                                       step=step, process_group=self.process_group)
             dcp.save({self.model_key: cast}, storage_writer=self._writer,
                      process_group=self.process_group)
         except _SAVE_ERRORS as e:
             self._failed(name, e)
-        else:
-            if not self.last_save_in_hf:
-                self._after_commit(name, step)
+            return True
+        self._after_commit(name, step)
+        if self.last_save_in_hf:
+            self._export_hf(step, name)
         return True
+
+    def _export_hf(self, step, name):
+        """Rank 0 exports the committed model-only checkpoint name; the ranks agree on
+        the outcome, so a failed export counts as a failed save on every rank."""
+        err = None
+        if self._rank() == 0:
+            out = os.path.join(self.hf_folder, name)
+            try:
+                os.makedirs(self.hf_folder, exist_ok=True)
+                res = export_hf(self.root, name, out, prefix=self.model_key + ".",
+                                key_map=self.hf_key_map)
+                log.info("libshard: step %d: the model as safetensors in %s (%d tensors, "
+                         "%d bytes, %.2f s)", step, res["dir"], res["tensors"],
+                         res["bytes"], res["seconds"])
+            except Exception as e:          # reported as a failed save, training goes on
+                err = f"{type(e).__name__}: {e}"
+        if dist.is_initialized():
+            box = [err]
+            dist.broadcast_object_list(box, src=dist.get_global_rank(self.process_group, 0)
+                                       if self.process_group is not None else 0,
+                                       group=self.process_group)
+            err = box[0]
+        if err is not None:
+            self._failed(name, RuntimeError(f"the export of {name} as safetensors failed: "
+                                            f"{err}"))
 
     def reserve(self, state_dict):
         """Makes (and for CUDA tensors page-locks) the staging for saves of state_dict

@@ -8,8 +8,9 @@
 - last_save_model_only with export_dtype=bfloat16: the last save holds the model alone,
   its floating tensors in bf16 (integer ones unchanged), and a later load() loads the
   model from it and leaves the rest of the state alone;
-- last_save_in_hf: ROOT-hf/step-N/model.safetensors under the model's own
-  state_dict() keys mapped by hf_key_map, in bf16;
+- last_save_in_hf: the model-only step-N, exported by the streaming exporter into
+  ROOT-hf/step-N/model.safetensors under the model's own state_dict() keys mapped by
+  hf_key_map, in bf16;
 - initial_load_path, when the root holds no step of the run: that safetensors export
   (model only, through the same key map), another root's checkpoint (model only by
   default; the whole state with initial_load_model_only=False, returning its step), a
@@ -114,7 +115,7 @@ def main():
     assert set(sf) == {key_map(k) for k in trained.state_dict()}, sorted(sf)
     assert sf["model.0.weight"].dtype == torch.bfloat16 and sf["model.seen"].dtype == torch.int64
     assert torch.equal(sf["model.0.weight"], trained.state_dict()["0.weight"].bfloat16())
-    assert names(hf_root) == [], "the HF save is no checkpoint of the root"
+    assert names(hf_root) == ["step-3"], "the model-only checkpoint the export streamed from"
 
     # initial_load_path: safetensors, another root's checkpoint, DCP's directory
     fresh, got = state(8)
