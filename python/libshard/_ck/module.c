@@ -17,6 +17,12 @@ static PyMethodDef module_methods[] = {
      "recover(root) -> removed: dead writers' debris and heartbeats go (live ones stay)."},
     {"remove", ckpy_remove, METH_VARARGS,
      "remove(root, name): removes a committed checkpoint, crash-safe at every step."},
+    {"steps", ckpy_steps, METH_VARARGS,
+     "steps(root, prefix) -> [(step, name)]: the committed PREFIX<digits>, oldest first."},
+    {"newest_step", ckpy_newest_step, METH_VARARGS,
+     "newest_step(root, prefix) -> (name, step) of the highest PREFIX<digits>, or None."},
+    {"prune", ckpy_prune, METH_VARARGS,
+     "prune(root, prefix, keep) -> [names removed]: keeps the keep newest PREFIX<digits>."},
     {"name_state", ckpy_name_state, METH_VARARGS,
      "name_state(root, name) -> (state, who): 'committed', 'busy' (who: the live process "
      "saving or removing it), 'debris' or 'free'."},
