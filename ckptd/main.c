@@ -203,7 +203,7 @@ static void detach(kd_server *s)
         _exit(0);
     }
     setsid();
-    ck__lock_note_pid(s->lock_fd);   /* the lock came along; the pid in it is ours now */
+    ck__lock_note_pid(s->lock_fd, NULL);   /* the lock came along; the pid in it is ours now */
     /* The socket's credentials are the listener's at listen(): listening again makes
      * them this process's, so that a client's errors name the daemon's real pid. */
     if (listen(s->listen_fd, 128) < 0)

@@ -283,6 +283,7 @@ typedef struct rank_job {
     const ck_mesh *mesh;
     const ck_placement *pl;
     const uint64_t *parts;
+    const ck_job_id *job;     /* the ranks' one job (made before they fork) */
     ck_client *cl;
     uint64_t rank;
     double stall;             /* seconds in ck_client_save_async */
@@ -331,7 +332,8 @@ static int synth_rank(rank_job *j)
     ck_synth_src *srcs = calloc(o->tensors, sizeof *srcs);
     if (!srcs)
         return ck_err_set(&j->err, -ENOMEM, "out of memory");
-    int r = ck_client_begin(j->cl, &sv, o->name, o->step, j->mesh, j->rank, world, &j->err);
+    int r = ck_client_begin(j->cl, &sv, o->name, o->step, j->mesh, j->rank, world, j->job,
+                            &j->err);
     if (r < 0) {
         free(srcs);
         return r;
@@ -434,9 +436,19 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
         return EXIT_USAGE;
     }
     co.nodes = nsock;
+    ck_job_id job;
+    ck_err jerr = { 0 };
+    if (ck_job_id_new(&job, &jerr) < 0) {
+        tool_error(prog, "%s", ck_err_msg(&jerr));
+        free(jobs);
+        free(th);
+        free(pids);
+        return EXIT_USAGE;
+    }
     for (uint64_t r = 0; r < world; r++) {
         rank_job *j = &jobs[r];
-        *j = (rank_job){ .o = o, .mesh = mesh, .pl = pl, .parts = parts, .rank = r };
+        *j = (rank_job){ .o = o, .mesh = mesh, .pl = pl, .parts = parts, .job = &job,
+                         .rank = r };
         if (o->daemon && (pids[r] = fork()) != 0) {
             if (pids[r] < 0) {
                 tool_error(prog, "fork: %s", strerror(errno));

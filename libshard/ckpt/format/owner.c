@@ -23,14 +23,28 @@ static void read_holder(int fd, char *who, size_t len)
     snprintf(who, len, "%s", n > 0 ? buf : "a process that has not written its pid yet");
 }
 
-void ck__lock_note_pid(int fd)
+void ck__lock_note_pid(int fd, const char *job)
 {
     char host[128] = "";
     gethostname(host, sizeof host - 1);
     char buf[200];
-    int n = snprintf(buf, sizeof buf, "pid %d on %s\n", (int)getpid(), host[0] ? host : "?");
+    int n = snprintf(buf, sizeof buf, "pid %d on %s%s%s\n", (int)getpid(), host[0] ? host : "?",
+                     job ? " job " : "", job ? job : "");
     if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)n, 0) != n)
         (void)ftruncate(fd, 0);   /* a holder without a name is still a holder */
+}
+
+bool ck__lock_job(const char *who, char *job)
+{
+    /* The host name comes before it and may hold anything: the last " job " counts. */
+    const char *at = NULL;
+    for (const char *p = who; (p = strstr(p, " job ")); p++)
+        at = p + 5;
+    size_t n = at ? strspn(at, "0123456789abcdef") : 0;
+    if (n != CK_JOB_HEX_MAX - 1 || at[n])
+        return false;
+    memcpy(job, at, n + 1);
+    return true;
 }
 
 /* Whether rel still names the file open as fd: a lock taken on a file that its last
@@ -42,8 +56,8 @@ static bool still_named(int dir, const char *rel, int fd)
            a.st_ino == b.st_ino;
 }
 
-int ck__lock_take(int dir, const char *root, const char *rel, const char *what, int *fd,
-                  ck_err *err)
+int ck__lock_take(int dir, const char *root, const char *rel, const char *what,
+                  const char *job, char *who, int *fd, ck_err *err)
 {
     *fd = -1;
     for (int tries = 0; tries < 64; tries++) {
@@ -53,16 +67,18 @@ int ck__lock_take(int dir, const char *root, const char *rel, const char *what, 
         int r = flock(f, LOCK_EX | LOCK_NB) < 0 ? -errno : 0;
         if (still_named(dir, rel, f)) {
             if (r == 0) {
-                ck__lock_note_pid(f);
+                ck__lock_note_pid(f, job);
                 *fd = f;
                 return 0;
             }
             if (r == -EWOULDBLOCK) {
-                char who[256];
-                read_holder(f, who, sizeof who);
+                char holder[CK_LOCK_WHO_MAX];
+                read_holder(f, holder, sizeof holder);
                 close(f);
-                return ck_err_set(err, -EBUSY, "%s (held by %s, lock %s/%s)", what, who, root,
-                                  rel);
+                if (who)
+                    snprintf(who, CK_LOCK_WHO_MAX, "%s", holder);
+                return ck_err_set(err, -EBUSY, "%s (held by %s, lock %s/%s)", what, holder,
+                                  root, rel);
             }
             close(f);
             return ck_err_set(err, r, "%s/%s: flock: %s", root, rel, strerror(-r));
@@ -131,7 +147,7 @@ int ck__engine_lock(const char *root, const char *id, const char *what, int *fd,
     int rootfd = ck__root_open(root, err);
     if (rootfd < 0)
         return rootfd;
-    int r = ck__lock_take(rootfd, root, rel, what, fd, err);
+    int r = ck__lock_take(rootfd, root, rel, what, NULL, NULL, fd, err);
     close(rootfd);
     return r;
 }

@@ -30,6 +30,8 @@ static PyMethodDef module_methods[] = {
      "path_kind(path) -> 'checkpoint', 'root' or None."},
     {"name_check", ckpy_name_check, METH_VARARGS,
      "name_check(what, name): raises CkptError unless name is a valid name on disk."},
+    {"job_id_new", ckpy_job_id_new, METH_NOARGS,
+     "job_id_new() -> a new job id (bytes): made once per job, shared by its ranks."},
     {"export_hf", (PyCFunction)(void (*)(void))ckpy_export_hf, METH_VARARGS | METH_KEYWORDS,
      "export_hf(root, name, out_dir, prefix=None, key_map=None, rename=None, dtype=None, "
      "max_shard_size=None, mem_limit=None) -> {dir, tensors, files, bytes, sharded, seconds, "
