@@ -100,8 +100,8 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     const char *env = getenv("CKPTD_SOCKET");
     bool connected = o->daemon || (env && *env);
     int64_t made = 0;
-    if (!rc && c->rank == 0 && mkdir(o->root, 0755) && errno != EEXIST)
-        made = -errno;
+    if (!rc && c->rank == 0)
+        made = ck_root_make(o->root, err);
     /* Embedded, no ckptd's start recovers the root: rank 0 does, before any save of this
      * run, so that what dead runs left (their pending saves, their engines' heartbeats)
      * goes. It never touches what live writers own. */
@@ -112,9 +112,10 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
                 ck_err_msg(&rec));
     if (!rc)
         rc = sh_broadcast(sh_world_comm(w), &made, 1, CK_I64, 0, NULL, err);
-    if (!rc && made)
-        rc = ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
-                        strerror((int)-made));
+    if (!rc && made)     /* rank 0's err says why in full */
+        rc = c->rank == 0 ? (int)made
+                          : ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
+                                       strerror((int)-made));
     if (!rc && sh_world_device(w) == SH_CUDA && (rc = sh_stage_cuda_new(&c->stage)))
         rc = ck_err_set(err, rc, "checkpoints on rank %d: no CUDA stream for device copies",
                         sh_world_rank(w));

@@ -126,6 +126,23 @@ PyObject *ckpy_remove(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* root_make(root): the root made if missing; anything but a directory there is refused
+ * (ck_root_make). */
+PyObject *ckpy_root_make(PyObject *self, PyObject *args)
+{
+    const char *root;
+    if (!PyArg_ParseTuple(args, "s", &root))
+        return NULL;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_root_make(root, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
+
 /* recover(root) -> removed: what dead writers left under .pending, and dead engines'
  * heartbeats, go; the catalog is reconciled (ck_root_recover: live writers' saves are
  * kept). */
