@@ -4,6 +4,9 @@
 (``CkptWriter``, ``CkptReader``, ``import_dcp``); ``libshard.loop`` the helpers of a
 training loop (newest committed step, keep-last-K purge). This module needs no torch.
 """
+import errno
+import warnings
+
 from ._ck import Checkpoint, CkptError, scan
 
 __all__ = ["Checkpoint", "CkptError", "scan", "committed", "newest"]
@@ -12,13 +15,17 @@ __all__ = ["Checkpoint", "CkptError", "scan", "committed", "newest"]
 def committed(root):
     """[(step, time_ns, name)] of the committed checkpoints under root, oldest first.
 
-    The directories are the truth (a catalog entry may lag a crash by one commit)."""
+    The directories are the truth (a catalog entry may lag a crash by one commit). A
+    checkpoint that cannot be read is left out with a warning naming it and why."""
     out = []
     for name in scan(root)[0]:
         try:
             ck = Checkpoint(root, name)
-        except CkptError:
-            continue    # removed while we looked (a purge), or not readable
+        except CkptError as e:
+            if e.errno != errno.ENOENT:     # ENOENT: removed while we looked (a purge)
+                warnings.warn(f"libshard: skipping checkpoint {name} of {root}: {e}",
+                              RuntimeWarning, stacklevel=2)
+            continue
         info = ck.info()
         ck.close()
         out.append((info["step"], info["time_ns"], name))

@@ -97,7 +97,7 @@ static int load_catalog(cat *c, ck_err *err)
         return -ENOENT;
     if (fd < 0)
         return ck_err_set(err, fd, "%s: %s", c->path, ck__why(fd));
-    int r = ck__mdb_copy(fd, c->path, !c->write, &c->mem, err);
+    int r = ck__mdb_copy(fd, c->path, "a catalog", CK__CATALOG_MAX, !c->write, &c->mem, err);
     close(fd);
     struct stat st;
     /* An empty file is no catalog (LMDB says ENOENT for it): reads list nothing, a
@@ -137,6 +137,11 @@ static int cat_env(cat *c, ck_err *err)
  * readers see the old file or the new one, whole. */
 static int publish(cat *c, ck_err *err)
 {
+    struct stat st;
+    if (fstat(c->mem, &st) == 0 && (uint64_t)st.st_size > CK__CATALOG_MAX)
+        return ck_err_set(err, -EFBIG, "%s: it would be %lld bytes, more than readers take "
+                          "(%llu): not updated", c->path, (long long)st.st_size,
+                          (unsigned long long)CK__CATALOG_MAX);
     ck__unlinkat(c->root, CAT_TMP, 0);      /* debris of a writer that died */
     int fd = ck__openat(c->root, CAT_TMP, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0)
