@@ -68,7 +68,7 @@ static void say(void (*log)(void *arg, const char *msg), void *arg, const char *
 /* The writers' lock: bounded, so that nobody holding it for ever stalls a commit. */
 static int lock_catalog(cat *c, ck_err *err)
 {
-    c->lock = ck__openat_reg(c->root, CAT_LOCK, O_RDWR | O_CREAT, 0644);
+    c->lock = ck__lock_open(c->root, CAT_LOCK, O_RDWR | O_CREAT, 0644);
     if (c->lock < 0)
         return ck_err_set(err, c->lock, "%s/%s: %s", c->rootpath, CAT_LOCK, ck__why(c->lock));
     for (int waited = 0; flock(c->lock, LOCK_EX | LOCK_NB) < 0; waited += 10) {
@@ -195,8 +195,7 @@ static void cat_close(cat *c, bool commit, int *r, ck_err *err)
         mdb_env_close(c->env);
     if (c->mem >= 0)
         close(c->mem);
-    if (c->lock >= 0)
-        close(c->lock);
+    ck__lock_close(c->lock);
     if (c->root >= 0)
         close(c->root);
     if (c->write)
