@@ -1,6 +1,7 @@
 /* ckpt-inspect - lists checkpoints and shows what one holds.
  *
- *   ckpt-inspect ROOT                     checkpoints (from the catalog) and leftovers
+ *   ckpt-inspect ROOT                     checkpoints (from the catalog, each checked on
+ *                                         disk) and leftovers
  *   ckpt-inspect ROOT NAME                mesh, state, bytes, and each tensor
  *   ckpt-inspect ROOT NAME --tensor T     and T's shards with their extents
  *   ckpt-inspect ROOT NAME --blobs        and the blobs
@@ -27,7 +28,9 @@ static void usage(FILE *f)
 "       ckpt-inspect ROOT --rebuild-catalog\n"
 "\n"
 "Without NAME, lists the checkpoints of ROOT with step, time, bytes and mesh, and\n"
-"reports incomplete saves under ROOT/.pending and directories the catalog misses.\n"
+"reports incomplete saves under ROOT/.pending, directories the catalog misses and\n"
+"catalog entries whose checkpoint is not on disk (never listed as checkpoints);\n"
+"catalog keys that are no checkpoint name are counted, never printed.\n"
 "With NAME, shows its mesh, format version, bytes and each tensor's dtype, shape and\n"
 "placements (\"boxes\" for a tensor stored as a list of boxes, format 1.1).\n"
 "\n"
@@ -39,7 +42,8 @@ static void usage(FILE *f)
 "  --json               machine-readable output\n"
 "  -h, --help           this text\n"
 "\n"
-"Exit status: 0 ok, 1 the checkpoint is bad, 2 usage or I/O error.\n");
+"Exit status: 0 ok, 1 the checkpoint is bad (without NAME: the catalog holds keys\n"
+"that are no name), 2 usage or I/O error.\n");
 }
 
 static json_t *mesh_json(const ck_mesh *m)
