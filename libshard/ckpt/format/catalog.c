@@ -318,21 +318,22 @@ static bool committed_at(int rootfd, const char *name)
 }
 
 /* The catalog's entries (c open for reading) in name order into *out (malloc'd). With
- * v, a listing: keys that are no checkpoint name are counted in v->bad_names and
+ * view, a listing: keys that are no checkpoint name are counted in view->bad_names and
  * neither decoded nor kept, and entries whose checkpoint is not committed beneath the
- * root go to v->gone. The arrays grow as records come: a count in the file is not
+ * root go to view->gone. The arrays grow as records come: a count in the file is not
  * trusted. */
-static int read_entries(cat *c, ck_cat_entry **out, size_t *n, ck_cat_view *v, ck_err *err)
+static int read_entries(cat *c, ck_cat_entry **out, size_t *n, ck_cat_view *view,
+                        ck_err *err)
 {
     ck_cat_entry *arr = NULL;
     size_t cap = 0, cap_gone = 0, i = 0;
     MDB_cursor *cur = NULL;
     int r = 0, rc = mdb_cursor_open(c->txn, c->dbi, &cur);
-    MDB_val k, v_;
-    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v_, MDB_FIRST); rc == MDB_SUCCESS;
-         rc = mdb_cursor_get(cur, &k, &v_, MDB_NEXT)) {
-        char name[CK_NAME_MAX];
-        if (v) {
+    MDB_val k, v;
+    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        char name[CK_NAME_MAX] = "";
+        if (view) {
             /* A planted key ("../../etc/passwd", a newline, a NUL inside) is no
              * checkpoint: never shown, whatever its record holds. */
             bool ok = k.mv_size > 0 && k.mv_size < CK_NAME_MAX &&
@@ -343,18 +344,18 @@ static int read_entries(cat *c, ck_cat_entry **out, size_t *n, ck_cat_view *v, c
                 ok = ck__name_check_read("checkpoint", name, NULL) == 0;
             }
             if (!ok) {
-                v->bad_names++;
+                view->bad_names++;
                 continue;
             }
         }
-        bool gone = v && !committed_at(c->root, name);
-        ck_cat_entry **to = gone ? &v->gone : &arr;
-        size_t *at = gone ? &v->n_gone : &i;
+        bool gone = view && !committed_at(c->root, name);
+        ck_cat_entry **to = gone ? &view->gone : &arr;
+        size_t *at = gone ? &view->n_gone : &i;
         if (ck__grow(to, gone ? &cap_gone : &cap, *at + 1, sizeof **to) < 0) {
             r = ck_err_set(err, -ENOMEM, "%s: out of memory listing it", c->path);
             break;
         }
-        if ((r = decode_entry(c->path, &k, &v_, &(*to)[*at], err)) < 0)
+        if ((r = decode_entry(c->path, &k, &v, &(*to)[*at], err)) < 0)
             break;
         (*at)++;
     }
