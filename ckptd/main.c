@@ -186,20 +186,26 @@ static int parse(int argc, char **argv, kd_opts *o)
 }
 
 /* Detaches once the socket listens, so that whoever started ckptd can connect as soon
- * as it returns. */
+ * as it returns, and tells them where the daemon is: its pid (to signal it), its
+ * socket (CKPTD_SOCKET) and its log, which from now on holds everything it says. */
 static void detach(kd_server *s)
 {
     /* The root's lock goes to the child (a fork's child closes its copies of the
      * core's locks, format/owner.h), and the parent exits at once. */
     ck__lock_hand_on(s->lock_fd);
+    fflush(stdout);   /* nothing buffered before the fork is printed twice */
     pid_t pid = fork();
     if (pid < 0) {
         kd_log(s, "fork: %s; staying in the foreground", strerror(errno));
         ck__lock_adopt(s->lock_fd);
         return;
     }
-    if (pid > 0)
+    if (pid > 0) {
+        printf("ckptd: detached: pid %ld, socket %s, log %s%s\n", (long)pid, s->o.socket,
+               s->o.log ? s->o.log : s->root, s->o.log ? "" : "/.ckptd.log");
+        fflush(stdout);
         _exit(0);
+    }
     setsid();
     /* The lock came along: the pid in it is ours now. */
     if (ck__lock_adopt(s->lock_fd) < 0)

@@ -68,6 +68,20 @@ const char *ck_dtype_name(int dtype);
  * "float8_e4m3fn", "float8_e5m2", "complex64", ...). */
 int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err);
 
+/* Converts n elements of dtype from at src into dtype to at dst (which must not
+ * overlap src unless the dtypes are equal), by value, never by bits: floats round to
+ * nearest even (a narrow float through an f32 first, as torch's c10 types), integers
+ * take floats truncated toward zero, nonzero is true, and a real value becomes a
+ * complex one's real part; the rules are convert.c's header. A value the target cannot
+ * hold as an integer (NaN, infinity, out of range) fails with -ERANGE naming the
+ * element, and complex to real with -EINVAL (ck_dtype_convertible); dst may then be
+ * partly written. Callers add the tensor's name to err. */
+int ck_dtype_convert(void *dst, ck_dtype to, const void *src, ck_dtype from, size_t n,
+                     ck_err *err);
+/* 0 if ck_dtype_convert can convert from into to at all, else -EINVAL saying why
+ * (an unknown code; complex into a real dtype). */
+int ck_dtype_convertible(ck_dtype from, ck_dtype to, ck_err *err);
+
 typedef struct ck_mesh {
     int ndim;                                          /* 1..CK_MAX_MESH_DIMS */
     uint32_t size[CK_MAX_MESH_DIMS];                   /* each >= 1 */
