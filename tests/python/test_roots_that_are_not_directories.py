@@ -1,8 +1,8 @@
 """A root that is a regular file, a FIFO or a link to nothing is refused as "not a
-directory" by the Python layer too, naming it (issue 28, defect 10; on main the
-writer said "File exists"): scan, committed, Checkpoint and a DCP save through
-CkptWriter; CheckpointManager refuses it as it is made. And a checkpoint removed by hand is listed by nobody
-(defect 9): committed(), newest() and scan() list the directories."""
+directory" by the Python layer too, naming it (issue 28, defect 10; on main the writer
+said "File exists"): scan, committed, Checkpoint and a DCP save through CkptWriter;
+CheckpointManager refuses it as it is made. And a checkpoint removed by hand is listed
+by nobody (defect 9): committed(), newest() and scan() list the directories."""
 import os
 import shutil
 
