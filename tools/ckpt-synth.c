@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "ck/catalog.h"
 #include "ck/ckpt.h"
 #include "ck/client.h"
 #include "ck/save.h"
@@ -565,8 +566,8 @@ int main(int argc, char **argv)
                         .hash_threads = o.hash_threads, .log = tool_log,
                         .progress = tool_progress_update, .cb_arg = &prog_line };
     /* A new root is made, as a training job's first save would. */
-    if (mkdir(o.root, 0755) < 0 && errno != EEXIST) {
-        tool_error(prog, "%s: %s", o.root, strerror(errno));
+    if (ck_root_make(o.root, &err) < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
         return EXIT_USAGE;
     }
     ck_save *s;

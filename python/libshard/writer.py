@@ -147,12 +147,14 @@ class _PlanCache:
 
 
 def _mkroot(root):
-    """The root is made when missing, as FileSystemWriter does (the coordinator, before
-    any rank opens it)."""
+    """The root is made when missing, with its parents, as FileSystemWriter does (the
+    coordinator, before any rank opens it); a file, a FIFO or a link to nothing there is
+    refused as not a directory, naming it (the core's check)."""
     try:
-        os.makedirs(root, exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
     except OSError as e:
         raise OSError(e.errno, f"CkptWriter: the checkpoint root {root}: {e.strerror}") from None
+    _ck.root_make(root)
 
 
 class _Part:

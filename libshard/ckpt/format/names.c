@@ -1,5 +1,5 @@
-/* names.c - what a root says about a name or a path (ck_name_probe, ck_path_kind_of;
- * see ck/catalog.h).
+/* names.c - what a root says about a name or a path (ck_name_probe, ck_path_kind_of,
+ * ck_root_make; see ck/catalog.h).
  *
  * So that the layout stays the core's (docs/FORMAT.md, "Directory layout"): the
  * Python layer, the tools and the trainer ask these questions instead of looking
@@ -96,4 +96,17 @@ ck_path_kind ck_path_kind_of(const char *path)
         k = CK_PATH_ROOT;
     close(fd);
     return k;
+}
+
+int ck_root_make(const char *root, ck_err *err)
+{
+    if (mkdir(root, 0755) < 0 && errno != EEXIST)
+        return ck_err_set(err, -errno, "%s: making the checkpoint root: %s", root,
+                          strerror(errno));
+    /* There already, or made: it must be a directory (EEXIST says nothing of what). */
+    int fd = ck__root_open(root, err);
+    if (fd < 0)
+        return fd;
+    close(fd);
+    return 0;
 }

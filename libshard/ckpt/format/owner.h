@@ -10,6 +10,13 @@
  * save's directory ROOT/.pending/NAME.TOKEN is made and dropped (unlinked, then
  * closed) once the directory is committed or removed. A ckptd holds ROOT/.ckptd.ID.lock
  * for its whole life.
+ *
+ * A lock dies with the process that took it, a child forked without exec included: a
+ * flock belongs to the open file, which fork() shares, so every lock file of the core
+ * is opened and closed through ck__lock_open and ck__lock_close, which list this
+ * process's lock descriptors, and a child closes its copies as it is forked
+ * (pthread_atfork; decision 0144). vfork, posix_spawn and clone without them run no
+ * such handler: their children exec, and O_CLOEXEC closes the copies there.
  */
 #ifndef CK_FORMAT_OWNER_H
 #define CK_FORMAT_OWNER_H
@@ -28,15 +35,25 @@
  * names ROOT in messages. A lock path that is a link, a FIFO or anything but a regular
  * file is refused, never followed or opened. */
 
+/* Opens a lock file beneath dir (ck__openat_reg) and lists its descriptor, so that a
+ * child forked from here closes its copy; the same -errno otherwise, or -ENOMEM. */
+int ck__lock_open(int dir, const char *rel, int flags, unsigned mode);
+/* Unlists and closes a descriptor of ck__lock_open. No-op when fd < 0. */
+void ck__lock_close(int fd);
+/* A fork whose child takes the lock fd over, its parent exiting at once (ckptd's
+ * detach): unlisted here, so that the child keeps it; the child then calls
+ * ck__lock_adopt. Not for a process that goes on forking meanwhile. */
+void ck__lock_hand_on(int fd);
+/* In that child: lists fd again and records this process as its holder. 0 or
+ * -ENOMEM (then the lock is held, but a child of this one would keep it too). */
+int ck__lock_adopt(int fd);
+
 /* Takes the lock file (created if absent) and records this process in it, with job
  * (a job id in hex) when not NULL. -EBUSY when a live process holds it: the error says
  * "WHAT (held by pid P on HOST, lock PATH)", and who (CK_LOCK_WHO_MAX bytes), when not
  * NULL, gets the holder's record. */
 int ck__lock_take(int dir, const char *root, const char *rel, const char *what,
                   const char *job, char *who, int *fd, ck_err *err);
-/* Records the calling process (and job, or NULL) as the holder again (after a fork that
- * kept the lock). */
-void ck__lock_note_pid(int fd, const char *job);
 /* The job a holder's record names, into job (CK_JOB_HEX_MAX bytes): true, or false
  * when it names none. */
 bool ck__lock_job(const char *who, char *job);

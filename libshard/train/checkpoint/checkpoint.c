@@ -104,8 +104,8 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     bool connected = o->daemon || (env && *env);
     int64_t made = 0, job[1 + CK_JOB_ID_LEN / 8] = { 0 };
     _Static_assert(CK_JOB_ID_LEN % 8 == 0, "a job id travels as int64s");
-    if (!rc && c->rank == 0 && mkdir(o->root, 0755) && errno != EEXIST)
-        made = -errno;
+    if (!rc && c->rank == 0)
+        made = ck_root_make(o->root, err);
     if (!rc && !made && c->rank == 0 && ck_job_id_new(&c->job, err) < 0)
         made = err->code;
     /* Embedded, no ckptd's start recovers the root: rank 0 does, before any save of this
@@ -123,9 +123,10 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
                           err);
     made = job[0];
     memcpy(c->job.bytes, &job[1], CK_JOB_ID_LEN);
-    if (!rc && made)
-        rc = ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
-                        strerror((int)-made));
+    if (!rc && made)     /* rank 0's err says why in full */
+        rc = c->rank == 0 ? (int)made
+                          : ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
+                                       strerror((int)-made));
     if (!rc && sh_world_device(w) == SH_CUDA && (rc = sh_stage_cuda_new(&c->stage)))
         rc = ck_err_set(err, rc, "checkpoints on rank %d: no CUDA stream for device copies",
                         sh_world_rank(w));

@@ -75,6 +75,7 @@ extern PyTypeObject ckpy_csave_type;    /* client.c: libshard._ck.ClientSave */
 /* root.c */
 PyObject *ckpy_scan(PyObject *self, PyObject *args);
 PyObject *ckpy_recover(PyObject *self, PyObject *args);
+PyObject *ckpy_root_make(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_name(PyObject *self, PyObject *args);
 PyObject *ckpy_dtypes(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_convert(PyObject *self, PyObject *args);

@@ -13,6 +13,8 @@ static PyMethodDef module_methods[] = {
     {"key_encode", ckpy_key_encode, METH_VARARGS,
      "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
     {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},
+    {"root_make", ckpy_root_make, METH_VARARGS,
+     "root_make(root): makes the root if missing; raises CkptError unless it is a directory."},
     {"recover", ckpy_recover, METH_VARARGS,
      "recover(root) -> removed: dead writers' debris and heartbeats go (live ones stay)."},
     {"remove", ckpy_remove, METH_VARARGS,
