@@ -27,9 +27,9 @@ from torch.futures import Future
 from . import _ck, names, newest
 from .torchio import addr, torch_dtype
 
-# Blobs the writer keeps for itself (not state-dict entries). A '-' followed by a
-# non-hex letter is never produced by names.encode, so no key can collide.
-PLANNER_DATA_BLOB = "dcp-x.planner_data"
+# Blobs the writer keeps for itself (not state-dict entries): names.encode never gives
+# a key a name that begins with names.RESERVED_PREFIX, so no key can collide.
+PLANNER_DATA_BLOB = names.RESERVED_PREFIX + "planner_data"
 RESERVED_BLOBS = frozenset({PLANNER_DATA_BLOB})
 
 
@@ -137,6 +137,7 @@ class CkptReader(StorageReader):
         (page-locked for CUDA) in batches of at most batch_bytes, and copied from there
         on a side stream while the next batch is read: two buffers take turns."""
         ck = self._open()
+        saved = {n: code for n, code, *_ in ck.tensors()}
         in_place, through = [], []
         for req in plan.items:
             key = req.storage_index.fqn
@@ -151,10 +152,11 @@ class CkptReader(StorageReader):
             if tuple(target.shape) != lengths:
                 raise RuntimeError(f"tensor {key}: the planner's target has shape "
                                    f"{tuple(target.shape)}, the request {lengths}")
-            if target.device.type == "cpu" and target.is_contiguous():
+            src = _source_dtype(key, saved.get(name), target.dtype)
+            if target.device.type == "cpu" and target.is_contiguous() and src == target.dtype:
                 in_place.append((req, name, offsets, lengths, target))
             else:
-                through.append((req, name, offsets, lengths, target))
+                through.append((req, name, offsets, lengths, target, src))
         ck.read_many([(n, o, l, *addr(t)) for _r, n, o, l, t in in_place])
         for req, *_rest, target in in_place:
             planner.commit_tensor(req, target)
@@ -165,10 +167,11 @@ class CkptReader(StorageReader):
         return fut
 
     def _read_through(self, ck, items, planner):
-        cuda = next((t.device for *_x, t in items if t.device.type == "cuda"), None)
-        biggest = max(_aligned(t.numel() * t.element_size()) for *_x, t in items)
-        size = max(min(self.batch_bytes, sum(_aligned(t.numel() * t.element_size())
-                                             for *_x, t in items)), biggest)
+        """Items are (req, name, offsets, lengths, target, saved dtype): the bytes are
+        read as saved and copied into the target, converting a floating dtype."""
+        cuda = next((t.device for *_x, t, _s in items if t.device.type == "cuda"), None)
+        nbytes = [_aligned(t.numel() * src.itemsize) for *_x, t, src in items]
+        size = max(min(self.batch_bytes, sum(nbytes)), max(nbytes))
         bufs = [torch.empty(size, dtype=torch.uint8, pin_memory=cuda is not None)
                 for _ in range(2 if len(items) > 1 else 1)]
         side = torch.cuda.Stream(cuda) if cuda is not None else None
@@ -184,27 +187,26 @@ class CkptReader(StorageReader):
                 done[turn].synchronize()   # the copies out of this buffer have landed
             views = []
             at = 0
-            for _req, name, offsets, lengths, target in batch:
-                n = target.numel() * target.element_size()
-                views.append(buf[at:at + n].view(target.dtype).view(target.shape))
+            for _req, name, offsets, lengths, target, src in batch:
+                n = target.numel() * src.itemsize
+                views.append(buf[at:at + n].view(src).view(target.shape))
                 at += _aligned(n)
             ck.read_many([(name, o, l, v.data_ptr(), v.numel() * v.element_size())
-                          for (_r, name, o, l, _t), v in zip(batch, views)])
+                          for (_r, name, o, l, _t, _s), v in zip(batch, views)])
             if side is not None:
                 with torch.cuda.stream(side):
-                    for (_r, _n, _o, _l, target), v in zip(batch, views):
+                    for (_r, _n, _o, _l, target, _s), v in zip(batch, views):
                         target.copy_(v, non_blocking=target.device.type == "cuda")
                 done[turn] = torch.cuda.Event()
                 done[turn].record(side)
             else:
-                for (_r, _n, _o, _l, target), v in zip(batch, views):
+                for (_r, _n, _o, _l, target, _s), v in zip(batch, views):
                     target.copy_(v)
-            for req, *_rest, target in batch:
+            for req, *_rest, target, _s in batch:
                 planner.commit_tensor(req, target)
             batch, used, turn = [], 0, (turn + 1) % len(bufs)
 
-        for it in items:
-            n = _aligned(it[4].numel() * it[4].element_size())
+        for it, n in zip(items, nbytes):
             if batch and used + n > size:
                 flush()
             batch.append(it)
@@ -217,6 +219,19 @@ class CkptReader(StorageReader):
             for ev in done:
                 if ev is not None:
                     ev.synchronize()   # the buffers may be freed
+
+
+def _source_dtype(key, code, want):
+    """The dtype tensor key is read as: its saved dtype, which the copy into the target
+    converts when both are floating point (a bf16 export into an f32 model); any other
+    difference is refused, naming the tensor, never reinterpreted."""
+    if code is None:
+        return want
+    src = torch_dtype(code, f"tensor {key}")
+    if src != want and not (src.is_floating_point and want.is_floating_point):
+        raise ValueError(f"tensor {key}: saved as {src}, the target is {want}; only "
+                         "floating-point dtypes convert on load")
+    return src
 
 
 def _aligned(n, a=4096):

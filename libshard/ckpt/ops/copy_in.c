@@ -112,8 +112,9 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     *out = c;
     if ((c->rootfd = ck__root_open_engine(c->e, c->root, err)) < 0)
         return c->rootfd;
-    if ((r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, c->pending,
-                                &c->lock, err)) < 0)
+    /* A copy is no job's save: its lock names none. */
+    if ((r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, NULL,
+                                c->pending, &c->lock, err)) < 0)
         return r;
     if ((c->dirfd = ck__openat(c->rootfd, ck__rel(c->root, c->pending), O_RDONLY | O_DIRECTORY,
                                0)) < 0)

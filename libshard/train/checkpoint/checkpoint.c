@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ck/catalog.h"
+#include "ck/steps.h"
 #include "ck/client.h"
 #include "ck/load.h"
 #include "sh/comm.h"
@@ -39,6 +40,7 @@ struct sh_checkpoint {
     uint64_t rank, world;
     sh_adamw *optim;               /* its step fences lazy saves */
     ck_client *cl;                 /* ckptd, or this process's embedded engine */
+    ck_job_id job;                 /* rank 0's, given to every rank: every save's job */
     ck_client_save *sv;            /* this rank's part of the save in flight */
     bool agreed;                   /* every rank staged it, commit asked */
     char name[CK_NAME_MAX];        /* the save in flight; "" when none */
@@ -95,13 +97,17 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     int rc = 0;
     if (strlen(o->root) >= PATH_MAX)
         rc = ck_err_set(err, -ENAMETOOLONG, "checkpoint root %s: path too long", o->root);
-    /* Rank 0 makes the root; broadcasting the outcome also keeps the other ranks from
-     * looking for it before it exists. */
+    /* Rank 0 makes the root and the job's id (ck/client.h: the engines put only the
+     * ranks of one job in one save); broadcasting both also keeps the other ranks from
+     * looking for the root before it exists. */
     const char *env = getenv("CKPTD_SOCKET");
     bool connected = o->daemon || (env && *env);
-    int64_t made = 0;
-    if (!rc && c->rank == 0 && mkdir(o->root, 0755) && errno != EEXIST)
-        made = -errno;
+    int64_t made = 0, job[1 + CK_JOB_ID_LEN / 8] = { 0 };
+    _Static_assert(CK_JOB_ID_LEN % 8 == 0, "a job id travels as int64s");
+    if (!rc && c->rank == 0)
+        made = ck_root_make(o->root, err);
+    if (!rc && !made && c->rank == 0 && ck_job_id_new(&c->job, err) < 0)
+        made = err->code;
     /* Embedded, no ckptd's start recovers the root: rank 0 does, before any save of this
      * run, so that what dead runs left (their pending saves, their engines' heartbeats)
      * goes. It never touches what live writers own. */
@@ -110,11 +116,17 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
         ck_root_recover(o->root, NULL, NULL, NULL, &rec) < 0)
         fprintf(stderr, "checkpoints: recovering %s: %s (its debris stays)\n", o->root,
                 ck_err_msg(&rec));
+    job[0] = made;
+    memcpy(&job[1], c->job.bytes, CK_JOB_ID_LEN);
     if (!rc)
-        rc = sh_broadcast(sh_world_comm(w), &made, 1, CK_I64, 0, NULL, err);
-    if (!rc && made)
-        rc = ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
-                        strerror((int)-made));
+        rc = sh_broadcast(sh_world_comm(w), job, sizeof job / sizeof job[0], CK_I64, 0, NULL,
+                          err);
+    made = job[0];
+    memcpy(c->job.bytes, &job[1], CK_JOB_ID_LEN);
+    if (!rc && made)     /* rank 0's err says why in full */
+        rc = c->rank == 0 ? (int)made
+                          : ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
+                                       strerror((int)-made));
     if (!rc && sh_world_device(w) == SH_CUDA && (rc = sh_stage_cuda_new(&c->stage)))
         rc = ck_err_set(err, rc, "checkpoints on rank %d: no CUDA stream for device copies",
                         sh_world_rank(w));
@@ -315,7 +327,8 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
                    int nblobs, ck_err *err)
 {
     const ck_mesh *mesh = &sd[0]->entry[0].mesh;
-    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->rank, ck_mesh_world(mesh), err);
+    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->rank, ck_mesh_world(mesh),
+                             &c->job, err);
     for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
@@ -477,37 +490,22 @@ void sh_checkpoint_free(sh_checkpoint *c)
     free(c);
 }
 
-int sh_checkpoint_latest(sh_world *w, const char *root, char name[CK_NAME_MAX], ck_err *err)
+int sh_checkpoint_latest(sh_world *w, const char *root, const char *prefix,
+                         char name[CK_NAME_MAX], ck_err *err)
 {
     /* Rank 0 alone looks, so that a save committing meanwhile (ckptd finishing a dead
-     * run's last checkpoint) cannot make ranks disagree. */
-    int32_t msg[1 + CK_NAME_MAX / 4] = { -ENOENT };
+     * run's last checkpoint) cannot make ranks disagree; its error goes to every rank. */
+    int32_t msg[1 + CK_NAME_MAX / 4] = { 0 };
     char *best = (char *)&msg[1];
-    if (sh_world_rank(w) == 0) {
-        ck_scan sc;
-        ck_err e2 = { 0 };
-        uint64_t top = 0;
-        if (ck_root_scan(root, &sc, &e2) == 0) {
-            for (size_t i = 0; i < sc.n_committed; i++) {
-                ck_ckpt *ck;
-                if (ck_open(root, sc.committed[i], &ck, &e2))
-                    continue;       /* unreadable: not a candidate for resuming */
-                uint64_t step = ck_get_info(ck)->step;
-                if (msg[0] || step > top) {
-                    msg[0] = 0;
-                    top = step;
-                    snprintf(best, CK_NAME_MAX, "%s", sc.committed[i]);
-                }
-                ck_close(ck);
-            }
-            ck_scan_free(&sc);
-        }
-    }
+    ck_err why = { 0 };
+    if (sh_world_rank(w) == 0)
+        msg[0] = ck_root_newest(root, prefix, best, NULL, &why);
     int rc = sh_broadcast(sh_world_comm(w), msg, sizeof msg / 4, CK_I32, 0, NULL, err);
     if (rc)
         return rc;
     if (msg[0])
-        return ck_err_set(err, msg[0], "no committed checkpoint under %s", root);
+        return ck_err_set(err, msg[0], "%s", why.msg[0] ? why.msg : "no committed checkpoint "
+                          "to resume from (rank 0 looked)");
     snprintf(name, CK_NAME_MAX, "%s", best);
     return 0;
 }
