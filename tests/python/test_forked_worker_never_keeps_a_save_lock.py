@@ -23,7 +23,7 @@ import multiprocessing, sys, time
 from libshard import _ck
 root = sys.argv[1]
 client = _ck.Client(root, embedded=True)
-save = client.begin("step-1", 1, 0, 2)
+save = client.begin("step-1", 1, 0, 2, _ck.job_id_new())
 save.blob("x", b"rank 0's part")
 save.save_async()
 for _ in range(3000):
