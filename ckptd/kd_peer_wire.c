@@ -147,7 +147,8 @@ int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err)
     if (!r.bad && (q->manifest_size == 0 || q->manifest_size > CK_COPY_MANIFEST_MAX))
         return ck_err_set(err, -EBADMSG, "a %s message declares a manifest of %llu bytes (1 to "
                           "%llu)", kd_pw_type_name(m->type),
-                          (unsigned long long)q->manifest_size, CK_COPY_MANIFEST_MAX);
+                          (unsigned long long)q->manifest_size,
+                          (unsigned long long)CK_COPY_MANIFEST_MAX);
     if ((rc = get_count(m, &r, q, 2 + 1 + 8, err)) < 0)
         return rc;
     for (uint32_t i = 0; i < q->n; i++) {

@@ -20,9 +20,10 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
+#include "format/manifest.h"
 
-/* The largest manifest a copy takes (a manifest of a million shards is ~100 MiB). */
-#define CK_COPY_MANIFEST_MAX (1ull << 30)
+/* The largest manifest a copy takes: the largest a reader opens. */
+#define CK_COPY_MANIFEST_MAX CK__MANIFEST_MAX
 
 /* ---- receiving ---- */
 

@@ -58,7 +58,8 @@ static int check_declared(const ck__copy_in_opts *o, ck_err *err)
         return r;
     if (o->manifest_size == 0 || o->manifest_size > CK_COPY_MANIFEST_MAX)
         return ck_err_set(err, -EINVAL, "copy of %s: a manifest of %llu bytes (1 to %llu)",
-                          o->name, (unsigned long long)o->manifest_size, CK_COPY_MANIFEST_MAX);
+                          o->name, (unsigned long long)o->manifest_size,
+                          (unsigned long long)CK_COPY_MANIFEST_MAX);
     if (o->n_files > CK_MAX_WORLD)
         return ck_err_set(err, -EINVAL, "copy of %s: %u data files, more than ranks can write",
                           o->name, o->n_files);
