@@ -64,8 +64,9 @@ static bool seconds(const char *s, double *out)
 
 static void print_copy(const kd_peer_copy *c)
 {
+    static const char *const kind[] = { "own copy", "replica", "fetched" };
     printf("%-28s step %-10llu %-8s of ckptd %-16s ", c->name, (unsigned long long)c->step,
-           c->replica ? "replica" : "own copy", c->source);
+           kind[c->kind], c->source);
     if (c->complete) {
         printf("complete (%u data files)\n", c->n_files);
         return;

@@ -465,6 +465,7 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "get-all-and-files")) {
         ck__put_str(&w, "x");
         ck__put_str(&w, "");
+        ck__put_u64(&w, 0);
         ck__put_u8(&w, 1);
         ck__put_u32(&w, 1);
         ck__put_str(&w, "rank-00000.dat");

@@ -21,7 +21,8 @@ struct ck_ckpt {
     ck_engine *engine;
     int *fds;                    /* data files, buffered, opened on first read */
     int *dfds;                   /* the same with O_DIRECT */
-    /* Opened through several copies (ck_open_copies, format/copies.c): copies[0] is
+    /* Opened through several copies (ck_open_copies, format/copies.c; the helpers in
+     * format/copy.c): copies[0] is
      * dirfd's, and data file i is read beneath copies[from[i]], the first that holds
      * it (CK__NOWHERE: none; held[] is then the union). NULL for one directory. */
     struct ck__copy_dir *copies;
@@ -40,6 +41,8 @@ typedef struct ck__copy_dir {
  * name for messages. */
 int ck__file_dirfd(const ck_ckpt *ck, uint32_t id);
 const char *ck__file_dir(const ck_ckpt *ck, uint32_t id);
+/* The held flags and the copy record of a handle opened through copies: the union. */
+void ck__copies_unite(ck_ckpt *ck);
 /* ck__open_dup's part for a handle opened through copies: dst, a new handle on src's
  * first copy, gets descriptors of its own of the other copies. */
 int ck__copies_dup(const ck_ckpt *src, ck_ckpt *dst, ck_err *err);
