@@ -143,6 +143,11 @@ static int durable_copies(const kd_tiers_opts *o, const char *only, kd_tview *t,
     return r == -ENOMEM ? ck_err_set(err, r, "out of memory") : r;
 }
 
+static int by_id(const void *a, const void *b)
+{
+    return strcmp(((const kd_tpeer *)a)->id, ((const kd_tpeer *)b)->id);
+}
+
 /* The daemons other than this one that publish a peer address in the durable root. */
 static int find_peers(const kd_tiers_opts *o, kd_tview *t, ck_err *err)
 {
@@ -180,6 +185,10 @@ static int find_peers(const kd_tiers_opts *o, kd_tview *t, ck_err *err)
             snprintf(p->why, sizeof p->why, "%s", ck_err_msg(&why));
     }
     closedir(d);
+    /* In id order, so that of copies equally near the first peer's is tried first, on
+     * every node the same. */
+    if (r == 0 && t->npeers > 1)
+        qsort(t->peers, t->npeers, sizeof *t->peers, by_id);
     return r;
 }
 
@@ -689,9 +698,10 @@ int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
     }
     memset(need, 1, n ? n : 1);
     size_t left = n;
-    bool manifest = true;
-    /* Nearest first: the view lists the local tier's copies before the durable root's. */
-    for (size_t i = 0; i < t.n && (left || manifest) && out->n < CK_COPIES_MAX; i++) {
+    /* Nearest first: the view lists the local tier's copies before the durable root's.
+     * Each copy that holds a file still wanted is taken; with no file wanted, the
+     * nearest copy, for its manifest. */
+    for (size_t i = 0; i < t.n && (left || !out->n) && out->n < CK_COPIES_MAX; i++) {
         const kd_tcopy *c = &t.v[i];
         size_t k = 0;
         if (!of(c, name, time))
@@ -699,12 +709,12 @@ int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
         for (uint32_t f = 0; f < n; f++)
             if (need[f] && holds(&c->c, files[f]))
                 need[f] = 0, k++;
-        if (!k && !manifest)
+        if (!k && n)
             continue;
         left -= k;
-        manifest = false;
         snprintf(out->dirs[out->n++], PATH_MAX, "%s/%s", c->root, name);
     }
+    bool manifest = !out->n;
     kd_tview_free(&t);
     for (uint32_t f = 0; left && f < n; f++)
         if (need[f]) {
