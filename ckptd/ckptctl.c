@@ -302,7 +302,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (tiers) {
-        printf("ckptd at %s: ", sock);
+        printf("ckptd at %s\n", sock);
         print_tiers(&view);
         kd_tview_free(&view);
         return 0;

@@ -265,7 +265,9 @@ void kd_peer_copies_free(kd_peer_copy *v, size_t n)
     free(v);
 }
 
-static int get_copy(const kd_pmsg *m, ck__rbuf *r, kd_peer_copy *c, ck_err *err)
+/* A copy as INVENTORY_OK holds it; its source may be empty only where the copy is the
+ * durable root's (TIERS_OK). */
+static int get_copy(const kd_pmsg *m, ck__rbuf *r, kd_peer_copy *c, bool durable, ck_err *err)
 {
     ck__get_str(r, c->name, sizeof c->name);
     c->step = ck__get_u64(r);
@@ -274,7 +276,7 @@ static int get_copy(const kd_pmsg *m, ck__rbuf *r, kd_peer_copy *c, ck_err *err)
     uint8_t kind = ck__get_u8(r), complete = ck__get_u8(r);
     c->n_files = ck__get_u32(r);
     uint32_t listed = ck__get_u32(r);
-    if (r->bad || kind > KD_COPY_FETCHED || complete > 1 || !source_ok(c->source, false) ||
+    if (r->bad || kind > KD_COPY_FETCHED || complete > 1 || !source_ok(c->source, durable) ||
         ck__name_check_read("checkpoint", c->name, NULL) < 0)
         return bad(m, "a malformed copy", err);
     c->kind = kind;
@@ -309,7 +311,7 @@ int kd_pw_get_inventory(const kd_pmsg *m, kd_peer_copy **out, size_t *n, ck_err 
         return ck_err_set(err, -ENOMEM, "out of memory");
     int rc = 0;
     for (uint32_t i = 0; rc == 0 && i < k; i++)
-        rc = get_copy(m, &r, &v[i], err);
+        rc = get_copy(m, &r, &v[i], false, err);
     if (rc == 0 && !ck__rbuf_done(&r))
         rc = bad(m, "bytes left over after its copies", err);
     if (rc < 0) {
@@ -385,7 +387,7 @@ int kd_pw_get_tiers(const void *p, size_t len, kd_tview *t, ck_err *err)
         if (r.bad || c->where > KD_AT_DURABLE || !source_ok(c->holder, c->where == KD_AT_DURABLE))
             rc = ck_err_set(err, -EBADMSG, "malformed TIERS reply: a copy's place or holder");
         else
-            rc = get_copy(&m, &r, &c->c, err);
+            rc = get_copy(&m, &r, &c->c, c->where == KD_AT_DURABLE, err);
     }
     if (rc == 0 && !ck__rbuf_done(&r))
         rc = ck_err_set(err, -EBADMSG, "malformed TIERS reply: bytes left over after its copies");

@@ -488,8 +488,8 @@ int kd_tiers_resolve(const kd_tiers_opts *o, const char *what, bool newest,
                        o->local ? o->local : "(none)", o->durable, t.npeers, gone);
     } else if (at == n) {
         why_not(&t, &g[0], why, sizeof why);
-        r = ck_err_set(err, -ENODATA, "%s; %s", why, n > 1 ? "no older checkpoint can be "
-                       "restored either" : "nothing older to restore");
+        r = ck_err_set(err, -ENODATA, "%s%s", why, !newest ? "" : n > 1 ? "; no older "
+                       "checkpoint can be restored either" : "; nothing older to restore");
     } else {
         *pick = (ck__restore_pick){ .step = g[at].step, .time_ns = g[at].time };
         snprintf(pick->name, sizeof pick->name, "%s", g[at].name);

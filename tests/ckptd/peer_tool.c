@@ -13,9 +13,9 @@
  *   peer_tool serve-dying DURABLE ID LOCAL
  *       a service that dies mid-GET: it publishes daemon ID's address in DURABLE as a
  *       ckptd does, answers HELLO and the INVENTORY of the local tier LOCAL as the real
- *       service does, and to a GET sends GET_OK and the stream's first window, then
- *       exits (status 9) at the first ACK: a holder that dies mid-transfer. It serves
- *       for 60 s at most.
+ *       service does, serves a GET of a manifest alone whole, and to a GET of data
+ *       files sends GET_OK and the stream's first window, then exits (status 9) at the
+ *       first ACK: a holder that dies mid-transfer. It serves for 60 s at most.
  *   peer_tool hostile ADDR CASE
  *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
  *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "kd.h"
+
+#include "format/owner.h"
 
 static pid_t victim;
 static const char *action = "none";
@@ -493,9 +495,9 @@ static int hostile(const char *addr, const char *cs)
 }
 
 /* One message to a connection of serve_dying: as the real service answers it, but a
- * GET's sender dies once its receiver took the first bytes. */
+ * GET of data files dies once its receiver took the first bytes. */
 static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *local,
-                        kd_xsend **tx)
+                        kd_xsend **tx, bool *files)
 {
     ck_err err = { 0 };
     ck__wbuf w = { 0 };
@@ -520,13 +522,17 @@ static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *lo
             kd_pw_stream(&w, &q);
             kd_pconn_send_w(pc, KD_P_GET_OK, &w);
             kd_pconn_set_budget(pc, KD_PEER_MSG_MAX);
+            *files = q.n > 0;
             r = kd_xsend_pump(*tx, pc, &err);
         }
         kd_preq_free(&ask);
         kd_preq_free(&q);
-    } else if (m->type == KD_P_ACK && *tx) {
+    } else if (m->type == KD_P_ACK && *tx && *files) {
         printf("dying at the first ACK of a GET, %llu bytes taken\n", (unsigned long long)m->arg);
         _exit(9);
+    } else if (m->type == KD_P_ACK && *tx) {
+        if ((r = kd_xsend_ack(*tx, m->arg, &err)) == 0 && (r = kd_xsend_pump(*tx, pc, &err)) == 1)
+            r = 0;
     }
     if (r < 0)
         printf("error: %s\n", ck_err_msg(&err));
@@ -538,28 +544,39 @@ static int serve_dying(const char *durable, const char *id, const char *local)
     ck_err err = { 0 };
     kd_ucx *u;
     char bound[KD_PEER_ADDR_MAX];
-    if (kd_ucx_open("127.0.0.1:0", &u, bound, sizeof bound, &err) < 0 ||
+    int lock;
+    /* Held as a daemon holds it: a ckptd starting on the root meanwhile removes the
+     * address file of a daemon whose lock is free. */
+    if (ck__engine_lock(durable, id, "the dying holder", &lock, &err) < 0 ||
+        kd_ucx_open("127.0.0.1:0", &u, bound, sizeof bound, &err) < 0 ||
         kd_addr_publish(durable, id, bound, 1, &err) < 0) {
         printf("error: %s\n", ck_err_msg(&err));
         return 2;
     }
     printf("serving as ckptd %s at %s\n", id, bound);
-    kd_pconn *conns[8];
-    kd_xsend *tx[8] = { NULL };
-    unsigned n = 0;
+    /* Each call of a client is a connection of its own: a slot is free again once
+     * its peer hung up. */
+    kd_pconn *conns[16] = { NULL };
+    kd_xsend *tx[16] = { NULL };
+    bool files[16] = { false };
     for (double end = kd_now() + 60; kd_now() < end;) {
         kd_ucx_wait(u, 100);
-        for (kd_pconn *a; n < 8 && (a = kd_ucx_accepted(u));) {
-            kd_pconn_set_budget(a, KD_PEER_REQ_MAX + KD_PEER_HDR);
-            conns[n++] = a;
-        }
-        for (unsigned i = 0; i < n; i++)
+        for (unsigned i = 0; i < 16; i++) {
+            if (conns[i] && kd_pconn_failed(conns[i], NULL)) {
+                kd_pconn_close(conns[i], KD_CLOSE_NOW);
+                kd_xsend_free(tx[i]);
+                conns[i] = NULL;
+                tx[i] = NULL;
+            }
+            if (!conns[i] && (conns[i] = kd_ucx_accepted(u)))
+                kd_pconn_set_budget(conns[i], KD_PEER_REQ_MAX + KD_PEER_HDR);
             for (kd_pmsg *m; conns[i] && (m = kd_pconn_next(conns[i]));) {
-                dying_answer(conns[i], m, id, local, &tx[i]);
+                dying_answer(conns[i], m, id, local, &tx[i], &files[i]);
                 kd_pmsg_free(m);
             }
+        }
     }
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < 16; i++)
         kd_xsend_free(tx[i]);
     kd_ucx_close(u);
     return 0;

@@ -176,17 +176,15 @@ int ck_client_restore_fetch(ck_client *cl, ck_ckpt **ck, const ck_load_item *ite
     int r = need && files ? ck_load_files(*ck, items, n, need, err)
                           : ck_err_set(err, -ENOMEM, "out of memory");
     uint32_t k = 0;
-    bool all_held = true;
-    for (uint32_t f = 0; r == 0 && f < in->n_files; f++) {
-        if (!need[f])
-            continue;
-        all_held &= ck_file_held(*ck, f);
-        snprintf(files[k++], sizeof files[0], "%s", ck_file_get(*ck, f)->name);
-    }
+    for (uint32_t f = 0; r == 0 && f < in->n_files; f++)
+        if (need[f])
+            snprintf(files[k++], sizeof files[0], "%s", ck_file_get(*ck, f)->name);
     ck_ckpt *got = NULL;
-    /* What the copies open hold already needs no daemon; without one, a file they lack
-     * fails the load that reads it, named. */
-    if (r == 0 && !all_held && cl->t->connected)
+    /* Even files the copies open hold are asked for: the durable root's copy, which
+     * holds them all, is the farthest; the daemon answers at once what its local tier
+     * holds. Without a daemon, a file the copies lack fails the load that reads it,
+     * named. */
+    if (r == 0 && k && cl->t->connected)
         r = fetch_open(cl, in->name, files, k, &got, err);
     if (got && ck_get_info(got)->time_ns != in->time_ns) {
         r = ck_err_set(err, -ESTALE, "checkpoint %s: ckptd's copies are of another save of it "

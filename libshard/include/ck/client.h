@@ -279,11 +279,12 @@ int ck_client_resolve(ck_client *cl, const char *what, bool newest, char name[CK
  * where they lie. Embedded: ck_open of ROOT/NAME. */
 int ck_client_restore_open(ck_client *cl, const char *name, ck_ckpt **out, ck_err *err);
 /* Makes the data files that a load of items would read (ck_load_files) readable
- * through *ck: those its copies lack, ckptd fetches from the nearest live copy (a
- * peer's, checked block by block; else the durable root's, read in place), and *ck is
- * replaced by a handle on the copies that hold them (no reader of the old one may be
- * open). Nothing is asked when *ck holds them all; without a daemon nothing is
- * fetched, and a load of a file *ck lacks fails naming it. */
+ * through *ck, each from its nearest copy: ckptd answers at once for those in its
+ * local tier, fetches the others from a live peer's copy (checked block by block),
+ * and leaves to the durable root's copy, read in place, only what no peer could give;
+ * *ck is replaced by a handle on the copies that hold them (no reader of the old one
+ * may be open). Without a daemon nothing is fetched, and a load of a file *ck lacks
+ * fails naming it. */
 int ck_client_restore_fetch(ck_client *cl, ck_ckpt **ck, const ck_load_item *items, size_t n,
                             ck_err *err);
 
