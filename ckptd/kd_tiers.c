@@ -680,6 +680,31 @@ done:
 
 /* ---- the directories to open ---- */
 
+/* -ENOENT naming the first of files that is no data file of the checkpoint in dir. */
+static int its_files(const char *dir, char (*files)[CK_FILE_NAME_MAX], uint32_t n,
+                     ck_err *err)
+{
+    ck_ckpt *ck;
+    int r = ck_open_dir(dir, &ck, err);
+    if (r < 0)
+        return r;
+    uint32_t nf = ck_get_info(ck)->n_files;
+    char (*names)[CK_FILE_NAME_MAX] = malloc((nf ? nf : 1) * sizeof *names);
+    if (!names)
+        r = ck_err_set(err, -ENOMEM, "out of memory");
+    for (uint32_t f = 0; names && f < nf; f++)
+        memcpy(names[f], ck_file_get(ck, f)->name, sizeof names[0]);
+    if (names)
+        qsort(names, nf, sizeof *names, by_name);
+    for (uint32_t f = 0; r == 0 && f < n; f++)
+        if (!has(names, nf, files[f]))
+            r = ck_err_set(err, -ENOENT, "checkpoint %s has no data file %s",
+                           ck_get_info(ck)->name, files[f]);
+    free(names);
+    ck_close(ck);
+    return r;
+}
+
 int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
                    char (*files)[CK_FILE_NAME_MAX], uint32_t n, ck__restore_dirs *out,
                    ck_err *err)
@@ -724,6 +749,8 @@ int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
         }
     if (r == 0 && manifest)
         r = ck_err_set(err, -ENOENT, "checkpoint %s: no copy of it on this node", name);
+    if (r == 0 && n)
+        r = its_files(out->dirs[0], files, n, err);
     free(need);
     if (r < 0)
         ck__restore_dirs_free(out);
