@@ -298,8 +298,6 @@ kd_part *kd_staging_admit_waiting(kd_server *s);
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
 #define KD_PEER_PORT 7471                   /* --peer-listen without a port */
 #define KD_PEER_ADDR_MAX 128                /* "HOST:PORT" with its NUL */
-#define KD_REPLICAS ".replicas"             /* LOCAL/.replicas/SRCID: a peer's replicas */
-#define KD_FETCHED ".fetched"               /* LOCAL/.fetched/N: copies fetched to restore */
 
 enum kd_peer_type {
     /* the side that connects -> the service */

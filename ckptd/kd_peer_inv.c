@@ -10,7 +10,6 @@
  * directory of this user, never through a link: a peer names SRC, and nothing it names
  * may lead a write outside LOCAL. What fails to open as a checkpoint is left out.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -50,83 +49,21 @@ static int each_in_root(const char *root, const char *source, uint8_t kind, copy
     return r;
 }
 
-/* Orders fetched roots by number ("9" before "10"), replica roots by name. */
-static bool before(const char *a, const char *b, bool numeric)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    return numeric && na != nb ? na < nb : strcmp(a, b) < 0;
-}
-
-/* The names under LOCAL/DIR (.replicas or .fetched) that are its roots: daemon ids (a
- * fetched root's number is one), directories. */
-static int sub_roots(const char *local, const char *dir, char ***out, size_t *n)
-{
-    *out = NULL;
-    *n = 0;
-    int lfd = ck__root_open(local, NULL);
-    int fd = lfd < 0 ? lfd : ck__openat(lfd, dir, O_RDONLY | O_DIRECTORY, 0);
-    if (lfd >= 0)
-        close(lfd);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return fd == -ENOENT || fd >= 0 ? 0 : fd;
-    }
-    struct dirent *de;
-    int r = 0;
-    while (r == 0 && (de = readdir(d))) {
-        if (de->d_type != DT_DIR || ck__copy_source_check(de->d_name, NULL) < 0)
-            continue;
-        char **p = realloc(*out, (*n + 1) * sizeof *p);
-        if (!p || !(p[*n] = strdup(de->d_name))) {
-            *out = p ? p : *out;
-            r = -ENOMEM;
-            break;
-        }
-        *out = p;
-        (*n)++;
-    }
-    closedir(d);
-    bool numeric = !strcmp(dir, KD_FETCHED);
-    for (size_t i = 1; i < *n; i++)       /* a few roots: insertion sort */
-        for (size_t j = i; j > 0 && before((*out)[j], (*out)[j - 1], numeric); j--) {
-            char *t = (*out)[j];
-            (*out)[j] = (*out)[j - 1];
-            (*out)[j - 1] = t;
-        }
-    return r;
-}
-
-/* The copies of every root under LOCAL/DIR, of kind. */
-static int each_sub(const char *local, const char *self, const char *dir, uint8_t kind,
-                    copy_fn fn, void *arg, ck_err *err)
-{
-    char **sub = NULL;
-    size_t n = 0;
-    int r = sub_roots(local, dir, &sub, &n);
-    if (r < 0)
-        return ck_err_set(err, r, "%s/%s: %s", local, dir, strerror(-r));
-    for (size_t i = 0; i < n; i++) {
-        char root[PATH_MAX];
-        snprintf(root, sizeof root, "%s/%s/%s", local, dir, sub[i]);
-        /* A root that went bad is no reason to hide the others. */
-        if (r == 0 && each_in_root(root, kind == KD_COPY_REPLICA ? sub[i] : self, kind, fn, arg,
-                                   NULL) > 0)
-            r = 1;
-        free(sub[i]);
-    }
-    free(sub);
-    return r;
-}
-
 static int each_copy(const char *local, const char *self, copy_fn fn, void *arg, ck_err *err)
 {
+    ck_tier_root *v = NULL;
+    size_t n = 0;
     int r = each_in_root(local, self, KD_COPY_OWN, fn, arg, err);
     if (r == 0)
-        r = each_sub(local, self, KD_REPLICAS, KD_COPY_REPLICA, fn, arg, err);
-    if (r == 0)
-        r = each_sub(local, self, KD_FETCHED, KD_COPY_FETCHED, fn, arg, err);
+        r = ck_tier_roots(local, &v, &n, err);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        bool rep = v[i].kind == CK_TIER_REPLICAS;
+        /* A root that went bad is no reason to hide the others. */
+        if (each_in_root(v[i].path, rep ? v[i].id : self, rep ? KD_COPY_REPLICA : KD_COPY_FETCHED,
+                         fn, arg, NULL) > 0)
+            r = 1;
+    }
+    free(v);
     return r;
 }
 
@@ -279,28 +216,28 @@ static int sub_root(const char *local, const char *dir, const char *sub, bool fr
 
 int kd_inv_replica_root(const char *local, const char *src, char *root, ck_err *err)
 {
-    return sub_root(local, KD_REPLICAS, src, false, root, err);
+    return sub_root(local, CK_REPLICAS, src, false, root, err);
 }
 
 int kd_inv_fetch_root(const char *local, char *root, ck_err *err)
 {
-    char **sub = NULL, num[24];
-    size_t n = 0;
-    int r = sub_roots(local, KD_FETCHED, &sub, &n);
+    ck_tier_root *v;
+    size_t n;
+    char num[24];
+    int r = ck_tier_roots(local, &v, &n, err);
     if (r < 0)
-        return ck_err_set(err, r, "%s/%s: %s", local, KD_FETCHED, strerror(-r));
-    /* After the highest number there is (they are in number order); a root made
-     * meanwhile by hand only moves it on. */
-    unsigned long long next = n ? strtoull(sub[n - 1], NULL, 10) + 1 : 1;
-    for (size_t i = 0; i < n; i++)
-        free(sub[i]);
-    free(sub);
+        return r;
+    /* After the highest number there is (fetched roots come last, by number); a root
+     * made meanwhile by hand only moves it on. */
+    unsigned long long next = n && v[n - 1].kind == CK_TIER_FETCHED
+                            ? strtoull(v[n - 1].id, NULL, 10) + 1 : 1;
+    free(v);
     for (unsigned tries = 0; tries < 1000; tries++, next++) {
         snprintf(num, sizeof num, "%llu", next);
-        if ((r = sub_root(local, KD_FETCHED, num, true, root, err)) != -EEXIST)
+        if ((r = sub_root(local, CK_FETCHED, num, true, root, err)) != -EEXIST)
             return r;
     }
-    return ck_err_set(err, -EEXIST, "%s/%s: no free number for a new fetch", local, KD_FETCHED);
+    return ck_err_set(err, -EEXIST, "%s/%s: no free number for a new fetch", local, CK_FETCHED);
 }
 
 void kd_inv_fetch_drop(const char *root, const char *name)
@@ -322,23 +259,16 @@ int kd_inv_recover(const char *local, void (*log)(void *arg, const char *msg), v
                    ck_err *err)
 {
     size_t removed = 0, n = 0;
-    char **src = NULL;
+    ck_tier_root *v = NULL;
     int r = ck_root_recover(local, &removed, log, arg, err);
-    static const char *const dirs[] = { KD_REPLICAS, KD_FETCHED };
-    for (size_t d = 0; r == 0 && d < 2; d++) {
-        if ((r = sub_roots(local, dirs[d], &src, &n)) < 0)
-            return ck_err_set(err, r, "%s/%s: %s", local, dirs[d], strerror(-r));
-        for (size_t i = 0; i < n; i++) {
-            char root[PATH_MAX];
-            size_t k = 0;
-            snprintf(root, sizeof root, "%s/%s/%s", local, dirs[d], src[i]);
-            if (r == 0)
-                r = ck_root_recover(root, &k, log, arg, err);
-            removed += k;
-            free(src[i]);
-        }
-        free(src);
+    if (r == 0)
+        r = ck_tier_roots(local, &v, &n, err);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        size_t k = 0;
+        r = ck_root_recover(v[i].path, &k, log, arg, err);
+        removed += k;
     }
+    free(v);
     if (r == 0 && log) {
         char msg[PATH_MAX + 128];
         snprintf(msg, sizeof msg, "recovered the local tier %s: removed %zu incomplete copies "

@@ -10,7 +10,9 @@
 #   - rank 0 through n0 reads its node's own copy, fetching nothing;
 #   - onto another mesh (2 ranks), rank 1 through n2' needs rank-00002.dat (now local)
 #     and rank-00003.dat (fetched from n3): both read, each from its copy;
-#   - the same loads again fetch nothing more.
+#   - the same loads again fetch nothing more;
+#   - ckpt-verify --deep of a local tier checks its own copies, its replicas and its
+#     fetched copies, and says what each is.
 . "$(dirname "$0")/replica_lib.sh"
 . "$(dirname "$0")/tier_lib.sh"
 
@@ -48,6 +50,18 @@ load n2 step-12 --mesh 2 --rank 1
 expect 0 "the same load again"
 [ "$(ls "$WORK/n2.local/.fetched")" = "$(printf '1\n2\n3')" ] ||
     fail "a load of what is local fetched again: $(ls "$WORK/n2.local/.fetched")"
+run "$CKPT_VERIFY" "$WORK/n2.local" --deep
+expect 0 "ckpt-verify --deep of n2's local tier"
+said "^$WORK/n2.local/.fetched/3: copies fetched to restore from$" "the fetched roots, named"
+said "^step-12: ok: a partial copy from ckptd n3: 1 of 4 data files \(rank-00003.dat\);" \
+    "the fetched copy of n3's part"
+run "$CKPT_VERIFY" "$WORK/n3.local" --deep
+expect 0 "ckpt-verify --deep of n3's local tier"
+said "^step-12: ok: a partial copy from ckptd n3: 1 of 4 data files \(rank-00003.dat\);" \
+    "n3's own part"
+said "^$WORK/n3.local/.replicas/n2: the replicas kept for ckptd n2$" "the replica root, named"
+said "^step-12: ok: a partial copy from ckptd n2: 1 of 4 data files \(rank-00002.dat\);" \
+    "the replica of n2's part"
 for id in n0 n1 n2 n3; do
     stop "$id"
 done
