@@ -53,6 +53,59 @@ static int fail(const char *what, ck_err *err)
     return 1;
 }
 
+/* The load of rank it.rank through cl, compared with the truth; 0 equal. */
+static int restore(ck_client *cl, const char *truth_root, const char *what, bool newest,
+                   items *it)
+{
+    ck_err err = { 0 };
+    char name[CK_NAME_MAX], why[CK_ERR_MSG_MAX];
+    ck_ckpt *ck = NULL, *truth = NULL;
+    int bad = 0;
+    if (ck_client_resolve(cl, what, newest, name, why, sizeof why, &err) < 0)
+        return fail("resolve", &err);
+    printf("resolved: %s\n", name);
+    if (why[0])
+        printf("why: %s\n", why);
+    if (ck_client_restore_open(cl, name, &ck, &err) < 0)
+        return fail("restore_open", &err);
+    if (!it->mesh)
+        it->mesh = ck_get_info(ck)->n_files;
+    uint8_t need[4096];
+    if (ck_tensors_each(ck, add, it, &err) != 0)
+        bad = fail("tensors", &err);
+    else if (ck_client_restore_fetch(cl, &ck, it->v, it->n, &err) < 0)
+        bad = fail("restore_fetch", &err);
+    else if (ck_get_info(ck)->n_files > sizeof need ||
+             ck_load_files(ck, it->v, it->n, need, &err) < 0)
+        bad = fail("load_files", &err);
+    for (uint32_t f = 0; !bad && f < ck_get_info(ck)->n_files; f++) {
+        char path[4096];
+        if (need[f] && ck_file_path(ck, f, path, sizeof path) == 0)
+            printf("reads %s from %.*s\n", ck_file_get(ck, f)->name,
+                   (int)(strlen(path) - strlen(ck_file_get(ck, f)->name) - 1), path);
+    }
+    if (!bad && ck_load_many(ck, it->v, it->n, &err) < 0)
+        bad = fail("load", &err);
+    if (!bad && ck_open(truth_root, name, &truth, &err) < 0)
+        bad = fail("the truth", &err);
+    for (size_t i = 0; !bad && i < it->n; i++) {
+        ck_load_item want = it->v[i];
+        want.dst = malloc(want.len + 1);
+        if (!want.dst || ck_load_many(truth, &want, 1, &err) < 0)
+            bad = fail("reading the truth", &err);
+        else if (memcmp(want.dst, it->v[i].dst, want.len))
+            bad = printf("error: tensor %s: rank %llu's box differs from the saved data\n",
+                         it->v[i].tensor, (unsigned long long)it->rank) > 0;
+        free(want.dst);
+    }
+    if (!bad)
+        printf("rank %llu: %zu tensors equal to the saved data\n",
+               (unsigned long long)it->rank, it->n);
+    ck_close(truth);
+    ck_close(ck);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -76,56 +129,13 @@ int main(int argc, char **argv)
     ck_client *cl;
     if (ck_client_open(&cl, argv[2], &(ck_client_opts){ .socket = argv[1] }, &err) < 0)
         return fail("ck_client_open", &err);
-    char name[CK_NAME_MAX], why[CK_ERR_MSG_MAX];
-    if (ck_client_resolve(cl, argv[4], newest, name, why, sizeof why, &err) < 0)
-        return fail("resolve", &err);
-    printf("resolved: %s\n", name);
-    if (why[0])
-        printf("why: %s\n", why);
-    ck_ckpt *ck, *truth;
-    if (ck_client_restore_open(cl, name, &ck, &err) < 0)
-        return fail("restore_open", &err);
-    items it = { .mesh = mesh ? mesh : ck_get_info(ck)->n_files, .rank = rank };
-    if (ck_tensors_each(ck, add, &it, &err) != 0)
-        return fail("tensors", &err);
-    if (ck_client_restore_fetch(cl, &ck, it.v, it.n, &err) < 0)
-        return fail("restore_fetch", &err);
-    uint8_t need[4096];
-    if (ck_get_info(ck)->n_files > sizeof need || ck_load_files(ck, it.v, it.n, need, &err) < 0)
-        return fail("load_files", &err);
-    for (uint32_t f = 0; f < ck_get_info(ck)->n_files; f++) {
-        char path[4096];
-        if (need[f] && ck_file_path(ck, f, path, sizeof path) == 0)
-            printf("reads %s from %.*s\n", ck_file_get(ck, f)->name,
-                   (int)(strlen(path) - strlen(ck_file_get(ck, f)->name) - 1), path);
-    }
-    if (ck_load_many(ck, it.v, it.n, &err) < 0)
-        return fail("load", &err);
-    if (ck_open(argv[3], name, &truth, &err) < 0)
-        return fail("the truth", &err);
-    int bad = 0;
-    for (size_t i = 0; i < it.n; i++) {
-        ck_load_item want = it.v[i];
-        want.dst = malloc(want.len + 1);
-        if (!want.dst || ck_load_many(truth, &want, 1, &err) < 0)
-            return fail("reading the truth", &err);
-        if (memcmp(want.dst, it.v[i].dst, want.len)) {
-            printf("error: tensor %s: rank %llu's box differs from the saved data\n",
-                   it.v[i].tensor, (unsigned long long)rank);
-            bad = 1;
-        }
-        free(want.dst);
-    }
-    if (!bad)
-        printf("rank %llu: %zu tensors equal to the saved data\n", (unsigned long long)rank,
-               it.n);
+    items it = { .mesh = mesh, .rank = rank };
+    int bad = restore(cl, argv[3], argv[4], newest, &it);
     for (size_t i = 0; i < it.n; i++) {
         free((void *)it.v[i].tensor);
         free(it.v[i].dst);
     }
     free(it.v);
-    ck_close(truth);
-    ck_close(ck);
     ck_client_close(cl);
     return bad;
 }
