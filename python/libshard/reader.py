@@ -10,7 +10,13 @@ and reads the needed byte ranges with io_uring at queue depth, straight into the
 destination tensors on the CPU, and through page-locked buffers with the copies to the
 GPU overlapped with the next reads. Loading onto any mesh and world size is therefore
 the core's resharding.
+
+Through ckptd (socket, else $CKPTD_SOCKET, a daemon of this root) the checkpoint is
+opened from the copies its tiers hold nearest this node (a node's local tier, a peer's
+replica, the durable root), and read_data first has the daemon bring the data files the
+rank's boxes touch to this node (ck/client.h, ck_client_restore_*).
 """
+import errno
 import dataclasses
 import io
 import json
@@ -24,7 +30,7 @@ from torch.distributed.checkpoint.planner import LoadItemType
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from . import _ck, names, newest
+from . import _ck, engine, names, newest
 from .torchio import addr, torch_dtype
 
 # Blobs the writer keeps for itself (not state-dict entries): names.encode never gives
@@ -52,11 +58,13 @@ class CkptReader(StorageReader):
     the same one (checked in prepare_global_plan: a commit between two ranks' look-ups
     fails the load with a message rather than mixing checkpoints)."""
 
-    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20):
+    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20, socket=None):
         super().__init__()
         self.root = os.fspath(root) if root is not None else None
         self.name = name
         self.batch_bytes = batch_bytes
+        self.socket = socket
+        self._client = None
         self._ck = None
         self._opened = None
         self.loaded_step = None
@@ -77,7 +85,10 @@ class CkptReader(StorageReader):
     def _close(self):
         if self._ck is not None:
             self._ck.close()
+        if self._client is not None:
+            self._client.close()
         self._ck = None
+        self._client = None
         self._opened = None
 
     def _open(self):
@@ -88,7 +99,13 @@ class CkptReader(StorageReader):
         name = self.name if self.name is not None else newest(self.root)
         if name is None:
             raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
-        self._ck = _ck.Checkpoint(self.root, name)
+        sock = engine.socket_of(self.socket)
+        try:
+            self._client = _ck.Client(self.root, sock) if sock else None
+        except _ck.CkptError as e:
+            if e.errno != errno.EXDEV:     # a daemon of another root: not this reader's
+                raise
+        self._ck = _ck.Checkpoint(self.root, name, client=self._client)
         self._opened = name
         self.loaded_step = self._ck.info()["step"]
         return self._ck
@@ -157,6 +174,8 @@ class CkptReader(StorageReader):
                 in_place.append((req, name, offsets, lengths, target))
             else:
                 through.append((req, name, offsets, lengths, target, src))
+        if self._client is not None:        # the files of these boxes, near this node
+            ck.fetch([(it[1], it[2], it[3]) for it in in_place + through])
         ck.read_many([(n, o, l, *addr(t)) for _r, n, o, l, t in in_place])
         for req, *_rest, target in in_place:
             planner.commit_tensor(req, target)

@@ -1,6 +1,8 @@
 /* ckpt.c - libshard._ck.Checkpoint: a committed checkpoint opened for reading.
  *
- * Wraps ck_open (ck/ckpt.h) and the box reader (ck/load.h). The core's handles serve
+ * Wraps ck_open (ck/ckpt.h) and the box reader (ck/load.h); given a Client of ckptd,
+ * the copies its tiers hold nearest this node (ck_client_restore_open), and fetch()
+ * brings the files of a load there (ck_client_restore_fetch). The core's handles serve
  * one thread at a time, and reads run without the GIL, so each object serializes its
  * calls with a lock of its own. The reader of the last tensor read is kept: DCP asks
  * for the boxes of one tensor after another.
@@ -18,13 +20,18 @@ typedef struct {
     ck_reader *rd;              /* of tensor rd_name, or NULL */
     char rd_name[CK_NAME_MAX];
     PyThread_type_lock lock;
+    PyObject *client;           /* the Client it was opened through, or NULL */
 } ckpt_obj;
 
 static int ckpt_init(ckpt_obj *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"root", "name", NULL};
+    static char *kwlist[] = {"root", "name", "client", NULL};
     const char *root, *name;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss", kwlist, &root, &name))
+    PyObject *client = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|O", kwlist, &root, &name, &client))
+        return -1;
+    ck_client *cl = client == Py_None ? NULL : ckpy_client_of(client);
+    if (client != Py_None && !cl)
         return -1;
     if (self->ck) {
         PyErr_SetString(PyExc_RuntimeError, "Checkpoint is already open");
@@ -37,11 +44,16 @@ static int ckpt_init(ckpt_obj *self, PyObject *args, PyObject *kw)
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ck_open(root, name, &self->ck, &err);
+    rc = cl ? ck_client_restore_open(cl, name, &self->ck, &err)
+            : ck_open(root, name, &self->ck, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         ckpy_raise(rc, &err);
         return -1;
+    }
+    if (cl) {
+        Py_INCREF(client);
+        self->client = client;
     }
     return 0;
 }
@@ -59,6 +71,7 @@ static void ckpt_release(ckpt_obj *self)
 static void ckpt_dealloc(ckpt_obj *self)
 {
     ckpt_release(self);
+    Py_CLEAR(self->client);
     if (self->lock)
         PyThread_free_lock(self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -318,7 +331,61 @@ static PyObject *ckpt_read_many(ckpt_obj *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* fetch(items): items is a sequence of (tensor, offsets, lengths), the boxes a load will
+ * read; through the Client the checkpoint was opened with, the files they touch are
+ * brought to this node and the checkpoint reopened through the copies that hold them
+ * (ck_client_restore_fetch). Without one, nothing to do. */
+static PyObject *ckpt_fetch(ckpt_obj *self, PyObject *args)
+{
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq) || ckpt_open_check(self) < 0)
+        return NULL;
+    ck_client *cl = self->client ? ckpy_client_of(self->client) : NULL;
+    if (!self->client)
+        Py_RETURN_NONE;
+    if (!cl)
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "fetch: a sequence of (tensor, offsets, lengths)");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    ck_load_item *items = calloc(n ? (size_t)n : 1, sizeof *items);
+    if (!items) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ckpy_u64s off, len;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "sO&O&", &items[i].tensor,
+                              ckpy_u64_tuple, &off, ckpy_u64_tuple, &len) ||
+            ckpy_box(&off, &len, &items[i].box) < 0) {
+            free(items);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    if (self->rd)
+        ck_reader_close(self->rd);
+    self->rd = NULL;
+    rc = self->ck ? ck_client_restore_fetch(cl, &self->ck, items, (size_t)n, &err)
+                  : ck_err_set(&err, -EBADF, "checkpoint closed");
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    free(items);
+    Py_DECREF(fast);
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ckpt_methods[] = {
+    {"fetch", (PyCFunction)ckpt_fetch, METH_VARARGS,
+     "fetch(items): through the Client it was opened with, brings the data files the "
+     "boxes (tensor, offsets, lengths) touch to this node's tier."},
     {"close", (PyCFunction)ckpt_close, METH_NOARGS, "Closes the checkpoint."},
     {"info", (PyCFunction)ckpt_info, METH_NOARGS, "The checkpoint record, as a dict."},
     {"tensors", (PyCFunction)ckpt_tensors, METH_NOARGS,
