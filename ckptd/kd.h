@@ -623,5 +623,9 @@ void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2,
 void kd_log_cb(void *arg, const char *msg);
 /* CLOCK_MONOTONIC seconds. */
 double kd_now(void);
+/* A formatted line through a log callback (kd_log_cb, or a caller's), for the parts that
+ * are handed a callback rather than the server; nothing when log is NULL. */
+void kd_log_to(void (*log)(void *arg, const char *msg), void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -26,7 +26,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,18 +41,6 @@
 
 #define ASK_AT_ONCE 16             /* peers asked for their INVENTORY at once */
 #define NAMED_MAX 8                /* files a message names before "and N more" */
-
-__attribute__((format(printf, 2, 3)))
-static void say(const kd_tiers_opts *o, const char *fmt, ...)
-{
-    char msg[2 * CK_ERR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (o->log)
-        o->log(o->log_arg, msg);
-}
 
 /* ---- the view ---- */
 
@@ -164,8 +151,8 @@ static int find_peers(const kd_tiers_opts *o, kd_tview *t, ck_err *err)
     while (r == 0 && (de = readdir(d))) {
         size_t len = strlen(de->d_name);
         char id[CK_NODE_ID_MAX];
-        if (len <= 12 || strncmp(de->d_name, ".ckptd.", 7) || strcmp(de->d_name + len - 5, ".peer") ||
-            len - 12 >= sizeof id)
+        if (len <= 12 || len - 12 >= sizeof id || strncmp(de->d_name, ".ckptd.", 7) ||
+            strcmp(de->d_name + len - 5, ".peer"))
             continue;
         snprintf(id, sizeof id, "%.*s", (int)(len - 12), de->d_name + 7);
         if (ck__node_id_check(id, NULL) < 0 || !strcmp(id, o->id))
@@ -230,7 +217,8 @@ static int ask_peers(const kd_tiers_opts *o, const char *only, kd_tview *t, ck_e
             if (started[i])
                 pthread_join(th[i], NULL);
             if (a[i].p->r < 0)
-                say(o, "peer ckptd %s is lost to this view: %s", a[i].p->id, a[i].p->why);
+                kd_log_to(o->log, o->log_arg, "peer ckptd %s is lost to this view: %s",
+                          a[i].p->id, a[i].p->why);
             for (size_t j = 0; j < a[i].n; j++) {
                 if (r < 0 || !wanted(a[i].v[j].name, only))
                     continue;
@@ -549,10 +537,11 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         size_t best = SIZE_MAX, most = 0;
         for (size_t i = 0; r == 0 && i < g->n; i++) {
             const kd_tcopy *c = &t->v[g->idx[i]];
+            bool usable = c->where == KD_AT_PEER && !failed[i];
             size_t k = 0;
-            for (uint32_t f = 0; c->where == KD_AT_PEER && !failed[i] && f < n; f++)
+            for (uint32_t f = 0; usable && f < n; f++)
                 k += need[f] && holds(&c->c, files[f]);
-            if (c->where == KD_AT_PEER && !failed[i] && (k > most || (manifest && best == SIZE_MAX)))
+            if (usable && (k > most || (manifest && best == SIZE_MAX)))
                 best = i, most = k;
         }
         if (r < 0 || best == SIZE_MAX || (!most && !manifest))
@@ -573,16 +562,18 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         if (x == 0 && (x = kd_peer_get(&call, &ask, root, &why)) < 0)
             kd_inv_fetch_drop(root, g->name);
         if (x < 0) {
-            say(o, "FETCH of %s: the copy of ckptd %s at ckptd %s failed: %s; trying the next "
-                "holder", g->name, c->c.source, c->holder, ck_err_msg(&why));
+            kd_log_to(o->log, o->log_arg, "FETCH of %s: the copy of ckptd %s at ckptd %s "
+                      "failed: %s; trying the next holder", g->name, c->c.source, c->holder,
+                      ck_err_msg(&why));
             at += (size_t)snprintf(said + at, at < len ? len - at : 0, "%sthe copy of ckptd %s "
                                    "at ckptd %s: %s", at ? "; " : "", c->c.source, c->holder,
                                    ck_err_msg(&why));
             failed[best] = true;
             continue;
         }
-        say(o, "FETCH of %s: %u data file(s)%s from the copy of ckptd %s at ckptd %s, into %s",
-            g->name, ask.n, ask.n ? "" : " (the manifest)", c->c.source, c->holder, root);
+        kd_log_to(o->log, o->log_arg, "FETCH of %s: %u data file(s)%s from the copy of ckptd "
+                  "%s at ckptd %s, into %s", g->name, ask.n, ask.n ? "" : " (the manifest)",
+                  c->c.source, c->holder, root);
         for (uint32_t f = 0; f < n; f++)
             need[f] = need[f] && !holds(&c->c, files[f]);
         manifest = false;
@@ -656,8 +647,8 @@ int kd_tiers_fetch(const kd_tiers_opts *o, const char *name, char (*files)[CK_FI
     for (uint32_t f = 0; f < n; f++)
         left += need[f];
     if (left && durable)
-        say(o, "FETCH of %s: %zu data file(s) read from the durable tier's copy%s%s", name, left,
-            said[0] ? " (" : "", said[0] ? "the copies fetched failed)" : "");
+        kd_log_to(o->log, o->log_arg, "FETCH of %s: %zu data file(s) read from the durable "
+                  "tier's copy%s", name, left, said[0] ? " (the copies fetched failed)" : "");
     else if (left) {
         char files_said[CK_ERR_MSG_MAX / 2];
         size_t at = 0, k = 0;

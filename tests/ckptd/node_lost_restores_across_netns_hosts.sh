@@ -9,24 +9,8 @@
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/replica_lib.sh"
 . "$here/../launch/netns_lib.sh"
-netns_setup "$WORK"
-trap 'netns_cleanup; cleanup' EXIT
+netns_hosts_up
 A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
-# UCX picks its network devices when it starts, among those that are running: wait for
-# each veth's carrier (replica_crosses_netns_hosts.sh says why).
-for h in "$A" "$B"; do
-    for _ in $(seq 200); do
-        ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' && break
-        sleep 0.05
-    done
-    ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' ||
-        fail "the veth of $h never came up: $(ip -n "$h" -o link show)"
-done
-export UCX_TLS=tcp
-for h in "$A" "$B"; do
-    printf '#!/bin/sh\nexec ip netns exec %s "$@"\n' "$h" >"$WORK/on-$h"
-    chmod +x "$WORK/on-$h"
-done
 SHARED=$WORK/durable
 TRUTH=$WORK/truth
 synth "$TRUTH" step-12 --mesh 2 --placements 'S(0)' --step 12 --seed 12

@@ -20,9 +20,7 @@ for _ in $(seq 200); do
     sleep 0.05
 done
 grep -q "^serving" "$WORK/dying.out" || fail "the dying holder did not start: $(cat "$WORK/dying.out")"
-crash n2
-rm -rf "$WORK/n2.local"
-daemon n2 --peer-timeout 5
+lose n2
 
 load n2 step- --newest --rank 2
 expect 0 "rank 2 through n2'"

@@ -20,9 +20,7 @@ run "$COPY_PARTIAL" "$TRUTH" step-8 "$WORK/n3.local/.replicas/n2" n2 rank-00002.
 expect 0 "n3's replica of n2's part of step-8"
 printf '\377' | dd of="$WORK/n3.local/.replicas/n2/step-8/rank-00002.dat" bs=1 seek=2621440 \
     conv=notrunc 2>/dev/null || fail "flipping a byte"
-crash n2
-rm -rf "$WORK/n2.local"
-daemon n2 --peer-timeout 5
+lose n2
 
 load n2 step-12 --rank 2
 expect 0 "rank 2 of step-12 through n2'"

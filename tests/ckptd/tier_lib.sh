@@ -36,6 +36,14 @@ cluster() {
     put n3 n2
 }
 
+# lose ID: node ID is lost with its disk (its daemon killed, its local tier deleted),
+# and a replacement of the same id starts with an empty local tier.
+lose() {
+    crash "$1"
+    rm -rf "$WORK/$1.local"
+    daemon "$1" --peer-timeout 5
+}
+
 # load NODE WHAT [tier_load options]: restores through NODE's daemon.
 load() {
     local node=$1

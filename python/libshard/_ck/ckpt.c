@@ -287,40 +287,55 @@ static PyObject *ckpt_read(ckpt_obj *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* read_many(items): items is a sequence of (tensor, offsets, lengths, address, nbytes);
- * the memory is the caller's, kept alive for the call. */
-static PyObject *ckpt_read_many(ckpt_obj *self, PyObject *args)
+/* The load items of seq: (tensor, offsets, lengths, address, nbytes) each, or with
+ * boxes_only (tensor, offsets, lengths). Malloc'd, the tensor names borrowed from *fast
+ * (the caller releases it after the items); NULL with an exception set. */
+static ck_load_item *parse_items(PyObject *seq, bool boxes_only, PyObject **fast, Py_ssize_t *n)
 {
-    PyObject *seq;
-    if (!PyArg_ParseTuple(args, "O", &seq) || ckpt_open_check(self) < 0)
+    *fast = PySequence_Fast(seq, "a sequence of (tensor, offsets, lengths, ...)");
+    if (!*fast)
         return NULL;
-    PyObject *fast = PySequence_Fast(seq, "read_many: a sequence of items");
-    if (!fast)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    ck_load_item *items = calloc(n ? (size_t)n : 1, sizeof *items);
+    *n = PySequence_Fast_GET_SIZE(*fast);
+    ck_load_item *items = calloc(*n ? (size_t)*n : 1, sizeof *items);
     if (!items) {
-        Py_DECREF(fast);
-        return PyErr_NoMemory();
+        Py_CLEAR(*fast);
+        return (ck_load_item *)PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(*fast, i);
         ckpy_u64s off, len;
-        unsigned long long nbytes;
-        if (!PyArg_ParseTuple(it, "sO&O&O&K", &items[i].tensor, ckpy_u64_tuple, &off,
-                              ckpy_u64_tuple, &len, ckpy_addr, &items[i].dst, &nbytes) ||
-            ckpy_box(&off, &len, &items[i].box) < 0) {
+        unsigned long long nbytes = 0;
+        int ok = boxes_only
+               ? PyArg_ParseTuple(it, "sO&O&", &items[i].tensor, ckpy_u64_tuple, &off,
+                                  ckpy_u64_tuple, &len)
+               : PyArg_ParseTuple(it, "sO&O&O&K", &items[i].tensor, ckpy_u64_tuple, &off,
+                                  ckpy_u64_tuple, &len, ckpy_addr, &items[i].dst, &nbytes);
+        if (!ok || ckpy_box(&off, &len, &items[i].box) < 0) {
             free(items);
-            Py_DECREF(fast);
+            Py_CLEAR(*fast);
             return NULL;
         }
         items[i].len = nbytes;
     }
+    return items;
+}
+
+/* Parses seq (parse_items) and runs fn on the items, the handle's lock held and the GIL
+ * released; the exception of its failure, or None. */
+static PyObject *on_items(ckpt_obj *self, PyObject *seq, bool boxes_only,
+                          int (*fn)(ckpt_obj *self, void *arg, ck_load_item *items, size_t n,
+                                    ck_err *err), void *arg)
+{
+    PyObject *fast;
+    Py_ssize_t n;
+    ck_load_item *items = parse_items(seq, boxes_only, &fast, &n);
+    if (!items)
+        return NULL;
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    rc = self->ck ? ck_load_many(self->ck, items, (size_t)n, &err)
+    rc = self->ck ? fn(self, arg, items, (size_t)n, &err)
                   : ck_err_set(&err, -EBADF, "checkpoint closed");
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
@@ -329,6 +344,30 @@ static PyObject *ckpt_read_many(ckpt_obj *self, PyObject *args)
     if (rc < 0)
         return ckpy_raise(rc, &err);
     Py_RETURN_NONE;
+}
+
+static int load_many(ckpt_obj *self, void *arg, ck_load_item *items, size_t n, ck_err *err)
+{
+    (void)arg;
+    return ck_load_many(self->ck, items, n, err);
+}
+
+/* read_many(items): items is a sequence of (tensor, offsets, lengths, address, nbytes);
+ * the memory is the caller's, kept alive for the call. */
+static PyObject *ckpt_read_many(ckpt_obj *self, PyObject *args)
+{
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq) || ckpt_open_check(self) < 0)
+        return NULL;
+    return on_items(self, seq, false, load_many, NULL);
+}
+
+static int restore_fetch(ckpt_obj *self, void *cl, ck_load_item *items, size_t n, ck_err *err)
+{
+    if (self->rd)                  /* a reader of the handle that goes */
+        ck_reader_close(self->rd);
+    self->rd = NULL;
+    return ck_client_restore_fetch(cl, &self->ck, items, n, err);
 }
 
 /* fetch(items): items is a sequence of (tensor, offsets, lengths), the boxes a load will
@@ -340,46 +379,10 @@ static PyObject *ckpt_fetch(ckpt_obj *self, PyObject *args)
     PyObject *seq;
     if (!PyArg_ParseTuple(args, "O", &seq) || ckpt_open_check(self) < 0)
         return NULL;
-    ck_client *cl = self->client ? ckpy_client_of(self->client) : NULL;
     if (!self->client)
         Py_RETURN_NONE;
-    if (!cl)
-        return NULL;
-    PyObject *fast = PySequence_Fast(seq, "fetch: a sequence of (tensor, offsets, lengths)");
-    if (!fast)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    ck_load_item *items = calloc(n ? (size_t)n : 1, sizeof *items);
-    if (!items) {
-        Py_DECREF(fast);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        ckpy_u64s off, len;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "sO&O&", &items[i].tensor,
-                              ckpy_u64_tuple, &off, ckpy_u64_tuple, &len) ||
-            ckpy_box(&off, &len, &items[i].box) < 0) {
-            free(items);
-            Py_DECREF(fast);
-            return NULL;
-        }
-    }
-    ck_err err = {0};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    if (self->rd)
-        ck_reader_close(self->rd);
-    self->rd = NULL;
-    rc = self->ck ? ck_client_restore_fetch(cl, &self->ck, items, (size_t)n, &err)
-                  : ck_err_set(&err, -EBADF, "checkpoint closed");
-    PyThread_release_lock(self->lock);
-    Py_END_ALLOW_THREADS
-    free(items);
-    Py_DECREF(fast);
-    if (rc < 0)
-        return ckpy_raise(rc, &err);
-    Py_RETURN_NONE;
+    ck_client *cl = ckpy_client_of(self->client);
+    return cl ? on_items(self, seq, true, restore_fetch, cl) : NULL;
 }
 
 static PyMethodDef ckpt_methods[] = {
