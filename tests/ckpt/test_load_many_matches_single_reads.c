@@ -69,7 +69,8 @@ int main(void)
             for (int i = 0; i < 4 && rc == 0; i++) {
                 single[i] = malloc(len[i] + 1);
                 ck_reader *rd;
-                REQUIRE(ck_reader_open(ck, it[i].tensor, &rd, &err) == 0, "%s", ck_err_msg(&err));
+                REQUIRE(ck_reader_open(ck, it[i].tensor, CK_AS_SAVED, &rd, &err) == 0, "%s",
+                        ck_err_msg(&err));
                 CHECK(ck_reader_read(rd, &it[i].box, 0, len[i], single[i], &err) == 0, "%s",
                       ck_err_msg(&err));
                 ck_reader_close(rd);
