@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ck/load.h"
 #include "export/safetensors.h"
 #include "tool.h"
 
@@ -33,6 +34,9 @@ static void usage(FILE *f)
 "  --mem-limit SIZE        write buffers (default 64MiB); peak memory stays about\n"
 "                          this plus a few tens of MiB whatever the tensor size\n"
 "  --json                  print the result as JSON\n"
+"  --no-verify             skip the SHA-256 check of every block read (raw speed,\n"
+"                          trusting the storage); by default a block whose bytes\n"
+"                          do not match the manifest fails the export, writing nothing\n"
 "  -h, --help              this text\n"
 "\n"
 "Exit status: 0 written, 1 the checkpoint is bad, 2 usage or I/O error.\n");
@@ -40,14 +44,14 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    enum { O_MAX = 256, O_DTYPE, O_FILTER, O_MEM, O_JSON };
+    enum { O_MAX = 256, O_DTYPE, O_FILTER, O_MEM, O_JSON, O_NO_VERIFY };
     static const struct option lo[] = {
         { "output", 1, 0, 'o' }, { "max-shard-size", 1, 0, O_MAX }, { "dtype", 1, 0, O_DTYPE },
         { "filter", 1, 0, O_FILTER }, { "mem-limit", 1, 0, O_MEM }, { "json", 0, 0, O_JSON },
-        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "no-verify", 0, 0, O_NO_VERIFY }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     ck_consolidate_opts o = { 0 };
-    bool json = false;
+    bool json = false, verify = true;
     ck_err err = { 0 };
     int c;
     while ((c = getopt_long(argc, argv, "ho:", lo, NULL)) != -1) {
@@ -55,6 +59,7 @@ int main(int argc, char **argv)
         case 'o': o.dir = optarg; break;
         case O_FILTER: o.filter = optarg; break;
         case O_JSON: json = true; break;
+        case O_NO_VERIFY: verify = false; break;
         case O_MAX:
         case O_MEM: {
             uint64_t v;
@@ -98,6 +103,7 @@ int main(int argc, char **argv)
         tool_error(prog, "%s", ck_err_msg(&err));
         return tool_exit_code(r);
     }
+    ck_load_verify(ck, verify);
     tool_progress line;
     tool_progress_init(&line, prog, "ckpt-consolidate: writing");
     o.log = tool_log;

@@ -10,6 +10,13 @@ and reads the needed byte ranges with io_uring at queue depth, straight into the
 destination tensors on the CPU, and through page-locked buffers with the copies to the
 GPU overlapped with the next reads. Loading onto any mesh and world size is therefore
 the core's resharding.
+
+What comes back is what was saved: the core checks the SHA-256 of every block it reads
+(verify=False skips it, for raw speed, trusting the storage), and a destination of
+another dtype than the saved tensor gets the values converted (torch's Tensor.to(), as
+DCP's FileSystemReader casts), never the bits reinterpreted; a conversion torch leaves
+undefined (complex into real, NaN or out of range into an integer) fails naming the
+tensor.
 """
 import dataclasses
 import io
@@ -25,7 +32,7 @@ from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
 from . import _ck, names, newest
-from .torchio import addr, torch_dtype
+from .torchio import addr, dtype_code, torch_dtype
 
 # Blobs the writer keeps for itself (not state-dict entries). A '-' followed by a
 # non-hex letter is never produced by names.encode, so no key can collide.
@@ -50,13 +57,17 @@ class CkptReader(StorageReader):
 
     name=None loads the newest committed checkpoint of root; every rank must resolve
     the same one (checked in prepare_global_plan: a commit between two ranks' look-ups
-    fails the load with a message rather than mixing checkpoints)."""
+    fails the load with a message rather than mixing checkpoints).
 
-    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20):
+    verify=False reads without checking the blocks' SHA-256 against the manifest: for
+    raw speed, trusting the storage."""
+
+    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20, verify=True):
         super().__init__()
         self.root = os.fspath(root) if root is not None else None
         self.name = name
         self.batch_bytes = batch_bytes
+        self.verify = verify
         self._ck = None
         self._opened = None
         self.loaded_step = None
@@ -88,7 +99,7 @@ class CkptReader(StorageReader):
         name = self.name if self.name is not None else newest(self.root)
         if name is None:
             raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
-        self._ck = _ck.Checkpoint(self.root, name)
+        self._ck = _ck.Checkpoint(self.root, name, verify=self.verify)
         self._opened = name
         self.loaded_step = self._ck.info()["step"]
         return self._ck
@@ -155,7 +166,7 @@ class CkptReader(StorageReader):
                 in_place.append((req, name, offsets, lengths, target))
             else:
                 through.append((req, name, offsets, lengths, target))
-        ck.read_many([(n, o, l, *addr(t)) for _r, n, o, l, t in in_place])
+        ck.read_many([(n, o, l, *addr(t), _code(t, n)) for _r, n, o, l, t in in_place])
         for req, *_rest, target in in_place:
             planner.commit_tensor(req, target)
         if through:
@@ -188,8 +199,8 @@ class CkptReader(StorageReader):
                 n = target.numel() * target.element_size()
                 views.append(buf[at:at + n].view(target.dtype).view(target.shape))
                 at += _aligned(n)
-            ck.read_many([(name, o, l, v.data_ptr(), v.numel() * v.element_size())
-                          for (_r, name, o, l, _t), v in zip(batch, views)])
+            ck.read_many([(name, o, l, v.data_ptr(), v.numel() * v.element_size(),
+                           _code(v, name)) for (_r, name, o, l, _t), v in zip(batch, views)])
             if side is not None:
                 with torch.cuda.stream(side):
                     for (_r, _n, _o, _l, target), v in zip(batch, views):
@@ -217,6 +228,11 @@ class CkptReader(StorageReader):
             for ev in done:
                 if ev is not None:
                     ev.synchronize()   # the buffers may be freed
+
+
+def _code(t, name):
+    """The format's code of t's dtype: the core converts the saved values into it."""
+    return dtype_code(t.dtype, f"tensor {name}")
 
 
 def _aligned(n, a=4096):
