@@ -11,9 +11,10 @@
  *     cache; the wanted bytes are copied out as soon as it lands (until then up to
  *     VB_COPIES copies wait in the entry, so reads stay at queue depth), and, once its
  *     hash matched, later ranges of the same handle copy from it without a read.
- * Each block is hashed on the handle's pool as soon as its last read lands, while the
- * next reads run; a load's trackers (VB_TRACK blocks reading or hashing) bound how far
- * the reads run ahead of the hashing. The bytes can be in their destination before
+ * A whole block is hashed on the handle's pool as soon as its last read lands, while
+ * the next reads run; a load's trackers (VB_TRACK blocks reading or hashing) bound how
+ * far the reads run ahead of the hashing. A cached block is hashed by the thread that
+ * read it, when it lands (its reads in flight go on meanwhile). The bytes can be in their destination before
  * their block is checked: the load as a whole fails if one does not match, and what
  * the destination then holds is unspecified, as for any failed load.
  *
@@ -225,8 +226,10 @@ static void blk_landed(rlist *rl, vblk *b)
     pthread_mutex_lock(&rl->vs->mu);
     b->state = VB_HASHING;
     pthread_mutex_unlock(&rl->vs->mu);
-    if (rl->vs->pool && ck__hashpool_submit(rl->vs->pool, b->data, b->len, b->got, on_hashed,
-                                            b) == 0)
+    /* A cached block is hashed here: it is one of few (the edges of ranges), and the
+     * next range that needs its entry must not wait behind the pool's queue. */
+    if (!b->cached && rl->vs->pool &&
+        ck__hashpool_submit(rl->vs->pool, b->data, b->len, b->got, on_hashed, b) == 0)
         return;
     ck__sha256(b->data, b->len, b->got);
     on_hashed(b);
