@@ -22,9 +22,7 @@ block=$((pos / 4096))
 echo "flipping a bit of byte $pos of $file (block $block, t1 @ $off + $len)"
 
 corrupt_copy "$WORK/src/c" "$WORK/root/c"
-byte=$(od -An -tu1 -j "$pos" -N1 "$WORK/root/c/$file" | tr -d ' ')
-printf '%b' "\\$(printf '%03o' $((byte ^ 1)))" |
-    dd of="$WORK/root/c/$file" bs=1 seek="$pos" conv=notrunc status=none
+flip "$WORK/root/c/$file" "$pos" 1
 cmp -s "$WORK/src/c/$file" "$WORK/root/c/$file" && fail "the bit was not flipped"
 guard "$WORK/root/c"
 

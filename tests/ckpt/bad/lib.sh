@@ -62,6 +62,15 @@ corrupt_copy() {
     cp -a "$1" "$2" || fail "cp -a $1 $2"
 }
 
+# flip FILE POS MASK: XORs byte POS of FILE (a copy made by corrupt_copy) with MASK.
+flip() {
+    local byte
+    byte=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+    [ -n "$byte" ] || fail "flip: $1 has no byte $2"
+    printf '%b' "\\$(printf '%03o' $((byte ^ $3)))" |
+        dd of="$1" bs=1 seek="$2" conv=notrunc status=none || fail "flip: writing $1"
+}
+
 # mf_corrupt MANIFEST MUTATION [ARGS]: applies one mutation; its key=value facts are
 # left in $MF (e.g. "tensor=t1 shard=0 file=rank-00004.dat").
 MF=
