@@ -38,7 +38,7 @@ int main(void)
         REQUIRE(ck_placements_parse(targets[k].pl, m.ndim, 2, pl, NULL) == 0, "pl");
         for (uint64_t r = 0; r < ck_mesh_world(&m); r++) {
             /* One rank's load: every tensor's box, tensors interleaved (t0 twice). */
-            ck_load_item it[4];
+            ck_load_item it[4] = { { 0 } };   /* dtype 0: as saved */
             uint8_t *want[4], *single[4];
             uint64_t total = 0, len[4];
             static const uint32_t order[4] = { 0, 2, 1, 0 };
