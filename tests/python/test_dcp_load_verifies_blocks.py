@@ -2,10 +2,12 @@
 fails naming the checkpoint, the data file, the tensor and the block; so does a read
 of a few rows of that block that do not hold the flipped bit (the whole block is
 checked). A tensor whose blocks are intact loads; with verify=False everything loads,
-and the flipped value comes back."""
+and the flipped value comes back. A forked child refuses an inherited Checkpoint and
+closes it without waiting for its parent's hash threads."""
 import json
 import os
 import subprocess
+import time
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -84,6 +86,30 @@ def main():
     assert not torch.equal(b[elem], want[elem]), "verify=False did not return the flip"
     b[elem] = want[elem]
     assert torch.equal(b, want), "verify=False changed other elements"
+
+    # The handle's hash threads are the parent's: a forked child refuses the inherited
+    # Checkpoint and drops it without waiting for them.
+    ck = libshard.Checkpoint(root, "c")
+    ck.read("a", (0, 0), (50, 1000), rows.data_ptr(), rows.numel() * 4)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ck.read("a", (0, 0), (50, 1000), rows.data_ptr(), rows.numel() * 4)
+        except ValueError as e:
+            code = 0 if "forked" in str(e) else 2
+        ck.close()
+        os._exit(code)
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("a forked child hung closing an inherited Checkpoint")
+    assert os.waitstatus_to_exitcode(status) == 0, f"forked child: {status}"
+    ck.close()
     print(f"flipped bit in {file} block {block}: refused by name; verify=False loads it")
 
 

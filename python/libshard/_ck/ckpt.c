@@ -5,12 +5,15 @@
  * names (by code; 0: the tensor's own), converting values. The core's handles serve
  * one thread at a time, and reads run without the GIL, so each object serializes its
  * calls with a lock of its own. The reader of the last tensor read is kept: DCP asks
- * for the boxes of one tensor after another.
+ * for the boxes of one tensor after another. The handle's hash threads stay in the
+ * process that opened it: a forked child refuses to use it and drops it unclosed, as
+ * it does a Client (docs/decisions/0135).
  */
 #include "ckpy.h"
 
 #include <pythread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ck/load.h"
 
@@ -20,6 +23,7 @@ typedef struct {
     ck_reader *rd;              /* of tensor rd_name into rd_as, or NULL */
     char rd_name[CK_NAME_MAX];
     int rd_as;
+    pid_t pid;                  /* the process that opened ck (its hash threads) */
     PyThread_type_lock lock;
 } ckpt_obj;
 
@@ -48,16 +52,17 @@ static int ckpt_init(ckpt_obj *self, PyObject *args, PyObject *kw)
         return -1;
     }
     ck_load_verify(self->ck, verify);
+    self->pid = getpid();
     return 0;
 }
 
 static void ckpt_release(ckpt_obj *self)
 {
-    if (self->rd)
+    if (self->pid == getpid()) {
         ck_reader_close(self->rd);
-    self->rd = NULL;
-    if (self->ck)
         ck_close(self->ck);
+    }
+    self->rd = NULL;
     self->ck = NULL;
 }
 
@@ -71,9 +76,11 @@ static void ckpt_dealloc(ckpt_obj *self)
 
 static int ckpt_open_check(ckpt_obj *self)
 {
-    if (self->ck)
+    if (self->ck && self->pid == getpid())
         return 0;
-    PyErr_SetString(PyExc_ValueError, "Checkpoint is closed");
+    PyErr_SetString(PyExc_ValueError, self->ck ? "the Checkpoint was opened by a parent "
+                    "process (this one was forked from it): open it again here"
+                    : "Checkpoint is closed");
     return -1;
 }
 
