@@ -571,6 +571,8 @@ static int rl_part(rlist *rl, uint32_t file, uint64_t block, uint32_t blen, uint
 /* Starts a coalesced range: as it is, or cut at the hash blocks it touches. */
 static int rl_issue(rlist *rl, const rl_item *it, ck_err *err)
 {
+    if (rl->failed)
+        return rl->failed;    /* the load has failed: read nothing more */
     if (!rl->vs)
         return rl_read(rl, it, err);
     uint64_t bs = rl->vs->block_size, size = rl->ck->files[it->file].size;
