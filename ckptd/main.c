@@ -186,16 +186,22 @@ static int parse(int argc, char **argv, kd_opts *o)
 }
 
 /* Detaches once the socket listens, so that whoever started ckptd can connect as soon
- * as it returns. */
+ * as it returns, and tells them where the daemon is: its pid (to signal it), its
+ * socket (CKPTD_SOCKET) and its log, which from now on holds everything it says. */
 static void detach(kd_server *s)
 {
+    fflush(stdout);   /* nothing buffered before the fork is printed twice */
     pid_t pid = fork();
     if (pid < 0) {
         kd_log(s, "fork: %s; staying in the foreground", strerror(errno));
         return;
     }
-    if (pid > 0)
+    if (pid > 0) {
+        printf("ckptd: detached: pid %ld, socket %s, log %s%s\n", (long)pid, s->o.socket,
+               s->o.log ? s->o.log : s->root, s->o.log ? "" : "/.ckptd.log");
+        fflush(stdout);
         _exit(0);
+    }
     setsid();
     ck__lock_note_pid(s->lock_fd);   /* the lock came along; the pid in it is ours now */
     /* The socket's credentials are the listener's at listen(): listening again makes

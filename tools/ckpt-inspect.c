@@ -345,7 +345,7 @@ static int rebuild(const char *root, bool json)
     ck_err err = { 0 };
     ck_rebuild_report rep;
     tool_progress p;
-    tool_progress_init(&p, prog, "");
+    tool_progress_init(&p, prog, "", false);
     int r = ck_catalog_rebuild(root, &rep, tool_log, &p, &err);
     if (r < 0) {
         tool_error(prog, "%s", ck_err_msg(&err));

@@ -57,6 +57,8 @@ static void usage(FILE *f)
 "                       several sockets: one ckptd per simulated node on the same\n"
 "                       root, the ranks split in equal consecutive blocks\n"
 "  --json               print the result as JSON\n"
+"  --progress           progress lines on stderr even when it is no terminal (a\n"
+"                       log): one every 2 s and one at the end\n"
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 written, 2 usage or I/O error.\n");
@@ -66,7 +68,7 @@ typedef struct opts {
     const char *root, *name, *mesh, *dims, *placements, *daemon;
     uint64_t tensors, bytes, seed, step, world;
     ck_dtype dtype;
-    bool uneven, no_hash, json, boxes;
+    bool uneven, no_hash, json, boxes, progress;
     uint32_t block_size;
     unsigned hash_threads;
 } opts;
@@ -74,14 +76,16 @@ typedef struct opts {
 static int parse(int argc, char **argv, opts *o)
 {
     enum { O_NAME = 256, O_MESH, O_DIMS, O_PL, O_TENSORS, O_BYTES, O_DTYPE, O_UNEVEN, O_SEED,
-           O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON, O_WORLD, O_DAEMON, O_BOXES };
+           O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON, O_WORLD, O_DAEMON, O_BOXES,
+           O_PROGRESS };
     static const struct option lo[] = {
         { "name", 1, 0, O_NAME }, { "mesh", 1, 0, O_MESH }, { "dims", 1, 0, O_DIMS },
         { "placements", 1, 0, O_PL }, { "tensors", 1, 0, O_TENSORS }, { "bytes", 1, 0, O_BYTES },
         { "dtype", 1, 0, O_DTYPE }, { "uneven", 0, 0, O_UNEVEN }, { "seed", 1, 0, O_SEED },
         { "step", 1, 0, O_STEP }, { "no-hash", 0, 0, O_NOHASH }, { "block-size", 1, 0, O_BLOCK },
         { "hash-threads", 1, 0, O_HT }, { "json", 0, 0, O_JSON }, { "world", 1, 0, O_WORLD },
-        { "daemon", 1, 0, O_DAEMON }, { "boxes", 0, 0, O_BOXES }, { "help", 0, 0, 'h' },
+        { "daemon", 1, 0, O_DAEMON }, { "boxes", 0, 0, O_BOXES }, { "progress", 0, 0, O_PROGRESS },
+        { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
     *o = (opts){ .dtype = CK_F32 };
@@ -100,6 +104,7 @@ static int parse(int argc, char **argv, opts *o)
         case O_JSON: o->json = true; break;
         case O_DAEMON: o->daemon = optarg; break;
         case O_BOXES: o->boxes = true; break;
+        case O_PROGRESS: o->progress = true; break;
         case O_WORLD:
         case O_TENSORS:
         case O_SEED:
@@ -542,7 +547,7 @@ int main(int argc, char **argv)
         return synth_world(&o, &mesh, pl, parts);
 
     tool_progress prog_line;
-    tool_progress_init(&prog_line, prog, "ckpt-synth: writing");
+    tool_progress_init(&prog_line, prog, "ckpt-synth: writing", o.progress);
     /* ck_synth_fill is a pure function: blocks are generated on every core. */
     ck_save_opts so = { .block_size = o.block_size, .no_hash = o.no_hash, .fill_threadsafe = true,
                         .hash_threads = o.hash_threads, .log = tool_log,

@@ -19,8 +19,9 @@ static const char *prog = "ckpt-verify";
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: ckpt-verify ROOT [NAME] [--deep] [--threads N] [--json]\n"
+"usage: ckpt-verify ROOT [NAME] [--deep] [--threads N] [--json] [--progress]\n"
 "       ckpt-verify ROOT NAME --against [ROOT2/]OTHER [--mem-limit SIZE] [--json]\n"
+"                   [--progress]\n"
 "\n"
 "Checks checkpoint NAME of ROOT, or every committed checkpoint of ROOT: the format\n"
 "version is known, every record decodes, data files exist with their recorded sizes,\n"
@@ -40,6 +41,8 @@ static void usage(FILE *f)
 "                whatever their meshes; reports the first differing element of each\n"
 "                differing tensor. Exit 0 equal, 1 different\n"
 "  --mem-limit SIZE  read buffers of --against (default 64MiB)\n"
+"  --progress    progress lines on stderr even when it is no terminal (a log):\n"
+"                one every 2 s and one at the end\n"
 "  -h, --help    this text\n"
 "\n"
 "Exit status: 0 every checkpoint is good (saves in progress are no problem), 1 a\n"
@@ -49,6 +52,7 @@ static void usage(FILE *f)
 
 typedef struct ctx {
     bool json;
+    bool progress;           /* --progress */
     json_t *problems;        /* of the checkpoint being checked */
     const char *name;
     tool_progress prog_line;
@@ -104,7 +108,7 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
             tool_error(prog, "%s", ck_err_msg(&err));
     } else {
         ck_verify_result res;
-        tool_progress_init(&c->prog_line, prog, "ckpt-verify: hashing");
+        tool_progress_init(&c->prog_line, prog, "ckpt-verify: hashing", c->progress);
         ck_verify_opts o = { .deep = deep, .threads = threads, .problem = on_problem,
                              .progress = on_progress, .cb_arg = c };
         r = ck_verify(ck, &o, &res, &err);
@@ -187,7 +191,7 @@ static int against(const char *root, const char *name, const char *spec, uint64_
     ck_load_verify(a, false);
     ck_load_verify(b, false);
     c->problems = json_array();
-    tool_progress_init(&c->prog_line, prog, "ckpt-verify: comparing");
+    tool_progress_init(&c->prog_line, prog, "ckpt-verify: comparing", c->progress);
     ck_compare_opts o = { .mem_limit = mem, .diff = on_diff, .progress = on_progress,
                           .cb_arg = c };
     ck_compare_result res;
@@ -228,7 +232,7 @@ int main(int argc, char **argv)
     static const struct option lo[] = {
         { "deep", 0, 0, 'd' }, { "threads", 1, 0, 't' }, { "json", 0, 0, 'j' },
         { "help", 0, 0, 'h' }, { "against", 1, 0, 'a' }, { "mem-limit", 1, 0, 'm' },
-        { 0, 0, 0, 0 },
+        { "progress", 0, 0, 'p' }, { 0, 0, 0, 0 },
     };
     const char *against_spec = NULL;
     uint64_t mem = 0;
@@ -242,6 +246,7 @@ int main(int argc, char **argv)
         switch (opt) {
         case 'd': deep = true; break;
         case 'j': c.json = true; break;
+        case 'p': c.progress = true; break;
         case 't':
             errno = 0;
             unsigned long v = strtoul(optarg, &end, 10);

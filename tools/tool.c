@@ -52,31 +52,45 @@ const char *tool_bytes(uint64_t n, char *buf, size_t len)
     return buf;
 }
 
-void tool_progress_init(tool_progress *p, const char *prog, const char *label)
+/* Seconds between two progress lines in a log (--progress without a terminal). */
+#define PROGRESS_EVERY 2.0
+
+void tool_progress_init(tool_progress *p, const char *prog, const char *label, bool force)
 {
     memset(p, 0, sizeof *p);
     p->prog = prog;
     p->label = label;
     p->tty = isatty(STDERR_FILENO);
+    p->lines = force && !p->tty;
     p->t0 = tool_now();
+}
+
+static void progress_print(tool_progress *p, double t)
+{
+    char a[32], b[32];
+    double el = t - p->t0;
+    fprintf(stderr, "%s%s: %s / %s (%.0f%%) %.2f GB/s%s", p->tty ? "\r" : "", p->label,
+            tool_bytes(p->done, a, sizeof a), tool_bytes(p->total, b, sizeof b),
+            p->total ? 100.0 * (double)p->done / (double)p->total : 100.0,
+            el > 0 ? (double)p->done / el / 1e9 : 0.0, p->tty ? "   " : "\n");
+    fflush(stderr);
+    p->last = t;
+    p->shown = p->done;
 }
 
 void tool_progress_update(void *arg, uint64_t done, uint64_t total)
 {
     tool_progress *p = arg;
-    if (!p || !p->tty)
+    if (!p || (!p->tty && !p->lines))
         return;
-    double t = tool_now();
-    if (t - p->last < 0.1 && done < total)
-        return;
-    p->last = t;
+    p->done = done;
     p->total = total;
-    char a[32], b[32];
-    double el = t - p->t0;
-    fprintf(stderr, "\r%s: %s / %s (%.0f%%) %.2f GB/s   ", p->label, tool_bytes(done, a, sizeof a),
-            tool_bytes(total, b, sizeof b), total ? 100.0 * (double)done / (double)total : 100.0,
-            el > 0 ? (double)done / el / 1e9 : 0.0);
-    fflush(stderr);
+    double t = tool_now();
+    if (t - p->last < (p->tty ? 0.1 : PROGRESS_EVERY) && done < total)
+        return;
+    if (p->lines && done == p->shown && p->last > 0)
+        return;    /* the end, already in the log */
+    progress_print(p, t);
 }
 
 void tool_progress_done(tool_progress *p)
@@ -84,6 +98,8 @@ void tool_progress_done(tool_progress *p)
     if (p->tty && p->last > 0) {
         fputs("\r\033[K", stderr);
         fflush(stderr);
+    } else if (p->lines && p->total && (p->last == 0 || p->shown != p->done)) {
+        progress_print(p, tool_now());    /* where it stopped, whatever the clock */
     }
 }
 

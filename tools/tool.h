@@ -21,17 +21,20 @@ int tool_exit_code(int err);
 /* Prints "PROG: msg" to stderr. */
 void tool_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* A one-line progress display on stderr, only when stderr is a terminal. Safe to call
- * often: it redraws at most ten times a second. */
+/* Progress on stderr. On a terminal, one line redrawn at most ten times a second.
+ * Elsewhere (a batch log) nothing, unless the tool's --progress asks (force): then a
+ * whole line every PROGRESS_EVERY seconds and one at the end, which a log keeps
+ * readable. Safe to call often. */
 typedef struct tool_progress {
     const char *prog;
     const char *label;
     bool tty;
+    bool lines;                 /* --progress without a terminal */
     double t0, last;
-    uint64_t total;
+    uint64_t done, total, shown;
 } tool_progress;
 
-void tool_progress_init(tool_progress *p, const char *prog, const char *label);
+void tool_progress_init(tool_progress *p, const char *prog, const char *label, bool force);
 void tool_progress_update(void *arg, uint64_t done, uint64_t total);
 void tool_progress_done(tool_progress *p);
 

@@ -7,44 +7,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ck/catalog.h"
+#include "ck/steps.h"
 #include "export/safetensors.h"
-
-#define SAVE_PREFIX "step-"
 
 void tr_save_name(uint64_t step, char name[CK_NAME_MAX])
 {
-    snprintf(name, CK_NAME_MAX, SAVE_PREFIX "%08llu", (unsigned long long)step);
+    snprintf(name, CK_NAME_MAX, TR_SAVE_PREFIX "%08llu", (unsigned long long)step);
 }
 
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Each removal is the core's, crash-safe at every step (docs/FORMAT.md, "Removing a
+/* The core's rule (ck/steps.h): only names step-<digits> are the trainer's, the oldest
+ * by number go; each removal is crash-safe at every step (docs/FORMAT.md, "Removing a
  * checkpoint"). */
 int tr_prune_saves(const char *root, int keep_last, ck_err *err)
 {
-    ck_scan sc;
-    int rc = ck_root_scan(root, &sc, err);
-    if (rc)
-        return rc;
-    char **mine = calloc(sc.n_committed + 1, sizeof *mine);
-    if (!mine) {
-        ck_scan_free(&sc);
-        return ck_err_set(err, -ENOMEM, "%s: out of memory listing checkpoints", root);
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < sc.n_committed; i++)
-        if (strncmp(sc.committed[i], SAVE_PREFIX, strlen(SAVE_PREFIX)) == 0)
-            mine[n++] = sc.committed[i];
-    qsort(mine, n, sizeof *mine, cmp_names);
-    for (size_t i = 0; !rc && n > (size_t)keep_last && i < n - (size_t)keep_last; i++)
-        rc = ck_root_remove(root, mine[i], NULL, err);
-    free(mine);
-    ck_scan_free(&sc);
-    return rc;
+    int rc = ck_root_prune(root, TR_SAVE_PREFIX, (size_t)keep_last, NULL, NULL, NULL, err);
+    return rc < 0 ? rc : 0;
 }
 
 int tr_load_safetensors(const char *path, const sh_state_dict *sd, ck_err *err)

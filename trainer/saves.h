@@ -10,11 +10,13 @@
 #include "ck/ckpt.h"
 #include "sh/sh.h"
 
-/* "step-%08llu": names that sort by step, and mark a checkpoint as this trainer's. */
+/* "step-%08llu": TR_SAVE_PREFIX and the step, the names that mark a checkpoint as
+ * this trainer's (ck/steps.h). */
+#define TR_SAVE_PREFIX "step-"
 void tr_save_name(uint64_t step, char name[CK_NAME_MAX]);
 
-/* Rank 0, after a commit: removes the oldest of the trainer's committed checkpoints
- * under root beyond the newest keep_last. */
+/* Rank 0, after a commit: removes the oldest (by step) of the trainer's committed
+ * checkpoints under root beyond the newest keep_last; no other name is touched. */
 int tr_prune_saves(const char *root, int keep_last, ck_err *err);
 
 /* Reads every entry's box from the safetensors file at path (full tensors, as

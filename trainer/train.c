@@ -111,7 +111,7 @@ static int blob_text(ck_ckpt *ck, const char *name, char *out, size_t len, ck_er
 static int resume(trainer *t, ck_err *err)
 {
     char name[CK_NAME_MAX], cfg[1024], buf[256], v1[64], v2[64];
-    int rc = sh_checkpoint_latest(t->w, t->a.ckpt_root, name, err);
+    int rc = sh_checkpoint_latest(t->w, t->a.ckpt_root, TR_SAVE_PREFIX, name, err);
     if (rc == -ENOENT && !t->a.eval) {
         if (sh_world_rank(t->w) == 0)
             printf("resume: no committed checkpoint in %s, starting from step 0\n",

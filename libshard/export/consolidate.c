@@ -2,11 +2,12 @@
  * export/safetensors.h).
  *
  * Each output file is one run of bytes produced on demand: the header, then each
- * tensor's row-major bytes read through ck_reader (converted f32 <-> bf16 on the way
- * when asked). ck__write_files pulls it block by block into its bounded ring and
- * writes it with io_uring; the file is written under a temporary name, cut to its
- * exact length (the writer works in whole pages), made durable and renamed into
- * place, so a reader never sees half a file.
+ * tensor's row-major bytes read through ck_reader (converted to another dtype on the
+ * way when asked, by ck_dtype_convert). ck__write_files pulls it block by block into
+ * its bounded ring and writes it with io_uring; the file is written under a temporary
+ * name, cut to its exact length (the writer works in whole pages), made durable and
+ * renamed into place, so a reader never sees half a file. Which tensors go out, and
+ * under what keys, is decided first, on the caller's thread (select_tensor).
  */
 #include "export/safetensors.h"
 
@@ -22,7 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cast.h"
 #include "io/hash.h"
 #include "ck/load.h"
 #include "io/writer.h"
@@ -53,16 +53,60 @@ typedef struct out_file {
     char tmp[PATH_MAX], final[PATH_MAX], name[64];
 } out_file;
 
+static bool is_float(ck_dtype dt)
+{
+    const ck_dtype_info *i = ck_dtype_info_of(dt);
+    return i && i->kind == CK_KIND_FLOAT;
+}
+
 static ck_dtype out_dtype(const ck_consolidate_opts *o, ck_dtype dt)
 {
-    return o->dtype && (dt == CK_F32 || dt == CK_BF16) ? o->dtype : dt;
+    return o->dtype && is_float(dt) ? o->dtype : dt;
+}
+
+static bool cancelled(const ck_consolidate_opts *o)
+{
+    return o->cancel && atomic_load(o->cancel);
+}
+
+/* The tensor's key in the export, into key: 1, or 0 when it stays out. */
+static int export_key(cctx *c, const ck_tensor *t, char *key, size_t len)
+{
+    const ck_consolidate_opts *o = c->o;
+    if (o->filter && fnmatch(o->filter, t->name, 0) != 0)
+        return 0;
+    char raw[CK_NAME_MAX];
+    size_t klen;
+    if (ck_key_decode(t->name, raw, sizeof raw, &klen) < 0 || strlen(raw) != klen)
+        return ck_err_set(c->err, -EINVAL, "tensor %s: its name has a malformed escape or "
+                          "decodes to a NUL byte, which a safetensors key cannot hold", t->name);
+    const char *k = raw;
+    if (o->prefix) {
+        size_t pl = strlen(o->prefix);
+        if (strncmp(raw, o->prefix, pl) != 0)
+            return 0;
+        if (!raw[pl])
+            return ck_err_set(c->err, -EINVAL, "tensor %s: its key is the prefix '%s' itself, "
+                              "which leaves no key", t->name, o->prefix);
+        k += pl;
+    }
+    if (!o->rename) {
+        snprintf(key, len, "%s", k);
+        return 1;
+    }
+    int r = o->rename(o->rename_arg, k, key, len, c->err);
+    if (r < 0)
+        ck_err_set(c->err, r, "tensor %s", t->name);
+    return r;
 }
 
 static int select_tensor(const ck_tensor *t, void *arg)
 {
     cctx *c = arg;
-    if (c->o->filter && fnmatch(c->o->filter, t->name, 0) != 0)
-        return 0;
+    char key[CK_NAME_MAX];
+    int r = export_key(c, t, key, sizeof key);
+    if (r <= 0)
+        return r;
     if (ck__grow(&c->all, &c->capall, c->nall + 1, sizeof *c->all) < 0)
         return -ENOMEM;
     if (!ck_st_dtype_name(t->dtype))
@@ -71,18 +115,15 @@ static int select_tensor(const ck_tensor *t, void *arg)
     ck_st_tensor *s = &c->all[c->nall++];
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", t->name);
-    size_t klen;
-    if (ck_key_decode(t->name, s->key, sizeof s->key, &klen) < 0 || strlen(s->key) != klen)
-        return ck_err_set(c->err, -EINVAL, "tensor %s: its name has a malformed escape or "
-                          "decodes to a NUL byte, which a safetensors key cannot hold", t->name);
+    snprintf(s->key, sizeof s->key, "%s", key);
     s->dtype = out_dtype(c->o, t->dtype);
     s->ndim = t->ndim;
     memcpy(s->shape, t->shape, sizeof s->shape);
     return 0;
 }
 
-/* Bytes [o, o+n) of tensor T's output, which has another element size than the
- * checkpoint's, read in SCRATCH-sized pieces and converted. */
+/* Bytes [o, o+n) of tensor T's output, which has another dtype than the checkpoint's,
+ * read in SCRATCH-sized pieces and converted. */
 static int read_converted(cctx *c, const ck_box *full, const ck_st_tensor *T, ck_dtype from,
                           uint64_t o, uint64_t n, uint8_t *dst, ck_err *err)
 {
@@ -95,10 +136,8 @@ static int read_converted(cctx *c, const ck_box *full, const ck_st_tensor *T, ck
     for (uint64_t e = 0; e < cnt && r == 0; e += step) {
         uint64_t k = cnt - e < step ? cnt - e : step;
         r = ck_readers_read(c->readers, T->name, full, (e0 + e) * si, k * si, scratch, err);
-        if (r == 0 && T->dtype == CK_BF16)
-            k_cast_f32_to_bf16((uint16_t *)(void *)(dst + e * di), (const float *)(void *)scratch, k);
-        else if (r == 0)
-            k_cast_bf16_to_f32((float *)(void *)(dst + e * di), (const uint16_t *)(void *)scratch, k);
+        if (r == 0 && (r = ck_dtype_convert(dst + e * di, T->dtype, scratch, from, k, err)) < 0)
+            ck_err_set(err, r, "tensor %s", T->name);
     }
     free(scratch);
     return r;
@@ -146,14 +185,16 @@ static int fill(void *arg, uint64_t off, void *dstv, size_t len)
     uint8_t *dst = dstv;
     ck_err e = { 0 };
     int r = 0;
-    if (off < f->head_len) {
+    if (cancelled(f->c->o)) {
+        r = ck_err_set(&e, -ECANCELED, "interrupted");
+    } else if (off < f->head_len) {
         uint64_t n = f->head_len - off < len ? f->head_len - off : len;
         memcpy(dst, f->head + off, n);
         off += n;
         dst += n;
         len -= n;
     }
-    if (len > 0)
+    if (r == 0 && len > 0)
         r = fill_data(f, off - f->head_len, dst, len, &e);
     if (r < 0) {
         pthread_mutex_lock(&f->c->err_mu);
@@ -204,6 +245,22 @@ static int finish_file(const out_file *f, ck_err *err)
     return 0;
 }
 
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const ck_st_tensor *)a)->key, ((const ck_st_tensor *)b)->key);
+}
+
+/* A safetensors header holds each key once: two tensors under one key are refused. */
+static int unique_keys(cctx *c, ck_err *err)
+{
+    qsort(c->all, c->nall, sizeof *c->all, by_key);
+    for (size_t i = 1; i < c->nall; i++)
+        if (!strcmp(c->all[i - 1].key, c->all[i].key))
+            return ck_err_set(err, -EINVAL, "tensors %s and %s would both be exported as %s",
+                              c->all[i - 1].name, c->all[i].name, c->all[i].key);
+    return 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -219,8 +276,11 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
     if (!st)
         st = &local;
     *st = (ck_consolidate_stats){ 0 };
-    if (o->dtype && o->dtype != CK_F32 && o->dtype != CK_BF16)
-        return ck_err_set(err, -EINVAL, "consolidate: --dtype converts to f32 or bf16 only");
+    if (o->dtype && (!is_float(o->dtype) || !ck_st_dtype_name(o->dtype)))
+        return ck_err_set(err, -EINVAL, "consolidate: dtype %s: an export converts its float "
+                          "tensors to a float dtype that safetensors has (f32, bf16, f16, f64, "
+                          "f8e4m3, f8e5m2)", ck_dtype_name(o->dtype) ? ck_dtype_name(o->dtype)
+                                                                      : "unknown");
     if (mkdir(o->dir, 0755) < 0 && errno != EEXIST)
         return ck_err_set(err, -errno, "%s: mkdir: %s", o->dir, strerror(errno));
     cctx c = { .ck = ck, .o = o, .err_mu = PTHREAD_MUTEX_INITIALIZER, .err = err };
@@ -231,8 +291,12 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
     size_t nf = 0;
     int r = ck_tensors_each(ck, select_tensor, &c, err);
     if (r == 0 && c.nall == 0)
-        r = ck_err_set(err, -ENOENT, "checkpoint %s: no tensor matches '%s'",
-                       ck_get_info(ck)->name, o->filter ? o->filter : "*");
+        r = ck_err_set(err, -ENOENT, "checkpoint %s: no tensor matches '%s'%s%s%s",
+                       ck_get_info(ck)->name, o->filter ? o->filter : "*",
+                       o->prefix ? " under the prefix '" : "", o->prefix ? o->prefix : "",
+                       o->prefix ? "'" : "");
+    if (r == 0)
+        r = unique_keys(&c, err);
     if (r < 0)
         goto out;
     /* Lay out in file order and cut into files of at most max bytes of data (a tensor
@@ -307,6 +371,9 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
     r = ck__write_files(&wo, wf, (uint32_t)nf, &ws, err);
     if (r < 0 && c.fill_err.code)
         ck_err_set(err, r, "%s", ck_err_msg(&c.fill_err));
+    /* Interrupted once every byte is written: no file gets its name either. */
+    if (r == 0 && cancelled(o))
+        r = ck_err_set(err, -ECANCELED, "consolidate: interrupted");
     for (size_t i = 0; i < nf && r == 0; i++) {
         r = finish_file(&F[i], err);
         st->bytes += F[i].size;

@@ -40,13 +40,14 @@ static uint64_t st_bytes(const ck_st_tensor *t)
     return ck_box_numel(&b) * ck_dtype_size(t->dtype);
 }
 
+/* By element size, then by the key a reader sees (unique in a file). */
 static int file_order(const void *a, const void *b)
 {
     const ck_st_tensor *x = a, *y = b;
     size_t sx = ck_dtype_size(x->dtype), sy = ck_dtype_size(y->dtype);
     if (sx != sy)
         return sx > sy ? -1 : 1;
-    return strcmp(x->name, y->name);
+    return strcmp(x->key, y->key);
 }
 
 int ck_st_layout(ck_st_tensor *t, size_t n, char **head, size_t *head_len, ck_err *err)

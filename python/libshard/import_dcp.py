@@ -13,8 +13,14 @@ raw bytes. The record's CRC-32 is checked (streamed), then the bytes are copied 
 core straight from the file range into the new checkpoint's data files (no item held
 whole, hashed like any save), each item one box of a box-list tensor written by the
 rank of its ``.distcp`` file. A strided item is made contiguous in memory first (one
-item at a time). BYTE_IO items become blobs. Exit codes: 0 imported, 1 the source is
-bad (a truncated or corrupt item, named), 2 usage, I/O error, or NAME exists.
+item at a time). BYTE_IO items become blobs.
+
+The source is checked before anything is written into ROOT (which is made when
+missing, as the other tools make theirs): a directory holding a ``.metadata`` that is
+DCP's Metadata, whose data files all exist inside it and hold every item's bytes.
+Exit codes: 0 imported, 1 the source is bad (corrupt metadata, a missing, truncated or
+corrupt file or item, named), 2 usage (SRC is no DCP checkpoint directory), I/O error,
+or NAME exists.
 """
 import argparse
 import io
@@ -164,20 +170,61 @@ def _rank_of(rel):
     return int(m.group(1))
 
 
+def _read_source(src_dir):
+    """DCP's metadata of src_dir, once the directory is known to be a DCP checkpoint
+    whose data files hold every item: nothing is written before. Raises OSError for
+    what is no DCP checkpoint directory, BadSource for a bad one."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    if not os.path.exists(src_dir):
+        raise FileNotFoundError(f"{src_dir}: no such directory (a DCP checkpoint directory, "
+                                f"with its .metadata, was expected)")
+    if not os.path.isdir(src_dir):
+        raise NotADirectoryError(f"{src_dir}: not a directory (a DCP checkpoint is a "
+                                 f"directory holding .metadata and __R_N.distcp files)")
+    mpath = os.path.join(src_dir, ".metadata")
+    if not os.path.isfile(mpath):
+        raise FileNotFoundError(f"{src_dir}: not a DCP checkpoint directory: it holds no "
+                                f".metadata file")
+    try:
+        with open(mpath, "rb") as f:
+            meta = pickle.load(f)       # trusted checkpoints only, as torch.load
+    except OSError:
+        raise
+    except Exception as e:              # whatever a damaged pickle raises
+        raise BadSource(f"{mpath}: not DCP metadata: {type(e).__name__}: {e}") from None
+    if not isinstance(meta, Metadata) or not isinstance(meta.state_dict_metadata, dict):
+        raise BadSource(f"{mpath}: holds a {type(meta).__name__}, not DCP's Metadata")
+    sizes = {}
+    for idx, info in (meta.storage_data or {}).items():
+        rel = getattr(info, "relative_path", None)
+        if not isinstance(rel, str) or os.path.isabs(rel) or \
+                os.path.normpath(rel).split(os.sep)[0] in ("..", "."):
+            raise BadSource(f"{mpath}: item {getattr(idx, 'fqn', idx)} names the data file "
+                            f"{rel!r}, which is not a file of the directory")
+        path = os.path.join(src_dir, rel)
+        if rel not in sizes:
+            if not os.path.isfile(path):
+                raise BadSource(f"{path}: missing (item {idx.fqn} is in it)")
+            sizes[rel] = os.path.getsize(path)
+        if info.offset < 0 or info.length < 0 or info.offset + info.length > sizes[rel]:
+            raise BadSource(f"{path}: truncated: {sizes[rel]} bytes, and item {idx.fqn} lies "
+                            f"at {info.offset}+{info.length}")
+    return meta
+
+
 def import_dcp(src_dir, root, name, *, hash=True, step=None):
-    """Imports src_dir into ROOT/NAME; returns a summary dict. Raises BadSource for a
-    corrupt source, OSError/libshard.CkptError otherwise."""
+    """Imports src_dir into ROOT/NAME (ROOT made when missing); returns a summary dict.
+    Raises BadSource for a corrupt source, OSError/libshard.CkptError otherwise; a
+    source that is no DCP checkpoint or is damaged is refused before anything is
+    written."""
     import torch
     from torch.distributed.checkpoint.metadata import (BytesStorageMetadata,
                                                        MetadataIndex, TensorStorageMetadata)
     from .torchio import dtype_code
 
+    meta = _read_source(src_dir)
     mpath = os.path.join(src_dir, ".metadata")
-    try:
-        with open(mpath, "rb") as f:
-            meta = pickle.load(f)       # trusted checkpoints only, as torch.load
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
-        raise BadSource(f"{mpath}: not DCP metadata: {e}") from None
     storage = meta.storage_data or {}
     entries = []                        # (disk name, fqn, md)
     world = 1
@@ -189,6 +236,10 @@ def import_dcp(src_dir, root, name, *, hash=True, step=None):
     if step is None:
         m = re.search(r"(\d+)$", name)
         step = int(m.group(1)) if m else 0
+    try:
+        os.mkdir(root)
+    except FileExistsError:
+        pass
     save = _ck.Save(root, name, step, world, hash)
     files = {}
     keep = []
@@ -276,10 +327,12 @@ def main(argv=None):
         description="Import a directory written by torch.distributed.checkpoint's "
                     "FileSystemWriter as a committed checkpoint ROOT/NAME. Trusted "
                     "checkpoints only: DCP's .metadata is a pickle.",
-        epilog="Exit codes: 0 imported, 1 the source is bad (corrupt or truncated item, "
-               "named), 2 usage error, I/O error, or NAME already exists.")
+        epilog="Exit codes: 0 imported, 1 the source is bad (corrupt metadata, a missing, "
+               "truncated or corrupt file or item, named), 2 usage error (SRC is no DCP "
+               "checkpoint directory), I/O error, or NAME already exists. ROOT is made "
+               "when missing.")
     ap.add_argument("src", help="the DCP checkpoint directory (holds .metadata)")
-    ap.add_argument("root", help="the checkpoint root to import into")
+    ap.add_argument("root", help="the checkpoint root to import into (made when missing)")
     ap.add_argument("name", help="the new checkpoint's name")
     ap.add_argument("--no-hash", action="store_true", help="skip SHA-256 block hashes")
     ap.add_argument("--step", type=int, help="step to record (default: NAME's trailing digits)")

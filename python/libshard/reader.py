@@ -34,9 +34,9 @@ from torch.futures import Future
 from . import _ck, names, newest
 from .torchio import addr, dtype_code, torch_dtype
 
-# Blobs the writer keeps for itself (not state-dict entries). A '-' followed by a
-# non-hex letter is never produced by names.encode, so no key can collide.
-PLANNER_DATA_BLOB = "dcp-x.planner_data"
+# Blobs the writer keeps for itself (not state-dict entries): names.encode never gives
+# a key a name that begins with names.RESERVED_PREFIX, so no key can collide.
+PLANNER_DATA_BLOB = names.RESERVED_PREFIX + "planner_data"
 RESERVED_BLOBS = frozenset({PLANNER_DATA_BLOB})
 
 

@@ -40,6 +40,7 @@ import json
 import os
 import re
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -423,6 +424,7 @@ class CkptWriter(StorageWriter, AsyncStager):
 
     def stage(self, state_dict):
         self._done_with_last()
+        _warn_default_group(self.process_group)
         if self.name is None:
             raise ValueError("CkptWriter: async_save stages before DCP passes checkpoint_id "
                              "to the writer; give the name as CkptWriter(root, name)")
@@ -494,6 +496,23 @@ class CkptWriter(StorageWriter, AsyncStager):
 
     def close(self):
         self._release()
+
+
+def _warn_default_group(process_group):
+    """An async save of several ranks on the default group: DCP finishes it on a thread
+    of its own with collectives (the plan, the results, the commit's all-reduce) which
+    interleave with the training thread's own collectives in different orders on
+    different ranks: gloo aborts with a collective mismatch, NCCL hangs. Said with a
+    warning (shown once per place by the warnings module) naming what to pass."""
+    if process_group is None and dist.is_initialized() and dist.get_world_size() > 1:
+        warnings.warn(
+            "CkptWriter: dcp.async_save on the default process group: if the training "
+            "thread runs collectives while the save finishes (an all_reduce of the loss, "
+            "FSDP's), they interleave with DCP's and abort or hang. Make a group once, "
+            "pg = dist.new_group(backend='gloo'), and pass it to both: "
+            "CkptWriter(root, name, process_group=pg) and "
+            "dcp.async_save(..., process_group=pg) (CheckpointManager does this)",
+            stacklevel=3)
 
 
 def _local_tensors(obj):

@@ -7,7 +7,7 @@
  *     and a plain file are -ENOTDIR; a directory without a manifest is -ENOENT; what
  *     they point to or hold is untouched;
  *   - a name whose save lock a live process holds is -EBUSY, naming it, and the
- *     checkpoint stays whole;
+ *     checkpoint stays whole; so is a name being saved, not yet committed;
  *   - a root whose .pending is a link out of it is -ENOTDIR: the checkpoint is never
  *     moved there;
  *   - removing a checkpoint with a link and a directory planted inside removes the link
@@ -134,6 +134,19 @@ int main(void)
     CHECK(r == -EBUSY && strstr(err.msg, "pid 4242 on testhost"),
           "remove of a name another process holds: %d (%s)", r, ck_err_msg(&err));
     CHECK(tl_verify_deep(root, "B", seed) == 0, "B was damaged by a refused removal");
+    unlink(path);
+    close(lk);
+
+    /* A save of C in progress (its lock held, nothing committed yet): refused as busy,
+     * naming the saver, not as a name that does not exist. */
+    snprintf(path, sizeof path, "%s/%s/C.lock", root, CK_PENDING);
+    lk = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    REQUIRE(lk >= 0 && flock(lk, LOCK_EX | LOCK_NB) == 0, "lock %s", path);
+    REQUIRE(write(lk, "pid 4343 on testhost\n", 21) == 21, "write %s", path);
+    ck_err_clear(&err);
+    r = ck_root_remove(root, "C", NULL, &err);
+    CHECK(r == -EBUSY && strstr(err.msg, "being saved") && strstr(err.msg, "pid 4343"),
+          "remove of a name being saved: %d (%s)", r, ck_err_msg(&err));
     unlink(path);
     close(lk);
 

@@ -7,7 +7,8 @@
 #     manifest, the catalog, a lock, heartbeat or socket file of the root, a data file;
 #   - no module reaches around the extension: no ctypes or cffi, no locks of its own
 #     (fcntl), no LMDB;
-#   - the extension (_ck/*.c) includes only the core's public headers (ck/*.h).
+#   - the extension (_ck/*.c) includes only public headers: the core's (ck/*.h) and
+#     the export library's (export/*.h).
 # Prints each offence as FILE:LINE and exits 1 if there is any.
 set -euo pipefail
 cd "${1:-$(dirname "$0")/../..}/python"
@@ -35,7 +36,7 @@ check 'rank-%|rank-\{|\.dat\b' "names a data file (the core's layout)" $py
 check '^\s*(import|from)\s+(ctypes|cffi|fcntl|lmdb)\b|\bflock\b|\bCDLL\b' \
     "reaches around libshard._ck (ctypes, cffi, locks or LMDB of its own)" $py
 }
-hits=$(grep -HnE '^#include "' libshard/_ck/*.c libshard/_ck/*.h | grep -vE '#include "(ck/[a-z_]+\.h|ckpy\.h)"' || true)
+hits=$(grep -HnE '^#include "' libshard/_ck/*.c libshard/_ck/*.h | grep -vE '#include "((ck|export)/[a-z_]+\.h|ckpy\.h)"' || true)
 if [ -n "$hits" ]; then
     while IFS= read -r h; do echo "${h%%:#*}: the extension includes a private header"; done <<<"$hits"
     bad=1

@@ -2,7 +2,11 @@
 outside [A-Za-z0-9._-] (spaces, '/', UTF-8, a leading '.', '%') round-trip through
 CkptWriter and CkptReader bit for bit (one process, sync and async), the names on disk
 are the escaped keys, ckpt-verify --deep passes, and a dtype the format lacks is
-refused with a message naming the tensor."""
+refused with a message naming the tensor. Keys named like the writer's own blobs
+("dcp-x.planner_data", beside a nested dict that makes DCP write its planner data)
+come back as they were: they are escaped, never overwritten. A floating tensor loads
+into another floating dtype converted (bf16 into f32); into an integer one it is
+refused, naming the tensor."""
 import os
 
 import torch
@@ -62,6 +66,34 @@ def main():
     else:
         raise AssertionError("a complex32 tensor was not refused")
     assert not os.path.exists(os.path.join(root, "bad-3"))
+
+    # The writer's reserved names: a user key can never be one.
+    sd = {"nested": {"w": torch.arange(6.0)}, "dcp-x.planner_data": ["mine", 1],
+          "dcp-x.t": torch.ones(3)}
+    for name, save in (("res-sync", dcp.save), ("res-async", dcp.async_save)):
+        f = save(sd, storage_writer=CkptWriter(root, name), no_dist=True)
+        if save is dcp.async_save:
+            f.result()
+        got = {"nested": {"w": torch.zeros(6)}, "dcp-x.planner_data": None,
+               "dcp-x.t": torch.zeros(3)}
+        dcp.load(got, storage_reader=CkptReader(root, name), no_dist=True)
+        assert got["dcp-x.planner_data"] == ["mine", 1], (name, got)
+        assert torch.equal(got["nested"]["w"], sd["nested"]["w"]), (name, got)
+        assert torch.equal(got["dcp-x.t"], sd["dcp-x.t"]), (name, got)
+
+    # Dtypes on load: floating converts, anything else is refused by name.
+    w = torch.randn(4, 3).bfloat16()
+    dcp.save({"w": w}, storage_writer=CkptWriter(root, "bf16-4"), no_dist=True)
+    got = {"w": torch.zeros(4, 3)}
+    dcp.load(got, storage_reader=CkptReader(root, "bf16-4"), no_dist=True)
+    assert got["w"].dtype == torch.float32 and torch.equal(got["w"], w.float()), got
+    try:
+        dcp.load({"w": torch.zeros(4, 3, dtype=torch.int32)},
+                 storage_reader=CkptReader(root, "bf16-4"), no_dist=True)
+    except BaseException as e:
+        assert "tensor w" in str(e) and "bfloat16" in str(e), e
+    else:
+        raise AssertionError("a bf16 tensor loaded into an int32 one")
 
 
 if __name__ == "__main__":

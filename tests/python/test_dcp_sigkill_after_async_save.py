@@ -1,6 +1,8 @@
 """Every rank SIGKILLed right after dcp.async_save returned: through ckptd the
 checkpoint still commits (ckptd holds every rank's staged part and rank 0's commit
-request) and passes ckpt-verify --deep. Embedded, one rank killed after async_save
+request) and passes ckpt-verify --deep. The same for CheckpointManager's default
+(async staging) once every rank's maybe_wait_for_staging() returned after save(): the
+point README.md names as the one where a save is safe. Embedded, one rank killed after async_save
 returned: nothing of that save becomes visible, the other rank's save fails, and the
 checkpoint committed before it is intact."""
 import os
@@ -18,6 +20,15 @@ def kill_all(rank, world, root, sock):
     model, opt = common.build()
     sd = common.state(model, opt)
     dcp.async_save(sd, storage_writer=CkptWriter(root, "killed-00000100", socket=sock))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_after_fence(rank, world, root, sock):
+    from libshard.loop import CheckpointManager
+    model, opt = common.build()
+    ckpt = CheckpointManager(root, socket=sock)
+    ckpt.save(100, common.state(model, opt))
+    ckpt.maybe_wait_for_staging()
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -40,15 +51,17 @@ def main():
     root = common.tmpdir("kill")
     d = common.Ckptd(root)
     try:
-        codes = common.run_ranks(2, kill_all, root, d.socket, expect_exit=True)
-        assert codes == [-signal.SIGKILL] * 2, codes
-        deadline = time.monotonic() + 60
-        while not os.path.exists(os.path.join(root, "killed-00000100", "manifest.mdb")):
-            assert time.monotonic() < deadline, "ckptd did not commit the killed ranks' save"
-            time.sleep(0.1)
+        for fn, name in ((kill_all, "killed-00000100"), (kill_after_fence, "step-100")):
+            codes = common.run_ranks(2, fn, root, d.socket, expect_exit=True)
+            assert codes == [-signal.SIGKILL] * 2, codes
+            deadline = time.monotonic() + 60
+            while libshard._ck.name_state(root, name)[0] != "committed":
+                assert time.monotonic() < deadline, f"ckptd did not commit {name}"
+                time.sleep(0.1)
     finally:
         d.stop()
-    common.check([common.tool("ckpt-verify"), root, "killed-00000100", "--deep"])
+    for name in ("killed-00000100", "step-100"):
+        common.check([common.tool("ckpt-verify"), root, name, "--deep"])
 
     root = common.tmpdir("kill-emb")
     codes = common.run_ranks(2, kill_one, root, expect_exit=True, timeout=150)

@@ -4,7 +4,8 @@
  * exports it with ck_consolidate, and checks the files with the project's own
  * safetensors reader: the header layout (length prefix, padding to 8, offsets tiling
  * the data, order by element size then name, alignment, __metadata__), every element
- * against the formula (after f32 -> bf16 rounding for "bf16"), the index for
+ * against the formula (for "bf16", every float tensor rounded to bf16 as torch's .to()
+ * does: an f64 through an f32 first; integers as they are), the index for
  * "sharded", and byte-identical files from a second export. */
 #include <jansson.h>
 #include <math.h>
@@ -52,13 +53,33 @@ static void save_src(const char *root)
     REQUIRE(ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
 }
 
-/* f32 -> bf16, round to nearest even, NaN stays NaN: written out here, independent of
- * the kernels the export uses. */
-static uint16_t ref_bf16(uint32_t x)
+/* Whether bf16 h is element e of a float tensor of dtype dt at ref, rounded to nearest
+ * even (an f64 made an f32 first, as torch does); a NaN only has to stay a NaN. Written
+ * out here, independent of the converter the export uses. */
+static bool same_bf16(uint16_t h, ck_dtype dt, const uint8_t *ref, uint64_t e)
 {
+    uint32_t x;
+    if (dt == CK_BF16) {
+        uint16_t b;
+        memcpy(&b, ref + e * 2, 2);
+        return b == h || ((b & 0x7fff) > 0x7f80 && (h & 0x7fff) > 0x7f80);
+    }
+    if (dt == CK_F64) {
+        double d;
+        memcpy(&d, ref + e * 8, 8);
+        float f = (float)d;
+        memcpy(&x, &f, 4);
+    } else {
+        memcpy(&x, ref + e * 4, 4);
+    }
     if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+        return (h & 0x7fff) > 0x7f80;
+    return h == (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+static bool float_dtype(ck_dtype dt)
+{
+    return dt == CK_F32 || dt == CK_BF16 || dt == CK_F64;
 }
 
 static void read_at(const char *path, uint64_t off, void *buf, size_t len)
@@ -89,7 +110,7 @@ static void check_file(const char *path, bool bf16, int *seen)
             CHECK(pis > is || (pis == is && strcmp(sf.t[i - 1].name, x->name) < 0),
                   "%s: %s before %s breaks the order", path, sf.t[i - 1].name, x->name);
         }
-        ck_dtype want = bf16 && set[idx].dt == CK_F32 ? CK_BF16 : set[idx].dt;
+        ck_dtype want = bf16 && float_dtype(set[idx].dt) ? CK_BF16 : set[idx].dt;
         CHECK(x->dtype == want && x->ndim == set[idx].ndim, "%s: %s has dtype %s", path, x->name,
               ck_st_dtype_name(x->dtype));
         ck_box full;
@@ -102,14 +123,12 @@ static void check_file(const char *path, bool bf16, int *seen)
         read_at(path, sf.data_start + x->begin, got, x->end - x->begin);
         uint64_t bad = 0;
         for (uint64_t e = 0; e < n; e++) {
-            if (want == set[idx].dt) {
+            if (want != CK_BF16) {
                 bad += memcmp(got + e * is, ref + e * is, is) != 0;
             } else {
-                uint32_t f;
                 uint16_t h;
-                memcpy(&f, ref + e * 4, 4);
                 memcpy(&h, got + e * 2, 2);
-                bad += h != ref_bf16(f);
+                bad += !same_bf16(h, set[idx].dt, ref, e);
             }
         }
         CHECK(bad == 0, "%s: tensor %s: %llu of %llu elements differ from the formula", path,

@@ -31,7 +31,7 @@ bad_targets)
     expect 0 'usage' "$CKPT_RESHARD" --help
     expect 0 'usage' "$CKPT_CONSOLIDATE" --help
     expect 2 'needs ROOT' "$CKPT_CONSOLIDATE" "$root" src
-    expect 2 'dtype' "$CKPT_CONSOLIDATE" "$root" src -o "$root/x" --dtype f16
+    expect 2 'dtype i32: an export converts its float tensors' "$CKPT_CONSOLIDATE" "$root" src -o "$root/x" --dtype i32
     ;;
 reshard_default_name_json)
     expect 0 '"name": "src-8"' "$CKPT_RESHARD" "$root" src --to-mesh 8 --json
@@ -107,6 +107,54 @@ boxes_verify_against_reshard_consolidate)
         "$CKPT_CONSOLIDATE" "$root" cx -o "$root/cx-st"
     expect 2 'placements' "$CKPT_SYNTH" "$root" --name no --mesh 4 --tensors 1 --bytes 1M \
         --boxes --placements 'S(0)'
+    ;;
+consolidate_interrupted_removes_its_temporary_files)
+    # SIGINT (Ctrl-C) and SIGTERM once the output's temporary file exists: the tool
+    # removes it, writes no file under its final name, and dies of the signal. Job
+    # control on: without it a script's background job ignores SIGINT (and the tool
+    # keeps a signal ignored from the start ignored).
+    "$CKPT_SYNTH" "$root" --name big --mesh 2 --tensors 2 --bytes 512MiB --no-hash >/dev/null ||
+        fail "ckpt-synth big"
+    set -m
+    for sig in INT TERM; do
+        out=$root/out-$sig
+        "$CKPT_CONSOLIDATE" "$root" big -o "$out" 2>"$root/err-$sig" &
+        pid=$!
+        for _ in $(seq 1000); do
+            [ -e "$out/.model.safetensors.tmp" ] && break
+            sleep 0.01
+        done
+        [ -e "$out/.model.safetensors.tmp" ] || fail "no temporary file appeared in $out"
+        kill -$sig $pid
+        wait $pid
+        rc=$?
+        left=$(ls -A "$out")
+        [ -z "$left" ] || fail "SIG$sig left $left in $out"
+        want=$((128 + $(kill -l $sig)))
+        [ "$rc" = "$want" ] || fail "SIG$sig: exit status $rc, wanted $want: $(cat "$root/err-$sig")"
+        grep -q "interrupted by SIG$sig" "$root/err-$sig" ||
+            fail "SIG$sig: no message saying so: $(cat "$root/err-$sig")"
+    done
+    ;;
+progress_lines_when_asked)
+    # --progress prints progress lines into a log (stderr no terminal), ending at 100%;
+    # without it, a log gets none.
+    for t in synth consolidate reshard verify; do
+        case $t in
+        synth) cmd=("$CKPT_SYNTH" "$root" --name p --mesh 2 --tensors 2 --bytes 8MiB) ;;
+        consolidate) cmd=("$CKPT_CONSOLIDATE" "$root" src -o "$root/st") ;;
+        reshard) cmd=("$CKPT_RESHARD" "$root" src --to-mesh 3 --copy) ;;
+        verify) cmd=("$CKPT_VERIFY" "$root" src --deep) ;;
+        esac
+        "${cmd[@]}" --progress >/dev/null 2>"$root/log" || fail "$t --progress failed"
+        grep -Eq "^ckpt-$t: [a-z]+: .*\(100%\)" "$root/log" ||
+            fail "$t --progress: no progress line ending at 100%: $(cat "$root/log")"
+        [ "$(tr -cd '\r' <"$root/log" | wc -c)" = 0 ] || fail "$t --progress: a log got \\r redraws"
+        rm -rf "$root/p" "$root/st" "$root/src-3"
+        "${cmd[@]}" >/dev/null 2>"$root/log" || fail "$t failed"
+        ! grep -q "%)" "$root/log" || fail "$t without --progress: progress in a log: $(cat "$root/log")"
+        rm -rf "$root/p" "$root/st" "$root/src-3"
+    done
     ;;
 *) fail "unknown case $case_" ;;
 esac

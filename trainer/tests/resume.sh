@@ -15,6 +15,11 @@
 #                     steps (the default mode) and with a copying one: the same
 #                     losses, and every checkpoint of the lazy run bit for bit the one
 #                     of the copying run (a lazy copy never sees a stepped optimizer)
+#   keep-last-owns-its-names
+#                     2 ranks save steps 2 and 4; copies of step 4 named best-model
+#                     and step-00000004-2x8 (a reshard's default name) are planted;
+#                     resumed to step 8 with --keep-last 2: it resumes from step 4,
+#                     keeps steps 6 and 8 and never touches the two foreign names
 #   consolidate       a trained checkpoint through ckpt-consolidate to safetensors,
 #                     loaded into a 1-rank model: the same loss on a fixed batch as
 #                     the checkpoint loaded directly on 1 and on 3 ranks
@@ -159,6 +164,18 @@ lazy-equals-copy)
     echo "ok: 12 losses identical without saves, with lazy and with copying saves; the lazy" \
          "checkpoints of steps 3, 6, 9, 12 bit for bit the copied ones"
     ;;
+keep-last-owns-its-names)
+    run 2 "$work/a.log" --steps 4 --schedule-steps 8 --ckpt-root "$work/ck" --ckpt-every 2
+    for n in best-model step-00000004-2x8; do cp -a "$work/ck/step-00000004" "$work/ck/$n"; done
+    run 2 "$work/b.log" --steps 8 --schedule-steps 8 --ckpt-root "$work/ck" --ckpt-every 2 \
+        --keep-last 2 --resume
+    grep -q "resumed from step-00000004" "$work/b.log" ||
+        { echo "FAILED: did not resume from step 4"; cat "$work/b.log"; exit 1; }
+    got=$(cd "$work/ck" && ls -d step-* best-model | tr '\n' ' ')
+    [ "$got" = "best-model step-00000004-2x8 step-00000006 step-00000008 " ] ||
+        { echo "FAILED: --keep-last 2 left: $got"; exit 1; }
+    echo "ok: --keep-last 2 kept steps 6 and 8 and left best-model and step-00000004-2x8"
+    ;;
 consolidate)
     [ -x "$consolidate" ] || { echo "skip: ckpt-consolidate is not built"; exit 77; }
     run 4 "$work/train.log" --mesh 2x2 --steps 8 --ckpt-root "$work/ck"
@@ -177,6 +194,6 @@ consolidate)
     echo "ok: consolidated safetensors give the checkpoint's loss"
     ;;
 *)
-    echo "usage: resume.sh kill9-same-mesh|kill9-daemon|two-daemons|across-meshes|lazy-equals-copy|consolidate SHARDRUN SHARD_TRAIN CONSOLIDATE CKPTD [CKPT_VERIFY]"
+    echo "usage: resume.sh kill9-same-mesh|kill9-daemon|two-daemons|across-meshes|lazy-equals-copy|keep-last-owns-its-names|consolidate SHARDRUN SHARD_TRAIN CONSOLIDATE CKPTD [CKPT_VERIFY]"
     exit 2 ;;
 esac

@@ -103,6 +103,21 @@ static int check_committed(int rootfd, const char *root, const char *name, ck_er
     return 0;
 }
 
+/* After check_committed found no NAME: -EBUSY, naming the saver, when a live process
+ * holds NAME's save lock (a save of NAME in progress: "removing" it is refused as
+ * such, not as a name that does not exist); 0 otherwise, err as check_committed left
+ * it. */
+static int being_saved(int rootfd, const char *root, const char *name, ck_err *err)
+{
+    char lock[PATH_MAX], who[256];
+    if (ck__save_lock_rel(name, lock, NULL) < 0 || ck__lock_held(rootfd, lock, who,
+                                                                 sizeof who) != 1)
+        return 0;
+    ck_err_clear(err);
+    return ck_err_set(err, -EBUSY, "%s: checkpoint %s is being saved (held by %s, lock "
+                      "%s/%s): nothing removed", root, name, who, root, lock);
+}
+
 /* ROOT/.pending, made if missing; refused when it is anything but a directory, so that
  * the rename never carries NAME out of the root. */
 static int pending_dir(ck_engine *e, int rootfd, const char *root, ck_err *err)
@@ -160,7 +175,10 @@ int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err
     snprintf(what, sizeof what, "checkpoint %s is being saved or removed by another process",
              name);
     /* Checked before anything is made, and again under the lock. */
-    if ((r = check_committed(rootfd, root, name, err)) < 0 ||
+    if ((r = check_committed(rootfd, root, name, err)) == -ENOENT &&
+        (r = being_saved(rootfd, root, name, err)) == 0)
+        r = -ENOENT;
+    if (r < 0 ||
         (r = pending_dir(e, rootfd, root, err)) < 0 ||
         (r = ck__save_lock_rel(name, lock, err)) < 0 ||
         (r = ck__lock_take(rootfd, root, lock, what, &fd, err)) < 0) {

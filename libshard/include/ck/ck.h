@@ -12,6 +12,8 @@
  *   compute a rank's shard (torch.chunk)   ck/layout.h     ck_shard_box, ck_chunk
  *   list a root's checkpoints, recover it  ck/catalog.h    ck_root_scan, ck_catalog_list
  *   remove a checkpoint (crash-safe)       ck/catalog.h    ck_root_remove
+ *   a run's saves PREFIX<step>: newest,    ck/steps.h      ck_root_newest, ck_root_prune
+ *     keep the last K
  *   inspect a checkpoint                   ck/ckpt.h       ck_open, ck_tensors_each, ck_shards_get
  *   save (one process, every rank's part)  ck/save.h       ck_save_begin ... ck_save_commit
  *   save arbitrary chunks (DCP's plans)    ck/save.h       ck_save_tensor_boxes, ck_save_box
@@ -43,6 +45,7 @@
 #include "ck/engine.h"
 #include "ck/ckpt.h"
 #include "ck/catalog.h"
+#include "ck/steps.h"
 #include "ck/load.h"
 #include "ck/save.h"
 #include "ck/verify.h"

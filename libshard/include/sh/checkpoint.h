@@ -126,10 +126,13 @@ int sh_checkpoint_poll(sh_checkpoint *c, sh_checkpoint_done *done, ck_err *err);
 /* Blocks until the save in flight has finished (poll then reports it). */
 int sh_checkpoint_wait(sh_checkpoint *c, ck_err *err);
 
-/* The committed checkpoint under root with the highest step: rank 0 looks, so that a
- * save committing meanwhile cannot split the ranks, and every rank gets its name.
+/* The run's newest committed checkpoint under root: of the names PREFIX<digits>, the
+ * highest number (ck_root_newest; other names, a "best-model" or a reshard's
+ * "step-100-2x8", are never picked). Rank 0 looks, so that a save committing
+ * meanwhile cannot split the ranks, and every rank gets its name (or its error).
  * -ENOENT when there is none. */
-int sh_checkpoint_latest(sh_world *w, const char *root, char name[CK_NAME_MAX], ck_err *err);
+int sh_checkpoint_latest(sh_world *w, const char *root, const char *prefix,
+                         char name[CK_NAME_MAX], ck_err *err);
 /* Reads every entry's box (this rank's shard on the current mesh) of the tensor of
  * the same name from ck, whatever mesh ck was saved on, converted into the entry's
  * dtype when the checkpoint holds another, every block's hash checked (ck/load.h).

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ck/catalog.h"
+#include "ck/steps.h"
 #include "ck/client.h"
 #include "ck/load.h"
 #include "sh/comm.h"
@@ -477,37 +478,22 @@ void sh_checkpoint_free(sh_checkpoint *c)
     free(c);
 }
 
-int sh_checkpoint_latest(sh_world *w, const char *root, char name[CK_NAME_MAX], ck_err *err)
+int sh_checkpoint_latest(sh_world *w, const char *root, const char *prefix,
+                         char name[CK_NAME_MAX], ck_err *err)
 {
     /* Rank 0 alone looks, so that a save committing meanwhile (ckptd finishing a dead
-     * run's last checkpoint) cannot make ranks disagree. */
-    int32_t msg[1 + CK_NAME_MAX / 4] = { -ENOENT };
+     * run's last checkpoint) cannot make ranks disagree; its error goes to every rank. */
+    int32_t msg[1 + CK_NAME_MAX / 4] = { 0 };
     char *best = (char *)&msg[1];
-    if (sh_world_rank(w) == 0) {
-        ck_scan sc;
-        ck_err e2 = { 0 };
-        uint64_t top = 0;
-        if (ck_root_scan(root, &sc, &e2) == 0) {
-            for (size_t i = 0; i < sc.n_committed; i++) {
-                ck_ckpt *ck;
-                if (ck_open(root, sc.committed[i], &ck, &e2))
-                    continue;       /* unreadable: not a candidate for resuming */
-                uint64_t step = ck_get_info(ck)->step;
-                if (msg[0] || step > top) {
-                    msg[0] = 0;
-                    top = step;
-                    snprintf(best, CK_NAME_MAX, "%s", sc.committed[i]);
-                }
-                ck_close(ck);
-            }
-            ck_scan_free(&sc);
-        }
-    }
+    ck_err why = { 0 };
+    if (sh_world_rank(w) == 0)
+        msg[0] = ck_root_newest(root, prefix, best, NULL, &why);
     int rc = sh_broadcast(sh_world_comm(w), msg, sizeof msg / 4, CK_I32, 0, NULL, err);
     if (rc)
         return rc;
     if (msg[0])
-        return ck_err_set(err, msg[0], "no committed checkpoint under %s", root);
+        return ck_err_set(err, msg[0], "%s", why.msg[0] ? why.msg : "no committed checkpoint "
+                          "to resume from (rank 0 looked)");
     snprintf(name, CK_NAME_MAX, "%s", best);
     return 0;
 }

@@ -82,8 +82,14 @@ PyObject *ckpy_name_check(PyObject *self, PyObject *args);
 PyObject *ckpy_key_encode(PyObject *self, PyObject *args);
 PyObject *ckpy_key_decode(PyObject *self, PyObject *args);
 PyObject *ckpy_remove(PyObject *self, PyObject *args);
+PyObject *ckpy_steps(PyObject *self, PyObject *args);
+PyObject *ckpy_newest_step(PyObject *self, PyObject *args);
+PyObject *ckpy_prune(PyObject *self, PyObject *args);
 PyObject *ckpy_name_state(PyObject *self, PyObject *args);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
+
+/* export.c */
+PyObject *ckpy_export_hf(PyObject *self, PyObject *args, PyObject *kw);
 
 
 #endif

@@ -17,6 +17,12 @@ static PyMethodDef module_methods[] = {
      "recover(root) -> removed: dead writers' debris and heartbeats go (live ones stay)."},
     {"remove", ckpy_remove, METH_VARARGS,
      "remove(root, name): removes a committed checkpoint, crash-safe at every step."},
+    {"steps", ckpy_steps, METH_VARARGS,
+     "steps(root, prefix) -> [(step, name)]: the committed PREFIX<digits>, oldest first."},
+    {"newest_step", ckpy_newest_step, METH_VARARGS,
+     "newest_step(root, prefix) -> (name, step) of the highest PREFIX<digits>, or None."},
+    {"prune", ckpy_prune, METH_VARARGS,
+     "prune(root, prefix, keep) -> [names removed]: keeps the keep newest PREFIX<digits>."},
     {"name_state", ckpy_name_state, METH_VARARGS,
      "name_state(root, name) -> (state, who): 'committed', 'busy' (who: the live process "
      "saving or removing it), 'debris' or 'free'."},
@@ -24,6 +30,11 @@ static PyMethodDef module_methods[] = {
      "path_kind(path) -> 'checkpoint', 'root' or None."},
     {"name_check", ckpy_name_check, METH_VARARGS,
      "name_check(what, name): raises CkptError unless name is a valid name on disk."},
+    {"export_hf", (PyCFunction)(void (*)(void))ckpy_export_hf, METH_VARARGS | METH_KEYWORDS,
+     "export_hf(root, name, out_dir, prefix=None, key_map=None, rename=None, dtype=None, "
+     "max_shard_size=None, mem_limit=None) -> {dir, tensors, files, bytes, sharded, seconds, "
+     "prefix}: the model's tensors (under prefix, found when None) as safetensors; key_map "
+     "is the JSON text of a key map, rename a callable key -> str or None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -65,7 +76,8 @@ PyMODINIT_FUNC PyInit__ck(void)
         add_type(m, &ckpy_csave_type, "ClientSave") < 0 ||
         PyModule_AddIntConstant(m, "FORMAT_MAJOR", CK_FORMAT_MAJOR) < 0 ||
         PyModule_AddIntConstant(m, "FORMAT_MINOR", CK_FORMAT_MINOR) < 0 ||
-        PyModule_AddIntConstant(m, "BLOB_MAX", CK_BLOB_MAX) < 0) {
+        PyModule_AddIntConstant(m, "BLOB_MAX", CK_BLOB_MAX) < 0 ||
+        PyModule_AddStringConstant(m, "VERSION", CKPY_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,5 +1,6 @@
 /* root.c - module functions about a checkpoint root and the format's vocabulary. */
 #include "ck/catalog.h"
+#include "ck/steps.h"
 #include "ckpy.h"
 
 static PyObject *str_list(char **v, size_t n)
@@ -154,6 +155,104 @@ PyObject *ckpy_remove(PyObject *self, PyObject *args)
     if (rc < 0)
         return ckpy_raise(rc, &err);
     Py_RETURN_NONE;
+}
+
+/* steps(root, prefix) -> [(step, name)]: a run's committed checkpoints (ck/steps.h). */
+PyObject *ckpy_steps(PyObject *self, PyObject *args)
+{
+    const char *root, *prefix;
+    if (!PyArg_ParseTuple(args, "ss", &root, &prefix))
+        return NULL;
+    ck_step_ckpt *v;
+    size_t n;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_root_steps(root, prefix, &v, &n, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *row = Py_BuildValue("(Ks)", (unsigned long long)v[i].step, v[i].name);
+        if (!row) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, row);
+    }
+    free(v);
+    return list;
+}
+
+/* newest_step(root, prefix) -> (name, step), or None when the run has none. */
+PyObject *ckpy_newest_step(PyObject *self, PyObject *args)
+{
+    const char *root, *prefix;
+    if (!PyArg_ParseTuple(args, "ss", &root, &prefix))
+        return NULL;
+    char name[CK_NAME_MAX];
+    uint64_t step = 0;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_root_newest(root, prefix, name, &step, &err);
+    Py_END_ALLOW_THREADS
+    if (rc == -ENOENT)
+        Py_RETURN_NONE;
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    return Py_BuildValue("(sK)", name, (unsigned long long)step);
+}
+
+/* The names a prune removed, gathered without the GIL. */
+typedef struct removed_names {
+    char (*name)[CK_NAME_MAX];
+    size_t n, cap;
+} removed_names;
+
+static void note_removed(void *arg, const char *name)
+{
+    removed_names *r = arg;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 8;
+        void *p = realloc(r->name, cap * sizeof *r->name);
+        if (!p)
+            return;     /* the removal happened; only its report is short */
+        r->name = p;
+        r->cap = cap;
+    }
+    snprintf(r->name[r->n++], CK_NAME_MAX, "%s", name);
+}
+
+/* prune(root, prefix, keep) -> [names removed], oldest first (ck_root_prune). */
+PyObject *ckpy_prune(PyObject *self, PyObject *args)
+{
+    const char *root, *prefix;
+    Py_ssize_t keep;
+    if (!PyArg_ParseTuple(args, "ssn", &root, &prefix, &keep))
+        return NULL;
+    if (keep < 0) {
+        PyErr_SetString(PyExc_ValueError, "prune: keep must not be negative");
+        return NULL;
+    }
+    removed_names gone = {0};
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_root_prune(root, prefix, (size_t)keep, NULL, note_removed, &gone, &err);
+    Py_END_ALLOW_THREADS
+    PyObject *list = rc < 0 ? ckpy_raise(rc, &err) : PyList_New((Py_ssize_t)gone.n);
+    for (size_t i = 0; rc >= 0 && list && i < gone.n; i++) {
+        PyObject *name = PyUnicode_DecodeFSDefault(gone.name[i]);
+        if (!name) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, name);
+    }
+    free(gone.name);
+    return list;
 }
 
 /* recover(root) -> removed: what dead writers left under .pending, and dead engines'

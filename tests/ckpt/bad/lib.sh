@@ -71,6 +71,22 @@ flip() {
         dd of="$1" bs=1 seek="$2" conv=notrunc status=none || fail "flip: writing $1"
 }
 
+# hold_lock LOCKFILE: a live process holds LOCKFILE as a writer holds a save's lock
+# (flock on one descriptor), recorded in it as "pid P on HOST"; its pid is $HOLDER,
+# killed when the test exits.
+HOLDER=
+hold_lock() {
+    command -v flock >/dev/null || skip "no flock (util-linux)"
+    ( exec 9>>"$1" >/dev/null 2>&1; flock -x 9; exec sleep 300 ) &
+    HOLDER=$!
+    trap 'kill $HOLDER 2>/dev/null; rm -rf "$WORK"' EXIT
+    for _ in $(seq 100); do
+        flock -n -s "$1" true || break
+        sleep 0.05
+    done
+    echo "pid $HOLDER on $(hostname)" >"$1"
+}
+
 # mf_corrupt MANIFEST MUTATION [ARGS]: applies one mutation; its key=value facts are
 # left in $MF (e.g. "tensor=t1 shard=0 file=rank-00004.dat").
 MF=

@@ -22,18 +22,10 @@ corrupt_copy "$WORK/root/c" "$WORK/root/.pending/p1.123abc"
 head -c 100000 "$WORK/root/c/rank-00000.dat" >"$WORK/root/.pending/p2.xyz789/rank-00000.dat"
 holder=
 if [ "$sub" = live ]; then
-    command -v flock >/dev/null || skip "no flock (util-linux)"
     command -v python3 >/dev/null || skip "no python3 to read the JSON"
     mkdir -p "$WORK/root/.pending/p3.aaa111"
-    # The holder is one process, which holds the lock as a writer does (flock on fd 9).
-    ( exec 9>>"$WORK/root/.pending/p3.lock" >/dev/null 2>&1; flock -x 9; exec sleep 300 ) &
-    holder=$!
-    trap 'kill $holder 2>/dev/null; rm -rf "$WORK"' EXIT
-    for _ in $(seq 100); do
-        flock -n -s "$WORK/root/.pending/p3.lock" true || break
-        sleep 0.05
-    done
-    echo "pid $holder on $(hostname)" >"$WORK/root/.pending/p3.lock"
+    hold_lock "$WORK/root/.pending/p3.lock"
+    holder=$HOLDER
 fi
 guard "$WORK/root/c"
 guard "$WORK/root/.pending"

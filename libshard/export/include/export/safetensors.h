@@ -6,7 +6,7 @@
  * data. The header maps each tensor name to {"dtype", "shape", "data_offsets":
  * [begin, end]} (offsets into the data, which follow each other from 0 with no
  * gap), plus "__metadata__": {"format": "pt"}. Tensors are ordered by dtype
- * alignment (element size) descending, then name, so every tensor starts aligned to
+ * alignment (element size) descending, then key, so every tensor starts aligned to
  * its element size.
  *
  * ck_consolidate streams each full tensor, in row-major order, through ck_reader
@@ -16,11 +16,13 @@
 #ifndef CK_EXPORT_SAFETENSORS_H
 #define CK_EXPORT_SAFETENSORS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "ck/ckpt.h"
 #include "ck/engine.h"
+#include "export/names.h"
 
 /* "F32", "BF16", ... for a dtype; NULL for none. */
 const char *ck_st_dtype_name(ck_dtype dtype);
@@ -57,12 +59,23 @@ typedef struct ck_st_file {
 int ck_st_open(const char *path, ck_st_file *out, ck_err *err);
 void ck_st_free(ck_st_file *f);
 
+/* Which tensors go out, and under what keys: those whose checkpoint name matches
+ * filter; of those, with a prefix, only the ones whose key (the decoded name) starts
+ * with it, keyed by the rest; then rename's verdict. Two tensors that end with the
+ * same key are refused, naming both. */
 typedef struct ck_consolidate_opts {
     const char *dir;             /* output directory (created if missing) */
     uint64_t max_shard_size;     /* 0: 5 GB; above it, model-0000i-of-0000N files */
-    ck_dtype dtype;              /* 0: keep; CK_F32 or CK_BF16: convert f32/bf16 tensors
-                                    (round to nearest even, NaN kept) */
+    ck_dtype dtype;              /* 0: keep; a float dtype with a safetensors name: every
+                                    float tensor converted to it as torch's .to() does
+                                    (ck_dtype_convert); other tensors keep theirs */
     const char *filter;          /* fnmatch glob on tensor names, or NULL */
+    const char *prefix;          /* NULL: every tensor under its whole key; else a
+                                    model-only export (ck_export_model_prefix) */
+    ck_rename_fn rename;         /* NULL: keys as they are */
+    void *rename_arg;
+    const atomic_int *cancel;    /* set (by a signal handler): stop, remove the
+                                    temporary files, -ECANCELED */
     uint64_t mem_limit;          /* writer buffers; 0: 64 MiB */
     ck_engine *engine;           /* NULL: the default engine */
     void (*log)(void *arg, const char *msg);
