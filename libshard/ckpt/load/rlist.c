@@ -14,9 +14,10 @@
  * A whole block is hashed on the handle's pool as soon as its last read lands, while
  * the next reads run; a load's trackers (VB_TRACK blocks reading or hashing) bound how
  * far the reads run ahead of the hashing. A cached block is hashed by the thread that
- * read it, when it lands (its reads in flight go on meanwhile). The bytes can be in their destination before
- * their block is checked: the load as a whole fails if one does not match, and what
- * the destination then holds is unspecified, as for any failed load.
+ * read it, when it lands (its reads in flight go on meanwhile). The bytes can be in
+ * their destination before their block is checked: the load as a whole fails if one
+ * does not match, and what the destination then holds is unspecified, as for any
+ * failed load.
  *
  * Threads: a load's rlist is driven by one thread. Pool workers finish hashes, and the
  * threads of a ck_readers share one cache; block states, the load's count of blocks

@@ -7,9 +7,9 @@
  * hash blocks of its file (docs/FORMAT.md): a block the range covers whole is read
  * straight into the destination, a block it covers in part is read whole into a
  * buffer of the handle's block cache and the wanted bytes copied out of it; either
- * way the block is hashed on the handle's pool once it has landed, beside the next
- * reads, and compared with the manifest. rlist_finish returns once every read landed
- * and every block it used matched.
+ * way the block is hashed once it has landed (a whole one on the handle's pool),
+ * beside the next reads, and compared with the manifest. rlist_finish returns once
+ * every read landed and every block it used matched.
  */
 #ifndef CK_LOAD_RLIST_H
 #define CK_LOAD_RLIST_H
