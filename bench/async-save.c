@@ -45,6 +45,7 @@ typedef struct run {
     uint64_t size;             /* bytes per client */
     unsigned repeat;
     bool no_reserve;
+    ck_job_id job;             /* the clients' one job */
     pthread_barrier_t bar;
     pthread_mutex_t mu;
     double first_max[2];       /* the first and second saves' stalls, slowest client */
@@ -71,7 +72,7 @@ static int declare(client *c, unsigned iter, ck_client_save **sv)
     uint64_t shape[2] = { R->size / 4096 * R->n, 1024 };
     char name[32];
     snprintf(name, sizeof name, "bench-%u-%u-%u", R->n, R->nsocks, iter);
-    int r = ck_client_begin(c->cl, sv, name, iter, &mesh, c->rank, R->n, &c->err);
+    int r = ck_client_begin(c->cl, sv, name, iter, &mesh, c->rank, R->n, &R->job, &c->err);
     if (r < 0)
         return r;
     ck_client_no_hash(*sv);
@@ -179,7 +180,11 @@ static int run_clients(run *R)
     if (!cs || !th)
         return -ENOMEM;
     pthread_barrier_init(&R->bar, NULL, R->n);
-    int rc = 0;
+    int rc = ck_job_id_new(&R->job, &cs[0].err);
+    if (rc < 0) {
+        tool_error(prog, "%s", ck_err_msg(&cs[0].err));
+        return rc;
+    }
     for (unsigned i = 0; i < R->n; i++) {
         client *c = &cs[i];
         *c = (client){ .R = R, .rank = i };

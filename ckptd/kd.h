@@ -87,9 +87,12 @@ typedef struct kd_part {
     bool admitted, waiting, staged;
 } kd_part;
 
+/* A save is its name and its job (ck__decl.job): two jobs' saves of one name are two
+ * kd_ckpt, as they are two saves in the saver. */
 typedef struct kd_ckpt {
     struct kd_ckpt *next;
     char name[CK_NAME_MAX];
+    ck_job_id job;
     kd_part *parts;
     uint64_t plan_bytes;       /* counted against --plan-memory until the save ends */
     unsigned joins;            /* BEGINs of it in the planner */
@@ -105,6 +108,7 @@ typedef struct kd_ckpt {
 typedef struct kd_failed {
     struct kd_failed *next;
     char name[CK_NAME_MAX];
+    ck_job_id job;
     unsigned n;
     uint64_t client[];         /* ids; 0 once gone */
 } kd_failed;
@@ -134,6 +138,7 @@ typedef struct kd_event {
     struct kd_event *next;
     ck__saver_ev_kind kind;
     char name[CK_NAME_MAX];
+    ck_job_id job;
     uint64_t rank;
     int code;
     char msg[CK_ERR_MSG_MAX];

@@ -29,10 +29,10 @@
 #define KD_TRIM_BYTES (16u << 20)
 #define KD_FAILED_KEPT 64      /* failed saves tracked for their clients */
 
-static kd_ckpt *find(kd_server *s, const char *name)
+static kd_ckpt *find(kd_server *s, const char *name, const ck_job_id *job)
 {
     for (kd_ckpt *k = s->ckpts; k; k = k->next)
-        if (!strcmp(k->name, name))
+        if (!strcmp(k->name, name) && ck__job_same(&k->job, job))
             return k;
     return NULL;
 }
@@ -42,6 +42,19 @@ static kd_part *part_of(kd_ckpt *k, uint64_t rank)
     for (kd_part *p = k ? k->parts : NULL; p; p = p->next)
         if (p->rank == rank)
             return p;
+    return NULL;
+}
+
+/* The part of rank of the save of name that client id holds: STAGED and COMMIT name a
+ * save by its name alone, and a client holds at most one save of a name (the saves of
+ * one name are of different jobs, so of different clients). */
+static kd_part *held_part(kd_server *s, const char *name, uint64_t rank, uint64_t id)
+{
+    for (kd_ckpt *k = s->ckpts; k; k = k->next) {
+        kd_part *p = strcmp(k->name, name) ? NULL : part_of(k, rank);
+        if (p && p->client == id)
+            return p;
+    }
     return NULL;
 }
 
@@ -142,12 +155,14 @@ unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s)
 }
 
 
-static kd_ckpt *ckpt_new(kd_server *s, const char *name, uint64_t plan_bytes)
+static kd_ckpt *ckpt_new(kd_server *s, const char *name, const ck_job_id *job,
+                         uint64_t plan_bytes)
 {
     kd_ckpt *k = calloc(1, sizeof *k);
     if (!k)
         return NULL;
     snprintf(k->name, sizeof k->name, "%s", name);
+    k->job = *job;
     k->plan_bytes = plan_bytes;
     k->progress = kd_now();
     s->plan_used += plan_bytes;
@@ -182,7 +197,7 @@ static int plan_budget(kd_server *s, const ck__decl *d, uint64_t cost, ck_err *e
 void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_boxes)
 {
     ck_err err = { 0 };
-    kd_ckpt *k = find(s, d->name);
+    kd_ckpt *k = find(s, d->name, &d->job);
     /* A draining daemon still takes the ranks of the saves in flight. */
     if (s->stopping && (s->drained || !k)) {
         close(fd);
@@ -191,11 +206,12 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_b
     }
     /* A retry after a failure must see the failure's cleanup first. */
     kd_ckpt_events(s);
-    k = find(s, d->name);
+    k = find(s, d->name, &d->job);
     uint64_t cost = k ? 0 : kd_plan_cost(d);
     kd_join *j = NULL;
     int r = plan_budget(s, d, cost, &err);
-    if (r == 0 && (!(j = calloc(1, sizeof *j)) || (!k && !(k = ckpt_new(s, d->name, cost)))))
+    if (r == 0 && (!(j = calloc(1, sizeof *j)) ||
+                   (!k && !(k = ckpt_new(s, d->name, &d->job, cost)))))
         r = ck_err_set(&err, -ENOMEM, "checkpoint %s: ckptd ran out of memory", d->name);
     if (r < 0) {
         free(j);
@@ -218,7 +234,7 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_b
 static void joined(kd_server *s, kd_join *j)
 {
     s->plan_used -= j->bytes;
-    kd_ckpt *k = find(s, j->d.name);
+    kd_ckpt *k = find(s, j->d.name, &j->d.job);
     if (k)
         k->joins--;
     kd_client *c = kd_client_find(s, j->client);
@@ -239,10 +255,10 @@ static void joined(kd_server *s, kd_join *j)
         return;
     }
     kd_part *p = calloc(1, sizeof *p);
-    if ((!k && !(k = ckpt_new(s, j->d.name, 0))) || !p) {
+    if ((!k && !(k = ckpt_new(s, j->d.name, &j->d.job, 0))) || !p) {
         free(p);
         kd_join_free(j);
-        ck__saver_abandon(s->saver, j->d.name, "ckptd ran out of memory");
+        ck__saver_abandon(s->saver, j->d.name, &j->d.job, "ckptd ran out of memory");
         return;
     }
     uint64_t blob_bytes = 0;
@@ -257,7 +273,8 @@ static void joined(kd_server *s, kd_join *j)
     if (!c) {
         kd_log(s, "checkpoint %s: abandoned: the client of rank %llu (pid %d) went away "
                "while its part was planned", k->name, (unsigned long long)p->rank, (int)j->pid);
-        ck__saver_abandon(s->saver, k->name, "a client went away before staging its part");
+        ck__saver_abandon(s->saver, k->name, &k->job,
+                          "a client went away before staging its part");
         kd_join_free(j);
         return;
     }
@@ -268,7 +285,7 @@ static void joined(kd_server *s, kd_join *j)
     if (r < 0) {
         kd_log(s, "checkpoint %s: client %llu (pid %d): %s", k->name,
                (unsigned long long)c->id, (int)c->pid, ck_err_msg(&err));
-        ck__saver_abandon(s->saver, k->name, ck_err_msg(&err));
+        ck__saver_abandon(s->saver, k->name, &k->job, ck_err_msg(&err));
     }
     kd_join_free(j);
 }
@@ -288,8 +305,8 @@ static void late(kd_server *s, kd_client *c, const char *what, const char *name,
 void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
 {
     ck_err err = { 0 };
-    kd_part *p = part_of(find(s, name), rank);
-    if (!p || p->client != c->id) {
+    kd_part *p = held_part(s, name, rank, c->id);
+    if (!p) {
         /* Its part went with the save, which failed (and may be retried by now). */
         late(s, c, "STAGED", name, "the save has no part of this client for that rank");
         return;
@@ -301,7 +318,7 @@ void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
     }
     p->staged = true;
     p->ckpt->progress = kd_now();
-    int r = ck__saver_stage(s->saver, name, rank, p->map, &err);
+    int r = ck__saver_stage(s->saver, name, &p->ckpt->job, rank, p->map, &err);
     if (r < 0)      /* the save failed: its FAILED event tells every client, this one too */
         late(s, c, "STAGED", name, ck_err_msg(&err));
 }
@@ -309,14 +326,14 @@ void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank)
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
 {
     ck_err err = { 0 };
-    kd_part *p = part_of(find(s, name), 0);
-    if (!p || p->client != c->id) {
+    kd_part *p = held_part(s, name, 0, c->id);
+    if (!p) {
         /* The client refuses a commit from another rank or before save_async itself:
          * this one crossed the failure of its save. */
         late(s, c, "COMMIT", name, "the save has no part of rank 0 from this client");
         return;
     }
-    int r = ck__saver_commit(s->saver, name, &err);
+    int r = ck__saver_commit(s->saver, name, &p->ckpt->job, &err);
     if (r < 0)      /* failed: the broadcast tells this client */
         late(s, c, "COMMIT", name, ck_err_msg(&err));
 }
@@ -331,7 +348,8 @@ static void remember_failed(kd_server *s, kd_ckpt *k)
      * untracked (the saver forgets its oldest failures by itself). */
     for (kd_failed **pp = &s->failed; *pp;) {
         kd_failed *f = *pp;
-        if (!strcmp(f->name, k->name) || ++kept >= KD_FAILED_KEPT) {
+        if ((!strcmp(f->name, k->name) && ck__job_same(&f->job, &k->job)) ||
+            ++kept >= KD_FAILED_KEPT) {
             *pp = f->next;
             free(f);
         } else {
@@ -342,10 +360,11 @@ static void remember_failed(kd_server *s, kd_ckpt *k)
     if (!f) {
         /* No client left (or no memory to track them): no late rank is to come. */
         free(ids);
-        ck__saver_forget(s->saver, k->name);
+        ck__saver_forget(s->saver, k->name, &k->job);
         return;
     }
     snprintf(f->name, sizeof f->name, "%s", k->name);
+    f->job = k->job;
     memcpy(f->client, ids, n * sizeof *ids);
     f->n = n;
     free(ids);
@@ -367,7 +386,7 @@ static void failed_client_gone(kd_server *s, const kd_client *c)
             pp = &f->next;
             continue;
         }
-        ck__saver_forget(s->saver, f->name);
+        ck__saver_forget(s->saver, f->name, &f->job);
         *pp = f->next;
         free(f);
     }
@@ -396,13 +415,14 @@ void kd_ckpt_client_gone(kd_server *s, kd_client *c)
         if (doomed)
             snprintf(why, sizeof why, "the client of rank %llu (pid %d) went away before "
                      "staging its part", (unsigned long long)rank, (int)c->pid);
-        else if (kd_ckpt_clients(k, s) == 0 && !ck__saver_committable(s->saver, k->name))
+        else if (kd_ckpt_clients(k, s) == 0 &&
+                 !ck__saver_committable(s->saver, k->name, &k->job))
             snprintf(why, sizeof why, "every client went away before all parts were staged "
                      "and the commit was asked for");
         else
             continue;
         kd_log(s, "checkpoint %s: abandoned: %s", k->name, why);
-        ck__saver_abandon(s->saver, k->name, why);
+        ck__saver_abandon(s->saver, k->name, &k->job, why);
     }
 }
 
@@ -417,6 +437,7 @@ void kd_saver_event(void *arg, const ck__saver_event *ev)
     }
     e->kind = ev->kind;
     snprintf(e->name, sizeof e->name, "%s", ev->name);
+    e->job = *ev->job;
     e->rank = ev->rank;
     e->code = ev->code;
     if (ev->msg)
@@ -459,7 +480,7 @@ void kd_ckpt_events(kd_server *s)
     pthread_mutex_unlock(&s->ev_mu);
     while (e) {
         kd_event *next = e->next;
-        kd_ckpt *k = find(s, e->name);
+        kd_ckpt *k = find(s, e->name, &e->job);
         if (k && e->kind == CK_SAVER_DURABLE) {
             kd_part *p = part_of(k, e->rank);
             kd_client *c = p ? kd_client_find(s, p->client) : NULL;
@@ -545,7 +566,7 @@ static void rank_timeout(kd_server *s, kd_ckpt *k)
                  unstaged);
     kd_log(s, "checkpoint %s: abandoned: %s", k->name, why);
     k->timed_out = true;
-    ck__saver_abandon(s->saver, k->name, why);
+    ck__saver_abandon(s->saver, k->name, &k->job, why);
 }
 
 void kd_ckpt_rank_timeouts(kd_server *s)

@@ -43,6 +43,9 @@ static int check_decl(const ck__decl *d, bool *defer, ck_err *err)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of world %llu on a mesh of "
                           "%llu ranks", d->name, (unsigned long long)d->rank,
                           (unsigned long long)d->world, (unsigned long long)world);
+    if (!ck__job_set(&d->job))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares no job id (all "
+                          "zero)", d->name, (unsigned long long)d->rank);
     if (d->nodes > world || d->nodes > CK_PROTO_MAX_NODES)
         return ck_err_set(err, -EINVAL, "checkpoint %s: %u daemons for a world of %llu ranks "
                           "(at most one per rank and %u)", d->name, d->nodes,

@@ -29,6 +29,7 @@
 
 #include "kd.h"
 
+#include "io/rootfs.h"
 #include "io/writer.h"
 
 enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CLIENT0 = 16 };
@@ -74,9 +75,14 @@ int kd_server_start(kd_server *s, ck_err *err)
     s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = s->lock_fd = -1;
     s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pthread_mutex_init(&s->ev_mu, NULL);
+    /* A file, a FIFO or a link to nothing is refused as not a directory, naming it. */
+    int r = ck__root_open(s->o.root, err);
+    if (r < 0)
+        return r;
+    close(r);
     if (!realpath(s->o.root, s->root))
         return ck_err_set(err, -errno, "root %s: %s", s->o.root, strerror(errno));
-    int r = kd_recover(s, err);
+    r = kd_recover(s, err);
     if (r < 0)
         return r;
     /* Blocked before any thread starts, so that every thread inherits the mask and the

@@ -107,7 +107,7 @@ kd_part *kd_staging_admit_waiting(kd_server *s)
         if (map_part(s, q, &err) == 0)
             return q;
         kd_log(s, "checkpoint %s: %s", q->ckpt->name, ck_err_msg(&err));
-        ck__saver_abandon(s->saver, q->ckpt->name, ck_err_msg(&err));
+        ck__saver_abandon(s->saver, q->ckpt->name, &q->ckpt->job, ck_err_msg(&err));
     }
     return NULL;
 }

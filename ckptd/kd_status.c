@@ -5,9 +5,12 @@
 
 #include "kd.h"
 
+/* By name, then job: a save is both. */
 static int by_name_cmp(const void *a, const void *b)
 {
-    return strcmp((*(kd_ckpt *const *)a)->name, (*(kd_ckpt *const *)b)->name);
+    const kd_ckpt *x = *(kd_ckpt *const *)a, *y = *(kd_ckpt *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : memcmp(x->job.bytes, y->job.bytes, CK_JOB_ID_LEN);
 }
 
 /* Out of memory for the matching, the rows go without their client counts. */
@@ -21,7 +24,7 @@ void kd_status_reply(kd_server *s, kd_client *c)
         kd_send_error(s, c, "", -ENOMEM, "out of memory building the status");
         return;
     }
-    /* The saver's rows and the daemon's saves are matched by name through a sorted
+    /* The saver's rows and the daemon's saves are matched by name and job through a sorted
      * array: O(S log S) for S saves in flight, where a walk per row was O(S^2). */
     size_t n = 0;
     for (kd_ckpt *k = s->ckpts; k; k = k->next)
@@ -35,6 +38,7 @@ void kd_status_reply(kd_server *s, kd_client *c)
     for (uint32_t i = 0; by_name && i < st.n; i++) {
         kd_ckpt key, *kp = &key;
         snprintf(key.name, sizeof key.name, "%s", st.ckpts[i].name);
+        key.job = st.ckpts[i].job;
         kd_ckpt **k = bsearch(&kp, by_name, n, sizeof *by_name, by_name_cmp);
         if (k)
             st.ckpts[i].clients = kd_ckpt_clients(*k, s);

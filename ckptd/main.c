@@ -190,10 +190,14 @@ static int parse(int argc, char **argv, kd_opts *o)
  * socket (CKPTD_SOCKET) and its log, which from now on holds everything it says. */
 static void detach(kd_server *s)
 {
+    /* The root's lock goes to the child (a fork's child closes its copies of the
+     * core's locks, format/owner.h), and the parent exits at once. */
+    ck__lock_hand_on(s->lock_fd);
     fflush(stdout);   /* nothing buffered before the fork is printed twice */
     pid_t pid = fork();
     if (pid < 0) {
         kd_log(s, "fork: %s; staying in the foreground", strerror(errno));
+        ck__lock_adopt(s->lock_fd);
         return;
     }
     if (pid > 0) {
@@ -203,7 +207,10 @@ static void detach(kd_server *s)
         _exit(0);
     }
     setsid();
-    ck__lock_note_pid(s->lock_fd);   /* the lock came along; the pid in it is ours now */
+    /* The lock came along: the pid in it is ours now. */
+    if (ck__lock_adopt(s->lock_fd) < 0)
+        kd_log(s, "out of memory listing the root's lock (a child forked from here would "
+               "keep it)");
     /* The socket's credentials are the listener's at listen(): listening again makes
      * them this process's, so that a client's errors name the daemon's real pid. */
     if (listen(s->listen_fd, 128) < 0)

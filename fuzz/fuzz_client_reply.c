@@ -19,6 +19,9 @@
 #include "ck/client.h"
 #include "fz_mdb.h"
 
+/* The job of the saves here (ck/client.h): one, fixed. */
+static const ck_job_id job = { .bytes = "fixed-job-id-01" };
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 typedef struct daemon_arg {
@@ -116,7 +119,7 @@ static void client(const char *sock)
     const float t[4] = { 1, 2, 3, 4 };
     ck_placement pl[1];
     ck_placements_default(1, pl);
-    if (ck_client_begin(cl, &sv, "fz", 1, &mesh, 0, 1, &err) == 0) {
+    if (ck_client_begin(cl, &sv, "fz", 1, &mesh, 0, 1, &job, &err) == 0) {
         if (ck_client_tensor(sv, "t", CK_F32, 1, shape, pl, &err) == 0 &&
             ck_client_shard(sv, "t", t, &err) == 0 && ck_client_save_async(sv, &err) == 0 &&
             ck_client_commit(sv, &err) == 0)

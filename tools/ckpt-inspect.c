@@ -1,6 +1,7 @@
 /* ckpt-inspect - lists checkpoints and shows what one holds.
  *
- *   ckpt-inspect ROOT                     checkpoints (from the catalog) and leftovers
+ *   ckpt-inspect ROOT                     checkpoints (from the catalog, each checked on
+ *                                         disk) and leftovers
  *   ckpt-inspect ROOT NAME                mesh, state, bytes, and each tensor
  *   ckpt-inspect ROOT NAME --tensor T     and T's shards with their extents
  *   ckpt-inspect ROOT NAME --blobs        and the blobs
@@ -27,7 +28,9 @@ static void usage(FILE *f)
 "       ckpt-inspect ROOT --rebuild-catalog\n"
 "\n"
 "Without NAME, lists the checkpoints of ROOT with step, time, bytes and mesh, and\n"
-"reports incomplete saves under ROOT/.pending and directories the catalog misses.\n"
+"reports incomplete saves under ROOT/.pending, directories the catalog misses and\n"
+"catalog entries whose checkpoint is not on disk (never listed as checkpoints);\n"
+"catalog keys that are no checkpoint name are counted, never printed.\n"
 "With NAME, shows its mesh, format version, bytes and each tensor's dtype, shape and\n"
 "placements (\"boxes\" for a tensor stored as a list of boxes, format 1.1).\n"
 "\n"
@@ -39,7 +42,8 @@ static void usage(FILE *f)
 "  --json               machine-readable output\n"
 "  -h, --help           this text\n"
 "\n"
-"Exit status: 0 ok, 1 the checkpoint is bad, 2 usage or I/O error.\n");
+"Exit status: 0 ok, 1 the checkpoint is bad (without NAME: the catalog holds keys\n"
+"that are no name), 2 usage or I/O error.\n");
 }
 
 static json_t *mesh_json(const ck_mesh *m)
@@ -86,12 +90,21 @@ static json_t *u64_array(const uint64_t *v, int n)
     return a;
 }
 
+/* Whether a pending entry's name is one a save makes (NAME.TOKEN, -meet, -removed: all
+ * of [A-Za-z0-9._-], not starting with '.'); anything else, a newline say, is not
+ * printed. */
+static bool plain_entry(const char *name)
+{
+    static const char plain[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
+    size_t n = strlen(name);
+    return n > 0 && n < CK_NAME_MAX && name[0] != '.' && strspn(name, plain) == n;
+}
+
 static int list_root(const char *root, bool json)
 {
     ck_err err = { 0 };
-    ck_cat_entry *ents;
-    size_t n;
-    int r = ck_catalog_list(root, &ents, &n, &err);
+    ck_cat_view v;
+    int r = ck_catalog_view(root, &v, &err);
     ck_scan sc;
     if (r == 0)
         r = ck_root_scan(root, &sc, &err);
@@ -99,34 +112,35 @@ static int list_root(const char *root, bool json)
         memset(&sc, 0, sizeof sc);
     if (r < 0) {
         tool_error(prog, "%s", ck_err_msg(&err));
-        free(ents);     /* the scan may refuse a root whose catalog listed (a .pending link) */
+        ck_cat_view_free(&v);   /* the scan may refuse a root whose catalog listed (a .pending link) */
         return tool_exit_code(r) == EXIT_BAD ? EXIT_BAD : EXIT_USAGE;
     }
     json_t *jl = json ? json_array() : NULL, *jp = json ? json_array() : NULL;
-    json_t *jm = json ? json_array() : NULL;
+    json_t *jm = json ? json_array() : NULL, *jg = json ? json_array() : NULL;
     if (!json)
         printf("%-28s %12s  %-20s  %12s  %-8s %s\n", "NAME", "STEP", "TIME (UTC)", "BYTES",
                "MESH", "TENSORS");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < v.n; i++) {
+        const ck_cat_entry *e = &v.entries[i];
         char when[32], mesh[64], b[32];
-        fmt_time(ents[i].time_ns, when, sizeof when);
-        ck_mesh_format(&ents[i].mesh, mesh, sizeof mesh);
+        fmt_time(e->time_ns, when, sizeof when);
+        ck_mesh_format(&e->mesh, mesh, sizeof mesh);
         if (json)
             json_array_append_new(jl, json_pack("{s:s, s:s, s:I, s:s, s:I, s:o, s:I}",
-                "name", ents[i].name, "state", "committed", "step", (json_int_t)ents[i].step,
-                "time", when, "bytes", (json_int_t)ents[i].bytes, "mesh", mesh_json(&ents[i].mesh),
-                "tensors", (json_int_t)ents[i].n_tensors));
+                "name", e->name, "state", "committed", "step", (json_int_t)e->step,
+                "time", when, "bytes", (json_int_t)e->bytes, "mesh", mesh_json(&e->mesh),
+                "tensors", (json_int_t)e->n_tensors));
         else
-            printf("%-28s %12llu  %-20s  %12s  %-8s %llu\n", ents[i].name,
-                   (unsigned long long)ents[i].step, when, tool_bytes(ents[i].bytes, b, sizeof b),
-                   mesh, (unsigned long long)ents[i].n_tensors);
+            printf("%-28s %12llu  %-20s  %12s  %-8s %llu\n", e->name,
+                   (unsigned long long)e->step, when, tool_bytes(e->bytes, b, sizeof b),
+                   mesh, (unsigned long long)e->n_tensors);
     }
     /* Directories the catalog does not list: a crash between a commit's rename and its
      * catalog entry, or a checkpoint copied in by hand. */
     for (size_t i = 0; i < sc.n_committed; i++) {
         bool found = false;
-        for (size_t j = 0; j < n && !found; j++)
-            found = !strcmp(ents[j].name, sc.committed[i]);
+        for (size_t j = 0; j < v.n && !found; j++)
+            found = !strcmp(v.entries[j].name, sc.committed[i]);
         if (found)
             continue;
         if (json)
@@ -135,7 +149,21 @@ static int list_root(const char *root, bool json)
             printf("%-28s (not in the catalog: run ckpt-inspect ROOT --rebuild-catalog)\n",
                    sc.committed[i]);
     }
+    /* And the other way round: entries whose checkpoint is not on disk (removed by
+     * hand) are never listed as checkpoints. */
+    for (size_t i = 0; i < v.n_gone; i++) {
+        if (json)
+            json_array_append_new(jg, json_string(v.gone[i].name));
+        else
+            printf("%-28s (in the catalog, but not on disk: not a checkpoint; run "
+                   "ckpt-inspect ROOT --rebuild-catalog)\n", v.gone[i].name);
+    }
+    size_t odd = 0;
     for (size_t i = 0; i < sc.n_pending; i++) {
+        if (!plain_entry(sc.pending[i])) {
+            odd++;
+            continue;
+        }
         char who[256];
         int live = ck_pending_live(root, sc.pending[i], who, sizeof who, &err);
         if (live < 0) {
@@ -153,15 +181,27 @@ static int list_root(const char *root, bool json)
                    "committed, not visible)\n", sc.pending[i], CK_PENDING);
     }
     if (json) {
-        json_t *j = json_pack("{s:s, s:o, s:o, s:o}", "root", root, "checkpoints", jl,
-                              "uncataloged", jm, "pending", jp);
+        json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:o, s:I, s:I}", "root", root,
+                              "checkpoints", jl, "uncataloged", jm, "not_on_disk", jg,
+                              "pending", jp, "skipped_catalog_names", (json_int_t)v.bad_names,
+                              "skipped_pending_names", (json_int_t)odd);
         json_dumpf(j, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
         json_decref(j);
+    } else {
+        if (v.bad_names)
+            printf("%zu catalog entr%s with invalid names skipped (a planted or damaged "
+                   "catalog: run ckpt-inspect ROOT --rebuild-catalog)\n", v.bad_names,
+                   v.bad_names == 1 ? "y" : "ies");
+        if (odd)
+            printf("%zu entr%s under %s/%s with names no save makes skipped\n", odd,
+                   odd == 1 ? "y" : "ies", root, CK_PENDING);
     }
-    free(ents);
+    /* Keys that are no checkpoint name are hostile input, not lag. */
+    int rc = v.bad_names ? EXIT_BAD : EXIT_OK;
+    ck_cat_view_free(&v);
     ck_scan_free(&sc);
-    return EXIT_OK;
+    return rc;
 }
 
 static int print_shards(ck_ckpt *ck, const ck_tensor *t, json_t *jt)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "ck/catalog.h"
 #include "ck/ckpt.h"
 #include "ck/client.h"
 #include "ck/save.h"
@@ -283,6 +284,7 @@ typedef struct rank_job {
     const ck_mesh *mesh;
     const ck_placement *pl;
     const uint64_t *parts;
+    const ck_job_id *job;     /* the ranks' one job (made before they fork) */
     ck_client *cl;
     uint64_t rank;
     double stall;             /* seconds in ck_client_save_async */
@@ -331,7 +333,8 @@ static int synth_rank(rank_job *j)
     ck_synth_src *srcs = calloc(o->tensors, sizeof *srcs);
     if (!srcs)
         return ck_err_set(&j->err, -ENOMEM, "out of memory");
-    int r = ck_client_begin(j->cl, &sv, o->name, o->step, j->mesh, j->rank, world, &j->err);
+    int r = ck_client_begin(j->cl, &sv, o->name, o->step, j->mesh, j->rank, world, j->job,
+                            &j->err);
     if (r < 0) {
         free(srcs);
         return r;
@@ -434,9 +437,19 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
         return EXIT_USAGE;
     }
     co.nodes = nsock;
+    ck_job_id job;
+    ck_err jerr = { 0 };
+    if (ck_job_id_new(&job, &jerr) < 0) {
+        tool_error(prog, "%s", ck_err_msg(&jerr));
+        free(jobs);
+        free(th);
+        free(pids);
+        return EXIT_USAGE;
+    }
     for (uint64_t r = 0; r < world; r++) {
         rank_job *j = &jobs[r];
-        *j = (rank_job){ .o = o, .mesh = mesh, .pl = pl, .parts = parts, .rank = r };
+        *j = (rank_job){ .o = o, .mesh = mesh, .pl = pl, .parts = parts, .job = &job,
+                         .rank = r };
         if (o->daemon && (pids[r] = fork()) != 0) {
             if (pids[r] < 0) {
                 tool_error(prog, "fork: %s", strerror(errno));
@@ -553,8 +566,8 @@ int main(int argc, char **argv)
                         .hash_threads = o.hash_threads, .log = tool_log,
                         .progress = tool_progress_update, .cb_arg = &prog_line };
     /* A new root is made, as a training job's first save would. */
-    if (mkdir(o.root, 0755) < 0 && errno != EEXIST) {
-        tool_error(prog, "%s: %s", o.root, strerror(errno));
+    if (ck_root_make(o.root, &err) < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
         return EXIT_USAGE;
     }
     ck_save *s;

@@ -5,7 +5,9 @@
 training loop (newest committed step, keep-last-K purge); ``libshard.export`` writes a
 checkpoint's model as Hugging Face safetensors. This module needs no torch.
 """
+import errno
 import os as _os
+import warnings
 
 try:
     from ._ck import VERSION as __version__, Checkpoint, CkptError, scan
@@ -30,13 +32,17 @@ __all__ = ["Checkpoint", "CkptError", "scan", "committed", "newest", "__version_
 def committed(root):
     """[(step, time_ns, name)] of the committed checkpoints under root, oldest first.
 
-    The directories are the truth (a catalog entry may lag a crash by one commit)."""
+    The directories are the truth (a catalog entry may lag a crash by one commit). A
+    checkpoint that cannot be read is left out with a warning naming it and why."""
     out = []
     for name in scan(root)[0]:
         try:
             ck = Checkpoint(root, name)
-        except CkptError:
-            continue    # removed while we looked (a purge), or not readable
+        except CkptError as e:
+            if e.errno != errno.ENOENT:     # ENOENT: removed while we looked (a purge)
+                warnings.warn(f"libshard: skipping checkpoint {name} of {root}: {e}",
+                              RuntimeWarning, stacklevel=2)
+            continue
         info = ck.info()
         ck.close()
         out.append((info["step"], info["time_ns"], name))

@@ -65,6 +65,21 @@ except ImportError:                    # pragma: no cover
 class _Table:
     """The whole save, as the coordinator planned it: sent to every rank."""
     tensors: list                      # [(name, dtype code, shape, boxes, writers)]
+    job: bytes                         # the coordinator's job id: every rank's begin
+
+
+_job = None
+
+
+def _job_id():
+    """This process's job id (libshard._ck.job_id_new; docs/FORMAT.md, "Job identity"):
+    made once, where the coordinator plans, and sent to every rank in the table, with
+    the plans DCP scatters over the save's group anyway, so it costs no collective of
+    its own. A process is one job's: every save it coordinates carries the same id."""
+    global _job
+    if _job is None:
+        _job = _ck.job_id_new()
+    return _job
 
 
 _SAME = "libshard: the same plan as the last save"
@@ -91,7 +106,7 @@ def _table(plans):
             ent[3].append((tuple(int(x) for x in td.chunk.offsets),
                            tuple(int(x) for x in td.chunk.sizes)))
             ent[4].append(rank)
-    return _Table(tensors=[tensors[k] for k in sorted(tensors)])
+    return _Table(tensors=[tensors[k] for k in sorted(tensors)], job=_job_id())
 
 
 def _signature(plan):
@@ -132,12 +147,14 @@ class _PlanCache:
 
 
 def _mkroot(root):
-    """The root is made when missing, as FileSystemWriter does (the coordinator, before
-    any rank opens it)."""
+    """The root is made when missing, with its parents, as FileSystemWriter does (the
+    coordinator, before any rank opens it); a file, a FIFO or a link to nothing there is
+    refused as not a directory, naming it (the core's check)."""
     try:
-        os.makedirs(root, exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
     except OSError as e:
         raise OSError(e.errno, f"CkptWriter: the checkpoint root {root}: {e.strerror}") from None
+    _ck.root_make(root)
 
 
 class _Part:
@@ -309,7 +326,8 @@ class CkptWriter(StorageWriter, AsyncStager):
         pin = cuda.index if cuda is not None else -1
         eng = self._engine(pin)
         step = self.step if self.step is not None else _step_of(self.name)
-        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, self.hash)
+        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, table.job,
+                        self.hash)
         try:
             keep, event = eng.call(self._fill, save, table, items, blobs)
             if lazy:

@@ -23,6 +23,14 @@
  *                    rows dropped, with its bytes: the boxes leave a gap
  *   box-count        tensors/TENSOR's shard count := 2^31 - 1
  *
+ * On a catalog (MANIFEST is then ROOT/catalog.mdb):
+ *   catalog-key      a copy of the first entry's record under the key TENSOR (any
+ *                    bytes: "../../etc/passwd", a newline), as a planted catalog holds
+ *
+ * On any LMDB file, raw (no LMDB call):
+ *   meta-last-pg     the newest meta page's last page in use := TENSOR (a number):
+ *                    the file then claims that many pages, whatever it holds
+ *
  * On success it prints, on stdout, one line of key=value facts about what it changed
  * (tensor=, shard=, record=, file=, ...) so the test can check that the tools' messages
  * name those things, and exits 0. On any failure it exits 2 with a message.
@@ -472,17 +480,67 @@ static MDB_dbi open_db(const char *name)
     return d;
 }
 
+/* ---- a planted catalog ---- */
+
+static void m_catalog_key(const char *key)
+{
+    MDB_dbi dbi;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = mdb_dbi_open(txn, "checkpoints", 0, &dbi);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_cursor_open(txn, dbi, &cur);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    if (rc != MDB_SUCCESS)
+        die("no catalog entry to copy: %s", mdb_strerror(rc));
+    rec r = { .p = malloc(v.mv_size ? v.mv_size : 1), .len = v.mv_size };
+    if (!r.p)
+        die("out of memory");
+    memcpy(r.p, v.mv_data, v.mv_size);
+    mdb_cursor_close(cur);
+    put(dbi, key, strlen(key), &r, "checkpoints/(planted)");
+    printf("key_bytes=%zu\n", strlen(key));
+}
+
+/* ---- the meta pages, raw ---- */
+
+/* LMDB 0.9's meta page (lmdb/mdb.c): a 16-byte page header, then mm_magic at 0,
+ * mm_dbs[0].md_pad (the page size) at 24, mm_last_pg at 120, mm_txnid at 128. */
+static int m_meta_last_pg(const char *pages)
+{
+    FILE *f = fopen(mpath, "r+b");
+    uint8_t m0[160], m1[160];
+    if (!f || fread(m0, 1, sizeof m0, f) != sizeof m0)
+        die("cannot read the first meta page");
+    uint64_t psize = rd_le(m0 + 16 + 24, 4);
+    if (rd_le(m0 + 16, 4) != 0xBEEFC0DEu || psize < 512 || psize > 65536 ||
+        fseek(f, (long)psize, SEEK_SET) != 0 || fread(m1, 1, sizeof m1, f) != sizeof m1)
+        die("not an LMDB file");
+    long at = rd_le(m1 + 16 + 128, 8) > rd_le(m0 + 16 + 128, 8) ? (long)psize : 0;
+    uint8_t last[8];
+    uint64_t n = strtoull(pages, NULL, 0);
+    wr_le(last, n, 8);
+    if (fseek(f, at + 16 + 120, SEEK_SET) != 0 || fwrite(last, 1, 8, f) != 8 || fclose(f) != 0)
+        die("cannot write the meta page");
+    printf("psize=%llu last_pg=%llu\n", (unsigned long long)psize, (unsigned long long)n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: mf-corrupt MANIFEST version|dtype|extent-past-eof|"
                 "extent-overflow|file-size-absurd|file-size-huge|box-outside|dup-id|overlap-box|"
-                "overlap-extent|box-dup|box-gap|box-count [TENSOR [OTHER]]\n");
+                "overlap-extent|box-dup|box-gap|box-count|catalog-key|meta-last-pg [TENSOR [OTHER]]\n");
         return 2;
     }
     mpath = argv[1];
     const char *how = argv[2];
     const char *tensor = argc > 3 ? argv[3] : "t1", *other = argc > 4 ? argv[4] : "t2";
+    if (!strcmp(how, "meta-last-pg"))
+        return m_meta_last_pg(tensor);
+    bool catalog = !strcmp(how, "catalog-key");
     int rc = mdb_env_create(&env);
     if (rc == MDB_SUCCESS)
         rc = mdb_env_set_maxdbs(env, 8);
@@ -492,12 +550,16 @@ int main(int argc, char **argv)
         rc = mdb_txn_begin(env, NULL, 0, &txn);
     if (rc != MDB_SUCCESS)
         die("%s", mdb_strerror(rc));
-    db_meta = open_db(CK_DB_META);
-    db_tensors = open_db(CK_DB_TENSORS);
-    db_shards = open_db(CK_DB_SHARDS);
-    db_files = open_db(CK_DB_FILES);
+    if (!catalog) {
+        db_meta = open_db(CK_DB_META);
+        db_tensors = open_db(CK_DB_TENSORS);
+        db_shards = open_db(CK_DB_SHARDS);
+        db_files = open_db(CK_DB_FILES);
+    }
 
-    if (!strcmp(how, "version"))
+    if (catalog)
+        m_catalog_key(tensor);
+    else if (!strcmp(how, "version"))
         m_version();
     else if (!strcmp(how, "dtype"))
         m_dtype(tensor);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A detached ckptd (the default: no --foreground) drains and exits 0 on SIGTERM, as one
 # in the foreground does. Its signalfd was once made before detach's fork, and the
-# child's epoll never woke for it: the daemon slept through SIGTERM for good.
+# child's epoll never woke for it: the daemon slept through SIGTERM for good. And the
+# detached daemon holds the root's lock.
 #   detached_exits_on_sigterm.sh CKPTD
 set -uo pipefail
 ckptd=$1
@@ -20,6 +21,12 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 [ -n "$pid" ] || { echo "FAILED: no live daemon pid in $root/.ckptd.*.lock"; exit 1; }
+# The lock came along to the detached child (a fork's child closes its copies of the
+# core's locks, decision 0144, except this one, handed on): nobody else may take it.
+if command -v flock >/dev/null && flock -n "$root"/.ckptd.*.lock true; then
+    echo "FAILED: the detached ckptd (pid $pid) does not hold its lock $root/.ckptd.*.lock"
+    exit 1
+fi
 kill -TERM "$pid"
 # A generous bound, never asserted as a time: the drain has nothing to wait for.
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

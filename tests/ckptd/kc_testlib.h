@@ -17,6 +17,10 @@
 #define KC_MAX_T 8
 #define KC_SEED 7
 
+/* The one job of the tests' saves (ck/client.h): the same in every rank and process of
+ * a test, as a job's id is; the tests of two jobs make theirs with ck_job_id_new. */
+static const ck_job_id kc_job = { .bytes = "kc-tests-one-jb" };
+
 typedef struct kc_env {
     bool connected;
     char root[PATH_MAX];
@@ -345,11 +349,15 @@ static inline uint16_t kc_reply(int fd, char *msg, size_t len)
 }
 
 /* A rank as ckptd sees it, without the client library: connects to sock and sends a
- * raw BEGIN of d with a sealed staging memfd of d->staging_size bytes; with status, a
- * STATUS right behind it, in the same write (the daemon reads both before it answers
- * either). Returns the connection, for the test to read the replies. */
-static inline int kc_raw_begin_then(const char *sock, const ck__decl *d, bool status)
+ * raw BEGIN of d (of the tests' job kc_job where d names none) with a sealed staging
+ * memfd of d->staging_size bytes; with status, a STATUS right behind it, in the same
+ * write (the daemon reads both before it answers either). Returns the connection, for
+ * the test to read the replies. */
+static inline int kc_raw_begin_then(const char *sock, const ck__decl *decl, bool status)
 {
+    ck__decl copy = *decl, *d = &copy;
+    if (!ck__job_set(&d->job))
+        d->job = kc_job;
     ck_err err = { 0 };
     int fd, mfd = memfd_create("raw-begin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     REQUIRE(mfd >= 0 && ftruncate(mfd, (off_t)d->staging_size) == 0 &&

@@ -26,7 +26,8 @@ static int conn(const char *sock)
 static void send_begin(int fd, const char *name, const char *mesh, uint64_t staging)
 {
     ck__decl_tensor t[4];
-    ck__decl d = { .step = 1, .ntensors = 4, .tensors = t, .staging_size = staging };
+    ck__decl d = { .step = 1, .ntensors = 4, .tensors = t, .staging_size = staging,
+                   .job = kc_job };
     snprintf(d.name, sizeof d.name, "%s", name);
     REQUIRE(ck_mesh_parse(mesh, NULL, &d.mesh, NULL) == 0, "mesh %s", mesh);
     d.world = ck_mesh_world(&d.mesh);
@@ -143,7 +144,7 @@ int main(void)
         snprintf(many[i].name, sizeof many[i].name, "w%d", i);
     }
     ck__decl dl = { .name = "toomany", .step = 1, .ntensors = 20, .tensors = many,
-                    .staging_size = 4096 };
+                    .staging_size = 4096, .job = kc_job };
     ck_mesh_parse("1024x1024", NULL, &dl.mesh, NULL);
     dl.world = ck_mesh_world(&dl.mesh);
     int mfd = memfd_create("m", MFD_CLOEXEC | MFD_ALLOW_SEALING);

@@ -37,7 +37,7 @@ static void never_fits(kc_env *e)
     static const kc_tensor nine_mib[] = { { CK_F32, 2, { 2304, 1024 }, "R" } };
     kc_part p = { 0 };
     ck_client_save *sv;
-    REQUIRE(ck_client_begin(e->cl[0], &sv, "huge", 1, &m1, 0, 1, &err) == 0, "begin: %s",
+    REQUIRE(ck_client_begin(e->cl[0], &sv, "huge", 1, &m1, 0, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     kc_declare(sv, &m1, 0, nine_mib, 1, &p, false);
     int rc = ck_client_save_async(sv, &err);
@@ -60,7 +60,7 @@ static void never_fits(kc_env *e)
     static uint8_t blob[9u << 20];
     int async_rc[2];
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e->cl[r], &pv[r], "huge-pair", 2, &m2, r, 2, &err) == 0,
+        REQUIRE(ck_client_begin(e->cl[r], &pv[r], "huge-pair", 2, &m2, r, 2, &kc_job, &err) == 0,
                 "begin: %s", ck_err_msg(&err));
         kc_declare(pv[r], &m2, r, small_pair, 1, &pp[r], false);
         if (r == 1)
@@ -131,9 +131,9 @@ static uint64_t held_and_waiting(kc_env *e)
     holder h = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
     kc_part px = { 0 }, py = { 0 };
     saver_thread x = { 0 }, y = { 0 };
-    REQUIRE(ck_client_begin(e->cl[0], &x.sv, "bp-x", 3, &m1, 0, 1, &err) == 0, "begin: %s",
+    REQUIRE(ck_client_begin(e->cl[0], &x.sv, "bp-x", 3, &m1, 0, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
-    REQUIRE(ck_client_begin(e->cl[1], &y.sv, "bp-y", 4, &m1, 0, 1, &err) == 0, "begin: %s",
+    REQUIRE(ck_client_begin(e->cl[1], &y.sv, "bp-y", 4, &m1, 0, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     kc_declare(x.sv, &m1, 0, six_mib, 1, &px, false);
     kc_declare(y.sv, &m1, 0, six_mib, 1, &py, false);
@@ -207,7 +207,7 @@ static uint64_t back_to_back(kc_env *e)
     kc_part p[2] = { 0 };
     const char *names[2] = { "bb-1", "bb-2" };
     for (int i = 0; i < 2; i++) {
-        REQUIRE(ck_client_begin(e->cl[0], &sv[i], names[i], (uint64_t)(5 + i), &m1, 0, 1,
+        REQUIRE(ck_client_begin(e->cl[0], &sv[i], names[i], (uint64_t)(5 + i), &m1, 0, 1, &kc_job,
                                 &err) == 0, "begin: %s", ck_err_msg(&err));
         kc_declare(sv[i], &m1, 0, six_mib, 1, &p[i], false);
         CHECK(ck_client_save_async(sv[i], &err) == 0, "%s: %s: save_async: %s", mode, names[i],

@@ -54,7 +54,7 @@ static uint64_t run(bool connected)
     ck_client_save *sv[2];
     kc_part parts[2] = { 0 };
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "blobs", 3, &mesh, r, 2, &err) == 0,
+        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "blobs", 3, &mesh, r, 2, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &parts[r], false);
         for (size_t i = 0; i < NB; i++)
@@ -117,7 +117,7 @@ static uint64_t run(bool connected)
 
     /* One name on two ranks: that save fails on both, nothing is visible. */
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "dup", 4, &mesh, r, 2, &err) == 0,
+        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "dup", 4, &mesh, r, 2, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &parts[r], false);
         REQUIRE(ck_client_blob(sv[r], "same", pattern, 10, &err) == 0, "%s: blob: %s", mode,

@@ -81,7 +81,8 @@ static void misuse(ck_client *cl, const ck_mesh *mesh, const char *mode)
 {
     ck_err err = { 0 };
     ck_client_save *sv;
-    REQUIRE(ck_client_begin(cl, &sv, "misuse", 1, mesh, 0, W, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_client_begin(cl, &sv, "misuse", 1, mesh, 0, W, &kc_job,
+                            &err) == 0, "%s", ck_err_msg(&err));
     static const ck_box gap[2] = { B2(0, 6, 0, 7), B2(7, 14, 0, 7) };
     CHECK(ck_client_tensor_boxes(sv, "g", CK_F32, 2, shape0, 2, gap, writers0, &err) < 0 &&
           strstr(ck_err_msg(&err), "g"), "%s: a list with a gap: '%s'", mode, ck_err_msg(&err));
@@ -112,7 +113,8 @@ static void too_big(ck_client *cl, const ck_mesh *mesh)
     REQUIRE(b && w && one, "oom");
     ck_err err = { 0 };
     ck_client_save *sv;
-    REQUIRE(ck_client_begin(cl, &sv, "big", 1, mesh, 0, W, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_client_begin(cl, &sv, "big", 1, mesh, 0, W, &kc_job,
+                            &err) == 0, "%s", ck_err_msg(&err));
     for (uint32_t i = 0; i < N; i++) {
         b[i] = (ck_box){ .ndim = 8, .off = { i }, .len = { 1, 1, 1, 1, 1, 1, 1, 1 } };
         w[i] = 0;
@@ -135,8 +137,8 @@ static void disagree(kc_env *e, const ck_mesh *mesh, const char *mode)
     ck_err err = { 0 };
     ck_client_save *sv0, *sv2;
     rank_src rs0 = { 0 };
-    REQUIRE(ck_client_begin(e->cl[0], &sv0, "disagree", 2, mesh, 0, W, &err) == 0 &&
-            ck_client_begin(e->cl[2], &sv2, "disagree", 2, mesh, 2, W, &err) == 0, "%s",
+    REQUIRE(ck_client_begin(e->cl[0], &sv0, "disagree", 2, mesh, 0, W, &kc_job, &err) == 0 &&
+            ck_client_begin(e->cl[2], &sv2, "disagree", 2, mesh, 2, W, &kc_job, &err) == 0, "%s",
             ck_err_msg(&err));
     declare(sv0, 0, mesh, &rs0);
     REQUIRE(ck_client_save_async(sv0, &err) == 0, "%s: %s", mode, ck_err_msg(&err));
@@ -174,7 +176,8 @@ static uint64_t run(bool connected)
     ck_client_save *sv[W];
     rank_src rs[W] = { 0 };
     for (uint64_t r = 0; r < W; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "boxes", 9, &mesh, r, W, &err) == 0, "%s: %s",
+        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "boxes", 9, &mesh, r, W, &kc_job,
+                                &err) == 0, "%s: %s",
                 mode, ck_err_msg(&err));
         declare(sv[r], r, &mesh, &rs[r]);
         REQUIRE(ck_client_save_async(sv[r], &err) == 0, "%s: rank %llu: save_async: %s", mode,

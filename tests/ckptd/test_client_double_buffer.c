@@ -134,7 +134,7 @@ static uint64_t run(bool connected)
     ck_client_save *sv[3];
     kc_part parts[3] = { 0 };
     for (int i = 0; i < 3; i++) {
-        REQUIRE(ck_client_begin(e.cl[0], &sv[i], names[i], (uint64_t)(30 + i), &mesh, 0, 1,
+        REQUIRE(ck_client_begin(e.cl[0], &sv[i], names[i], (uint64_t)(30 + i), &mesh, 0, 1, &kc_job,
                                 &err) == 0, "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[i], &mesh, 0, tensors, NT, &parts[i], true);
     }

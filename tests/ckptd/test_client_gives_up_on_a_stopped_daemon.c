@@ -21,7 +21,8 @@ static ck_client_save *declare(ck_client *cl, const char *name, kc_part *p)
     ck_mesh mesh = { .ndim = 1, .size = { 1 } };
     ck_client_save *sv;
     ck_err err = { 0 };
-    REQUIRE(ck_client_begin(cl, &sv, name, 1, &mesh, 0, 1, &err) == 0, "begin %s: %s", name,
+    REQUIRE(ck_client_begin(cl, &sv, name, 1, &mesh, 0, 1, &kc_job,
+                            &err) == 0, "begin %s: %s", name,
             ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, 1, p, false);
     return sv;

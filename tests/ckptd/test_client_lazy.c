@@ -57,7 +57,7 @@ static uint64_t run(bool connected)
     /* Sources junked right after the fence: the checkpoint holds the originals. */
     ck_client_save *sv;
     kc_part part = { 0 };
-    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-a", 40, &mesh, 0, 1, &err) == 0,
+    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-a", 40, &mesh, 0, 1, &kc_job, &err) == 0,
             "%s: begin: %s", mode, ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, NT, &part, true);
     REQUIRE(ck_client_save_lazy(sv, &err) == 0, "%s: save_lazy: %s", mode, ck_err_msg(&err));
@@ -77,7 +77,7 @@ static uint64_t run(bool connected)
           "sources as they were at the fence", mode);
 
     /* A failed copy: the fence returns its error, poll says FAILED. */
-    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-b", 41, &mesh, 0, 1, &err) == 0,
+    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-b", 41, &mesh, 0, 1, &kc_job, &err) == 0,
             "%s: begin: %s", mode, ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, 1, &part, true);
     REQUIRE(ck_client_shard_fill(sv, "t0", failing_fill, NULL, &err) == 0, "%s: fill: %s",
@@ -98,7 +98,7 @@ static uint64_t run(bool connected)
 
     /* A call before the fence fences first: poll right after save_lazy sees the part
      * staged (or further), never a copy in progress. */
-    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-c", 42, &mesh, 0, 1, &err) == 0,
+    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-c", 42, &mesh, 0, 1, &kc_job, &err) == 0,
             "%s: begin: %s", mode, ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, NT, &part, true);
     REQUIRE(ck_client_save_lazy(sv, &err) == 0, "%s: save_lazy: %s", mode, ck_err_msg(&err));
@@ -113,7 +113,7 @@ static uint64_t run(bool connected)
     /* Rank 0's commit while the copy runs does not wait for it: the fill blocks until
      * the commit has returned (a commit that waited would never return: the watchdog),
      * and the copier then asks for the commit itself. */
-    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-d", 43, &mesh, 0, 1, &err) == 0,
+    REQUIRE(ck_client_begin(e.cl[0], &sv, "lazy-d", 43, &mesh, 0, 1, &kc_job, &err) == 0,
             "%s: begin: %s", mode, ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, NT, &part, false);
     gated g = { .inner = &part.src[0], .lock = PTHREAD_MUTEX_INITIALIZER,

@@ -39,7 +39,7 @@ static uint64_t run(bool connected)
     ck_client_save *sv[4];
     kc_part parts[4] = { 0 };
     for (uint64_t r = 0; r < 4; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "src", 11, &mesh, r, 4, &err) == 0,
+        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "src", 11, &mesh, r, 4, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &parts[r], true);
         REQUIRE(ck_client_save_async(sv[r], &err) == 0, "%s: rank %llu: save_async: %s", mode,

@@ -60,7 +60,7 @@ static void good_save(kc_env *e, uint64_t *digest)
     kc_part parts[2] = { 0 };
     tracker tr[2] = { 0 };
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e->cl[r], &sv[r], "pw", 21, &mesh, r, 2, &err) == 0,
+        REQUIRE(ck_client_begin(e->cl[r], &sv[r], "pw", 21, &mesh, r, 2, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, good_tensors, 2, &parts[r], false);
         ck_client_state st = (ck_client_state)-1;
@@ -129,7 +129,7 @@ static int failed_save(kc_env *e, const char *name, bool expect_fail)
     kc_part parts[4] = { 0 };
     int async_rc[4], code = 1;
     for (uint64_t r = 0; r < 4; r++) {
-        REQUIRE(ck_client_begin(e->cl[r], &sv[r], name, 22, &mesh, r, 4, &err) == 0,
+        REQUIRE(ck_client_begin(e->cl[r], &sv[r], name, 22, &mesh, r, 4, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, fail_tensors, 2, &parts[r], true);
         memset(&err, 0, sizeof err);

@@ -30,7 +30,7 @@ static int rank_save(ck_client *cl, const char *name, uint64_t rank, uint64_t wo
     ck_client_save *sv;
     kc_part part = { 0 };
     ck_err err = { 0 };
-    REQUIRE(ck_client_begin(cl, &sv, name, 9, &mesh, rank, world, &err) == 0,
+    REQUIRE(ck_client_begin(cl, &sv, name, 9, &mesh, rank, world, &kc_job, &err) == 0,
             "rank %llu: begin: %s", (unsigned long long)rank, ck_err_msg(&err));
     kc_declare(sv, &mesh, rank, ts, NT, &part, false);
     char bn[16];
@@ -106,7 +106,7 @@ static pid_t process(const char *root, const char *name, uint64_t rank, uint64_t
         ck_mesh mesh;
         ck_mesh_parse("3", NULL, &mesh, NULL);
         kc_part part = { 0 };
-        if (ck_client_begin(cl, &sv, name, 9, &mesh, rank, world, &err) < 0)
+        if (ck_client_begin(cl, &sv, name, 9, &mesh, rank, world, &kc_job, &err) < 0)
             _exit(1);
         kc_declare(sv, &mesh, rank, ts, NT, &part, false);
         if (ck_client_save_place(sv, &err) < 0)

@@ -1,6 +1,7 @@
-/* This build's protocol against a peer of protocol 1: a stand-in for an old ckptd accepts the
- * connection, reads the client's HELLO and answers ERROR in a version-1 header, as
- * every old daemon answers a version it does not speak. ck_client_open fails at once
+/* This build's protocol against a peer of the protocol before it (the last ckptd that
+ * matched a save's ranks by name alone, not by job): a stand-in for that old ckptd
+ * accepts the connection, reads the client's HELLO and answers ERROR in its own
+ * version's header, as every old daemon answers a version it does not speak. ck_client_open fails at once
  * with -EPROTONOSUPPORT and a message that names both versions and the socket; it
  * neither hangs nor crashes. (The other direction, an old client against this ckptd,
  * is test_hostile's "version 1" header.) */
@@ -20,9 +21,9 @@ static void old_daemon(int lsock)
     ck__proto_start(&w, CK_MSG_ERROR);
     ck__put_str(&w, "");
     ck__put_u32(&w, (uint32_t)-EPROTONOSUPPORT);
-    ck__put_str(&w, "protocol version 2 (this build speaks 1)");
+    ck__put_str(&w, "the peer speaks another protocol version");
     ck__proto_end(&w);
-    w.p[4] = 1, w.p[5] = 0;                     /* the old daemon's header version */
+    w.p[4] = CK_PROTO_VERSION - 1, w.p[5] = 0;  /* the old daemon's header version */
     if (send(c, w.p, w.len, MSG_NOSIGNAL) != (ssize_t)w.len)
         _exit(1);
     shutdown(c, SHUT_WR);
@@ -52,10 +53,12 @@ int main(void)
     ck_err err = { 0 };
     int rc = ck_client_open(&cl, NULL, &o, &err);
     const char *msg = ck_err_msg(&err);
-    CHECK(rc == -EPROTONOSUPPORT, "ck_client_open against protocol 1 gave %d: %s", rc, msg);
-    char mine[32];
+    CHECK(rc == -EPROTONOSUPPORT, "ck_client_open against protocol %d gave %d: %s",
+          CK_PROTO_VERSION - 1, rc, msg);
+    char mine[32], theirs[32];
     snprintf(mine, sizeof mine, "this build %d", CK_PROTO_VERSION);
-    CHECK(strstr(msg, "version 1") && strstr(msg, mine) && strstr(msg, path),
+    snprintf(theirs, sizeof theirs, "version %d", CK_PROTO_VERSION - 1);
+    CHECK(strstr(msg, theirs) && strstr(msg, mine) && strstr(msg, path),
           "the message does not name both versions and the socket: '%s'", msg);
     int st;
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
@@ -63,7 +66,7 @@ int main(void)
     close(l);
     if (!tl_failures) {
         tl_rmtree(dir);
-        printf("ok: a protocol-1 daemon is refused at HELLO: %s\n", msg);
+        printf("ok: a protocol-%d daemon is refused at HELLO: %s\n", CK_PROTO_VERSION - 1, msg);
     }
     return tl_failures ? 1 : 0;
 }

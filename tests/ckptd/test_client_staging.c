@@ -118,7 +118,7 @@ static void client_round(bool small, hookbook *hooks)
     REQUIRE(ck_mesh_parse("1", NULL, &mesh, NULL) == 0, "mesh");
     ck_client_save *sv;
     kc_part part = { 0 };
-    REQUIRE(ck_client_begin(cl, &sv, "declared", 0, &mesh, 0, 1, &err) == 0, "begin: %s",
+    REQUIRE(ck_client_begin(cl, &sv, "declared", 0, &mesh, 0, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, 2, &part, false);
     REQUIRE(ck_client_save_reserve(sv, true, &err) == 0, "reserve: %s", ck_err_msg(&err));
@@ -136,7 +136,7 @@ static void client_round(bool small, hookbook *hooks)
     for (int i = 0; i < 3; i++) {
         char name[16];
         snprintf(name, sizeof name, "staged-%d", i);
-        REQUIRE(ck_client_begin(cl, &sv, name, (uint64_t)i, &mesh, 0, 1, &err) == 0,
+        REQUIRE(ck_client_begin(cl, &sv, name, (uint64_t)i, &mesh, 0, 1, &kc_job, &err) == 0,
                 "begin: %s", ck_err_msg(&err));
         kc_declare(sv, &mesh, 0, tensors, 2, &part, false);
         REQUIRE(ck_client_save_async(sv, &err) == 0 && ck_client_commit(sv, &err) == 0 &&

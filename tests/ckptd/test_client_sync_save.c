@@ -31,7 +31,8 @@ static void save_sync_durable(kc_env *e, const char *name, uint64_t step, bool m
     ck_client_save *sv[KC_MAX_WORLD];
     for (uint64_t r = 0; r < e->world; r++) {
         kc_part part = { 0 };
-        REQUIRE(ck_client_begin(e->cl[r], &sv[r], name, step, &mesh, r, e->world, &err) == 0,
+        REQUIRE(ck_client_begin(e->cl[r], &sv[r], name, step, &mesh, r, e->world, &kc_job,
+                                &err) == 0,
                 "%s: rank %llu: begin: %s", mode, (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &part, memory);
         REQUIRE(ck_client_save_sync(sv[r], &err) == 0, "%s: %s: rank %llu: save_sync: %s",
@@ -111,7 +112,7 @@ static void given_up_part_never_read(void)
     ck_client_save *sv;
     ck_placement pl[1];
     REQUIRE(ck_placements_parse("R", 1, 2, pl, &err) == 0, "%s", ck_err_msg(&err));
-    REQUIRE(ck_client_begin(cl, &sv, "sync-hang", 1, &mesh, 0, 1, &err) == 0, "begin: %s",
+    REQUIRE(ck_client_begin(cl, &sv, "sync-hang", 1, &mesh, 0, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     REQUIRE(ck_client_tensor(sv, "w", CK_F32, 2, shape, pl, &err) == 0 &&
             ck_client_shard(sv, "w", src, &err) == 0, "declare: %s", ck_err_msg(&err));

@@ -52,7 +52,8 @@ static ck__decl_tensor tensor = { .name = "w", .dtype = CK_F32, .ndim = 1, .shap
 static ck__decl good_decl(void)
 {
     ck__decl d = { .name = "h", .step = 1, .rank = 0, .world = 1, .ntensors = 1,
-                  .tensors = &tensor, .staging_size = 16384 };
+                  .tensors = &tensor, .staging_size = 16384,
+                  .job = { .bytes = "hostile-test-01" } };
     ck_mesh_parse("1", NULL, &d.mesh, NULL);
     return d;
 }
@@ -191,6 +192,9 @@ int main(void)
     b = good_decl();
     b.rank = 3;
     CHECK(begin_refused(d.sock, &b, 16384, true), "rank 3 of world 1 accepted");
+    b = good_decl();
+    b.job = (ck_job_id){ 0 };
+    CHECK(begin_refused(d.sock, &b, 16384, true), "a BEGIN without a job id accepted");
     b = good_decl();
     CHECK(begin_refused(d.sock, &b, 4096, true), "staging smaller than declared accepted");
     CHECK(begin_refused(d.sock, &b, 16384, false), "unsealed staging accepted");

@@ -4,6 +4,9 @@
 #include "ck/client.h"
 #include "kd_testlib.h"
 
+/* The job of the saves here (ck/client.h): one, fixed. */
+static const ck_job_id job = { .bytes = "fixed-job-id-01" };
+
 #define WORLD 4
 #define TENSORS 4
 static const uint64_t shape[2] = { 4096, 4096 };
@@ -19,7 +22,7 @@ static void rank_main(const char *sock, uint64_t rank, int ready)
     if (ck_client_open(&cl, NULL, &(ck_client_opts){ .socket = sock }, &err) < 0)
         goto fail;
     ck_client_save *sv;
-    if (ck_client_begin(cl, &sv, "orphan", 5, &mesh, rank, WORLD, &err) < 0)
+    if (ck_client_begin(cl, &sv, "orphan", 5, &mesh, rank, WORLD, &job, &err) < 0)
         goto fail;
     ck_synth_src src[TENSORS];
     uint32_t coord[1] = { (uint32_t)rank };

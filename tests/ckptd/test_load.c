@@ -27,7 +27,7 @@ static int client(const char *sock, int id, int saves)
         snprintf(name, sizeof name, "c%02d-s%02d", id, k);
         ck_client_save *sv;
         kc_part part = { 0 };
-        if (ck_client_begin(cl, &sv, name, (uint64_t)k, &mesh, 0, 1, &err) < 0) {
+        if (ck_client_begin(cl, &sv, name, (uint64_t)k, &mesh, 0, 1, &kc_job, &err) < 0) {
             fprintf(stderr, "client %d: %s: begin: %s\n", id, name, ck_err_msg(&err));
             return 1;
         }

@@ -25,7 +25,8 @@ static int begin(ck_client *cl, uint64_t rank, kc_part *part, ck_client_save **s
 {
     ck_mesh mesh;
     ck_mesh_parse("3", NULL, &mesh, NULL);
-    REQUIRE(ck_client_begin(cl, sv, NAME, 7, &mesh, rank, 3, err) == 0, "begin rank %llu: %s",
+    REQUIRE(ck_client_begin(cl, sv, NAME, 7, &mesh, rank, 3, &kc_job,
+                            err) == 0, "begin rank %llu: %s",
             (unsigned long long)rank, ck_err_msg(err));
     kc_declare(*sv, &mesh, rank, ts, 1, part, false);
     int r = ck_client_save_async(*sv, err);

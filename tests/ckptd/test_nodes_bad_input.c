@@ -36,7 +36,7 @@ static int save(const char *sock, unsigned nodes, const char *name, uint64_t ran
     ck_client_opts o = { .socket = sock, .nodes = nodes };
     int r = ck_client_open(keep, NULL, &o, err);
     if (r == 0)
-        r = ck_client_begin(*keep, svp, name, 1, &mesh, rank, 2, err);
+        r = ck_client_begin(*keep, svp, name, 1, &mesh, rank, 2, &kc_job, err);
     if (r == 0 && (r = ck_client_tensor(*svp, "w", CK_F32, 1, shape, pl, err)) == 0 &&
         (r = ck_client_shard(*svp, "w", data, err)) == 0)
         r = ck_client_save_async(*svp, err);

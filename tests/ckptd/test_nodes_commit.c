@@ -32,7 +32,7 @@ static void api_blobs(const char *root, kd_proc *a, kd_proc *b)
         ck_client_opts o = { .socket = r < 2 ? a->sock : b->sock, .nodes = 2 };
         REQUIRE(ck_client_open(&cl[r], NULL, &o, &err) == 0, "rank %llu: open: %s",
                 (unsigned long long)r, ck_err_msg(&err));
-        REQUIRE(ck_client_begin(cl[r], &sv[r], "blobs", 3, &mesh, r, 4, &err) == 0,
+        REQUIRE(ck_client_begin(cl[r], &sv[r], "blobs", 3, &mesh, r, 4, &kc_job, &err) == 0,
                 "rank %llu: begin: %s", (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, ts, 2, &part[r], false);
         char name[16], data[16];

@@ -42,7 +42,7 @@ static void run(ck_client *const *cl, const char *name, bool block, ck_err *errs
     ck_client_save *sv[8];
     ck_err err = { 0 };
     for (int r = 7; r >= 0; r--) {
-        REQUIRE(ck_client_begin(cl[r], &sv[r], name, 1, &mesh, (uint64_t)r, 8, &err) == 0,
+        REQUIRE(ck_client_begin(cl[r], &sv[r], name, 1, &mesh, (uint64_t)r, 8, &kc_job, &err) == 0,
                 "rank %d: begin: %s", r, ck_err_msg(&err));
         REQUIRE(ck_client_tensor(sv[r], "w", CK_F32, 1, shape, pl, &err) == 0, "tensor: %s",
                 ck_err_msg(&err));

@@ -20,7 +20,7 @@ int main(void)
     kc_part part[2] = { 0 };
     ck_err err = { 0 };
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "s1", 1, &mesh, r, 2, &err) == 0,
+        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "s1", 1, &mesh, r, 2, &kc_job, &err) == 0,
                 "begin rank %llu: %s", (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, ts, 2, &part[r], false);
     }

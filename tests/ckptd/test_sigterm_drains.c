@@ -26,7 +26,8 @@ static void begin(kc_env *e, save *s, uint64_t rank)
     ck_mesh mesh;
     ck_err err = { 0 };
     ck_mesh_parse("2", NULL, &mesh, NULL);
-    REQUIRE(ck_client_begin(e->cl[rank], &s->sv[rank], s->name, 1, &mesh, rank, 2, &err) == 0,
+    REQUIRE(ck_client_begin(e->cl[rank], &s->sv[rank], s->name, 1, &mesh, rank, 2, &kc_job,
+                            &err) == 0,
             "%s: begin rank %llu: %s", s->name, (unsigned long long)rank, ck_err_msg(&err));
     kc_declare(s->sv[rank], &mesh, rank, ts, 1, &s->part[rank], false);
 }

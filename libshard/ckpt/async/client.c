@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "async/client_int.h"
 #include "ck/load.h"
@@ -257,12 +258,33 @@ void ck_client_close(ck_client *cl)
 
 /* ---- building a save ---- */
 
+int ck_job_id_new(ck_job_id *out, ck_err *err)
+{
+    /* From the kernel's pool: two jobs that start at once on one host (the race this
+     * id is for) must not draw the same id, which a clock and a pid could give. */
+    for (;;) {
+        ssize_t n = getrandom(out->bytes, sizeof out->bytes, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != (ssize_t)sizeof out->bytes)
+            return ck_err_set(err, n < 0 ? -errno : -EIO, "making a job id: getrandom: %s",
+                              n < 0 ? strerror(errno) : "short read");
+        if (ck__job_set(out))       /* all zero is no id: draw again */
+            return 0;
+    }
+}
+
 int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name, uint64_t step,
-                    const ck_mesh *mesh, uint64_t rank, uint64_t world, ck_err *err)
+                    const ck_mesh *mesh, uint64_t rank, uint64_t world, const ck_job_id *job,
+                    ck_err *err)
 {
     int r = ck_name_check("checkpoint", name, err);
     if (r < 0)
         return r;
+    if (!job || !ck__job_set(job))
+        return ck_err_set(err, -EINVAL, "checkpoint %s, rank %llu: no job id (make one with "
+                          "ck_job_id_new on one rank and give it to every rank of the job)",
+                          name, (unsigned long long)rank);
     if (world != ck_mesh_world(mesh) || rank >= world)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of world %llu, but the mesh "
                           "has %llu ranks", name, (unsigned long long)rank,
@@ -278,6 +300,7 @@ int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name, uint6
     sv->d.rank = rank;
     sv->d.world = world;
     sv->d.nodes = cl->nodes;
+    sv->d.job = *job;
     *out = sv;
     return 0;
 }

@@ -69,7 +69,7 @@ static void hub_event(void *arg, const ck__saver_event *ev)
     ck__client_hub *h = arg;
     pthread_mutex_lock(&h->mu);
     for (ck_client_save *sv = h->saves; sv; sv = sv->next) {
-        if (strcmp(sv->d.name, ev->name) != 0)
+        if (strcmp(sv->d.name, ev->name) != 0 || !ck__job_same(&sv->d.job, ev->job))
             continue;
         if (ev->kind == CK_SAVER_DURABLE && sv->d.rank == ev->rank)
             ck__client_set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
@@ -155,18 +155,18 @@ static int emb_join(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 
 static int emb_stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
-    return ck__saver_stage(sv->cl->hub->sv, sv->d.name, sv->d.rank, s->map, err);
+    return ck__saver_stage(sv->cl->hub->sv, sv->d.name, &sv->d.job, sv->d.rank, s->map, err);
 }
 
 static int emb_stage_sources(ck_client_save *sv, const void *blobs, ck_err *err)
 {
-    return ck__saver_stage_sources(sv->cl->hub->sv, sv->d.name, sv->d.rank, sv->direct->src,
-                                   sv->direct->n, blobs, err);
+    return ck__saver_stage_sources(sv->cl->hub->sv, sv->d.name, &sv->d.job, sv->d.rank,
+                                   sv->direct->src, sv->direct->n, blobs, err);
 }
 
 static int emb_commit(ck_client_save *sv, ck_err *err)
 {
-    return ck__saver_commit(sv->cl->hub->sv, sv->d.name, err);
+    return ck__saver_commit(sv->cl->hub->sv, sv->d.name, &sv->d.job, err);
 }
 
 static void emb_close(ck_client *cl)

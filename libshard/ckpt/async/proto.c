@@ -1,8 +1,13 @@
 /* proto.c - encoding and decoding ckptd messages (see proto.h). */
 #include "async/proto.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "format/owner.h"
+
+_Static_assert(CK_JOB_HEX_MAX == 2 * CK_JOB_ID_LEN + 1, "a job id in hex, with its NUL");
 
 void ck__decl_tensor_free(ck__decl_tensor *t)
 {
@@ -65,6 +70,25 @@ void ck__decl_free(ck__decl *d)
     free(d->blobs);
     d->tensors = NULL;
     d->blobs = NULL;
+}
+
+bool ck__job_set(const ck_job_id *job)
+{
+    for (int i = 0; i < CK_JOB_ID_LEN; i++)
+        if (job->bytes[i])
+            return true;
+    return false;
+}
+
+bool ck__job_same(const ck_job_id *a, const ck_job_id *b)
+{
+    return memcmp(a->bytes, b->bytes, CK_JOB_ID_LEN) == 0;
+}
+
+void ck__job_hex(const ck_job_id *job, char *out)
+{
+    for (int i = 0; i < CK_JOB_ID_LEN; i++)
+        snprintf(out + 2 * i, 3, "%02x", job->bytes[i]);
 }
 
 bool ck__decl_blob_bytes(const ck__decl *d, uint64_t *out)
@@ -183,6 +207,7 @@ void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d)
         ck__put_u64(w, d->blobs[i].len);
     }
     ck__put_u32(w, d->nodes);
+    ck__put_bytes(w, d->job.bytes, CK_JOB_ID_LEN);
 }
 
 /* A box list: its count is checked against the limits and against the bytes left
@@ -261,6 +286,9 @@ int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err)
         d->blobs[i].len = ck__get_u64(&r);
     }
     d->nodes = ck__get_u32(&r);
+    const void *job = ck__get_bytes(&r, CK_JOB_ID_LEN);
+    if (job)
+        memcpy(d->job.bytes, job, CK_JOB_ID_LEN);
     if (ck__rbuf_done(&r))
         return 0;
 bad:

@@ -15,10 +15,11 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
+#include "ck/client.h"
 #include "format/enc.h"
 
 #define CK_PROTO_MAGIC   0x31444b43u      /* "CKD1" */
-#define CK_PROTO_VERSION 3
+#define CK_PROTO_VERSION 4
 #define CK_PROTO_HDR     16
 #define CK_PROTO_MAX_MSG (16u << 20)      /* payload bytes */
 #define CK_PROTO_MAX_TENSORS (1u << 18)
@@ -74,7 +75,18 @@ typedef struct ck__decl {
     /* The daemons that serve the save's ranks, one per node (docs/FORMAT.md, "Saves
      * served by several daemons"); 0 and 1 both mean one daemon serves every rank. */
     uint32_t nodes;
+    /* The job whose save this is (ck/client.h): with the name, what ranks must share to
+     * be parts of one save. */
+    ck_job_id job;
 } ck__decl;
+
+/* Whether job is a job id at all (not all zero). */
+bool ck__job_set(const ck_job_id *job);
+/* Whether a and b are one job. */
+bool ck__job_same(const ck_job_id *a, const ck_job_id *b);
+/* The job id in lowercase hex (CK_JOB_HEX_MAX bytes with the NUL), as the meeting's
+ * plan and a save's lock name it. */
+void ck__job_hex(const ck_job_id *job, char *out);
 
 void ck__decl_free(ck__decl *d);
 /* A deep copy of a tensor's declaration (its box list too), and its release. */
@@ -104,6 +116,7 @@ int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err);
 /* A status row: one save in flight. */
 typedef struct ck__proto_ckpt {
     char name[CK_NAME_MAX];
+    ck_job_id job;                 /* the daemon's own: not on the wire */
     uint64_t world, joined, staged, durable;
     uint64_t bytes_staged, bytes_written;
     uint64_t bytes_per_s;

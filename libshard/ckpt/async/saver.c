@@ -14,7 +14,7 @@
 
 #include <sys/stat.h>
 
-#include "ck/catalog.h"
+#include "io/rootfs.h"
 #include "save/part.h"
 
 static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
@@ -304,6 +304,8 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
     if (!c)
         return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
     snprintf(c->name, sizeof c->name, "%s", d->name);
+    c->job = d->job;
+    ck__job_hex(&d->job, c->job_hex);
     c->state = C_PLANNING;
     c->step = d->step;
     c->world = d->world;
@@ -324,12 +326,16 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
         r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for %llu ranks",
                        d->name, (unsigned long long)d->world);
     /* A member learns of rank 0's refusal only through the meeting, later: a name that
-     * is committed already is refused here and now, as rank 0's engine refuses it. */
-    char who[8];
-    if (r == 0 && c->role == R_UNKNOWN &&
-        ck_name_probe(sv->root, d->name, who, sizeof who, err) == CK_NAME_COMMITTED)
+     * is taken already is refused here and now, as rank 0's engine refuses it (under
+     * the root, never through a link; and without a look at the name's lock, which
+     * would take it for an instant, just when rank 0's engine may be taking it). */
+    struct stat st;
+    int rootfd = r == 0 && c->role == R_UNKNOWN ? ck__root_open(sv->root, NULL) : -1;
+    if (rootfd >= 0 && ck__statat(rootfd, d->name, &st) == 0)
         r = ck_err_set(err, -EEXIST, "checkpoint %s: %s: a checkpoint named %s already exists",
                        d->name, sv->root, d->name);
+    if (rootfd >= 0)
+        close(rootfd);
     for (uint32_t i = 0; r == 0 && i < d->ntensors; i++)
         if (ck__decl_tensor_copy(&c->tensors[i], &d->tensors[i]) < 0)
             r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
@@ -341,6 +347,8 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
                         .cb_arg = sv->o.arg };
     if (r == 0)
         r = ck_save_begin(&c->s, sv->root, d->name, d->step, &d->mesh, &so, err);
+    if (r == 0)
+        ck__save_job(c->s, c->job_hex);
     for (uint32_t i = 0; r == 0 && i < d->ntensors; i++) {
         const ck__decl_tensor *t = &d->tensors[i];
         r = t->pl[0].kind == CK_BOXES
@@ -387,12 +395,16 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
         return ck_err_set(err, -EINVAL, "checkpoint %s: declared for %u daemons, but this "
                           "engine serves one node only (run ckptd on each node)", d->name,
                           d->nodes);
+    if (!ck__job_set(&d->job))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares no job id (all "
+                          "zero; ck_job_id_new makes one)", d->name,
+                          (unsigned long long)d->rank);
     pthread_mutex_lock(&sv->mu);
     int r = 0;
     sv_ckpt *c;
     /* A plan in the making, or a failed save still being taken apart (a retry must
      * find it reported): wait for either to settle. */
-    while ((c = ck__sv_find(sv, d->name)) &&
+    while ((c = ck__sv_find(sv, d->name, &d->job)) &&
            (c->state == C_PLANNING || (c->state == C_FAILED && !c->fail_reported)))
         pthread_cond_wait(&sv->idle, &sv->mu);
     if (c && c->state == C_FAILED && c->fail_reported && c->parts[d->rank].state != P_NONE) {
@@ -464,13 +476,13 @@ out:
 
 /* A rank's part handed over: its image (staging, the blobs after it) or its sources
  * (src, with the blobs apart). */
-static int stage_part(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
-                      const ck__shard_src *src, uint32_t nsrc, const void *blobs,
-                      ck_err *err)
+static int stage_part(ck__saver *sv, const char *name, const ck_job_id *job, uint64_t rank,
+                      const void *staging, const ck__shard_src *src, uint32_t nsrc,
+                      const void *blobs, ck_err *err)
 {
     pthread_mutex_lock(&sv->mu);
     int r = 0;
-    sv_ckpt *c = ck__sv_find(sv, name);
+    sv_ckpt *c = ck__sv_find(sv, name, job);
     if (!c || c->state != C_COLLECTING || rank >= c->world || c->parts[rank].state != P_JOINED) {
         r = c && c->state == C_FAILED
             ? ck_err_set(err, c->fail_code, "checkpoint %s failed: %s", name, c->fail_msg)
@@ -517,24 +529,24 @@ out:
     return r;
 }
 
-int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
-                    ck_err *err)
+int ck__saver_stage(ck__saver *sv, const char *name, const ck_job_id *job, uint64_t rank,
+                    const void *staging, ck_err *err)
 {
-    return stage_part(sv, name, rank, staging, NULL, 0, NULL, err);
+    return stage_part(sv, name, job, rank, staging, NULL, 0, NULL, err);
 }
 
-int ck__saver_stage_sources(ck__saver *sv, const char *name, uint64_t rank,
-                            const ck__shard_src *src, uint32_t nsrc, const void *blobs,
-                            ck_err *err)
+int ck__saver_stage_sources(ck__saver *sv, const char *name, const ck_job_id *job,
+                            uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
+                            const void *blobs, ck_err *err)
 {
-    return stage_part(sv, name, rank, NULL, src, nsrc, blobs, err);
+    return stage_part(sv, name, job, rank, NULL, src, nsrc, blobs, err);
 }
 
-int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err)
+int ck__saver_commit(ck__saver *sv, const char *name, const ck_job_id *job, ck_err *err)
 {
     pthread_mutex_lock(&sv->mu);
     int r = 0;
-    sv_ckpt *c = ck__sv_find(sv, name);
+    sv_ckpt *c = ck__sv_find(sv, name, job);
     if (!c)
         r = ck_err_set(err, -ENOENT, "checkpoint %s: commit asked for a save that is not in "
                        "flight", name);
@@ -548,10 +560,11 @@ int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err)
     return r;
 }
 
-void ck__saver_abandon(ck__saver *sv, const char *name, const char *why)
+void ck__saver_abandon(ck__saver *sv, const char *name, const ck_job_id *job,
+                       const char *why)
 {
     pthread_mutex_lock(&sv->mu);
-    sv_ckpt *c = ck__sv_find(sv, name);
+    sv_ckpt *c = ck__sv_find(sv, name, job);
     if (c)
         ck__sv_fail(sv, c, -ECANCELED, why);
     pthread_mutex_unlock(&sv->mu);
@@ -570,10 +583,10 @@ unsigned ck__saver_abandon_waiting(ck__saver *sv, const char *why)
     return n;
 }
 
-void ck__saver_forget(ck__saver *sv, const char *name)
+void ck__saver_forget(ck__saver *sv, const char *name, const ck_job_id *job)
 {
     pthread_mutex_lock(&sv->mu);
-    sv_ckpt *c = ck__sv_find(sv, name);
+    sv_ckpt *c = ck__sv_find(sv, name, job);
     if (c && c->state == C_FAILED && c->fail_reported && !c->writes) {
         ck__sv_unlink(sv, c);
         ck__sv_free_parts(c, true);
@@ -581,10 +594,10 @@ void ck__saver_forget(ck__saver *sv, const char *name)
     pthread_mutex_unlock(&sv->mu);
 }
 
-bool ck__saver_committable(ck__saver *sv, const char *name)
+bool ck__saver_committable(ck__saver *sv, const char *name, const ck_job_id *job)
 {
     pthread_mutex_lock(&sv->mu);
-    sv_ckpt *c = ck__sv_find(sv, name);
+    sv_ckpt *c = ck__sv_find(sv, name, job);
     bool ok = c && committable(c);
     pthread_mutex_unlock(&sv->mu);
     return ok;
@@ -608,6 +621,7 @@ int ck__saver_status(ck__saver *sv, ck__proto_ckpt **out, uint32_t *n)
             continue;
         ck__proto_ckpt *row = &rows[k++];
         snprintf(row->name, sizeof row->name, "%s", c->name);
+        row->job = c->job;
         row->world = c->world;
         row->joined = c->joined;
         row->staged = c->staged;

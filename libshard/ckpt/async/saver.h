@@ -16,6 +16,10 @@
  * FAILED is delivered only after every write of the save has stopped, so staging
  * areas can be released when it arrives; a part's area can be released at its DURABLE.
  *
+ * A save is its name and its job (ck__decl.job): the parts of two jobs that save one
+ * name are two saves, whatever order they come in, and never meet; the one that does
+ * not get the name's lock (or finds the other's meeting) fails, naming the other job.
+ *
  * A save whose ranks are served by several daemons (ck__decl.nodes > 1) is one such
  * machine per daemon, meeting through files (save/meet.h): the daemon that serves
  * rank 0 coordinates (it makes the pending directory, adopts the others' part records
@@ -46,6 +50,7 @@ typedef enum ck__saver_ev_kind {
 typedef struct ck__saver_event {
     ck__saver_ev_kind kind;
     const char *name;
+    const ck_job_id *job;
     uint64_t rank;          /* DURABLE */
     int code;               /* FAILED: -errno */
     const char *msg;        /* FAILED */
@@ -88,37 +93,39 @@ int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err);
  * instead (see there) and returns false: whatever its events reach must stay too. */
 bool ck__saver_free(ck__saver *sv);
 
-/* Registers rank d->rank's part: begins the save on the first part of a name, checks
- * that later parts declare the same step, mesh and tensors. *image_bytes: the size of
- * the rank's file image (its staging area holds it, then the blobs). */
+/* Registers rank d->rank's part: begins the save on the first part of a name and job,
+ * checks that later parts declare the same step, mesh and tensors. *image_bytes: the
+ * size of the rank's file image (its staging area holds it, then the blobs). The calls
+ * below name a save by its name and job. */
 int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_err *err);
 /* The rank's staging area is filled: image (image_bytes, 4 KiB aligned) then the blob
  * bytes. It must stay valid until the part's DURABLE or the save's FAILED event. */
-int ck__saver_stage(ck__saver *sv, const char *name, uint64_t rank, const void *staging,
-                   ck_err *err);
+int ck__saver_stage(ck__saver *sv, const char *name, const ck_job_id *job, uint64_t rank,
+                    const void *staging, ck_err *err);
 /* The rank's part given by its sources instead of a staging area (an embedded
  * client's synchronous save): src holds one source per plan shard (nsrc; those the
  * rank writes are read, by the writer's threads, while earlier blocks are written, so
  * the copy overlaps the writes), blobs the part's blob bytes back to back (copied
  * before it returns). The sources must stay readable until the part's DURABLE or the
  * save's FAILED event; fills among them may run on several threads at once. */
-int ck__saver_stage_sources(ck__saver *sv, const char *name, uint64_t rank,
-                            const ck__shard_src *src, uint32_t nsrc, const void *blobs,
-                            ck_err *err);
+int ck__saver_stage_sources(ck__saver *sv, const char *name, const ck_job_id *job,
+                            uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
+                            const void *blobs, ck_err *err);
 /* Rank 0's request: commit as soon as every part is durable. */
-int ck__saver_commit(ck__saver *sv, const char *name, ck_err *err);
+int ck__saver_commit(ck__saver *sv, const char *name, const ck_job_id *job, ck_err *err);
 /* Gives up a save that cannot complete (its ranks went away); why goes to FAILED. */
-void ck__saver_abandon(ck__saver *sv, const char *name, const char *why);
+void ck__saver_abandon(ck__saver *sv, const char *name, const ck_job_id *job,
+                       const char *why);
 /* Gives up every save that still waits for a part or for the commit request (a
  * shutdown's drain timeout); returns how many. Saves that can finish go on. */
 unsigned ck__saver_abandon_waiting(ck__saver *sv, const char *why);
 /* Forgets a failed save, so that a BEGIN of its name starts a new one: for when no
  * late rank of the failed attempt can come any more (ckptd: none of its clients is
  * still connected). A save of that name that is not a reported failure is left alone. */
-void ck__saver_forget(ck__saver *sv, const char *name);
+void ck__saver_forget(ck__saver *sv, const char *name, const ck_job_id *job);
 /* Whether every part of the save is staged and its commit was asked for: from then
  * on it completes without any client. */
-bool ck__saver_committable(ck__saver *sv, const char *name);
+bool ck__saver_committable(ck__saver *sv, const char *name, const ck_job_id *job);
 /* Saves not finished yet (collecting or committing). */
 unsigned ck__saver_active(ck__saver *sv);
 

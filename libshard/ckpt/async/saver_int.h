@@ -74,6 +74,8 @@ typedef struct grave {
 typedef struct sv_ckpt {
     struct sv_ckpt *next;
     char name[CK_NAME_MAX];
+    ck_job_id job;                 /* with the name, what makes the save this one */
+    char job_hex[CK_JOB_HEX_MAX];
     int state;
     uint64_t step, world;
     ck_mesh mesh;
@@ -100,6 +102,8 @@ typedef struct sv_ckpt {
     uint32_t seq;                  /* member: part files written */
     peer *peers;
     unsigned npeers;
+    char (*stale)[CK_TOKEN_MAX];   /* member: meetings of other jobs found to be debris */
+    unsigned nstale;
     double deadline;               /* the part timeout */
     double next_watch;             /* when to read the peers' heartbeats next */
     bool heard;                    /* the failure came from the meeting: not announced */
@@ -143,8 +147,8 @@ double ck__sv_now(void);
 void ck__sv_log(ck__saver *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Tells the engine's user (opts.event) of c's news; rank for DURABLE. */
 void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64_t rank);
-/* The save of name in flight (or failed and remembered), or NULL. */
-sv_ckpt *ck__sv_find(ck__saver *sv, const char *name);
+/* The save of name and job in flight (or failed and remembered), or NULL. */
+sv_ckpt *ck__sv_find(ck__saver *sv, const char *name, const ck_job_id *job);
 /* Whether c is still in the engine's list (looked up by address). */
 bool ck__sv_listed(const ck__saver *sv, const sv_ckpt *c);
 /* Frees c's parts (all: c itself too). */

@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sys/stat.h>
 
 #include "async/saver_int.h"
 #include "ck/catalog.h"
+#include "io/rootfs.h"
 #include "save/part.h"
 
 typedef struct scan {
@@ -205,23 +207,102 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
     ck__sv_maybe_commit(sv, c);
 }
 
-/* A member without a meeting yet looks for the one the daemon of rank 0 opened. */
+/* lstat of rel beneath the root, never through a link (io/rootfs.h): 0 or -errno. */
+static int root_stat(const ck__saver *sv, const char *rel, struct stat *st)
+{
+    int rootfd = ck__root_open(sv->root, NULL);
+    if (rootfd < 0)
+        return rootfd;
+    int r = rel ? ck__statat(rootfd, rel, st) : -EINVAL;
+    close(rootfd);
+    return r;
+}
+
+/* What a member's look for its meeting found: its own job's meeting, or else the first
+ * open meeting of another job not known to be debris. */
+typedef struct found {
+    const sv_ckpt *c;
+    bool other;
+    char token[CK_TOKEN_MAX], other_token[CK_TOKEN_MAX];
+    ck__meet_plan plan, other_plan;
+} found;
+
+static bool is_stale(const sv_ckpt *c, const char *token)
+{
+    for (unsigned i = 0; i < c->nstale; i++)
+        if (!strcmp(c->stale[i], token))
+            return true;
+    return false;
+}
+
+static int on_open(void *arg, const char *token, const ck__meet_plan *plan)
+{
+    found *f = arg;
+    if (!strcmp(plan->job, f->c->job_hex)) {
+        f->plan = *plan;
+        snprintf(f->token, sizeof f->token, "%s", token);
+        return 1;
+    }
+    if (!f->other && !is_stale(f->c, token)) {
+        f->other = true;
+        f->other_plan = *plan;
+        snprintf(f->other_token, sizeof f->other_token, "%s", token);
+    }
+    return 0;
+}
+
+/* Whether the open meeting of another job found for c's name is that job's live save:
+ * the name's save lock is held, and its holder's record names that job (format/owner.h).
+ * Otherwise the meeting is debris (its owner died, or it committed and has not removed
+ * the meeting yet, or the name is another writer's now): noted, so that the lock is
+ * looked at once per such meeting (a look takes the lock shared for an instant). */
+static bool other_job_saves(ck__saver *sv, sv_ckpt *c, const found *f)
+{
+    char rel[PATH_MAX], who[CK_LOCK_WHO_MAX], job[CK_JOB_HEX_MAX];
+    int held = -EINVAL;
+    int rootfd = ck__root_open(sv->root, NULL);
+    if (rootfd >= 0 && ck__save_lock_rel(c->name, rel, NULL) == 0)
+        held = ck__lock_held(rootfd, rel, who, sizeof who);
+    if (rootfd >= 0)
+        close(rootfd);
+    if (held == 1 && ck__lock_job(who, job) && !strcmp(job, f->other_plan.job))
+        return true;
+    char (*n)[CK_TOKEN_MAX] = realloc(c->stale, (c->nstale + 1) * sizeof *n);
+    if (n) {
+        c->stale = n;
+        snprintf(n[c->nstale++], CK_TOKEN_MAX, "%s", f->other_token);
+    }
+    return false;
+}
+
+/* A member without a meeting yet looks for the one the daemon of rank 0 of its job
+ * opened. A meeting of another job is never joined: while that job saves the name,
+ * this job's rank 0 cannot (the other holds the name's lock), so this save fails at
+ * once, and nothing of it reaches the other's meeting or directory. */
 static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
 {
-    ck__meet_plan plan;
+    found f = { .c = c };
     ck_err err = { 0 };
     char msg[CK_ERR_MSG_MAX + 256];
-    int r = ck__meet_find(sv->root, c->name, c->token, &plan, &err);
-    char final[PATH_MAX + CK_NAME_MAX];
-    snprintf(final, sizeof final, "%s/%s", sv->root, c->name);
+    int r = ck__meet_each_open(sv->root, c->name, on_open, &f, &err);
+    ck__meet_plan plan = f.plan;
     struct stat st;
+    if (r == 0 && f.other && other_job_saves(sv, c, &f)) {
+        snprintf(msg, sizeof msg, "checkpoint %s is being saved by another job (job %s, "
+                 "coordinator %s); this job's save of it fails", c->name, f.other_plan.job,
+                 f.other_plan.coord);
+        ck__sv_fail(sv, c, -EBUSY, msg);
+        return;
+    }
     /* The one refusal of rank 0 that leaves a trace here: no meeting will come. */
-    if (r == 0 && stat(final, &st) == 0) {
+    if (r == 0 && root_stat(sv, c->name, &st) == 0) {
         snprintf(msg, sizeof msg, "checkpoint %s: %s: a checkpoint named %s already exists",
                  c->name, sv->root, c->name);
         ck__sv_fail(sv, c, -EEXIST, msg);
         return;
     }
+    if (r > 0)
+        snprintf(c->token, sizeof c->token, "%s", f.token);
     /* The meeting of a coordinator that died since (another instance beats now) is
      * debris its recovery is about to remove, not the save to join. */
     uint64_t inst, cnt;
@@ -245,10 +326,14 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     uint64_t any = 0;
     while (any + 1 < c->world && c->parts[any].state == P_NONE)
         any++;
-    char pend[PATH_MAX + CK_NAME_MAX + CK_TOKEN_MAX];
-    snprintf(pend, sizeof pend, "%s/%s/%s.%s", sv->root, CK_PENDING, c->name, c->token);
-    if (r > 0 && (r = ck_save_join(c->s, c->token, any, &err)) == 0 && stat(pend, &st) < 0)
-        r = ck_err_set(&err, -errno, "%s: %s", pend, strerror(errno));
+    char pend[PATH_MAX];
+    snprintf(pend, sizeof pend, "%s/%s.%s", CK_PENDING, c->name, c->token);
+    /* The directory's identity, which the commit's rename keeps: reached beneath the
+     * root, never through a link, and a directory. */
+    if (r > 0 && (r = ck_save_join(c->s, c->token, any, &err)) == 0 &&
+        ((r = root_stat(sv, pend, &st)) < 0 || !S_ISDIR(st.st_mode)))
+        r = ck_err_set(&err, r < 0 ? r : -ENOTDIR, "%s/%s: %s", sv->root, pend,
+                       r < 0 ? ck__why(r) : "not a directory");
     if (r >= 0) {
         c->dev = st.st_dev;
         c->ino = st.st_ino;
@@ -339,12 +424,14 @@ static void put_records(ck__saver *sv, sv_ckpt *c)
     }
 }
 
+/* Whether ROOT/NAME is the pending directory this member wrote into (the rename keeps
+ * its inode): a directory reached beneath the root, never a link to it, which anyone
+ * who may write in the root could plant to fake the commit. */
 static bool committed_as(ck__saver *sv, const sv_ckpt *c)
 {
-    char path[PATH_MAX + CK_NAME_MAX];
-    snprintf(path, sizeof path, "%s/%s", sv->root, c->name);
     struct stat st;
-    return stat(path, &st) == 0 && st.st_dev == c->dev && st.st_ino == c->ino;
+    return root_stat(sv, c->name, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == c->dev &&
+           st.st_ino == c->ino;
 }
 
 /* A member: the failure another daemon recorded (its code, its reason in err), or the
@@ -354,7 +441,7 @@ int ck__sv_heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
     scan x = { .sv = sv, .c = c };
     struct stat st;
     int r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
-    if (r < 0 && stat(c->meet, &st) < 0 && !committed_as(sv, c))
+    if (r < 0 && root_stat(sv, ck__rel(sv->root, c->meet), &st) < 0 && !committed_as(sv, c))
         r = ck_err_set(&x.err, -ECANCELED, "engine %s gave it up (its meeting %s is gone)",
                        c->npeers ? c->peers[0].id : "?", c->meet);
     if (r == 0)
@@ -488,6 +575,7 @@ int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
     ck__meet_plan plan = { .step = c->step, .world = c->world, .nodes = c->nodes,
                            .instance = sv->o.instance };
     snprintf(plan.coord, sizeof plan.coord, "%s", sv->o.node_id);
+    snprintf(plan.job, sizeof plan.job, "%s", c->job_hex);
     if (r == 0 && (r = ck__meet_create(sv->root, c->name, c->token, &plan, err)) == 0)
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
     if (r == 0)

@@ -28,15 +28,15 @@ void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64
 {
     if (!sv->o.event)
         return;
-    ck__saver_event ev = { .kind = kind, .name = c->name, .rank = rank, .code = c->fail_code,
-                          .msg = c->fail_msg };
+    ck__saver_event ev = { .kind = kind, .name = c->name, .job = &c->job, .rank = rank,
+                           .code = c->fail_code, .msg = c->fail_msg };
     sv->o.event(sv->o.arg, &ev);
 }
 
-sv_ckpt *ck__sv_find(ck__saver *sv, const char *name)
+sv_ckpt *ck__sv_find(ck__saver *sv, const char *name, const ck_job_id *job)
 {
     for (sv_ckpt *c = sv->list; c; c = c->next)
-        if (!strcmp(c->name, name))
+        if (!strcmp(c->name, name) && ck__job_same(&c->job, job))
             return c;
     return NULL;
 }
@@ -61,6 +61,7 @@ void ck__sv_free_parts(sv_ckpt *c, bool all)
     }
     if (all) {
         free(c->peers);
+        free(c->stale);
         free(c->parts);
         for (uint32_t i = 0; c->tensors && i < c->ntensors; i++)
             ck__decl_tensor_free(&c->tensors[i]);

@@ -27,6 +27,7 @@
 #include "format/owner.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
+#include "model/grow.h"
 
 #define CK_DB_CHECKPOINTS "checkpoints"
 #define CAT_LOCK CK_CATALOG "-lock"
@@ -67,7 +68,7 @@ static void say(void (*log)(void *arg, const char *msg), void *arg, const char *
 /* The writers' lock: bounded, so that nobody holding it for ever stalls a commit. */
 static int lock_catalog(cat *c, ck_err *err)
 {
-    c->lock = ck__openat_reg(c->root, CAT_LOCK, O_RDWR | O_CREAT, 0644);
+    c->lock = ck__lock_open(c->root, CAT_LOCK, O_RDWR | O_CREAT, 0644);
     if (c->lock < 0)
         return ck_err_set(err, c->lock, "%s/%s: %s", c->rootpath, CAT_LOCK, ck__why(c->lock));
     for (int waited = 0; flock(c->lock, LOCK_EX | LOCK_NB) < 0; waited += 10) {
@@ -96,7 +97,7 @@ static int load_catalog(cat *c, ck_err *err)
         return -ENOENT;
     if (fd < 0)
         return ck_err_set(err, fd, "%s: %s", c->path, ck__why(fd));
-    int r = ck__mdb_copy(fd, c->path, !c->write, &c->mem, err);
+    int r = ck__mdb_copy(fd, c->path, "a catalog", CK__CATALOG_MAX, !c->write, &c->mem, err);
     close(fd);
     struct stat st;
     /* An empty file is no catalog (LMDB says ENOENT for it): reads list nothing, a
@@ -136,6 +137,11 @@ static int cat_env(cat *c, ck_err *err)
  * readers see the old file or the new one, whole. */
 static int publish(cat *c, ck_err *err)
 {
+    struct stat st;
+    if (fstat(c->mem, &st) == 0 && (uint64_t)st.st_size > CK__CATALOG_MAX)
+        return ck_err_set(err, -EFBIG, "%s: it would be %lld bytes, more than readers take "
+                          "(%llu): not updated", c->path, (long long)st.st_size,
+                          (unsigned long long)CK__CATALOG_MAX);
     ck__unlinkat(c->root, CAT_TMP, 0);      /* debris of a writer that died */
     int fd = ck__openat(c->root, CAT_TMP, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0)
@@ -189,8 +195,7 @@ static void cat_close(cat *c, bool commit, int *r, ck_err *err)
         mdb_env_close(c->env);
     if (c->mem >= 0)
         close(c->mem);
-    if (c->lock >= 0)
-        close(c->lock);
+    ck__lock_close(c->lock);
     if (c->root >= 0)
         close(c->root);
     if (c->write)
@@ -301,6 +306,72 @@ static int decode_entry(const char *path, const MDB_val *k, const MDB_val *v, ck
     return 0;
 }
 
+/* Whether ROOT/name is a committed checkpoint: a directory (not a link) holding a
+ * manifest. A manifest that is a link or a FIFO still marks it committed, so that
+ * opening it reports the checkpoint as bad rather than hiding it. */
+static bool committed_at(int rootfd, const char *name)
+{
+    char rel[CK_NAME_MAX + sizeof CK_MANIFEST + 1];
+    struct stat st;
+    snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST);
+    return ck__statat(rootfd, rel, &st) == 0;
+}
+
+/* The catalog's entries (c open for reading) in name order into *out (malloc'd). With
+ * view, a listing: keys that are no checkpoint name are counted in view->bad_names and
+ * neither decoded nor kept, and entries whose checkpoint is not committed beneath the
+ * root go to view->gone. The arrays grow as records come: a count in the file is not
+ * trusted. */
+static int read_entries(cat *c, ck_cat_entry **out, size_t *n, ck_cat_view *view,
+                        ck_err *err)
+{
+    ck_cat_entry *arr = NULL;
+    size_t cap = 0, cap_gone = 0, i = 0;
+    MDB_cursor *cur = NULL;
+    int r = 0, rc = mdb_cursor_open(c->txn, c->dbi, &cur);
+    MDB_val k, v;
+    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        char name[CK_NAME_MAX] = "";
+        if (view) {
+            /* A planted key ("../../etc/passwd", a newline, a NUL inside) is no
+             * checkpoint: never shown, whatever its record holds. */
+            bool ok = k.mv_size > 0 && k.mv_size < CK_NAME_MAX &&
+                      !memchr(k.mv_data, '\0', k.mv_size);
+            if (ok) {
+                memcpy(name, k.mv_data, k.mv_size);
+                name[k.mv_size] = '\0';
+                ok = ck__name_check_read("checkpoint", name, NULL) == 0;
+            }
+            if (!ok) {
+                view->bad_names++;
+                continue;
+            }
+        }
+        bool gone = view && !committed_at(c->root, name);
+        ck_cat_entry **to = gone ? &view->gone : &arr;
+        size_t *at = gone ? &view->n_gone : &i;
+        if (ck__grow(to, gone ? &cap_gone : &cap, *at + 1, sizeof **to) < 0) {
+            r = ck_err_set(err, -ENOMEM, "%s: out of memory listing it", c->path);
+            break;
+        }
+        if ((r = decode_entry(c->path, &k, &v, &(*to)[*at], err)) < 0)
+            break;
+        (*at)++;
+    }
+    if (r == 0 && rc != MDB_NOTFOUND && rc != MDB_SUCCESS)
+        r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", c->path, mdb_strerror(rc));
+    if (cur)
+        mdb_cursor_close(cur);
+    if (r < 0) {
+        free(arr);
+        return r;
+    }
+    *out = arr;
+    *n = i;
+    return 0;
+}
+
 int ck_catalog_list(const char *root, ck_cat_entry **out, size_t *n, ck_err *err)
 {
     *out = NULL;
@@ -311,35 +382,32 @@ int ck_catalog_list(const char *root, ck_cat_entry **out, size_t *n, ck_err *err
         return 0;
     if (r < 0)
         return r;
-    MDB_stat ms;
-    mdb_stat(c.txn, c.dbi, &ms);
-    ck_cat_entry *arr = calloc(ms.ms_entries ? ms.ms_entries : 1, sizeof *arr);
-    if (!arr) {
-        r = -ENOMEM;
-        cat_close(&c, false, &r, err);
-        return r;
-    }
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(c.txn, c.dbi, &cur);
-    size_t i = 0;
-    MDB_val k, v;
-    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS && i < ms.ms_entries;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if ((r = decode_entry(c.path, &k, &v, &arr[i], err)) < 0)
-            break;
-        i++;
-    }
-    if (r == 0 && rc != MDB_NOTFOUND && rc != MDB_SUCCESS)
-        r = ck_err_set(err, ck__mdb_err(rc), "%s: %s", c.path, mdb_strerror(rc));
-    mdb_cursor_close(cur);
+    r = read_entries(&c, out, n, NULL, err);
     cat_close(&c, false, &r, err);
-    if (r < 0) {
-        free(arr);
+    return r;
+}
+
+int ck_catalog_view(const char *root, ck_cat_view *out, ck_err *err)
+{
+    memset(out, 0, sizeof *out);
+    cat c;
+    int r = cat_open(&c, root, false, err);
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0)
         return r;
-    }
-    *out = arr;
-    *n = i;
-    return 0;
+    r = read_entries(&c, &out->entries, &out->n, out, err);
+    cat_close(&c, false, &r, err);
+    if (r < 0)
+        ck_cat_view_free(out);
+    return r;
+}
+
+void ck_cat_view_free(ck_cat_view *v)
+{
+    free(v->entries);
+    free(v->gone);
+    memset(v, 0, sizeof *v);
 }
 
 /* ---- what the directories hold ---- */
@@ -367,17 +435,6 @@ static bool is_lock(const char *name)
 {
     size_t n = strlen(name), k = strlen(CK_LOCK_SUFFIX);
     return n > k && !strcmp(name + n - k, CK_LOCK_SUFFIX);
-}
-
-/* Whether ROOT/name is a committed checkpoint: a directory (not a link) holding a
- * manifest. A manifest that is a link or a FIFO still marks it committed, so that
- * opening it reports the checkpoint as bad rather than hiding it. */
-static bool committed_at(int rootfd, const char *name)
-{
-    char rel[CK_NAME_MAX + sizeof CK_MANIFEST + 1];
-    struct stat st;
-    snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST);
-    return ck__statat(rootfd, rel, &st) == 0;
 }
 
 /* Reads the names in the directory fd (taken over): push(name) for each that keep()

@@ -55,6 +55,7 @@ int ck__mdb_err(int rc)
 enum {
     MDB_PAGEHDR = 16,
     META_MAGIC = MDB_PAGEHDR + 0,       /* u32 0xBEEFC0DE */
+    META_VERSION = MDB_PAGEHDR + 4,     /* u32 MDB_DATA_VERSION, 1 */
     META_PSIZE = MDB_PAGEHDR + 24,      /* mm_dbs[FREE_DBI].md_pad holds the page size */
     META_LAST_PG = MDB_PAGEHDR + 120,   /* size_t mm_last_pg */
     META_TXNID = MDB_PAGEHDR + 128,     /* size_t mm_txnid */
@@ -69,70 +70,137 @@ static uint64_t rd_le(const uint8_t *p, int n)
     return v;
 }
 
-int ck__mdb_precheck(int fd, const char *path, ck_err *err)
+/* The bytes in use of the LMDB file open as fd, size bytes long, as its newest meta
+ * page says ((mm_last_pg + 1) pages): both meta pages read with pread and checked
+ * (magic, version, a page size LMDB can have, the same in both), nothing else read.
+ * -EBADMSG, naming path, for anything else. */
+static int mdb_used(int fd, uint64_t size, const char *path, uint64_t *used, ck_err *err)
 {
-    struct stat st;
     uint8_t meta[2][META_END];
-    if (fstat(fd, &st) < 0)
-        return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
-    if (st.st_size < 2 * 512 || pread(fd, meta[0], META_END, 0) != META_END ||
+    if (size < 2 * 512 || pread(fd, meta[0], META_END, 0) != META_END ||
         rd_le(meta[0] + META_MAGIC, 4) != 0xBEEFC0DEu)
-        return ck_err_set(err, -EBADMSG, "%s: not an LMDB file (%lld bytes, no LMDB meta page)",
-                          path, (long long)st.st_size);
+        return ck_err_set(err, -EBADMSG, "%s: not an LMDB file (%llu bytes, no LMDB meta page)",
+                          path, (unsigned long long)size);
     uint64_t psize = rd_le(meta[0] + META_PSIZE, 4);
-    if (psize < 512 || psize > 65536 || (psize & (psize - 1)) ||
-        (uint64_t)st.st_size < 2 * psize || pread(fd, meta[1], META_END, (off_t)psize) != META_END)
+    if (psize < 512 || psize > 65536 || (psize & (psize - 1)) || size < 2 * psize ||
+        pread(fd, meta[1], META_END, (off_t)psize) != META_END ||
+        rd_le(meta[1] + META_MAGIC, 4) != 0xBEEFC0DEu || rd_le(meta[1] + META_PSIZE, 4) != psize)
         return ck_err_set(err, -EBADMSG, "%s: truncated or corrupt LMDB file (page size %llu, "
-                          "%lld bytes)", path, (unsigned long long)psize, (long long)st.st_size);
-    /* The newest meta page names the last page in use: all of it must be there. */
+                          "%llu bytes)", path, (unsigned long long)psize,
+                          (unsigned long long)size);
+    for (int m = 0; m < 2; m++)
+        if (rd_le(meta[m] + META_VERSION, 4) != 1)
+            return ck_err_set(err, -EBADMSG, "%s: LMDB data version %llu in meta page %d; this "
+                              "build reads version 1", path,
+                              (unsigned long long)rd_le(meta[m] + META_VERSION, 4), m);
     int m = rd_le(meta[1] + META_TXNID, 8) > rd_le(meta[0] + META_TXNID, 8) ? 1 : 0;
     uint64_t last = rd_le(meta[m] + META_LAST_PG, 8);
-    if (last > (uint64_t)st.st_size / psize || (last + 1) * psize > (uint64_t)st.st_size)
-        return ck_err_set(err, -EBADMSG, "%s: truncated: its meta page uses %llu pages of %llu "
-                          "bytes, the file has %lld bytes", path, (unsigned long long)(last + 1),
-                          (unsigned long long)psize, (long long)st.st_size);
+    /* Pages 0 and 1 are the meta pages themselves; 2^48 pages is beyond any file. */
+    if (last < 1 || last >= (UINT64_C(1) << 48))
+        return ck_err_set(err, -EBADMSG, "%s: corrupt LMDB meta page (last page %llu)", path,
+                          (unsigned long long)last);
+    *used = (last + 1) * psize;
     return 0;
 }
 
-/* Reads fd into the memory map p of len bytes: the bytes read (fewer when the file
- * shrank meanwhile: a short read, never a fault), or -errno. */
-static ssize_t read_into(int fd, uint8_t *p, size_t len)
+/* That the LMDB file open as fd holds all the pages its newest meta page says it uses. */
+static int mdb_precheck(int fd, const char *path, ck_err *err)
 {
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(fd, p + done, len - done, (off_t)done);
+    struct stat st;
+    uint64_t used;
+    if (fstat(fd, &st) < 0)
+        return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    int r = mdb_used(fd, (uint64_t)st.st_size, path, &used, err);
+    if (r == 0 && used > (uint64_t)st.st_size)
+        r = ck_err_set(err, -EBADMSG, "%s: truncated: its meta page uses %llu bytes, the file has "
+                       "%lld", path, (unsigned long long)used, (long long)st.st_size);
+    return r;
+}
+
+/* Reads [off, end) of fd into p + off: the bytes read (fewer when the file was cut
+ * meanwhile: a short read, never a fault), or -errno. */
+static ssize_t read_range(int fd, uint8_t *p, off_t off, off_t end)
+{
+    off_t at = off;
+    while (at < end) {
+        ssize_t n = pread(fd, p + at, (size_t)(end - at), at);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return -errno;
         if (n == 0)
             break;
-        done += (size_t)n;
+        at += n;
     }
-    return (ssize_t)done;
+    return (ssize_t)(at - off);
 }
 
-int ck__mdb_copy(int fd, const char *path, bool seal, int *mem, ck_err *err)
+/* Copies the first len bytes of fd into the map p, only where fd holds data: a hole
+ * (SEEK_HOLE) stays a hole in the copy and costs no memory, so a file made sparse
+ * costs what it holds, not what it claims. The bytes of fd there were (fewer when the
+ * file was cut meanwhile), or -errno. */
+static ssize_t copy_data(int fd, uint8_t *p, size_t len)
+{
+    off_t at = 0, end = (off_t)len;
+    while (at < end) {
+        off_t d = lseek(fd, at, SEEK_DATA), h;
+        if (d < 0 && errno == ENXIO)
+            break;                      /* a hole to the end, or the end itself */
+        if (d < 0) {                    /* a file system without SEEK_DATA: all data */
+            d = at;
+            h = end;
+        } else if ((h = lseek(fd, d, SEEK_HOLE)) < 0) {
+            h = end;
+        }
+        if (d >= end)
+            break;
+        h = h > end ? end : h;
+        ssize_t got = read_range(fd, p, d, h);
+        if (got < 0 || got < h - d)
+            return got < 0 ? got : (ssize_t)(d + got);
+        at = h;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    return (ssize_t)(st.st_size < end ? st.st_size : end);
+}
+
+int ck__mdb_copy(int fd, const char *path, const char *what, uint64_t max, bool seal, int *mem,
+                 ck_err *err)
 {
     *mem = -1;
     struct stat st;
     if (fstat(fd, &st) < 0)
         return ck_err_set(err, -errno, "%s: %s", path, strerror(errno));
-    if (st.st_size < 0 || (uint64_t)st.st_size > SIZE_MAX / 2)
-        return ck_err_set(err, -EFBIG, "%s: %lld bytes", path, (long long)st.st_size);
+    uint64_t size = (uint64_t)st.st_size, used = 0;
+    /* The header first, from the file: nothing is copied or mapped that its meta pages
+     * do not account for. */
+    int r = size ? mdb_used(fd, size, path, &used, err) : 0;
+    if (r < 0)
+        return r;
+    if (used > max)
+        return ck_err_set(err, -EBADMSG, "%s: its LMDB meta page says it uses %llu bytes, more "
+                          "than %s may (%llu; docs/FORMAT.md)", path, (unsigned long long)used,
+                          what, (unsigned long long)max);
+    if (size > used && size - used > (used > (1u << 20) ? used : (1u << 20)))
+        return ck_err_set(err, -EBADMSG, "%s: %llu bytes, but its LMDB meta page says it uses "
+                          "%llu: a file grown far beyond its content is refused", path,
+                          (unsigned long long)size, (unsigned long long)used);
+    /* A file cut short is copied as it is, for mdb_precheck to refuse. */
+    size_t len = (size_t)(used < size ? used : size);
     int m = memfd_create("ck-lmdb", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (m < 0)
         return ck_err_set(err, -errno, "%s: a private copy: memfd_create: %s", path,
                           strerror(errno));
-    size_t len = (size_t)st.st_size;
     ssize_t got = 0;
-    int r = ftruncate(m, (off_t)len) < 0 ? -errno : 0;
+    r = ftruncate(m, (off_t)len) < 0 ? -errno : 0;
     if (r == 0 && len) {
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
         if (p == MAP_FAILED) {
             r = -errno;
         } else {
-            got = read_into(fd, p, len);
+            got = copy_data(fd, p, len);
             munmap(p, len);
             if (got < 0)
                 r = (int)got;
@@ -150,7 +218,8 @@ int ck__mdb_copy(int fd, const char *path, bool seal, int *mem, ck_err *err)
         close(m);
         return ck_err_set(err, r, "%s: sealing its copy: %s", path, strerror(-r));
     }
-    if (got > 0 && (r = ck__mdb_precheck(m, path, err)) < 0) {
+    /* Checked again on the copy: the file may have been cut or changed meanwhile. */
+    if (got > 0 && (r = mdb_precheck(m, path, err)) < 0) {
         close(m);
         return r;
     }
@@ -420,6 +489,13 @@ int ck__manifest_write(ck_engine *e, int dir, const char *rel, const char *path,
         if (rc != MDB_SUCCESS)
             r = ck_err_set(err, ck__mdb_err(rc), "%s: commit: %s", path, mdb_strerror(rc));
     }
+    /* Never a checkpoint no reader would open (ck__mdb_copy's bound). */
+    struct stat st;
+    if (r == 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size > CK__MANIFEST_MAX)
+        r = ck_err_set(err, -EFBIG, "%s: the manifest is %lld bytes, more than readers take "
+                       "(%llu): too many blocks or shards for one checkpoint (a larger "
+                       "--block-size makes fewer)", path, (long long)st.st_size,
+                       (unsigned long long)CK__MANIFEST_MAX);
 out:
     if (mw.txn)
         mdb_txn_abort(mw.txn);

@@ -56,13 +56,24 @@ int ck__get_version(ck__rbuf *r, const char *file, const char *what, ck_err *err
  * on the first access past its end, and one cut short by someone else while it is
  * mapped faults too. So an LMDB file is never mapped where it lies: ck__mdb_copy
  * copies the regular file open as fd into memory of this process (a memfd, *mem;
- * sealed against any change when seal) and checks the copy with ck__mdb_precheck;
- * LMDB then maps the copy (ck__fd_path). path names the file in messages. The copy
- * of an empty file is empty, and not checked. */
-int ck__mdb_copy(int fd, const char *path, bool seal, int *mem, ck_err *err);
-/* That the LMDB file open as fd is at least as long as its newest meta page says.
- * -EBADMSG otherwise. */
-int ck__mdb_precheck(int fd, const char *path, ck_err *err);
+ * sealed against any change when seal), and LMDB then maps the copy (ck__fd_path).
+ *
+ * Its meta pages are read and checked first, from the file (magic, version, page
+ * size), and only the pages they say are in use are copied, and only where the file
+ * holds data: a file that uses more than max bytes (what names its kind in the
+ * message: "a manifest"), or whose size is beyond what it uses by more than that much
+ * again (and 1 MiB), is refused (-EBADMSG) before anything is copied; one cut short,
+ * before or during the copy, is refused after. So memory goes by what the file holds,
+ * never by its size (docs/FORMAT.md, "LMDB files are never mapped where they lie").
+ * path names the file in messages. The copy of an empty file is empty, and not
+ * checked. */
+int ck__mdb_copy(int fd, const char *path, const char *what, uint64_t max, bool seal, int *mem,
+                 ck_err *err);
+/* The most bytes a manifest and a catalog may use: a manifest takes about 60 bytes per
+ * block hash (4 GiB: some 70 million blocks, hundreds of TB at the default 4 MiB), a
+ * catalog about 150 per checkpoint. Writers refuse to make bigger ones. */
+#define CK__MANIFEST_MAX (UINT64_C(4) << 30)
+#define CK__CATALOG_MAX (UINT64_C(64) << 20)
 
 /* Maps an LMDB return code to an errno-style one: corruption is -EBADMSG. */
 int ck__mdb_err(int rc);

@@ -1,5 +1,5 @@
-/* names.c - what a root says about a name or a path (ck_name_probe, ck_path_kind_of;
- * see ck/catalog.h).
+/* names.c - what a root says about a name or a path (ck_name_probe, ck_path_kind_of,
+ * ck_root_make; see ck/catalog.h).
  *
  * So that the layout stays the core's (docs/FORMAT.md, "Directory layout"): the
  * Python layer, the tools and the trainer ask these questions instead of looking
@@ -17,20 +17,11 @@
 #include "format/owner.h"
 #include "io/rootfs.h"
 
-static bool is_file(const char *a, const char *b)
+/* Whether name beneath dir is of type (S_IFREG, S_IFDIR), not a link to one. */
+static bool is_a(int dir, const char *name, mode_t type)
 {
-    char path[PATH_MAX];
     struct stat st;
-    return snprintf(path, sizeof path, "%s/%s", a, b) < (int)sizeof path &&
-           stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static bool is_dir(const char *a, const char *b)
-{
-    char path[PATH_MAX];
-    struct stat st;
-    return snprintf(path, sizeof path, "%s/%s", a, b) < (int)sizeof path &&
-           stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return ck__statat(dir, name, &st) == 0 && (st.st_mode & S_IFMT) == type;
 }
 
 /* Whether ROOT/NAME is a checkpoint: a directory holding a regular manifest, both
@@ -93,9 +84,29 @@ int ck_name_probe(const char *root, const char *name, char *who, size_t len, ck_
 
 ck_path_kind ck_path_kind_of(const char *path)
 {
-    if (is_file(path, CK_MANIFEST))
-        return CK_PATH_CHECKPOINT;
-    if (is_dir(path, CK_PENDING) || is_file(path, CK_CATALOG))
-        return CK_PATH_ROOT;
-    return CK_PATH_OTHER;
+    /* path is the caller's, opened as named (as a root is); what is looked at in it is
+     * reached beneath it, never through a link. */
+    int fd = ck__root_open(path, NULL);
+    if (fd < 0)
+        return CK_PATH_OTHER;
+    ck_path_kind k = CK_PATH_OTHER;
+    if (is_a(fd, CK_MANIFEST, S_IFREG))
+        k = CK_PATH_CHECKPOINT;
+    else if (is_a(fd, CK_PENDING, S_IFDIR) || is_a(fd, CK_CATALOG, S_IFREG))
+        k = CK_PATH_ROOT;
+    close(fd);
+    return k;
+}
+
+int ck_root_make(const char *root, ck_err *err)
+{
+    if (mkdir(root, 0755) < 0 && errno != EEXIST)
+        return ck_err_set(err, -errno, "%s: making the checkpoint root: %s", root,
+                          strerror(errno));
+    /* There already, or made: it must be a directory (EEXIST says nothing of what). */
+    int fd = ck__root_open(root, err);
+    if (fd < 0)
+        return fd;
+    close(fd);
+    return 0;
 }

@@ -283,7 +283,7 @@ static int open_dirfd(int dirfd, const char *dir, ck_ckpt **out, ck_err *err)
             : ck_err_set(err, fd == -ENOENT || fd == -ELOOP || fd == CK_ENOTREG ? -EBADMSG : fd,
                          "%s: %s", mpath, fd == -ENOENT ? "the manifest is missing" : ck__why(fd));
     if (r == 0) {
-        r = ck__mdb_copy(fd, mpath, true, &mem, err);
+        r = ck__mdb_copy(fd, mpath, "a manifest", CK__MANIFEST_MAX, true, &mem, err);
         close(fd);
     }
     if (r == 0 && mem >= 0) {

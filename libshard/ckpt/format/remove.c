@@ -181,7 +181,7 @@ int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err
     if (r < 0 ||
         (r = pending_dir(e, rootfd, root, err)) < 0 ||
         (r = ck__save_lock_rel(name, lock, err)) < 0 ||
-        (r = ck__lock_take(rootfd, root, lock, what, &fd, err)) < 0) {
+        (r = ck__lock_take(rootfd, root, lock, what, NULL, NULL, &fd, err)) < 0) {
         e->ops->close(e, rootfd);
         return ck_err_set(err, r, "removing %s", name);
     }

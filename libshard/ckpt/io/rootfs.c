@@ -207,13 +207,30 @@ int ck__statat(int dir, const char *rel, struct stat *st)
     return r;
 }
 
+int ck__root_refuse(const char *root, int r, ck_err *err)
+{
+    struct stat st;
+    bool link = lstat(root, &st) == 0 && S_ISLNK(st.st_mode);
+    /* A link to nothing is no directory either: the user named a root, not a path to
+     * make (a save would otherwise report that "the file exists"). */
+    if (r != -ENOTDIR && !(r == -ENOENT && link))
+        return ck_err_set(err, r, "%s: the checkpoint root: %s", root, strerror(-r));
+    char what[64];
+    int s = stat(root, &st);
+    if (s == 0 && !S_ISDIR(st.st_mode))
+        snprintf(what, sizeof what, "%s%s", link ? "a symbolic link to " : "",
+                 ck__ftype(st.st_mode));
+    else
+        snprintf(what, sizeof what, "%s", link && s < 0 && errno == ENOENT
+                 ? "a symbolic link to nothing" : "a path through something that is not one");
+    return ck_err_set(err, -ENOTDIR, "%s: the checkpoint root is not a directory (it is %s)",
+                      root, what);
+}
+
 int ck__root_open(const char *root, ck_err *err)
 {
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return ck_err_set(err, -errno, "%s: the checkpoint root: %s", root,
-                          errno == ENOTDIR ? "not a directory" : strerror(errno));
-    return fd;
+    return fd < 0 ? ck__root_refuse(root, -errno, err) : fd;
 }
 
 const char *ck__rel(const char *root, const char *path)
@@ -259,8 +276,5 @@ const char *ck__ftype(mode_t m)
 int ck__root_open_engine(struct ck_engine *e, const char *root, ck_err *err)
 {
     int fd = e->ops->open(e, AT_FDCWD, root, O_RDONLY | O_DIRECTORY, 0);
-    if (fd < 0)
-        return ck_err_set(err, fd, "%s: the checkpoint root: %s", root,
-                          fd == -ENOTDIR ? "not a directory" : strerror(-fd));
-    return fd;
+    return fd < 0 ? ck__root_refuse(root, fd, err) : fd;
 }

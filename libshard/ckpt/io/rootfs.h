@@ -38,8 +38,12 @@
 #define CK_FD_PATH_MAX 32
 
 /* Opens the directory root (links in its path followed: the user named it) for the
- * *at calls below; the caller closes it. fd, or -errno with a message naming root. */
+ * *at calls below; the caller closes it. fd, or -errno with a message naming root:
+ * -ENOTDIR, "the checkpoint root is not a directory (it is a FIFO)", for anything
+ * that is not one, a link to nothing included. */
 int ck__root_open(const char *root, ck_err *err);
+/* The error for a root whose open failed with r (-errno), as ck__root_open words it. */
+int ck__root_refuse(const char *root, int r, ck_err *err);
 
 /* The same through engine e (so that a test engine sees the root the later *at calls
  * name): for the code that changes a root, saves and removals. */

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ck/load.h"
 #include "model/plan.h"
@@ -500,8 +501,8 @@ static int attempt(ck_ckpt *src, const ck_reshard_opts *o, bool force_copy,
      * have none either, as hashing its links would mean reading them. */
     bool hashed = in->hashed || s->next == 0;
     if ((r = s->rootfd = ck__root_open_engine(s->e, o->root, err)) < 0 ||
-        (r = ck__pending_create(s->e, s->rootfd, o->root, o->name, NULL, true, s->pending,
-                                &s->lock, err)) < 0)
+        (r = ck__pending_create(s->e, s->rootfd, o->root, o->name, NULL, true, NULL,
+                                s->pending, &s->lock, err)) < 0)
         goto out;
     if ((r = link_files(s, hashed, err)) < 0 || (r = write_copies(s, hashed, in->block_size, err)) < 0)
         goto out;
@@ -549,10 +550,15 @@ int ck_reshard(ck_ckpt *src, const ck_reshard_opts *o, ck_reshard_stats *st, ck_
         return r;
     if ((r = ck_reshard_check(src, o->mesh, o->pl, err)) < 0)
         return r;
-    char final[PATH_MAX + CK_NAME_MAX];
+    /* Taken already (anything there, a link too: the commit's rename would refuse it):
+     * said before any work; the commit checks again under the name's lock. */
     struct stat sb;
-    snprintf(final, sizeof final, "%s/%s", o->root, o->name);
-    if (lstat(final, &sb) == 0)
+    int rootfd = ck__root_open(o->root, err);
+    if (rootfd < 0)
+        return rootfd;
+    r = ck__statat(rootfd, o->name, &sb);
+    close(rootfd);
+    if (r == 0)
         return ck_err_set(err, -EEXIST, "%s: a checkpoint named %s already exists", o->root,
                           o->name);
     *st = (ck_reshard_stats){ 0 };

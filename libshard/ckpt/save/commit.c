@@ -15,15 +15,23 @@
 #include "io/rootfs.h"
 #include "model/say.h"
 
-static int owner_start(int rootfd, const char *root, const char *name, bool own, int *lock,
-                       ck_err *err)
+static int owner_start(int rootfd, const char *root, const char *name, bool own,
+                       const char *job, int *lock, ck_err *err)
 {
-    char rel[PATH_MAX], what[CK_NAME_MAX + 64];
+    char rel[PATH_MAX], what[CK_NAME_MAX + 64], who[CK_LOCK_WHO_MAX], theirs[CK_JOB_HEX_MAX];
     int r = 0;
     if (own) {
         snprintf(what, sizeof what, "checkpoint %s is being saved by another writer", name);
-        if ((r = ck__save_lock_rel(name, rel, err)) < 0 ||
-            (r = ck__lock_take(rootfd, root, rel, what, lock, err)) < 0)
+        if ((r = ck__save_lock_rel(name, rel, err)) < 0)
+            return r;
+        r = ck__lock_take(rootfd, root, rel, what, job, who, lock, err);
+        /* The holder saves for a job, and not for this one: say so, as the member of this
+         * job that finds its meeting does. */
+        if (r == -EBUSY && job && ck__lock_job(who, theirs) && strcmp(theirs, job))
+            return ck_err_set(err, r, "checkpoint %s is being saved by another job (held by "
+                              "%s, lock %s/%s); this job's save of it fails", name, who, root,
+                              rel);
+        if (r < 0)
             return r;
     }
     /* Checked under the lock: a writer of the same name drops it only after its
@@ -59,13 +67,14 @@ static int pending_dir(ck_engine *e, int rootfd, const char *root, ck_err *err)
 }
 
 int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *name,
-                       const char *token, bool own, char *out, int *lock, ck_err *err)
+                       const char *token, bool own, const char *job, char *out, int *lock,
+                       ck_err *err)
 {
     char rel[PATH_MAX];
     *lock = -1;
     out[0] = '\0';
     int r = pending_dir(e, rootfd, root, err);
-    if (r < 0 || (r = owner_start(rootfd, root, name, own || !token, lock, err)) < 0)
+    if (r < 0 || (r = owner_start(rootfd, root, name, own || !token, job, lock, err)) < 0)
         return r;
     if (token) {
         if (ck_name_check("save token", token, err) < 0)

@@ -18,14 +18,17 @@
 
 /* Creates ROOT/.pending/NAME.TOKEN into out (PATH_MAX bytes). token NULL: this
  * process owns the save: it takes the save's lock first (*lock, held until
- * ck__pending_unlock; -EBUSY while another live writer saves NAME), then a fresh
+ * ck__pending_unlock; -EBUSY while another live writer saves NAME, said as "another
+ * job" where the holder's record names a job other than job), then a fresh
  * random token (12 hex digits, retried on collision). Else the given token (the ranks
  * of one multi-process save share its directory): the process that will commit (own)
  * takes the lock as above, the others leave *lock at -1. -EEXIST when a checkpoint
  * NAME is committed already; -ELOOP or -ENOTDIR when ROOT/.pending or the lock is a
- * link or not what it should be, naming it. */
+ * link or not what it should be, naming it. job: the save's job id in hex, recorded in
+ * the lock (format/owner.h), or NULL (a tool's save, of no job). */
 int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *name,
-                       const char *token, bool own, char *out, int *lock, ck_err *err);
+                       const char *token, bool own, const char *job, char *out, int *lock,
+                       ck_err *err);
 /* Lets go of the save's lock (see format/owner.h): once the directory is committed or
  * removed, or left as debris that recovery may now remove. No-op when *lock < 0. */
 void ck__pending_unlock(int rootfd, const char *name, int *lock);

@@ -15,7 +15,7 @@
 #include "io/hash.h"
 #include "io/rootfs.h"
 
-#define PARTS_MAGIC "CKMEET1\0"
+#define PARTS_MAGIC "CKMEET2\0"
 #define MEET_FILE_MAX (64u << 20)  /* a part file: records of one node's ranks, blobs */
 
 /* The longest name the core makes of a checkpoint's: its meeting, NAME.TOKEN-meet. */
@@ -222,21 +222,27 @@ void ck__meet_remove(const char *root, const char *dir)
 static int plan_text(const ck__meet_plan *p, char *buf, size_t cap)
 {
     return snprintf(buf, cap, "ckptd meeting %d\nstep %" PRIu64 "\nworld %" PRIu64
-                    "\nnodes %u\ncoordinator %s\ninstance %" PRIu64 "\n", CK_MEET_VERSION,
-                    p->step, p->world, p->nodes, p->coord, p->instance);
+                    "\nnodes %u\ncoordinator %s\ninstance %" PRIu64 "\njob %s\n",
+                    CK_MEET_VERSION, p->step, p->world, p->nodes, p->coord, p->instance, p->job);
 }
 
 static int plan_parse(const char *buf, ck__meet_plan *p)
 {
     int version;
     memset(p, 0, sizeof *p);
-    int n = sscanf(buf, "ckptd meeting %d\nstep %" SCNu64 "\nworld %" SCNu64 "\nnodes %u\n"
-                   "coordinator %63s\ninstance %" SCNu64, &version, &p->step, &p->world,
-                   &p->nodes, p->coord, &p->instance);
-    if (n != 6)
+    /* The version first: a plan of another version may have other lines. */
+    if (sscanf(buf, "ckptd meeting %d\n", &version) != 1)
         return -EBADMSG;
     if (version != CK_MEET_VERSION)
         return -EPROTONOSUPPORT;
+    char job[64];
+    int n = sscanf(buf, "ckptd meeting %*d\nstep %" SCNu64 "\nworld %" SCNu64 "\nnodes %u\n"
+                   "coordinator %63s\ninstance %" SCNu64 "\njob %63s", &p->step, &p->world,
+                   &p->nodes, p->coord, &p->instance, job);
+    if (n != 6 || strlen(job) != CK_JOB_HEX_MAX - 1 ||
+        strspn(job, "0123456789abcdef") != CK_JOB_HEX_MAX - 1)
+        return -EBADMSG;
+    memcpy(p->job, job, CK_JOB_HEX_MAX);
     /* Another host wrote it, and the id becomes part of a path (its heartbeat). */
     return ck__node_id_check(p->coord, NULL) < 0 ? -EBADMSG : 0;
 }
@@ -244,7 +250,7 @@ static int plan_parse(const char *buf, ck__meet_plan *p)
 int ck__meet_create(const char *root, const char *name, const char *token,
                     const ck__meet_plan *plan, ck_err *err)
 {
-    char dir[PATH_MAX], buf[256];
+    char dir[PATH_MAX], buf[512];      /* a plan is at most 229 bytes */
     ck__meet_dir(root, name, token, dir);
     int rootfd = ck__root_open(root, err);
     if (rootfd < 0)
@@ -266,10 +272,11 @@ static int any_file(void *arg, const char *file, const uint8_t *buf, size_t len)
     return 1;
 }
 
-int ck__meet_find(const char *root, const char *name, char token[CK_TOKEN_MAX],
-                  ck__meet_plan *plan, ck_err *err)
+int ck__meet_each_open(const char *root, const char *name,
+                       int (*fn)(void *arg, const char *token, const ck__meet_plan *plan),
+                       void *arg, ck_err *err)
 {
-    char pending[PATH_MAX], dir[PATH_MAX + 256], rel[NAME_MAX + 8];
+    char pending[PATH_MAX], dir[PATH_MAX + 256], token[CK_TOKEN_MAX];
     snprintf(pending, sizeof pending, "%s/%s", root, CK_PENDING);
     int rootfd = ck__root_open(root, err);
     if (rootfd < 0)
@@ -299,18 +306,18 @@ int ck__meet_find(const char *root, const char *name, char token[CK_TOKEN_MAX],
         int m = ck__openat(pend, de->d_name, O_RDONLY | O_DIRECTORY, 0);
         uint8_t *buf;
         size_t len;
-        snprintf(rel, sizeof rel, "plan");
-        if (m < 0 || read_all(m, rel, &buf, &len) < 0) {
+        if (m < 0 || read_all(m, "plan", &buf, &len) < 0) {
             if (m >= 0)
                 close(m);
             continue;           /* not planned yet, or gone, or not a meeting at all */
         }
-        int r = plan_parse((const char *)buf, plan);
+        ck__meet_plan plan;
+        int r = plan_parse((const char *)buf, &plan);
         free(buf);
         /* A meeting that failed is an earlier attempt of the name, not ours. */
         if (r == 0 && each_at(m, dir, "failed.", any_file, NULL, NULL) == 0) {
-            snprintf(token, CK_TOKEN_MAX, "%.*s", (int)(n - k - 1 - ks), de->d_name + k + 1);
-            found = 1;
+            snprintf(token, sizeof token, "%.*s", (int)(n - k - 1 - ks), de->d_name + k + 1);
+            found = fn(arg, token, &plan);
         }
         close(m);
     }

@@ -1,12 +1,13 @@
 /* save/meet.h - the meeting of the daemons that share one save (private; the files
- * are docs/FORMAT.md, "Saves served by several daemons", meeting version 1).
+ * are docs/FORMAT.md, "Saves served by several daemons", meeting version 2).
  *
  * Daemons of several nodes write one save into one pending directory and meet only
  * through the shared file system, never through a network service of their own:
  *
  *   ROOT/.ckptd.ID.beat                  each daemon's heartbeat: instance and counter
  *   ROOT/.pending/NAME.TOKEN-meet/       the meeting of the save .pending/NAME.TOKEN
- *     plan                               by the coordinator (the daemon of rank 0)
+ *     plan                               by the coordinator (the daemon of rank 0),
+ *                                        naming the job whose save it is
  *     join.ID                            a daemon taking part, with its instance
  *     part.ID.SEQ                        part records of durable ranks, and their blobs
  *     failed.ID                          why daemon ID gave the save up
@@ -25,9 +26,10 @@
 #include <stdint.h>
 
 #include "ck/save.h"
+#include "format/owner.h"
 #include "save/commit.h"
 
-#define CK_MEET_VERSION 1
+#define CK_MEET_VERSION 2
 #define CK_NODE_ID_MAX 64          /* a daemon id with its NUL: [A-Za-z0-9._-] */
 #define CK_MEET_SUFFIX "-meet"
 
@@ -39,6 +41,8 @@ typedef struct ck__meet_plan {
     uint32_t nodes;
     char coord[CK_NODE_ID_MAX];    /* the coordinating daemon */
     uint64_t instance;             /* its instance (its heartbeat's) */
+    char job[CK_JOB_HEX_MAX];      /* the job whose save it is, in hex: a member of
+                                    * another job never joins it */
 } ck__meet_plan;
 
 /* ROOT/.pending/NAME.TOKEN-meet into out (PATH_MAX bytes). */
@@ -46,10 +50,12 @@ void ck__meet_dir(const char *root, const char *name, const char *token, char *o
 /* The coordinator, holding the save's lock: makes the meeting and its plan. */
 int ck__meet_create(const char *root, const char *name, const char *token,
                     const ck__meet_plan *plan, ck_err *err);
-/* A member: the open meeting of NAME (a plan, no failed.* record), 1 with its token and
- * plan, 0 when there is none yet. */
-int ck__meet_find(const char *root, const char *name, char token[CK_TOKEN_MAX],
-                  ck__meet_plan *plan, ck_err *err);
+/* A member: calls fn for each open meeting of NAME (a plan of this version, no failed.*
+ * record), whatever its job, with its token and plan, until fn returns nonzero, which
+ * it returns; 0 when fn never did (or there is no meeting yet). */
+int ck__meet_each_open(const char *root, const char *name,
+                       int (*fn)(void *arg, const char *token, const ck__meet_plan *plan),
+                       void *arg, ck_err *err);
 
 /* A meeting's directory is dir, a path under ROOT (root); it is reached beneath ROOT
  * and its files by name in it, no link followed (io/rootfs.h), and only regular files

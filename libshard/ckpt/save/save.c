@@ -26,6 +26,7 @@
 
 #include "ck/catalog.h"
 #include "model/plan.h"
+#include "format/owner.h"
 #include "save/commit.h"
 #include "save/image.h"
 #include "save/part.h"
@@ -64,6 +65,7 @@ struct ck_save {
     int rootfd;                    /* the root, held open (through the engine) */
     char pending[PATH_MAX];        /* set once created */
     int lock;                      /* the save's lock while this process owns it, or -1 */
+    char job[CK_JOB_HEX_MAX];      /* the job saving it, in hex (ck__save_job); "": none */
     /* Set by ck_save_share or ck_save_join (a save shared by several engines): */
     bool shared;                   /* other processes write into pending too */
     bool *adopted;                 /* per rank: its part record was adopted */
@@ -480,8 +482,8 @@ static int prepare_at(ck_save *s, const char *token, bool own, ck_err *err)
     if (s->prepared)
         return 0;
     s->block = s->o.block_size ? s->o.block_size : CK_BLOCK_SIZE_DEFAULT;
-    int r = ck__pending_create(s->e, s->rootfd, s->root, s->name, token, own, s->pending,
-                               &s->lock, err);
+    int r = ck__pending_create(s->e, s->rootfd, s->root, s->name, token, own,
+                               s->job[0] ? s->job : NULL, s->pending, &s->lock, err);
     if (r == 0)
         r = build_layout(s);
     /* The pool hashes, and fills blocks in parallel even when nothing is hashed. */
@@ -491,6 +493,11 @@ static int prepare_at(ck_save *s, const char *token, bool own, ck_err *err)
         ck_err_set(err, r, "checkpoint %s: out of memory laying out the files", s->name);
     s->prepared = r == 0;
     return r;
+}
+
+void ck__save_job(ck_save *s, const char *job)
+{
+    snprintf(s->job, sizeof s->job, "%s", job);
 }
 
 int ck_save_prepare(ck_save *s, ck_err *err)

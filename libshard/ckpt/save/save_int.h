@@ -15,6 +15,12 @@
 #include "save/image.h"
 #include "save/commit.h"
 
+/* The job whose save s is (its id in hex, CK_JOB_HEX_MAX bytes; async/saver.c's saves
+ * all have one): recorded in the save's lock when this process takes it, so that a
+ * writer of another job that finds the lock held says whose it is (format/owner.h).
+ * Before ck_save_prepare, share or join. */
+void ck__save_job(ck_save *s, const char *job);
+
 /* ---- writing rank by rank (the saver's way, async/saver.c) ----
  * After every tensor is declared, ck_save_prepare fixes the layout and creates the
  * pending directory. Each rank's data file is then an image in memory of

@@ -30,8 +30,27 @@ typedef struct ck_cat_entry {
 int ck_catalog_put(const char *root, const ck_info *info, ck_err *err);
 /* Removes a name (no error when absent). */
 int ck_catalog_del(const char *root, const char *name, ck_err *err);
-/* All entries in name order (malloc'd). A root without a catalog lists nothing. */
+/* The catalog's entries as it holds them, in name order (malloc'd): derived state, which
+ * may lag the directories (a checkpoint removed by hand stays listed until a rebuild)
+ * and, in a catalog someone planted, hold keys that are no checkpoint name. For what to
+ * show, use ck_catalog_view. A root without a catalog lists nothing. */
 int ck_catalog_list(const char *root, ck_cat_entry **out, size_t *n, ck_err *err);
+
+/* What a listing of ROOT shows (ckpt-inspect ROOT): the catalog's entries whose name is
+ * a checkpoint name (ck_name_check's rules, up to 255 bytes) and whose checkpoint is
+ * committed on disk (ROOT/NAME a directory holding a manifest, looked up beneath the
+ * root, never through a link), in name order; and what it left out. Read-only: nothing
+ * is reconciled (a rebuild, ckpt-inspect --rebuild-catalog or a ckptd's start, drops
+ * both kinds of entry). */
+typedef struct ck_cat_view {
+    ck_cat_entry *entries;     /* shown */
+    size_t n;
+    ck_cat_entry *gone;        /* listed, but not on disk: removed by hand, or a crash */
+    size_t n_gone;
+    size_t bad_names;          /* keys that are no checkpoint name: counted, never shown */
+} ck_cat_view;
+int ck_catalog_view(const char *root, ck_cat_view *out, ck_err *err);
+void ck_cat_view_free(ck_cat_view *v);
 
 /* What the directories of ROOT hold: committed checkpoint names and the leftovers of
  * incomplete saves under .pending/ (malloc'd arrays of malloc'd strings). */
@@ -90,6 +109,14 @@ typedef enum ck_name_state {
 /* Read-only, and safe beside live writers. Returns a ck_name_state or -errno (-EINVAL
  * for a name that is no checkpoint name). */
 int ck_name_probe(const char *root, const char *name, char *who, size_t len, ck_err *err);
+
+/* Makes the checkpoint root ROOT if it is missing (not its parents), as a job's first
+ * save does. 0 when ROOT is a directory now; -ENOTDIR, "ROOT: the checkpoint root is not
+ * a directory (it is a FIFO)", when it is anything else: a regular file, a FIFO, a link
+ * to nothing or to a file. Every entry point that may make a root (saves, the tools,
+ * the Python writer) goes through it; those that only read a root refuse the same way
+ * when they open it. */
+int ck_root_make(const char *root, ck_err *err);
 
 /* What a path is: a committed checkpoint (it holds a manifest), a checkpoint root
  * (it holds a catalog or saves' leftovers), or neither. Never fails. */

@@ -8,8 +8,11 @@
  *
  *   ck_client *cl;
  *   ck_client_open(&cl, "/ckpt", NULL, &err);         // embedded unless CKPTD_SOCKET
+ *   ck_job_id job;                                     // once per job: rank 0 makes it,
+ *   if (rank == 0) ck_job_id_new(&job, &err);          // the job's own collective
+ *   MPI_Bcast(&job, sizeof job, MPI_BYTE, 0, comm);    // gives it to every rank
  *   ck_client_save *sv;
- *   ck_client_begin(cl, &sv, "step-00001200", 1200, &mesh, rank, world, &err);
+ *   ck_client_begin(cl, &sv, "step-00001200", 1200, &mesh, rank, world, &job, &err);
  *   ck_client_tensor(sv, "layers.0.w", CK_BF16, 2, shape, pl, &err);  // every rank, same order
  *   ck_client_shard(sv, "layers.0.w", local_bytes, &err);            // this rank's box
  *   ck_client_blob(sv, "rng.rank3", state, len, &err);
@@ -114,9 +117,28 @@ void ck_client_close(ck_client *cl);
 bool ck_client_connected(const ck_client *cl);
 const char *ck_client_root(const ck_client *cl);
 
-/* Starts this rank's part of checkpoint name. world must be the mesh's rank count. */
+/* A job's identity: 16 random bytes that every rank of one job passes to every
+ * ck_client_begin of its saves. The engines match a save's ranks by its name and its
+ * job (docs/FORMAT.md, "Job identity"): the ranks of two jobs that save the same name
+ * into one root are never put in one save, whatever the order they arrive in; the
+ * second job's save fails ("checkpoint NAME is being saved by another job ..."), and
+ * the first goes on. Made once per job, on one rank (ck_job_id_new: getrandom), and
+ * given to the others over the collective the job already has (MPI_Bcast of its bytes,
+ * torch.distributed's broadcast): the engines cannot make it themselves, since the
+ * ranks of a job have nothing else in common that another job could not share. All
+ * zero is no job id (refused). */
+#define CK_JOB_ID_LEN 16
+typedef struct ck_job_id {
+    uint8_t bytes[CK_JOB_ID_LEN];
+} ck_job_id;
+
+int ck_job_id_new(ck_job_id *out, ck_err *err);
+
+/* Starts this rank's part of checkpoint name for job (the same on every rank of the
+ * save). world must be the mesh's rank count. */
 int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name, uint64_t step,
-                    const ck_mesh *mesh, uint64_t rank, uint64_t world, ck_err *err);
+                    const ck_mesh *mesh, uint64_t rank, uint64_t world, const ck_job_id *job,
+                    ck_err *err);
 /* Records without SHA-256 block hashes (benchmarks). Every rank must agree. */
 void ck_client_no_hash(ck_client_save *sv);
 /* Declares a tensor; every rank declares the same tensors in the same order. */

@@ -40,6 +40,7 @@ struct sh_checkpoint {
     uint64_t rank, world;
     sh_adamw *optim;               /* its step fences lazy saves */
     ck_client *cl;                 /* ckptd, or this process's embedded engine */
+    ck_job_id job;                 /* rank 0's, given to every rank: every save's job */
     ck_client_save *sv;            /* this rank's part of the save in flight */
     bool agreed;                   /* every rank staged it, commit asked */
     char name[CK_NAME_MAX];        /* the save in flight; "" when none */
@@ -96,13 +97,17 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     int rc = 0;
     if (strlen(o->root) >= PATH_MAX)
         rc = ck_err_set(err, -ENAMETOOLONG, "checkpoint root %s: path too long", o->root);
-    /* Rank 0 makes the root; broadcasting the outcome also keeps the other ranks from
-     * looking for it before it exists. */
+    /* Rank 0 makes the root and the job's id (ck/client.h: the engines put only the
+     * ranks of one job in one save); broadcasting both also keeps the other ranks from
+     * looking for the root before it exists. */
     const char *env = getenv("CKPTD_SOCKET");
     bool connected = o->daemon || (env && *env);
-    int64_t made = 0;
-    if (!rc && c->rank == 0 && mkdir(o->root, 0755) && errno != EEXIST)
-        made = -errno;
+    int64_t made = 0, job[1 + CK_JOB_ID_LEN / 8] = { 0 };
+    _Static_assert(CK_JOB_ID_LEN % 8 == 0, "a job id travels as int64s");
+    if (!rc && c->rank == 0)
+        made = ck_root_make(o->root, err);
+    if (!rc && !made && c->rank == 0 && ck_job_id_new(&c->job, err) < 0)
+        made = err->code;
     /* Embedded, no ckptd's start recovers the root: rank 0 does, before any save of this
      * run, so that what dead runs left (their pending saves, their engines' heartbeats)
      * goes. It never touches what live writers own. */
@@ -111,11 +116,17 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
         ck_root_recover(o->root, NULL, NULL, NULL, &rec) < 0)
         fprintf(stderr, "checkpoints: recovering %s: %s (its debris stays)\n", o->root,
                 ck_err_msg(&rec));
+    job[0] = made;
+    memcpy(&job[1], c->job.bytes, CK_JOB_ID_LEN);
     if (!rc)
-        rc = sh_broadcast(sh_world_comm(w), &made, 1, CK_I64, 0, NULL, err);
-    if (!rc && made)
-        rc = ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
-                        strerror((int)-made));
+        rc = sh_broadcast(sh_world_comm(w), job, sizeof job / sizeof job[0], CK_I64, 0, NULL,
+                          err);
+    made = job[0];
+    memcpy(c->job.bytes, &job[1], CK_JOB_ID_LEN);
+    if (!rc && made)     /* rank 0's err says why in full */
+        rc = c->rank == 0 ? (int)made
+                          : ck_err_set(err, (int)made, "checkpoint root %s: %s", o->root,
+                                       strerror((int)-made));
     if (!rc && sh_world_device(w) == SH_CUDA && (rc = sh_stage_cuda_new(&c->stage)))
         rc = ck_err_set(err, rc, "checkpoints on rank %d: no CUDA stream for device copies",
                         sh_world_rank(w));
@@ -316,7 +327,8 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
                    int nblobs, ck_err *err)
 {
     const ck_mesh *mesh = &sd[0]->entry[0].mesh;
-    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->rank, ck_mesh_world(mesh), err);
+    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->rank, ck_mesh_world(mesh),
+                             &c->job, err);
     for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];

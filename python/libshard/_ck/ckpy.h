@@ -75,6 +75,7 @@ extern PyTypeObject ckpy_csave_type;    /* client.c: libshard._ck.ClientSave */
 /* root.c */
 PyObject *ckpy_scan(PyObject *self, PyObject *args);
 PyObject *ckpy_recover(PyObject *self, PyObject *args);
+PyObject *ckpy_root_make(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_name(PyObject *self, PyObject *args);
 PyObject *ckpy_dtypes(PyObject *self, PyObject *args);
 PyObject *ckpy_dtype_convert(PyObject *self, PyObject *args);
@@ -87,6 +88,8 @@ PyObject *ckpy_newest_step(PyObject *self, PyObject *args);
 PyObject *ckpy_prune(PyObject *self, PyObject *args);
 PyObject *ckpy_name_state(PyObject *self, PyObject *args);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
+/* client.c */
+PyObject *ckpy_job_id_new(PyObject *self, PyObject *args);
 
 /* export.c */
 PyObject *ckpy_export_hf(PyObject *self, PyObject *args, PyObject *kw);

@@ -138,16 +138,36 @@ static PyObject *client_root(client_obj *self, void *unused)
     return PyUnicode_FromString(ck_client_root(self->cl));
 }
 
-/* begin(name, step, rank, world, hash=True) -> ClientSave, over a 1-D mesh of world
- * ranks: DCP's box lists name their writers by rank. */
+PyObject *ckpy_job_id_new(PyObject *self, PyObject *args)
+{
+    (void)self, (void)args;
+    ck_job_id job;
+    ck_err err = {0};
+    int rc = ck_job_id_new(&job, &err);
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    return PyBytes_FromStringAndSize((const char *)job.bytes, CK_JOB_ID_LEN);
+}
+
+/* begin(name, step, rank, world, job, hash=True) -> ClientSave, over a 1-D mesh of world
+ * ranks: DCP's box lists name their writers by rank. job: the bytes of job_id_new(),
+ * the same on every rank of the save. */
 static PyObject *client_begin(client_obj *self, PyObject *args)
 {
-    const char *name;
+    const char *name, *jb;
+    Py_ssize_t jlen;
     unsigned long long step, rank, world;
     int hash = 1;
-    if (!PyArg_ParseTuple(args, "sKKK|p", &name, &step, &rank, &world, &hash) ||
+    if (!PyArg_ParseTuple(args, "sKKKy#|p", &name, &step, &rank, &world, &jb, &jlen, &hash) ||
         client_live(self) < 0)
         return NULL;
+    if (jlen != CK_JOB_ID_LEN) {
+        PyErr_Format(PyExc_ValueError, "begin: a job id is %d bytes (job_id_new()), not %zd",
+                     CK_JOB_ID_LEN, jlen);
+        return NULL;
+    }
+    ck_job_id job;
+    memcpy(job.bytes, jb, CK_JOB_ID_LEN);
     ckpy_u64s sizes = {.n = 1, .v = {world}};
     ck_mesh mesh;
     if (ckpy_mesh(&sizes, &mesh) < 0)
@@ -163,7 +183,7 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ck_client_begin(self->cl, &sv->sv, name, step, &mesh, rank, world, &err);
+    rc = ck_client_begin(self->cl, &sv->sv, name, step, &mesh, rank, world, &job, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         sv->sv = NULL;
@@ -199,7 +219,7 @@ static PyMethodDef client_methods[] = {
     {"reserve", (PyCFunction)client_reserve, METH_VARARGS,
      "reserve(bytes, wait=False): staging made (and pinned) ahead of the saves."},
     {"begin", (PyCFunction)client_begin, METH_VARARGS,
-     "begin(name, step, rank, world, hash=True) -> ClientSave"},
+     "begin(name, step, rank, world, job, hash=True) -> ClientSave"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,6 +13,8 @@ static PyMethodDef module_methods[] = {
     {"key_encode", ckpy_key_encode, METH_VARARGS,
      "key_encode(key: str) -> the tensor or blob name on disk (percent escapes)."},
     {"key_decode", ckpy_key_decode, METH_VARARGS, "key_decode(name) -> the key."},
+    {"root_make", ckpy_root_make, METH_VARARGS,
+     "root_make(root): makes the root if missing; raises CkptError unless it is a directory."},
     {"recover", ckpy_recover, METH_VARARGS,
      "recover(root) -> removed: dead writers' debris and heartbeats go (live ones stay)."},
     {"remove", ckpy_remove, METH_VARARGS,
@@ -30,6 +32,8 @@ static PyMethodDef module_methods[] = {
      "path_kind(path) -> 'checkpoint', 'root' or None."},
     {"name_check", ckpy_name_check, METH_VARARGS,
      "name_check(what, name): raises CkptError unless name is a valid name on disk."},
+    {"job_id_new", ckpy_job_id_new, METH_NOARGS,
+     "job_id_new() -> a new job id (bytes): made once per job, shared by its ranks."},
     {"export_hf", (PyCFunction)(void (*)(void))ckpy_export_hf, METH_VARARGS | METH_KEYWORDS,
      "export_hf(root, name, out_dir, prefix=None, key_map=None, rename=None, dtype=None, "
      "max_shard_size=None, mem_limit=None) -> {dir, tensors, files, bytes, sharded, seconds, "

@@ -157,6 +157,23 @@ PyObject *ckpy_remove(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* root_make(root): the root made if missing; anything but a directory there is refused
+ * (ck_root_make). */
+PyObject *ckpy_root_make(PyObject *self, PyObject *args)
+{
+    const char *root;
+    if (!PyArg_ParseTuple(args, "s", &root))
+        return NULL;
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_root_make(root, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    Py_RETURN_NONE;
+}
+
 /* steps(root, prefix) -> [(step, name)]: a run's committed checkpoints (ck/steps.h). */
 PyObject *ckpy_steps(PyObject *self, PyObject *args)
 {
