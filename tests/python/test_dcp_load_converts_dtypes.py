@@ -5,6 +5,8 @@ once per dtype, every key into another dtype each time. The values (0, 0.5, 1, 1
 2, 2.5, 3, 6) are held by every dtype, so every pair converts except complex into
 real, which fails naming the tensor and both dtypes. A load that reinterprets bits
 gives other values, or a size error, for all but the pairs of equal dtypes."""
+import shutil
+
 import torch
 import torch.distributed.checkpoint as dcp
 
@@ -54,6 +56,7 @@ def main():
                 f"{key} loaded into {w.dtype}: {sd[key]} is not its .to(): {w}")
             pairs += 1
     assert pairs + refused == 17 * 17 and refused == 2 * 15, (pairs, refused)
+    shutil.rmtree(root)
     print(f"{pairs} pairs equal to Tensor.to(), {refused} refused by name")
 
 

@@ -6,6 +6,7 @@ and the flipped value comes back. A forked child refuses an inherited Checkpoint
 closes it without waiting for its parent's hash threads."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
@@ -110,6 +111,7 @@ def main():
         raise AssertionError("a forked child hung closing an inherited Checkpoint")
     assert os.waitstatus_to_exitcode(status) == 0, f"forked child: {status}"
     ck.close()
+    shutil.rmtree(root)
     print(f"flipped bit in {file} block {block}: refused by name; verify=False loads it")
 
 
