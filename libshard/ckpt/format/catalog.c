@@ -695,7 +695,7 @@ static bool made_by_save(const char *entry, const char *name)
         return !strcmp(name, "plan") || !strncmp(name, "join.", 5) ||
                !strncmp(name, "part.", 5) || !strncmp(name, "failed.", 7) ||
                (name[0] == '.' && n > 5 && !strcmp(name + n - 4, ".tmp"));
-    if (!strcmp(name, CK_MANIFEST))
+    if (!strcmp(name, CK_MANIFEST) || !strcmp(name, CK_COPY_FILE))
         return true;
     size_t p = !strncmp(name, "rank-", 5) ? 5 : !strncmp(name, "ref-", 4) ? 4 : 0;
     size_t d = p;
@@ -808,26 +808,30 @@ static void drop_stale_locks(int rootfd, int pend)
         closedir(d);
 }
 
-/* The heartbeats (ROOT/.ckptd.ID.beat, save/meet.h) of engines that died: nobody holds
+/* The heartbeats (ROOT/.ckptd.ID.beat, save/meet.h) and peer addresses
+ * (ROOT/.ckptd.ID.peer, ckptd's peer service) of engines that died: nobody holds
  * their lock ROOT/.ckptd.ID.lock (format/owner.h). An embedded engine of a killed
  * process leaves both; its id is never used again (it holds a pid). Beneath rootfd,
- * as every path of recovery: a beat or lock that is a link is left alone. */
-static void drop_dead_beats(int rootfd)
+ * as every path of recovery: a file or lock that is a link is left alone. */
+static void drop_dead_beats(int rootfd, const char *suffix)
 {
-    static const char prefix[] = ".ckptd.", suffix[] = ".beat";
+    static const char prefix[] = ".ckptd.";
     char lock[NAME_MAX + 16], who[256];
+    size_t sl = strlen(suffix);
     int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d && fd >= 0)
         close(fd);
+    /* The duplicate shares rootfd's position, which an earlier walk left at the end. */
+    if (d)
+        rewinddir(d);
     struct dirent *de;
     while (d && (de = readdir(d))) {
         size_t n = strlen(de->d_name);
-        if (n <= sizeof prefix + sizeof suffix - 2 || strncmp(de->d_name, prefix,
-            sizeof prefix - 1) || strcmp(de->d_name + n - (sizeof suffix - 1), suffix) ||
-            de->d_type == DT_LNK)
+        if (n <= sizeof prefix - 1 + sl || strncmp(de->d_name, prefix, sizeof prefix - 1) ||
+            strcmp(de->d_name + n - sl, suffix) || de->d_type == DT_LNK)
             continue;
-        int id_len = (int)(n - (sizeof prefix - 1) - (sizeof suffix - 1));
+        int id_len = (int)(n - (sizeof prefix - 1) - sl);
         snprintf(lock, sizeof lock, "%s%.*s%s", prefix, id_len, de->d_name + sizeof prefix - 1,
                  CK_LOCK_SUFFIX);
         int held;
@@ -875,8 +879,10 @@ int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, co
         *removed = n;
     if (r >= 0 && pend >= 0)
         drop_stale_locks(rootfd, pend);
-    if (r >= 0 && rootfd >= 0)
-        drop_dead_beats(rootfd);
+    if (r >= 0 && rootfd >= 0) {
+        drop_dead_beats(rootfd, ".beat");
+        drop_dead_beats(rootfd, ".peer");
+    }
     if (pend >= 0)
         close(pend);
     if (rootfd >= 0)
