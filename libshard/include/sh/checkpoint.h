@@ -134,7 +134,9 @@ int sh_checkpoint_wait(sh_checkpoint *c, ck_err *err);
 int sh_checkpoint_latest(sh_world *w, const char *root, const char *prefix,
                          char name[CK_NAME_MAX], ck_err *err);
 /* Reads every entry's box (this rank's shard on the current mesh) of the tensor of
- * the same name from ck, whatever mesh ck was saved on. Not collective. */
+ * the same name from ck, whatever mesh ck was saved on, converted into the entry's
+ * dtype when the checkpoint holds another, every block's hash checked (ck/load.h).
+ * Not collective. */
 int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *err);
 
 #endif

@@ -1,30 +1,38 @@
 /* ckpt.c - libshard._ck.Checkpoint: a committed checkpoint opened for reading.
  *
- * Wraps ck_open (ck/ckpt.h) and the box reader (ck/load.h). The core's handles serve
+ * Wraps ck_open (ck/ckpt.h) and the box reader (ck/load.h): reads check every block's
+ * hash unless the object was made with verify=False, and write the dtype the caller
+ * names (by code; 0: the tensor's own), converting values. The core's handles serve
  * one thread at a time, and reads run without the GIL, so each object serializes its
  * calls with a lock of its own. The reader of the last tensor read is kept: DCP asks
- * for the boxes of one tensor after another.
+ * for the boxes of one tensor after another. The handle's hash threads stay in the
+ * process that opened it: a forked child refuses to use it and drops it unclosed, as
+ * it does a Client (docs/decisions/0135).
  */
 #include "ckpy.h"
 
 #include <pythread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ck/load.h"
 
 typedef struct {
     PyObject_HEAD
     ck_ckpt *ck;
-    ck_reader *rd;              /* of tensor rd_name, or NULL */
+    ck_reader *rd;              /* of tensor rd_name into rd_as, or NULL */
     char rd_name[CK_NAME_MAX];
+    int rd_as;
+    pid_t pid;                  /* the process that opened ck (its hash threads) */
     PyThread_type_lock lock;
 } ckpt_obj;
 
 static int ckpt_init(ckpt_obj *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"root", "name", NULL};
+    static char *kwlist[] = {"root", "name", "verify", NULL};
     const char *root, *name;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss", kwlist, &root, &name))
+    int verify = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|p", kwlist, &root, &name, &verify))
         return -1;
     if (self->ck) {
         PyErr_SetString(PyExc_RuntimeError, "Checkpoint is already open");
@@ -43,16 +51,18 @@ static int ckpt_init(ckpt_obj *self, PyObject *args, PyObject *kw)
         ckpy_raise(rc, &err);
         return -1;
     }
+    ck_load_verify(self->ck, verify);
+    self->pid = getpid();
     return 0;
 }
 
 static void ckpt_release(ckpt_obj *self)
 {
-    if (self->rd)
+    if (self->pid == getpid()) {
         ck_reader_close(self->rd);
-    self->rd = NULL;
-    if (self->ck)
         ck_close(self->ck);
+    }
+    self->rd = NULL;
     self->ck = NULL;
 }
 
@@ -66,9 +76,11 @@ static void ckpt_dealloc(ckpt_obj *self)
 
 static int ckpt_open_check(ckpt_obj *self)
 {
-    if (self->ck)
+    if (self->ck && self->pid == getpid())
         return 0;
-    PyErr_SetString(PyExc_ValueError, "Checkpoint is closed");
+    PyErr_SetString(PyExc_ValueError, self->ck ? "the Checkpoint was opened by a parent "
+                    "process (this one was forked from it): open it again here"
+                    : "Checkpoint is closed");
     return -1;
 }
 
@@ -227,16 +239,18 @@ static PyObject *ckpt_blob(ckpt_obj *self, PyObject *args)
     return b;
 }
 
-/* read(tensor, offsets, lengths, address, nbytes): the row-major bytes of the box
- * [offsets, offsets + lengths) of tensor into the caller's memory. */
+/* read(tensor, offsets, lengths, address, nbytes[, dtype]): the row-major elements
+ * of the box [offsets, offsets + lengths) of tensor into the caller's memory, as dtype
+ * (a code; 0: the tensor's own). */
 static PyObject *ckpt_read(ckpt_obj *self, PyObject *args)
 {
     const char *name;
     ckpy_u64s off, len;
     void *dst;
     unsigned long long nbytes;
-    if (!PyArg_ParseTuple(args, "sO&O&O&K", &name, ckpy_u64_tuple, &off, ckpy_u64_tuple, &len,
-                          ckpy_addr, &dst, &nbytes))
+    int as = 0;
+    if (!PyArg_ParseTuple(args, "sO&O&O&K|i", &name, ckpy_u64_tuple, &off, ckpy_u64_tuple,
+                          &len, ckpy_addr, &dst, &nbytes, &as))
         return NULL;
     ck_box box;
     if (ckpy_box(&off, &len, &box) < 0 || ckpt_open_check(self) < 0)
@@ -247,17 +261,19 @@ static PyObject *ckpt_read(ckpt_obj *self, PyObject *args)
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
     if (!self->ck) {
         rc = ck_err_set(&err, -EBADF, "checkpoint closed");
-    } else if (!self->rd || strcmp(self->rd_name, name) != 0) {
+    } else if (!self->rd || strcmp(self->rd_name, name) != 0 || self->rd_as != as) {
         if (self->rd)
             ck_reader_close(self->rd);
         self->rd = NULL;
-        rc = ck_reader_open(self->ck, name, &self->rd, &err);
-        if (rc == 0)
+        rc = ck_reader_open(self->ck, name, (ck_dtype)as, &self->rd, &err);
+        if (rc == 0) {
             snprintf(self->rd_name, sizeof self->rd_name, "%s", name);
+            self->rd_as = as;
+        }
     }
     if (rc == 0) {
         const ck_tensor *t = ck_reader_tensor(self->rd);
-        uint64_t want = ck_box_numel(&box) * ck_dtype_size(t->dtype);
+        uint64_t want = ck_box_numel(&box) * ck_dtype_size(as ? as : (int)t->dtype);
         if (box.ndim != t->ndim)
             rc = ck_err_set(&err, -EINVAL, "tensor %s has %d dims, the box %d", name, t->ndim,
                             box.ndim);
@@ -274,8 +290,8 @@ static PyObject *ckpt_read(ckpt_obj *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* read_many(items): items is a sequence of (tensor, offsets, lengths, address, nbytes);
- * the memory is the caller's, kept alive for the call. */
+/* read_many(items): items is a sequence of (tensor, offsets, lengths, address, nbytes[,
+ * dtype]); the memory is the caller's, kept alive for the call. */
 static PyObject *ckpt_read_many(ckpt_obj *self, PyObject *args)
 {
     PyObject *seq;
@@ -294,14 +310,16 @@ static PyObject *ckpt_read_many(ckpt_obj *self, PyObject *args)
         PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
         ckpy_u64s off, len;
         unsigned long long nbytes;
-        if (!PyArg_ParseTuple(it, "sO&O&O&K", &items[i].tensor, ckpy_u64_tuple, &off,
-                              ckpy_u64_tuple, &len, ckpy_addr, &items[i].dst, &nbytes) ||
+        int as = 0;
+        if (!PyArg_ParseTuple(it, "sO&O&O&K|i", &items[i].tensor, ckpy_u64_tuple, &off,
+                              ckpy_u64_tuple, &len, ckpy_addr, &items[i].dst, &nbytes, &as) ||
             ckpy_box(&off, &len, &items[i].box) < 0) {
             free(items);
             Py_DECREF(fast);
             return NULL;
         }
         items[i].len = nbytes;
+        items[i].dtype = (ck_dtype)as;
     }
     ck_err err = {0};
     int rc;
@@ -328,17 +346,20 @@ static PyMethodDef ckpt_methods[] = {
     {"blob_names", (PyCFunction)ckpt_blob_names, METH_NOARGS, "Blob names in name order."},
     {"blob", (PyCFunction)ckpt_blob, METH_VARARGS, "blob(name) -> bytes."},
     {"read", (PyCFunction)ckpt_read, METH_VARARGS,
-     "read(tensor, offsets, lengths, address, nbytes): a box's row-major bytes into memory."},
+     "read(tensor, offsets, lengths, address, nbytes[, dtype]): a box's row-major "
+     "elements into memory, as dtype (a code; 0: the tensor's own)."},
     {"read_many", (PyCFunction)ckpt_read_many, METH_VARARGS,
-     "read_many([(tensor, offsets, lengths, address, nbytes), ...]): every box, as one "
-     "batch at queue depth (ck_load_many)."},
+     "read_many([(tensor, offsets, lengths, address, nbytes[, dtype]), ...]): every box, "
+     "as one batch at queue depth (ck_load_many)."},
     {NULL, NULL, 0, NULL},
 };
 
 PyTypeObject ckpy_ckpt_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "libshard._ck.Checkpoint",
-    .tp_doc = "Checkpoint(root, name): a committed checkpoint, read-only.",
+    .tp_doc = "Checkpoint(root, name, verify=True): a committed checkpoint, read-only; "
+              "verify=False reads without checking block hashes (raw speed, trusting "
+              "the storage).",
     .tp_basicsize = sizeof(ckpt_obj),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
