@@ -209,7 +209,8 @@ static uint64_t run(bool connected)
         uint32_t idx = (uint32_t)(ts[t].name[1] - '0');
         uint8_t *want = tl_box_bytes(KC_SEED, idx, ts[t].is, b.ndim, ts[t].shape, &b);
         uint8_t *got = malloc(bytes);
-        int rc = ck_client_load_box(e.cl[i % W], "boxes", ts[t].name, &b, got, bytes, &err);
+        int rc = ck_client_load_box(e.cl[i % W], "boxes", ts[t].name, &b, CK_AS_SAVED, got,
+                                    bytes, &err);
         CHECK(rc == 0 && memcmp(want, got, bytes) == 0, "%s: load_box %s: %s", mode,
               ts[t].name, rc ? ck_err_msg(&err) : "bytes differ from the formula");
         free(want);
@@ -217,7 +218,8 @@ static uint64_t run(bool connected)
     }
     ck_box outside = B2(20, 2, 0, 7);
     uint8_t small[64];
-    CHECK(ck_client_load_box(e.cl[0], "boxes", "t0", &outside, small, 56, &err) < 0 &&
+    CHECK(ck_client_load_box(e.cl[0], "boxes", "t0", &outside, CK_AS_SAVED, small, 56,
+                             &err) < 0 &&
           strstr(ck_err_msg(&err), "outside"), "%s: a box outside t0: '%s'", mode,
           ck_err_msg(&err));
     ck_mesh m3;
@@ -229,7 +231,8 @@ static uint64_t run(bool connected)
         ck_shard_box(2, shape1, &m3, s1, &c, &b);
         uint64_t bytes = ck_box_numel(&b) * 2;
         uint8_t *want = tl_box_bytes(KC_SEED, 1, 2, 2, shape1, &b), *got = malloc(bytes);
-        CHECK(ck_client_load(e.cl[r], "boxes", "t1", &m3, s1, r, got, bytes, &err) == 0 &&
+        CHECK(ck_client_load(e.cl[r], "boxes", "t1", &m3, s1, r, CK_AS_SAVED, got, bytes,
+                             &err) == 0 &&
               memcmp(want, got, bytes) == 0, "%s: t1 onto 3 (S(1)) rank %llu: %s", mode,
               (unsigned long long)r, ck_err_msg(&err));
         free(want);

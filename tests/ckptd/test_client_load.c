@@ -77,7 +77,8 @@ static uint64_t run(bool connected)
                 REQUIRE(got, "oom");
                 memset(got, 0xa5, bytes);
                 /* Any rank's client may load any part: load is a read of the root. */
-                int rc = ck_client_load(e.cl[r % 4], "src", tn, &m, pl, r, got, bytes, &err);
+                int rc = ck_client_load(e.cl[r % 4], "src", tn, &m, pl, r, CK_AS_SAVED, got,
+                                        bytes, &err);
                 CHECK(rc == 0, "%s: %s onto %s (%s) rank %llu: %s", mode, tn, targets[k].mesh,
                       targets[k].pl[ts->ndim - 1], (unsigned long long)r, ck_err_msg(&err));
                 CHECK(rc != 0 || memcmp(want, got, bytes) == 0, "%s: %s onto %s (%s) rank "
@@ -121,7 +122,8 @@ static uint64_t run(bool connected)
         memset(buf, 0xa5, sizeof buf);
         memset(&err, 0, sizeof err);
         int rc = ck_client_load(e.cl[0], bads[i].ckpt, bads[i].tensor, &m3,
-                                bads[i].ph ? bad : pl3, bads[i].rank, buf, len, &err);
+                                bads[i].ph ? bad : pl3, bads[i].rank, CK_AS_SAVED, buf, len,
+                                &err);
         const char *msg = ck_err_msg(&err);
         CHECK(rc < 0, "%s: load with %s succeeded", mode, bads[i].why);
         CHECK(rc >= 0 || (msg[0] && (!bads[i].says || strstr(msg, bads[i].says))),

@@ -1130,37 +1130,44 @@ void ck_client_save_free(ck_client_save *sv)
     free(sv);
 }
 
-/* Opens checkpoint name's tensor for one read: fn(rd, arg, err) does it. */
+/* Opens checkpoint name's tensor for one read into dtype q->as: fn(rd, arg, err) does it. */
+typedef struct load_req {
+    const ck_mesh *mesh;
+    const ck_placement *pl;
+    uint64_t rank;
+    const ck_box *box;          /* NULL: rank's part on mesh */
+    ck_dtype as;                /* what dst holds; CK_AS_SAVED: the tensor's dtype */
+    void *dst;
+    size_t dst_len;
+} load_req;
+
 static int with_reader(ck_client *cl, const char *name, const char *tensor,
-                       int (*fn)(ck_reader *rd, const char *name, const void *arg, ck_err *err),
-                       const void *arg, ck_err *err)
+                       int (*fn)(ck_reader *rd, const char *name, const load_req *q,
+                                 ck_err *err),
+                       const load_req *q, ck_err *err)
 {
     ck_ckpt *ck;
     int r = ck_open(cl->root, name, &ck, err);
     if (r < 0)
         return r;
     ck_reader *rd;
-    r = ck_reader_open(ck, tensor, &rd, err);
+    r = ck_reader_open(ck, tensor, q->as, &rd, err);
     if (r == 0) {
-        r = fn(rd, name, arg, err);
+        r = fn(rd, name, q, err);
         ck_reader_close(rd);
     }
     ck_close(ck);
     return r;
 }
 
-typedef struct load_req {
-    const ck_mesh *mesh;
-    const ck_placement *pl;
-    uint64_t rank;
-    const ck_box *box;          /* NULL: rank's part on mesh */
-    void *dst;
-    size_t dst_len;
-} load_req;
-
-static int load_part(ck_reader *rd, const char *name, const void *arg, ck_err *err)
+/* Bytes of an element of what the load writes. */
+static size_t dst_itemsize(const ck_reader *rd, const load_req *q)
 {
-    const load_req *q = arg;
+    return ck_dtype_size(q->as == CK_AS_SAVED ? ck_reader_tensor(rd)->dtype : q->as);
+}
+
+static int load_part(ck_reader *rd, const char *name, const load_req *q, ck_err *err)
+{
     const ck_tensor *t = ck_reader_tensor(rd);
     int r = ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), q->mesh, q->pl,
                             err);
@@ -1173,7 +1180,7 @@ static int load_part(ck_reader *rd, const char *name, const void *arg, ck_err *e
     ck_box box;
     ck_mesh_coord(q->mesh, q->rank, coord);
     ck_shard_box(t->ndim, t->shape, q->mesh, q->pl, coord, &box);
-    uint64_t need = ck_box_numel(&box) * ck_dtype_size(t->dtype);
+    uint64_t need = ck_box_numel(&box) * dst_itemsize(rd, q);
     if (need != q->dst_len)
         return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: rank %llu's part on the "
                           "target mesh is %llu bytes, the buffer %zu", name, t->name,
@@ -1182,16 +1189,16 @@ static int load_part(ck_reader *rd, const char *name, const void *arg, ck_err *e
 }
 
 int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
-                   ck_err *err)
+                   const ck_placement *pl, uint64_t rank, ck_dtype dtype, void *dst,
+                   size_t dst_len, ck_err *err)
 {
-    load_req q = { .mesh = mesh, .pl = pl, .rank = rank, .dst = dst, .dst_len = dst_len };
+    load_req q = { .mesh = mesh, .pl = pl, .rank = rank, .as = dtype, .dst = dst,
+                   .dst_len = dst_len };
     return with_reader(cl, name, tensor, load_part, &q, err);
 }
 
-static int load_box(ck_reader *rd, const char *name, const void *arg, ck_err *err)
+static int load_box(ck_reader *rd, const char *name, const load_req *q, ck_err *err)
 {
-    const load_req *q = arg;
     const ck_tensor *t = ck_reader_tensor(rd);
     const ck_box *box = q->box;
     bool ok = box->ndim == t->ndim;
@@ -1201,7 +1208,7 @@ static int load_box(ck_reader *rd, const char *name, const void *arg, ck_err *er
         return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for lies "
                           "outside its shape or has %d dims (the tensor %d)", name, t->name,
                           box->ndim, t->ndim);
-    uint64_t need = ck_box_numel(box) * ck_dtype_size(t->dtype);
+    uint64_t need = ck_box_numel(box) * dst_itemsize(rd, q);
     if (need != q->dst_len)
         return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for is %llu "
                           "bytes, the buffer %zu", name, t->name, (unsigned long long)need,
@@ -1210,8 +1217,8 @@ static int load_box(ck_reader *rd, const char *name, const void *arg, ck_err *er
 }
 
 int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
-                       void *dst, size_t dst_len, ck_err *err)
+                       ck_dtype dtype, void *dst, size_t dst_len, ck_err *err)
 {
-    load_req q = { .box = box, .dst = dst, .dst_len = dst_len };
+    load_req q = { .box = box, .as = dtype, .dst = dst, .dst_len = dst_len };
     return with_reader(cl, name, tensor, load_box, &q, err);
 }

@@ -358,6 +358,8 @@ void ck_close(ck_ckpt *ck)
         if (ck->dfds[i] >= 0)
             ck->engine->ops->close(ck->engine, ck->dfds[i]);
     }
+    if (ck->vs_free)
+        ck->vs_free(ck->vs);
     if (ck->txn)
         mdb_txn_abort(ck->txn);
     if (ck->env)

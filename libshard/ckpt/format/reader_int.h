@@ -21,6 +21,12 @@ struct ck_ckpt {
     ck_engine *engine;
     int *fds;                    /* data files, buffered, opened on first read */
     int *dfds;                   /* the same with O_DIRECT */
+    /* The loads' (load/rlist.c): whether they check block hashes, and their cache of
+     * checked blocks and hash pool, made on first need; vs_free is NULL when vs is
+     * lent by a ck_readers. */
+    bool no_verify;
+    struct ck__vstate *vs;
+    void (*vs_free)(struct ck__vstate *vs);
     /* Opened through several copies (ck_open_copies, format/copies.c; the helpers in
      * format/copy.c): copies[0] is
      * dirfd's, and data file i is read beneath copies[from[i]], the first that holds

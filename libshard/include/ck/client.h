@@ -289,15 +289,18 @@ int ck_client_restore_fetch(ck_client *cl, ck_ckpt **ck, const ck_load_item *ite
                             ck_err *err);
 
 /* Loads the part of tensor that rank holds on mesh with placements pl (any mesh, any
- * placements: resharding) from checkpoint name into dst, reading exactly the needed
- * byte ranges (ck/load.h). dst_len must be that part's size, ck_box_numel(box) *
- * itemsize bytes; another size is refused (-EINVAL, naming both) before any read. */
+ * placements: resharding) from checkpoint name into dst, as dtype (CK_AS_SAVED: the
+ * tensor's own; another one converts the values, ck/load.h), reading exactly the
+ * needed blocks and checking their hashes (ck/load.h). dst_len must be that part's
+ * size, ck_box_numel(box) * dtype's itemsize bytes; another size is refused (-EINVAL,
+ * naming both) before any read. */
 int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
-                   ck_err *err);
-/* Loads any box of tensor (inside its shape) into dst, dst_len = ck_box_numel(box) *
- * itemsize bytes, whatever layout it was saved with (DCP's read items). */
+                   const ck_placement *pl, uint64_t rank, ck_dtype dtype, void *dst,
+                   size_t dst_len, ck_err *err);
+/* Loads any box of tensor (inside its shape) into dst as dtype, dst_len =
+ * ck_box_numel(box) * dtype's itemsize bytes, whatever layout it was saved with (DCP's
+ * read items). */
 int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
-                       void *dst, size_t dst_len, ck_err *err);
+                       ck_dtype dtype, void *dst, size_t dst_len, ck_err *err);
 
 #endif

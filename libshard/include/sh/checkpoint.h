@@ -145,7 +145,9 @@ int sh_checkpoint_restore(sh_world *w, const char *root, const char *daemon, con
                           const sh_state_dict *const *sd, int nsd, char name[CK_NAME_MAX],
                           ck_ckpt **out, ck_err *err);
 /* Reads every entry's box (this rank's shard on the current mesh) of the tensor of
- * the same name from ck, whatever mesh ck was saved on. Not collective. */
+ * the same name from ck, whatever mesh ck was saved on, converted into the entry's
+ * dtype when the checkpoint holds another, every block's hash checked (ck/load.h).
+ * Not collective. */
 int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *err);
 
 #endif

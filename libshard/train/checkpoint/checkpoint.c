@@ -634,19 +634,20 @@ int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *
     for (size_t i = 0; !rc && i < sd->n; i++) {
         const sh_shard_entry *e = &sd->entry[i];
         ck_reader *rd;
-        rc = ck_reader_open(ck, e->name, &rd, err);
+        /* Into the entry's dtype: a checkpoint of another precision converts. */
+        rc = ck_reader_open(ck, e->name, e->dtype, &rd, err);
         if (rc) {
             ck_err_set(err, rc, "checkpoint %s", ck_get_info(ck)->name);
             break;
         }
         const ck_tensor *t = ck_reader_tensor(rd);
-        bool same = t->dtype == e->dtype && t->ndim == e->ndim;
+        bool same = t->ndim == e->ndim;
         for (int d = 0; same && d < t->ndim; d++)
             same = t->shape[d] == e->shape[d];
         uint64_t n = ck_box_numel(&e->box);
         if (!same)
-            rc = ck_err_set(err, -EINVAL, "checkpoint %s: tensor '%s' has another dtype or "
-                            "shape than the model's (a different configuration?)",
+            rc = ck_err_set(err, -EINVAL, "checkpoint %s: tensor '%s' has another shape than "
+                            "the model's (a different configuration?)",
                             ck_get_info(ck)->name, e->name);
         else if (n)
             rc = read_entry(ck, rd, e, n * ck_dtype_size(e->dtype), &stage, err);
