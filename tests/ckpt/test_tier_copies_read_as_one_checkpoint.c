@@ -5,8 +5,9 @@
  * them needs no other copy. A file no copy holds fails the load that needs it, naming
  * the file and the copies; a copy of another save of the same name is refused,
  * naming both directories; so are no copies at all, or a directory that is no
- * checkpoint. Readers for many threads (ck_readers) and deep verification read
- * through the copies too. */
+ * checkpoint. Every block read through the copies is checked: a flipped byte in the
+ * copy a file is read from fails the load naming the file. Readers for many threads
+ * (ck_readers) and deep verification read through the copies too. */
 #include <fcntl.h>
 
 #include "ck/load.h"
@@ -186,6 +187,24 @@ int main(void)
                                                      .len = { 11, 6 } } };
     CHECK(ck_load_files(ck, it, 1, need, &err) == -EINVAL && strstr(ck_err_msg(&err), "t0"),
           "a box outside the tensor is refused: %s", ck_err_msg(&err));
+    ck_close(ck);
+
+    /* A copy whose file went bad: the load that reads it there fails, naming it. */
+    char bad[PATH_MAX + 8], dbad[PATH_MAX + 16], cmd[3 * PATH_MAX];
+    snprintf(bad, sizeof bad, "%s/X", root);
+    partial(root, bad, (const char *const[]){ "rank-00001.dat" }, 1);
+    snprintf(dbad, sizeof dbad, "%s/src", bad);
+    snprintf(cmd, sizeof cmd, "cp %s/rank-00001.dat %s/r && mv %s/r %s/rank-00001.dat && "
+             "printf '\\377' | dd of=%s/rank-00001.dat bs=1 seek=100 conv=notrunc 2>/dev/null",
+             dbad, dbad, dbad, dbad, dbad);
+    REQUIRE(system(cmd) == 0, "flipping a byte of X's copy");
+    REQUIRE(ck_open_copies((const char *const[]){ dbad, dc }, 2, &ck, &err) == 0, "%s",
+            ck_err_msg(&err));
+    rank_items("4", 1, it, dst);
+    int rc = ck_load_many(ck, it, 1, &err);
+    CHECK(rc == -EBADMSG && strstr(ck_err_msg(&err), "rank-00001.dat"),
+          "a flipped byte in the copy read: %d %s", rc, ck_err_msg(&err));
+    free_items(dst);
     ck_close(ck);
 
     /* Another save of the same name: refused, both named. */
