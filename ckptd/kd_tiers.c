@@ -310,7 +310,8 @@ static int groups_of(const kd_tview *t, const char *what, bool newest, group **o
             g[j].idx = idx;
             g[j].idx[g[j].n++] = i;
         }
-    qsort(g, k, sizeof *g, newest_first);
+    if (k > 1)
+        qsort(g, k, sizeof *g, newest_first);
     *out = g;
     *n = k;
     return 0;
