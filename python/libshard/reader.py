@@ -17,8 +17,14 @@ another dtype than the saved tensor gets the values converted (torch's Tensor.to
 DCP's FileSystemReader casts), never the bits reinterpreted; a conversion torch leaves
 undefined (complex into real, NaN or out of range into an integer) fails naming the
 tensor.
+
+Through ckptd (socket, else $CKPTD_SOCKET, a daemon of this root) the checkpoint is
+opened from the copies its tiers hold nearest this node (a node's local tier, a peer's
+replica, the durable root), and read_data first has the daemon bring the data files the
+rank's boxes touch to this node (ck/client.h, ck_client_restore_*).
 """
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -31,7 +37,7 @@ from torch.distributed.checkpoint.planner import LoadItemType
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from . import _ck, names, newest
+from . import _ck, engine, names, newest
 from .torchio import addr, dtype_code, torch_dtype
 
 # Blobs the writer keeps for itself (not state-dict entries): names.encode never gives
@@ -62,12 +68,15 @@ class CkptReader(StorageReader):
     verify=False reads without checking the blocks' SHA-256 against the manifest: for
     raw speed, trusting the storage."""
 
-    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20, verify=True):
+    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20, verify=True,
+                 socket=None):
         super().__init__()
         self.root = os.fspath(root) if root is not None else None
         self.name = name
         self.batch_bytes = batch_bytes
         self.verify = verify
+        self.socket = socket
+        self._client = None
         self._ck = None
         self._opened = None
         self.loaded_step = None
@@ -88,7 +97,10 @@ class CkptReader(StorageReader):
     def _close(self):
         if self._ck is not None:
             self._ck.close()
+        if self._client is not None:
+            self._client.close()
         self._ck = None
+        self._client = None
         self._opened = None
 
     def _open(self):
@@ -99,7 +111,13 @@ class CkptReader(StorageReader):
         name = self.name if self.name is not None else newest(self.root)
         if name is None:
             raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
-        self._ck = _ck.Checkpoint(self.root, name, verify=self.verify)
+        sock = engine.socket_of(self.socket)
+        try:
+            self._client = _ck.Client(self.root, sock) if sock else None
+        except _ck.CkptError as e:
+            if e.errno != errno.EXDEV:     # a daemon of another root: not this reader's
+                raise
+        self._ck = _ck.Checkpoint(self.root, name, verify=self.verify, client=self._client)
         self._opened = name
         self.loaded_step = self._ck.info()["step"]
         return self._ck
@@ -166,6 +184,8 @@ class CkptReader(StorageReader):
                 in_place.append((req, name, offsets, lengths, target))
             else:
                 through.append((req, name, offsets, lengths, target))
+        if self._client is not None:        # the files of these boxes, near this node
+            ck.fetch([(it[1], it[2], it[3]) for it in in_place + through])
         ck.read_many([(n, o, l, *addr(t), _code(t, n)) for _r, n, o, l, t in in_place])
         for req, *_rest, target in in_place:
             planner.commit_tensor(req, target)

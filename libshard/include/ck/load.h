@@ -94,6 +94,15 @@ typedef struct ck_load_item {
  * hold is unspecified. */
 int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
 
+/* Which data files a load of items would read, without reading anything: need (one
+ * byte per data file of ck, ck_get_info(ck)->n_files) gets 1 for each file some
+ * item's bytes lie in, 0 for the others. Each item's tensor and box are checked as
+ * ck_load_many checks them (dst and len are not used). A rank restoring from copies
+ * on several nodes asks its node for exactly these files (ck_client_restore_fetch):
+ * onto the same mesh, its node's own part; onto another, what its new boxes touch. */
+int ck_load_files(ck_ckpt *ck, const ck_load_item *items, size_t n, uint8_t *need,
+                  ck_err *err);
+
 /* ---- readers for many threads ----
  * A ck_ckpt and its readers serve one thread at a time. Fills that run on the writer's
  * worker pool (copy resharding, consolidation) read through a ck_readers instead: each

@@ -14,6 +14,7 @@
 #include <Python.h>
 
 #include "ck/ckpt.h"
+#include "ck/client.h"
 
 /* libshard.CkptError, a subclass of OSError: errno is the core's code negated. */
 extern PyObject *ckpy_error;
@@ -90,6 +91,8 @@ PyObject *ckpy_name_state(PyObject *self, PyObject *args);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
 /* client.c */
 PyObject *ckpy_job_id_new(PyObject *self, PyObject *args);
+/* The client of a libshard._ck.Client, or NULL with TypeError set. */
+ck_client *ckpy_client_of(PyObject *o);
 
 /* export.c */
 PyObject *ckpy_export_hf(PyObject *self, PyObject *args, PyObject *kw);
