@@ -33,7 +33,7 @@ typedef struct adopt_arg {
 static int adopt_one(void *arg, const void *rec, size_t len, const ck__meet_blob *blob)
 {
     adopt_arg *a = arg;
-    return blob ? 0 : ck_save_adopt(a->s, rec, len, a->err);
+    return blob ? 0 : ck__save_adopt(a->s, rec, len, a->err);
 }
 
 static int adopt_file(void *arg, const char *file, const uint8_t *buf, size_t len)
@@ -73,14 +73,14 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
     }
     ck__meet_plan plan = { .step = 1, .world = world, .nodes = (uint32_t)world,
                            .coord = "bench" };
-    if ((r = ck_save_share(s, token, err)) == 0 &&
+    if ((r = ck__save_share(s, token, err)) == 0 &&
         (r = ck__meet_create(root, name, token, &plan, err)) == 0)
         ck__meet_dir(root, name, token, meet);
     if (r == 0 && (r = ck_save_shard(s, "w", 0, data, err)) == 0)
-        r = ck_save_write_rank(s, 0, err);
+        r = ck__save_write_rank(s, 0, err);
     /* The members: one ck_save stands for all of them (the plan is the same). */
     if (r == 0 && (r = begin(root, name, world, &m, err)) == 0) {
-        r = ck_save_join(m, token, 1, err);
+        r = ck__save_join(m, token, 1, err);
         double put = 0;
         for (uint64_t k = 1; r == 0 && k < world; k++) {
             ck_err ok = { 0 };
@@ -90,8 +90,8 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
             size_t flen;
             char fname[64];
             if ((r = ck_save_shard(m, "w", k, data, err)) == 0 &&
-                (r = ck_save_write_rank(m, k, err)) == 0 &&
-                (r = ck_save_part(m, k, &ok, &rec, &len, err)) == 0 &&
+                (r = ck__save_write_rank(m, k, err)) == 0 &&
+                (r = ck__save_part(m, k, &ok, &rec, &len, err)) == 0 &&
                 (r = ck__meet_parts_encode(&rec, &len, 1, NULL, 0, &file, &flen)) == 0) {
                 snprintf(fname, sizeof fname, "part.n%llu.0", (unsigned long long)k);
                 double t0 = tool_now();
@@ -136,11 +136,11 @@ static int alone(const char *root, uint64_t world, double *commit, ck_err *err)
     memset(data, 7, 4096);
     ck_save *s;
     int r = begin(root, name, world, &s, err);
-    if (r == 0 && (r = ck_save_prepare(s, err)) < 0)
+    if (r == 0 && (r = ck__save_prepare(s, err)) < 0)
         ck_save_abort(s);
     for (uint64_t k = 0; r == 0 && k < world; k++)
         if ((r = ck_save_shard(s, "w", k, data, err)) < 0 ||
-            (r = ck_save_write_rank(s, k, err)) < 0)
+            (r = ck__save_write_rank(s, k, err)) < 0)
             ck_save_abort(s);
     double t0 = tool_now();
     if (r == 0)

@@ -126,7 +126,7 @@ static inline int ol_begin(const char *root, const char *name, ck_save **s, ck_s
     ck_shard_box(2, shape, &mesh, pl, coord, &src->box);
     if ((r = ck_save_tensor(*s, "t0", CK_F32, 2, shape, pl, err)) == 0 &&
         (r = ck_save_shard_fill(*s, "t0", 0, ck_synth_fill, src, err)) == 0)
-        r = ck_save_prepare(*s, err);
+        r = ck__save_prepare(*s, err);
     if (r < 0)
         ck_save_abort(*s);
     return r;

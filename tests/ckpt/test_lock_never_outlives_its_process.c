@@ -43,7 +43,7 @@ static ck_save *prepare(const char *root, const char *name)
     REQUIRE(ck_save_begin(&s, root, name, 1, &mesh, &so, &err) == 0 &&
             ck_save_tensor(s, "t0", CK_F32, 1, shape, pl, &err) == 0 &&
             ck_save_shard_fill(s, "t0", 0, ck_synth_fill, &src, &err) == 0 &&
-            ck_save_prepare(s, &err) == 0, "preparing %s: %s", name, ck_err_msg(&err));
+            ck__save_prepare(s, &err) == 0, "preparing %s: %s", name, ck_err_msg(&err));
     return s;
 }
 

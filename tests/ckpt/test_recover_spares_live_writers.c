@@ -2,7 +2,7 @@
  * "Owners and locks"). Writers are real processes on one root:
  *   - recovery (ck_root_recover) beside a live writer keeps its pending directory, and
  *     the writer then commits; the directory of a writer killed with SIGKILL is removed;
- *     the same for the coordinator of a save shared by several engines (ck_save_share,
+ *     the same for the coordinator of a save shared by several engines (ck__save_share,
  *     rank 0's engine's way), which holds the lock as it commits;
  *   - two writers of different names, both in flight at once, both commit;
  *   - a second writer of a name being saved gets -EBUSY naming the first one's pid at
@@ -24,8 +24,8 @@ typedef struct writer {
     int ready;              /* child writes a byte once prepared */
 } writer;
 
-/* shared false: a save of one process (ck_save_prepare); true: the coordinator of a
- * save shared with other engines (ck_save_share). */
+/* shared false: a save of one process (ck__save_prepare); true: the coordinator of a
+ * save shared with other engines (ck__save_share). */
 static int begin(const char *root, const char *name, bool shared, ck_save **s,
                  ck_synth_src *src, ck_err *err)
 {
@@ -44,7 +44,7 @@ static int begin(const char *root, const char *name, bool shared, ck_save **s,
     if ((r = ck_save_tensor(*s, "t0", CK_F32, 2, shape, pl, err)) == 0 &&
         (r = ck_save_shard_fill(*s, "t0", 0, ck_synth_fill, src, err)) == 0) {
         char token[CK_TOKEN_MAX];
-        r = shared ? ck_save_share(*s, token, err) : ck_save_prepare(*s, err);
+        r = shared ? ck__save_share(*s, token, err) : ck__save_prepare(*s, err);
     }
     if (r < 0)
         ck_save_abort(*s);
@@ -72,7 +72,7 @@ static writer start_writer(const char *root, const char *name, bool shared)
         char b = 1;
         if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
             _exit(3);
-        if (shared && ck_save_write_rank(s, 0, &err) < 0) {
+        if (shared && ck__save_write_rank(s, 0, &err) < 0) {
             fprintf(stderr, "writer %s: write: %s\n", name, ck_err_msg(&err));
             _exit(4);
         }

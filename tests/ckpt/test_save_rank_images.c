@@ -22,7 +22,7 @@ typedef struct job {
 static void *write_rank(void *arg)
 {
     job *j = arg;
-    j->rc = ck_save_write_rank(j->s, j->rank, &j->err);
+    j->rc = ck__save_write_rank(j->s, j->rank, &j->err);
     return NULL;
 }
 
@@ -44,14 +44,14 @@ int main(void)
         snprintf(tn, sizeof tn, "t%d", t);
         REQUIRE(ck_save_tensor(s, tn, CK_F32, 2, shapes[t], pl, &err) == 0, "%s", ck_err_msg(&err));
     }
-    CHECK(ck_save_write_rank(s, 0, &err) == -EINVAL, "write before prepare accepted");
-    REQUIRE(ck_save_prepare(s, &err) == 0, "%s", ck_err_msg(&err));
+    CHECK(ck__save_write_rank(s, 0, &err) == -EINVAL, "write before prepare accepted");
+    REQUIRE(ck__save_prepare(s, &err) == 0, "%s", ck_err_msg(&err));
 
     /* Each rank builds its image from the plan alone, as a client would. */
     const ck__plan *p = ck__save_plan(s);
     uint8_t *img[WORLD] = { 0 };
     for (uint64_t r = 0; r < WORLD; r++) {
-        uint64_t size = ck_save_rank_bytes(s, r);
+        uint64_t size = ck__save_rank_bytes(s, r);
         CHECK(size % CK_ALIGN == 0, "rank %llu image size unaligned", (unsigned long long)r);
         if (!size)
             continue;
@@ -65,7 +65,7 @@ int main(void)
             memcpy(img[r] + ps->file_off, b, ps->bytes);
             free(b);
         }
-        REQUIRE(ck_save_rank_image(s, r, img[r], &err) == 0, "%s", ck_err_msg(&err));
+        REQUIRE(ck__save_rank_image(s, r, img[r], &err) == 0, "%s", ck_err_msg(&err));
     }
     /* Ranks 0..3 on threads now; 4 and 5 are left to the commit. */
     pthread_t th[4];
@@ -78,9 +78,9 @@ int main(void)
         pthread_join(th[k], NULL);
         CHECK(jobs[k].rc == 0, "rank %d: %s", k, ck_err_msg(&jobs[k].err));
     }
-    CHECK(ck_save_write_rank(s, 1, &err) == -EALREADY || ck_save_rank_bytes(s, 1) == 0,
+    CHECK(ck__save_write_rank(s, 1, &err) == -EALREADY || ck__save_rank_bytes(s, 1) == 0,
           "second write of rank 1 accepted");
-    CHECK(ck_save_write_rank(s, WORLD, &err) == -EINVAL, "rank outside the mesh accepted");
+    CHECK(ck__save_write_rank(s, WORLD, &err) == -EINVAL, "rank outside the mesh accepted");
     ck_save_stats st;
     REQUIRE(ck_save_commit(s, &st, &err) == 0, "%s", ck_err_msg(&err));
     for (int r = 0; r < WORLD; r++)

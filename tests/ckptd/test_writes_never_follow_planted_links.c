@@ -82,7 +82,7 @@ static void manifest_link(void)
     ck_synth_src src;
     ck_err err = { 0 };
     REQUIRE(ol_begin(root, "m1", &s, &src, &err) == 0, "begin m1: %s", ck_err_msg(&err));
-    REQUIRE(ck_save_write_rank(s, 0, &err) == 0, "write m1: %s", ck_err_msg(&err));
+    REQUIRE(ck__save_write_rank(s, 0, &err) == 0, "write m1: %s", ck_err_msg(&err));
     ck_scan sc;
     REQUIRE(ck_root_scan(root, &sc, &err) == 0 && sc.n_pending == 1, "scan: %s",
             ck_err_msg(&err));

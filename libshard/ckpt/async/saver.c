@@ -23,7 +23,7 @@ static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
     ck_err err = { 0 };
     if (c->state == C_COLLECTING) {
         pthread_mutex_unlock(&sv->mu);
-        r = ck_save_write_rank(c->s, rank, &err);
+        r = ck__save_write_rank(c->s, rank, &err);
         /* A member's write fails when the coordinator gave the save up and removed its
          * directory: then its reason is the one to tell. */
         int why = r < 0 && c->role == R_MEMBER ? ck__sv_heard_failure(sv, c, &err) : 0;
@@ -39,7 +39,7 @@ static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
     part *p = &c->parts[rank];
     if (r == 0 && c->state == C_COLLECTING && c->role == R_MEMBER) {
         ck_err ok = { 0 };
-        r = ck_save_part(c->s, rank, &ok, &p->rec, &p->rec_len, &err);
+        r = ck__save_part(c->s, rank, &ok, &p->rec, &p->rec_len, &err);
         pthread_cond_signal(&sv->meet_cv);
     }
     if (r < 0 && c->state == C_COLLECTING) {
@@ -358,7 +358,7 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
     }
     /* A member's directory is the coordinator's, made once it has rank 0's plan. */
     if (r == 0 && c->role == R_ALONE)
-        r = ck_save_prepare(c->s, err);
+        r = ck__save_prepare(c->s, err);
     if (r < 0) {
         ck_save_abort(c->s);
         c->s = NULL;
@@ -437,7 +437,7 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
     if (r < 0)
         goto out;
     part *p = &c->parts[d->rank];
-    uint64_t bytes = ck_save_rank_bytes(c->s, d->rank);
+    uint64_t bytes = ck__save_rank_bytes(c->s, d->rank);
     if (bytes > d->staging_size || blob_bytes > d->staging_size - bytes) {
         r = ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu: its staging area holds %llu "
                        "bytes, its part needs %llu (file image) + %llu (blobs)", c->name,

@@ -4,7 +4,7 @@
  * It collects the parts of checkpoints rank by rank and drives ck_save's rank-by-rank
  * path: the first part of a name begins the save (ck_save_begin, tensors, prepare);
  * each part whose staging area is filled is written by a worker thread straight from
- * that memory (ck_save_write_rank) and reported durable; when every rank of the world
+ * that memory (ck__save_write_rank) and reported durable; when every rank of the world
  * is durable and rank 0 has asked for the commit, a worker commits. One state machine
  * per checkpoint:
  *

@@ -96,7 +96,7 @@ static int on_record(void *arg, const void *rec, size_t len, const ck__meet_blob
         r = ck_err_set(&x->err, -EBADMSG, "rank %llu is served by two daemons (this one "
                        "and %s)", (unsigned long long)pr.rank, x->from);
     if (r == 0)
-        r = ck_save_adopt(c->s, rec, len, &x->err);
+        r = ck__save_adopt(c->s, rec, len, &x->err);
     if (r < 0)
         return r;
     c->parts[pr.rank].state = P_REMOTE;
@@ -330,7 +330,7 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     snprintf(pend, sizeof pend, "%s/%s.%s", CK_PENDING, c->name, c->token);
     /* The directory's identity, which the commit's rename keeps: reached beneath the
      * root, never through a link, and a directory. */
-    if (r > 0 && (r = ck_save_join(c->s, c->token, any, &err)) == 0 &&
+    if (r > 0 && (r = ck__save_join(c->s, c->token, any, &err)) == 0 &&
         ((r = root_stat(sv, pend, &st)) < 0 || !S_ISDIR(st.st_mode)))
         r = ck_err_set(&err, r < 0 ? r : -ENOTDIR, "%s/%s: %s", sv->root, pend,
                        r < 0 ? ck__why(r) : "not a directory");
@@ -571,7 +571,7 @@ int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
                           "engine serves one node only (run ckptd on each node)", c->name,
                           c->nodes);
     c->role = R_COORD;
-    int r = ck_save_share(c->s, c->token, err);
+    int r = ck__save_share(c->s, c->token, err);
     ck__meet_plan plan = { .step = c->step, .world = c->world, .nodes = c->nodes,
                            .instance = sv->o.instance };
     snprintf(plan.coord, sizeof plan.coord, "%s", sv->o.node_id);

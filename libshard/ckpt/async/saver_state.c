@@ -217,8 +217,8 @@ int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err)
 int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err)
 {
     part *p = &c->parts[rank];
-    int r = p->src ? ck_save_rank_sources(c->s, rank, p->src, p->nsrc, err)
-                   : ck_save_rank_image(c->s, rank, p->staging, err);
+    int r = p->src ? ck__save_rank_sources(c->s, rank, p->src, p->nsrc, err)
+                   : ck__save_rank_image(c->s, rank, p->staging, err);
     if (r == 0 && (r = ck__sv_push(sv, c, rank, JOB_WRITE)) < 0)
         ck_err_set(err, r, "checkpoint %s: out of memory", c->name);
     if (r < 0)

@@ -66,10 +66,10 @@ struct ck_save {
     char pending[PATH_MAX];        /* set once created */
     int lock;                      /* the save's lock while this process owns it, or -1 */
     char job[CK_JOB_HEX_MAX];      /* the job saving it, in hex (ck__save_job); "": none */
-    /* Set by ck_save_share or ck_save_join (a save shared by several engines): */
+    /* Set by ck__save_share or ck__save_join (a save shared by several engines): */
     bool shared;                   /* other processes write into pending too */
     bool *adopted;                 /* per rank: its part record was adopted */
-    /* Set by ck_save_prepare: */
+    /* Set by ck__save_prepare: */
     bool prepared;
     uint32_t block;
     const void **image;            /* per file: the whole file in memory, or NULL */
@@ -500,7 +500,7 @@ void ck__save_job(ck_save *s, const char *job)
     snprintf(s->job, sizeof s->job, "%s", job);
 }
 
-int ck_save_prepare(ck_save *s, ck_err *err)
+int ck__save_prepare(ck_save *s, ck_err *err)
 {
     return prepare_at(s, NULL, true, err);
 }
@@ -509,7 +509,7 @@ int ck_save_prepare(ck_save *s, ck_err *err)
 static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
 {
     if (!s->prepared)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
+        return ck_err_set(err, -EINVAL, "checkpoint %s: ck__save_prepare first", s->name);
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
@@ -519,7 +519,7 @@ static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
     return 1;
 }
 
-uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank)
+uint64_t ck__save_rank_bytes(const ck_save *s, uint64_t rank)
 {
     return ck__plan_file_size(s->plan, rank);
 }
@@ -529,9 +529,9 @@ const ck__plan *ck__save_plan(const ck_save *s)
     return s->plan;
 }
 
-int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err)
+int ck__save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err)
 {
-    int r = ck_save_prepare(s, err);
+    int r = ck__save_prepare(s, err);
     if (r < 0)
         return r;
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
@@ -543,10 +543,10 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     return 0;
 }
 
-int ck_save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
+int ck__save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
                          ck_err *err)
 {
-    int r = ck_save_rank_image(s, rank, NULL, err);
+    int r = ck__save_rank_image(s, rank, NULL, err);
     if (r < 0)
         return r;
     uint32_t n = ck__plan_nshards(s->plan);
@@ -566,7 +566,7 @@ int ck_save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, ui
     return 0;
 }
 
-int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
+int ck__save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
 {
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
@@ -589,11 +589,11 @@ int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
     return r;
 }
 
-int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+int ck__save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
 {
-    int r = ck_save_rank_image(s, rank, image, err);
-    if (r == 0 && (r = ck_save_fill_rank(s, rank, image, err)) < 0)
-        ck_save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
+    int r = ck__save_rank_image(s, rank, image, err);
+    if (r == 0 && (r = ck__save_fill_rank(s, rank, image, err)) < 0)
+        ck__save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
     return r;
 }
 
@@ -653,7 +653,7 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
     return r;
 }
 
-int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
+int ck__save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
 {
     uint32_t f = 0;
     int r = rank_file(s, rank, &f, err);
@@ -670,7 +670,7 @@ int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
 
 /* ---- one save, many processes ----
  * The ranks share ROOT/.pending/NAME.TOKEN: rank 0 creates it under a fresh token
- * (ck_save_share), the others open it (ck_save_join). Each rank writes its own file,
+ * (ck__save_share), the others open it (ck__save_join). Each rank writes its own file,
  * then proves it to rank 0 with its part record (save/part.h): its outcome and its
  * file's block hashes. Rank 0 needs nothing else from the others to commit. The saver
  * runs these steps for the engines that share a save (async/saver.c). */
@@ -680,7 +680,7 @@ static const char *token_of(const ck_save *s)
     return strrchr(s->pending, '.') + 1;
 }
 
-int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
+int ck__save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
 {
     int r = prepare_at(s, NULL, true, err);
     if (r < 0)
@@ -690,7 +690,7 @@ int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
     return 0;
 }
 
-int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
+int ck__save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
 {
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
@@ -724,7 +724,7 @@ static void part_of(const ck_save *s, uint64_t rank, const ck_err *outcome, ck__
     p->hashed = !s->o.no_hash;
     if (!p->code && f && !s->written[f - 1]) {
         p->code = -EINVAL;
-        snprintf(p->msg, sizeof p->msg, "its file was never written (ck_save_write_rank)");
+        snprintf(p->msg, sizeof p->msg, "its file was never written (ck__save_write_rank)");
     } else if (p->code) {
         snprintf(p->msg, sizeof p->msg, "%s", ck_err_msg(outcome));
     } else if (f) {
@@ -733,12 +733,12 @@ static void part_of(const ck_save *s, uint64_t rank, const ck_err *outcome, ck__
     }
 }
 
-int ck_save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
+int ck__save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
                  ck_err *err)
 {
     if (!s->shared || !s->prepared)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: a part record needs ck_save_share or "
-                          "ck_save_join first", s->name);
+        return ck_err_set(err, -EINVAL, "checkpoint %s: a part record needs ck__save_share or "
+                          "ck__save_join first", s->name);
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
@@ -776,10 +776,10 @@ static const char *part_mismatch(const ck_save *s, const ck__part *p)
     return NULL;
 }
 
-int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
+int ck__save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
 {
     if (!s->shared || !s->prepared)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: adopting a part needs ck_save_share "
+        return ck_err_set(err, -EINVAL, "checkpoint %s: adopting a part needs ck__save_share "
                           "first", s->name);
     ck__part p;
     ck_err why = { 0 };
@@ -832,7 +832,7 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
 {
     double t0 = now_s();
     bool committed = false;
-    int r = ck_save_prepare(s, err);
+    int r = ck__save_prepare(s, err);
     uint32_t *todo = NULL, n = 0;
     if (r == 0 && !(todo = malloc((s->L.F.n ? s->L.F.n : 1) * sizeof *todo)))
         r = -ENOMEM;

@@ -17,8 +17,6 @@
  *   inspect a checkpoint                   ck/ckpt.h       ck_open, ck_tensors_each, ck_shards_get
  *   save (one process, every rank's part)  ck/save.h       ck_save_begin ... ck_save_commit
  *   save arbitrary chunks (DCP's plans)    ck/save.h       ck_save_tensor_boxes, ck_save_box
- *   one save over several processes        ck/save.h       ck_save_share ... ck_save_adopt
- *     (part records, no collectives)
  *   store any state-dict key as a name     ck/ckpt.h       ck_key_encode, ck_key_decode
  *   async save from training ranks         ck/client.h     ck_client_open, ck_client_save_async
  *     (embedded, or through ckptd; lazy)                   ck_client_save_lazy, _save_fence

@@ -1,11 +1,11 @@
 /* ckpy.h - what the files of the extension libshard._ck share.
  *
- * The extension is a thin layer over the core's public API (ck/ckpt.h, ck/load.h,
- * ck/client.h, ck/part.h): objects own core handles, every call that may block on I/O
- * or on ckptd runs with the GIL released, and every failure raises libshard.CkptError
- * carrying the core's message (ck_err) and its errno. Tensor bytes cross by address:
- * callers pass (data_ptr, nbytes) of memory they keep alive for the call, so nothing
- * is copied at the Python level.
+ * The extension is a thin layer over the public headers of the core (ck/ckpt.h,
+ * ck/load.h, ck/client.h, ...) and of the export library: objects own core handles,
+ * every call that may block on I/O or on ckptd runs with the GIL released, and every
+ * failure raises libshard.CkptError carrying the core's message (ck_err) and its
+ * errno. Tensor bytes cross by address: callers pass (data_ptr, nbytes) of memory they
+ * keep alive for the call, so nothing is copied at the Python level.
  */
 #ifndef CKPY_H
 #define CKPY_H
