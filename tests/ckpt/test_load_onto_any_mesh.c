@@ -4,6 +4,7 @@
 #include "ck/load.h"
 #include "ck/save.h"
 #include "ckpt_testlib.h"
+#include "model/layout.h"
 
 static const uint64_t seed = 99;
 
@@ -68,7 +69,7 @@ int main(void)
                         ck_placements_parse("S(0)", 1, 2, sp, NULL);
                         uint32_t sc[1] = { (uint32_t)sr };
                         ck_shard_box(2, ten->shape, &sm, sp, sc, &sb);
-                        meets += ck_box_intersect(&sb, &box, &x);
+                        meets += ck__box_intersect(&sb, &box, &x);
                     }
                     CHECK(ck_reader_last_reads(rd) == meets, "%s onto %s rank %llu: %llu reads "
                           "for %llu saved shards", tn, targets[k].mesh, (unsigned long long)r,

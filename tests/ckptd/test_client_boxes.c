@@ -2,8 +2,8 @@
  * and through a real ckptd: four ranks declare the same box lists (uneven rows with a
  * rank writing none, 2-D tiles with a rank writing two, a 0-D tensor, a placed tensor
  * among them) and give only their own boxes, from memory and as fills. The committed
- * checkpoint deep-verifies with the formula's bytes, loads as random boxes
- * (ck_client_load_box) and onto a mesh of 3, and both modes commit the same thing. A
+ * checkpoint deep-verifies with the formula's bytes, loads as random boxes and onto a
+ * mesh of 3 (ck/load.h), and both modes commit the same thing. A
  * rank that declares other boxes than the ranks before it is refused naming the
  * tensor; a box of another rank, a box that does not exist, a list that does not tile
  * and (connected) a declaration over ckptd's message limit are refused by the client
@@ -29,6 +29,25 @@ typedef struct rank_src {
     uint8_t *mem[8];
     int n;
 } rank_src;
+
+/* Reads box (or, box NULL, rank's part on mesh with pl) of tensor of the checkpoint
+ * "boxes" into dst (len bytes) through the reader. */
+static int load(const char *root, const char *tensor, const ck_box *box, const ck_mesh *mesh,
+                const ck_placement *pl, uint64_t rank, void *dst, uint64_t len, ck_err *err)
+{
+    ck_ckpt *ck;
+    ck_reader *rd;
+    int r = ck_open(root, "boxes", &ck, err);
+    if (r < 0)
+        return r;
+    if ((r = ck_reader_open(ck, tensor, &rd, err)) == 0) {
+        r = box ? ck_reader_read(rd, box, 0, len, dst, err)
+                : ck_reader_read_shard(rd, mesh, pl, rank, dst, err);
+        ck_reader_close(rd);
+    }
+    ck_close(ck);
+    return r;
+}
 
 static ck_synth_src *next_src(rank_src *rs, uint32_t t, int ndim, const uint64_t *shape,
                               const ck_box *b, size_t is)
@@ -193,7 +212,7 @@ static uint64_t run(bool connected)
     }
     CHECK(tl_verify_deep(e.root, "boxes", KC_SEED) == 0, "%s: the box-list save is bad", mode);
 
-    /* Random boxes through ck_client_load_box, and t1 onto a mesh of 3 with S(1). */
+    /* Random boxes, and t1 onto a mesh of 3 with S(1). */
     unsigned rng = 99;
     static const struct { const char *name; int ndim; const uint64_t *shape; size_t is; } ts[] = {
         { "t0", 2, shape0, 4 }, { "t1", 2, shape1, 2 }, { "t3", 1, shape3, 4 },
@@ -209,7 +228,7 @@ static uint64_t run(bool connected)
         uint32_t idx = (uint32_t)(ts[t].name[1] - '0');
         uint8_t *want = tl_box_bytes(KC_SEED, idx, ts[t].is, b.ndim, ts[t].shape, &b);
         uint8_t *got = malloc(bytes);
-        int rc = ck_client_load_box(e.cl[i % W], "boxes", ts[t].name, &b, got, bytes, &err);
+        int rc = load(e.root, ts[t].name, &b, NULL, NULL, 0, got, bytes, &err);
         CHECK(rc == 0 && memcmp(want, got, bytes) == 0, "%s: load_box %s: %s", mode,
               ts[t].name, rc ? ck_err_msg(&err) : "bytes differ from the formula");
         free(want);
@@ -217,7 +236,7 @@ static uint64_t run(bool connected)
     }
     ck_box outside = B2(20, 2, 0, 7);
     uint8_t small[64];
-    CHECK(ck_client_load_box(e.cl[0], "boxes", "t0", &outside, small, 56, &err) < 0 &&
+    CHECK(load(e.root, "t0", &outside, NULL, NULL, 0, small, 56, &err) < 0 &&
           strstr(ck_err_msg(&err), "outside"), "%s: a box outside t0: '%s'", mode,
           ck_err_msg(&err));
     ck_mesh m3;
@@ -229,7 +248,7 @@ static uint64_t run(bool connected)
         ck_shard_box(2, shape1, &m3, s1, &c, &b);
         uint64_t bytes = ck_box_numel(&b) * 2;
         uint8_t *want = tl_box_bytes(KC_SEED, 1, 2, 2, shape1, &b), *got = malloc(bytes);
-        CHECK(ck_client_load(e.cl[r], "boxes", "t1", &m3, s1, r, got, bytes, &err) == 0 &&
+        CHECK(load(e.root, "t1", NULL, &m3, s1, r, got, bytes, &err) == 0 &&
               memcmp(want, got, bytes) == 0, "%s: t1 onto 3 (S(1)) rank %llu: %s", mode,
               (unsigned long long)r, ck_err_msg(&err));
         free(want);

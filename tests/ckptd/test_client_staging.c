@@ -1,6 +1,6 @@
 /* Staging memory faulted in ahead, with huge pages and without.
  *
- * ck_staging_map, anonymous and as a sealed memfd, with huge pages allowed and with
+ * ck__staging_map, anonymous and as a sealed memfd, with huge pages allowed and with
  * the fallback forced (CK_STAGING_SMALL_PAGES): every page is resident when it
  * returns (mincore), the pages it reports are 4 KiB when asked, and the memory holds
  * what is written. Then a client opened with small_pages and one with the default:
@@ -12,21 +12,21 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#include "ck/staging.h"
+#include "io/staging.h"
 #include "kc_testlib.h"
 
 static void check_map(unsigned flags)
 {
-    ck_staging s = CK_STAGING_NONE;
+    ck__staging s = CK_STAGING_NONE;
     ck_err err = { 0 };
     const uint64_t want = (6u << 20) + 1;
-    REQUIRE(ck_staging_map(&s, want, flags, &err) == 0, "flags %u: %s", flags, ck_err_msg(&err));
+    REQUIRE(ck__staging_map(&s, want, flags, &err) == 0, "flags %u: %s", flags, ck_err_msg(&err));
     CHECK(s.size >= want && s.size % (2u << 20) == 0, "flags %u: size %llu for %llu", flags,
           (unsigned long long)s.size, (unsigned long long)want);
     CHECK((s.fd >= 0) == !!(flags & CK_STAGING_MEMFD), "flags %u: fd %d", flags, s.fd);
     if (flags & CK_STAGING_SMALL_PAGES)
         CHECK(s.pages == CK_PAGES_SMALL, "flags %u: %s although 4 KiB pages were asked",
-              flags, ck_staging_pages_name(s.pages));
+              flags, ck__staging_pages_name(s.pages));
     size_t pages = s.size / 4096;
     unsigned char *vec = malloc(pages);
     REQUIRE(vec && mincore(s.map, s.size, vec) == 0, "mincore: %s", strerror(errno));
@@ -34,7 +34,7 @@ static void check_map(unsigned flags)
     for (size_t i = 0; i < pages; i++)
         absent += !(vec[i] & 1);
     CHECK(absent == 0, "flags %u (%s): %zu of %zu pages not faulted in", flags,
-          ck_staging_pages_name(s.pages), absent, pages);
+          ck__staging_pages_name(s.pages), absent, pages);
     free(vec);
     for (uint64_t o = 0; o < s.size; o += 8)
         *(uint64_t *)(s.map + o) = o * 0x9E3779B97F4A7C15ull;
@@ -42,8 +42,8 @@ static void check_map(unsigned flags)
     for (uint64_t o = 0; o < s.size; o += 8)
         bad += *(uint64_t *)(s.map + o) != o * 0x9E3779B97F4A7C15ull;
     CHECK(bad == 0, "flags %u: %llu words read back wrong", flags, (unsigned long long)bad);
-    printf("staging flags %u: %s\n", flags, ck_staging_pages_name(s.pages));
-    ck_staging_unmap(&s);
+    printf("staging flags %u: %s\n", flags, ck__staging_pages_name(s.pages));
+    ck__staging_unmap(&s);
     CHECK(s.map == NULL && s.fd == -1, "unmap left map %p fd %d", (void *)s.map, s.fd);
 }
 

@@ -13,6 +13,7 @@
 #include "ck/catalog.h"
 #include "kc_testlib.h"
 #include "outside_testlib.h"
+#include "format/catalog.h"
 
 static char home[PATH_MAX], root[PATH_MAX], out[PATH_MAX + 16];
 
@@ -53,7 +54,7 @@ static void save_lock(bool fifo)
     unlink(p);
     snprintf(p, sizeof p, "%s/n2", root);
     tl_rmtree(p);
-    ck_catalog_del(root, "n2", NULL);
+    ck__catalog_del(root, "n2", NULL);
     free(before);
 }
 

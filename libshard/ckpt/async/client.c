@@ -1,4 +1,4 @@
-/* client.c - async saves and loads from training ranks (see ck/client.h).
+/* client.c - async saves from training ranks (see ck/client.h).
  *
  * What every transport shares (async/client_int.h): building a save, the staging
  * slots and the copy into them, the order of the steps, and the states, which only
@@ -14,7 +14,6 @@
 #include <sys/random.h>
 
 #include "async/client_int.h"
-#include "ck/load.h"
 #include "model/plan.h"
 
 static void lock(ck_client *cl)
@@ -150,9 +149,9 @@ static int slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *er
     if (s->map && s->size >= need)
         return 0;
     ck__client_slot_release(cl, s);
-    ck_staging m = CK_STAGING_NONE;
-    int r = ck_staging_map(&m, need, CK_STAGING_MEMFD |
-                           (cl->small_pages ? CK_STAGING_SMALL_PAGES : 0u), err);
+    ck__staging m = CK_STAGING_NONE;
+    int r = ck__staging_map(&m, need, CK_STAGING_MEMFD |
+                            (cl->small_pages ? CK_STAGING_SMALL_PAGES : 0u), err);
     if (r < 0)
         return r;
     s->fd = m.fd;
@@ -163,7 +162,7 @@ static int slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *er
                 cl->staging_mapped(cl->staging_arg, s->map, s->size) == 0;
     if (!cl->pages_logged) {
         cl->pages_logged = true;
-        say(cl, "checkpoint staging on %s%s", ck_staging_pages_name(m.pages),
+        say(cl, "checkpoint staging on %s%s", ck__staging_pages_name(m.pages),
             m.pages != CK_PAGES_SMALL ? "" : cl->small_pages ? " (as asked)"
             : " (no hugetlb pool, and transparent huge pages are off for shared memory)");
     }
@@ -1128,90 +1127,4 @@ void ck_client_save_free(ck_client_save *sv)
     free(sv->src);
     ck__decl_free(&sv->d);
     free(sv);
-}
-
-/* Opens checkpoint name's tensor for one read: fn(rd, arg, err) does it. */
-static int with_reader(ck_client *cl, const char *name, const char *tensor,
-                       int (*fn)(ck_reader *rd, const char *name, const void *arg, ck_err *err),
-                       const void *arg, ck_err *err)
-{
-    ck_ckpt *ck;
-    int r = ck_open(cl->root, name, &ck, err);
-    if (r < 0)
-        return r;
-    ck_reader *rd;
-    r = ck_reader_open(ck, tensor, &rd, err);
-    if (r == 0) {
-        r = fn(rd, name, arg, err);
-        ck_reader_close(rd);
-    }
-    ck_close(ck);
-    return r;
-}
-
-typedef struct load_req {
-    const ck_mesh *mesh;
-    const ck_placement *pl;
-    uint64_t rank;
-    const ck_box *box;          /* NULL: rank's part on mesh */
-    void *dst;
-    size_t dst_len;
-} load_req;
-
-static int load_part(ck_reader *rd, const char *name, const void *arg, ck_err *err)
-{
-    const load_req *q = arg;
-    const ck_tensor *t = ck_reader_tensor(rd);
-    int r = ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), q->mesh, q->pl,
-                            err);
-    if (r == 0 && q->rank >= ck_mesh_world(q->mesh))
-        r = ck_err_set(err, -EINVAL, "tensor %s: rank %llu is outside the target mesh",
-                       t->name, (unsigned long long)q->rank);
-    if (r < 0)
-        return r;
-    uint32_t coord[CK_MAX_MESH_DIMS];
-    ck_box box;
-    ck_mesh_coord(q->mesh, q->rank, coord);
-    ck_shard_box(t->ndim, t->shape, q->mesh, q->pl, coord, &box);
-    uint64_t need = ck_box_numel(&box) * ck_dtype_size(t->dtype);
-    if (need != q->dst_len)
-        return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: rank %llu's part on the "
-                          "target mesh is %llu bytes, the buffer %zu", name, t->name,
-                          (unsigned long long)q->rank, (unsigned long long)need, q->dst_len);
-    return ck_reader_read_shard(rd, q->mesh, q->pl, q->rank, q->dst, err);
-}
-
-int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
-                   ck_err *err)
-{
-    load_req q = { .mesh = mesh, .pl = pl, .rank = rank, .dst = dst, .dst_len = dst_len };
-    return with_reader(cl, name, tensor, load_part, &q, err);
-}
-
-static int load_box(ck_reader *rd, const char *name, const void *arg, ck_err *err)
-{
-    const load_req *q = arg;
-    const ck_tensor *t = ck_reader_tensor(rd);
-    const ck_box *box = q->box;
-    bool ok = box->ndim == t->ndim;
-    for (int d = 0; ok && d < t->ndim; d++)
-        ok = box->off[d] <= t->shape[d] && box->len[d] <= t->shape[d] - box->off[d];
-    if (!ok)
-        return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for lies "
-                          "outside its shape or has %d dims (the tensor %d)", name, t->name,
-                          box->ndim, t->ndim);
-    uint64_t need = ck_box_numel(box) * ck_dtype_size(t->dtype);
-    if (need != q->dst_len)
-        return ck_err_set(err, -EINVAL, "checkpoint %s, tensor %s: the box asked for is %llu "
-                          "bytes, the buffer %zu", name, t->name, (unsigned long long)need,
-                          q->dst_len);
-    return need ? ck_reader_read(rd, box, 0, need, q->dst, err) : 0;
-}
-
-int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
-                       void *dst, size_t dst_len, ck_err *err)
-{
-    load_req q = { .box = box, .dst = dst, .dst_len = dst_len };
-    return with_reader(cl, name, tensor, load_box, &q, err);
 }

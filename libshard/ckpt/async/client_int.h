@@ -25,7 +25,7 @@
 
 #include "async/proto.h"
 #include "ck/client.h"
-#include "ck/staging.h"
+#include "io/staging.h"
 #include "model/plan.h"
 #include "save/image.h"
 
@@ -36,7 +36,7 @@ typedef struct ck__client_slot {
     int fd;                     /* the memfd, -1 when none */
     uint8_t *map;
     uint64_t size;
-    ck_staging_pages pages;
+    ck__staging_pages pages;
     ck_client_save *user;       /* the save whose part it holds, until durable */
     bool hooked;                /* opts.staging_mapped accepted this mapping */
     /* Embedded: given up while the engine's writes from it had not finished (storage

@@ -11,7 +11,7 @@
 
 #include "async/client_int.h"
 #include "async/proto.h"
-#include "ck/staging.h"
+#include "io/staging.h"
 
 void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg)
 {
@@ -80,8 +80,8 @@ void ck__client_slot_release(ck_client *cl, ck__client_slot *s)
     if (s->hooked && s->map)
         cl->staging_unmapping(cl->staging_arg, s->map, s->size);
     s->hooked = false;
-    ck_staging m = { .fd = s->fd, .map = s->map, .size = s->size };
-    ck_staging_unmap(&m);
+    ck__staging m = { .fd = s->fd, .map = s->map, .size = s->size };
+    ck__staging_unmap(&m);
     s->fd = -1;
     s->map = NULL;
     s->size = 0;

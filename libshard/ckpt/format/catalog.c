@@ -28,6 +28,7 @@
 #include "format/reader_int.h"
 #include "io/rootfs.h"
 #include "model/grow.h"
+#include "format/catalog.h"
 
 #define CK_DB_CHECKPOINTS "checkpoints"
 #define CAT_LOCK CK_CATALOG "-lock"
@@ -260,7 +261,7 @@ static int del_entry(cat *c, const char *name, ck_err *err)
     return 0;
 }
 
-int ck_catalog_put(const char *root, const ck_info *info, ck_err *err)
+int ck__catalog_put(const char *root, const ck_info *info, ck_err *err)
 {
     cat c;
     int r = cat_open(&c, root, true, err);
@@ -271,7 +272,7 @@ int ck_catalog_put(const char *root, const ck_info *info, ck_err *err)
     return r;
 }
 
-int ck_catalog_del(const char *root, const char *name, ck_err *err)
+int ck__catalog_del(const char *root, const char *name, ck_err *err)
 {
     cat c;
     int r = cat_open(&c, root, true, err);

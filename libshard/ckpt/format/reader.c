@@ -9,6 +9,8 @@
 
 #include "format/reader_int.h"
 #include "io/rootfs.h"
+#include "model/layout.h"
+#include "io/engine.h"
 
 
 static bool plain(char c)
@@ -425,8 +427,8 @@ int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor
         return ck_err_set(err, -EBADMSG, "%s: tensor %s says it has %u boxes (at most %u)",
                           ck->mpath, t->name, t->n_shards, CK_MAX_BOXES);
     ck_err e2 = { 0 };
-    if (ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), &ck->info.mesh,
-                        pl, &e2) < 0)
+    if (ck__layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), &ck->info.mesh,
+                         pl, &e2) < 0)
         return ck_err_set(err, -EBADMSG, "%s: %s", ck->mpath, ck_err_msg(&e2));
     return 0;
 }
@@ -624,7 +626,7 @@ const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id)
     return id < ck->info.n_files ? &ck->files[id] : NULL;
 }
 
-int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len)
+int ck__file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len)
 {
     if (id >= ck->info.n_files)
         return -ENOENT;
@@ -733,12 +735,12 @@ int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
     if (*slot >= 0 || *slot == NO_DIRECT)
         return *slot;
     char path[PATH_MAX];
-    if (ck_file_path(ck, id, path, sizeof path) < 0)
+    if (ck__file_path(ck, id, path, sizeof path) < 0)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", ck->dir);
     bool is_direct = false;
     const char *name = ck->files[id].name;
-    int fd = direct ? ck_engine_open_data(ck->engine, ck->dirfd, name, O_RDONLY, 0, &is_direct)
-                    : ck_engine_open_file(ck->engine, ck->dirfd, name, O_RDONLY, 0);
+    int fd = direct ? ck__engine_open_data(ck->engine, ck->dirfd, name, O_RDONLY, 0, &is_direct)
+                    : ck__engine_open_file(ck->engine, ck->dirfd, name, O_RDONLY, 0);
     if (fd < 0)
         return ck_err_set(err, fd == -ENOENT || fd == -ELOOP || fd == CK_ENOTREG ? -EBADMSG : fd,
                           "%s: %s", path, fd == -ENOENT ? "data file is missing" : ck__why(fd));

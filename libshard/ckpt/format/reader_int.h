@@ -44,4 +44,7 @@ int ck__open_dup(const ck_ckpt *ck, ck_ckpt **out, ck_err *err);
 #define NO_DIRECT INT_MIN
 int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err);
 
+/* Path of a data file: dir/name. */
+int ck__file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len);
+
 #endif

@@ -36,6 +36,8 @@
 
 #include "format/owner.h"
 #include "io/rootfs.h"
+#include "io/engine.h"
+#include "format/catalog.h"
 
 /* A checkpoint holds plain files; deeper directories were planted, and go too, down
  * to this depth. */
@@ -152,7 +154,7 @@ static int move_out(ck_engine *e, int rootfd, const char *root, const char *name
     if (r < 0)
         return ck_err_set(err, r, "%s/%s: rename to %s: %s", root, name, trash, strerror(-r));
     *moved = true;
-    if ((r = ck_engine_fsync_path(e, rootfd, CK_PENDING)) < 0 ||
+    if ((r = ck__engine_fsync_path(e, rootfd, CK_PENDING)) < 0 ||
         (r = e->ops->fsync(e, rootfd)) < 0)
         return ck_err_set(err, r, "%s/%s: out of sight, but not durably (fsync: %s); its files "
                           "stay in %s/%s for the next recovery", root, name, strerror(-r), root,
@@ -190,7 +192,7 @@ int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err
     if (r == 0 && (r = e->ops->step(e, "catalog")) < 0)
         ck_err_set(err, r, "%s/%s: %s", root, CK_CATALOG, strerror(-r));
     if (r == 0)
-        r = ck_catalog_del(root, name, err);
+        r = ck__catalog_del(root, name, err);
     if (r == 0)
         r = move_out(e, rootfd, root, name, trash, &moved, err);
     if (r == 0 && (r = remove_tree(e, rootfd, root, trash, 0, err)) < 0)

@@ -1,6 +1,6 @@
 /* staging.c - staging memory, faulted in at once, on huge pages where the system
  * gives them (see ck/staging.h). */
-#include "ck/staging.h"
+#include "io/staging.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
@@ -33,7 +33,7 @@ static bool thp_allowed(const char *file)
 /* A sealed memfd: the daemon that maps it is promised that its pages cannot be
  * truncated away under its writes. hugetlb reserves its pages at mmap, so an empty
  * pool fails here, not later with SIGBUS. */
-static int map_memfd(ck_staging *s, uint64_t size, bool huge)
+static int map_memfd(ck__staging *s, uint64_t size, bool huge)
 {
     int fd = memfd_create("ckpt-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING |
                           (huge ? MFD_HUGETLB : 0u));
@@ -51,17 +51,17 @@ static int map_memfd(ck_staging *s, uint64_t size, bool huge)
         close(fd);
         return r;
     }
-    *s = (ck_staging){ .fd = fd, .map = p, .size = size };
+    *s = (ck__staging){ .fd = fd, .map = p, .size = size };
     return 0;
 }
 
-static int map_anon(ck_staging *s, uint64_t size, bool huge)
+static int map_anon(ck__staging *s, uint64_t size, bool huge)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | (huge ? MAP_HUGETLB : 0), -1, 0);
     if (p == MAP_FAILED)
         return -errno;
-    *s = (ck_staging){ .fd = -1, .map = p, .size = size };
+    *s = (ck__staging){ .fd = -1, .map = p, .size = size };
     return 0;
 }
 
@@ -77,7 +77,7 @@ static int populate(uint8_t *p, uint64_t size)
     return 0;
 }
 
-int ck_staging_map(ck_staging *s, uint64_t size, unsigned flags, ck_err *err)
+int ck__staging_map(ck__staging *s, uint64_t size, unsigned flags, ck_err *err)
 {
     uint64_t want = size;
     size = (size + HUGE_PAGE - 1) & ~(uint64_t)(HUGE_PAGE - 1);
@@ -99,14 +99,14 @@ int ck_staging_map(ck_staging *s, uint64_t size, unsigned flags, ck_err *err)
     if (r == 0)
         r = populate(s->map, size);
     if (r < 0) {
-        ck_staging_unmap(s);
+        ck__staging_unmap(s);
         return ck_err_set(err, r, "staging memory of %llu bytes: %s", (unsigned long long)want,
                           strerror(-r));
     }
     return 0;
 }
 
-void ck_staging_unmap(ck_staging *s)
+void ck__staging_unmap(ck__staging *s)
 {
     if (s->map)
         munmap(s->map, s->size);
@@ -115,7 +115,7 @@ void ck_staging_unmap(ck_staging *s)
     *s = CK_STAGING_NONE;
 }
 
-const char *ck_staging_pages_name(ck_staging_pages p)
+const char *ck__staging_pages_name(ck__staging_pages p)
 {
     return p == CK_PAGES_HUGETLB ? "hugetlb 2 MiB pages"
          : p == CK_PAGES_THP     ? "transparent huge pages"

@@ -9,6 +9,7 @@
  */
 #include "io/writer.h"
 #include "io/rootfs.h"
+#include "io/engine.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -388,9 +389,9 @@ static int open_file(wstate *w, uint32_t f)
 {
     ck__wfile *wf = &w->files[f];
     bool direct = false;
-    int fd = ck_engine_open_data(w->e, wf->rel ? w->o->dir : AT_FDCWD,
-                                 wf->rel ? wf->rel : wf->path, O_WRONLY | O_CREAT | O_EXCL,
-                                 0644, &direct);
+    int fd = ck__engine_open_data(w->e, wf->rel ? w->o->dir : AT_FDCWD,
+                                  wf->rel ? wf->rel : wf->path, O_WRONLY | O_CREAT | O_EXCL,
+                                  0644, &direct);
     if (fd < 0)
         return fail(w, fd, "%s: create: %s", wf->path, ck__why(fd));
     if (!direct && w->st->direct) {

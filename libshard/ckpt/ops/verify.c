@@ -15,6 +15,7 @@
 #include "io/rootfs.h"
 #include "model/grow.h"
 #include "model/say.h"
+#include "io/engine.h"
 
 /* One extent of one shard, for the overlap check and to name the tensors that a
  * corrupt block holds. */
@@ -53,7 +54,7 @@ static void check_files(vstate *v)
     for (uint32_t f = 0; f < in->n_files; f++) {
         const ck_file *cf = ck_file_get(v->ck, f);
         char path[PATH_MAX];
-        ck_file_path(v->ck, f, path, sizeof path);
+        ck__file_path(v->ck, f, path, sizeof path);
         struct stat st;
         int r = ck__statat(v->ck->dirfd, cf->name, &st);
         if (r < 0) {
@@ -334,8 +335,8 @@ static int deep_setup(deep *d, ck_err *err)
     for (uint32_t f = 0; f < in->n_files; f++) {
         bool direct;
         /* Not a regular file, or gone: the structural check reported it; not read. */
-        d->fds[f] = ck_engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
-                                        O_RDONLY, 0, &direct);
+        d->fds[f] = ck__engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
+                                         O_RDONLY, 0, &direct);
         struct stat st;
         if (d->fds[f] < 0 || fstat(d->fds[f], &st) < 0)
             continue;

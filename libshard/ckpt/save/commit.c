@@ -14,6 +14,8 @@
 #include "format/owner.h"
 #include "io/rootfs.h"
 #include "model/say.h"
+#include "io/engine.h"
+#include "format/catalog.h"
 
 static int owner_start(int rootfd, const char *root, const char *name, bool own,
                        const char *job, int *lock, ck_err *err)
@@ -159,7 +161,7 @@ int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
     snprintf(mrel, sizeof mrel, "%s/%s", rel, CK_MANIFEST);
     if ((r = ck__manifest_write(e, rootfd, mrel, path, m, err)) < 0)
         return r;
-    if ((r = ck_engine_fsync_path(e, rootfd, rel)) < 0)
+    if ((r = ck__engine_fsync_path(e, rootfd, rel)) < 0)
         return ck_err_set(err, r, "%s: fsync: %s", pending, ck__why(r));
     if ((r = e->ops->rename(e, rootfd, rel, m->info.name)) < 0)
         return ck_err_set(err, r, "%s: commit rename to %s: %s", pending, final,
@@ -176,7 +178,7 @@ int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
      * reconciling (ckptd at start, ckpt-inspect --rebuild-catalog). */
     ck_err cat = { 0 };
     if (catalog && ((r = e->ops->step(e, "catalog")) < 0 ||
-                    (r = ck_catalog_put(root, &m->info, &cat)) < 0))
+                    (r = ck__catalog_put(root, &m->info, &cat)) < 0))
         warn(log, log_arg, "checkpoint %s committed, but not yet in the catalog (%s): the "
              "next ckptd start or ckpt-inspect --rebuild-catalog lists it", m->info.name,
              cat.code ? ck_err_msg(&cat) : strerror(-r));

@@ -26,10 +26,6 @@ typedef struct ck_cat_entry {
     ck_mesh mesh;
 } ck_cat_entry;
 
-/* Records a committed checkpoint. */
-int ck_catalog_put(const char *root, const ck_info *info, ck_err *err);
-/* Removes a name (no error when absent). */
-int ck_catalog_del(const char *root, const char *name, ck_err *err);
 /* The catalog's entries as it holds them, in name order (malloc'd): derived state, which
  * may lag the directories (a checkpoint removed by hand stays listed until a rebuild)
  * and, in a catalog someone planted, hold keys that are no checkpoint name. For what to

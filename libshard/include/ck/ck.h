@@ -20,7 +20,6 @@
  *   store any state-dict key as a name     ck/ckpt.h       ck_key_encode, ck_key_decode
  *   async save from training ranks         ck/client.h     ck_client_open, ck_client_save_async
  *     (embedded, or through ckptd; lazy)                   ck_client_save_lazy, _save_fence
- *   staging memory faulted in ahead        ck/staging.h    ck_staging_map
  *   load any box onto any mesh             ck/load.h       ck_reader_open, ck_reader_read_shard
  *   verify (structure, deep re-hash)       ck/verify.h     ck_verify
  *   compare two checkpoints element-wise   ck/compare.h    ck_compare
@@ -50,6 +49,5 @@
 #include "ck/compare.h"
 #include "ck/reshard.h"
 #include "ck/client.h"
-#include "ck/staging.h"
 
 #endif

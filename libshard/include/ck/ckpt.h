@@ -129,8 +129,6 @@ int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err);
 int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, ck_err *err);
 
 const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id);
-/* Path of a data file: dir/name. */
-int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len);
 /* The recorded SHA-256 of a block of a data file. -ENOENT when unhashed. */
 int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
                 ck_err *err);

@@ -1,4 +1,4 @@
-/* ck/client.h - asynchronous checkpoint saves from training ranks, and loads.
+/* ck/client.h - asynchronous checkpoint saves from training ranks.
  *
  * What PyTorch's dcp.async_save gives, in C: a rank declares its checkpoint, offers
  * its local shards, and calls ck_client_save_async, which copies them into a staging
@@ -33,7 +33,7 @@
  *
  * Staging is double-buffered per client: a save waits in ck_client_save_async only
  * while the save before the previous one still drains. Its memory is faulted in ahead
- * (on huge pages where the system gives them, ck/staging.h) and reused, so no save
+ * (on huge pages where the system gives them, decision 0046) and reused, so no save
  * pays for a first touch: declare the size early with ck_client_save_reserve (a save
  * of a new size that was not declared pays for its own slot, and the next slot is
  * made meanwhile on a thread).
@@ -244,17 +244,5 @@ int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err);
 int ck_client_wait(ck_client_save *sv, ck_err *err);
 /* Blocks until the part no longer needs its staging area, then frees sv. */
 void ck_client_save_free(ck_client_save *sv);
-
-/* Loads the part of tensor that rank holds on mesh with placements pl (any mesh, any
- * placements: resharding) from checkpoint name into dst, reading exactly the needed
- * byte ranges (ck/load.h). dst_len must be that part's size, ck_box_numel(box) *
- * itemsize bytes; another size is refused (-EINVAL, naming both) before any read. */
-int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, void *dst, size_t dst_len,
-                   ck_err *err);
-/* Loads any box of tensor (inside its shape) into dst, dst_len = ck_box_numel(box) *
- * itemsize bytes, whatever layout it was saved with (DCP's read items). */
-int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
-                       void *dst, size_t dst_len, ck_err *err);
 
 #endif

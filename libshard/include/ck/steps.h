@@ -24,10 +24,6 @@ typedef struct ck_step_ckpt {
     char name[CK_NAME_MAX];
 } ck_step_ckpt;
 
-/* Whether name is prefix followed by 1 to 20 decimal digits and nothing else (leading
- * zeros allowed), the number fitting in 64 bits; the number goes to *step (may be
- * NULL). */
-bool ck_step_of(const char *name, const char *prefix, uint64_t *step);
 
 /* The committed checkpoints of root named PREFIX<digits>, oldest step first (equal
  * steps, "step-5" and "step-05", by name), in a malloc'd array the caller frees; none

@@ -1,8 +1,9 @@
-/* ck/staging.h - memory that a checkpoint's bytes are staged in.
+/* io/staging.h - memory that a checkpoint's bytes are staged in (private to the core:
+ * the client's staging slots, async/client.c).
  *
  * A save's stall is the copy of the shards into staging. A page touched for the first
  * time costs a fault and a zeroing, several times the copy itself, so staging is
- * faulted in when it is made (ck_staging_map), outside any save, and reused from save
+ * faulted in when it is made (ck__staging_map), outside any save, and reused from save
  * to save. Huge pages, where the system gives them, cut both the faults and the TLB
  * misses of the copy:
  *
@@ -11,41 +12,41 @@
  *      kernel honours when /sys/kernel/mm/transparent_hugepage/enabled (anonymous) or
  *      .../shmem_enabled (a memfd) allows it;
  *   3. else plain 4 KiB pages.
- * ck_staging.pages says which, so the caller can log the fallback once.
+ * ck__staging.pages says which, so the caller can log the fallback once.
  */
-#ifndef CK_STAGING_H
-#define CK_STAGING_H
+#ifndef CK_IO_STAGING_H
+#define CK_IO_STAGING_H
 
 #include <stdint.h>
 
 #include "ck/error.h"
 
-typedef enum ck_staging_pages {
+typedef enum ck__staging_pages {
     CK_PAGES_SMALL = 0,        /* 4 KiB pages */
     CK_PAGES_THP,              /* advised for transparent huge pages, and the system allows them */
     CK_PAGES_HUGETLB,          /* 2 MiB hugetlb pages */
-} ck_staging_pages;
+} ck__staging_pages;
 
 enum {
     CK_STAGING_MEMFD = 1,      /* a sealed memfd (fixed size) that another process may map */
     CK_STAGING_SMALL_PAGES = 2 /* 4 KiB pages, no huge page attempt */
 };
 
-typedef struct ck_staging {
+typedef struct ck__staging {
     int fd;                    /* the memfd; -1 for anonymous memory or none */
     uint8_t *map;              /* NULL when none */
     uint64_t size;             /* a multiple of 2 MiB */
-    ck_staging_pages pages;
-} ck_staging;
+    ck__staging_pages pages;
+} ck__staging;
 
-#define CK_STAGING_NONE ((ck_staging){ .fd = -1 })
+#define CK_STAGING_NONE ((ck__staging){ .fd = -1 })
 
 /* Maps at least size bytes (rounded up to 2 MiB), every page faulted in, into *s
  * (which must be CK_STAGING_NONE). flags: CK_STAGING_*. */
-int ck_staging_map(ck_staging *s, uint64_t size, unsigned flags, ck_err *err);
+int ck__staging_map(ck__staging *s, uint64_t size, unsigned flags, ck_err *err);
 /* Unmaps and closes; *s becomes CK_STAGING_NONE. */
-void ck_staging_unmap(ck_staging *s);
+void ck__staging_unmap(ck__staging *s);
 /* "hugetlb 2 MiB pages", "transparent huge pages", "4 KiB pages". */
-const char *ck_staging_pages_name(ck_staging_pages p);
+const char *ck__staging_pages_name(ck__staging_pages p);
 
 #endif
