@@ -93,7 +93,9 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
                 (r = ck__save_write_rank(m, k, err)) == 0 &&
                 (r = ck__save_part(m, k, &ok, &rec, &len, err)) == 0 &&
                 (r = ck__meet_parts_encode(&rec, &len, 1, NULL, 0, &file, &flen)) == 0) {
-                snprintf(fname, sizeof fname, "part.n%llu.0", (unsigned long long)k);
+                char id[32];
+                snprintf(id, sizeof id, "n%llu", (unsigned long long)k);
+                ck__name_meet_file(CK_MEET_PART, id, 0, fname, sizeof fname);
                 double t0 = tool_now();
                 r = ck__meet_put(root, meet, fname, file, flen, true, err);
                 put += tool_now() - t0;
@@ -111,7 +113,7 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
     }
     double t0 = tool_now();
     adopt_arg a = { .s = s, .err = err };
-    r = ck__meet_each(root, meet, "part.", adopt_file, &a, err);
+    r = ck__meet_each(root, meet, CK_MEET_PART, adopt_file, &a, err);
     double t1 = tool_now();
     ck_save_stats st;
     if (r == 0)

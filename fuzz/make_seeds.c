@@ -26,6 +26,7 @@
 #include "format/manifest.h"
 #include "fz_mdb.h"
 #include "kd.h"
+#include "format/layout.h"
 
 /* The job of the saves here (ck/client.h): one, fixed, so that the seeds do not change
  * from one run to the next. */

@@ -287,7 +287,7 @@ class CkptWriter(StorageWriter, AsyncStager):
                              "or checkpoint_id=ROOT/NAME)")
         _ck.name_check("checkpoint", self.name)
         _mkroot(self.root)
-        if os.path.exists(os.path.join(self.root, self.name)):
+        if _ck.name_state(self.root, self.name)[0] == "committed":
             raise FileExistsError(f"{self.root}: checkpoint {self.name} is already committed; "
                                   "a committed checkpoint is never replaced")
 
@@ -490,15 +490,16 @@ class CkptWriter(StorageWriter, AsyncStager):
 
     def reserve(self, state_dict, slack=1 << 20, wait=False):
         """Makes this process's staging large enough for saves of state_dict (its local
-        tensors, each 4 KiB aligned in the part, and slack bytes for the blobs) and, for
-        CUDA tensors, page-locks it, so that the first save stalls no longer than the
+        tensors, laid out as the core lays out a part, and slack bytes for the blobs)
+        and, for CUDA tensors, page-locks it, so that the first save stalls no longer than the
         others. On the client's thread, overlapping what the caller does next (the first
         save waits for what remains); with wait, before it returns."""
-        nbytes, pin = slack, -1
+        sizes, pin = [], -1
         for t in _local_tensors(state_dict):
-            nbytes += -(-t.numel() * t.element_size() // 4096) * 4096
+            sizes.append(t.numel() * t.element_size())
             if t.device.type == "cuda":
                 pin = t.device.index
+        nbytes = _ck.file_bytes(sizes) + slack
         self.set_up_storage_writer(True)
         if self.socket is None and engine.socket_of(None) is None:
             _mkroot(self.root)

@@ -16,6 +16,7 @@
 #include "ck/catalog.h"
 #include "crash_testlib.h"
 #include "format/catalog.h"
+#include "format/layout.h"
 
 static bool exists(const char *root, const char *name)
 {

@@ -14,6 +14,7 @@
 #include "ck/save.h"
 #include "save/save_int.h"
 #include "ckpt_testlib.h"
+#include "format/layout.h"
 
 static const uint64_t seed = 11;
 static const uint64_t shape[2] = { 300, 40 };

@@ -13,6 +13,7 @@
  * of the same name on the same clients commits. Both modes agree on the outcome. */
 #include "kc_testlib.h"
 #include "test_engines.h"
+#include "format/layout.h"
 
 static const kc_tensor good_tensors[] = {
     { CK_F32, 2, { 2048, 1027 }, "S(0)" },

@@ -13,6 +13,7 @@
 #include "kc_testlib.h"
 #include "ck/catalog.h"
 #include "ck/synth.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 96, 40 }, "S(0)" },
                                 { CK_BF16, 1, { 3000 }, "S(0)" },

@@ -9,6 +9,7 @@
 #include <glob.h>
 
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 #define NAME "linked"
 

@@ -6,6 +6,7 @@
  * manifest the coordinator wrote (the members' blobs travel in their part files).
  * Nothing is left under .pending. */
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 96, 40 }, "S(0)" },
                                 { CK_BF16, 1, { 3000 }, "S(0)" } };

@@ -5,6 +5,7 @@
  * starts beside it, and its recovery keeps the first one's save in flight, whose
  * owner lives. The first one's save then commits and verifies. */
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 256, 96 }, "S(0)" },
                                 { CK_BF16, 1, { 5000 }, "S(0)" } };

@@ -12,6 +12,7 @@
  * left (the debris of the unfinished saves). */
 
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 512, 64 }, "S(0)" } };
 

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 #define TRIALS 50
 #define SHARD 8192                 /* bytes of a rank's shard */

@@ -59,7 +59,8 @@ static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     scan *x = arg;
     uint64_t inst, rank;
-    const char *id = file + strlen("join.");
+    char id[CK_NODE_ID_MAX];
+    ck__meet_file_of(file, id);
     if (ck__node_id_check(id, NULL) == 0 && ck__meet_join_decode(buf, len, &inst, &rank) == 0 &&
         !peer_add(x->c, id, inst, rank))
         return ck_err_set(&x->err, -ENOMEM, "out of memory");
@@ -69,7 +70,8 @@ static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
 static int on_failed(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     scan *x = arg;
-    const char *id = file + strlen("failed.");
+    char id[CK_NODE_ID_MAX];
+    ck__meet_file_of(file, id);
     if (!strcmp(id, x->sv->o.node_id))
         return 0;
     int code;
@@ -107,9 +109,7 @@ static int on_record(void *arg, const void *rec, size_t len, const ck__meet_blob
 static int on_parts(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     scan *x = arg;
-    const char *id = file + strlen("part.");
-    const char *dot = strrchr(id, '.');
-    snprintf(x->from, sizeof x->from, "%.*s", dot ? (int)(dot - id) : 0, id);
+    ck__meet_file_of(file, x->from);
     int r = ck__meet_parts_decode(buf, len, on_record, x, &x->err);
     if (r < 0)
         return ck_err_set(&x->err, r, "the parts of engine %s (%s): %s", x->from, file,
@@ -164,11 +164,11 @@ static void peers_of(const sv_ckpt *c, char *out, size_t cap)
 static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
 {
     scan x = { .sv = sv, .c = c };
-    int r = ck__meet_each(sv->root, c->meet, "join.", on_join, &x, &x.err);
+    int r = ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x, &x.err);
     if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_failed, &x, &x.err);
     if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, "part.", on_parts, &x, &x.err);
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_PART, on_parts, &x, &x.err);
     char msg[CK_ERR_MSG_MAX + 512], miss[256], who[256];
     if (r != 0) {
         snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&x.err));
@@ -186,10 +186,12 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         const char *why = peer_dead(sv, &c->peers[i], t);
         if (!why)
             continue;
+        char beat[CK_NODE_ID_MAX + 16];
         missing(c, miss, sizeof miss);
-        snprintf(msg, sizeof msg, "checkpoint %s: engine %s %s (heartbeat %s/.ckptd.%s.beat, "
-                 "--dead-after %u s); the parts of ranks %s cannot arrive", c->name,
-                 c->peers[i].id, why, sv->root, c->peers[i].id, sv->o.dead_after, miss);
+        ck__name_engine(c->peers[i].id, CK_ENGINE_BEAT, beat, sizeof beat);
+        snprintf(msg, sizeof msg, "checkpoint %s: engine %s %s (heartbeat %s/%s, --dead-after "
+                 "%u s); the parts of ranks %s cannot arrive", c->name, c->peers[i].id, why,
+                 sv->root, beat, sv->o.dead_after, miss);
         ck__sv_fail(sv, c, -EHOSTDOWN, msg);
         return;
     }
@@ -327,7 +329,7 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     while (any + 1 < c->world && c->parts[any].state == P_NONE)
         any++;
     char pend[PATH_MAX];
-    snprintf(pend, sizeof pend, "%s/%s.%s", CK_PENDING, c->name, c->token);
+    ck__name_save(c->name, c->token, pend, sizeof pend);
     /* The directory's identity, which the commit's rename keeps: reached beneath the
      * root, never through a link, and a directory. */
     if (r > 0 && (r = ck__save_join(c->s, c->token, any, &err)) == 0 &&
@@ -392,7 +394,7 @@ static void put_records(ck__saver *sv, sv_ckpt *c)
     if (r == 0)
         r = ck__meet_parts_encode(recs, lens, n, blobs, nb, &file, &len);
     char name[CK_NODE_ID_MAX + 32];
-    snprintf(name, sizeof name, "part.%s.%u", sv->o.node_id, c->seq++);
+    ck__name_meet_file(CK_MEET_PART, sv->o.node_id, c->seq++, name, sizeof name);
     ck_err err = { 0 };
     c->writes++;
     pthread_mutex_unlock(&sv->mu);
@@ -440,7 +442,7 @@ int ck__sv_heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     scan x = { .sv = sv, .c = c };
     struct stat st;
-    int r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
+    int r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_failed, &x, &x.err);
     if (r < 0 && root_stat(sv, ck__rel(sv->root, c->meet), &st) < 0 && !committed_as(sv, c))
         r = ck_err_set(&x.err, -ECANCELED, "engine %s gave it up (its meeting %s is gone)",
                        c->npeers ? c->peers[0].id : "?", c->meet);
@@ -483,9 +485,11 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         why = peer_dead(sv, &c->peers[0], t);
     }
     if (why) {
+        char beat[CK_NODE_ID_MAX + 16];
+        ck__name_engine(c->peers[0].id, CK_ENGINE_BEAT, beat, sizeof beat);
         snprintf(msg, sizeof msg, "checkpoint %s: the coordinating engine %s %s (heartbeat "
-                 "%s/.ckptd.%s.beat, --dead-after %u s); the save cannot commit", c->name,
-                 c->peers[0].id, why, sv->root, c->peers[0].id, sv->o.dead_after);
+                 "%s/%s, --dead-after %u s); the save cannot commit", c->name, c->peers[0].id,
+                 why, sv->root, beat, sv->o.dead_after);
         ck__sv_fail(sv, c, -EHOSTDOWN, msg);
     }
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
 #include "model/layout.h"

@@ -56,6 +56,14 @@ static uint64_t align_up(uint64_t v)
     return (v + CK_ALIGN - 1) & ~(uint64_t)(CK_ALIGN - 1);
 }
 
+uint64_t ck_file_bytes(const uint64_t *shard_bytes, size_t n)
+{
+    uint64_t end = 0;
+    for (size_t i = 0; i < n; i++)
+        end = align_up(end + shard_bytes[i]);
+    return end;
+}
+
 /* The index of a rank's shard among its tensor's shards: its coordinate over the
  * sharded mesh dims, row-major. Replicas (ranks that differ only on R dims) get
  * the same index. */

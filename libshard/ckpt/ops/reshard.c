@@ -28,6 +28,7 @@
 #include "io/writer.h"
 #include "save/commit.h"
 #include "format/enc.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "save/rankfiles.h"
 #include "model/grow.h"
@@ -306,7 +307,7 @@ static int link_files(rs *s, bool hashed, ck_err *err)
             continue;
         const ck_file *sf = ck_file_get(s->src, f);
         ck_file *nf = &s->files[s->nfiles];
-        snprintf(nf->name, sizeof nf->name, "ref-%05u.dat", s->nfiles);
+        ck__name_data_file(true, s->nfiles, nf->name);
         nf->size = sf->size;
         nf->rank = 0;
         char from[PATH_MAX], to[PATH_MAX + CK_FILE_NAME_MAX];

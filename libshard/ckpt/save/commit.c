@@ -11,6 +11,7 @@
 
 #include "ck/catalog.h"
 #include "ck/save.h"
+#include "format/layout.h"
 #include "format/owner.h"
 #include "io/rootfs.h"
 #include "model/say.h"
@@ -84,8 +85,8 @@ int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *n
         if (strlen(token) >= CK_TOKEN_MAX)
             return ck_err_set(err, -EINVAL, "save token '%s' is longer than %d bytes", token,
                               CK_TOKEN_MAX - 1);
-        snprintf(rel, sizeof rel, "%s/%s.%s", CK_PENDING, name, token);
-        if (snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX)
+        if (ck__name_save(name, token, rel, sizeof rel) < 0 ||
+            snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX)
             return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
         r = e->ops->mkdir(e, rootfd, rel, 0755);
         if (r < 0 && r != -EEXIST) {
@@ -98,10 +99,11 @@ int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *n
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;
+    char fresh[CK_TOKEN_MAX];
     for (int tries = 0; tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
-        snprintf(rel, sizeof rel, "%s/%s.%012llx", CK_PENDING, name,
-                 (unsigned long long)(tag & 0xffffffffffffull));
-        if (snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX) {
+        ck__name_token(tag, fresh);
+        if (ck__name_save(name, fresh, rel, sizeof rel) < 0 ||
+            snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX) {
             r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
             break;
         }
@@ -129,8 +131,8 @@ void ck__pending_remove(ck_engine *e, int rootfd, const char *root, const char *
         snprintf(path, sizeof path, "%s/%s", rel, files[f].name);
         e->ops->unlink(e, rootfd, path);
     }
-    snprintf(path, sizeof path, "%s/%s", rel, CK_MANIFEST);
-    e->ops->unlink(e, rootfd, path);
+    if (ck__name_manifest(rel, path, sizeof path) == 0)
+        e->ops->unlink(e, rootfd, path);
     e->ops->rmdir(e, rootfd, rel);
 }
 
@@ -157,8 +159,9 @@ int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
     if (!rel || !rel[0])
         return ck_err_set(err, -EINVAL, "%s is not under the root %s", pending, root);
     snprintf(final, sizeof final, "%s/%s", root, m->info.name);
-    snprintf(path, sizeof path, "%s/%s", pending, CK_MANIFEST);
-    snprintf(mrel, sizeof mrel, "%s/%s", rel, CK_MANIFEST);
+    if (ck__name_manifest(pending, path, sizeof path) < 0 ||
+        ck__name_manifest(rel, mrel, sizeof mrel) < 0)
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", pending);
     if ((r = ck__manifest_write(e, rootfd, mrel, path, m, err)) < 0)
         return r;
     if ((r = ck__engine_fsync_path(e, rootfd, rel)) < 0)

@@ -58,6 +58,9 @@ typedef struct ck_scan {
 } ck_scan;
 int ck_root_scan(const char *root, ck_scan *out, ck_err *err);
 void ck_scan_free(ck_scan *s);
+/* The directory that holds ROOT's pending entries (ROOT/.pending), into buf (len
+ * bytes), for what a tool says of them: 0, or -ENAMETOOLONG. */
+int ck_pending_dir(const char *root, char *buf, size_t len);
 /* Whether `entry` (one of ck_scan's pending, NAME.TOKEN) is a save in progress: 1
  * when the writer that owns it is alive, i.e. holds .pending/NAME.lock (who: "pid P
  * on HOST"); 0 when it is the debris of a dead writer, which the next recovery

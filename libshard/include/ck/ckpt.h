@@ -31,9 +31,6 @@
 #define CK_FILE_NAME_MAX 64
 #define CK_HASH_LEN    32             /* SHA-256 */
 #define CK_BLOB_MAX    (64u << 20)    /* a blob is metadata, not a tensor */
-#define CK_MANIFEST    "manifest.mdb"
-#define CK_CATALOG     "catalog.mdb"
-#define CK_PENDING     ".pending"
 
 typedef struct ck_info {
     char name[CK_NAME_MAX];

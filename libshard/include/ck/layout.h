@@ -36,6 +36,11 @@ void ck_box_full(int ndim, const uint64_t *shape, ck_box *out);
 uint64_t ck_box_numel(const ck_box *b);   /* 1 for ndim 0 */
 bool ck_box_equal(const ck_box *a, const ck_box *b);
 
+/* The bytes of a rank's data file that holds shards of these n sizes, in order, each
+ * at the aligned offset the save plan gives it: what a staging area made for a part of
+ * those shards must hold (before its blobs). */
+uint64_t ck_file_bytes(const uint64_t *shard_bytes, size_t n);
+
 /* At most this many boxes in a tensor's box list (format 1.1): a tensor is cut into
  * no more pieces than the largest world has ranks. */
 #define CK_MAX_BOXES CK_MAX_WORLD

@@ -87,6 +87,7 @@ PyObject *ckpy_steps(PyObject *self, PyObject *args);
 PyObject *ckpy_newest_step(PyObject *self, PyObject *args);
 PyObject *ckpy_prune(PyObject *self, PyObject *args);
 PyObject *ckpy_name_state(PyObject *self, PyObject *args);
+PyObject *ckpy_file_bytes(PyObject *self, PyObject *sizes);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
 /* client.c */
 PyObject *ckpy_job_id_new(PyObject *self, PyObject *args);
