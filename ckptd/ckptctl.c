@@ -1,5 +1,7 @@
 /* ckptctl - asks a running ckptd what it is doing, waiting for its answer no longer
- * than --daemon-timeout (a stopped daemon must not hang the operator's shell). */
+ * than --daemon-timeout (a stopped daemon must not hang the operator's shell); and, by
+ * hand, what a daemon's peer service does for its peers: list a node's copies, push a
+ * copy to a node as a replica, fetch files of a copy from a node (ckptctl peer). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,17 +10,38 @@
 #include <unistd.h>
 
 #include "async/proto.h"
+#include "kd.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
 "usage: ckptctl status (--socket PATH | --root DIR) [--daemon-timeout SECS]\n"
+"       ckptctl peer inventory PEER [--id ID] [--timeout SECS]\n"
+"       ckptctl peer put PEER --id ID --from LOCAL NAME [--timeout SECS]\n"
+"       ckptctl peer get PEER --into DIR NAME (--all | FILE...) [--source ID]\n"
+"                        [--id ID] [--timeout SECS]\n"
 "\n"
-"Lists the saves in flight in a running ckptd: ranks joined, staged and durable,\n"
-"bytes staged and written, write MB/s, connected clients. The socket defaults to\n"
-"$CKPTD_SOCKET, else DIR/.ckptd.sock. A daemon that does not answer within\n"
-"--daemon-timeout seconds (default $CKPTD_TIMEOUT, else 10) is an error naming it.\n"
-"Exit status: 0 ok, 2 usage error, no daemon, or no answer in time.\n");
+"status lists the saves in flight in a running ckptd: ranks joined, staged and\n"
+"durable, bytes staged and written, write MB/s, connected clients. The socket\n"
+"defaults to $CKPTD_SOCKET, else DIR/.ckptd.sock. A daemon that does not answer\n"
+"within --daemon-timeout seconds (default $CKPTD_TIMEOUT, else 10) is an error\n"
+"naming it.\n"
+"\n"
+"peer talks to the peer service of a ckptd started with --local-root and\n"
+"--peer-listen (docs/PROTOCOL.md, \"Peer protocol\"). PEER is --addr HOST:PORT, or\n"
+"--to ID --root DURABLE (the address daemon ID published in DURABLE/.ckptd.ID.peer).\n"
+"  inventory  the copies the node holds: its own and its replicas of others'\n"
+"  put        sends the copy LOCAL/NAME (the data files it holds) to be kept as a\n"
+"             replica of its source (a partial copy's own, else --id); returns once\n"
+"             the peer committed it, every block checked on arrival\n"
+"  get        fetches NAME's manifest and data files (--all: every file of its\n"
+"             fullest copy there; none: the manifest alone) from a copy the peer\n"
+"             holds (of --source when given) into the copy DIR/NAME, every block\n"
+"             checked, committed by rename\n"
+"  --id ID    this side's daemon id (default: ckptctl)\n"
+"  --timeout SECS  the longest the peer may stay silent (default 30)\n"
+"Exit status: 0 ok, 1 the transfer failed, 2 usage error, no daemon, or no answer in\n"
+"time.\n");
 }
 
 static const char *state_name(const ck__proto_ckpt *c)
@@ -39,6 +62,105 @@ static bool seconds(const char *s, double *out)
     return true;
 }
 
+static void print_copy(const kd_peer_copy *c)
+{
+    printf("%-28s step %-10llu %-8s of ckptd %-16s ", c->name, (unsigned long long)c->step,
+           c->replica ? "replica" : "own copy", c->source);
+    if (c->complete) {
+        printf("complete (%u data files)\n", c->n_files);
+        return;
+    }
+    printf("partial: %u of %u data files:", c->n_held, c->n_files);
+    for (uint32_t f = 0; f < c->n_held; f++)
+        printf(" %s", c->held[f]);
+    printf("\n");
+}
+
+static void on_progress(void *arg, uint64_t done, uint64_t total)
+{
+    *(uint64_t *)arg = done;
+    (void)total;
+}
+
+/* ckptctl peer VERB ...: one call to a peer service. */
+static int peer_main(int argc, char **argv)
+{
+    const char *verb = argc > 1 ? argv[1] : "", *addr = NULL, *to = NULL, *root = NULL;
+    const char *from = NULL, *into = NULL, *name = NULL, *id = "ckptctl";
+    char found[KD_PEER_ADDR_MAX];
+    double timeout = 30;
+    kd_preq ask = { 0 };
+    uint64_t moved = 0;
+    const char **files = calloc((size_t)argc, sizeof *files);
+    uint32_t nfiles = 0;
+    int bad = !files;
+    for (int i = 2; !bad && i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool opt = true;
+        if (!strcmp(a, "--addr") && v) addr = v;
+        else if (!strcmp(a, "--to") && v) to = v;
+        else if (!strcmp(a, "--root") && v) root = v;
+        else if (!strcmp(a, "--from") && v) from = v;
+        else if (!strcmp(a, "--into") && v) into = v;
+        else if (!strcmp(a, "--id") && v) id = v;
+        else if (!strcmp(a, "--source") && v) snprintf(ask.source, sizeof ask.source, "%s", v);
+        else if (!strcmp(a, "--timeout") && v) bad = !seconds(v, &timeout);
+        else if (!strcmp(a, "--all")) ask.all = true, opt = false;
+        else if (a[0] == '-') bad = 1;
+        else if (!name) name = a, opt = false;
+        else files[nfiles++] = a, opt = false;
+        i += opt;
+    }
+    bool put = !strcmp(verb, "put"), get = !strcmp(verb, "get");
+    if (bad || (!put && !get && strcmp(verb, "inventory")) || !(addr || (to && root)) ||
+        (put && (!from || !name || nfiles)) || (get && (!into || !name || (ask.all && nfiles))) ||
+        (!put && !get && name)) {
+        free(files);
+        usage(stderr);
+        return 2;
+    }
+    ck_err err = { 0 };
+    int r = 0;
+    uint64_t instance;
+    if (!addr && (r = kd_addr_lookup(root, to, found, sizeof found, &instance, &err)) == 0)
+        addr = found;
+    kd_peer_call call = { .addr = addr, .id = id, .timeout = (unsigned)(timeout + 0.999),
+                          .progress = on_progress, .arg = &moved };
+    if (r == 0 && !put && !get) {
+        kd_peer_copy *v;
+        size_t n;
+        if ((r = kd_peer_inventory(&call, &v, &n, &err)) == 0) {
+            printf("%zu cop%s at peer %s\n", n, n == 1 ? "y" : "ies", addr);
+            for (size_t i = 0; i < n; i++)
+                print_copy(&v[i]);
+            kd_peer_copies_free(v, n);
+        }
+    } else if (r == 0 && put) {
+        if ((r = kd_peer_put(&call, from, name, &err)) == 0)
+            printf("%s: committed as a replica at peer %s (%llu bytes sent)\n", name, addr,
+                   (unsigned long long)moved);
+    } else if (r == 0) {
+        snprintf(ask.name, sizeof ask.name, "%s", name);
+        ask.n = nfiles;
+        ask.files = calloc(nfiles ? nfiles : 1, sizeof *ask.files);
+        for (uint32_t i = 0; ask.files && i < nfiles; i++)
+            snprintf(ask.files[i].name, sizeof ask.files[i].name, "%s", files[i]);
+        if (!ask.files)
+            r = ck_err_set(&err, -ENOMEM, "out of memory");
+        else if ((r = kd_peer_get(&call, &ask, into, &err)) == 0)
+            printf("%s: fetched from peer %s into %s/%s (%llu bytes)\n", name, addr, into, name,
+                   (unsigned long long)moved);
+        kd_preq_free(&ask);
+    }
+    free(files);
+    if (r < 0)
+        fprintf(stderr, "ckptctl: peer %s: %s\n", verb, ck_err_msg(&err));
+    /* No daemon to talk to, or none that answers: as status says it. */
+    bool unreachable = !addr || r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
+                       r == -EADDRNOTAVAIL;
+    return r == 0 ? 0 : unreachable ? 2 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *sock = getenv("CKPTD_SOCKET"), *env = getenv("CKPTD_TIMEOUT");
@@ -49,6 +171,8 @@ int main(int argc, char **argv)
                 env);
         return 2;
     }
+    if (argc > 1 && !strcmp(argv[1], "peer"))
+        return peer_main(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "status") != 0) {
         usage(argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr);
         return argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? 0 : 2;

@@ -17,6 +17,17 @@
  *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
  *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ * The peer service (--local-root, --peer-listen; docs/PROTOCOL.md, "Peer protocol"): a
+ * UCX worker on a thread of its own, and the client calls the rest of the daemon (and
+ * ckptctl) make to other nodes' services. Only these files know UCX, and only
+ * kd_peer_ucx.c includes it; the daemon's event loop never waits on a peer.
+ *   kd_peer_serve.c  the service's thread: connections, requests, timeouts
+ *   kd_peer_client.c INVENTORY, PUT and GET, synchronous, from any thread but the loop
+ *   kd_peer_xfer.c   a copy's stream both ways: chunks under the receiver's acks
+ *   kd_peer_inv.c    the copies a local tier holds, and finding one to send
+ *   kd_peer_ucx.c    UCX: the worker, the listener, endpoints, whole messages
+ *   kd_peer_addr.c   ADDR[:PORT], and the address file ROOT/.ckptd.ID.peer
+ *   kd_peer_wire.c   the peer messages: encoding, and decoding with every field checked
  *   kd_reply.c    finding a client by id, sending replies
  *   kd_log.c      the log
  * The declarations below follow the same order.
@@ -29,6 +40,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "async/saver.h"
@@ -58,6 +70,9 @@ typedef struct kd_opts {
     const char *log;
     ck_engine *engine;         /* wraps every save's I/O (ckptd-test's --inject-fault);
                                 * NULL: the real engine */
+    const char *local_root;    /* this node's local tier (--local-root); NULL: none */
+    const char *peer_listen;   /* ADDR[:PORT] of the peer service (--peer-listen) */
+    unsigned peer_timeout;     /* seconds a peer may stay silent in a transfer */
 } kd_opts;
 
 typedef struct kd_client {
@@ -174,6 +189,9 @@ typedef struct kd_server {
     bool stopping;
     bool drained;              /* the drain timeout passed: waiting saves were aborted */
     double drain_deadline;     /* CLOCK_MONOTONIC seconds */
+    char local_root[PATH_MAX]; /* realpath of --local-root; "" without */
+    int local_lock_fd;         /* LOCAL/.ckptd.ID.lock, held for the daemon's life */
+    struct kd_peers *peers;    /* the peer service; NULL without --peer-listen */
 } kd_server;
 
 /* kd_server.c */
@@ -244,6 +262,250 @@ void kd_staging_release(kd_server *s, kd_part *p);
 /* Maps the first waiting part if it now fits and returns it (its client may copy), or
  * NULL. Call it until NULL after every release: room is given in queue order. */
 kd_part *kd_staging_admit_waiting(kd_server *s);
+
+/* ---- the peer service ---- */
+
+/* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
+ * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
+ * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
+#define KD_PEER_VERSION 1
+#define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
+#define KD_PEER_HDR 16
+#define KD_PEER_AM_ID 1                     /* the UCX active message id of every message */
+#define KD_PEER_MSG_MAX (16u << 20)         /* payload of a message but DATA */
+#define KD_PEER_REQ_MAX (1u << 20)          /* payload the service takes from a client */
+#define KD_PEER_CHUNK (1u << 20)            /* the bytes a sender puts in one DATA */
+#define KD_PEER_CHUNK_MAX (4u << 20)        /* the most a receiver takes in one DATA */
+#define KD_PEER_WINDOW (8u << 20)           /* stream bytes sent and not yet acknowledged */
+#define KD_PEER_HELD_MAX 64u                /* DATA held ahead of the receiver's cursor */
+#define KD_PEER_CONNS_MAX 32u               /* connections the service keeps */
+#define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
+#define KD_PEER_PORT 7471                   /* --peer-listen without a port */
+#define KD_PEER_ADDR_MAX 128                /* "HOST:PORT" with its NUL */
+#define KD_REPLICAS ".replicas"             /* LOCAL/.replicas/SRCID: a peer's replicas */
+
+enum kd_peer_type {
+    /* the side that connects -> the service */
+    KD_P_HELLO = 1,        /* str id, u64 instance */
+    KD_P_INVENTORY = 2,    /* empty */
+    KD_P_PUT = 3,          /* a stream: str name, str source, u64 manifest bytes, u32 n,
+                            * n x (str file, u64 size); then DATA after PUT_READY */
+    KD_P_GET = 4,          /* str name, str source ("": any copy), u8 all, u32 n, n x str
+                            * file (all: every file of the copy; n is then 0) */
+    /* either way, in a transfer */
+    KD_P_DATA = 16,        /* arg: stream offset; the bytes */
+    KD_P_ACK = 17,         /* arg: stream bytes the receiver took (written and checked) */
+    KD_P_ABORT = 18,       /* as ERROR, name "": the sender gives the stream up */
+    /* the service -> the side that connects */
+    KD_P_HELLO_OK = 64,    /* str id, u64 instance */
+    KD_P_INVENTORY_OK = 65,/* u32 n, n x copy (kd_peer_copy) */
+    KD_P_PUT_READY = 66,   /* empty: send the stream */
+    KD_P_GET_OK = 67,      /* a stream as PUT's, of the copy chosen; DATA follows */
+    KD_P_COMMITTED = 68,   /* str name: the PUT's copy is committed */
+    KD_P_ERROR = 69,       /* str name, i32 -errno, str message */
+};
+
+/* One copy a node holds (INVENTORY). */
+typedef struct kd_peer_copy {
+    char name[CK_NAME_MAX];
+    uint64_t step;
+    char source[CK_COPY_ID_MAX];   /* the daemon whose data it holds */
+    bool replica;                  /* under LOCAL/.replicas/, else the node's own */
+    bool complete;
+    uint32_t n_files;              /* data files of the checkpoint */
+    uint32_t n_held;               /* of them in this copy */
+    char (*held)[CK_FILE_NAME_MAX];/* partial: their names; NULL when complete */
+} kd_peer_copy;
+
+/* What a stream carries (PUT, GET_OK) or a GET asks for: the checkpoint's name, the
+ * copy's source, the manifest's bytes, and data files (names; sizes in a stream). */
+typedef struct kd_preq {
+    char name[CK_NAME_MAX];
+    char source[CK_COPY_ID_MAX];
+    uint64_t manifest_size;
+    bool all;
+    uint32_t n;
+    ck_file *files;
+} kd_preq;
+
+typedef struct kd_peer_opts {
+    const char *local_root;        /* realpath */
+    const char *listen;            /* ADDR[:PORT] */
+    const char *id;
+    const char *durable_root;      /* where ROOT/.ckptd.ID.peer says where it listens */
+    uint64_t instance;
+    unsigned timeout;              /* s a peer may stay silent before its transfer fails */
+    void (*log)(void *arg, const char *msg);
+    void *log_arg;
+} kd_peer_opts;
+
+/* One call to another node's service, from a thread that may block (never the event
+ * loop): every wait for the peer lasts at most timeout seconds since it last spoke. */
+typedef struct kd_peer_call {
+    const char *addr;              /* HOST:PORT */
+    const char *id;                /* this side's daemon id, in HELLO */
+    unsigned timeout;
+    /* bytes of the stream sent or taken; may be NULL */
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    void *arg;
+} kd_peer_call;
+
+/* kd_peer_serve.c */
+/* Whether ADDR[:PORT] can be listened on for peers: it parses, and is no wildcard,
+ * which would say nothing a peer could connect to. */
+int kd_peers_check_listen(const char *listen, ck_err *err);
+/* Listens (the address file written) and runs the service on a thread of its own. */
+int kd_peers_start(const kd_peer_opts *o, struct kd_peers **out, ck_err *err);
+/* Fails the transfers in progress (nothing of them stays), removes the address file,
+ * stops the thread. */
+void kd_peers_stop(struct kd_peers *p);
+
+/* kd_peer_client.c */
+int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);
+/* Sends the copy ROOT/NAME (every data file it holds) to be kept as a replica;
+ * returns once the peer committed it. Its source is the copy's (a partial copy's
+ * file says it), else c->id. */
+int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err);
+/* Fetches NAME's manifest and data files (all of some copy's, or those named) from
+ * the copy of source ("" or NULL: any) the peer holds, into the copy INTO/NAME,
+ * checked block by block and committed by rename. */
+int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err);
+
+/* kd_peer_xfer.c */
+typedef struct kd_xsend kd_xsend;
+typedef struct kd_xrecv kd_xrecv;
+struct kd_pconn;
+struct kd_pmsg;
+/* Sending: the stream of copy ROOT/NAME (the files ask names, all it holds when ask is
+ * NULL or ask->all); q gets what is sent (kd_preq_free), its source the copy's: a
+ * partial copy's own, else source. */
+int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
+                  kd_preq *q, kd_xsend **out, ck_err *err);
+/* Sends DATA while the window allows; 1 once every byte is acknowledged. */
+int kd_xsend_pump(kd_xsend *x, struct kd_pconn *c, ck_err *err);
+/* An ACK: how much the receiver took. */
+int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err);
+/* Bytes acknowledged (and the stream's, in total). */
+uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total);
+bool kd_xsend_all_sent(const kd_xsend *x);
+void kd_xsend_free(kd_xsend *x);
+/* Receiving into ROOT/q->name, a copy of q->source. */
+int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, const char *msg),
+                  void *log_arg, kd_xrecv **out, ck_err *err);
+/* Takes a DATA (m freed), writes what is now in order and ACKs it; 1 once the whole
+ * stream is in (then kd_xrecv_commit). */
+int kd_xrecv_data(kd_xrecv *x, struct kd_pconn *c, struct kd_pmsg *m, ck_err *err);
+uint64_t kd_xrecv_done(const kd_xrecv *x, uint64_t *total);
+int kd_xrecv_commit(kd_xrecv *x, ck_err *err);
+/* Frees x; an uncommitted copy leaves nothing. */
+void kd_xrecv_free(kd_xrecv *x);
+
+/* kd_peer_inv.c */
+/* The copies LOCAL holds: its own (LOCAL/NAME) and replicas (LOCAL/.replicas/SRC/NAME);
+ * self is this daemon's id, the source of its own complete copies. */
+int kd_inv_scan(const char *local, const char *self, kd_peer_copy **out, size_t *n,
+                ck_err *err);
+/* The root (LOCAL, or LOCAL/.replicas/SRC) of a copy of ask->name that holds every
+ * file ask names (ask->all: the one that holds most), of ask->source when given, and
+ * that copy's source. */
+int kd_inv_find(const char *local, const char *self, const kd_preq *ask, char *root,
+                size_t len, char source[CK_COPY_ID_MAX], ck_err *err);
+/* Recovers LOCAL and every replica root under it (ck_root_recover): the pending copies
+ * of writers that died are removed. */
+int kd_inv_recover(const char *local, void (*log)(void *arg, const char *msg), void *arg,
+                   ck_err *err);
+/* LOCAL/.replicas/SRC into root (PATH_MAX bytes), made (0700) if absent: directories
+ * of this user, never links. */
+int kd_inv_replica_root(const char *local, const char *src, char *root, ck_err *err);
+
+/* kd_peer_ucx.c */
+typedef struct kd_ucx kd_ucx;
+typedef struct kd_pconn kd_pconn;
+typedef struct kd_pmsg {
+    struct kd_pmsg *next;
+    bool ready;                    /* its bytes are all here */
+    uint16_t version, type;
+    uint64_t arg;
+    uint8_t *data;
+    size_t len;
+} kd_pmsg;
+/* A UCX context and worker for one thread; listening on addr when not NULL (*bound
+ * gets the address it listens on, its port chosen by the kernel when 0). */
+int kd_ucx_open(const char *listen, kd_ucx **out, char *bound, size_t len, ck_err *err);
+/* Closes every connection (bounded by a second) and the worker. */
+void kd_ucx_close(kd_ucx *u);
+/* Progresses the worker until it has nothing to do, and frees closed connections. */
+void kd_ucx_progress(kd_ucx *u);
+/* Arms the worker's event descriptor (kd_ucx_fd): true when it is safe to sleep on it
+ * now, false when there is work to progress first. */
+bool kd_ucx_arm(kd_ucx *u);
+int kd_ucx_fd(const kd_ucx *u);
+/* kd_ucx_progress, then up to ms asleep on the descriptor, then kd_ucx_progress. */
+void kd_ucx_wait(kd_ucx *u, int ms);
+int kd_ucx_connect(kd_ucx *u, const char *addr, kd_pconn **out, ck_err *err);
+/* A connection the listener accepted since the last call, or NULL. */
+kd_pconn *kd_ucx_accepted(kd_ucx *u);
+/* The next whole message of c, or NULL; the caller frees it (kd_pmsg_free). */
+kd_pmsg *kd_pconn_next(kd_pconn *c);
+void kd_pmsg_free(kd_pmsg *m);
+/* Sends a message; takes payload (malloc'd, or NULL with len 0) whatever happens. */
+int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len);
+/* Sends the encoded message w (taken). */
+int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w);
+/* 0 while usable; else -errno, and why: nothing more is taken from it (the messages
+ * that came whole before still are). */
+int kd_pconn_failed(const kd_pconn *c, const char **why);
+/* The transport itself failed (the peer closed or died): nothing can be sent either.
+ * Otherwise a failed connection can still carry an ERROR saying why. */
+bool kd_pconn_broken(const kd_pconn *c);
+/* Marks c failed (its messages dropped from now on); why names the cause. */
+void kd_pconn_fail(kd_pconn *c, int code, const char *why);
+const char *kd_pconn_peer(const kd_pconn *c);
+/* Bytes of sends not yet completed. */
+size_t kd_pconn_unsent(const kd_pconn *c);
+/* Bytes of received messages c may have waiting to be taken (more fails it). */
+void kd_pconn_set_budget(kd_pconn *c, size_t bytes);
+/* Closes c: at once, once what was sent went out, or once the peer hung up after
+ * reading the last word (an ERROR); a second at most. c is freed by the worker later
+ * (kd_ucx_progress). */
+typedef enum kd_close { KD_CLOSE_NOW, KD_CLOSE_FLUSH, KD_CLOSE_LAST_WORD } kd_close;
+void kd_pconn_close(kd_pconn *c, kd_close how);
+void *kd_pconn_user(const kd_pconn *c);
+void kd_pconn_set_user(kd_pconn *c, void *user);
+
+/* kd_peer_addr.c */
+/* "HOST:PORT", "[V6]:PORT", or without the port (default_port): a socket address. */
+int kd_addr_parse(const char *s, unsigned default_port, struct sockaddr_storage *sa,
+                  socklen_t *len, ck_err *err);
+void kd_addr_format(const struct sockaddr *sa, char *out, size_t len);
+/* ROOT/.ckptd.ID.peer, written atomically: "ckptd peer 1\naddress A\ninstance I\n". */
+int kd_addr_publish(const char *root, const char *id, const char *addr, uint64_t instance,
+                    ck_err *err);
+void kd_addr_unpublish(const char *root, const char *id);
+/* The address daemon ID published in ROOT. */
+int kd_addr_lookup(const char *root, const char *id, char *addr, size_t len,
+                   uint64_t *instance, ck_err *err);
+
+/* kd_peer_wire.c */
+void kd_pw_hello(ck__wbuf *w, const char *id, uint64_t instance);
+int kd_pw_get_hello(const kd_pmsg *m, char id[CK_COPY_ID_MAX], uint64_t *instance,
+                    ck_err *err);
+/* PUT and GET_OK (stream) and GET (ask). */
+void kd_pw_stream(ck__wbuf *w, const kd_preq *q);
+int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err);
+void kd_pw_ask(ck__wbuf *w, const kd_preq *q);
+int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err);
+void kd_preq_free(kd_preq *q);
+void kd_pw_error(ck__wbuf *w, const char *name, int code, const char *msg);
+/* ERROR and ABORT (name "" for ABORT): what the peer said, into err. */
+int kd_pw_get_error(const kd_pmsg *m, const char *peer, ck_err *err);
+void kd_pw_abort(ck__wbuf *w, int code, const char *msg);
+void kd_pw_name(ck__wbuf *w, const char *name);
+int kd_pw_get_name(const kd_pmsg *m, char name[CK_NAME_MAX], ck_err *err);
+void kd_pw_inventory(ck__wbuf *w, const kd_peer_copy *v, size_t n);
+void kd_peer_copies_free(kd_peer_copy *v, size_t n);
+int kd_pw_get_inventory(const kd_pmsg *m, kd_peer_copy **out, size_t *n, ck_err *err);
+const char *kd_pw_type_name(unsigned type);
 
 /* kd_reply.c */
 kd_client *kd_client_find(kd_server *s, uint64_t id);

@@ -50,6 +50,14 @@ static void usage(FILE *f)
 "                       parts of the others (default 600)\n"
 "  --dead-after SECS    another daemon whose heartbeat (DIR/.ckptd.ID.beat) stands\n"
 "                       still this long is dead, and its saves fail (default 10)\n"
+"  --local-root DIR     this node's local tier: its own copies (DIR/NAME) and the\n"
+"                       replicas it keeps for peers (DIR/.replicas/ID/NAME); recovered\n"
+"                       at start like DIR\n"
+"  --peer-listen ADDR[:PORT]\n"
+"                       with --local-root: serve other nodes' daemons over UCX on this\n"
+"                       address (default port %d; 0: any free one), published in\n"
+"                       DIR/.ckptd.ID.peer (docs/PROTOCOL.md, \"Peer protocol\")\n"
+"  --peer-timeout SECS  a peer silent this long in a transfer fails it (default 30)\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 #ifdef KD_TEST_HOOKS
@@ -59,7 +67,7 @@ static void usage(FILE *f)
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 stopped by SIGTERM; 1 could not start, failed, or a second SIGTERM;\n"
-"2 usage; 3 another ckptd of this id serves DIR (or the socket).\n");
+"2 usage; 3 another ckptd of this id serves DIR (or the socket).\n", KD_PEER_PORT);
 }
 
 static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -111,7 +119,8 @@ static int inject_fault(const char *spec, kd_opts *o)
 static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
-           O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER };
+           O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER, O_LOCAL, O_PEER,
+           O_PEER_TIMEOUT };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
@@ -122,11 +131,13 @@ static int parse(int argc, char **argv, kd_opts *o)
         { "drain-timeout", 1, 0, O_DRAIN },
         { "plan-memory", 1, 0, O_PLAN }, { "rank-timeout", 1, 0, O_RANK }, { "id", 1, 0, O_ID },
         { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
+        { "local-root", 1, 0, O_LOCAL }, { "peer-listen", 1, 0, O_PEER },
+        { "peer-timeout", 1, 0, O_PEER_TIMEOUT },
         { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
                  .plan_memory = 1ull << 30, .rank_timeout = 300, .part_timeout = 600,
-                 .dead_after = 10 };
+                 .dead_after = 10, .peer_timeout = 30 };
     default_id(o->id, sizeof o->id);
     ck_err err = { 0 };
     int c, r = 0;
@@ -159,6 +170,11 @@ static int parse(int argc, char **argv, kd_opts *o)
             r = number("--part-timeout", optarg, 1, 86400, &o->part_timeout);
             break;
         case O_DEAD_AFTER: r = number("--dead-after", optarg, 1, 3600, &o->dead_after); break;
+        case O_LOCAL: o->local_root = optarg; break;
+        case O_PEER: o->peer_listen = optarg; break;
+        case O_PEER_TIMEOUT:
+            r = number("--peer-timeout", optarg, 1, 3600, &o->peer_timeout);
+            break;
         case O_ID:
             if ((r = ck__node_id_check(optarg, &err)) < 0)
                 fprintf(stderr, "ckptd: --id: %s\n", ck_err_msg(&err));
@@ -177,6 +193,10 @@ static int parse(int argc, char **argv, kd_opts *o)
         fprintf(stderr, "ckptd: %s\n", o->root ? "unexpected argument" : "--root is required");
         r = -EINVAL;
     }
+    if (r == 0 && o->peer_listen && !o->local_root) {
+        fprintf(stderr, "ckptd: --peer-listen serves a local tier: it needs --local-root\n");
+        r = -EINVAL;
+    }
     if (r == 0 && !o->socket[0] &&
         snprintf(o->socket, sizeof o->socket, "%s/.ckptd.sock", o->root) >= (int)sizeof o->socket) {
         fprintf(stderr, "ckptd: %s/.ckptd.sock is too long for a socket; use --socket\n", o->root);
@@ -190,14 +210,18 @@ static int parse(int argc, char **argv, kd_opts *o)
  * socket (CKPTD_SOCKET) and its log, which from now on holds everything it says. */
 static void detach(kd_server *s)
 {
-    /* The root's lock goes to the child (a fork's child closes its copies of the
-     * core's locks, format/owner.h), and the parent exits at once. */
+    /* The locks of the root and the local tier go to the child (a fork's child closes
+     * its copies of the core's locks, format/owner.h), and the parent exits at once. */
     ck__lock_hand_on(s->lock_fd);
+    if (s->local_lock_fd >= 0)
+        ck__lock_hand_on(s->local_lock_fd);
     fflush(stdout);   /* nothing buffered before the fork is printed twice */
     pid_t pid = fork();
     if (pid < 0) {
         kd_log(s, "fork: %s; staying in the foreground", strerror(errno));
         ck__lock_adopt(s->lock_fd);
+        if (s->local_lock_fd >= 0)
+            ck__lock_adopt(s->local_lock_fd);
         return;
     }
     if (pid > 0) {
@@ -207,8 +231,9 @@ static void detach(kd_server *s)
         _exit(0);
     }
     setsid();
-    /* The lock came along: the pid in it is ours now. */
-    if (ck__lock_adopt(s->lock_fd) < 0)
+    /* The locks came along: the pid in them is ours now. */
+    if (ck__lock_adopt(s->lock_fd) < 0 ||
+        (s->local_lock_fd >= 0 && ck__lock_adopt(s->local_lock_fd) < 0))
         kd_log(s, "out of memory listing the root's lock (a child forked from here would "
                "keep it)");
     /* The socket's credentials are the listener's at listen(): listening again makes
@@ -244,9 +269,39 @@ static FILE *open_log(const char *root)
     return f;
 }
 
+/* The local tier: owned as the root is (LOCAL/.ckptd.ID.lock, one daemon of an id), and
+ * recovered with every replica root under it before anything is served. */
+static int local_tier(kd_server *s, ck_err *err)
+{
+    if (!s->o.local_root)
+        return 0;
+    /* Said now, while whoever started the daemon still hears it (before detaching). */
+    int r = s->o.peer_listen ? kd_peers_check_listen(s->o.peer_listen, err) : 0;
+    if (r < 0)
+        return r;
+    if (!realpath(s->o.local_root, s->local_root))
+        return ck_err_set(err, -errno, "--local-root %s: %s", s->o.local_root, strerror(errno));
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof what, "local tier %s is served by another ckptd with id %s",
+             s->local_root, s->o.id);
+    r = ck__engine_lock(s->local_root, s->o.id, what, &s->local_lock_fd, err);
+    return r < 0 ? r : kd_inv_recover(s->local_root, kd_log_cb, s, err);
+}
+
+/* The peer service, on a thread of its own (after any fork). */
+static int peers_start(kd_server *s, ck_err *err)
+{
+    if (!s->o.peer_listen)
+        return 0;
+    kd_peer_opts po = { .local_root = s->local_root, .listen = s->o.peer_listen,
+                        .id = s->o.id, .durable_root = s->root, .instance = s->instance,
+                        .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
+    return kd_peers_start(&po, &s->peers, err);
+}
+
 int main(int argc, char **argv)
 {
-    kd_server s = { 0 };
+    kd_server s = { .local_lock_fd = -1 };
     if (parse(argc, argv, &s.o) < 0)
         return 2;
     const char *log = s.o.log;
@@ -258,6 +313,8 @@ int main(int argc, char **argv)
         return 2;
     ck_err err = { 0 };
     int r = kd_server_start(&s, &err);
+    if (r == 0)
+        r = local_tier(&s, &err);
     /* Threads do not survive fork: detach first, then start the engine. */
     if (r == 0 && !s.o.foreground)
         detach(&s);
@@ -265,6 +322,8 @@ int main(int argc, char **argv)
         r = kd_server_signals(&s, &err);
     if (r == 0)
         r = kd_server_engine(&s, &err);
+    if (r == 0)
+        r = peers_start(&s, &err);
 #ifdef KD_TEST_HOOKS
     if (r == 0 && s.o.engine)
         kd_log(&s, "test build: every save's I/O goes through the --inject-fault engine");
@@ -276,6 +335,7 @@ int main(int argc, char **argv)
         return r == -EBUSY || r == -EADDRINUSE ? 3 : 1;
     }
     r = kd_server_run(&s);
+    kd_peers_stop(s.peers);
     kd_plan_stop(&s);
     ck__saver_free(s.saver);
     ck_engine_destroy(s.o.engine);

@@ -33,7 +33,8 @@ static void usage(FILE *f)
 "catalog entries whose checkpoint is not on disk (never listed as checkpoints);\n"
 "catalog keys that are no checkpoint name are counted, never printed.\n"
 "With NAME, shows its mesh, format version, bytes and each tensor's dtype, shape and\n"
-"placements (\"boxes\" for a tensor stored as a list of boxes, format 1.1).\n"
+"placements (\"boxes\" for a tensor stored as a list of boxes, format 1.1), and, for\n"
+"a partial copy (docs/FORMAT.md, \"Copies\"), whose it is and which data files it holds.\n"
 "\n"
 "  --tensor T           also list tensor T's shards (or boxes): the writer's mesh\n"
 "                       coordinate, offsets, lengths and extents (file, file\n"
@@ -340,6 +341,14 @@ static int show_ckpt(const char *root, const char *name, const char *tensor, boo
         char ver[16];
         snprintf(ver, sizeof ver, "%u.%u", in->major, in->minor);
         json_object_set_new(j, "format", json_string(ver));
+        const ck_copy *cp = ck_get_copy(ck);
+        json_t *held = json_array();
+        for (uint32_t f = 0; f < in->n_files; f++)
+            if (ck_file_held(ck, f))
+                json_array_append_new(held, json_string(ck_file_get(ck, f)->name));
+        json_object_set_new(j, "copy", json_pack("{s:s, s:s?, s:o}", "kind",
+                            cp->partial ? "partial" : "complete", "source",
+                            cp->partial ? cp->source : NULL, "files_held", held));
     } else {
         printf("checkpoint  %s (committed)\nformat      %u.%u\nstep        %llu\ntime        %s\n"
                "mesh        %s", in->name, in->major, in->minor, (unsigned long long)in->step,
@@ -349,9 +358,12 @@ static int show_ckpt(const char *root, const char *name, const char *tensor, boo
             named = named || in->mesh.name[d][0];
         for (int d = 0; named && d < in->mesh.ndim; d++)
             printf("%s%s", d ? "," : " (", in->mesh.name[d]);
+        char copy[4096];
+        if (tool_copy_line(ck, copy, sizeof copy)[0])
+            printf("%s\ncopy        %s", named ? ")" : "", copy);
         printf("%s\nbytes       %s in %u data files (tensors %s)\nhashes      %s\n"
                "tensors     %llu, shards %llu, blobs %u\n\n",
-               named ? ")" : "", tool_bytes(in->data_bytes, b, sizeof b), in->n_files,
+               named && !copy[0] ? ")" : "", tool_bytes(in->data_bytes, b, sizeof b), in->n_files,
                tool_bytes(in->tensor_bytes, tb, sizeof tb),
                in->hashed ? "SHA-256 per block" : "none (saved with --no-hash)",
                (unsigned long long)in->n_tensors, (unsigned long long)in->n_shards, in->n_blobs);

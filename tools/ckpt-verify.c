@@ -27,7 +27,9 @@ static void usage(FILE *f)
 "version is known, every record decodes, data files exist with their recorded sizes,\n"
 "extents lie inside their files and never overlap, each shard is where its\n"
 "placements put it (a tensor stored as a box list: its boxes lie inside it), and\n"
-"every element of every tensor is covered by exactly one shard. Without NAME it also\n"
+"every element of every tensor is covered by exactly one shard. A partial copy (a\n"
+"node's part in its local tier, or a peer's replica of it) is said to be one, and\n"
+"its data files checked are those it holds. Without NAME it also\n"
 "reports what lies under ROOT/.pending: saves in progress (their writer holds the\n"
 "save's lock) and the debris of saves whose writer died.\n"
 "\n"
@@ -109,6 +111,8 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
             tool_error(prog, "%s", ck_err_msg(&err));
     } else {
         ck_verify_result res;
+        char copy[512];
+        tool_copy_line(ck, copy, sizeof copy);
         tool_progress_init(&c->prog_line, prog, "ckpt-verify: hashing", c->progress);
         ck_verify_opts o = { .deep = deep, .threads = threads, .problem = on_problem,
                              .progress = on_progress, .cb_arg = c };
@@ -131,10 +135,13 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
                 json_object_set_new(j, "deep_gbps", json_real(gbs));
                 json_object_set_new(j, "unhashed", json_boolean(res.unhashed));
             }
+            if (copy[0])
+                json_object_set_new(j, "copy", json_string(copy));
             if (!c->json) {
                 char b[32];
-                printf("%s: %s: %llu tensors, %llu shards, %llu files", name,
-                       res.problems ? "BAD" : "ok", (unsigned long long)res.tensors,
+                printf("%s: %s: %s%s%llu tensors, %llu shards, %llu files", name,
+                       res.problems ? "BAD" : "ok", copy, copy[0] ? "; " : "",
+                       (unsigned long long)res.tensors,
                        (unsigned long long)res.shards, (unsigned long long)res.files);
                 if (deep && res.unhashed)
                     printf("; no hashes recorded (saved with --no-hash): data not checked");

@@ -110,3 +110,28 @@ void tool_log(void *arg, const char *msg)
         fputs("\r\033[K", stderr);   /* don't print over the progress line */
     fprintf(stderr, "%s: %s\n", p ? p->prog : "ckpt", msg);
 }
+
+const char *tool_copy_line(const ck_ckpt *ck, char *buf, size_t len)
+{
+    const ck_copy *c = ck_get_copy(ck);
+    uint32_t n = ck_get_info(ck)->n_files;
+    buf[0] = '\0';
+    if (!c->partial)
+        return buf;
+    size_t at = (size_t)snprintf(buf, len, "a partial copy from ckptd %s: %u of %u data files",
+                                 c->source, c->files_held, n);
+    for (uint32_t f = 0, k = 0; f < n && at < len; f++) {
+        if (!ck_file_held(ck, f))
+            continue;
+        const char *name = ck_file_get(ck, f)->name;
+        /* Room for this name and a closing "...)" must be left. */
+        if (at + strlen(name) + 8 > len) {
+            snprintf(buf + at, len - at, " ...)");
+            return buf;
+        }
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", k++ ? " " : " (", name);
+    }
+    if (c->files_held && at < len)
+        snprintf(buf + at, len - at, ")");
+    return buf;
+}

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ck/ckpt.h"
 #include "ck/error.h"
 
 /* Documented exit codes of every tool (README.md, "Exit codes"). */
@@ -41,6 +42,10 @@ void tool_progress_done(tool_progress *p);
 /* A log callback for the core: "PROG: msg" on stderr. arg is the tool_progress, so
  * that one callback argument serves both (the core passes one cb_arg). */
 void tool_log(void *arg, const char *msg);
+
+/* "a partial copy from ckptd ID: K of N data files (NAMES...)" for a partial copy (the
+ * names cut short at len), "" for a complete one (docs/FORMAT.md, "Copies"). */
+const char *tool_copy_line(const ck_ckpt *ck, char *buf, size_t len);
 
 double tool_now(void);
 /* "1.50 GiB" */

@@ -779,20 +779,24 @@ static void drop_stale_locks(int rootfd, int pend)
         closedir(d);
 }
 
-/* The heartbeats (ROOT/.ckptd.ID.beat, save/meet.h) of engines that died: nobody holds
+/* The heartbeats (ROOT/.ckptd.ID.beat, save/meet.h) and peer addresses
+ * (ROOT/.ckptd.ID.peer, ckptd's peer service) of engines that died: nobody holds
  * their lock ROOT/.ckptd.ID.lock (format/owner.h). An embedded engine of a killed
  * process leaves both; its id is never used again (it holds a pid). Beneath rootfd,
- * as every path of recovery: a beat or lock that is a link is left alone. */
-static void drop_dead_beats(int rootfd)
+ * as every path of recovery: a file or lock that is a link is left alone. */
+static void drop_dead_beats(int rootfd, ck__engine_file kind)
 {
     char id[CK_NODE_ID_MAX], lock[CK_NODE_ID_MAX + 16], who[256];
     int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d && fd >= 0)
         close(fd);
+    /* The duplicate shares rootfd's position, which an earlier walk left at the end. */
+    if (d)
+        rewinddir(d);
     struct dirent *de;
     while (d && (de = readdir(d))) {
-        if (!ck__engine_beat_of(de->d_name, id) || de->d_type == DT_LNK ||
+        if (!ck__engine_file_of(de->d_name, kind, id) || de->d_type == DT_LNK ||
             ck__name_engine(id, CK_ENGINE_LOCK, lock, sizeof lock) < 0)
             continue;
         int held;
@@ -840,8 +844,10 @@ int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, co
         *removed = n;
     if (r >= 0 && pend >= 0)
         drop_stale_locks(rootfd, pend);
-    if (r >= 0 && rootfd >= 0)
-        drop_dead_beats(rootfd);
+    if (r >= 0 && rootfd >= 0) {
+        drop_dead_beats(rootfd, CK_ENGINE_BEAT);
+        drop_dead_beats(rootfd, CK_ENGINE_PEER);
+    }
     if (pend >= 0)
         close(pend);
     if (rootfd >= 0)

@@ -11,7 +11,10 @@
 #define REMOVED_SUFFIX "-removed"
 #define LOCK_SUFFIX ".lock"
 #define ENGINE_PREFIX ".ckptd."
-#define BEAT_SUFFIX ".beat"
+
+static const char *const engine_suffix[] = {
+    [CK_ENGINE_LOCK] = LOCK_SUFFIX, [CK_ENGINE_BEAT] = ".beat", [CK_ENGINE_PEER] = ".peer",
+};
 
 /* The longest name made of a checkpoint name, .pending/NAME.TOKEN-meet, fits a file
  * name (ck/ckpt.h, CK_CKPT_NAME_LEN). */
@@ -67,8 +70,7 @@ void ck__name_data_file(bool ref, uint64_t index, char *out)
 
 int ck__name_engine(const char *id, ck__engine_file kind, char *out, size_t len)
 {
-    return make(out, len, ENGINE_PREFIX "%s%s", id, kind == CK_ENGINE_BEAT ? BEAT_SUFFIX
-                                                                           : LOCK_SUFFIX);
+    return make(out, len, ENGINE_PREFIX "%s%s", id, engine_suffix[kind]);
 }
 
 static const char *const meet_prefix[] = {
@@ -162,13 +164,14 @@ bool ck__made_by_save(ck__pending_kind kind, const char *file)
     if (kind == CK_PEND_MEET)
         return ck__meet_file_of(file, NULL) != CK_MEET_OTHER ||
                (file[0] == '.' && n > 5 && ends_with(file, n, ".tmp"));
-    return !strcmp(file, CK_MANIFEST) || is_data_file(file);
+    return !strcmp(file, CK_MANIFEST) || !strcmp(file, CK_COPY_FILE) || is_data_file(file);
 }
 
-bool ck__engine_beat_of(const char *name, char *id)
+bool ck__engine_file_of(const char *name, ck__engine_file kind, char *id)
 {
-    size_t n = strlen(name), p = strlen(ENGINE_PREFIX), s = strlen(BEAT_SUFFIX);
-    if (n <= p + s || strncmp(name, ENGINE_PREFIX, p) || !ends_with(name, n, BEAT_SUFFIX) ||
+    const char *suffix = engine_suffix[kind];
+    size_t n = strlen(name), p = strlen(ENGINE_PREFIX), s = strlen(suffix);
+    if (n <= p + s || strncmp(name, ENGINE_PREFIX, p) || !ends_with(name, n, suffix) ||
         n - p - s >= CK_NODE_ID_MAX)
         return false;
     snprintf(id, CK_NODE_ID_MAX, "%.*s", (int)(n - p - s), name + p);

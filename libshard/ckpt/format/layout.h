@@ -7,14 +7,16 @@
  *
  *   ROOT/catalog.mdb, catalog.mdb-lock         the catalog (format/catalog.c)
  *   ROOT/NAME/manifest.mdb, rank-NNNNN.dat,    a checkpoint: its manifest and data files
- *             ref-NNNNN.dat                    (a reshard's files made by reference)
+ *             ref-NNNNN.dat, copy              (a reshard's files made by reference; what a
+ *                                              partial copy holds, format/copy.h)
  *   ROOT/.pending/NAME.TOKEN                   a save in progress
  *   ROOT/.pending/NAME.lock                    its owner's lock (format/owner.h)
  *   ROOT/.pending/NAME.TOKEN-meet              the meeting of the engines sharing it
  *                                              (save/meet.h): plan, join.ID, part.ID.SEQ,
  *                                              failed.ID
  *   ROOT/.pending/NAME.TOKEN-removed           a checkpoint being removed
- *   ROOT/.ckptd.ID.lock, .ckptd.ID.beat        an engine's lock and heartbeat
+ *   ROOT/.ckptd.ID.lock, .beat, .peer          an engine's lock, heartbeat and peer
+ *                                              address (ckptd's peer service)
  *   .NAME.tmp                                  a file being written, renamed into place
  *
  * Every maker writes into out (len bytes) and returns 0, or -ENAMETOOLONG when the name
@@ -32,6 +34,7 @@
 #define CK_PENDING     ".pending"
 #define CK_MANIFEST    "manifest.mdb"
 #define CK_CATALOG     "catalog.mdb"
+#define CK_COPY_FILE   "copy"      /* marks a partial copy (docs/FORMAT.md, "Copies") */
 #define CK_TOKEN_MAX   16          /* a save's token (NAME.TOKEN) with its NUL */
 #define CK_NODE_ID_MAX 64          /* an engine id with its NUL: [A-Za-z0-9._-] */
 
@@ -53,9 +56,9 @@ int ck__name_manifest(const char *dir, char *out, size_t len);
  * a reshard makes by reference; out holds CK_FILE_NAME_MAX bytes. */
 void ck__name_data_file(bool ref, uint64_t index, char *out);
 
-typedef enum ck__engine_file { CK_ENGINE_LOCK, CK_ENGINE_BEAT } ck__engine_file;
-/* .ckptd.ID.lock or .ckptd.ID.beat, of the engine (a ckptd, or a process's embedded
- * engine) of that id. */
+typedef enum ck__engine_file { CK_ENGINE_LOCK, CK_ENGINE_BEAT, CK_ENGINE_PEER } ck__engine_file;
+/* .ckptd.ID.lock, .ckptd.ID.beat or .ckptd.ID.peer, of the engine (a ckptd, or a
+ * process's embedded engine) of that id. */
 int ck__name_engine(const char *id, ck__engine_file kind, char *out, size_t len);
 
 /* The catalog's lock and its temporary (a dot name: no scan takes it for a save). */
@@ -98,8 +101,8 @@ ck__pending_kind ck__pending_entry(const char *entry, char *name, char *token);
  * data files in a save's directory, the meeting's files (and their temporaries) in a
  * meeting. Recovery removes only those. */
 bool ck__made_by_save(ck__pending_kind kind, const char *file);
-/* Whether name, an entry of ROOT, is an engine's heartbeat (.ckptd.ID.beat); its id
- * into id (CK_NODE_ID_MAX bytes). */
-bool ck__engine_beat_of(const char *name, char *id);
+/* Whether name, an entry of ROOT, is an engine's file of that kind (.ckptd.ID.beat,
+ * .ckptd.ID.peer); its id into id (CK_NODE_ID_MAX bytes). */
+bool ck__engine_file_of(const char *name, ck__engine_file kind, char *id);
 
 #endif

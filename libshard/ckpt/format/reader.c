@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "format/copy.h"
 #include "format/layout.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
@@ -267,7 +268,9 @@ static int open_at(int dirfd, int mem, const char *dir, ck_ckpt **out, ck_err *e
         r = ck_err_set(err, -EBADMSG, "%s: record meta/" CK_META_KEY " is missing", ck->mpath);
         goto fail;
     }
-    if ((r = decode_info(ck, &v, err)) < 0 || (r = load_files(ck, err)) < 0)
+    if ((r = decode_info(ck, &v, err)) < 0 || (r = load_files(ck, err)) < 0 ||
+        (r = ck__copy_read(dirfd, dir, ck->files, ck->info.n_files, &ck->copy, &ck->held,
+                           err)) < 0)
         goto fail;
     *out = ck;
     return 0;
@@ -362,6 +365,7 @@ void ck_close(ck_ckpt *ck)
     close(ck->dirfd);
     close(ck->mem);
     free(ck->files);
+    free(ck->held);
     free(ck->fds);
     free(ck->dfds);
     free(ck);
@@ -740,6 +744,10 @@ int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", ck->dir);
     bool is_direct = false;
     const char *name = ck->files[id].name;
+    if (ck->held && !ck->held[id])
+        return ck_err_set(err, -ENODATA, "%s: data file is not in this partial copy (from "
+                          "ckptd %s; it holds %u of %u data files)", path, ck->copy.source,
+                          ck->copy.files_held, ck->info.n_files);
     int fd = direct ? ck__engine_open_data(ck->engine, ck->dirfd, name, O_RDONLY, 0, &is_direct)
                     : ck__engine_open_file(ck->engine, ck->dirfd, name, O_RDONLY, 0);
     if (fd < 0)

@@ -16,6 +16,8 @@ struct ck_ckpt {
     MDB_dbi db_tensors, db_shards, db_files, db_hashes, db_blobs;
     ck_info info;
     ck_file *files;
+    ck_copy copy;                /* complete, or a partial copy (format/copy.h) */
+    uint8_t *held;               /* a partial copy's flag per data file; NULL: complete */
     ck_engine *engine;
     int *fds;                    /* data files, buffered, opened on first read */
     int *dfds;                   /* the same with O_DIRECT */

@@ -56,8 +56,10 @@ static void check_files(vstate *v)
         char path[PATH_MAX];
         ck__file_path(v->ck, f, path, sizeof path);
         struct stat st;
-        int r = ck__statat(v->ck->dirfd, cf->name, &st);
-        if (r < 0) {
+        int r;
+        if (!ck_file_held(v->ck, f)) {
+            /* Not in this partial copy: only its manifest records are checked. */
+        } else if ((r = ck__statat(v->ck->dirfd, cf->name, &st)) < 0) {
             problem(v, "data file %s: %s", path, r == -ENOENT ? "missing" : ck__why(r));
         } else if (!S_ISREG(st.st_mode)) {
             /* Never read: a link leads out of the checkpoint, a FIFO would hang. */
@@ -75,7 +77,7 @@ static void check_files(vstate *v)
             if (!strcmp(ck_file_get(v->ck, g)->name, cf->name))
                 problem(v, "data files %u and %u are both named %s", g, f, cf->name);
     }
-    v->res->files = in->n_files;
+    v->res->files = ck_get_copy(v->ck)->files_held;
 }
 
 static int add_tname(vstate *v, const char *name)
@@ -334,9 +336,12 @@ static int deep_setup(deep *d, ck_err *err)
     }
     for (uint32_t f = 0; f < in->n_files; f++) {
         bool direct;
-        /* Not a regular file, or gone: the structural check reported it; not read. */
-        d->fds[f] = ck__engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
-                                         O_RDONLY, 0, &direct);
+        /* Not in a partial copy: nothing to read. Not a regular file, or gone: the
+         * structural check reported it; not read. */
+        d->fds[f] = -ENOENT;
+        if (ck_file_held(v->ck, f))
+            d->fds[f] = ck__engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
+                                             O_RDONLY, 0, &direct);
         struct stat st;
         if (d->fds[f] < 0 || fstat(d->fds[f], &st) < 0)
             continue;

@@ -152,21 +152,35 @@ int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
                 const ck__manifest *m, bool catalog, bool *committed,
                 void (*log)(void *arg, const char *msg), void *log_arg, ck_err *err)
 {
-    char final[PATH_MAX + CK_NAME_MAX], path[PATH_MAX + CK_NAME_MAX], mrel[PATH_MAX];
+    char path[PATH_MAX + CK_NAME_MAX], mrel[PATH_MAX];
     const char *rel = ck__rel(root, pending);
     int r;
     *committed = false;
     if (!rel || !rel[0])
         return ck_err_set(err, -EINVAL, "%s is not under the root %s", pending, root);
-    snprintf(final, sizeof final, "%s/%s", root, m->info.name);
     if (ck__name_manifest(pending, path, sizeof path) < 0 ||
         ck__name_manifest(rel, mrel, sizeof mrel) < 0)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", pending);
     if ((r = ck__manifest_write(e, rootfd, mrel, path, m, err)) < 0)
         return r;
+    return ck__commit_dir(e, rootfd, root, pending, &m->info, catalog, committed, log, log_arg,
+                          err);
+}
+
+int ck__commit_dir(ck_engine *e, int rootfd, const char *root, const char *pending,
+                   const ck_info *info, bool catalog, bool *committed,
+                   void (*log)(void *arg, const char *msg), void *log_arg, ck_err *err)
+{
+    char final[PATH_MAX + CK_NAME_MAX];
+    const char *rel = ck__rel(root, pending);
+    int r;
+    *committed = false;
+    if (!rel || !rel[0])
+        return ck_err_set(err, -EINVAL, "%s is not under the root %s", pending, root);
+    snprintf(final, sizeof final, "%s/%s", root, info->name);
     if ((r = ck__engine_fsync_path(e, rootfd, rel)) < 0)
         return ck_err_set(err, r, "%s: fsync: %s", pending, ck__why(r));
-    if ((r = e->ops->rename(e, rootfd, rel, m->info.name)) < 0)
+    if ((r = e->ops->rename(e, rootfd, rel, info->name)) < 0)
         return ck_err_set(err, r, "%s: commit rename to %s: %s", pending, final,
                           r == -EEXIST ? "a checkpoint of that name appeared meanwhile"
                                        : ck__why(r));
@@ -176,14 +190,14 @@ int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
     *committed = true;
     if ((r = e->ops->fsync(e, rootfd)) < 0)
         warn(log, log_arg, "checkpoint %s committed, but the fsync of %s failed (%s): the "
-             "commit may not survive a power loss", m->info.name, root, strerror(-r));
+             "commit may not survive a power loss", info->name, root, strerror(-r));
     /* The catalog is derived: a checkpoint missing from it is listed again by
      * reconciling (ckptd at start, ckpt-inspect --rebuild-catalog). */
     ck_err cat = { 0 };
     if (catalog && ((r = e->ops->step(e, "catalog")) < 0 ||
-                    (r = ck__catalog_put(root, &m->info, &cat)) < 0))
+                    (r = ck__catalog_put(root, info, &cat)) < 0))
         warn(log, log_arg, "checkpoint %s committed, but not yet in the catalog (%s): the "
-             "next ckptd start or ckpt-inspect --rebuild-catalog lists it", m->info.name,
+             "next ckptd start or ckpt-inspect --rebuild-catalog lists it", info->name,
              cat.code ? ck_err_msg(&cat) : strerror(-r));
     return 0;
 }

@@ -42,5 +42,11 @@ void ck__pending_remove(ck_engine *e, int rootfd, const char *root, const char *
 int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
                 const ck__manifest *m, bool catalog, bool *committed,
                 void (*log)(void *arg, const char *msg), void *log_arg, ck_err *err);
+/* Steps 4-7 alone, for a directory whose files and manifest are written and fsynced
+ * already (a copy received whole, ops/copy.h): fsyncs it, renames it to
+ * ROOT/info->name, fsyncs ROOT, records info in the catalog; the same outcomes. */
+int ck__commit_dir(ck_engine *e, int rootfd, const char *root, const char *pending,
+                   const ck_info *info, bool catalog, bool *committed,
+                   void (*log)(void *arg, const char *msg), void *log_arg, ck_err *err);
 
 #endif

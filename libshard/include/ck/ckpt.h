@@ -31,6 +31,7 @@
 #define CK_FILE_NAME_MAX 64
 #define CK_HASH_LEN    32             /* SHA-256 */
 #define CK_BLOB_MAX    (64u << 20)    /* a blob is metadata, not a tensor */
+#define CK_COPY_ID_MAX 64             /* a daemon id, with its NUL */
 
 typedef struct ck_info {
     char name[CK_NAME_MAX];
@@ -88,6 +89,17 @@ typedef struct ck_file {
 
 typedef struct ck_ckpt ck_ckpt;
 
+/* What a checkpoint directory holds of its checkpoint (docs/FORMAT.md, "Copies"). A
+ * complete copy holds every data file: every checkpoint a save commits. A partial copy
+ * (a node's own part in its local tier, a peer's replica of it) holds the whole
+ * manifest and only some data files, and says which in NAME/copy; reading a shard from
+ * a file it does not hold fails with -ENODATA, naming the file. */
+typedef struct ck_copy {
+    bool partial;
+    char source[CK_COPY_ID_MAX];     /* partial: the daemon whose data it holds */
+    uint32_t files_held;             /* data files present (n_files when complete) */
+} ck_copy;
+
 /* Checks that name can be the name of a checkpoint to save: 1 to CK_CKPT_NAME_LEN
  * bytes of [A-Za-z0-9._-], not starting with '.'. Never a path. (Tensor and blob names
  * go through ck_key_check.) */
@@ -115,6 +127,9 @@ void ck_close(ck_ckpt *ck);
 
 const ck_info *ck_get_info(const ck_ckpt *ck);
 const char *ck_dir(const ck_ckpt *ck);
+const ck_copy *ck_get_copy(const ck_ckpt *ck);
+/* Whether this copy holds data file id (always, in a complete copy). */
+bool ck_file_held(const ck_ckpt *ck, uint32_t id);
 
 /* Calls fn for each tensor in name order; a non-zero return from fn stops the walk
  * and is returned. */

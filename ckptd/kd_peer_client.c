@@ -1,0 +1,268 @@
+/* kd_peer_client.c - calls to another node's peer service: INVENTORY, PUT, GET
+ * (docs/PROTOCOL.md, "Peer protocol").
+ *
+ * Each call is synchronous and owns everything it uses: a UCX worker of its own, one
+ * connection, the files it reads or writes. So it may run on any thread that may
+ * block (the daemon's worker threads, ckptctl), never on the event loop, and calls on
+ * several threads run side by side; the pieces that replicate and restore run them on
+ * threads of their own and hand the outcome to the loop as the saver's threads do
+ * (docs/decisions/0157-peer-calls-synchronous.md). Every wait ends when the peer has
+ * said nothing for the call's timeout, naming the peer and what was awaited; a peer
+ * that closes or dies fails the call at once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kd.h"
+
+#include "io/rootfs.h"
+
+typedef struct call {
+    const kd_peer_call *c;
+    kd_ucx *u;
+    kd_pconn *pc;
+    char peer_id[CK_COPY_ID_MAX];
+} call;
+
+static int failed(call *k, int r, ck_err *err)
+{
+    const char *why;
+    int f = kd_pconn_failed(k->pc, &why);
+    return ck_err_set(err, f ? f : r, "peer %s%s%s%s: %s", k->c->addr,
+                      k->peer_id[0] ? " (ckptd " : "", k->peer_id, k->peer_id[0] ? ")" : "",
+                      f ? why : strerror(-r));
+}
+
+/* The next message, within the timeout: one of the peer's version, an ERROR made an
+ * error. what says what is awaited. */
+static int wait_msg(call *k, const char *what, kd_pmsg **out, ck_err *err)
+{
+    double last = kd_now();
+    *out = NULL;
+    for (;;) {
+        kd_pmsg *m = kd_pconn_next(k->pc);
+        if (m && m->version != KD_PEER_VERSION) {
+            int r = ck_err_set(err, -EPROTONOSUPPORT, "peer %s speaks ckptd peer protocol "
+                               "version %u, this build version %d", k->c->addr, m->version,
+                               KD_PEER_VERSION);
+            kd_pmsg_free(m);
+            return r;
+        }
+        if (m && (m->type == KD_P_ERROR || m->type == KD_P_ABORT)) {
+            char peer[KD_PEER_ADDR_MAX + CK_COPY_ID_MAX + 16];
+            snprintf(peer, sizeof peer, "peer %s%s%s%s", k->c->addr,
+                     k->peer_id[0] ? " (ckptd " : "", k->peer_id, k->peer_id[0] ? ")" : "");
+            int r = kd_pw_get_error(m, peer, err);
+            kd_pmsg_free(m);
+            return r;
+        }
+        if (m) {
+            *out = m;
+            return 0;
+        }
+        if (kd_pconn_failed(k->pc, NULL))
+            return failed(k, -ECONNRESET, err);
+        if (kd_now() - last > k->c->timeout)
+            return ck_err_set(err, -ETIMEDOUT, "peer %s%s%s%s said nothing for %u s while "
+                              "this call waited for %s", k->c->addr,
+                              k->peer_id[0] ? " (ckptd " : "", k->peer_id,
+                              k->peer_id[0] ? ")" : "", k->c->timeout, what);
+        kd_ucx_wait(k->u, 100);
+    }
+}
+
+/* A message of type, or an error naming what came instead. */
+static int expect(call *k, uint16_t type, kd_pmsg **out, ck_err *err)
+{
+    int r = wait_msg(k, kd_pw_type_name(type), out, err);
+    if (r == 0 && (*out)->type != type) {
+        r = ck_err_set(err, -EPROTO, "peer %s answered %s where %s was due", k->c->addr,
+                       kd_pw_type_name((*out)->type), kd_pw_type_name(type));
+        kd_pmsg_free(*out);
+        *out = NULL;
+    }
+    return r;
+}
+
+static int call_open(call *k, const kd_peer_call *c, ck_err *err)
+{
+    *k = (call){ .c = c };
+    int r = kd_ucx_open(NULL, &k->u, NULL, 0, err);
+    if (r == 0)
+        r = kd_ucx_connect(k->u, c->addr, &k->pc, err);
+    if (r < 0)
+        return r;
+    /* Replies up to a message, and a window of a GET's DATA with it. */
+    kd_pconn_set_budget(k->pc, KD_PEER_MSG_MAX + KD_PEER_WINDOW + KD_PEER_CHUNK_MAX);
+    ck__wbuf w = { 0 };
+    kd_pw_hello(&w, c->id, 0);
+    if ((r = kd_pconn_send_w(k->pc, KD_P_HELLO, &w)) < 0)
+        return failed(k, r, err);
+    kd_pmsg *m;
+    uint64_t instance;
+    if ((r = expect(k, KD_P_HELLO_OK, &m, err)) < 0)
+        return r;
+    r = kd_pw_get_hello(m, k->peer_id, &instance, err);
+    kd_pmsg_free(m);
+    return r;
+}
+
+/* done: the exchange ended as it should, so the connection closes after what was sent
+ * went out; otherwise at once. */
+static void call_close(call *k, bool done)
+{
+    if (k->pc)
+        kd_pconn_close(k->pc, done ? KD_CLOSE_FLUSH : KD_CLOSE_NOW);
+    kd_ucx_close(k->u);
+}
+
+int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err)
+{
+    call k;
+    kd_pmsg *m = NULL;
+    *out = NULL;
+    *n = 0;
+    int r = call_open(&k, c, err);
+    if (r == 0 && (r = kd_pconn_send(k.pc, KD_P_INVENTORY, 0, NULL, 0)) < 0)
+        r = failed(&k, r, err);
+    if (r == 0 && (r = expect(&k, KD_P_INVENTORY_OK, &m, err)) == 0)
+        r = kd_pw_get_inventory(m, out, n, err);
+    kd_pmsg_free(m);
+    call_close(&k, r == 0);
+    return r;
+}
+
+static void progress(const kd_peer_call *c, uint64_t done, uint64_t total)
+{
+    if (c->progress)
+        c->progress(c->arg, done, total);
+}
+
+/* Sends the stream under the peer's acks, then awaits its COMMITTED. */
+static int stream_out(call *k, kd_xsend *x, const char *name, ck_err *err)
+{
+    kd_pmsg *m;
+    uint64_t total;
+    int r;
+    while ((r = kd_xsend_pump(x, k->pc, err)) == 0) {
+        if ((r = expect(k, KD_P_ACK, &m, err)) < 0)
+            return r;
+        r = kd_xsend_ack(x, m->arg, err);
+        kd_pmsg_free(m);
+        if (r < 0)
+            return r;
+        progress(k->c, kd_xsend_done(x, &total), total);
+    }
+    if (r < 0)
+        return r;
+    char got[CK_NAME_MAX];
+    if ((r = expect(k, KD_P_COMMITTED, &m, err)) < 0)
+        return r;
+    r = kd_pw_get_name(m, got, err);
+    kd_pmsg_free(m);
+    if (r == 0 && strcmp(got, name))
+        r = ck_err_set(err, -EPROTO, "peer %s committed %s, not %s", k->c->addr, got, name);
+    return r;
+}
+
+int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err)
+{
+    call k = { .c = c };
+    kd_preq q;
+    kd_xsend *x;
+    kd_pmsg *m;
+    int r = kd_xsend_open(root, name, c->id, NULL, &q, &x, err);
+    if (r < 0)
+        return r;
+    if ((r = call_open(&k, c, err)) == 0) {
+        ck__wbuf w = { 0 };
+        kd_pw_stream(&w, &q);
+        if ((r = kd_pconn_send_w(k.pc, KD_P_PUT, &w)) < 0)
+            r = failed(&k, r, err);
+    }
+    if (r == 0 && (r = expect(&k, KD_P_PUT_READY, &m, err)) == 0) {
+        kd_pmsg_free(m);
+        r = stream_out(&k, x, name, err);
+    }
+    bool aborted = r < 0 && r != -ETIMEDOUT && k.pc && !kd_pconn_failed(k.pc, NULL);
+    if (aborted) {
+        /* The peer may be mid-stream: it drops the copy rather than wait it out. */
+        ck__wbuf w = { 0 };
+        kd_pw_abort(&w, r, ck_err_msg(err));
+        kd_pconn_send_w(k.pc, KD_P_ABORT, &w);
+    }
+    kd_preq_free(&q);
+    kd_xsend_free(x);
+    call_close(&k, r == 0 || aborted);
+    return r;
+}
+
+/* What GET_OK says is coming must be what was asked: the name, and the files named. */
+static int check_offer(call *k, const kd_preq *ask, const kd_preq *q, ck_err *err)
+{
+    if (strcmp(q->name, ask->name) || (ask->source[0] && strcmp(q->source, ask->source)))
+        return ck_err_set(err, -EPROTO, "peer %s offers %s of ckptd %s for %s of ckptd %s",
+                          k->c->addr, q->name, q->source, ask->name,
+                          ask->source[0] ? ask->source : "any");
+    if (ask->all)
+        return 0;
+    bool same = q->n == ask->n;
+    for (uint32_t i = 0; same && i < q->n; i++)
+        same = !strcmp(q->files[i].name, ask->files[i].name);
+    return same ? 0 : ck_err_set(err, -EPROTO, "peer %s offers other data files of %s than "
+                                 "were asked for", k->c->addr, ask->name);
+}
+
+/* Takes the stream into x until it is whole. */
+static int stream_in(call *k, kd_xrecv *x, ck_err *err)
+{
+    kd_pmsg *m;
+    uint64_t total;
+    int r = 0;
+    while (r == 0) {
+        if ((r = expect(k, KD_P_DATA, &m, err)) < 0)
+            return r;
+        r = kd_xrecv_data(x, k->pc, m, err);
+        progress(k->c, kd_xrecv_done(x, &total), total);
+    }
+    return r < 0 ? r : 0;
+}
+
+int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err)
+{
+    call k = { .c = c };
+    kd_preq q = { 0 };
+    kd_xrecv *x = NULL;
+    kd_pmsg *m = NULL;
+    /* Said before the peer starts sending; the copy's own begin checks it again under
+     * the name's lock. */
+    int rootfd = ck__root_open(into, err);
+    if (rootfd < 0)
+        return rootfd;
+    close(rootfd);
+    ck_ckpt *ck = NULL;
+    if (ck_open(into, ask->name, &ck, NULL) != -ENOENT) {
+        ck_close(ck);
+        return ck_err_set(err, -EEXIST, "%s/%s exists already: nothing is fetched", into,
+                          ask->name);
+    }
+    int r = call_open(&k, c, err);
+    if (r == 0) {
+        ck__wbuf w = { 0 };
+        kd_pw_ask(&w, ask);
+        if ((r = kd_pconn_send_w(k.pc, KD_P_GET, &w)) < 0)
+            r = failed(&k, r, err);
+    }
+    if (r == 0 && (r = expect(&k, KD_P_GET_OK, &m, err)) == 0 &&
+        (r = kd_pw_get_stream(m, &q, err)) == 0 && (r = check_offer(&k, ask, &q, err)) == 0)
+        r = kd_xrecv_open(into, &q, NULL, NULL, &x, err);
+    kd_pmsg_free(m);
+    if (r == 0 && (r = stream_in(&k, x, err)) == 0)
+        r = kd_xrecv_commit(x, err);
+    kd_xrecv_free(x);
+    kd_preq_free(&q);
+    call_close(&k, r == 0);
+    return r;
+}

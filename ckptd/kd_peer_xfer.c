@@ -1,0 +1,232 @@
+/* kd_peer_xfer.c - a copy's stream over a peer connection, both ways (docs/PROTOCOL.md,
+ * "Peer protocol", "A transfer").
+ *
+ * The sender reads the copy (ops/copy.h, ck__copy_out) in chunks of KD_PEER_CHUNK and
+ * sends each as a DATA carrying its stream offset, never more than KD_PEER_WINDOW bytes
+ * ahead of what the receiver acknowledged. The receiver takes DATA in any order within
+ * that window (UCX may complete a rendezvous out of order), holds what came early,
+ * writes what is in order into the new copy (ck__copy_in: every block checked against
+ * the manifest as it completes) and acknowledges it. So each side holds at most a
+ * window of the stream in memory, whatever the size of the copy, and a sender that
+ * runs ahead of the window, overlaps, or goes past the end is refused.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kd.h"
+
+#include "ops/copy.h"
+
+struct kd_xsend {
+    ck__copy_out *out;
+    uint64_t sent, acked;
+};
+
+struct kd_xrecv {
+    ck__copy_in *in;
+    uint64_t total, cursor;
+    kd_pmsg *held;                 /* early DATA, by offset */
+    unsigned nheld;
+};
+
+int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
+                  kd_preq *q, kd_xsend **out, ck_err *err)
+{
+    *out = NULL;
+    memset(q, 0, sizeof *q);
+    kd_xsend *x = calloc(1, sizeof *x);
+    const char **names = ask && !ask->all && ask->n ? malloc(ask->n * sizeof *names) : NULL;
+    if (!x || (ask && !ask->all && ask->n && !names)) {
+        free(x);
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; names && i < ask->n; i++)
+        names[i] = ask->files[i].name;
+    /* A GET of no files asks for the manifest alone. */
+    static const char *const none[1];
+    int r = ck__copy_out_open(root, name, names ? names : ask && !ask->all ? none : NULL,
+                              ask && !ask->all ? ask->n : 0, &x->out, err);
+    free(names);
+    if (r < 0) {
+        free(x);
+        return r;
+    }
+    snprintf(q->name, sizeof q->name, "%s", name);
+    const ck_copy *cp = &x->out->copy;
+    snprintf(q->source, sizeof q->source, "%s", cp->partial ? cp->source : source);
+    q->manifest_size = x->out->manifest_size;
+    q->n = x->out->n_files;
+    q->files = malloc((q->n ? q->n : 1) * sizeof *q->files);
+    if (!q->files) {
+        kd_xsend_free(x);
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    }
+    memcpy(q->files, x->out->files, q->n * sizeof *q->files);
+    *out = x;
+    return 0;
+}
+
+int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
+{
+    uint64_t total = x->out->total;
+    while (x->sent < total && x->sent - x->acked < KD_PEER_WINDOW) {
+        size_t n = total - x->sent < KD_PEER_CHUNK ? (size_t)(total - x->sent) : KD_PEER_CHUNK;
+        size_t got;
+        void *buf = malloc(n);
+        if (!buf)
+            return ck_err_set(err, -ENOMEM, "out of memory");
+        int r = ck__copy_out_read(x->out, buf, n, &got, err);
+        if (r == 0 && got != n)
+            r = ck_err_set(err, -EIO, "%s: the copy ended %llu bytes early", x->out->info.name,
+                           (unsigned long long)(total - x->sent - got));
+        if (r < 0) {
+            free(buf);
+            return r;
+        }
+        if ((r = kd_pconn_send(c, KD_P_DATA, x->sent, buf, n)) < 0) {
+            const char *why;
+            kd_pconn_failed(c, &why);
+            return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
+        }
+        x->sent += n;
+    }
+    return x->acked == total;
+}
+
+int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err)
+{
+    if (taken < x->acked || taken > x->sent)
+        return ck_err_set(err, -EPROTO, "the peer acknowledged %llu bytes of the stream of %s; "
+                          "%llu were sent and %llu acknowledged before",
+                          (unsigned long long)taken, x->out->info.name,
+                          (unsigned long long)x->sent, (unsigned long long)x->acked);
+    x->acked = taken;
+    return 0;
+}
+
+uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total)
+{
+    *total = x->out->total;
+    return x->acked;
+}
+
+bool kd_xsend_all_sent(const kd_xsend *x)
+{
+    return x->sent == x->out->total;
+}
+
+void kd_xsend_free(kd_xsend *x)
+{
+    if (x) {
+        ck__copy_out_close(x->out);
+        free(x);
+    }
+}
+
+int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, const char *msg),
+                  void *log_arg, kd_xrecv **out, ck_err *err)
+{
+    *out = NULL;
+    kd_xrecv *x = calloc(1, sizeof *x);
+    if (!x)
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    x->total = q->manifest_size;
+    for (uint32_t i = 0; i < q->n; i++) {
+        if (q->files[i].size > UINT64_MAX - x->total) {
+            free(x);
+            return ck_err_set(err, -EINVAL, "copy of %s: its files add up to more than 2^64 "
+                              "bytes", q->name);
+        }
+        x->total += q->files[i].size;
+    }
+    ck__copy_in_opts o = { .root = root, .name = q->name, .source = q->source,
+                           .manifest_size = q->manifest_size, .files = q->files,
+                           .n_files = q->n, .log = log, .log_arg = log_arg };
+    int r = ck__copy_in_begin(&o, &x->in, err);
+    if (r < 0) {
+        kd_xrecv_free(x);
+        return r;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Holds m by offset: it lies in the window, past the cursor, and overlaps nothing held. */
+static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
+{
+    uint64_t off = m->arg;
+    if (m->len == 0 || off < x->cursor || off > x->total || m->len > x->total - off ||
+        off + m->len > x->cursor + KD_PEER_WINDOW)
+        return ck_err_set(err, -EPROTO, "a DATA of %zu bytes at stream offset %llu, outside "
+                          "[%llu, %llu) (the bytes not yet taken, within the window, of a "
+                          "stream of %llu)", m->len, (unsigned long long)off,
+                          (unsigned long long)x->cursor,
+                          (unsigned long long)(x->cursor + KD_PEER_WINDOW),
+                          (unsigned long long)x->total);
+    if (x->nheld >= KD_PEER_HELD_MAX)
+        return ck_err_set(err, -EPROTO, "more than %u DATA ahead of the stream's offset %llu",
+                          KD_PEER_HELD_MAX, (unsigned long long)x->cursor);
+    kd_pmsg *prev = NULL, *next = x->held;
+    while (next && next->arg < off) {
+        prev = next;
+        next = next->next;
+    }
+    if ((next && off + m->len > next->arg) || (prev && prev->arg + prev->len > off))
+        return ck_err_set(err, -EPROTO, "a DATA at stream offset %llu overlaps one that came "
+                          "before", (unsigned long long)off);
+    m->next = next;
+    if (prev)
+        prev->next = m;
+    else
+        x->held = m;
+    x->nheld++;
+    return 0;
+}
+
+int kd_xrecv_data(kd_xrecv *x, kd_pconn *c, kd_pmsg *m, ck_err *err)
+{
+    int r = hold(x, m, err);
+    if (r < 0) {
+        kd_pmsg_free(m);
+        return r;
+    }
+    uint64_t was = x->cursor;
+    while (r == 0 && x->held && x->held->arg == x->cursor) {
+        kd_pmsg *h = x->held;
+        x->held = h->next;
+        x->nheld--;
+        r = ck__copy_in_write(x->in, h->data, h->len, err);
+        x->cursor += h->len;
+        kd_pmsg_free(h);
+    }
+    if (r == 0 && x->cursor != was && (r = kd_pconn_send(c, KD_P_ACK, x->cursor, NULL, 0)) < 0) {
+        const char *why;
+        kd_pconn_failed(c, &why);
+        return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
+    }
+    return r < 0 ? r : x->cursor == x->total;
+}
+
+uint64_t kd_xrecv_done(const kd_xrecv *x, uint64_t *total)
+{
+    *total = x->total;
+    return x->cursor;
+}
+
+int kd_xrecv_commit(kd_xrecv *x, ck_err *err)
+{
+    return ck__copy_in_commit(x->in, err);
+}
+
+void kd_xrecv_free(kd_xrecv *x)
+{
+    if (!x)
+        return;
+    ck__copy_in_free(x->in);
+    while (x->held) {
+        kd_pmsg *h = x->held;
+        x->held = h->next;
+        kd_pmsg_free(h);
+    }
+    free(x);
+}

@@ -1,0 +1,93 @@
+/* fuzz_peer_msg.c - the peer service's decoders (ckptd/kd_peer_wire.c) and the copy
+ * file's reader (libshard/ckpt/format/copy.c) on any bytes.
+ *
+ * The input's first byte picks what decodes the rest: a HELLO, a stream declaration
+ * (PUT, GET_OK), an ask (GET), an ERROR, a name (COMMITTED), an INVENTORY_OK, or a
+ * copy file read against a manifest of four data files (rank-00000.dat to
+ * rank-00003.dat). What decodes is used as a caller would (names, sizes, listed files)
+ * and freed; what does not must be refused with an error, never read past its bytes.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/copy.h"
+#include "fz_mdb.h"
+#include "kd.h"
+#include "format/layout.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static size_t sink;   /* what decoded, touched so that nothing is optimized away */
+
+static void copy_file(const uint8_t *data, size_t size)
+{
+    static int dir = -1;
+    if (dir < 0 && (dir = open(fz_scratch(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        abort();
+    unlinkat(dir, CK_COPY_FILE, 0);
+    int fd = openat(dir, CK_COPY_FILE, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, data, size) != (ssize_t)size)
+        abort();
+    close(fd);
+    ck_file files[4] = { { .size = 4096 } };
+    for (int i = 0; i < 4; i++)
+        snprintf(files[i].name, sizeof files[i].name, "rank-%05d.dat", i);
+    ck_copy copy;
+    uint8_t *held;
+    if (ck__copy_read(dir, fz_scratch(), files, 4, &copy, &held, NULL) == 0) {
+        for (int i = 0; held && i < 4; i++)
+            sink += held[i];
+        sink += strlen(copy.source) + copy.files_held;
+        free(held);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    kd_pmsg m = { .data = (uint8_t *)data + 1, .len = size - 1 };
+    char id[CK_COPY_ID_MAX], name[CK_NAME_MAX];
+    uint64_t instance;
+    kd_preq q;
+    kd_peer_copy *v;
+    size_t n;
+    switch (data[0] % 7) {
+    case 0:
+        m.type = KD_P_HELLO;
+        if (kd_pw_get_hello(&m, id, &instance, NULL) == 0)
+            sink += strlen(id) + instance;
+        break;
+    case 1:
+    case 2:
+        m.type = data[0] % 7 == 1 ? KD_P_PUT : KD_P_GET;
+        if ((data[0] % 7 == 1 ? kd_pw_get_stream(&m, &q, NULL) : kd_pw_get_ask(&m, &q, NULL)) == 0)
+            for (uint32_t i = 0; i < q.n; i++)
+                sink += strlen(q.files[i].name) + q.files[i].size;
+        kd_preq_free(&q);
+        break;
+    case 3:
+        m.type = KD_P_ERROR;
+        kd_pw_get_error(&m, "fuzz", NULL);
+        break;
+    case 4:
+        m.type = KD_P_COMMITTED;
+        if (kd_pw_get_name(&m, name, NULL) == 0)
+            sink += strlen(name);
+        break;
+    case 5:
+        m.type = KD_P_INVENTORY_OK;
+        if (kd_pw_get_inventory(&m, &v, &n, NULL) == 0) {
+            for (size_t i = 0; i < n; i++)
+                for (uint32_t f = 0; v[i].held && f < v[i].n_held; f++)
+                    sink += strlen(v[i].held[f]);
+            kd_peer_copies_free(v, n);
+        }
+        break;
+    default:
+        copy_file(data + 1, size - 1);
+    }
+    return 0;
+}

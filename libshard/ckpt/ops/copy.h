@@ -1,0 +1,84 @@
+/* ops/copy.h - a copy of a checkpoint as a byte stream, and back (private; docs/FORMAT.md,
+ * "Copies").
+ *
+ * The stream of a copy of NAME is its manifest (the file, byte for byte), then the data
+ * files it carries, whole, in the order declared: what ckptd's peer service sends
+ * between nodes. The sender reads it from a committed copy (ck__copy_out); the receiver
+ * writes it into a new copy (ck__copy_in) through the commit protocol: a pending
+ * directory under the save's lock, every block of every data file checked against the
+ * manifest's SHA-256 as it arrives (the manifest is the truth: a block that differs
+ * fails the copy, naming the file and the block), the files fsynced, NAME/copy written
+ * when the copy is partial, the structure verified, and one rename. Nothing of a copy
+ * that fails, or whose writer dies, is visible: its pending directory is removed, or
+ * is debris that recovery removes.
+ */
+#ifndef CK_OPS_COPY_H
+#define CK_OPS_COPY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ck/ckpt.h"
+#include "format/manifest.h"
+
+/* The largest manifest a copy takes: the largest a reader opens. */
+#define CK_COPY_MANIFEST_MAX CK__MANIFEST_MAX
+
+/* ---- receiving ---- */
+
+typedef struct ck__copy_in ck__copy_in;
+
+typedef struct ck__copy_in_opts {
+    const char *root;              /* the copy is committed as ROOT/NAME */
+    const char *name;
+    const char *source;            /* the daemon whose data it is: NAME/copy's source */
+    uint64_t manifest_size;        /* bytes of the manifest, the stream's first */
+    const ck_file *files;          /* the data files that follow (name, size), in order */
+    uint32_t n_files;
+    void (*log)(void *arg, const char *msg);   /* warnings after the commit; may be NULL */
+    void *log_arg;
+} ck__copy_in_opts;
+
+/* Checks what is declared (names of files, each once; sizes; the manifest no larger
+ * than CK_COPY_MANIFEST_MAX), takes NAME's save lock in ROOT and makes its pending
+ * directory. -EBUSY while another writer has NAME; -EEXIST when ROOT/NAME exists. */
+int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err);
+/* The next len bytes of the stream. Once the manifest is whole it is opened and every
+ * declared file is checked against it (a file of the checkpoint, of its recorded size;
+ * the checkpoint hashed and named NAME); each data block is checked when its last byte
+ * arrives. An error fails the copy: ck__copy_in_free is all that is left to call. */
+int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
+/* Bytes of the stream still expected. */
+uint64_t ck__copy_in_left(const ck__copy_in *c);
+/* The whole stream arrived: fsyncs, writes NAME/copy when the copy holds fewer files
+ * than the manifest, verifies the structure, commits by rename. 0 once the rename
+ * happened (a failed fsync of ROOT or catalog entry after it is logged, as a save's). */
+int ck__copy_in_commit(ck__copy_in *c, ck_err *err);
+/* Frees c; a copy not committed leaves nothing: its pending directory is removed and
+ * NAME's lock dropped. */
+void ck__copy_in_free(ck__copy_in *c);
+
+/* ---- sending ---- */
+
+typedef struct ck__copy_out {
+    ck_info info;
+    ck_copy copy;                  /* of the copy it reads: complete, or whose */
+    uint64_t manifest_size;
+    ck_file *files;                /* the data files it sends, in order */
+    uint32_t n_files;
+    uint64_t total;                /* the stream's bytes */
+    struct ck__copy_out_state *st;
+} ck__copy_out;
+
+/* Opens the copy ROOT/NAME to send: its manifest, then the data files named (n of
+ * them, each at most once), or, with names NULL, every data file it holds. Each must be
+ * in the copy, a regular file of its recorded size. -ENOENT for no such checkpoint;
+ * -ENODATA for a file the copy does not hold, naming it. */
+int ck__copy_out_open(const char *root, const char *name, const char *const *names,
+                      uint32_t n, ck__copy_out **out, ck_err *err);
+/* The next bytes of the stream into buf: *got == len but at its end. */
+int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err);
+void ck__copy_out_close(ck__copy_out *c);
+
+#endif

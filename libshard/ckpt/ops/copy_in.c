@@ -1,0 +1,361 @@
+/* copy_in.c - writing a copy of a checkpoint from its stream, every block checked on
+ * arrival, committed by rename (see ops/copy.h).
+ *
+ * The manifest arrives first and is the truth for what follows: the declared data files
+ * must be its files with its sizes, and each block of each file must have the SHA-256
+ * it records. So a copy is checked as it is written, with memory for one block's hash
+ * state whatever the file sizes, and never needs a second pass over its bytes.
+ */
+#include "ops/copy.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ck/verify.h"
+#include "format/copy.h"
+#include "format/reader_int.h"
+#include "io/rootfs.h"
+#include "save/commit.h"
+#include "format/layout.h"
+
+struct ck__copy_in {
+    char root[PATH_MAX], name[CK_NAME_MAX], source[CK_COPY_ID_MAX];
+    char pending[PATH_MAX];        /* ROOT/.pending/NAME.TOKEN */
+    ck_engine *e;
+    int rootfd, lock, dirfd;       /* dirfd: the pending directory */
+    uint64_t manifest_size, left;
+    ck_file *files;                /* as declared */
+    uint32_t n;
+    uint32_t *ids;                 /* declared file i is the manifest's file ids[i] */
+    uint32_t item;                 /* 0: the manifest; i + 1: declared file i */
+    uint64_t off;                  /* bytes of the item written */
+    int fd;                        /* the item being written */
+    ck_ckpt *ck;                   /* the manifest, once whole */
+    EVP_MD_CTX *md;                /* the block being hashed */
+    bool committed;
+    void (*log)(void *arg, const char *msg);
+    void *log_arg;
+};
+
+static uint64_t item_size(const ck__copy_in *c, uint32_t item)
+{
+    return item == 0 ? c->manifest_size : c->files[item - 1].size;
+}
+
+static const char *item_name(const ck__copy_in *c, uint32_t item)
+{
+    return item == 0 ? CK_MANIFEST : c->files[item - 1].name;
+}
+
+static int check_declared(const ck__copy_in_opts *o, ck_err *err)
+{
+    int r = ck_name_check("checkpoint", o->name, err);
+    if (r < 0 || (r = ck__copy_source_check(o->source, err)) < 0)
+        return r;
+    if (o->manifest_size == 0 || o->manifest_size > CK_COPY_MANIFEST_MAX)
+        return ck_err_set(err, -EINVAL, "copy of %s: a manifest of %llu bytes (1 to %llu)",
+                          o->name, (unsigned long long)o->manifest_size,
+                          (unsigned long long)CK_COPY_MANIFEST_MAX);
+    if (o->n_files > CK_MAX_WORLD)
+        return ck_err_set(err, -EINVAL, "copy of %s: %u data files, more than ranks can write",
+                          o->name, o->n_files);
+    uint32_t *idx = ck__files_by_name(o->files, o->n_files);
+    if (!idx)
+        return -ENOMEM;
+    for (uint32_t i = 0; r == 0 && i < o->n_files; i++) {
+        const ck_file *f = &o->files[idx[i]];
+        if (ck_name_check("data file", f->name, NULL) < 0)
+            r = ck_err_set(err, -EINVAL, "copy of %s: '%.64s' is not a plain file name",
+                           o->name, f->name);
+        else if (i && !strcmp(f->name, o->files[idx[i - 1]].name))
+            r = ck_err_set(err, -EINVAL, "copy of %s: data file %s is declared twice", o->name,
+                           f->name);
+        else if (f->size % CK_ALIGN || f->size > (UINT64_C(1) << 62))
+            r = ck_err_set(err, -EINVAL, "copy of %s: data file %s of %llu bytes (a multiple "
+                           "of 4096, at most 2^62)", o->name, f->name,
+                           (unsigned long long)f->size);
+    }
+    free(idx);
+    return r;
+}
+
+int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
+{
+    *out = NULL;
+    int r = check_declared(o, err);
+    if (r < 0)
+        return r;
+    ck__copy_in *c = calloc(1, sizeof *c);
+    if (!c || !(c->files = malloc((o->n_files ? o->n_files : 1) * sizeof *c->files)) ||
+        !(c->md = EVP_MD_CTX_new())) {
+        if (c) {
+            free(c->files);
+            free(c);
+        }
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", o->name);
+    }
+    c->rootfd = c->lock = c->dirfd = c->fd = -1;
+    c->e = ck_engine_default();
+    snprintf(c->root, sizeof c->root, "%s", o->root);
+    snprintf(c->name, sizeof c->name, "%s", o->name);
+    snprintf(c->source, sizeof c->source, "%s", o->source);
+    memcpy(c->files, o->files, o->n_files * sizeof *c->files);
+    c->n = o->n_files;
+    c->manifest_size = c->left = o->manifest_size;
+    for (uint32_t i = 0; i < c->n; i++)
+        c->left += c->files[i].size;
+    c->log = o->log;
+    c->log_arg = o->log_arg;
+    *out = c;
+    if ((c->rootfd = ck__root_open_engine(c->e, c->root, err)) < 0)
+        return c->rootfd;
+    /* A copy is no job's save: its lock names none. */
+    if ((r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, NULL,
+                                c->pending, &c->lock, err)) < 0)
+        return r;
+    if ((c->dirfd = ck__openat(c->rootfd, ck__rel(c->root, c->pending), O_RDONLY | O_DIRECTORY,
+                               0)) < 0)
+        return ck_err_set(err, c->dirfd, "%s: %s", c->pending, ck__why(c->dirfd));
+    c->fd = ck__openat(c->dirfd, CK_MANIFEST, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (c->fd < 0)
+        return ck_err_set(err, c->fd, "%s/%s: %s", c->pending, CK_MANIFEST, ck__why(c->fd));
+    return 0;
+}
+
+/* The manifest is whole: what follows must be its files, of its sizes. */
+static int manifest_done(ck__copy_in *c, ck_err *err)
+{
+    int r = ck_open_dir(c->pending, &c->ck, err);
+    if (r < 0)
+        return r;
+    const ck_info *in = ck_get_info(c->ck);
+    if (strcmp(in->name, c->name) != 0)
+        return ck_err_set(err, -EBADMSG, "copy of %s: the manifest is checkpoint %s's", c->name,
+                          in->name);
+    if (!in->hashed)
+        return ck_err_set(err, -EINVAL, "copy of %s: it has no block hashes (saved with "
+                          "--no-hash), so no copy of it can be checked", c->name);
+    c->ids = malloc((c->n ? c->n : 1) * sizeof *c->ids);
+    uint32_t *idx = ck__files_by_name(c->ck->files, in->n_files);
+    if (!c->ids || !idx) {
+        free(idx);
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    }
+    for (uint32_t i = 0; r == 0 && i < c->n; i++) {
+        int64_t id = ck__file_find(c->ck->files, idx, in->n_files, c->files[i].name);
+        if (id < 0)
+            r = ck_err_set(err, -EBADMSG, "copy of %s: data file %s is not one of its manifest's",
+                           c->name, c->files[i].name);
+        else if (c->ck->files[id].size != c->files[i].size)
+            r = ck_err_set(err, -EBADMSG, "copy of %s: data file %s comes with %llu bytes; its "
+                           "manifest records %llu", c->name, c->files[i].name,
+                           (unsigned long long)c->files[i].size,
+                           (unsigned long long)c->ck->files[id].size);
+        else
+            c->ids[i] = (uint32_t)id;
+    }
+    free(idx);
+    return r;
+}
+
+/* Ends the item being written (fsynced), starts the next. */
+static int next_item(ck__copy_in *c, ck_err *err)
+{
+    const char *name = item_name(c, c->item);
+    int r = fsync(c->fd) < 0 ? -errno : 0;
+    if (close(c->fd) < 0 && r == 0)
+        r = -errno;
+    c->fd = -1;
+    if (r < 0)
+        return ck_err_set(err, r, "%s/%s: %s", c->pending, name, strerror(-r));
+    if (c->item == 0 && (r = manifest_done(c, err)) < 0)
+        return r;
+    if (++c->item > c->n)
+        return 0;
+    name = item_name(c, c->item);
+    c->off = 0;
+    c->fd = ck__openat(c->dirfd, name, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (c->fd < 0)
+        return ck_err_set(err, c->fd, "%s/%s: %s", c->pending, name, ck__why(c->fd));
+    /* Room for the whole file now: a full disk fails here, not half way through. */
+    uint64_t size = item_size(c, c->item);
+    if (size && fallocate(c->fd, 0, 0, (off_t)size) < 0 && errno != EOPNOTSUPP)
+        return ck_err_set(err, -errno, "%s/%s: fallocate %llu bytes: %s", c->pending, name,
+                          (unsigned long long)size, strerror(errno));
+    return EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) == 1 ? 0
+           : ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 init failed", c->name);
+}
+
+/* Moves past every item whose bytes are all written (empty files included). */
+static int settle(ck__copy_in *c, ck_err *err)
+{
+    int r = 0;
+    while (r == 0 && c->item <= c->n && c->off == item_size(c, c->item))
+        r = next_item(c, err);
+    return r;
+}
+
+/* The block of data file item that ends at c->off is whole: its hash must be the
+ * manifest's. */
+static int block_done(ck__copy_in *c, ck_err *err)
+{
+    const ck_file *f = &c->files[c->item - 1];
+    uint32_t bs = ck_get_info(c->ck)->block_size;
+    uint64_t block = (c->off - 1) / bs, a = block * bs;
+    uint8_t got[EVP_MAX_MD_SIZE], want[CK_HASH_LEN];
+    unsigned len = 0;
+    ck_err e2 = { 0 };
+    if (EVP_DigestFinal_ex(c->md, got, &len) != 1 || len != CK_HASH_LEN ||
+        EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) != 1)
+        return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
+    int r = ck_hash_get(c->ck, c->ids[c->item - 1], block, want, &e2);
+    if (r < 0)
+        return ck_err_set(err, r == -ENOENT ? -EBADMSG : r, "copy of %s: %s", c->name,
+                          ck_err_msg(&e2));
+    if (memcmp(got, want, CK_HASH_LEN) != 0)
+        return ck_err_set(err, -EBADMSG, "copy of %s: data file %s, block %llu (bytes %llu-%llu): "
+                          "its SHA-256 is not the manifest's",
+                          c->name, f->name, (unsigned long long)block, (unsigned long long)a,
+                          (unsigned long long)c->off);
+    return 0;
+}
+
+/* Writes len bytes into the current item, hashing a data file's blocks. */
+static int put(ck__copy_in *c, const uint8_t *p, size_t len, ck_err *err)
+{
+    const char *name = item_name(c, c->item);
+    uint32_t bs = c->item ? ck_get_info(c->ck)->block_size : 0;
+    while (len) {
+        size_t take = len;
+        /* A data file's bytes go to the hash block by block. */
+        if (bs && take > bs - c->off % bs)
+            take = (size_t)(bs - c->off % bs);
+        if (c->item && EVP_DigestUpdate(c->md, p, take) != 1)
+            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
+        for (size_t done = 0; done < take;) {
+            ssize_t k = pwrite(c->fd, p + done, take - done, (off_t)(c->off + done));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0)
+                return ck_err_set(err, -errno, "%s/%s: %s", c->pending, name, strerror(errno));
+            done += (size_t)k;
+        }
+        c->off += take;
+        c->left -= take;
+        p += take;
+        len -= take;
+        if (bs && (c->off % bs == 0 || c->off == item_size(c, c->item))) {
+            int r = block_done(c, err);
+            if (r < 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
+{
+    const uint8_t *p = buf;
+    if (len > c->left)
+        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
+                          len - (size_t)c->left);
+    int r = settle(c, err);
+    while (r == 0 && len) {
+        uint64_t room = item_size(c, c->item) - c->off;
+        size_t take = len < room ? len : (size_t)room;
+        if ((r = put(c, p, take, err)) == 0)
+            r = settle(c, err);
+        p += take;
+        len -= take;
+    }
+    return r;
+}
+
+uint64_t ck__copy_in_left(const ck__copy_in *c)
+{
+    return c->left;
+}
+
+typedef struct first_problem {
+    char msg[CK_ERR_MSG_MAX];
+    uint64_t n;
+} first_problem;
+
+static void on_problem(void *arg, const char *msg)
+{
+    first_problem *p = arg;
+    if (p->n++ == 0)
+        snprintf(p->msg, sizeof p->msg, "%s", msg);
+}
+
+int ck__copy_in_commit(ck__copy_in *c, ck_err *err)
+{
+    if (c->left)
+        return ck_err_set(err, -EPROTO, "copy of %s: %llu bytes of it never arrived", c->name,
+                          (unsigned long long)c->left);
+    int r = settle(c, err);
+    if (r < 0)
+        return r;
+    const ck_info *in = ck_get_info(c->ck);
+    if (c->n < in->n_files) {
+        uint8_t *held = calloc(in->n_files, 1);
+        if (!held)
+            return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+        for (uint32_t i = 0; i < c->n; i++)
+            held[c->ids[i]] = 1;
+        r = ck__copy_write(c->dirfd, c->pending, c->source, c->ck->files, held, in->n_files, err);
+        free(held);
+        if (r < 0)
+            return r;
+    }
+    /* Opened again, now as the copy it is, and checked as ckpt-verify checks (the data
+     * blocks were checked on arrival): a manifest whose records do not hold together is
+     * never committed. */
+    ck_ckpt *ck;
+    if ((r = ck_open_dir(c->pending, &ck, err)) < 0)
+        return r;
+    first_problem fp = { .n = 0 };
+    ck_verify_result res;
+    ck_verify_opts vo = { .problem = on_problem, .cb_arg = &fp };
+    r = ck_verify(ck, &vo, &res, err);
+    ck_info info = *ck_get_info(ck);
+    ck_close(ck);
+    if (r == 0 && res.problems)
+        r = ck_err_set(err, -EBADMSG, "copy of %s: %s%s", c->name, fp.msg,
+                       res.problems > 1 ? " (and more problems)" : "");
+    if (r == 0)
+        r = ck__commit_dir(c->e, c->rootfd, c->root, c->pending, &info, true, &c->committed,
+                           c->log, c->log_arg, err);
+    if (c->committed)
+        ck__pending_unlock(c->rootfd, c->name, &c->lock);
+    return r;
+}
+
+void ck__copy_in_free(ck__copy_in *c)
+{
+    if (!c)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    if (!c->committed && c->pending[0]) {
+        if (c->dirfd >= 0)
+            unlinkat(c->dirfd, CK_COPY_FILE, 0);
+        ck__pending_remove(c->e, c->rootfd, c->root, c->pending, c->files, c->n);
+    }
+    if (c->rootfd >= 0)
+        ck__pending_unlock(c->rootfd, c->name, &c->lock);
+    if (c->dirfd >= 0)
+        close(c->dirfd);
+    if (c->rootfd >= 0)
+        close(c->rootfd);
+    ck_close(c->ck);
+    EVP_MD_CTX_free(c->md);
+    free(c->ids);
+    free(c->files);
+    free(c);
+}

@@ -1,0 +1,161 @@
+/* copy_out.c - reading a committed copy as its stream: the manifest file, then the data
+ * files asked for, whole (see ops/copy.h). Nothing is checked against the hashes
+ * here: the receiver checks every block, and a copy whose bytes went bad on this disk
+ * fails there, naming the block. */
+#include "ops/copy.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/copy.h"
+#include "format/reader_int.h"
+#include "io/rootfs.h"
+#include "format/layout.h"
+
+struct ck__copy_out_state {
+    ck_ckpt *ck;
+    uint32_t item;                 /* 0: the manifest; i + 1: file i */
+    uint64_t off;
+    int fd;
+};
+
+/* Opens item (0: the manifest) and checks it is the size it should be. */
+static int open_item(ck__copy_out *c, ck_err *err)
+{
+    struct ck__copy_out_state *st = c->st;
+    const char *name = st->item ? c->files[st->item - 1].name : CK_MANIFEST;
+    st->fd = ck__openat_reg(st->ck->dirfd, name, O_RDONLY, 0);
+    if (st->fd < 0)
+        return ck_err_set(err, st->fd == -ENOENT || st->fd == -ELOOP || st->fd == CK_ENOTREG
+                          ? -EBADMSG : st->fd, "%s/%s: %s", st->ck->dir, name,
+                          st->fd == -ENOENT ? "missing" : ck__why(st->fd));
+    struct stat s;
+    if (fstat(st->fd, &s) < 0)
+        return ck_err_set(err, -errno, "%s/%s: %s", st->ck->dir, name, strerror(errno));
+    if (st->item == 0) {
+        c->manifest_size = (uint64_t)s.st_size;
+        return 0;
+    }
+    if ((uint64_t)s.st_size != c->files[st->item - 1].size)
+        return ck_err_set(err, -EBADMSG, "%s/%s: %llu bytes, its manifest records %llu",
+                          st->ck->dir, name, (unsigned long long)s.st_size,
+                          (unsigned long long)c->files[st->item - 1].size);
+    return 0;
+}
+
+/* The files to send: those named, or every file the copy holds. */
+static int pick_files(ck__copy_out *c, const char *const *names, uint32_t n, ck_err *err)
+{
+    ck_ckpt *ck = c->st->ck;
+    uint32_t all = c->info.n_files;
+    c->files = malloc((names ? (n ? n : 1) : (all ? all : 1)) * sizeof *c->files);
+    if (!c->files)
+        return ck_err_set(err, -ENOMEM, "%s: out of memory", ck->dir);
+    if (!names) {
+        for (uint32_t i = 0; i < all; i++)
+            if (ck_file_held(ck, i))
+                c->files[c->n_files++] = ck->files[i];
+        return 0;
+    }
+    uint32_t *idx = ck__files_by_name(ck->files, all);
+    uint8_t *seen = calloc(all ? all : 1, 1);
+    int r = !idx || !seen ? ck_err_set(err, -ENOMEM, "%s: out of memory", ck->dir) : 0;
+    for (uint32_t i = 0; r == 0 && i < n; i++) {
+        int64_t id = ck__file_find(ck->files, idx, all, names[i]);
+        if (id < 0)
+            r = ck_err_set(err, -ENOENT, "%s: checkpoint %s has no data file '%.64s'", ck->dir,
+                           c->info.name, names[i]);
+        else if (!ck_file_held(ck, (uint32_t)id))
+            r = ck_err_set(err, -ENODATA, "%s: data file %s is not in this partial copy (from "
+                           "ckptd %s)", ck->dir, names[i], c->copy.source);
+        else if (seen[id]++)
+            r = ck_err_set(err, -EINVAL, "%s: data file %s is asked for twice", ck->dir,
+                           names[i]);
+        else
+            c->files[c->n_files++] = ck->files[id];
+    }
+    free(idx);
+    free(seen);
+    return r;
+}
+
+int ck__copy_out_open(const char *root, const char *name, const char *const *names,
+                      uint32_t n, ck__copy_out **out, ck_err *err)
+{
+    *out = NULL;
+    ck__copy_out *c = calloc(1, sizeof *c);
+    if (!c || !(c->st = calloc(1, sizeof *c->st))) {
+        free(c);
+        return ck_err_set(err, -ENOMEM, "%s/%s: out of memory", root, name);
+    }
+    c->st->fd = -1;
+    int r = ck_open(root, name, &c->st->ck, err);
+    if (r == 0) {
+        c->info = *ck_get_info(c->st->ck);
+        c->copy = *ck_get_copy(c->st->ck);
+        r = pick_files(c, names, n, err);
+    }
+    if (r == 0)
+        r = open_item(c, err);
+    c->total = c->manifest_size;
+    for (uint32_t i = 0; r == 0 && i < c->n_files; i++)
+        c->total += c->files[i].size;
+    if (r < 0) {
+        ck__copy_out_close(c);
+        return r;
+    }
+    *out = c;
+    return 0;
+}
+
+int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
+{
+    struct ck__copy_out_state *st = c->st;
+    uint8_t *p = buf;
+    *got = 0;
+    while (*got < len && st->item <= c->n_files) {
+        uint64_t size = st->item ? c->files[st->item - 1].size : c->manifest_size;
+        if (st->off == size) {
+            close(st->fd);
+            st->fd = -1;
+            st->off = 0;
+            int r = ++st->item <= c->n_files ? open_item(c, err) : 0;
+            if (r < 0)
+                return r;
+            continue;
+        }
+        size_t want = len - *got;
+        if (want > size - st->off)
+            want = (size_t)(size - st->off);
+        ssize_t k = pread(st->fd, p + *got, want, (off_t)st->off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            const char *name = st->item ? c->files[st->item - 1].name : CK_MANIFEST;
+            return ck_err_set(err, k < 0 ? -errno : -EBADMSG, "%s/%s: %s", st->ck->dir, name,
+                              k < 0 ? strerror(errno) : "cut short while read");
+        }
+        st->off += (uint64_t)k;
+        *got += (size_t)k;
+    }
+    return 0;
+}
+
+void ck__copy_out_close(ck__copy_out *c)
+{
+    if (!c)
+        return;
+    if (c->st) {
+        if (c->st->fd >= 0)
+            close(c->st->fd);
+        ck_close(c->st->ck);
+        free(c->st);
+    }
+    free(c->files);
+    free(c);
+}

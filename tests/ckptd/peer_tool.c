@@ -1,0 +1,519 @@
+/* peer_tool - test machinery for ckptd's peer service (never installed):
+ *
+ *   peer_tool put ADDR FROM NAME ID [kill|stop]
+ *       kd_peer_put of FROM/NAME to ADDR as daemon ID; with kill or stop, after the
+ *       first acknowledgement it SIGKILLs or SIGSTOPs itself: a sender that dies or
+ *       stops answering mid-transfer.
+ *   peer_tool get ADDR INTO NAME PID kill|stop|none [--all | FILE...]
+ *       kd_peer_get of NAME into INTO; after the first DATA taken it SIGKILLs or
+ *       SIGSTOPs process PID (the serving daemon): a sender that dies or stops mid-GET.
+ *   peer_tool serve-version ADDR VERSION SECS
+ *       a fake service at ADDR whose every reply claims VERSION, for SECS seconds: what
+ *       a client of this build says to a service of another version.
+ *   peer_tool hostile ADDR CASE
+ *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
+ *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
+ *       1 when it took it, 2 on a usage or local error.
+ *
+ * Every call waits at most --timeout-like bounds of its own (TIMEOUT, 5 s unless
+ * $PEER_TOOL_TIMEOUT says otherwise). Prints "ok ..." or "error: MESSAGE" and exits
+ * 0 or 1. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include "kd.h"
+
+static pid_t victim;
+static const char *action = "none";
+static bool acted;
+
+static void after_first(void *arg, uint64_t done, uint64_t total)
+{
+    (void)arg;
+    (void)total;
+    if (acted || !done || !strcmp(action, "none"))
+        return;
+    acted = true;
+    int sig = !strcmp(action, "kill") ? SIGKILL : SIGSTOP;
+    printf("acting: %s on pid %d after %llu bytes\n", action, (int)(victim ? victim : getpid()),
+           (unsigned long long)done);
+    fflush(stdout);
+    kill(victim ? victim : getpid(), sig);
+}
+
+static unsigned timeout(void)
+{
+    const char *e = getenv("PEER_TOOL_TIMEOUT");
+    return e && atoi(e) > 0 ? (unsigned)atoi(e) : 5;
+}
+
+static int report(int r, ck_err *err)
+{
+    if (r < 0) {
+        printf("error: %s\n", ck_err_msg(err));
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
+
+/* ---- hostile exchanges ---- */
+
+typedef struct conn {
+    kd_ucx *u;
+    kd_pconn *pc;
+} conn;
+
+static int connect_to(const char *addr, conn *c)
+{
+    ck_err err = { 0 };
+    if (kd_ucx_open(NULL, &c->u, NULL, 0, &err) < 0 ||
+        kd_ucx_connect(c->u, addr, &c->pc, &err) < 0) {
+        fprintf(stderr, "peer_tool: %s\n", ck_err_msg(&err));
+        return -1;
+    }
+    kd_pconn_set_budget(c->pc, KD_PEER_MSG_MAX + KD_PEER_WINDOW + KD_PEER_CHUNK_MAX);
+    return 0;
+}
+
+/* The service's answer: 0 for an ERROR or a closed connection (printed), 1 for a
+ * message of type want or anything else (printed), 2 for no answer in time. */
+static int answer(conn *c, uint16_t want)
+{
+    double end = kd_now() + timeout();
+    while (kd_now() < end) {
+        kd_pmsg *m = kd_pconn_next(c->pc);
+        const char *why;
+        if (m && m->type == KD_P_ERROR) {
+            ck_err err = { 0 };
+            kd_pw_get_error(m, "service", &err);
+            printf("refused: %s\n", ck_err_msg(&err));
+            kd_pmsg_free(m);
+            return 0;
+        }
+        if (m && m->type == want) {
+            kd_pmsg_free(m);
+            return 1;
+        }
+        if (m) {
+            printf("unexpected: a %s\n", kd_pw_type_name(m->type));
+            kd_pmsg_free(m);
+            return 1;
+        }
+        if (kd_pconn_failed(c->pc, &why)) {
+            printf("closed: %s\n", why);
+            return 0;
+        }
+        kd_ucx_wait(c->u, 50);
+    }
+    printf("no answer within %u s\n", timeout());
+    return 2;
+}
+
+static int hello(conn *c)
+{
+    ck__wbuf w = { 0 };
+    kd_pw_hello(&w, "hostile", 0);
+    kd_pconn_send_w(c->pc, KD_P_HELLO, &w);
+    return answer(c, KD_P_HELLO_OK) == 1 ? 0 : -1;
+}
+
+/* Sends a raw payload p of n bytes (copied) as type. */
+static void send_raw(conn *c, uint16_t type, uint64_t arg, const void *p, size_t n)
+{
+    void *b = malloc(n ? n : 1);
+    memcpy(b, p, n);
+    kd_pconn_send(c->pc, type, arg, b, n);
+}
+
+/* A PUT of NAME from SOURCE declaring a manifest of msize bytes and one file. */
+static void put_decl(conn *c, const char *name, const char *source, uint64_t msize,
+                     const char *file, uint64_t fsize)
+{
+    ck_file f = { .size = fsize };
+    snprintf(f.name, sizeof f.name, "%s", file);
+    kd_preq q = { .manifest_size = msize, .n = file ? 1 : 0, .files = &f };
+    snprintf(q.name, sizeof q.name, "%s", name);
+    snprintf(q.source, sizeof q.source, "%s", source);
+    ck__wbuf w = { 0 };
+    kd_pw_stream(&w, &q);
+    kd_pconn_send_w(c->pc, KD_P_PUT, &w);
+}
+
+/* A PUT of x whose count says count files and whose list holds the n given, 4096
+ * bytes each: the wire as a liar writes it. */
+static void put_lying(conn *c, uint32_t count, const char *const *files, unsigned n)
+{
+    ck__wbuf w = { 0 };
+    ck__put_str(&w, "x");
+    ck__put_str(&w, "hostile");
+    ck__put_u64(&w, 4096);
+    ck__put_u32(&w, count);
+    for (unsigned i = 0; i < n; i++) {
+        ck__put_str(&w, files[i]);
+        ck__put_u64(&w, 4096);
+    }
+    kd_pconn_send_w(c->pc, KD_P_PUT, &w);
+}
+
+/* A string with an embedded NUL, as the wire carries it (u16 length, bytes). */
+static void put_nul_name(ck__wbuf *w)
+{
+    ck__put_u16(w, 3);
+    ck__put_bytes(w, "a\0b", 3);
+}
+
+/* ---- raw UCP: what kd_pconn_send never sends (another header size or version) ---- */
+
+typedef struct raw {
+    ucp_context_h ctx;
+    ucp_worker_h wk;
+    ucp_listener_h ls;
+    ucp_ep_h ep;
+    ucp_ep_h served[8];            /* serve: the endpoints it made */
+    unsigned nserved;
+    uint16_t version;              /* serve: the version its replies claim */
+    char got[CK_ERR_MSG_MAX];      /* client: the ERROR that came back */
+} raw;
+
+static void raw_reply(raw *x, ucp_ep_h ep, uint16_t type)
+{
+    static uint8_t h[KD_PEER_HDR];
+    static uint8_t payload[2 + 4 + 8] = { 4, 0, 'f', 'a', 'k', 'e' };
+    h[0] = 0x43, h[1] = 0x4b, h[2] = 0x50, h[3] = 0x31;
+    h[4] = (uint8_t)x->version, h[5] = (uint8_t)(x->version >> 8);
+    h[6] = (uint8_t)type, h[7] = (uint8_t)(type >> 8);
+    ucp_request_param_t rp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_AM_SEND_FLAG_REPLY };
+    ucs_status_ptr_t s = ucp_am_send_nbx(ep, KD_PEER_AM_ID, h, sizeof h, payload,
+                                         sizeof payload, &rp);
+    if (s && !UCS_PTR_IS_ERR(s))
+        ucp_request_free(s);
+}
+
+static ucs_status_t raw_am(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                           const ucp_am_recv_param_t *param)
+{
+    raw *x = arg;
+    if (x->ls && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+        raw_reply(x, param->reply_ep, KD_P_HELLO_OK);
+        return UCS_OK;
+    }
+    const uint8_t *h = header;
+    if (hlen == KD_PEER_HDR && h[6] == KD_P_ERROR &&
+        !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        kd_pmsg m = { .type = KD_P_ERROR, .data = data, .len = len };
+        ck_err err = { 0 };
+        kd_pw_get_error(&m, "service", &err);
+        snprintf(x->got, sizeof x->got, "%s (in a version %u header)", ck_err_msg(&err),
+                 h[4] | h[5] << 8);
+    }
+    return UCS_OK;
+}
+
+static void raw_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)arg, (void)ep, (void)status;   /* the peer hung up: expected here */
+}
+
+static void raw_conn(ucp_conn_request_h req, void *arg)
+{
+    raw *x = arg;
+    ucp_ep_params_t p = { .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .conn_request = req, .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = { .cb = raw_ep_error } };
+    if (x->nserved < 8 && ucp_ep_create(x->wk, &p, &x->served[x->nserved]) == UCS_OK)
+        x->nserved++;
+    else
+        ucp_listener_reject(x->ls, req);
+}
+
+static int raw_open(raw *x, const char *listen, const char *addr)
+{
+    ucp_config_t *cfg;
+    ucp_params_t pp = { .field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM };
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK || ucp_init(&pp, cfg, &x->ctx) != UCS_OK)
+        return -1;
+    ucp_config_release(cfg);
+    ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                               .thread_mode = UCS_THREAD_MODE_SINGLE };
+    ucp_am_handler_param_t hp = { .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                                UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                                UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                  .id = KD_PEER_AM_ID, .cb = raw_am, .arg = x };
+    struct sockaddr_storage sa;
+    socklen_t sl;
+    ck_err err = { 0 };
+    if (ucp_worker_create(x->ctx, &wp, &x->wk) != UCS_OK ||
+        ucp_worker_set_am_recv_handler(x->wk, &hp) != UCS_OK ||
+        kd_addr_parse(listen ? listen : addr, KD_PEER_PORT, &sa, &sl, &err) < 0)
+        return -1;
+    if (listen) {
+        ucp_listener_params_t lp = { .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                                                   UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+                                     .sockaddr = { (struct sockaddr *)&sa, sl },
+                                     .conn_handler = { raw_conn, x } };
+        return ucp_listener_create(x->wk, &lp, &x->ls) == UCS_OK ? 0 : -1;
+    }
+    /* The service's endpoints handle peer errors: UCX wants both ends to agree. */
+    ucp_ep_params_t ep_p = { .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                           UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                             .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+                             .sockaddr = { (struct sockaddr *)&sa, sl },
+                             .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                             .err_handler = { .cb = raw_ep_error } };
+    return ucp_ep_create(x->wk, &ep_p, &x->ep) == UCS_OK ? 0 : -1;
+}
+
+static void raw_close_ep(raw *x, ucp_ep_h ep)
+{
+    ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE };
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+        ucp_worker_progress(x->wk);
+    if (r && !UCS_PTR_IS_ERR(r))
+        ucp_request_free(r);
+}
+
+/* Everything UCX holds, given back (LeakSanitizer counts what is not). */
+static void raw_close(raw *x)
+{
+    if (x->ep)
+        raw_close_ep(x, x->ep);
+    for (unsigned i = 0; i < x->nserved; i++)
+        raw_close_ep(x, x->served[i]);
+    if (x->ls)
+        ucp_listener_destroy(x->ls);
+    if (x->wk)
+        ucp_worker_destroy(x->wk);
+    if (x->ctx)
+        ucp_cleanup(x->ctx);
+}
+
+static void raw_spin(raw *x, double secs)
+{
+    for (double end = kd_now() + secs; kd_now() < end;)
+        if (!ucp_worker_progress(x->wk))
+            usleep(1000);
+}
+
+/* A HELLO with a header of hlen bytes claiming version: what the service answers. */
+static int raw_hello(const char *addr, size_t hlen, uint16_t version)
+{
+    raw x = { .version = version };
+    if (raw_open(&x, NULL, addr) < 0) {
+        raw_close(&x);
+        return 2;
+    }
+    if (hlen == KD_PEER_HDR) {
+        raw_reply(&x, x.ep, KD_P_HELLO);
+    } else {
+        static uint8_t h[8] = { 0x43, 0x4b, 0x50, 0x31, 1, 0, KD_P_HELLO, 0 };
+        ucp_request_param_t rp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = UCP_AM_SEND_FLAG_REPLY };
+        ucs_status_ptr_t s = ucp_am_send_nbx(x.ep, KD_PEER_AM_ID, h, hlen, NULL, 0, &rp);
+        if (s && !UCS_PTR_IS_ERR(s))
+            ucp_request_free(s);
+    }
+    raw_spin(&x, 1.0);
+    printf("sent a HELLO with a %zu-byte header, version %u; answer: %s\n", hlen, version,
+           x.got[0] ? x.got : "none");
+    raw_close(&x);
+    return 0;
+}
+
+/* A fake service at listen whose every reply claims version: for the client's side. */
+static int raw_serve(const char *listen, uint16_t version, double secs)
+{
+    raw x = { .version = version };
+    if (raw_open(&x, listen, NULL) < 0) {
+        raw_close(&x);
+        return 2;
+    }
+    ucp_listener_attr_t la = { .field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR };
+    char at[KD_PEER_ADDR_MAX] = "?";
+    if (ucp_listener_query(x.ls, &la) == UCS_OK)
+        kd_addr_format((const struct sockaddr *)&la.sockaddr, at, sizeof at);
+    printf("serving as version %u at %s\n", version, at);
+    raw_spin(&x, secs);
+    raw_close(&x);
+    return 0;
+}
+
+static int hostile(const char *addr, const char *cs)
+{
+    if (!strcmp(cs, "short-header"))
+        return raw_hello(addr, 8, KD_PEER_VERSION);
+    if (!strcmp(cs, "other-version"))
+        return raw_hello(addr, KD_PEER_HDR, KD_PEER_VERSION + 1);
+    conn c;
+    if (connect_to(addr, &c) < 0)
+        return 2;
+    int r = -1;
+    ck__wbuf w = { 0 };
+    static uint8_t junk[KD_PEER_CHUNK_MAX + 4096];
+    if (!strcmp(cs, "before-hello")) {
+        kd_pconn_send(c.pc, KD_P_INVENTORY, 0, NULL, 0);
+    } else if (!strcmp(cs, "second-hello")) {
+        if (hello(&c) == 0) {
+            kd_pw_hello(&w, "again", 0);
+            kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
+        }
+    } else if (!strcmp(cs, "bad-id")) {
+        kd_pw_hello(&w, "../../etc", 0);
+        kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
+    } else if (!strcmp(cs, "hello-trailing")) {
+        kd_pw_hello(&w, "hostile", 0);
+        ck__put_u32(&w, 7);
+        kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
+    } else if (hello(&c) < 0) {
+        r = 2;
+    } else if (!strcmp(cs, "unknown-type")) {
+        kd_pconn_send(c.pc, 200, 0, NULL, 0);
+    } else if (!strcmp(cs, "reply-type")) {
+        kd_pconn_send(c.pc, KD_P_COMMITTED, 0, NULL, 0);
+    } else if (!strcmp(cs, "inventory-payload")) {
+        send_raw(&c, KD_P_INVENTORY, 0, "xx", 2);
+    } else if (!strcmp(cs, "put-dotdot-name")) {
+        put_decl(&c, "../escape", "hostile", 4096, "rank-00000.dat", 4096);
+    } else if (!strcmp(cs, "put-slash-name")) {
+        put_decl(&c, "a/b", "hostile", 4096, "rank-00000.dat", 4096);
+    } else if (!strcmp(cs, "put-dot-name")) {
+        put_decl(&c, ".pending", "hostile", 4096, "rank-00000.dat", 4096);
+    } else if (!strcmp(cs, "put-nul-name") || !strcmp(cs, "put-long-name")) {
+        char name[300];
+        memset(name, 'n', sizeof name - 1);
+        name[sizeof name - 1] = '\0';
+        if (!strcmp(cs, "put-nul-name"))
+            put_nul_name(&w);
+        else
+            ck__put_str(&w, name);
+        ck__put_str(&w, "hostile");
+        ck__put_u64(&w, 4096);
+        ck__put_u32(&w, 0);
+        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
+    } else if (!strcmp(cs, "put-dotdot-source")) {
+        put_decl(&c, "x", "..", 4096, "rank-00000.dat", 4096);
+    } else if (!strcmp(cs, "put-slash-source")) {
+        put_decl(&c, "x", "a/b", 4096, "rank-00000.dat", 4096);
+    } else if (!strcmp(cs, "put-link-source")) {
+        put_decl(&c, "x", "planted", 4096, "rank-00000.dat", 4096);
+    } else if (!strcmp(cs, "put-dotdot-file")) {
+        put_decl(&c, "x", "hostile", 4096, "../../../escape.dat", 4096);
+    } else if (!strcmp(cs, "put-slash-file")) {
+        put_decl(&c, "x", "hostile", 4096, "a/b.dat", 4096);
+    } else if (!strcmp(cs, "put-unaligned-size")) {
+        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", 4095);
+    } else if (!strcmp(cs, "put-absurd-size")) {
+        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", UINT64_C(1) << 63);
+    } else if (!strcmp(cs, "put-absurd-manifest")) {
+        put_decl(&c, "x", "hostile", UINT64_C(1) << 40, NULL, 0);
+    } else if (!strcmp(cs, "put-more-files")) {
+        static const char *const one[] = { "rank-00000.dat" };
+        put_lying(&c, 1000, one, 1);
+    } else if (!strcmp(cs, "put-files-beyond-count")) {
+        static const char *const two[] = { "rank-00000.dat", "rank-00001.dat" };
+        put_lying(&c, 1, two, 2);
+    } else if (!strcmp(cs, "put-twice-file")) {
+        static const char *const twice[] = { "rank-00000.dat", "rank-00000.dat" };
+        put_lying(&c, 2, twice, 2);
+    } else if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "data-past-window") ||
+               !strcmp(cs, "data-past-end") || !strcmp(cs, "data-overlap") ||
+               !strcmp(cs, "data-too-big")) {
+        put_decl(&c, "hostile-put", "hostile", 4096, NULL, 0);
+        if (answer(&c, KD_P_PUT_READY) == 1) {
+            memset(junk, 0x5a, sizeof junk);
+            if (!strcmp(cs, "put-garbage-manifest")) {
+                send_raw(&c, KD_P_DATA, 0, junk, 4096);
+            } else if (!strcmp(cs, "data-past-window")) {
+                send_raw(&c, KD_P_DATA, KD_PEER_WINDOW + 4096, junk, 16);
+            } else if (!strcmp(cs, "data-past-end")) {
+                send_raw(&c, KD_P_DATA, 4000, junk, 200);
+            } else if (!strcmp(cs, "data-overlap")) {
+                send_raw(&c, KD_P_DATA, 100, junk, 100);
+                send_raw(&c, KD_P_DATA, 150, junk, 100);
+            } else {
+                send_raw(&c, KD_P_DATA, 0, junk, sizeof junk);
+            }
+        }
+    } else if (!strcmp(cs, "data-outside-put")) {
+        send_raw(&c, KD_P_DATA, 0, "abcd", 4);
+    } else if (!strcmp(cs, "ack-outside-get")) {
+        kd_pconn_send(c.pc, KD_P_ACK, 4096, NULL, 0);
+    } else if (!strcmp(cs, "request-too-big")) {
+        void *b = calloc(1, 2u << 20);
+        kd_pconn_send(c.pc, KD_P_PUT, 0, b, 2u << 20);
+    } else if (!strcmp(cs, "get-dotdot-name")) {
+        kd_preq q = { .all = true };
+        snprintf(q.name, sizeof q.name, "..");
+        kd_pw_ask(&w, &q);
+        kd_pconn_send_w(c.pc, KD_P_GET, &w);
+    } else if (!strcmp(cs, "get-dotdot-file")) {
+        ck_file f = { .name = "../manifest.mdb" };
+        kd_preq q = { .n = 1, .files = &f };
+        snprintf(q.name, sizeof q.name, "x");
+        kd_pw_ask(&w, &q);
+        kd_pconn_send_w(c.pc, KD_P_GET, &w);
+    } else if (!strcmp(cs, "get-all-and-files")) {
+        ck__put_str(&w, "x");
+        ck__put_str(&w, "");
+        ck__put_u8(&w, 1);
+        ck__put_u32(&w, 1);
+        ck__put_str(&w, "rank-00000.dat");
+        kd_pconn_send_w(c.pc, KD_P_GET, &w);
+    } else if (!strcmp(cs, "get-missing")) {
+        kd_preq q = { .all = true };
+        snprintf(q.name, sizeof q.name, "no-such-checkpoint");
+        kd_pw_ask(&w, &q);
+        kd_pconn_send_w(c.pc, KD_P_GET, &w);
+    } else {
+        fprintf(stderr, "peer_tool: no case %s\n", cs);
+        r = 2;
+    }
+    if (r < 0)
+        r = answer(&c, 0xffff);
+    kd_pconn_close(c.pc, KD_CLOSE_NOW);
+    kd_ucx_close(c.u);
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    ck_err err = { 0 };
+    if (argc >= 4 && !strcmp(argv[1], "hostile"))
+        return hostile(argv[2], argv[3]);
+    if (argc >= 5 && !strcmp(argv[1], "serve-version"))
+        return raw_serve(argv[2], (uint16_t)atoi(argv[3]), atof(argv[4]));
+    if (argc >= 6 && !strcmp(argv[1], "put")) {
+        action = argc > 6 ? argv[6] : "none";
+        kd_peer_call c = { .addr = argv[2], .id = argv[5], .timeout = timeout(),
+                           .progress = after_first };
+        return report(kd_peer_put(&c, argv[3], argv[4], &err), &err);
+    }
+    if (argc >= 7 && !strcmp(argv[1], "get")) {
+        victim = (pid_t)atoi(argv[5]);
+        action = argv[6];
+        kd_peer_call c = { .addr = argv[2], .id = "peer-tool", .timeout = timeout(),
+                           .progress = after_first };
+        kd_preq ask = { .all = argc > 7 && !strcmp(argv[7], "--all") };
+        snprintf(ask.name, sizeof ask.name, "%s", argv[4]);
+        ask.n = ask.all || argc <= 7 ? 0 : (uint32_t)(argc - 7);
+        ask.files = calloc(ask.n ? ask.n : 1, sizeof *ask.files);
+        for (uint32_t i = 0; i < ask.n; i++)
+            snprintf(ask.files[i].name, sizeof ask.files[i].name, "%s", argv[7 + i]);
+        int r = kd_peer_get(&c, &ask, argv[3], &err);
+        kd_preq_free(&ask);
+        return report(r, &err);
+    }
+    fprintf(stderr, "usage: see the header of tests/ckptd/peer_tool.c\n");
+    return 2;
+}

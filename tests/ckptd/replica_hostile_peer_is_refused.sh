@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Hostile peers (issue 31; docs/PROTOCOL.md, "Peer protocol", "Checks and limits"): a
+# message that is not the protocol, of another version, out of order, oversized, or
+# naming a path (`..`, `/`, a NUL, a leading dot) is refused with an ERROR that says
+# why, logged with the peer's address, and its connection closed; a request the
+# service cannot grant (a planted link as a replica root, a missing copy) gets an
+# ERROR naming it. Through all of it the daemon lives, nothing is written outside its
+# roots, and nothing is committed. Versions fail cleanly both ways, naming both.
+. "$(dirname "$0")/replica_lib.sh"
+
+daemon B --peer-timeout 5
+mkdir -p "$WORK/outside" "$WORK/B.local/.replicas"
+chmod 700 "$WORK/B.local/.replicas"
+ln -s "$WORK/outside" "$WORK/B.local/.replicas/planted"
+touch "$WORK/before"
+sleep 0.01
+
+# case EXPECTED-REGEX: one hostile exchange, refused with a message matching it.
+case_() {
+    local name=$1 want=$2
+    run "$PEER_TOOL" hostile "$(addr B)" "$name"
+    expect 0 "case $name: the service took it"
+    said "$want" "case $name"
+}
+case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
+case_ other-version "answer: service: ckptd B speaks peer protocol version 1; this peer sent version 2"
+logged B "refused: ckptd B speaks peer protocol version 1; this peer sent version 2" \
+    "the version refusal"
+case_ before-hello "refused: .*a INVENTORY \(type 2\) before HELLO"
+case_ second-hello "refused: .*a second HELLO"
+case_ bad-id "refused: .*a daemon id that is not"
+case_ hello-trailing "refused: .*HELLO message with a malformed payload"
+case_ unknown-type "refused: .*a message of type 200"
+case_ reply-type "refused: .*type 68 \(COMMITTED\), which a peer does not send"
+case_ inventory-payload "refused: .*an INVENTORY with a payload"
+case_ put-dotdot-name "refused: .*names checkpoint '\.\./escape'"
+case_ put-slash-name "refused: .*names checkpoint 'a/b'"
+case_ put-dot-name "refused: .*names checkpoint '\.pending'"
+case_ put-nul-name "refused: .*holding a NUL"
+case_ put-long-name "refused: .*a name or source too long"
+case_ put-dotdot-source "refused: .*names source '\.\.', which is not a daemon id"
+case_ put-slash-source "refused: .*names source 'a/b'"
+case_ put-link-source "refused: .*\.replicas/planted: a symbolic link"
+case_ put-dotdot-file "refused: .*names data file '\.\./\.\./\.\./escape\.dat'"
+case_ put-slash-file "refused: .*names data file 'a/b\.dat'"
+case_ put-unaligned-size "refused: .*rank-00000\.dat of 4095 bytes"
+case_ put-absurd-size "refused: .*rank-00000\.dat of 9223372036854775808 bytes"
+case_ put-absurd-manifest "refused: .*a manifest of 1099511627776 bytes"
+case_ put-more-files "refused: .*a file count larger than its bytes can hold"
+case_ put-files-beyond-count "refused: .*left over after the files it declares"
+case_ put-twice-file "refused: .*rank-00000\.dat is declared twice"
+case_ put-garbage-manifest "refused: .*manifest\.mdb: not an LMDB file"
+case_ data-past-window "refused: .*a DATA of 16 bytes at stream offset 8392704, outside"
+case_ data-past-end "refused: .*a DATA of 200 bytes at stream offset 4000, outside"
+case_ data-overlap "refused: .*overlaps one that came before"
+case_ data-too-big "refused: .*a DATA message of 4198400 bytes"
+case_ data-outside-put "refused: .*a DATA outside a PUT"
+case_ ack-outside-get "refused: .*an ACK outside a GET"
+case_ request-too-big "refused: .*a PUT of 2097152 bytes came on top"
+case_ get-dotdot-name "refused: .*names checkpoint '\.\.'"
+case_ get-dotdot-file "refused: .*names data file '\.\./manifest\.mdb'"
+case_ get-all-and-files "refused: .*both 'all' and a list of files"
+case_ get-missing "refused: .*no copy of no-such-checkpoint here"
+
+# A service of another version, for this build's client: refused naming both.
+"$PEER_TOOL" serve-version 127.0.0.1:0 2 10 >"$WORK/fake.out" 2>&1 &
+fake=$!
+for _ in $(seq 100); do
+    grep -q "^serving" "$WORK/fake.out" && break
+    sleep 0.05
+done
+fake_addr=$(sed -n 's/^serving as version 2 at //p' "$WORK/fake.out")
+[ -n "$fake_addr" ] || fail "the fake service of version 2 did not start: $(cat "$WORK/fake.out")"
+run "$CKPTCTL" peer inventory --addr "$fake_addr" --timeout 5
+expect 1 "a client of this build and a service of another version"
+said "speaks ckptd peer protocol version 2, this build version 1" "the client's refusal"
+kill "$fake"
+wait "$fake" 2>/dev/null
+
+run "$CKPTCTL" peer inventory --to B --root "$WORK/B.durable"
+expect 0 "the daemon lives after every hostile peer"
+said "^0 copies" "nothing was committed"
+[ -z "$(ls -A "$WORK/outside")" ] || fail "something was written through the planted link"
+new=$(find "$WORK" -mindepth 1 -newer "$WORK/before" ! -path "$WORK/B.local/.replicas/hostile*" \
+      ! -path "$WORK/B.local/.replicas" ! -name '*.log' ! -name 'out.txt' ! -name 'fake.out' \
+      ! -path "$WORK/B.local" ! -path "$WORK/B.local/catalog.mdb*" ! -path "$WORK/B.durable" \
+      ! -path "$WORK/B.durable/*" -print)
+[ -z "$new" ] || fail "written outside the replica roots: $new"
+for f in $(ls -A "$WORK/B.local/.replicas/hostile"); do
+    case $f in .pending | catalog.mdb | catalog.mdb-lock) ;;
+    *) fail "a hostile peer's PUT left .replicas/hostile/$f";;
+    esac
+done
+no_pending "$WORK/B.local/.replicas/hostile"
+[ "$(grep -c 'refused:' "$WORK/B.log")" -ge 30 ] || fail "refusals were not logged"
+stop B
+echo "PASS [$TEST_NAME]"

@@ -1,0 +1,107 @@
+# replica_lib.sh - shared helpers of the peer service's tests (sourced by bash).
+#
+# Daemons run in the foreground on loopback, each with a durable root, a local tier and
+# a peer service on a port the kernel picks (published in ROOT/.ckptd.ID.peer). Every
+# command runs under a timeout, so a hang fails the test instead of holding it; every
+# daemon started is ended by its pid at exit. The paths come from meson: CKPTD,
+# CKPTCTL, CKPT_SYNTH, CKPT_VERIFY, CKPT_INSPECT, COPY_PARTIAL, PEER_TOOL.
+set -u
+export LC_ALL=C
+TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
+CMD_TIMEOUT=${CMD_TIMEOUT:-60}
+
+fail() { echo "FAIL [$TEST_NAME]: $*" >&2; exit 1; }
+skip() { echo "SKIP [$TEST_NAME]: $*"; exit 77; }
+
+for v in CKPTD CKPTCTL CKPT_SYNTH CKPT_VERIFY CKPT_INSPECT COPY_PARTIAL PEER_TOOL; do
+    [ -x "${!v:-}" ] || skip "\$$v is not set (run through meson test)"
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/replica.XXXXXX") || fail "mktemp failed"
+declare -A PID
+cleanup() {
+    local id
+    for id in "${!PID[@]}"; do
+        kill -CONT "${PID[$id]}" 2>/dev/null
+        kill -9 "${PID[$id]}" 2>/dev/null
+        wait "${PID[$id]}" 2>/dev/null
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# run CMD...: runs it under the timeout; its stdout+stderr in $OUT (shown), status in $RC.
+OUT=$WORK/out.txt
+RC=0
+run() {
+    echo "\$ ${*//$WORK/\$WORK}"
+    timeout "$CMD_TIMEOUT" "$@" >"$OUT" 2>&1
+    RC=$?
+    sed "s|$WORK|\$WORK|g; s/^/  | /" "$OUT"
+    [ "$RC" -ne 124 ] || fail "$1 hung (no end within $CMD_TIMEOUT s)"
+    [ "$RC" -lt 128 ] || [ "$RC" -eq 137 ] || fail "$1 crashed (status $RC)"
+    ! grep -q "Sanitizer" "$OUT" || fail "$1: a sanitizer report"
+}
+expect() { [ "$RC" -eq "$1" ] || fail "$2: exit $RC, expected $1"; }
+said() { grep -qE -- "$1" "$OUT" || fail "$2: the output does not say /$1/"; }
+
+# synth ROOT NAME [ckpt-synth options]: a committed checkpoint on a 2x2 mesh.
+synth() {
+    local root=$1 name=$2
+    shift 2
+    mkdir -p "$root"
+    run "$CKPT_SYNTH" "$root" --name "$name" --mesh 2x2 --tensors 3 --bytes 12MiB \
+        --block-size 1MiB "$@"
+    expect 0 "ckpt-synth $name"
+}
+
+# daemon ID [ckptd options]: ckptd of id ID on WORK/ID.durable, local tier WORK/ID.local,
+# peer service on $LISTEN (127.0.0.1), any port, run through ${WRAP[@]} (a host of
+# netns_lib.sh: netns_on HOST); waits for its published address.
+WRAP=()
+daemon() {
+    local id=$1
+    shift
+    mkdir -p "$WORK/$id.durable" "$WORK/$id.local"
+    rm -f "$WORK/$id.durable/.ckptd.$id.peer"
+    "${WRAP[@]}" "$CKPTD" --root "$WORK/$id.durable" --id "$id" --local-root "$WORK/$id.local" \
+        --peer-listen "${LISTEN:-127.0.0.1}:0" --foreground --log "$WORK/$id.log" \
+        --staging 64MiB "$@" &
+    PID[$id]=$!
+    for _ in $(seq 400); do
+        [ -s "$WORK/$id.durable/.ckptd.$id.peer" ] && return 0
+        kill -0 "${PID[$id]}" 2>/dev/null || break
+        sleep 0.05
+    done
+    cat "$WORK/$id.log" >&2
+    fail "ckptd $id did not publish its peer address"
+}
+
+# addr ID: where daemon ID's peer service listens, from its address file.
+addr() { sed -n 's/^address //p' "$WORK/$1.durable/.ckptd.$1.peer"; }
+
+# stop ID: SIGTERM, and its exit status must be 0.
+stop() {
+    kill -TERM "${PID[$1]}"
+    wait "${PID[$1]}" || fail "ckptd $1 exited $? on SIGTERM"
+    unset "PID[$1]"
+}
+
+# crash ID: SIGKILL.
+crash() {
+    kill -9 "${PID[$1]}"
+    wait "${PID[$1]}" 2>/dev/null
+    unset "PID[$1]"
+}
+
+# no_pending ROOT: nothing under ROOT/.pending (a failed copy leaves nothing).
+no_pending() {
+    local left
+    left=$(ls -A "$1/.pending" 2>/dev/null)
+    [ -z "$left" ] || fail "$1/.pending holds: $left"
+}
+
+# logged ID REGEX WHAT: daemon ID's log says it.
+logged() {
+    grep -qE -- "$2" "$WORK/$1.log" || { sed 's/^/  log| /' "$WORK/$1.log"; fail "$3: the log of ckptd $1 does not say /$2/"; }
+}
