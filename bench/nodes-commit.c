@@ -49,9 +49,11 @@ static int begin(const char *root, const char *name, uint64_t world, ck_save **s
     ck_placement pl[1] = { { .kind = CK_SHARD, .dim = 0 } };
     uint64_t shape[1] = { world * 1024 };
     ck_save_opts o = { .hash_threads = 1 };
-    int r = ck_save_begin(s, root, name, 1, &mesh, &o, err);
-    if (r == 0 && (r = ck_save_tensor(*s, "w", CK_F32, 1, shape, pl, err)) < 0)
-        ck_save_abort(*s);
+    ck_decl *d;
+    int r = ck_decl_new(&d, &mesh, err);
+    if (r == 0 && (r = ck_decl_tensor(d, "w", CK_F32, 1, shape, pl, err)) == 0)
+        r = ck_save_begin(s, root, name, 1, d, &o, err);
+    ck_decl_free(d);
     return r;
 }
 

@@ -35,10 +35,13 @@ static ck_save *build(const char *root, const char *name, uint64_t rank)
     ck_err err = { 0 };
     ck_save *s;
     ck_placement pl = { .kind = CK_SHARD, .dim = 0 };
-    REQUIRE(ck_save_begin(&s, root, name, 5, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
-    REQUIRE(ck_save_tensor_boxes(s, "t0", CK_F32, 2, shape0, 2, boxes0, writers0, &err) == 0 &&
-            ck_save_tensor_boxes(s, "t1", CK_BF16, 2, shape1, 4, boxes1, writers1, &err) == 0 &&
-            ck_save_tensor(s, "t2", CK_I32, 1, shape2, &pl, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, &mesh, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t0", CK_F32, 2, shape0, 2, boxes0, writers0, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t1", CK_BF16, 2, shape1, 4, boxes1, writers1, &err) == 0 &&
+            ck_decl_tensor(d, "t2", CK_I32, 1, shape2, &pl, &err) == 0 &&
+            ck_save_begin(&s, root, name, 5, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
     int k = 0;
     for (uint32_t b = 0; b < 2; b++)
         if (writers0[b] == rank) {

@@ -37,13 +37,16 @@ int main(void)
     ck_placements_parse("R,S(0)", 2, 2, pl, NULL);
     static const uint64_t shapes[3][2] = { { 3001, 77 }, { 2, 9 }, { 640, 256 } };
     ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "img", 3, &mesh, &(ck_save_opts){ .block_size = 65536 },
-                          &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, &mesh, &err) == 0, "%s", ck_err_msg(&err));
     for (int t = 0; t < 3; t++) {
         char tn[8];
         snprintf(tn, sizeof tn, "t%d", t);
-        REQUIRE(ck_save_tensor(s, tn, CK_F32, 2, shapes[t], pl, &err) == 0, "%s", ck_err_msg(&err));
+        REQUIRE(ck_decl_tensor(d, tn, CK_F32, 2, shapes[t], pl, &err) == 0, "%s", ck_err_msg(&err));
     }
+    REQUIRE(ck_save_begin(&s, root, "img", 3, d, &(ck_save_opts){ .block_size = 65536 },
+                          &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
     CHECK(ck__save_write_rank(s, 0, &err) == -EINVAL, "write before prepare accepted");
     REQUIRE(ck__save_prepare(s, &err) == 0, "%s", ck_err_msg(&err));
 

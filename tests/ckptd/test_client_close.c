@@ -20,10 +20,10 @@ static void rank_main(kc_env *e)
     ck_mesh_parse("1", NULL, &mesh, NULL);
     ck_client_save *sv;
     kc_part p = { 0 };
-    if (ck_client_begin(e->cl[0], &sv, "closed", 9, &mesh, 0, 1, &kc_job, &err) < 0)
+    if (kc_begin(e->cl[0], &sv, "closed", 9, &mesh, 0, tensors, 2, &kc_job, &err) < 0)
         goto fail;
     kc_declare(sv, &mesh, 0, tensors, 2, &p, true);
-    if (ck_client_save_async(sv, &err) < 0 || ck_client_commit(sv, &err) < 0)
+    if (ck_client_submit(sv, &kc_copy, &err) < 0 || ck_client_commit(sv, &err) < 0)
         goto fail;
     for (int t = 0; t < 2; t++)
         memset(p.buf[t], 0x5a, p.bytes[t]);

@@ -99,7 +99,7 @@ typedef struct third {
 static void *third_save(void *arg)
 {
     third *t = arg;
-    t->rc = ck_client_save_async(t->sv, &t->err);
+    t->rc = ck_client_submit(t->sv, &kc_copy, &t->err);
     atomic_store(&t->returned, true);
     return NULL;
 }
@@ -134,15 +134,14 @@ static uint64_t run(bool connected)
     ck_client_save *sv[3];
     kc_part parts[3] = { 0 };
     for (int i = 0; i < 3; i++) {
-        REQUIRE(ck_client_begin(e.cl[0], &sv[i], names[i], (uint64_t)(30 + i), &mesh, 0, 1, &kc_job,
-                                &err) == 0, "%s: begin: %s", mode, ck_err_msg(&err));
+        REQUIRE(kc_begin(e.cl[0], &sv[i], names[i], (uint64_t)(30 + i), &mesh, 0, tensors, NT, &kc_job, &err) == 0, "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[i], &mesh, 0, tensors, NT, &parts[i], true);
     }
     if (!connected)
         gate_set(true);
 
     for (int i = 0; i < 2; i++) {
-        REQUIRE(ck_client_save_async(sv[i], &err) == 0, "%s: %s: save_async: %s", mode,
+        REQUIRE(ck_client_submit(sv[i], &kc_copy, &err) == 0, "%s: %s: save_async: %s", mode,
                 names[i], ck_err_msg(&err));
         junk_and_free(&parts[i]);
         REQUIRE(ck_client_commit(sv[i], &err) == 0, "%s: %s: commit: %s", mode, names[i],
@@ -186,7 +185,7 @@ static uint64_t run(bool connected)
 
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < 3; i++) {
-        CHECK(ck_client_wait(sv[i], &err) == 0, "%s: %s: wait: %s", mode, names[i],
+        CHECK(ck_client_wait(sv[i], CK_CLIENT_COMMITTED, &err) == 0, "%s: %s: wait: %s", mode, names[i],
               ck_err_msg(&err));
         ck_client_save_free(sv[i]);
         CHECK(tl_verify_deep(e.root, names[i], KC_SEED) == 0, "%s: %s does not hold the bytes "

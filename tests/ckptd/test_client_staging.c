@@ -4,7 +4,7 @@
  * the fallback forced (CK_STAGING_SMALL_PAGES): every page is resident when it
  * returns (mincore), the pages it reports are 4 KiB when asked, and the memory holds
  * what is written. Then a client opened with small_pages and one with the default:
- * ck_client_save_reserve makes the staging before any save and says once which pages
+ * ck_client_reserve makes the staging before any save and says once which pages
  * it got; saves through that staging commit the right bytes. The client's staging
  * hooks (what a GPU rank registers for DMA) see every area once when it is mapped and
  * once before it is unmapped, with the same base and length, none of them in a save
@@ -118,11 +118,10 @@ static void client_round(bool small, hookbook *hooks)
     REQUIRE(ck_mesh_parse("1", NULL, &mesh, NULL) == 0, "mesh");
     ck_client_save *sv;
     kc_part part = { 0 };
-    REQUIRE(ck_client_begin(cl, &sv, "declared", 0, &mesh, 0, 1, &kc_job, &err) == 0, "begin: %s",
-            ck_err_msg(&err));
-    kc_declare(sv, &mesh, 0, tensors, 2, &part, false);
-    REQUIRE(ck_client_save_reserve(sv, true, &err) == 0, "reserve: %s", ck_err_msg(&err));
-    ck_client_save_free(sv);
+    ck_decl *d = kc_decl(&mesh, tensors, 2);
+    REQUIRE(ck_decl_seal(d, &err) == 0, "seal: %s", ck_err_msg(&err));
+    ck_client_reserve(cl, ck_decl_file_bytes(d, 0), true);
+    ck_decl_free(d);
     CHECK(book.staging_lines == 1, "%s: %d staging lines logged by the reservation, not 1",
           small ? "small" : "default", book.staging_lines);
     if (small)
@@ -136,11 +135,11 @@ static void client_round(bool small, hookbook *hooks)
     for (int i = 0; i < 3; i++) {
         char name[16];
         snprintf(name, sizeof name, "staged-%d", i);
-        REQUIRE(ck_client_begin(cl, &sv, name, (uint64_t)i, &mesh, 0, 1, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(cl, &sv, name, (uint64_t)i, &mesh, 0, tensors, 2, &kc_job, &err) == 0,
                 "begin: %s", ck_err_msg(&err));
         kc_declare(sv, &mesh, 0, tensors, 2, &part, false);
-        REQUIRE(ck_client_save_async(sv, &err) == 0 && ck_client_commit(sv, &err) == 0 &&
-                ck_client_wait(sv, &err) == 0, "%s: %s", name, ck_err_msg(&err));
+        REQUIRE(ck_client_submit(sv, &kc_copy, &err) == 0 && ck_client_commit(sv, &err) == 0 &&
+                ck_client_wait(sv, CK_CLIENT_COMMITTED, &err) == 0, "%s: %s", name, ck_err_msg(&err));
         ck_client_save_free(sv);
         CHECK(tl_verify_deep(root, name, KC_SEED) == 0, "%s does not hold the formula", name);
     }

@@ -31,11 +31,10 @@ static void save_sync_durable(kc_env *e, const char *name, uint64_t step, bool m
     ck_client_save *sv[KC_MAX_WORLD];
     for (uint64_t r = 0; r < e->world; r++) {
         kc_part part = { 0 };
-        REQUIRE(ck_client_begin(e->cl[r], &sv[r], name, step, &mesh, r, e->world, &kc_job,
-                                &err) == 0,
+        REQUIRE(kc_begin(e->cl[r], &sv[r], name, step, &mesh, r, tensors, NT, &kc_job, &err) == 0,
                 "%s: rank %llu: begin: %s", mode, (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &part, memory);
-        REQUIRE(ck_client_save_sync(sv[r], &err) == 0, "%s: %s: rank %llu: save_sync: %s",
+        REQUIRE(ck_client_submit(sv[r], &kc_sync, &err) == 0, "%s: %s: rank %llu: save_sync: %s",
                 mode, name, (unsigned long long)r, ck_err_msg(&err));
         ck_client_state st;
         CHECK(ck_client_poll(sv[r], &st, &err) == 0 &&
@@ -49,7 +48,7 @@ static void save_sync_durable(kc_env *e, const char *name, uint64_t step, bool m
     }
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "%s: %s: commit: %s", mode, name,
             ck_err_msg(&err));
-    CHECK(ck_client_wait(sv[0], &err) == 0, "%s: %s: wait: %s", mode, name, ck_err_msg(&err));
+    CHECK(ck_client_wait(sv[0], CK_CLIENT_COMMITTED, &err) == 0, "%s: %s: wait: %s", mode, name, ck_err_msg(&err));
     for (uint64_t r = 0; r < e->world; r++)
         ck_client_save_free(sv[r]);
     CHECK(tl_verify_deep(e->root, name, KC_SEED) == 0, "%s: %s does not hold the sources "
@@ -112,11 +111,10 @@ static void given_up_part_never_read(void)
     ck_client_save *sv;
     ck_placement pl[1];
     REQUIRE(ck_placements_parse("R", 1, 2, pl, &err) == 0, "%s", ck_err_msg(&err));
-    REQUIRE(ck_client_begin(cl, &sv, "sync-hang", 1, &mesh, 0, 1, &kc_job, &err) == 0, "begin: %s",
+    REQUIRE(kc_begin1(cl, &sv, "sync-hang", 1, &mesh, 0, "w", CK_F32, 2, shape, pl, &kc_job,
+                      &err) == 0 && ck_client_shard(sv, "w", src, &err) == 0, "begin: %s",
             ck_err_msg(&err));
-    REQUIRE(ck_client_tensor(sv, "w", CK_F32, 2, shape, pl, &err) == 0 &&
-            ck_client_shard(sv, "w", src, &err) == 0, "declare: %s", ck_err_msg(&err));
-    int r = ck_client_save_sync(sv, &err);
+    int r = ck_client_submit(sv, &kc_sync, &err);
     CHECK(r < 0 && strstr(ck_err_msg(&err), "sync-hang"), "save_sync on storage that hangs "
           "returned %d (%s), not an error naming the save", r, ck_err_msg(&err));
     printf("save_sync on storage that hangs: %s\n", ck_err_msg(&err));

@@ -19,10 +19,10 @@ static void rank_main(const char *sock, uint64_t r, int note)
     ck_client_opts o = { .socket = sock, .nodes = 2 };
     REQUIRE(ck_client_open(&cl, NULL, &o, &err) == 0, "rank %llu: open: %s",
             (unsigned long long)r, ck_err_msg(&err));
-    REQUIRE(ck_client_begin(cl, &sv, "orphan", 9, &mesh, r, 8, &kc_job, &err) == 0, "begin: %s",
+    REQUIRE(kc_begin(cl, &sv, "orphan", 9, &mesh, r, ts, 2, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     kc_declare(sv, &mesh, r, ts, 2, &part, false);
-    REQUIRE(ck_client_save_async(sv, &err) == 0, "rank %llu: save_async: %s",
+    REQUIRE(ck_client_submit(sv, &kc_copy, &err) == 0, "rank %llu: save_async: %s",
             (unsigned long long)r, ck_err_msg(&err));
     if (r == 0)
         REQUIRE(ck_client_commit(sv, &err) == 0, "commit: %s", ck_err_msg(&err));

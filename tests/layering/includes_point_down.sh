@@ -19,7 +19,7 @@ rank_of() {   # the floor of a box name, or of a public header's name
     case "$1" in
         error|types|layout|synth|grow|plan) echo 0 ;;
         engine|writer|hash|staging) echo 1 ;;
-        ckpt|catalog|steps) echo 2 ;;
+        ckpt|catalog|steps|decl) echo 2 ;;
         load) echo 3 ;;
         save) echo 4 ;;
         verify|compare|reshard) echo 5 ;;

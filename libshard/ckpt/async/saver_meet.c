@@ -1,7 +1,10 @@
-/* saver_meet.c - saves shared by several engines, in the engine (see async/saver.h and
- * async/saver_int.h): the coordinator makes the meeting, members find it and write
- * their ranks' part records there, both watch each other's heartbeats and the part
- * timeout, and the meeting thread runs every shared save's round. The files are
+/* saver_meet.c - the roles of the engines that share a save, and their meeting (see
+ * async/saver.h and async/saver_int.h): the coordinator makes the save's directory and
+ * the meeting, members find it and write their ranks' part records there, both watch
+ * each other's heartbeats and the part timeout, and the meeting thread runs every
+ * shared save's round. Each role is a table of what it does at each step (sv_role, at
+ * the end), which the engine calls without asking which role it is; a save of one
+ * engine is the coordinator's, with a meeting of one and no files. The files are
  * save/meet.h's; the save's states are saver_state.c's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,7 +209,7 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         ck__sv_fail(sv, c, -ETIMEDOUT, msg);
         return;
     }
-    ck__sv_maybe_commit(sv, c);
+    c->role->commit(sv, c);
 }
 
 /* lstat of rel beneath the root, never through a link (io/rootfs.h): 0 or -errno. */
@@ -340,7 +343,7 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         c->dev = st.st_dev;
         c->ino = st.st_ino;
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
-        c->role = R_MEMBER;
+        c->role = &ck__sv_member;
         if (!peer_add(c, plan.coord, plan.instance, 0))
             r = ck_err_set(&err, -ENOMEM, "out of memory");
     }
@@ -438,7 +441,7 @@ static bool committed_as(ck__saver *sv, const sv_ckpt *c)
 
 /* A member: the failure another daemon recorded (its code, its reason in err), or the
  * meeting gone without a commit; 0 when there is neither. */
-int ck__sv_heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
+static int heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     scan x = { .sv = sv, .c = c };
     struct stat st;
@@ -470,7 +473,7 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         return;
     }
     ck_err err = { 0 };
-    int r = ck__sv_heard_failure(sv, c, &err);
+    int r = heard_failure(sv, c, &err);
     if (r != 0) {
         if (committed_as(sv, c))
             return;                 /* committed since the first look: the next round */
@@ -528,16 +531,10 @@ void *ck__sv_meet_thread(void *arg)
             next_beat = t + every;
         }
         for (sv_ckpt *c = sv->list; c; c = c->next) {
-            if (c->state != C_COLLECTING || c->role == R_ALONE)
+            if (c->state != C_COLLECTING)
                 continue;
             sv_ckpt *before = sv->list;
-            int role = c->role;
-            if (role == R_COORD)
-                tick_coord(sv, c, t);
-            else if (role == R_UNKNOWN)
-                tick_find(sv, c, t);
-            else
-                tick_member(sv, c, t);
+            c->role->tick(sv, c, t);
             /* A save that ended may have freed c, or taken others out of the list (and
              * the lock was let go): the rest wait for the next round. c is looked up by
              * address, since reading its name could read freed memory. */
@@ -566,15 +563,18 @@ void *ck__sv_meet_thread(void *arg)
     return NULL;
 }
 
-/* This daemon serves rank 0: it makes the save's directory (holding its lock) and the
- * meeting the other daemons look for. With the lock held. */
-int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
+/* ---- the roles ---- */
+
+/* This engine serves rank 0 of a save of several engines: it makes the save's directory
+ * (holding its lock) and the meeting the others look for, and takes the blobs of the
+ * parts staged while it looked for a meeting itself into its manifest. */
+static int coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     if (!sv->o.node_id)
         return ck_err_set(err, -EINVAL, "checkpoint %s: declared for %u daemons, but this "
                           "engine serves one node only (run ckptd on each node)", c->name,
                           c->nodes);
-    c->role = R_COORD;
+    c->role = &ck__sv_coordinator;
     int r = ck__save_share(c->s, c->token, err);
     ck__meet_plan plan = { .step = c->step, .world = c->world, .nodes = c->nodes,
                            .instance = sv->o.instance };
@@ -582,9 +582,190 @@ int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
     snprintf(plan.job, sizeof plan.job, "%s", c->job_hex);
     if (r == 0 && (r = ck__meet_create(sv->root, c->name, c->token, &plan, err)) == 0)
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
+    for (uint64_t k = 0; r == 0 && k < c->world; k++) {
+        part *p = &c->parts[k];
+        const uint8_t *b = p->blob_bytes;
+        for (uint32_t i = 0; b && r == 0 && i < p->nblobs; i++) {
+            r = ck_save_blob(c->s, p->blobs[i].name, b, p->blobs[i].len, err);
+            b += p->blobs[i].len;
+        }
+        free(p->blob_bytes);
+        p->blob_bytes = NULL;
+    }
     if (r == 0)
         r = ck__sv_resolve(sv, c, err);
     if (r == 0)
         ck__sv_log(sv, "checkpoint %s: coordinating %u daemons in %s", c->name, c->nodes, c->meet);
     return r;
 }
+
+/* A save that one engine serves has a meeting of one: its directory, and no files. */
+static int coord_open(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    return c->nodes == 1 ? ck__save_prepare(c->s, err) : coordinate(sv, c, err);
+}
+
+/* A finder learns of rank 0's refusal only through the meeting, later: a name that is
+ * taken already is refused here and now, as rank 0's engine refuses it (under the
+ * root, never through a link; and without a look at the name's lock, which would take
+ * it for an instant, just when rank 0's engine may be taking it). */
+static int finder_open(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    struct stat st;
+    return root_stat(sv, c->name, &st) == 0
+         ? ck_err_set(err, -EEXIST, "checkpoint %s: %s: a checkpoint named %s already exists",
+                      c->name, sv->root, c->name)
+         : 0;
+}
+
+static int coord_rank0(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    (void)sv, (void)c, (void)err;
+    return 0;
+}
+
+static int member_rank0(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    return ck_err_set(err, -EINVAL, "checkpoint %s: rank 0 came to daemon %s, but daemon %s "
+                      "coordinates the save", c->name, sv->o.node_id, c->peers[0].id);
+}
+
+/* Rank 0 came: this engine coordinates, and if it cannot, its own parts fail with the
+ * save (the members hear of it from no meeting). */
+static int finder_rank0(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    int r = coordinate(sv, c, err);
+    if (r < 0) {
+        char msg[CK_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", ck_err_msg(err));
+        ck__sv_fail(sv, c, r, msg);
+    }
+    return r;
+}
+
+static int coord_blobs(sv_ckpt *c, part *p, const uint8_t *blob, uint64_t len, ck_err *err)
+{
+    (void)len;
+    int r = 0;
+    for (uint32_t i = 0; i < p->nblobs && r == 0; i++) {
+        r = ck_save_blob(c->s, p->blobs[i].name, blob, p->blobs[i].len, err);
+        blob += p->blobs[i].len;
+    }
+    return r;
+}
+
+/* The staging goes back at DURABLE; the blobs travel later, in the part record. */
+static int member_blobs(sv_ckpt *c, part *p, const uint8_t *blob, uint64_t len, ck_err *err)
+{
+    if (!len)
+        return 0;
+    if (!(p->blob_bytes = malloc(len)))
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", c->name);
+    memcpy(p->blob_bytes, blob, len);
+    return 0;
+}
+
+static int coord_written(ck__saver *sv, sv_ckpt *c, uint64_t rank, int r, ck_err *err)
+{
+    (void)sv, (void)c, (void)rank, (void)err;
+    return r;
+}
+
+/* A member's write fails when the coordinator gave the save up and removed its
+ * directory: then its reason is the one to tell. A written rank is proved to the
+ * coordinator by its part record, which the meeting thread writes with the others ready
+ * by then. */
+static int member_written(ck__saver *sv, sv_ckpt *c, uint64_t rank, int r, ck_err *err)
+{
+    if (r < 0) {
+        int why = heard_failure(sv, c, err);
+        c->heard |= why != 0;
+        return why ? why : r;
+    }
+    if (c->state != C_COLLECTING)
+        return 0;
+    part *p = &c->parts[rank];
+    ck_err ok = { 0 };
+    r = ck__save_part(c->s, rank, &ok, &p->rec, &p->rec_len, err);
+    pthread_cond_signal(&sv->meet_cv);
+    return r;
+}
+
+/* The coordinator completes the save without any client once its own ranks are staged
+ * and rank 0 asked: the others' parts come as records, and of one engine every rank is
+ * its own. A member does once the ranks it serves are staged (the commit is rank 0's). */
+static bool coord_committable(const sv_ckpt *c)
+{
+    return c->commit_requested && c->staged == c->joined &&
+           (c->nodes > 1 || c->joined == c->world);
+}
+
+static bool member_committable(const sv_ckpt *c)
+{
+    return c->staged == c->joined;
+}
+
+static void coord_commit(ck__saver *sv, sv_ckpt *c)
+{
+    if (c->state != C_COLLECTING || !c->commit_requested || c->durable + c->remote != c->world)
+        return;
+    c->state = C_COMMITTING;
+    if (ck__sv_push(sv, c, 0, JOB_COMMIT) < 0) {
+        c->state = C_COLLECTING;
+        ck__sv_fail(sv, c, -ENOMEM, "out of memory queueing the commit");
+    }
+}
+
+static void member_commit(ck__saver *sv, sv_ckpt *c)
+{
+    (void)sv, (void)c;
+}
+
+/* The other engines of a shared save hear of this engine's failure through its
+ * failed.ID record (one it heard from the meeting it does not tell again). */
+static void member_failed(ck__saver *sv, sv_ckpt *c)
+{
+    ck_err err = { 0 };
+    if (c->meet[0] && !c->heard &&
+        ck__meet_fail(sv->root, c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
+        ck__sv_log(sv, "checkpoint %s: telling the other daemons of the failure: %s", c->name,
+                   ck_err_msg(&err));
+}
+
+/* The coordinator then removes the meeting, after a grace period in which the others
+ * can read why (they poll every poll_ms). */
+static void coord_failed(ck__saver *sv, sv_ckpt *c)
+{
+    member_failed(sv, c);
+    grave *g = c->meet[0] ? calloc(1, sizeof *g) : NULL;
+    if (!g)
+        return;
+    snprintf(g->dir, sizeof g->dir, "%s", c->meet);
+    g->when = ck__sv_now() + 2.0 + 4.0 * sv->o.poll_ms / 1000.0;
+    g->next = sv->graves;
+    sv->graves = g;
+}
+
+static void coord_tick(ck__saver *sv, sv_ckpt *c, double t)
+{
+    if (c->nodes > 1)
+        tick_coord(sv, c, t);
+}
+
+const sv_role ck__sv_coordinator = {
+    .open = coord_open, .rank0 = coord_rank0, .blobs = coord_blobs, .waits = false,
+    .written = coord_written, .committable = coord_committable, .commit = coord_commit,
+    .failed = coord_failed, .abort = ck__save_discard, .tick = coord_tick,
+};
+
+const sv_role ck__sv_member = {
+    .open = finder_open, .rank0 = member_rank0, .blobs = member_blobs, .waits = false,
+    .written = member_written, .committable = member_committable, .commit = member_commit,
+    .failed = member_failed, .abort = ck_save_abort, .tick = tick_member,
+};
+
+const sv_role ck__sv_finder = {
+    .open = finder_open, .rank0 = finder_rank0, .blobs = member_blobs, .waits = true,
+    .written = member_written, .committable = member_committable, .commit = member_commit,
+    .failed = member_failed, .abort = ck_save_abort, .tick = tick_find,
+};

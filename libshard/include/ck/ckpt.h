@@ -103,52 +103,53 @@ typedef struct ck_copy {
 /* Checks that name can be the name of a checkpoint to save: 1 to CK_CKPT_NAME_LEN
  * bytes of [A-Za-z0-9._-], not starting with '.'. Never a path. (Tensor and blob names
  * go through ck_key_check.) */
-int ck_name_check(const char *what, const char *name, ck_err *err);
+CK_API int ck_name_check(const char *what, const char *name, ck_err *err);
 
 /* Tensor and blob names (format 1.1) may also hold percent escapes, '%' and two
  * uppercase hex digits, so that any key of a state dict can be stored reversibly:
  * ck_key_encode escapes every byte outside [A-Za-z0-9._-] (and a leading '.'),
  * ck_key_decode undoes it. Checkpoint names stay plain. ck_key_check is ck_name_check
  * for tensor and blob names: it also refuses a malformed escape ("%4", "%zz", "%2f"). */
-int ck_key_check(const char *what, const char *name, ck_err *err);
+CK_API int ck_key_check(const char *what, const char *name, ck_err *err);
 /* Writes the escaped key into out (len bytes): 0, or -ENAMETOOLONG when it does not
  * fit in len or in CK_NAME_MAX - 1 bytes, or -EINVAL for an empty key. */
-int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len);
+CK_API int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len);
 /* Writes the key with its escapes undone into out (at most strlen(name) + 1 bytes,
  * NUL-terminated; a decoded key may itself hold a NUL byte, so *out_len is its
  * length). -EINVAL for a malformed escape. */
-int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len);
+CK_API int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len);
 
 /* Opens ROOT/NAME. -ENOENT when there is no such checkpoint. */
-int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err);
+CK_API int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err);
 /* Opens the checkpoint in directory dir (committed or under .pending). */
-int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err);
-void ck_close(ck_ckpt *ck);
+CK_API int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err);
+CK_API void ck_close(ck_ckpt *ck);
 
-const ck_info *ck_get_info(const ck_ckpt *ck);
-const char *ck_dir(const ck_ckpt *ck);
-const ck_copy *ck_get_copy(const ck_ckpt *ck);
+CK_API const ck_info *ck_get_info(const ck_ckpt *ck);
+CK_API const char *ck_dir(const ck_ckpt *ck);
+CK_API const ck_copy *ck_get_copy(const ck_ckpt *ck);
 /* Whether this copy holds data file id (always, in a complete copy). */
-bool ck_file_held(const ck_ckpt *ck, uint32_t id);
+CK_API bool ck_file_held(const ck_ckpt *ck, uint32_t id);
 
 /* Calls fn for each tensor in name order; a non-zero return from fn stops the walk
  * and is returned. */
-int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
-                    ck_err *err);
-int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err);
+CK_API int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
+                           ck_err *err);
+CK_API int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err);
 
 /* The shards of a tensor, in index order, in one allocation: free with free(). */
-int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, ck_err *err);
+CK_API int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n,
+                         ck_err *err);
 
-const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id);
+CK_API const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id);
 /* The recorded SHA-256 of a block of a data file. -ENOENT when unhashed. */
-int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
-                ck_err *err);
+CK_API int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
+                       ck_err *err);
 
 /* Calls fn for each blob in name order. data is valid during the call. */
-int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, size_t len,
+CK_API int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, size_t len,
                                          void *arg), void *arg, ck_err *err);
 /* A copy of a blob's bytes (malloc'd). */
-int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err);
+CK_API int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err);
 
 #endif

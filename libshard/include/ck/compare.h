@@ -31,7 +31,7 @@ typedef struct ck_compare_result {
 
 /* Returns 0 when the comparison ran (res->differing says whether they differ), or an
  * error that stopped it (I/O, a bad checkpoint, memory). */
-int ck_compare(ck_ckpt *a, ck_ckpt *b, const ck_compare_opts *o, ck_compare_result *res,
-               ck_err *err);
+CK_API int ck_compare(ck_ckpt *a, ck_ckpt *b, const ck_compare_opts *o, ck_compare_result *res,
+                      ck_err *err);
 
 #endif

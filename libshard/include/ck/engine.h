@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "ck/error.h"
+
 typedef struct ck_engine ck_engine;
 typedef struct ck_ioq ck_ioq;
 
@@ -75,7 +77,7 @@ struct ck_engine {
 
 /* The real engine: POSIX calls and io_uring. Shared by all threads; it has no state
  * besides its queues. Never destroy it. */
-ck_engine *ck_engine_default(void);
+CK_API ck_engine *ck_engine_default(void);
 
 static inline void ck_engine_destroy(ck_engine *e)
 {

@@ -25,21 +25,21 @@ typedef struct ck_box {
 } ck_box;
 
 /* torch.chunk of n elements into parts, part idx: its offset and length. */
-void ck_chunk(uint64_t n, uint64_t parts, uint64_t idx, uint64_t *off, uint64_t *len);
+CK_API void ck_chunk(uint64_t n, uint64_t parts, uint64_t idx, uint64_t *off, uint64_t *len);
 
 /* The box that the rank at coord holds. */
-void ck_shard_box(int ndim, const uint64_t *shape, const ck_mesh *mesh,
-                  const ck_placement *pl, const uint32_t *coord, ck_box *out);
+CK_API void ck_shard_box(int ndim, const uint64_t *shape, const ck_mesh *mesh,
+                         const ck_placement *pl, const uint32_t *coord, ck_box *out);
 
 /* The box of the whole tensor. */
-void ck_box_full(int ndim, const uint64_t *shape, ck_box *out);
-uint64_t ck_box_numel(const ck_box *b);   /* 1 for ndim 0 */
+CK_API void ck_box_full(int ndim, const uint64_t *shape, ck_box *out);
+CK_API uint64_t ck_box_numel(const ck_box *b);   /* 1 for ndim 0 */
 bool ck_box_equal(const ck_box *a, const ck_box *b);
 
 /* The bytes of a rank's data file that holds shards of these n sizes, in order, each
  * at the aligned offset the save plan gives it: what a staging area made for a part of
  * those shards must hold (before its blobs). */
-uint64_t ck_file_bytes(const uint64_t *shard_bytes, size_t n);
+CK_API uint64_t ck_file_bytes(const uint64_t *shard_bytes, size_t n);
 
 /* At most this many boxes in a tensor's box list (format 1.1): a tensor is cut into
  * no more pieces than the largest world has ranks. */
@@ -52,7 +52,7 @@ uint64_t ck_file_bytes(const uint64_t *shard_bytes, size_t n);
  * evaluation whose "tiles" is wrong with probability below 2^-100). Errors (-EINVAL)
  * name the tensor and the boxes or the element at fault, e.g. "tensor w: boxes 3
  * [0:4, 0:8) and 5 [2:6, 0:8) overlap". */
-int ck_boxes_check(const char *tensor, int ndim, const uint64_t *shape, uint32_t n,
-                   const ck_box *boxes, ck_err *err);
+CK_API int ck_boxes_check(const char *tensor, int ndim, const uint64_t *shape, uint32_t n,
+                          const ck_box *boxes, ck_err *err);
 
 #endif

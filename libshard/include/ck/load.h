@@ -23,28 +23,28 @@
 typedef struct ck_reader ck_reader;
 
 /* Loads the tensor's record and shard table once, for many reads. */
-int ck_reader_open(ck_ckpt *ck, const char *tensor, ck_reader **out, ck_err *err);
-void ck_reader_close(ck_reader *rd);
-const ck_tensor *ck_reader_tensor(const ck_reader *rd);
+CK_API int ck_reader_open(ck_ckpt *ck, const char *tensor, ck_reader **out, ck_err *err);
+CK_API void ck_reader_close(ck_reader *rd);
+CK_API const ck_tensor *ck_reader_tensor(const ck_reader *rd);
 
 /* Reads bytes [off, off + len) of the row-major storage of box (a box inside the
  * tensor) into dst. off and len are multiples of the element size. */
-int ck_reader_read(ck_reader *rd, const ck_box *box, uint64_t off, uint64_t len, void *dst,
-                   ck_err *err);
+CK_API int ck_reader_read(ck_reader *rd, const ck_box *box, uint64_t off, uint64_t len, void *dst,
+                          ck_err *err);
 
 /* Reads the part of the tensor that `rank` holds on `mesh` with placements pl (the
  * target layout, any mesh) into dst: ck_box_numel(its box) * itemsize bytes. */
-int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement *pl,
-                         uint64_t rank, void *dst, ck_err *err);
+CK_API int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement *pl,
+                                uint64_t rank, void *dst, ck_err *err);
 
 /* How many file reads the last ck_reader_read issued after coalescing (tests use it
  * to check that a dim-0 reshard reads each saved extent in one piece). */
-uint64_t ck_reader_last_reads(const ck_reader *rd);
+CK_API uint64_t ck_reader_last_reads(const ck_reader *rd);
 
 /* Reads len bytes starting at byte off of a saved shard's data into dst, through its
  * extents, with io_uring (the shard as ck_shards_get gives it, not a box). */
-int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
-                  ck_err *err);
+CK_API int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
+                         ck_err *err);
 
 /* ---- a rank's whole load, as one batch ----
  * DCP asks a rank for hundreds of boxes at once. Read one by one, each small box waits
@@ -63,7 +63,7 @@ typedef struct ck_load_item {
 
 /* Reads every item. Errors name the item's tensor; on error, what the destinations
  * hold is unspecified. */
-int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
+CK_API int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
 
 /* ---- readers for many threads ----
  * A ck_ckpt and its readers serve one thread at a time. Fills that run on the writer's
@@ -72,13 +72,13 @@ int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
  * next call), so reads of different blocks run in parallel. */
 typedef struct ck_readers ck_readers;
 
-int ck_readers_open(const char *dir, ck_readers **out, ck_err *err);
+CK_API int ck_readers_open(const char *dir, ck_readers **out, ck_err *err);
 /* Readers of the open checkpoint ck, which must stay open while they are used: every
  * handle shares its directory and manifest, never looking them up by name again. */
-int ck_readers_open_ckpt(const ck_ckpt *ck, ck_readers **out, ck_err *err);
-void ck_readers_close(ck_readers *rs);
+CK_API int ck_readers_open_ckpt(const ck_ckpt *ck, ck_readers **out, ck_err *err);
+CK_API void ck_readers_close(ck_readers *rs);
 /* ck_reader_read of tensor's box, from any thread. */
-int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
-                    uint64_t len, void *dst, ck_err *err);
+CK_API int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
+                           uint64_t len, void *dst, ck_err *err);
 
 #endif

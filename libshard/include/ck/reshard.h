@@ -61,6 +61,6 @@ typedef struct ck_reshard_stats {
 
 
 /* Writes and commits the resharded checkpoint o->root/o->name. */
-int ck_reshard(ck_ckpt *src, const ck_reshard_opts *o, ck_reshard_stats *st, ck_err *err);
+CK_API int ck_reshard(ck_ckpt *src, const ck_reshard_opts *o, ck_reshard_stats *st, ck_err *err);
 
 #endif

@@ -78,6 +78,7 @@ PyMODINIT_FUNC PyInit__ck(void)
         PyExc_OSError, NULL);
     if (!ckpy_error || PyModule_AddObjectRef(m, "CkptError", ckpy_error) < 0 ||
         add_type(m, &ckpy_ckpt_type, "Checkpoint") < 0 ||
+        add_type(m, &ckpy_decl_type, "Decl") < 0 ||
         add_type(m, &ckpy_save_type, "Save") < 0 ||
         add_type(m, &ckpy_client_type, "Client") < 0 ||
         add_type(m, &ckpy_csave_type, "ClientSave") < 0 ||
