@@ -79,6 +79,30 @@ struct ck_engine {
  * besides its queues. Never destroy it. */
 CK_API ck_engine *ck_engine_default(void);
 
+/* A file that ck_files_write makes: len bytes, produced by fill(arg, off, dst, n) on
+ * the writer's worker threads, several at once (fill must allow it). */
+typedef struct ck_file_out {
+    const char *path;           /* created (O_EXCL) */
+    uint64_t len;
+    int (*fill)(void *arg, uint64_t off, void *dst, size_t len);
+    void *arg;
+} ck_file_out;
+
+typedef struct ck_write_opts {
+    ck_engine *engine;          /* NULL: ck_engine_default() */
+    uint64_t mem_limit;         /* bytes of block buffers; 0: 64 MiB */
+    void (*log)(void *arg, const char *msg);
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    void *cb_arg;
+} ck_write_opts;
+
+/* Writes n files as the core writes its data files (io_uring, O_DIRECT where the file
+ * system allows it, blocks filled on worker threads into a bounded ring), each then cut
+ * to its length and made durable. On an error the files may be left half written: the
+ * caller writes under temporary names and renames them into place. */
+CK_API int ck_files_write(const ck_write_opts *o, const ck_file_out *files, uint32_t n,
+                          ck_err *err);
+
 static inline void ck_engine_destroy(ck_engine *e)
 {
     if (e && e->ops->destroy)

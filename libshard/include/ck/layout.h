@@ -34,7 +34,7 @@ CK_API void ck_shard_box(int ndim, const uint64_t *shape, const ck_mesh *mesh,
 /* The box of the whole tensor. */
 CK_API void ck_box_full(int ndim, const uint64_t *shape, ck_box *out);
 CK_API uint64_t ck_box_numel(const ck_box *b);   /* 1 for ndim 0 */
-bool ck_box_equal(const ck_box *a, const ck_box *b);
+CK_API bool ck_box_equal(const ck_box *a, const ck_box *b);
 
 /* The bytes of a rank's data file that holds shards of these n sizes, in order, each
  * at the aligned offset the save plan gives it: what a staging area made for a part of
