@@ -1,7 +1,9 @@
-/* ckptctl - asks a running ckptd what it is doing, waiting for its answer no longer
- * than --daemon-timeout (a stopped daemon must not hang the operator's shell); and, by
- * hand, what a daemon's peer service does for its peers: list a node's copies, push a
- * copy to a node as a replica, fetch files of a copy from a node (ckptctl peer). */
+/* ckptctl - asks a running ckptd what it is doing (status), and where the copies of
+ * checkpoints are and whether each can be restored (tiers), waiting for its answer no
+ * longer than --daemon-timeout (a stopped daemon must not hang the operator's shell);
+ * and, by hand, what a daemon's peer service does for its peers: list a node's copies,
+ * push a copy to a node as a replica, fetch files of a copy from a node (ckptctl
+ * peer). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: ckptctl status (--socket PATH | --root DIR) [--daemon-timeout SECS]\n"
+"       ckptctl tiers (--socket PATH | --root DIR) [NAME] [--daemon-timeout SECS]\n"
 "       ckptctl peer inventory PEER [--id ID] [--timeout SECS]\n"
 "       ckptctl peer put PEER --id ID --from LOCAL NAME [--timeout SECS]\n"
 "       ckptctl peer get PEER --into DIR NAME (--all | FILE...) [--source ID]\n"
@@ -26,6 +29,13 @@ static void usage(FILE *f)
 "defaults to $CKPTD_SOCKET, else DIR/.ckptd.sock. A daemon that does not answer\n"
 "within --daemon-timeout seconds (default $CKPTD_TIMEOUT, else 10) is an error\n"
 "naming it.\n"
+"\n"
+"tiers lists, for checkpoint NAME or every checkpoint, where its copies are (this\n"
+"node's local tier, its live peers' local tiers, the durable root), whether each is\n"
+"complete or which data files it holds, and whether every data file has a live copy\n"
+"(the checkpoint can be restored); and the peers the daemon could not reach. The\n"
+"daemon asks its peers, each within its --peer-timeout: --daemon-timeout defaults to\n"
+"60 s here.\n"
 "\n"
 "peer talks to the peer service of a ckptd started with --local-root and\n"
 "--peer-listen (docs/PROTOCOL.md, \"Peer protocol\"). PEER is --addr HOST:PORT, or\n"
@@ -62,10 +72,13 @@ static bool seconds(const char *s, double *out)
     return true;
 }
 
-static void print_copy(const kd_peer_copy *c)
+/* A copy's line: its name and step first where named. */
+static void print_copy(const kd_peer_copy *c, bool named)
 {
-    printf("%-28s step %-10llu %-8s of ckptd %-16s ", c->name, (unsigned long long)c->step,
-           c->replica ? "replica" : "own copy", c->source);
+    static const char *const kind[] = { "own copy", "replica", "fetched" };
+    if (named)
+        printf("%-28s step %-10llu ", c->name, (unsigned long long)c->step);
+    printf("%-8s of ckptd %-16s ", kind[c->kind], c->source);
     if (c->complete) {
         printf("complete (%u data files)\n", c->n_files);
         return;
@@ -74,6 +87,43 @@ static void print_copy(const kd_peer_copy *c)
     for (uint32_t f = 0; f < c->n_held; f++)
         printf(" %s", c->held[f]);
     printf("\n");
+}
+
+/* The TIERS reply, one checkpoint (name and commit time) after the other. */
+static void print_tiers(const kd_tview *t)
+{
+    static const char *const where[] = { "local", "peer", "durable" };
+    size_t lost = 0;
+    for (size_t i = 0; i < t->npeers; i++)
+        lost += t->peers[i].r < 0;
+    printf("%zu peer(s) answered, %zu lost\n", t->npeers - lost, lost);
+    for (size_t i = 0; i < t->npeers; i++)
+        if (t->peers[i].r < 0)
+            printf("lost: ckptd %s: %s\n", t->peers[i].id, t->peers[i].why);
+    if (!t->n)
+        printf("no copies\n");
+    for (size_t i = 0; i < t->n; i++) {
+        const kd_peer_copy *c = &t->v[i].c;
+        bool first = true;
+        for (size_t j = 0; first && j < i; j++)
+            first = strcmp(t->v[j].c.name, c->name) || t->v[j].c.time_ns != c->time_ns;
+        if (!first)
+            continue;
+        bool whole = kd_tiers_whole(t, c->name, c->time_ns);
+        printf("%s (step %llu, committed at %llu ns): %s\n", c->name,
+               (unsigned long long)c->step, (unsigned long long)c->time_ns,
+               whole ? "every data file has a live copy" : "some data file has no live copy");
+        for (size_t j = i; j < t->n; j++) {
+            const kd_tcopy *x = &t->v[j];
+            if (strcmp(x->c.name, c->name) || x->c.time_ns != c->time_ns)
+                continue;
+            printf("  %-7s %-16s ", where[x->where], x->holder[0] ? x->holder : "-");
+            if (x->where == KD_AT_DURABLE)
+                printf("%s\n", x->c.complete ? "complete" : "partial");
+            else
+                print_copy(&x->c, false);
+        }
+    }
 }
 
 static void on_progress(void *arg, uint64_t done, uint64_t total)
@@ -132,7 +182,7 @@ static int peer_main(int argc, char **argv)
         if ((r = kd_peer_inventory(&call, &v, &n, &err)) == 0) {
             printf("%zu cop%s at peer %s\n", n, n == 1 ? "y" : "ies", addr);
             for (size_t i = 0; i < n; i++)
-                print_copy(&v[i]);
+                print_copy(&v[i], true);
             kd_peer_copies_free(v, n);
         }
     } else if (r == 0 && put) {
@@ -173,7 +223,11 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && !strcmp(argv[1], "peer"))
         return peer_main(argc - 1, argv + 1);
-    if (argc < 2 || strcmp(argv[1], "status") != 0) {
+    bool tiers = argc > 1 && !strcmp(argv[1], "tiers");
+    const char *name = "";
+    if (tiers && !(env && *env))
+        limit = 60;
+    if (argc < 2 || (strcmp(argv[1], "status") != 0 && !tiers)) {
         usage(argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr);
         return argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? 0 : 2;
     }
@@ -189,6 +243,8 @@ int main(int argc, char **argv)
                         "(0, 86400]\n", argv[i]);
                 return 2;
             }
+        } else if (tiers && !name[0] && argv[i][0] != '-') {
+            name = argv[i];
         } else {
             usage(stderr);
             return 2;
@@ -209,26 +265,47 @@ int main(int argc, char **argv)
         struct ucred cr = { 0 };
         socklen_t len = sizeof cr;
         getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len);
-        ck__proto_start(&w, CK_MSG_STATUS);
+        ck__proto_start(&w, tiers ? CK_MSG_TIERS : CK_MSG_STATUS);
+        if (tiers)
+            ck__put_str(&w, name);
         r = ck__proto_end(&w);
         if (r == 0)
             r = ck__conn_send_by(fd, &w, -1, deadline, &err);
         ck__wbuf_free(&w);
         if (r == 0 && (r = ck__conn_recv_by(fd, deadline, deadline, &m, &err)) == 0)
-            r = ck_err_set(&err, -ETIMEDOUT, "no answer to STATUS");
+            r = ck_err_set(&err, -ETIMEDOUT, "no answer to %s", tiers ? "TIERS" : "STATUS");
         if (r == -ETIMEDOUT)
             ck_err_set(&err, r, "ckptd at %s (pid %d) did not answer within %.1f s "
                        "(--daemon-timeout)", sock, (int)cr.pid, limit);
         close(fd);
     }
-    if (r > 0 && m.type != CK_MSG_STATUS_OK)
+    if (r > 0 && m.type == CK_MSG_ERROR) {
+        ck__rbuf rb = ck__rbuf_make(m.payload, m.len);
+        char said[CK_NAME_MAX], msg[CK_ERR_MSG_MAX];
+        ck__get_str(&rb, said, sizeof said);
+        int code = (int)ck__get_u32(&rb);
+        ck__get_str(&rb, msg, sizeof msg);
+        free(m.payload);
+        fprintf(stderr, "ckptctl: ckptd at %s: %s\n", sock,
+                ck__rbuf_done(&rb) ? msg : "a malformed ERROR");
+        return code == -ENOENT ? 1 : 2;
+    }
+    if (r > 0 && m.type != (tiers ? CK_MSG_TIERS_OK : CK_MSG_STATUS_OK))
         r = ck_err_set(&err, -EPROTO, "ckptd answered with message type %u", m.type);
+    kd_tview view;
     if (r > 0)
-        r = ck__proto_get_status(m.payload, m.len, &st, &err);
+        r = tiers ? kd_pw_get_tiers(m.payload, m.len, &view, &err)
+                  : ck__proto_get_status(m.payload, m.len, &st, &err);
     free(m.payload);
     if (r < 0) {
         fprintf(stderr, "ckptctl: %s\n", ck_err_msg(&err));
         return 2;
+    }
+    if (tiers) {
+        printf("ckptd at %s\n", sock);
+        print_tiers(&view);
+        kd_tview_free(&view);
+        return 0;
     }
     printf("ckptd at %s: %u client(s), staging %.1f of %.1f MiB in use, %u part(s) waiting "
            "for room\n", sock, st.clients, st.staging_used / 1048576.0,

@@ -13,6 +13,8 @@
  *   kd_recover.c  owning the root (its lock) and recovering it at start
  *   kd_proto.c    reading and validating messages, dispatching them
  *   kd_status.c   the STATUS reply
+ *   kd_restore.c  the restorer thread: RESOLVE, FETCH and TIERS off the event loop,
+ *                 FETCHes of one checkpoint taken together
  *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
  *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
  *                 off the event loop
@@ -22,6 +24,8 @@
  * ckptctl) make to other nodes' services. Only these files know UCX, and only
  * kd_peer_ucx.c includes it; the daemon's event loop never waits on a peer.
  *   kd_peer_serve.c  the service's thread: connections, requests, timeouts
+ *   kd_tiers.c       where the copies are (the local tier, live peers, the durable
+ *                    root), which checkpoint can be restored, fetching the nearest
  *   kd_peer_client.c INVENTORY, PUT and GET, synchronous, from any thread but the loop
  *   kd_peer_xfer.c   a copy's stream both ways: chunks under the receiver's acks
  *   kd_peer_inv.c    the copies a local tier holds, and finding one to send
@@ -188,6 +192,7 @@ typedef struct kd_server {
     char local_root[PATH_MAX]; /* realpath of --local-root; "" without */
     int local_lock_fd;         /* LOCAL/.ckptd.ID.lock, held for the daemon's life */
     struct kd_peers *peers;    /* the peer service; NULL without --peer-listen */
+    struct kd_restorer *restorer; /* RESOLVE, FETCH and TIERS (kd_restore.c); NULL: none */
 } kd_server;
 
 /* kd_server.c */
@@ -212,6 +217,17 @@ void kd_proto_truncated(kd_server *s, kd_client *c);
 
 /* kd_status.c */
 void kd_status_reply(kd_server *s, kd_client *c);
+
+/* kd_restore.c */
+/* Starts the restorer's thread (after any fork). */
+int kd_restore_start(kd_server *s, ck_err *err);
+/* Stops it once the request it works on is done; what waits is dropped. */
+void kd_restore_stop(kd_server *s);
+/* Queues c's RESOLVE, FETCH or TIERS (q taken); a full queue, or no restorer, is an
+ * ERROR now. */
+void kd_restore_submit(kd_server *s, kd_client *c, uint16_t type, ck__restore_req *q);
+/* Sends the replies the restorer finished to their clients, if still connected. */
+void kd_restore_replies(kd_server *s);
 
 /* kd_ckpt.c */
 /* Takes what d holds and fd: the rank joins through the planner. */
@@ -257,7 +273,7 @@ kd_part *kd_staging_admit_waiting(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 1
+#define KD_PEER_VERSION 2
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
 #define KD_PEER_AM_ID 1                     /* the UCX active message id of every message */
@@ -271,7 +287,6 @@ kd_part *kd_staging_admit_waiting(kd_server *s);
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
 #define KD_PEER_PORT 7471                   /* --peer-listen without a port */
 #define KD_PEER_ADDR_MAX 128                /* "HOST:PORT" with its NUL */
-#define KD_REPLICAS ".replicas"             /* LOCAL/.replicas/SRCID: a peer's replicas */
 
 enum kd_peer_type {
     /* the side that connects -> the service */
@@ -279,8 +294,9 @@ enum kd_peer_type {
     KD_P_INVENTORY = 2,    /* empty */
     KD_P_PUT = 3,          /* a stream: str name, str source, u64 manifest bytes, u32 n,
                             * n x (str file, u64 size); then DATA after PUT_READY */
-    KD_P_GET = 4,          /* str name, str source ("": any copy), u8 all, u32 n, n x str
-                            * file (all: every file of the copy; n is then 0) */
+    KD_P_GET = 4,          /* str name, str source ("": any copy), u64 time (0: any), u8
+                            * all, u32 n, n x str file (all: every file of the copy; n is
+                            * then 0) */
     /* either way, in a transfer */
     KD_P_DATA = 16,        /* arg: stream offset; the bytes */
     KD_P_ACK = 17,         /* arg: stream bytes the receiver took (written and checked) */
@@ -294,12 +310,21 @@ enum kd_peer_type {
     KD_P_ERROR = 69,       /* str name, i32 -errno, str message */
 };
 
-/* One copy a node holds (INVENTORY). */
+/* What a copy in a local tier is to the node (docs/FORMAT.md, "Copies"). */
+enum kd_copy_kind {
+    KD_COPY_OWN = 0,               /* LOCAL/NAME */
+    KD_COPY_REPLICA = 1,           /* LOCAL/.replicas/SRC/NAME, kept for daemon SRC */
+    KD_COPY_FETCHED = 2,           /* LOCAL/.fetched/N/NAME, fetched to restore from */
+};
+
+/* One copy a node holds (INVENTORY). A checkpoint is its name and its commit time:
+ * copies of one name and another time are copies of another save of that name. */
 typedef struct kd_peer_copy {
     char name[CK_NAME_MAX];
     uint64_t step;
+    uint64_t time_ns;              /* the commit time its manifest records */
     char source[CK_COPY_ID_MAX];   /* the daemon whose data it holds */
-    bool replica;                  /* under LOCAL/.replicas/, else the node's own */
+    uint8_t kind;                  /* enum kd_copy_kind */
     bool complete;
     uint32_t n_files;              /* data files of the checkpoint */
     uint32_t n_held;               /* of them in this copy */
@@ -311,6 +336,7 @@ typedef struct kd_peer_copy {
 typedef struct kd_preq {
     char name[CK_NAME_MAX];
     char source[CK_COPY_ID_MAX];
+    uint64_t time_ns;              /* GET: a copy of the save committed then; 0: any */
     uint64_t manifest_size;
     bool all;
     uint32_t n;
@@ -348,6 +374,71 @@ int kd_peers_start(const kd_peer_opts *o, struct kd_peers **out, ck_err *err);
 /* Fails the transfers in progress (nothing of them stays), removes the address file,
  * stops the thread. */
 void kd_peers_stop(struct kd_peers *p);
+
+/* kd_tiers.c: where the copies of checkpoints are, seen from this node, and restoring
+ * from the nearest (docs/ARCHITECTURE.md, "Tiers"). */
+typedef enum kd_where {
+    KD_AT_LOCAL = 0,               /* this node's local tier */
+    KD_AT_PEER = 1,                /* a live peer's local tier */
+    KD_AT_DURABLE = 2,             /* the durable root */
+} kd_where;
+
+/* One copy of a checkpoint, where it lies and who holds it. */
+typedef struct kd_tcopy {
+    kd_peer_copy c;
+    uint8_t where;                 /* enum kd_where */
+    char holder[CK_COPY_ID_MAX];   /* the daemon that holds it ("" in the durable root) */
+    uint32_t peer;                 /* KD_AT_PEER: its index in kd_tview.peers */
+    char root[PATH_MAX];           /* local and durable: the root it lies in */
+} kd_tcopy;
+
+/* A daemon that publishes a peer address in the durable root, and whether it answered. */
+typedef struct kd_tpeer {
+    char id[CK_COPY_ID_MAX];
+    char addr[KD_PEER_ADDR_MAX];
+    int r;                         /* 0: it answered; else it is lost, and why says why */
+    char why[256];
+} kd_tpeer;
+
+typedef struct kd_tview {
+    kd_tcopy *v;
+    size_t n;
+    kd_tpeer *peers;
+    size_t npeers;
+} kd_tview;
+
+typedef struct kd_tiers_opts {
+    const char *local;             /* the local tier (realpath); NULL: none, and no peers */
+    const char *durable;           /* the durable root (realpath) */
+    const char *id;                /* this daemon's */
+    unsigned timeout;              /* s a peer may stay silent (--peer-timeout) */
+    void (*log)(void *arg, const char *msg);
+    void *log_arg;
+} kd_tiers_opts;
+
+/* Every copy of name ("": of every checkpoint) this node can reach: its local tier's,
+ * the durable root's, and with peers every live peer's (their INVENTORY, asked at once,
+ * each within the timeout). */
+int kd_tiers_gather(const kd_tiers_opts *o, const char *name, bool peers, kd_tview *t,
+                    ck_err *err);
+/* RESOLVE: what (a name), or with newest the newest PREFIX<step> whose every data file
+ * has a live copy; pick->why says why it is not the newest saved, if it is not. */
+int kd_tiers_resolve(const kd_tiers_opts *o, const char *what, bool newest,
+                     ck__restore_pick *pick, ck_err *err);
+/* FETCH: makes the data files of checkpoint name (n of them; none: its manifest)
+ * readable from this node, nearest first: a copy in the local tier; else fetched from
+ * a live peer's copy into LOCAL/.fetched/N (a copy that fails, a peer that dies, is
+ * skipped for the next); else the durable root's complete copy, read in place.
+ * *time gets the commit time of the save it chose (the newest that can be restored). */
+int kd_tiers_fetch(const kd_tiers_opts *o, const char *name, char (*files)[CK_FILE_NAME_MAX],
+                   uint32_t n, uint64_t *time, ck_err *err);
+/* The copy directories that hold the files (none: the manifest) of the save of name
+ * committed at time, nearest first, each needed (at most CK_COPIES_MAX). */
+int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
+                   char (*files)[CK_FILE_NAME_MAX], uint32_t n, ck__restore_dirs *out,
+                   ck_err *err);
+/* Whether every data file of the save of name committed at time has a copy in t. */
+bool kd_tiers_whole(const kd_tview *t, const char *name, uint64_t time);
 
 /* kd_peer_client.c */
 int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);
@@ -390,22 +481,28 @@ int kd_xrecv_commit(kd_xrecv *x, ck_err *err);
 void kd_xrecv_free(kd_xrecv *x);
 
 /* kd_peer_inv.c */
-/* The copies LOCAL holds: its own (LOCAL/NAME) and replicas (LOCAL/.replicas/SRC/NAME);
- * self is this daemon's id, the source of its own complete copies. */
-int kd_inv_scan(const char *local, const char *self, kd_peer_copy **out, size_t *n,
-                ck_err *err);
-/* The root (LOCAL, or LOCAL/.replicas/SRC) of a copy of ask->name that holds every
- * file ask names (ask->all: the one that holds most), of ask->source when given, and
- * that copy's source. */
+/* The copies LOCAL holds: its own (LOCAL/NAME), then replicas (LOCAL/.replicas/SRC/NAME)
+ * and fetched copies (LOCAL/.fetched/N/NAME); self is this daemon's id, the source of
+ * its own complete copies. roots, when not NULL, gets the root each lies in. */
+int kd_inv_scan(const char *local, const char *self, kd_peer_copy **out,
+                char (**roots)[PATH_MAX], size_t *n, ck_err *err);
+/* The root (LOCAL, LOCAL/.replicas/SRC or LOCAL/.fetched/N) of a copy of ask->name that
+ * holds every file ask names (ask->all: the one that holds most), of ask->source and
+ * committed at ask->time_ns when given, and that copy's source. */
 int kd_inv_find(const char *local, const char *self, const kd_preq *ask, char *root,
                 size_t len, char source[CK_COPY_ID_MAX], ck_err *err);
-/* Recovers LOCAL and every replica root under it (ck_root_recover): the pending copies
- * of writers that died are removed. */
+/* Recovers LOCAL and every replica and fetched root under it (ck_root_recover): the
+ * pending copies of writers that died are removed. */
 int kd_inv_recover(const char *local, void (*log)(void *arg, const char *msg), void *arg,
                    ck_err *err);
 /* LOCAL/.replicas/SRC into root (PATH_MAX bytes), made (0700) if absent: directories
  * of this user, never links. */
 int kd_inv_replica_root(const char *local, const char *src, char *root, ck_err *err);
+/* A new, empty root LOCAL/.fetched/N (PATH_MAX bytes) for one fetch: copies fetched
+ * separately never meet, whatever their names and sources. */
+int kd_inv_fetch_root(const char *local, char *root, ck_err *err);
+/* Removes the fetch root made for name if a failed fetch left it empty. */
+void kd_inv_fetch_drop(const char *root, const char *name);
 
 /* kd_peer_ucx.c */
 typedef struct kd_ucx kd_ucx;
@@ -492,6 +589,11 @@ void kd_pw_abort(ck__wbuf *w, int code, const char *msg);
 void kd_pw_name(ck__wbuf *w, const char *name);
 int kd_pw_get_name(const kd_pmsg *m, char name[CK_NAME_MAX], ck_err *err);
 void kd_pw_inventory(ck__wbuf *w, const kd_peer_copy *v, size_t n);
+/* TIERS_OK (the client protocol): u32 peers, each str id, str address, i32 0 or -errno,
+ * str why; u32 copies, each u8 where, str holder, a copy as INVENTORY_OK's. */
+void kd_pw_tiers(ck__wbuf *w, const kd_tview *t);
+int kd_pw_get_tiers(const void *p, size_t len, kd_tview *t, ck_err *err);
+void kd_tview_free(kd_tview *t);
 void kd_peer_copies_free(kd_peer_copy *v, size_t n);
 int kd_pw_get_inventory(const kd_pmsg *m, kd_peer_copy **out, size_t *n, ck_err *err);
 const char *kd_pw_type_name(unsigned type);
@@ -510,5 +612,9 @@ void kd_log(kd_server *s, const char *fmt, ...) __attribute__((format(printf, 2,
 void kd_log_cb(void *arg, const char *msg);
 /* CLOCK_MONOTONIC seconds. */
 double kd_now(void);
+/* A formatted line through a log callback (kd_log_cb, or a caller's), for the parts that
+ * are handed a callback rather than the server; nothing when log is NULL. */
+void kd_log_to(void (*log)(void *arg, const char *msg), void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

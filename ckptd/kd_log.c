@@ -35,6 +35,17 @@ double kd_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+void kd_log_to(void (*log)(void *arg, const char *msg), void *arg, const char *fmt, ...)
+{
+    char msg[2 * CK_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (log)
+        log(arg, msg);
+}
+
 /* The core's log callback; saver threads call it too, and stdio locks each call. */
 void kd_log_cb(void *arg, const char *msg)
 {

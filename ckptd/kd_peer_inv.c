@@ -2,13 +2,14 @@
  *
  *   LOCAL/NAME                 its own copies: complete, or partial (NAME/copy)
  *   LOCAL/.replicas/SRC/NAME   replicas of daemon SRC's copies, kept for it
+ *   LOCAL/.fetched/N/NAME      copies fetched from peers to restore from, one root per
+ *                              fetch (N a number), so that no two fetches ever meet
  *
  * Each of these roots is an ordinary root (catalog, .pending, locks, recovery). A
- * replica root is made by this daemon, mode 0700, and is reached only as a directory
- * of this user, never through a link: a peer names SRC, and nothing it names may
- * lead a write outside LOCAL. What fails to open as a checkpoint is left out.
+ * replica or fetched root is made by this daemon, mode 0700, and is reached only as a
+ * directory of this user, never through a link: a peer names SRC, and nothing it names
+ * may lead a write outside LOCAL. What fails to open as a checkpoint is left out.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -22,13 +23,15 @@
 #include "ck/catalog.h"
 #include "format/copy.h"
 #include "io/rootfs.h"
+#include "format/layout.h"
 
 /* Calls fn for every copy under LOCAL that opens, own copies first, then each replica
- * root's in name order; a non-zero return stops the walk. */
-typedef int (*copy_fn)(const char *root, const char *source, bool replica, ck_ckpt *ck,
+ * root's in name order, then each fetched root's in the order fetched; a non-zero
+ * return stops the walk. */
+typedef int (*copy_fn)(const char *root, const char *source, uint8_t kind, ck_ckpt *ck,
                        void *arg);
 
-static int each_in_root(const char *root, const char *source, bool replica, copy_fn fn,
+static int each_in_root(const char *root, const char *source, uint8_t kind, copy_fn fn,
                         void *arg, ck_err *err)
 {
     ck_scan sc;
@@ -40,77 +43,38 @@ static int each_in_root(const char *root, const char *source, bool replica, copy
         if (ck_open(root, sc.committed[i], &ck, NULL) < 0)
             continue;
         const ck_copy *cp = ck_get_copy(ck);
-        r = fn(root, cp->partial ? cp->source : source, replica, ck, arg);
+        r = fn(root, cp->partial ? cp->source : source, kind, ck, arg);
         ck_close(ck);
     }
     ck_scan_free(&sc);
     return r;
 }
 
-/* The names under LOCAL/.replicas that are replica roots: daemon ids, directories. */
-static int replica_sources(const char *local, char ***out, size_t *n)
-{
-    *out = NULL;
-    *n = 0;
-    int lfd = ck__root_open(local, NULL);
-    int fd = lfd < 0 ? lfd : ck__openat(lfd, KD_REPLICAS, O_RDONLY | O_DIRECTORY, 0);
-    if (lfd >= 0)
-        close(lfd);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return fd == -ENOENT || fd >= 0 ? 0 : fd;
-    }
-    struct dirent *de;
-    int r = 0;
-    while (r == 0 && (de = readdir(d))) {
-        if (de->d_type != DT_DIR || ck__copy_source_check(de->d_name, NULL) < 0)
-            continue;
-        char **p = realloc(*out, (*n + 1) * sizeof *p);
-        if (!p || !(p[*n] = strdup(de->d_name))) {
-            *out = p ? p : *out;
-            r = -ENOMEM;
-            break;
-        }
-        *out = p;
-        (*n)++;
-    }
-    closedir(d);
-    for (size_t i = 1; i < *n; i++)       /* a few sources: insertion sort */
-        for (size_t j = i; j > 0 && strcmp((*out)[j - 1], (*out)[j]) > 0; j--) {
-            char *t = (*out)[j];
-            (*out)[j] = (*out)[j - 1];
-            (*out)[j - 1] = t;
-        }
-    return r;
-}
-
 static int each_copy(const char *local, const char *self, copy_fn fn, void *arg, ck_err *err)
 {
-    int r = each_in_root(local, self, false, fn, arg, err);
-    char **src = NULL;
+    ck_tier_root *v = NULL;
     size_t n = 0;
-    if (r == 0 && (r = replica_sources(local, &src, &n)) < 0)
-        return ck_err_set(err, r, "%s/%s: %s", local, KD_REPLICAS, strerror(-r));
-    for (size_t i = 0; i < n; i++) {
-        char root[PATH_MAX];
-        snprintf(root, sizeof root, "%s/%s/%s", local, KD_REPLICAS, src[i]);
-        /* A replica root that went bad is no reason to hide the others. */
-        if (r == 0 && each_in_root(root, src[i], true, fn, arg, NULL) > 0)
+    int r = each_in_root(local, self, KD_COPY_OWN, fn, arg, err);
+    if (r == 0)
+        r = ck_tier_roots(local, &v, &n, err);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        bool rep = v[i].kind == CK_TIER_REPLICAS;
+        /* A root that went bad is no reason to hide the others. */
+        if (each_in_root(v[i].path, rep ? v[i].id : self, rep ? KD_COPY_REPLICA : KD_COPY_FETCHED,
+                         fn, arg, NULL) > 0)
             r = 1;
-        free(src[i]);
     }
-    free(src);
+    free(v);
     return r;
 }
 
 typedef struct scan {
     kd_peer_copy *v;
+    char (*roots)[PATH_MAX];       /* NULL: not wanted */
     size_t n;
 } scan;
 
-static int add_copy(const char *root, const char *source, bool replica, ck_ckpt *ck, void *arg)
+static int add_copy(const char *root, const char *source, uint8_t kind, ck_ckpt *ck, void *arg)
 {
     scan *s = arg;
     const ck_info *in = ck_get_info(ck);
@@ -119,12 +83,19 @@ static int add_copy(const char *root, const char *source, bool replica, ck_ckpt 
     if (!v)
         return -ENOMEM;
     s->v = v;
+    if (s->roots) {
+        char (*roots)[PATH_MAX] = realloc(s->roots, (s->n + 1) * sizeof *roots);
+        if (!roots)
+            return -ENOMEM;
+        s->roots = roots;
+        snprintf(roots[s->n], PATH_MAX, "%s", root);
+    }
     kd_peer_copy *c = &v[s->n];
-    *c = (kd_peer_copy){ .step = in->step, .replica = replica, .complete = !cp->partial,
+    *c = (kd_peer_copy){ .step = in->step, .time_ns = in->time_ns, .kind = kind,
+                         .complete = !cp->partial,
                          .n_files = in->n_files, .n_held = cp->files_held };
     snprintf(c->name, sizeof c->name, "%s", in->name);
     snprintf(c->source, sizeof c->source, "%s", source);
-    (void)root;
     if (cp->partial && cp->files_held) {
         if (!(c->held = calloc(cp->files_held, sizeof *c->held)))
             return -ENOMEM;
@@ -136,17 +107,22 @@ static int add_copy(const char *root, const char *source, bool replica, ck_ckpt 
     return 0;
 }
 
-int kd_inv_scan(const char *local, const char *self, kd_peer_copy **out, size_t *n,
-                ck_err *err)
+int kd_inv_scan(const char *local, const char *self, kd_peer_copy **out,
+                char (**roots)[PATH_MAX], size_t *n, ck_err *err)
 {
     scan s = { 0 };
+    if (roots && !(s.roots = malloc(sizeof *s.roots)))
+        return ck_err_set(err, -ENOMEM, "out of memory");
     int r = each_copy(local, self, add_copy, &s, err);
     if (r < 0) {
         kd_peer_copies_free(s.v, s.n);
+        free(s.roots);
         return r == -ENOMEM ? ck_err_set(err, r, "out of memory") : r;
     }
     *out = s.v;
     *n = s.n;
+    if (roots)
+        *roots = s.roots;
     return 0;
 }
 
@@ -159,12 +135,13 @@ typedef struct find {
     char missing[CK_FILE_NAME_MAX];/* a file the copies of the name lack */
 } find;
 
-static int match(const char *root, const char *source, bool replica, ck_ckpt *ck, void *arg)
+static int match(const char *root, const char *source, uint8_t kind, ck_ckpt *ck, void *arg)
 {
     find *f = arg;
     const kd_preq *a = f->ask;
-    (void)replica;
-    if (strcmp(ck_get_info(ck)->name, a->name) || (a->source[0] && strcmp(source, a->source)))
+    (void)kind;
+    if (strcmp(ck_get_info(ck)->name, a->name) || (a->source[0] && strcmp(source, a->source)) ||
+        (a->time_ns && ck_get_info(ck)->time_ns != a->time_ns))
         return 0;
     if (a->all) {
         uint32_t held = ck_get_copy(ck)->files_held;
@@ -207,17 +184,24 @@ int kd_inv_find(const char *local, const char *self, const kd_preq *ask, char *r
     return 0;
 }
 
-int kd_inv_replica_root(const char *local, const char *src, char *root, ck_err *err)
+/* LOCAL/DIR/SUB, made (0700) if absent, or only when new (fresh: -EEXIST when there):
+ * directories of this user, never links. */
+static int sub_root(const char *local, const char *dir, const char *sub, bool fresh,
+                    char *root, ck_err *err)
 {
-    char rel[CK_COPY_ID_MAX + sizeof KD_REPLICAS + 1];
-    int r = ck__copy_source_check(src, err);
+    char rel[CK_COPY_ID_MAX + 16];
+    int r = ck__copy_source_check(sub, err);
     int lfd = r < 0 ? r : ck__root_open(local, err);
     if (lfd < 0)
         return lfd;
-    snprintf(rel, sizeof rel, "%s/%s", KD_REPLICAS, src);
-    r = ck__mkdirat(lfd, KD_REPLICAS, 0700);
+    snprintf(rel, sizeof rel, "%s/%s", dir, sub);
+    r = ck__mkdirat(lfd, dir, 0700);
     if (r == 0 || r == -EEXIST)
         r = ck__mkdirat(lfd, rel, 0700);
+    if (r == -EEXIST && fresh) {
+        close(lfd);
+        return r;
+    }
     int fd = r == 0 || r == -EEXIST ? ck__openat(lfd, rel, O_RDONLY | O_DIRECTORY, 0) : r;
     close(lfd);
     struct stat st;
@@ -231,24 +215,61 @@ int kd_inv_replica_root(const char *local, const char *src, char *root, ck_err *
     return 0;
 }
 
+int kd_inv_replica_root(const char *local, const char *src, char *root, ck_err *err)
+{
+    return sub_root(local, CK_REPLICAS, src, false, root, err);
+}
+
+int kd_inv_fetch_root(const char *local, char *root, ck_err *err)
+{
+    ck_tier_root *v;
+    size_t n;
+    char num[24];
+    int r = ck_tier_roots(local, &v, &n, err);
+    if (r < 0)
+        return r;
+    /* After the highest number there is (fetched roots come last, by number); a root
+     * made meanwhile by hand only moves it on. */
+    unsigned long long next = n && v[n - 1].kind == CK_TIER_FETCHED
+                            ? strtoull(v[n - 1].id, NULL, 10) + 1 : 1;
+    free(v);
+    for (unsigned tries = 0; tries < 1000; tries++, next++) {
+        snprintf(num, sizeof num, "%llu", next);
+        if ((r = sub_root(local, CK_FETCHED, num, true, root, err)) != -EEXIST)
+            return r;
+    }
+    return ck_err_set(err, -EEXIST, "%s/%s: no free number for a new fetch", local, CK_FETCHED);
+}
+
+void kd_inv_fetch_drop(const char *root, const char *name)
+{
+    /* What a failed copy leaves of its root: the name's lock and .pending. Anything
+     * else there (a copy committed meanwhile) keeps the root: rmdir fails. */
+    char lock[CK_NAME_MAX + 32];
+    int fd = ck__root_open(root, NULL);
+    if (fd < 0)
+        return;
+    if (ck__name_save_lock(name, lock, sizeof lock) == 0)
+        ck__unlinkat(fd, lock, 0);
+    ck__unlinkat(fd, CK_PENDING, AT_REMOVEDIR);
+    close(fd);
+    rmdir(root);
+}
+
 int kd_inv_recover(const char *local, void (*log)(void *arg, const char *msg), void *arg,
                    ck_err *err)
 {
     size_t removed = 0, n = 0;
-    char **src = NULL;
+    ck_tier_root *v = NULL;
     int r = ck_root_recover(local, &removed, log, arg, err);
-    if (r == 0 && (r = replica_sources(local, &src, &n)) < 0)
-        return ck_err_set(err, r, "%s/%s: %s", local, KD_REPLICAS, strerror(-r));
-    for (size_t i = 0; i < n; i++) {
-        char root[PATH_MAX];
+    if (r == 0)
+        r = ck_tier_roots(local, &v, &n, err);
+    for (size_t i = 0; r == 0 && i < n; i++) {
         size_t k = 0;
-        snprintf(root, sizeof root, "%s/%s/%s", local, KD_REPLICAS, src[i]);
-        if (r == 0)
-            r = ck_root_recover(root, &k, log, arg, err);
+        r = ck_root_recover(v[i].path, &k, log, arg, err);
         removed += k;
-        free(src[i]);
     }
-    free(src);
+    free(v);
     if (r == 0 && log) {
         char msg[PATH_MAX + 128];
         snprintf(msg, sizeof msg, "recovered the local tier %s: removed %zu incomplete copies "

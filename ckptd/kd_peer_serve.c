@@ -143,7 +143,7 @@ static void on_inventory(struct kd_peers *p, sconn *c, kd_pmsg *m)
         refuse(p, c, -EBADMSG, "an INVENTORY with a payload");
         return;
     }
-    if (kd_inv_scan(p->local, p->id, &v, &n, &err) < 0) {
+    if (kd_inv_scan(p->local, p->id, &v, NULL, &n, &err) < 0) {
         send_error(c, "", err.code, ck_err_msg(&err));
         return;
     }

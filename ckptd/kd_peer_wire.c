@@ -168,6 +168,7 @@ int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err)
 void kd_pw_ask(ck__wbuf *w, const kd_preq *q)
 {
     put_head(w, q);
+    ck__put_u64(w, q->time_ns);
     ck__put_u8(w, q->all);
     ck__put_u32(w, q->all ? 0 : q->n);
     for (uint32_t i = 0; !q->all && i < q->n; i++)
@@ -180,6 +181,7 @@ int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err)
     int rc = get_head(m, &r, q, true, err);
     if (rc < 0)
         return rc;
+    q->time_ns = ck__get_u64(&r);
     uint8_t all = ck__get_u8(&r);
     if (!r.bad && all > 1)
         return bad(m, "an 'all' flag that is neither 0 nor 1", err);
@@ -235,20 +237,25 @@ int kd_pw_get_name(const kd_pmsg *m, char name[CK_NAME_MAX], ck_err *err)
     return 0;
 }
 
+static void put_copy(ck__wbuf *w, const kd_peer_copy *c)
+{
+    ck__put_str(w, c->name);
+    ck__put_u64(w, c->step);
+    ck__put_u64(w, c->time_ns);
+    ck__put_str(w, c->source);
+    ck__put_u8(w, c->kind);
+    ck__put_u8(w, c->complete);
+    ck__put_u32(w, c->n_files);
+    ck__put_u32(w, c->complete ? 0 : c->n_held);
+    for (uint32_t f = 0; !c->complete && f < c->n_held; f++)
+        ck__put_str(w, c->held[f]);
+}
+
 void kd_pw_inventory(ck__wbuf *w, const kd_peer_copy *v, size_t n)
 {
     ck__put_u32(w, (uint32_t)n);
-    for (size_t i = 0; i < n; i++) {
-        ck__put_str(w, v[i].name);
-        ck__put_u64(w, v[i].step);
-        ck__put_str(w, v[i].source);
-        ck__put_u8(w, v[i].replica);
-        ck__put_u8(w, v[i].complete);
-        ck__put_u32(w, v[i].n_files);
-        ck__put_u32(w, v[i].complete ? 0 : v[i].n_held);
-        for (uint32_t f = 0; !v[i].complete && f < v[i].n_held; f++)
-            ck__put_str(w, v[i].held[f]);
-    }
+    for (size_t i = 0; i < n; i++)
+        put_copy(w, &v[i]);
 }
 
 void kd_peer_copies_free(kd_peer_copy *v, size_t n)
@@ -258,18 +265,21 @@ void kd_peer_copies_free(kd_peer_copy *v, size_t n)
     free(v);
 }
 
-static int get_copy(const kd_pmsg *m, ck__rbuf *r, kd_peer_copy *c, ck_err *err)
+/* A copy as INVENTORY_OK holds it; its source may be empty only where the copy is the
+ * durable root's (TIERS_OK). */
+static int get_copy(const kd_pmsg *m, ck__rbuf *r, kd_peer_copy *c, bool durable, ck_err *err)
 {
     ck__get_str(r, c->name, sizeof c->name);
     c->step = ck__get_u64(r);
+    c->time_ns = ck__get_u64(r);
     ck__get_str(r, c->source, sizeof c->source);
-    uint8_t replica = ck__get_u8(r), complete = ck__get_u8(r);
+    uint8_t kind = ck__get_u8(r), complete = ck__get_u8(r);
     c->n_files = ck__get_u32(r);
     uint32_t listed = ck__get_u32(r);
-    if (r->bad || replica > 1 || complete > 1 || !source_ok(c->source, false) ||
+    if (r->bad || kind > KD_COPY_FETCHED || complete > 1 || !source_ok(c->source, durable) ||
         ck__name_check_read("checkpoint", c->name, NULL) < 0)
         return bad(m, "a malformed copy", err);
-    c->replica = replica;
+    c->kind = kind;
     c->complete = complete;
     c->n_held = complete ? c->n_files : listed;
     if ((complete && listed) || listed > c->n_files || listed > (r->len - r->pos) / 3)
@@ -293,15 +303,15 @@ int kd_pw_get_inventory(const kd_pmsg *m, kd_peer_copy **out, size_t *n, ck_err 
     uint32_t k = ck__get_u32(&r);
     *out = NULL;
     *n = 0;
-    /* A copy takes at least 2 + 8 + 2 + 1 + 1 + 4 + 4 bytes. */
-    if (r.bad || k > (r.len - r.pos) / 22)
+    /* A copy takes at least 2 + 8 + 8 + 2 + 1 + 1 + 4 + 4 bytes. */
+    if (r.bad || k > (r.len - r.pos) / 30)
         return bad(m, "a copy count larger than its bytes can hold", err);
     kd_peer_copy *v = calloc(k ? k : 1, sizeof *v);
     if (!v)
         return ck_err_set(err, -ENOMEM, "out of memory");
     int rc = 0;
     for (uint32_t i = 0; rc == 0 && i < k; i++)
-        rc = get_copy(m, &r, &v[i], err);
+        rc = get_copy(m, &r, &v[i], false, err);
     if (rc == 0 && !ck__rbuf_done(&r))
         rc = bad(m, "bytes left over after its copies", err);
     if (rc < 0) {
@@ -311,4 +321,77 @@ int kd_pw_get_inventory(const kd_pmsg *m, kd_peer_copy **out, size_t *n, ck_err 
     *out = v;
     *n = k;
     return 0;
+}
+
+void kd_pw_tiers(ck__wbuf *w, const kd_tview *t)
+{
+    ck__put_u32(w, (uint32_t)t->npeers);
+    for (size_t i = 0; i < t->npeers; i++) {
+        ck__put_str(w, t->peers[i].id);
+        ck__put_str(w, t->peers[i].addr);
+        ck__put_u32(w, (uint32_t)t->peers[i].r);
+        ck__put_str(w, t->peers[i].why);
+    }
+    ck__put_u32(w, (uint32_t)t->n);
+    for (size_t i = 0; i < t->n; i++) {
+        ck__put_u8(w, t->v[i].where);
+        ck__put_str(w, t->v[i].holder);
+        put_copy(w, &t->v[i].c);
+    }
+}
+
+void kd_tview_free(kd_tview *t)
+{
+    for (size_t i = 0; t->v && i < t->n; i++)
+        free(t->v[i].c.held);
+    free(t->v);
+    free(t->peers);
+    *t = (kd_tview){ 0 };
+}
+
+int kd_pw_get_tiers(const void *p, size_t len, kd_tview *t, ck_err *err)
+{
+    kd_pmsg m = { .type = KD_P_INVENTORY_OK, .data = (uint8_t *)p, .len = len };
+    ck__rbuf r = ck__rbuf_make(p, len);
+    *t = (kd_tview){ 0 };
+    uint32_t np = ck__get_u32(&r);
+    /* A peer takes at least 2 + 2 + 4 + 2 bytes, a copy 1 + 2 and a copy's 30. */
+    if (r.bad || np > (len - r.pos) / 10)
+        return ck_err_set(err, -EBADMSG, "malformed TIERS reply: a peer count larger than its "
+                          "bytes can hold");
+    t->peers = calloc(np ? np : 1, sizeof *t->peers);
+    if (!t->peers)
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    t->npeers = np;
+    for (uint32_t i = 0; i < np && !r.bad; i++) {
+        kd_tpeer *q = &t->peers[i];
+        ck__get_str(&r, q->id, sizeof q->id);
+        ck__get_str(&r, q->addr, sizeof q->addr);
+        q->r = (int)ck__get_u32(&r);
+        ck__get_str(&r, q->why, sizeof q->why);
+        if (!r.bad && (!source_ok(q->id, false) || q->r > 0 || q->r < -4095))
+            r.bad = true;
+    }
+    uint32_t nc = ck__get_u32(&r);
+    int rc = 0;
+    if (r.bad || nc > (len - r.pos) / 33)
+        rc = ck_err_set(err, -EBADMSG, "malformed TIERS reply: its peers, or a copy count "
+                        "larger than its bytes can hold");
+    if (rc == 0 && !(t->v = calloc(nc ? nc : 1, sizeof *t->v)))
+        rc = ck_err_set(err, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; rc == 0 && i < nc; i++) {
+        kd_tcopy *c = &t->v[i];
+        t->n = i + 1;
+        c->where = ck__get_u8(&r);
+        ck__get_str(&r, c->holder, sizeof c->holder);
+        if (r.bad || c->where > KD_AT_DURABLE || !source_ok(c->holder, c->where == KD_AT_DURABLE))
+            rc = ck_err_set(err, -EBADMSG, "malformed TIERS reply: a copy's place or holder");
+        else
+            rc = get_copy(&m, &r, &c->c, c->where == KD_AT_DURABLE, err);
+    }
+    if (rc == 0 && !ck__rbuf_done(&r))
+        rc = ck_err_set(err, -EBADMSG, "malformed TIERS reply: bytes left over after its copies");
+    if (rc < 0)
+        kd_tview_free(t);
+    return rc;
 }

@@ -126,6 +126,20 @@ static void on_named(kd_server *s, kd_client *c, uint16_t type, ck__rbuf *r)
         kd_ckpt_commit(s, c, name);
 }
 
+/* RESOLVE, FETCH, TIERS: every field checked (async/proto_restore.c), then the
+ * restorer's. */
+static void on_restore(kd_server *s, kd_client *c, uint16_t type, const uint8_t *p,
+                       uint32_t len)
+{
+    ck_err err = { 0 };
+    ck__restore_req q;
+    int r = ck__proto_get_restore(type, p, len, &q, &err);
+    if (r < 0)
+        refuse(s, c, r, ck_err_msg(&err));
+    else
+        kd_restore_submit(s, c, type, &q);
+}
+
 void kd_proto_input(kd_server *s, kd_client *c)
 {
     size_t off = 0;
@@ -148,6 +162,9 @@ void kd_proto_input(kd_server *s, kd_client *c)
         case CK_MSG_BEGIN: on_begin(s, c, p, len); break;
         case CK_MSG_STAGED:
         case CK_MSG_COMMIT: on_named(s, c, type, &rb); break;
+        case CK_MSG_RESOLVE:
+        case CK_MSG_FETCH:
+        case CK_MSG_TIERS: on_restore(s, c, type, p, len); break;
         case CK_MSG_STATUS:
             if (len)
                 refuse(s, c, -EBADMSG, "malformed STATUS");

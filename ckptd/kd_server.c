@@ -341,6 +341,7 @@ int kd_server_run(kd_server *s)
             }
         }
         kd_ckpt_events(s);
+        kd_restore_replies(s);
         for (kd_client *c = s->clients, *next; c; c = next) {
             next = c->next;
             if (c->drop)

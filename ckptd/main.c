@@ -324,6 +324,8 @@ int main(int argc, char **argv)
         r = kd_server_engine(&s, &err);
     if (r == 0)
         r = peers_start(&s, &err);
+    if (r == 0)
+        r = kd_restore_start(&s, &err);
 #ifdef KD_TEST_HOOKS
     if (r == 0 && s.o.engine)
         kd_log(&s, "test build: every save's I/O goes through the --inject-fault engine");
@@ -335,6 +337,7 @@ int main(int argc, char **argv)
         return r == -EBUSY || r == -EADDRINUSE ? 3 : 1;
     }
     r = kd_server_run(&s);
+    kd_restore_stop(&s);
     kd_peers_stop(s.peers);
     kd_plan_stop(&s);
     ck__saver_free(s.saver);

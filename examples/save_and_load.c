@@ -71,10 +71,13 @@ int main(int argc, char **argv)
     if (ck_save_commit(s, NULL, &err) < 0)      /* durable and visible, or nothing */
         return fail("commit", &err);
 
-    /* Load onto 3 ranks, S(0): each reads its own rows, whatever mesh saved them. */
+    /* Load onto 3 ranks, S(0): each reads its own rows, whatever mesh saved them, into
+     * f32 (the saved dtype here; another one would convert), every block's SHA-256
+     * checked on the way. */
     ck_ckpt *ck;
     ck_reader *rd;
-    if (ck_open(root, "example", &ck, &err) < 0 || ck_reader_open(ck, "W", &rd, &err) < 0)
+    if (ck_open(root, "example", &ck, &err) < 0 ||
+        ck_reader_open(ck, "W", CK_F32, &rd, &err) < 0)
         return fail("open", &err);
     ck_mesh three;
     ck_placement spl[1] = { { .kind = CK_SHARD, .dim = 0 } };

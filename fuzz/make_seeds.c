@@ -8,6 +8,11 @@
  *                        worst cases (a staircase, full-width rows, nested boxes) and
  *                        8-D slabs with one missing
  *   client_reply/        a daemon's replies to a save, framed by ckptd's kd_reply.c
+ *   peer_msg/            the peer protocol's payloads as kd_peer_wire.c encodes them,
+ *                        and copy files, each behind fuzz_peer_msg.c's selector byte
+ *   restore_msg/         RESOLVE, FETCH and TIERS and their replies, behind
+ *                        fuzz_restore_msg.c's selector byte; daemon_msg/restore, the
+ *                        three requests framed as a client sends them
  *   parsers/             the command-line examples of README.md
  * Usage: make_seeds OUTDIR ROOT NAME
  */
@@ -342,6 +347,123 @@ static void boxes_seeds(void)
         put("boxes", ex[i].name, ex[i].bytes, ex[i].len);
 }
 
+/* A payload behind its target's selector byte. */
+static void selected(const char *target, const char *name, uint8_t sel, const ck__wbuf *w)
+{
+    ck__wbuf out = { 0 };
+    ck__put_u8(&out, sel);
+    ck__put_bytes(&out, w->p, w->len);
+    put(target, name, out.p, out.len);
+    ck__wbuf_free(&out);
+}
+
+static void peer_seeds(void)
+{
+    ck__wbuf w = { 0 };
+    ck_file files[2] = { { .name = "rank-00000.dat", .size = 4 << 20 },
+                         { .name = "rank-00002.dat", .size = 2 << 20 } };
+    kd_preq q = { .name = "step-100", .source = "nodeA", .manifest_size = 32768, .n = 2,
+                  .files = files };
+    kd_pw_hello(&w, "nodeA", 42);
+    selected("peer_msg", "hello", 0, &w);
+    w.len = 0;
+    kd_pw_stream(&w, &q);
+    selected("peer_msg", "put", 1, &w);
+    w.len = 0;
+    kd_preq ask = { .name = "step-100", .time_ns = 1700000000000000000ull, .n = 1,
+                    .files = &files[1] };
+    kd_pw_ask(&w, &ask);
+    selected("peer_msg", "get", 2, &w);
+    w.len = 0;
+    ask = (kd_preq){ .name = "step-100", .source = "nodeB", .all = true };
+    kd_pw_ask(&w, &ask);
+    selected("peer_msg", "get_all", 2, &w);
+    w.len = 0;
+    kd_pw_error(&w, "step-100", -EBADMSG, "copy of step-100: data file rank-00002.dat, block "
+                "1: its SHA-256 is not the manifest's");
+    selected("peer_msg", "error", 3, &w);
+    w.len = 0;
+    kd_pw_name(&w, "step-100");
+    selected("peer_msg", "committed", 4, &w);
+    w.len = 0;
+    char held[2][CK_FILE_NAME_MAX] = { "rank-00000.dat", "rank-00002.dat" };
+    kd_peer_copy v[2] = {
+        { .name = "step-100", .step = 100, .time_ns = 1700000000000000000ull, .source = "nodeA",
+          .kind = KD_COPY_OWN, .n_files = 4, .n_held = 2, .held = held },
+        { .name = "step-90", .step = 90, .time_ns = 1699999999000000000ull, .source = "nodeB",
+          .kind = KD_COPY_REPLICA, .complete = true, .n_files = 4, .n_held = 4 },
+    };
+    kd_pw_inventory(&w, v, 2);
+    selected("peer_msg", "inventory", 5, &w);
+    ck__wbuf_free(&w);
+    static const char copy[] = "libshard copy 1\nsource nodeA\nfiles 2\nrank-00000.dat\n"
+                               "rank-00002.dat\n";
+    static const char empty[] = "libshard copy 1\nsource nodeA\nfiles 0\n";
+    ck__wbuf c = { 0 };
+    ck__put_bytes(&c, copy, sizeof copy - 1);
+    selected("peer_msg", "copy", 6, &c);
+    c.len = 0;
+    ck__put_bytes(&c, empty, sizeof empty - 1);
+    selected("peer_msg", "copy_empty", 6, &c);
+    ck__wbuf_free(&c);
+}
+
+static void restore_seeds(void)
+{
+    char files[2][CK_FILE_NAME_MAX] = { "rank-00002.dat", "rank-00003.dat" };
+    static const struct { const char *seed; uint16_t type; uint8_t sel; ck__restore_req q; }
+    reqs[] = {
+        { "resolve", CK_MSG_RESOLVE, 0, { .name = "step-12" } },
+        { "resolve_newest", CK_MSG_RESOLVE, 0, { .name = "step-", .newest = true } },
+        { "fetch", CK_MSG_FETCH, 1, { .name = "step-12", .n = 2 } },
+        { "fetch_manifest", CK_MSG_FETCH, 1, { .name = "step-12" } },
+        { "tiers", CK_MSG_TIERS, 2, { .name = "" } },
+    };
+    ck__wbuf w = { 0 }, framed = { 0 };
+    for (size_t i = 0; i < sizeof reqs / sizeof *reqs; i++) {
+        ck__restore_req q = reqs[i].q;
+        if (q.n)
+            q.files = files;
+        w.len = 0;
+        ck__proto_put_restore(&w, reqs[i].type, &q);
+        selected("restore_msg", reqs[i].seed, reqs[i].sel, &w);
+        ck__wbuf f = { 0 };
+        ck__proto_start(&f, reqs[i].type);
+        ck__proto_put_restore(&f, reqs[i].type, &q);
+        frame(&framed, &f);
+    }
+    put("daemon_msg", "restore", framed.p, framed.len);
+    ck__restore_pick k = { .name = "step-8", .step = 8, .time_ns = 1700000000000000000ull,
+                           .why = "step-12 (step 12): rank-00002.dat, rank-00003.dat have no "
+                                  "live copy; unreachable: ckptd n2 (...); restoring step-8 "
+                                  "(step 8) from the durable tier" };
+    w.len = 0;
+    ck__proto_put_pick(&w, &k);
+    selected("restore_msg", "resolve_ok", 3, &w);
+    char dirs[2][PATH_MAX] = { "/local/.fetched/2/step-12", "/durable/step-12" };
+    ck__restore_dirs d = { .name = "step-12", .n = 2, .dirs = dirs };
+    w.len = 0;
+    ck__proto_put_dirs(&w, &d);
+    selected("restore_msg", "fetch_ok", 4, &w);
+    char held[1][CK_FILE_NAME_MAX] = { "rank-00002.dat" };
+    kd_tpeer peers[2] = { { .id = "n1", .addr = "127.0.0.1:7471" },
+                          { .id = "n3", .addr = "127.0.0.1:7472", .r = -ECONNREFUSED,
+                            .why = "the connection failed" } };
+    kd_tcopy copies[2] = {
+        { .where = KD_AT_PEER, .holder = "n1", .c = { .name = "step-12", .step = 12,
+          .time_ns = 1700000000000000000ull, .source = "n2", .kind = KD_COPY_REPLICA,
+          .n_files = 4, .n_held = 1, .held = held } },
+        { .where = KD_AT_DURABLE, .c = { .name = "step-8", .step = 8,
+          .time_ns = 1600000000000000000ull, .complete = true } },
+    };
+    kd_tview t = { .v = copies, .n = 2, .peers = peers, .npeers = 2 };
+    w.len = 0;
+    kd_pw_tiers(&w, &t);
+    selected("restore_msg", "tiers_ok", 5, &w);
+    ck__wbuf_free(&w);
+    ck__wbuf_free(&framed);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
@@ -361,5 +483,7 @@ int main(int argc, char **argv)
     client_seeds();
     parser_seeds();
     boxes_seeds();
+    peer_seeds();
+    restore_seeds();
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ck/load.h"
 #include "export/safetensors.h"
 #include "tool.h"
 
@@ -50,6 +51,9 @@ static void usage(FILE *f)
 "  --json                  print the result as JSON\n"
 "  --progress              progress lines on stderr even when it is no terminal (a\n"
 "                          log): one every 2 s and one at the end\n"
+"  --no-verify             skip the SHA-256 check of every block read (raw speed,\n"
+"                          trusting the storage); by default a block whose bytes\n"
+"                          do not match the manifest fails the export, writing nothing\n"
 "  -h, --help              this text\n"
 "\n"
 "Exit status: 0 written, 1 the checkpoint is bad, 2 usage or I/O error; interrupted,\n"
@@ -93,16 +97,16 @@ static int die_of_signal(void)
 int main(int argc, char **argv)
 {
     enum { O_MAX = 256, O_DTYPE, O_FILTER, O_MEM, O_JSON, O_MODEL, O_PREFIX, O_KEYMAP,
-           O_PROGRESS };
+           O_PROGRESS, O_NO_VERIFY };
     static const struct option lo[] = {
         { "output", 1, 0, 'o' }, { "max-shard-size", 1, 0, O_MAX }, { "dtype", 1, 0, O_DTYPE },
         { "filter", 1, 0, O_FILTER }, { "mem-limit", 1, 0, O_MEM }, { "json", 0, 0, O_JSON },
         { "model-only", 0, 0, O_MODEL }, { "prefix", 1, 0, O_PREFIX },
         { "key-map", 1, 0, O_KEYMAP }, { "progress", 0, 0, O_PROGRESS },
-        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "no-verify", 0, 0, O_NO_VERIFY }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     ck_consolidate_opts o = { 0 };
-    bool json = false, model_only = false, progress = false;
+    bool json = false, model_only = false, progress = false, verify = true;
     const char *key_map = NULL;
     ck_err err = { 0 };
     int c;
@@ -115,6 +119,7 @@ int main(int argc, char **argv)
         case O_PREFIX: o.prefix = optarg; break;
         case O_KEYMAP: key_map = optarg; break;
         case O_PROGRESS: progress = true; break;
+        case O_NO_VERIFY: verify = false; break;
         case O_MAX:
         case O_MEM: {
             uint64_t v;
@@ -162,6 +167,7 @@ int main(int argc, char **argv)
         ck_key_map_free(map);
         return tool_exit_code(r);
     }
+    ck_load_verify(ck, verify);
     char prefix[CK_NAME_MAX];
     if (model_only && !o.prefix) {
         if ((r = ck_export_model_prefix(ck, prefix, sizeof prefix, &err)) < 0) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ck/load.h"
 #include "ck/reshard.h"
 #include "tool.h"
 
@@ -39,6 +40,9 @@ static void usage(FILE *f)
 "  --json               print the result as JSON\n"
 "  --progress           progress lines on stderr even when it is no terminal (a\n"
 "                       log): one every 2 s and one at the end\n"
+"  --no-verify          copy without checking the SHA-256 of every block read (raw\n"
+"                       speed, trusting the storage); by default a block that does not\n"
+"                       match fails the reshard, so no new hash ever covers bad bytes\n"
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 written, 1 the source checkpoint is bad, 2 usage or I/O error\n"
@@ -47,15 +51,16 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    enum { O_MESH = 256, O_PL, O_DIMS, O_NAME, O_OUT, O_COPY, O_MEM, O_JSON, O_PROGRESS };
+    enum { O_MESH = 256, O_PL, O_DIMS, O_NAME, O_OUT, O_COPY, O_MEM, O_JSON, O_PROGRESS,
+           O_NO_VERIFY };
     static const struct option lo[] = {
         { "to-mesh", 1, 0, O_MESH }, { "placements", 1, 0, O_PL }, { "dims", 1, 0, O_DIMS },
         { "name", 1, 0, O_NAME }, { "out", 1, 0, O_OUT }, { "copy", 0, 0, O_COPY },
         { "mem-limit", 1, 0, O_MEM }, { "json", 0, 0, O_JSON }, { "help", 0, 0, 'h' },
-        { "progress", 0, 0, O_PROGRESS }, { 0, 0, 0, 0 },
+        { "progress", 0, 0, O_PROGRESS }, { "no-verify", 0, 0, O_NO_VERIFY }, { 0, 0, 0, 0 },
     };
     const char *shape = NULL, *pls = NULL, *dims = NULL, *newname = NULL, *out = NULL;
-    bool copy = false, json = false, progress = false;
+    bool copy = false, json = false, progress = false, verify = true;
     uint64_t mem = 0;
     ck_err err = { 0 };
     int c;
@@ -69,6 +74,7 @@ int main(int argc, char **argv)
         case O_COPY: copy = true; break;
         case O_JSON: json = true; break;
         case O_PROGRESS: progress = true; break;
+        case O_NO_VERIFY: verify = false; break;
         case O_MEM:
             if (ck_size_parse(optarg, &mem, &err) < 0 || mem < (1u << 20)) {
                 tool_error(prog, "--mem-limit: %s", err.code ? ck_err_msg(&err)
@@ -108,6 +114,7 @@ int main(int argc, char **argv)
         tool_error(prog, "%s", ck_err_msg(&err));
         return tool_exit_code(r);
     }
+    ck_load_verify(ck, verify);
     tool_progress pl_line;
     tool_progress_init(&pl_line, prog, "ckpt-reshard: copying", progress);
     ck_reshard_opts o = { .root = out ? out : root, .name = newname, .mesh = &mesh,

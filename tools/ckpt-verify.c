@@ -11,6 +11,7 @@
 
 #include "ck/catalog.h"
 #include "ck/compare.h"
+#include "ck/load.h"
 #include "ck/verify.h"
 #include "tool.h"
 
@@ -31,7 +32,10 @@ static void usage(FILE *f)
 "node's part in its local tier, or a peer's replica of it) is said to be one, and\n"
 "its data files checked are those it holds. Without NAME it also\n"
 "reports what lies under ROOT/.pending: saves in progress (their writer holds the\n"
-"save's lock) and the debris of saves whose writer died.\n"
+"save's lock) and the debris of saves whose writer died; and when ROOT is a node's\n"
+"local tier, the roots below it are checked the same way, each named: the replicas\n"
+"kept for other daemons (ROOT/.replicas/ID) and the copies fetched to restore from\n"
+"(ROOT/.fetched/N).\n"
 "\n"
 "  --deep        also re-read every data block and compare its SHA-256 with the\n"
 "                manifest (in parallel); a mismatch names the tensors it holds\n"
@@ -84,7 +88,7 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
     ck_ckpt *ck;
     c->name = name;
     c->problems = json_array();
-    json_t *j = json_pack("{s:s}", "name", name);
+    json_t *j = json_pack("{s:s, s:s}", "name", name, "root", root);
     int code = EXIT_OK;
     int r = ck_open(root, name, &ck, &err);
     if (r == -ENOENT) {
@@ -162,6 +166,53 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
     return code;
 }
 
+/* Every committed checkpoint of root, and what lies under its .pending; returns the
+ * worst exit code. */
+static int verify_root(const char *root, bool deep, unsigned threads, ctx *c, json_t *out,
+                       json_t *pending)
+{
+    ck_err err = { 0 };
+    ck_scan sc;
+    int code = EXIT_OK;
+    if (ck_root_scan(root, &sc, &err) < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
+        return EXIT_USAGE;
+    }
+    for (size_t i = 0; i < sc.n_committed; i++) {
+        int rc = verify_one(root, sc.committed[i], deep, threads, c, out);
+        if (rc > code)
+            code = rc;
+    }
+    /* A save in progress is no problem of the root; the debris of a dead writer is a
+     * crash to report. */
+    char pend[PATH_MAX];
+    ck_pending_dir(root, pend, sizeof pend);
+    for (size_t i = 0; i < sc.n_pending; i++) {
+        char who[256];
+        int live = ck_pending_live(root, sc.pending[i], who, sizeof who, &err);
+        if (live < 0) {
+            tool_error(prog, "%s", ck_err_msg(&err));
+            code = EXIT_USAGE;
+            continue;
+        }
+        json_array_append_new(pending, json_pack("{s:s, s:b, s:s?}", "entry", sc.pending[i],
+                                                 "live", live, "owner", live ? who : NULL));
+        if (!c->json && live)
+            printf("%s/%s: a save in progress (its writer, %s, holds its lock): not "
+                   "committed yet\n", pend, sc.pending[i], who);
+        else if (!c->json)
+            printf("%s/%s: debris of an incomplete save whose writer died (nothing holds "
+                   "its lock; the next recovery removes it: a ckptd's start, or the "
+                   "start of an embedded trainer or CheckpointManager)\n", pend, sc.pending[i]);
+        if (!live && code < EXIT_BAD)
+            code = EXIT_BAD;
+    }
+    if (!c->json && sc.n_committed == 0)
+        printf("%s: no committed checkpoints\n", root);
+    ck_scan_free(&sc);
+    return code;
+}
+
 static void on_diff(void *arg, const char *msg)
 {
     ctx *c = arg;
@@ -194,6 +245,10 @@ static int against(const char *root, const char *name, const char *spec, uint64_
         ck_close(a);
         return tool_exit_code(r);
     }
+    /* A comparison reports the first element that differs, which a load's block check
+     * would hide behind "SHA-256 mismatch"; --deep is the check of the hashes. */
+    ck_load_verify(a, false);
+    ck_load_verify(b, false);
     c->problems = json_array();
     tool_progress_init(&c->prog_line, prog, "ckpt-verify: comparing", c->progress);
     ck_compare_opts o = { .mem_limit = mem, .diff = on_diff, .progress = on_progress,
@@ -290,48 +345,25 @@ int main(int argc, char **argv)
     if (nargs == 2) {
         code = verify_one(root, argv[optind + 1], deep, threads, &c, out);
     } else {
+        code = verify_root(root, deep, threads, &c, out, pending);
         ck_err err = { 0 };
-        ck_scan sc;
-        if (ck_root_scan(root, &sc, &err) < 0) {
+        ck_tier_root *sub;
+        size_t n;
+        if (ck_tier_roots(root, &sub, &n, &err) < 0) {
             tool_error(prog, "%s", ck_err_msg(&err));
-            json_decref(out);
-            json_decref(pending);
-            return EXIT_USAGE;
+            n = 0;
+            code = EXIT_USAGE;
         }
-        for (size_t i = 0; i < sc.n_committed; i++) {
-            int rc = verify_one(root, sc.committed[i], deep, threads, &c, out);
+        for (size_t i = 0; i < n; i++) {
+            if (!c.json && sub[i].kind == CK_TIER_REPLICAS)
+                printf("%s: the replicas kept for ckptd %s\n", sub[i].path, sub[i].id);
+            else if (!c.json)
+                printf("%s: copies fetched to restore from\n", sub[i].path);
+            int rc = verify_root(sub[i].path, deep, threads, &c, out, pending);
             if (rc > code)
                 code = rc;
         }
-        /* A save in progress is no problem of the root; the debris of a dead writer
-         * is a crash to report. */
-        char pend[PATH_MAX];
-        ck_pending_dir(root, pend, sizeof pend);
-        for (size_t i = 0; i < sc.n_pending; i++) {
-            char who[256];
-            int live = ck_pending_live(root, sc.pending[i], who, sizeof who, &err);
-            if (live < 0) {
-                tool_error(prog, "%s", ck_err_msg(&err));
-                code = EXIT_USAGE;
-                continue;
-            }
-            json_array_append_new(pending, json_pack("{s:s, s:b, s:s?}", "entry", sc.pending[i],
-                                                     "live", live, "owner",
-                                                     live ? who : NULL));
-            if (!c.json && live)
-                printf("%s/%s: a save in progress (its writer, %s, holds its lock): not "
-                       "committed yet\n", pend, sc.pending[i], who);
-            else if (!c.json)
-                printf("%s/%s: debris of an incomplete save whose writer died (nothing holds "
-                       "its lock; the next recovery removes it: a ckptd's start, or the "
-                       "start of an embedded trainer or CheckpointManager)\n", pend,
-                       sc.pending[i]);
-            if (!live && code < EXIT_BAD)
-                code = EXIT_BAD;
-        }
-        if (!c.json && sc.n_committed == 0)
-            printf("%s: no committed checkpoints\n", root);
-        ck_scan_free(&sc);
+        free(sub);
     }
     if (c.json) {
         json_t *j = json_pack("{s:s, s:b, s:o, s:o}", "root", root, "ok", code == EXIT_OK,

@@ -111,16 +111,16 @@ static int blob_text(ck_ckpt *ck, const char *name, char *out, size_t len, ck_er
 static int resume(trainer *t, ck_err *err)
 {
     char name[CK_NAME_MAX], cfg[1024], buf[256], v1[64], v2[64];
-    int rc = sh_checkpoint_latest(t->w, t->a.ckpt_root, TR_SAVE_PREFIX, name, err);
+    const sh_state_dict *sd[2] = { &t->msd, &t->osd };
+    ck_ckpt *ck;
+    int rc = sh_checkpoint_restore(t->w, t->a.ckpt_root, t->a.daemon, TR_SAVE_PREFIX, sd, 2,
+                                   name, &ck, err);
     if (rc == -ENOENT && !t->a.eval) {
         if (sh_world_rank(t->w) == 0)
             printf("resume: no committed checkpoint in %s, starting from step 0\n",
                    t->a.ckpt_root);
         return 0;
     }
-    ck_ckpt *ck;
-    if (!rc)
-        rc = ck_open(t->a.ckpt_root, name, &ck, err);
     if (rc)
         return rc;
     rc = blob_text(ck, "config", cfg, sizeof cfg, err);

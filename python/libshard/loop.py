@@ -15,6 +15,7 @@ only them (the core's rule, ck/steps.h), never a ``best-model`` or a reshard's
 ``step-100-2x8`` in the same root. Options carry torchtitan's ``[checkpoint]`` names
 (docs/pytorch.md has the table, and what differs).
 """
+import errno
 import logging
 import os
 import time
@@ -419,7 +420,7 @@ class CheckpointManager:
         if kind == "ckpt":
             _kind, root, ckname, model_only = plan
             states = self._states_to_load(state_dict, model_only)
-            reader = CkptReader(root, ckname)
+            reader = CkptReader(root, ckname, socket=self.socket)
             dcp.load(states, storage_reader=reader, process_group=self.process_group)
             return 0 if model_only and root != self.root else reader.loaded_step
         _kind, path, fmt, model_only = plan
@@ -463,6 +464,8 @@ class CheckpointManager:
         # left (pending saves, their engines' heartbeats) before this run saves.
         if engine.socket_of(self.socket) is None:
             _ck.recover(self.root)
+        elif name is None and step is None and (tiers := self._resolve_tiers(partial)):
+            return tiers
         steps = _ck.steps(self.root, self.prefix)
         if name is not None:
             if _ck.name_state(self.root, name)[0] != "committed":
@@ -496,6 +499,26 @@ class CheckpointManager:
         log.info("libshard: loading %s under %s%s", name, self.root,
                  " (it holds the model only: the rest of the state stays as it is)"
                  if model_only else "")
+        return ("ckpt", self.root, name, model_only)
+
+    def _resolve_tiers(self, partial):
+        """Through ckptd: the run's newest step whose every data file has a live copy in
+        its tiers (this node's local tier, its peers', the durable root), which may be
+        newer than the root's; None when the daemon knows no step of the run."""
+        cl = _ck.Client(self.root, engine.socket_of(self.socket))
+        try:
+            name, why = cl.resolve(self.prefix, True)
+        except _ck.CkptError as e:
+            if e.errno == errno.ENOENT:
+                return None
+            raise
+        finally:
+            cl.close()
+        if why:
+            log.warning("libshard: %s", why)
+        model_only = partial and _ck.name_state(self.root, name)[0] == "committed" and \
+            self._is_model_only(self.root, name)
+        log.info("libshard: loading %s through ckptd's tiers", name)
         return ("ckpt", self.root, name, model_only)
 
     def _initial_plan(self, partial):

@@ -10,8 +10,21 @@ and reads the needed byte ranges with io_uring at queue depth, straight into the
 destination tensors on the CPU, and through page-locked buffers with the copies to the
 GPU overlapped with the next reads. Loading onto any mesh and world size is therefore
 the core's resharding.
+
+What comes back is what was saved: the core checks the SHA-256 of every block it reads
+(verify=False skips it, for raw speed, trusting the storage), and a destination of
+another dtype than the saved tensor gets the values converted (torch's Tensor.to(), as
+DCP's FileSystemReader casts), never the bits reinterpreted; a conversion torch leaves
+undefined (complex into real, NaN or out of range into an integer) fails naming the
+tensor.
+
+Through ckptd (socket, else $CKPTD_SOCKET, a daemon of this root) the checkpoint is
+opened from the copies its tiers hold nearest this node (a node's local tier, a peer's
+replica, the durable root), and read_data first has the daemon bring the data files the
+rank's boxes touch to this node (ck/client.h, ck_client_restore_*).
 """
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -24,8 +37,8 @@ from torch.distributed.checkpoint.planner import LoadItemType
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from . import _ck, names, newest
-from .torchio import addr, torch_dtype
+from . import _ck, engine, names, newest
+from .torchio import addr, dtype_code, torch_dtype
 
 # Blobs the writer keeps for itself (not state-dict entries): names.encode never gives
 # a key a name that begins with names.RESERVED_PREFIX, so no key can collide.
@@ -50,13 +63,20 @@ class CkptReader(StorageReader):
 
     name=None loads the newest committed checkpoint of root; every rank must resolve
     the same one (checked in prepare_global_plan: a commit between two ranks' look-ups
-    fails the load with a message rather than mixing checkpoints)."""
+    fails the load with a message rather than mixing checkpoints).
 
-    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20):
+    verify=False reads without checking the blocks' SHA-256 against the manifest: for
+    raw speed, trusting the storage."""
+
+    def __init__(self, root=None, name=None, *, batch_bytes=256 << 20, verify=True,
+                 socket=None):
         super().__init__()
         self.root = os.fspath(root) if root is not None else None
         self.name = name
         self.batch_bytes = batch_bytes
+        self.verify = verify
+        self.socket = socket
+        self._client = None
         self._ck = None
         self._opened = None
         self.loaded_step = None
@@ -80,7 +100,10 @@ class CkptReader(StorageReader):
     def _close(self):
         if self._ck is not None:
             self._ck.close()
+        if self._client is not None:
+            self._client.close()
         self._ck = None
+        self._client = None
         self._opened = None
 
     def _open(self):
@@ -91,7 +114,13 @@ class CkptReader(StorageReader):
         name = self.name if self.name is not None else newest(self.root)
         if name is None:
             raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
-        self._ck = _ck.Checkpoint(self.root, name)
+        sock = engine.socket_of(self.socket)
+        try:
+            self._client = _ck.Client(self.root, sock) if sock else None
+        except _ck.CkptError as e:
+            if e.errno != errno.EXDEV:     # a daemon of another root: not this reader's
+                raise
+        self._ck = _ck.Checkpoint(self.root, name, verify=self.verify, client=self._client)
         self._opened = name
         self.loaded_step = self._ck.info()["step"]
         return self._ck
@@ -140,7 +169,6 @@ class CkptReader(StorageReader):
         (page-locked for CUDA) in batches of at most batch_bytes, and copied from there
         on a side stream while the next batch is read: two buffers take turns."""
         ck = self._open()
-        saved = {n: code for n, code, *_ in ck.tensors()}
         in_place, through = [], []
         for req in plan.items:
             key = req.storage_index.fqn
@@ -155,12 +183,13 @@ class CkptReader(StorageReader):
             if tuple(target.shape) != lengths:
                 raise RuntimeError(f"tensor {key}: the planner's target has shape "
                                    f"{tuple(target.shape)}, the request {lengths}")
-            src = _source_dtype(key, saved.get(name), target.dtype)
-            if target.device.type == "cpu" and target.is_contiguous() and src == target.dtype:
+            if target.device.type == "cpu" and target.is_contiguous():
                 in_place.append((req, name, offsets, lengths, target))
             else:
-                through.append((req, name, offsets, lengths, target, src))
-        ck.read_many([(n, o, l, *addr(t)) for _r, n, o, l, t in in_place])
+                through.append((req, name, offsets, lengths, target))
+        if self._client is not None:        # the files of these boxes, near this node
+            ck.fetch([(it[1], it[2], it[3]) for it in in_place + through])
+        ck.read_many([(n, o, l, *addr(t), _code(t, n)) for _r, n, o, l, t in in_place])
         for req, *_rest, target in in_place:
             planner.commit_tensor(req, target)
         if through:
@@ -170,11 +199,10 @@ class CkptReader(StorageReader):
         return fut
 
     def _read_through(self, ck, items, planner):
-        """Items are (req, name, offsets, lengths, target, saved dtype): the bytes are
-        read as saved and copied into the target, converting a floating dtype."""
-        cuda = next((t.device for *_x, t, _s in items if t.device.type == "cuda"), None)
-        nbytes = [_aligned(t.numel() * src.itemsize) for *_x, t, src in items]
-        size = max(min(self.batch_bytes, sum(nbytes)), max(nbytes))
+        cuda = next((t.device for *_x, t in items if t.device.type == "cuda"), None)
+        biggest = max(_aligned(t.numel() * t.element_size()) for *_x, t in items)
+        size = max(min(self.batch_bytes, sum(_aligned(t.numel() * t.element_size())
+                                             for *_x, t in items)), biggest)
         bufs = [torch.empty(size, dtype=torch.uint8, pin_memory=cuda is not None)
                 for _ in range(2 if len(items) > 1 else 1)]
         side = torch.cuda.Stream(cuda) if cuda is not None else None
@@ -190,26 +218,27 @@ class CkptReader(StorageReader):
                 done[turn].synchronize()   # the copies out of this buffer have landed
             views = []
             at = 0
-            for _req, name, offsets, lengths, target, src in batch:
-                n = target.numel() * src.itemsize
-                views.append(buf[at:at + n].view(src).view(target.shape))
+            for _req, name, offsets, lengths, target in batch:
+                n = target.numel() * target.element_size()
+                views.append(buf[at:at + n].view(target.dtype).view(target.shape))
                 at += _aligned(n)
-            ck.read_many([(name, o, l, v.data_ptr(), v.numel() * v.element_size())
-                          for (_r, name, o, l, _t, _s), v in zip(batch, views)])
+            ck.read_many([(name, o, l, v.data_ptr(), v.numel() * v.element_size(),
+                           _code(v, name)) for (_r, name, o, l, _t), v in zip(batch, views)])
             if side is not None:
                 with torch.cuda.stream(side):
-                    for (_r, _n, _o, _l, target, _s), v in zip(batch, views):
+                    for (_r, _n, _o, _l, target), v in zip(batch, views):
                         target.copy_(v, non_blocking=target.device.type == "cuda")
                 done[turn] = torch.cuda.Event()
                 done[turn].record(side)
             else:
-                for (_r, _n, _o, _l, target, _s), v in zip(batch, views):
+                for (_r, _n, _o, _l, target), v in zip(batch, views):
                     target.copy_(v)
-            for req, *_rest, target, _s in batch:
+            for req, *_rest, target in batch:
                 planner.commit_tensor(req, target)
             batch, used, turn = [], 0, (turn + 1) % len(bufs)
 
-        for it, n in zip(items, nbytes):
+        for it in items:
+            n = _aligned(it[4].numel() * it[4].element_size())
             if batch and used + n > size:
                 flush()
             batch.append(it)
@@ -224,17 +253,9 @@ class CkptReader(StorageReader):
                     ev.synchronize()   # the buffers may be freed
 
 
-def _source_dtype(key, code, want):
-    """The dtype tensor key is read as: its saved dtype, which the copy into the target
-    converts when both are floating point (a bf16 export into an f32 model); any other
-    difference is refused, naming the tensor, never reinterpreted."""
-    if code is None:
-        return want
-    src = torch_dtype(code, f"tensor {key}")
-    if src != want and not (src.is_floating_point and want.is_floating_point):
-        raise ValueError(f"tensor {key}: saved as {src}, the target is {want}; only "
-                         "floating-point dtypes convert on load")
-    return src
+def _code(t, name):
+    """The format's code of t's dtype: the core converts the saved values into it."""
+    return dtype_code(t.dtype, f"tensor {name}")
 
 
 def _aligned(n, a=4096):

@@ -38,7 +38,7 @@ int main(void)
         REQUIRE(ck_placements_parse(targets[k].pl, m.ndim, 2, pl, NULL) == 0, "pl");
         for (uint64_t r = 0; r < ck_mesh_world(&m); r++) {
             /* One rank's load: every tensor's box, tensors interleaved (t0 twice). */
-            ck_load_item it[4];
+            ck_load_item it[4] = { { 0 } };   /* dtype 0: as saved */
             uint8_t *want[4], *single[4];
             uint64_t total = 0, len[4];
             static const uint32_t order[4] = { 0, 2, 1, 0 };
@@ -69,7 +69,8 @@ int main(void)
             for (int i = 0; i < 4 && rc == 0; i++) {
                 single[i] = malloc(len[i] + 1);
                 ck_reader *rd;
-                REQUIRE(ck_reader_open(ck, it[i].tensor, &rd, &err) == 0, "%s", ck_err_msg(&err));
+                REQUIRE(ck_reader_open(ck, it[i].tensor, CK_AS_SAVED, &rd, &err) == 0, "%s",
+                        ck_err_msg(&err));
                 CHECK(ck_reader_read(rd, &it[i].box, 0, len[i], single[i], &err) == 0, "%s",
                       ck_err_msg(&err));
                 ck_reader_close(rd);

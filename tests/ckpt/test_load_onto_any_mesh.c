@@ -1,6 +1,7 @@
 /* A checkpoint saved on a 2x4 mesh loads onto 3, 1, 2x2, 8, 5 and 2x3 (with dim-1
  * sharding too): every rank's shard, and random byte ranges of random boxes, equal
- * the formula. For dim-0 layouts each saved extent is read in one coalesced piece. */
+ * the formula. For dim-0 layouts an unverified load reads each saved extent in one
+ * coalesced piece (a verified one reads whole hash blocks instead, each once). */
 #include "ck/load.h"
 #include "ck/save.h"
 #include "ckpt_testlib.h"
@@ -22,8 +23,10 @@ int main(void)
     tl_tmpdir(root, sizeof root, "load");
     save_2x4(root);
     ck_err err = { 0 };
-    ck_ckpt *ck;
+    ck_ckpt *ck, *raw;
     REQUIRE(ck_open(root, "src", &ck, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_open(root, "src", &raw, &err) == 0, "%s", ck_err_msg(&err));
+    ck_load_verify(raw, false);
     static const struct { const char *mesh, *pl; } targets[] = {
         { "3", "S(0)" }, { "1", "S(0)" }, { "2x2", "R,S(0)" }, { "8", "S(0)" },
         { "5", "S(0)" }, { "2x3", "S(0),S(1)" }, { "4", "R" }, { "3", "S(1)" },
@@ -33,8 +36,10 @@ int main(void)
     for (uint32_t t = 0; t < 4; t++) {
         char tn[8];
         snprintf(tn, sizeof tn, "t%u", t);
-        ck_reader *rd;
-        REQUIRE(ck_reader_open(ck, tn, &rd, &err) == 0, "%s", ck_err_msg(&err));
+        ck_reader *rd, *rraw;
+        REQUIRE(ck_reader_open(ck, tn, CK_AS_SAVED, &rd, &err) == 0, "%s", ck_err_msg(&err));
+        REQUIRE(ck_reader_open(raw, tn, CK_AS_SAVED, &rraw, &err) == 0, "%s",
+                ck_err_msg(&err));
         const ck_tensor *ten = ck_reader_tensor(rd);
         size_t is = ck_dtype_size(ten->dtype);
         for (size_t k = 0; k < sizeof targets / sizeof targets[0]; k++) {
@@ -71,9 +76,14 @@ int main(void)
                         ck_shard_box(2, ten->shape, &sm, sp, sc, &sb);
                         meets += ck__box_intersect(&sb, &box, &x);
                     }
-                    CHECK(ck_reader_last_reads(rd) == meets, "%s onto %s rank %llu: %llu reads "
-                          "for %llu saved shards", tn, targets[k].mesh, (unsigned long long)r,
-                          (unsigned long long)ck_reader_last_reads(rd), (unsigned long long)meets);
+                    memset(got, 0xa5, bytes);
+                    CHECK(ck_reader_read_shard(rraw, &m, pl, r, got, &err) == 0 &&
+                          memcmp(want, got, bytes) == 0, "%s onto %s rank %llu unverified: %s",
+                          tn, targets[k].mesh, (unsigned long long)r, ck_err_msg(&err));
+                    CHECK(ck_reader_last_reads(rraw) == meets, "%s onto %s rank %llu: %llu "
+                          "reads for %llu saved shards", tn, targets[k].mesh,
+                          (unsigned long long)r, (unsigned long long)ck_reader_last_reads(rraw),
+                          (unsigned long long)meets);
                 }
                 /* A random byte range of the same box. */
                 if (bytes >= is) {
@@ -99,8 +109,10 @@ int main(void)
         ck_box one = { .ndim = 2, .off = { 0, 0 }, .len = { 1, 1 } };
         CHECK(is == 1 || ck_reader_read(rd, &one, 1, 1, b, &err) == -EINVAL, "partial element");
         ck_reader_close(rd);
+        ck_reader_close(rraw);
     }
     ck_close(ck);
+    ck_close(raw);
     tl_rmtree(root);
     if (tl_failures)
         return 1;

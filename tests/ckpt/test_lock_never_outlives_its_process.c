@@ -68,12 +68,17 @@ static writer start(const char *root, const char *name)
             _exit(2);
         pid_t child = fork();
         if (child == 0) {               /* no exec: a worker of the writer */
+            /* The child says it is ready itself: fork() returns here only after the
+             * atfork child handlers ran, so the test never looks before they did. */
+            pid_t me = getpid();
+            if (write(ready[1], &me, sizeof me) != sizeof me)
+                _exit(3);
             char b;
             while (read(hold[0], &b, 1) > 0)
                 ;
             _exit(0);
         }
-        if (child < 0 || write(ready[1], &child, sizeof child) != sizeof child)
+        if (child < 0)
             _exit(3);
         for (;;)
             pause();

@@ -111,7 +111,7 @@ static void load_onto(ck_ckpt *ck, size_t i, const char *mspec, const char *plsp
             if (pl[d].kind == CK_SHARD && pl[d].dim >= c->ndim)
                 pl[d] = (ck_placement){ .kind = CK_REPLICATE };
     ck_reader *rd;
-    REQUIRE(ck_reader_open(ck, c->name, &rd, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_reader_open(ck, c->name, CK_AS_SAVED, &rd, &err) == 0, "%s", ck_err_msg(&err));
     size_t is = ck_dtype_size(c->dt);
     uint32_t idx = (uint32_t)strtoul(c->name + 1, NULL, 10);
     for (uint64_t r = 0; r < ck_mesh_world(&m) + 4; r++) {
@@ -245,7 +245,8 @@ int main(void)
             ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
     ck_decl_free(d);
     ck_reader *rd;
-    REQUIRE(ck_open(root, "scalar", &ck, &err) == 0 && ck_reader_open(ck, "step", &rd, &err) == 0,
+    REQUIRE(ck_open(root, "scalar", &ck, &err) == 0 &&
+            ck_reader_open(ck, "step", CK_AS_SAVED, &rd, &err) == 0,
             "%s", ck_err_msg(&err));
     CHECK(ck_reader_read(rd, &scalar, 0, 8, &back, &err) == 0 && back == value,
           "the 0-D box reads back %llx: %s", (unsigned long long)back, ck_err_msg(&err));

@@ -265,7 +265,7 @@ static inline int kc_digest_tensor(const ck_tensor *t, void *arg)
     uint64_t bytes = ck_box_numel(&full) * ck_dtype_size(t->dtype);
     uint8_t *buf = malloc(bytes + 1);
     ck_reader *rd;
-    if (!buf || ck_reader_open(w->ck, t->name, &rd, &err) < 0) {
+    if (!buf || ck_reader_open(w->ck, t->name, CK_AS_SAVED, &rd, &err) < 0) {
         fprintf(stderr, "digest: tensor %s: %s\n", t->name, ck_err_msg(&err));
         w->bad++;
         free(buf);

@@ -10,6 +10,12 @@
  *   peer_tool serve-version ADDR VERSION SECS
  *       a fake service at ADDR whose every reply claims VERSION, for SECS seconds: what
  *       a client of this build says to a service of another version.
+ *   peer_tool serve-dying DURABLE ID LOCAL
+ *       a service that dies mid-GET: it publishes daemon ID's address in DURABLE as a
+ *       ckptd does, answers HELLO and the INVENTORY of the local tier LOCAL as the real
+ *       service does, serves a GET of a manifest alone whole, and to a GET of data
+ *       files sends GET_OK and the stream's first window, then exits (status 9) at the
+ *       first ACK: a holder that dies mid-transfer. It serves for 60 s at most.
  *   peer_tool hostile ADDR CASE
  *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
  *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
@@ -26,6 +32,8 @@
 #include <unistd.h>
 
 #include "kd.h"
+
+#include "format/owner.h"
 
 static pid_t victim;
 static const char *action = "none";
@@ -465,6 +473,7 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "get-all-and-files")) {
         ck__put_str(&w, "x");
         ck__put_str(&w, "");
+        ck__put_u64(&w, 0);
         ck__put_u8(&w, 1);
         ck__put_u32(&w, 1);
         ck__put_str(&w, "rank-00000.dat");
@@ -485,6 +494,94 @@ static int hostile(const char *addr, const char *cs)
     return r;
 }
 
+/* One message to a connection of serve_dying: as the real service answers it, but a
+ * GET of data files dies once its receiver took the first bytes. */
+static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *local,
+                        kd_xsend **tx, bool *files)
+{
+    ck_err err = { 0 };
+    ck__wbuf w = { 0 };
+    kd_preq ask = { 0 }, q = { 0 };
+    char root[PATH_MAX], source[CK_COPY_ID_MAX];
+    int r = 0;
+    if (m->type == KD_P_HELLO) {
+        kd_pw_hello(&w, id, 1);
+        kd_pconn_send_w(pc, KD_P_HELLO_OK, &w);
+    } else if (m->type == KD_P_INVENTORY) {
+        kd_peer_copy *v;
+        size_t n;
+        if ((r = kd_inv_scan(local, id, &v, NULL, &n, &err)) == 0) {
+            kd_pw_inventory(&w, v, n);
+            kd_peer_copies_free(v, n);
+            kd_pconn_send_w(pc, KD_P_INVENTORY_OK, &w);
+        }
+    } else if (m->type == KD_P_GET && !*tx) {
+        if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
+            (r = kd_inv_find(local, id, &ask, root, sizeof root, source, &err)) == 0 &&
+            (r = kd_xsend_open(root, ask.name, source, &ask, &q, tx, &err)) == 0) {
+            kd_pw_stream(&w, &q);
+            kd_pconn_send_w(pc, KD_P_GET_OK, &w);
+            kd_pconn_set_budget(pc, KD_PEER_MSG_MAX);
+            *files = q.n > 0;
+            r = kd_xsend_pump(*tx, pc, &err);
+        }
+        kd_preq_free(&ask);
+        kd_preq_free(&q);
+    } else if (m->type == KD_P_ACK && *tx && *files) {
+        printf("dying at the first ACK of a GET, %llu bytes taken\n", (unsigned long long)m->arg);
+        _exit(9);
+    } else if (m->type == KD_P_ACK && *tx) {
+        if ((r = kd_xsend_ack(*tx, m->arg, &err)) == 0 && (r = kd_xsend_pump(*tx, pc, &err)) == 1)
+            r = 0;
+    }
+    if (r < 0)
+        printf("error: %s\n", ck_err_msg(&err));
+    return r;
+}
+
+static int serve_dying(const char *durable, const char *id, const char *local)
+{
+    ck_err err = { 0 };
+    kd_ucx *u;
+    char bound[KD_PEER_ADDR_MAX];
+    int lock;
+    /* Held as a daemon holds it: a ckptd starting on the root meanwhile removes the
+     * address file of a daemon whose lock is free. */
+    if (ck__engine_lock(durable, id, "the dying holder", &lock, &err) < 0 ||
+        kd_ucx_open("127.0.0.1:0", &u, bound, sizeof bound, &err) < 0 ||
+        kd_addr_publish(durable, id, bound, 1, &err) < 0) {
+        printf("error: %s\n", ck_err_msg(&err));
+        return 2;
+    }
+    printf("serving as ckptd %s at %s\n", id, bound);
+    /* Each call of a client is a connection of its own: a slot is free again once
+     * its peer hung up. */
+    kd_pconn *conns[16] = { NULL };
+    kd_xsend *tx[16] = { NULL };
+    bool files[16] = { false };
+    for (double end = kd_now() + 60; kd_now() < end;) {
+        kd_ucx_wait(u, 100);
+        for (unsigned i = 0; i < 16; i++) {
+            if (conns[i] && kd_pconn_failed(conns[i], NULL)) {
+                kd_pconn_close(conns[i], KD_CLOSE_NOW);
+                kd_xsend_free(tx[i]);
+                conns[i] = NULL;
+                tx[i] = NULL;
+            }
+            if (!conns[i] && (conns[i] = kd_ucx_accepted(u)))
+                kd_pconn_set_budget(conns[i], KD_PEER_REQ_MAX + KD_PEER_HDR);
+            for (kd_pmsg *m; conns[i] && (m = kd_pconn_next(conns[i]));) {
+                dying_answer(conns[i], m, id, local, &tx[i], &files[i]);
+                kd_pmsg_free(m);
+            }
+        }
+    }
+    for (unsigned i = 0; i < 16; i++)
+        kd_xsend_free(tx[i]);
+    kd_ucx_close(u);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -493,6 +590,8 @@ int main(int argc, char **argv)
         return hostile(argv[2], argv[3]);
     if (argc >= 5 && !strcmp(argv[1], "serve-version"))
         return raw_serve(argv[2], (uint16_t)atoi(argv[3]), atof(argv[4]));
+    if (argc >= 5 && !strcmp(argv[1], "serve-dying"))
+        return serve_dying(argv[2], argv[3], argv[4]);
     if (argc >= 6 && !strcmp(argv[1], "put")) {
         action = argc > 6 ? argv[6] : "none";
         kd_peer_call c = { .addr = argv[2], .id = argv[5], .timeout = timeout(),

@@ -8,27 +8,8 @@
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/replica_lib.sh"
 . "$here/../launch/netns_lib.sh"
-netns_setup "$WORK"
-trap 'netns_cleanup; cleanup' EXIT
+netns_hosts_up
 A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
-# UCX picks its network devices when it starts, among those that are running: a veth
-# whose carrier is not yet on ("NO-CARRIER ... state DOWN" for a moment after it is
-# set up) is left out, and a daemon started then never takes a connection on it.
-for h in "$A" "$B"; do
-    for _ in $(seq 200); do
-        ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' && break
-        sleep 0.05
-    done
-    ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' ||
-        fail "the veth of $h never came up: $(ip -n "$h" -o link show)"
-done
-export UCX_TLS=tcp
-# on-HOST CMD...: CMD on that host (netns_on as a program, for run's timeout).
-for h in "$A" "$B"; do
-    printf '#!/bin/sh\nexec ip netns exec %s unshare --uts sh -c '"'"'hostname "$0" && exec "$@"'"'"' %s "$@"\n' \
-        "$h" "$h" >"$WORK/on-$h"
-    chmod +x "$WORK/on-$h"
-done
 
 synth "$WORK/src" c1
 mkdir -p "$WORK/A.local" "$WORK/C.local"

@@ -23,8 +23,8 @@ case_() {
     said "$want" "case $name"
 }
 case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
-case_ other-version "answer: service: ckptd B speaks peer protocol version 1; this peer sent version 2"
-logged B "refused: ckptd B speaks peer protocol version 1; this peer sent version 2" \
+case_ other-version "answer: service: ckptd B speaks peer protocol version 2; this peer sent version 3"
+logged B "refused: ckptd B speaks peer protocol version 2; this peer sent version 3" \
     "the version refusal"
 case_ before-hello "refused: .*a INVENTORY \(type 2\) before HELLO"
 case_ second-hello "refused: .*a second HELLO"
@@ -63,17 +63,17 @@ case_ get-all-and-files "refused: .*both 'all' and a list of files"
 case_ get-missing "refused: .*no copy of no-such-checkpoint here"
 
 # A service of another version, for this build's client: refused naming both.
-"$PEER_TOOL" serve-version 127.0.0.1:0 2 10 >"$WORK/fake.out" 2>&1 &
+"$PEER_TOOL" serve-version 127.0.0.1:0 3 10 >"$WORK/fake.out" 2>&1 &
 fake=$!
 for _ in $(seq 100); do
     grep -q "^serving" "$WORK/fake.out" && break
     sleep 0.05
 done
-fake_addr=$(sed -n 's/^serving as version 2 at //p' "$WORK/fake.out")
-[ -n "$fake_addr" ] || fail "the fake service of version 2 did not start: $(cat "$WORK/fake.out")"
+fake_addr=$(sed -n 's/^serving as version 3 at //p' "$WORK/fake.out")
+[ -n "$fake_addr" ] || fail "the fake service of version 3 did not start: $(cat "$WORK/fake.out")"
 run "$CKPTCTL" peer inventory --addr "$fake_addr" --timeout 5
 expect 1 "a client of this build and a service of another version"
-said "speaks ckptd peer protocol version 2, this build version 1" "the client's refusal"
+said "speaks ckptd peer protocol version 3, this build version 2" "the client's refusal"
 kill "$fake"
 wait "$fake" 2>/dev/null
 

@@ -4,7 +4,7 @@
 # a peer service on a port the kernel picks (published in ROOT/.ckptd.ID.peer). Every
 # command runs under a timeout, so a hang fails the test instead of holding it; every
 # daemon started is ended by its pid at exit. The paths come from meson: CKPTD,
-# CKPTCTL, CKPT_SYNTH, CKPT_VERIFY, CKPT_INSPECT, COPY_PARTIAL, PEER_TOOL.
+# CKPTCTL, CKPT_SYNTH, CKPT_VERIFY, CKPT_INSPECT, COPY_PARTIAL, PEER_TOOL, TIER_LOAD.
 set -u
 export LC_ALL=C
 TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
@@ -13,7 +13,7 @@ CMD_TIMEOUT=${CMD_TIMEOUT:-60}
 fail() { echo "FAIL [$TEST_NAME]: $*" >&2; exit 1; }
 skip() { echo "SKIP [$TEST_NAME]: $*"; exit 77; }
 
-for v in CKPTD CKPTCTL CKPT_SYNTH CKPT_VERIFY CKPT_INSPECT COPY_PARTIAL PEER_TOOL; do
+for v in CKPTD CKPTCTL CKPT_SYNTH CKPT_VERIFY CKPT_INSPECT COPY_PARTIAL PEER_TOOL TIER_LOAD; do
     [ -x "${!v:-}" ] || skip "\$$v is not set (run through meson test)"
 done
 
@@ -57,19 +57,23 @@ synth() {
 
 # daemon ID [ckptd options]: ckptd of id ID on WORK/ID.durable, local tier WORK/ID.local,
 # peer service on $LISTEN (127.0.0.1), any port, run through ${WRAP[@]} (a host of
-# netns_lib.sh: netns_on HOST); waits for its published address.
+# netns_lib.sh: netns_on HOST); waits for its published address. With SHARED set, the
+# durable root is SHARED for every daemon (one root, as on a cluster), and daemon ID's
+# socket WORK/ID.sock.
 WRAP=()
+durable_of() { echo "${SHARED:-$WORK/$1.durable}"; }
 daemon() {
-    local id=$1
+    local id=$1 root
     shift
-    mkdir -p "$WORK/$id.durable" "$WORK/$id.local"
-    rm -f "$WORK/$id.durable/.ckptd.$id.peer"
-    "${WRAP[@]}" "$CKPTD" --root "$WORK/$id.durable" --id "$id" --local-root "$WORK/$id.local" \
+    root=$(durable_of "$id")
+    mkdir -p "$root" "$WORK/$id.local"
+    rm -f "$root/.ckptd.$id.peer"
+    "${WRAP[@]}" "$CKPTD" --root "$root" --id "$id" --local-root "$WORK/$id.local" \
         --peer-listen "${LISTEN:-127.0.0.1}:0" --foreground --log "$WORK/$id.log" \
-        --staging 64MiB "$@" &
+        --staging 64MiB ${SHARED:+--socket "$WORK/$id.sock"} "$@" &
     PID[$id]=$!
     for _ in $(seq 400); do
-        [ -s "$WORK/$id.durable/.ckptd.$id.peer" ] && return 0
+        [ -s "$root/.ckptd.$id.peer" ] && return 0
         kill -0 "${PID[$id]}" 2>/dev/null || break
         sleep 0.05
     done
@@ -77,8 +81,33 @@ daemon() {
     fail "ckptd $id did not publish its peer address"
 }
 
+# netns_hosts_up: makes the hosts of tests/launch/netns_lib.sh (sourced; they go at
+# exit, with the daemons), waits for each host's veth to carry (UCX picks its network devices when it starts, among those that are
+# running: a veth whose carrier is not yet on, "NO-CARRIER ... state DOWN" for a moment
+# after it is set up, is left out, and a daemon started then never takes a connection
+# on it), keeps UCX on TCP (UCX_TLS=tcp: the bytes cross the veth, as they would cross
+# a cluster's network, rather than shared memory of the one machine), and writes
+# WORK/on-HOST, which runs a command on that host under its own host name.
+netns_hosts_up() {
+    local h
+    netns_setup "$WORK"
+    trap 'netns_cleanup; cleanup' EXIT
+    for h in "${NETNS_HOSTS[@]}"; do
+        for _ in $(seq 200); do
+            ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' && break
+            sleep 0.05
+        done
+        ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' ||
+            fail "the veth of $h never came up: $(ip -n "$h" -o link show)"
+        printf '#!/bin/sh\nexec ip netns exec %s unshare --uts sh -c '"'"'hostname "$0" && exec "$@"'"'"' %s "$@"\n' \
+            "$h" "$h" >"$WORK/on-$h"
+        chmod +x "$WORK/on-$h"
+    done
+    export UCX_TLS=tcp
+}
+
 # addr ID: where daemon ID's peer service listens, from its address file.
-addr() { sed -n 's/^address //p' "$WORK/$1.durable/.ckptd.$1.peer"; }
+addr() { sed -n 's/^address //p' "$(durable_of "$1")/.ckptd.$1.peer"; }
 
 # stop ID: SIGTERM, and its exit status must be 0.
 stop() {

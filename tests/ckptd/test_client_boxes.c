@@ -40,7 +40,7 @@ static int load(const char *root, const char *tensor, const ck_box *box, const c
     int r = ck_open(root, "boxes", &ck, err);
     if (r < 0)
         return r;
-    if ((r = ck_reader_open(ck, tensor, &rd, err)) == 0) {
+    if ((r = ck_reader_open(ck, tensor, CK_AS_SAVED, &rd, err)) == 0) {
         r = box ? ck_reader_read(rd, box, 0, len, dst, err)
                 : ck_reader_read_shard(rd, mesh, pl, rank, dst, err);
         ck_reader_close(rd);

@@ -15,8 +15,8 @@ static void compare(const char *ra, const char *rb, const char *na, const char *
         char tn[32];
         snprintf(tn, sizeof tn, "t%llu", (unsigned long long)i);
         ck_reader *x, *y;
-        REQUIRE(ck_reader_open(a, tn, &x, &err) == 0, "%s", ck_err_msg(&err));
-        REQUIRE(ck_reader_open(b, tn, &y, &err) == 0, "%s", ck_err_msg(&err));
+        REQUIRE(ck_reader_open(a, tn, CK_AS_SAVED, &x, &err) == 0, "%s", ck_err_msg(&err));
+        REQUIRE(ck_reader_open(b, tn, CK_AS_SAVED, &y, &err) == 0, "%s", ck_err_msg(&err));
         const ck_tensor *t = ck_reader_tensor(x);
         ck_box full = { .ndim = t->ndim };
         for (int d = 0; d < t->ndim; d++)

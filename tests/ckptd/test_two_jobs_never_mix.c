@@ -112,7 +112,7 @@ static int owner(const trial *T)
     ck_reader *rd;
     ck_box box = { .ndim = 1, .off = { 0 }, .len = { 2 * SHARD } };
     int job = -1;
-    if (ck_reader_open(ck, "t", &rd, &err) == 0) {
+    if (ck_reader_open(ck, "t", CK_AS_SAVED, &rd, &err) == 0) {
         if (ck_reader_read(rd, &box, 0, 2 * SHARD, all, &err) == 0) {
             job = all[0] == value(0, 0) ? 0 : all[0] == value(1, 0) ? 1 : -1;
             for (int r = 0; r < 2 && job >= 0; r++)

@@ -80,7 +80,7 @@ static void both(sh_world *w, ck_ckpt *ck, const sh_shard_entry *e, size_t bytes
     ck_err err = {0};
     ck_reader *rd;
     if (sh_copy_to_host(w, device, e->data, bytes, &err) ||
-        ck_reader_open(ck, e->name, &rd, &err) ||
+        ck_reader_open(ck, e->name, CK_AS_SAVED, &rd, &err) ||
         ck_reader_read(rd, &e->box, 0, bytes, disk, &err))
         th_die(w, e->name, &err);
     ck_reader_close(rd);

@@ -192,10 +192,10 @@ def check(cmd, expect=0):
 class Ckptd:
     """A real ckptd process on root, in the foreground, ended with SIGTERM."""
 
-    def __init__(self, root):
+    def __init__(self, root, *args):
         self.socket = os.path.join(root, ".ckptd.sock")
         self.proc = subprocess.Popen(
-            [tool("ckptd"), "--root", root, "--foreground", "--staging", "256MiB"],
+            [tool("ckptd"), "--root", root, "--foreground", "--staging", "256MiB", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while not os.path.exists(self.socket):

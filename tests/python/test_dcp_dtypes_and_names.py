@@ -4,9 +4,9 @@ CkptWriter and CkptReader bit for bit (one process, sync and async), the names o
 are the escaped keys, ckpt-verify --deep passes, and a dtype the format lacks is
 refused with a message naming the tensor. Keys named like the writer's own blobs
 ("dcp-x.planner_data", beside a nested dict that makes DCP write its planner data)
-come back as they were: they are escaped, never overwritten. A floating tensor loads
-into another floating dtype converted (bf16 into f32); into an integer one it is
-refused, naming the tensor."""
+come back as they were: they are escaped, never overwritten. A tensor loads into
+another dtype converted as Tensor.to() converts it (bf16 into f32, into int32
+truncated); complex into real is refused, naming the tensor and both dtypes."""
 import os
 
 import torch
@@ -81,19 +81,23 @@ def main():
         assert torch.equal(got["nested"]["w"], sd["nested"]["w"]), (name, got)
         assert torch.equal(got["dcp-x.t"], sd["dcp-x.t"]), (name, got)
 
-    # Dtypes on load: floating converts, anything else is refused by name.
-    w = torch.randn(4, 3).bfloat16()
-    dcp.save({"w": w}, storage_writer=CkptWriter(root, "bf16-4"), no_dist=True)
+    # Dtypes on load: values converted as Tensor.to() does; complex into real refused.
+    w = torch.randn(4, 3).bfloat16() * 8
+    c = torch.complex(torch.randn(3), torch.randn(3))
+    dcp.save({"w": w, "c": c}, storage_writer=CkptWriter(root, "bf16-4"), no_dist=True)
     got = {"w": torch.zeros(4, 3)}
     dcp.load(got, storage_reader=CkptReader(root, "bf16-4"), no_dist=True)
     assert got["w"].dtype == torch.float32 and torch.equal(got["w"], w.float()), got
+    got = {"w": torch.zeros(4, 3, dtype=torch.int32)}
+    dcp.load(got, storage_reader=CkptReader(root, "bf16-4"), no_dist=True)
+    assert torch.equal(got["w"], w.to(torch.int32)), (got, w)
     try:
-        dcp.load({"w": torch.zeros(4, 3, dtype=torch.int32)},
-                 storage_reader=CkptReader(root, "bf16-4"), no_dist=True)
+        dcp.load({"c": torch.zeros(3)}, storage_reader=CkptReader(root, "bf16-4"),
+                 no_dist=True)
     except BaseException as e:
-        assert "tensor w" in str(e) and "bfloat16" in str(e), e
+        assert "tensor c " in str(e) and "c64" in str(e) and "f32" in str(e), e
     else:
-        raise AssertionError("a bf16 tensor loaded into an int32 one")
+        raise AssertionError("a complex tensor loaded into a real one")
 
 
 if __name__ == "__main__":

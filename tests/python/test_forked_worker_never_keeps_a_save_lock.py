@@ -30,8 +30,14 @@ for _ in range(3000):
     if _ck.name_state(root, "step-1")[0] == "busy":
         break
     time.sleep(0.01)
-worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(600,))
+ctx = multiprocessing.get_context("fork")
+running = ctx.Event()
+def work():                 # once it runs, fork's child handlers have run in it
+    running.set()
+    time.sleep(600)
+worker = ctx.Process(target=work)
 worker.start()
+running.wait(60)
 print(_ck.name_state(root, "step-1")[0], worker.pid, flush=True)
 time.sleep(600)
 """

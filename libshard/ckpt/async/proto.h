@@ -11,6 +11,7 @@
 #ifndef CK_ASYNC_PROTO_H
 #define CK_ASYNC_PROTO_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -20,13 +21,14 @@
 #include "format/enc.h"
 
 #define CK_PROTO_MAGIC   0x31444b43u      /* "CKD1" */
-#define CK_PROTO_VERSION 5
+#define CK_PROTO_VERSION 6
 #define CK_PROTO_HDR     16
 #define CK_PROTO_MAX_MSG (16u << 20)      /* payload bytes */
 #define CK_PROTO_MAX_TENSORS (1u << 18)
 #define CK_PROTO_MAX_BLOBS 4096u
 #define CK_PROTO_MAX_BOXES (1u << 20)     /* boxes of all box-list tensors of a BEGIN */
 #define CK_PROTO_MAX_NODES 4096u         /* daemons taking part in one save */
+#define CK_PROTO_MAX_FILES (1u << 20)     /* data files a FETCH names */
 
 enum ck__msg_type {
     /* client -> daemon */
@@ -35,6 +37,9 @@ enum ck__msg_type {
     CK_MSG_STAGED = 3,    /* str name, u64 rank: the staging area holds the part */
     CK_MSG_COMMIT = 4,    /* str name: rank 0 asks for the commit */
     CK_MSG_STATUS = 5,    /* empty */
+    CK_MSG_RESOLVE = 6,   /* str what, u8 newest (1: what is a prefix PREFIX<step>) */
+    CK_MSG_FETCH = 7,     /* str name, u32 n, n x str data file (n = 0: the manifest) */
+    CK_MSG_TIERS = 8,     /* str name ("": every checkpoint) */
     /* daemon -> client */
     CK_MSG_HELLO_OK = 64, /* str root, u64 staging limit */
     CK_MSG_ADMIT = 65,    /* str name, u64 rank, u64 image bytes: copy now */
@@ -42,6 +47,9 @@ enum ck__msg_type {
     CK_MSG_COMMITTED = 67,/* str name */
     CK_MSG_ERROR = 68,    /* str name ("" : the connection), i32 -errno, str message */
     CK_MSG_STATUS_OK = 69,/* ck__proto_status */
+    CK_MSG_RESOLVE_OK = 70, /* str name, u64 step, u64 time, str why ("": the newest saved) */
+    CK_MSG_FETCH_OK = 71, /* str name, u32 n, n x str directory of a copy, nearest first */
+    CK_MSG_TIERS_OK = 72, /* where each copy is (ckptd/kd_peer_wire.c, kd_pw_tiers) */
 };
 
 typedef struct ck__begin_blob {
@@ -123,6 +131,43 @@ typedef struct ck__proto_status {
 
 void ck__proto_put_status(ck__wbuf *w, const ck__proto_status *s);
 int ck__proto_get_status(const void *p, size_t len, ck__proto_status *s, ck_err *err);
+
+/* ---- restoring from the tiers (proto_restore.c; docs/PROTOCOL.md, "Restoring") ----
+ * RESOLVE, FETCH and TIERS are decoded with every field checked: names as a save's
+ * (ck_name_check), a prefix as the start of one, data files as plain file names, at
+ * most CK_PROTO_MAX_FILES of them; their replies' directories are absolute paths, at
+ * most CK_COPIES_MAX. */
+typedef struct ck__restore_req {
+    char name[CK_NAME_MAX];     /* RESOLVE: the name, or the prefix; FETCH, TIERS: the name */
+    bool newest;                /* RESOLVE: the newest PREFIX<step> that can be restored */
+    uint32_t n;                 /* FETCH: the data files wanted */
+    char (*files)[CK_FILE_NAME_MAX];
+} ck__restore_req;
+
+void ck__proto_put_restore(ck__wbuf *w, uint16_t type, const ck__restore_req *q);
+/* type is RESOLVE, FETCH or TIERS; -EBADMSG naming the field (q freed on error). */
+int ck__proto_get_restore(uint16_t type, const void *p, size_t len, ck__restore_req *q,
+                          ck_err *err);
+void ck__restore_req_free(ck__restore_req *q);
+
+/* RESOLVE_OK: the checkpoint to restore and, when it is not the newest saved, why. */
+typedef struct ck__restore_pick {
+    char name[CK_NAME_MAX];
+    uint64_t step, time_ns;
+    char why[CK_ERR_MSG_MAX];
+} ck__restore_pick;
+void ck__proto_put_pick(ck__wbuf *w, const ck__restore_pick *k);
+int ck__proto_get_pick(const void *p, size_t len, ck__restore_pick *k, ck_err *err);
+
+/* FETCH_OK: the directories of the copies to open, nearest first (ck_open_copies). */
+typedef struct ck__restore_dirs {
+    char name[CK_NAME_MAX];
+    uint32_t n;
+    char (*dirs)[PATH_MAX];
+} ck__restore_dirs;
+void ck__proto_put_dirs(ck__wbuf *w, const ck__restore_dirs *d);
+int ck__proto_get_dirs(const void *p, size_t len, ck__restore_dirs *d, ck_err *err);
+void ck__restore_dirs_free(ck__restore_dirs *d);
 
 /* ---- the client's side of the socket (client_conn.c) ---- */
 

@@ -1,5 +1,6 @@
 /* copy.c - the file that marks a partial copy: reading it against the manifest, writing
- * it (see format/copy.h and docs/FORMAT.md, "Copies"). */
+ * it (see format/copy.h and docs/FORMAT.md, "Copies"); what a handle holds, and, for
+ * one opened through several copies (format/copies.c), which copy holds each file. */
 #include "format/copy.h"
 
 #include <fcntl.h>
@@ -233,4 +234,73 @@ const ck_copy *ck_get_copy(const ck_ckpt *ck)
 bool ck_file_held(const ck_ckpt *ck, uint32_t id)
 {
     return id < ck->info.n_files && (!ck->held || ck->held[id]);
+}
+
+int ck__file_dirfd(const ck_ckpt *ck, uint32_t id)
+{
+    return ck->from && ck->from[id] != CK__NOWHERE ? ck->copies[ck->from[id]].fd : ck->dirfd;
+}
+
+const char *ck__file_dir(const ck_ckpt *ck, uint32_t id)
+{
+    return ck->from && ck->from[id] != CK__NOWHERE ? ck->copies[ck->from[id]].dir : ck->dir;
+}
+
+/* The held flags and the copy record of the union. */
+void ck__copies_unite(ck_ckpt *ck)
+{
+    uint32_t held = 0;
+    for (uint32_t f = 0; f < ck->info.n_files; f++) {
+        bool h = ck->from[f] != CK__NOWHERE;
+        if (ck->held)
+            ck->held[f] = h;
+        held += h;
+    }
+    ck->copy.files_held = held;
+    ck->copy.partial = held < ck->info.n_files;
+}
+
+int ck__copies_dup(const ck_ckpt *src, ck_ckpt *dst, ck_err *err)
+{
+    uint32_t nf = src->info.n_files;
+    dst->copies = calloc(src->n_copies, sizeof *dst->copies);
+    dst->from = malloc((nf ? nf : 1) * sizeof *dst->from);
+    if (!dst->copies || !dst->from)
+        return ck_err_set(err, -ENOMEM, "%s: out of memory", src->dir);
+    memcpy(dst->from, src->from, nf * sizeof *dst->from);
+    dst->copies[0].fd = dst->dirfd;
+    snprintf(dst->copies[0].dir, sizeof dst->copies[0].dir, "%s", src->copies[0].dir);
+    dst->n_copies = 1;
+    for (uint32_t i = 1; i < src->n_copies; i++) {
+        dst->copies[i].fd = fcntl(src->copies[i].fd, F_DUPFD_CLOEXEC, 0);
+        if (dst->copies[i].fd < 0)
+            return ck_err_set(err, -errno, "%s: %s", src->copies[i].dir, strerror(errno));
+        snprintf(dst->copies[i].dir, sizeof dst->copies[i].dir, "%s", src->copies[i].dir);
+        dst->n_copies = i + 1;
+    }
+    ck__copies_unite(dst);
+    return 0;
+}
+
+void ck__copies_free(ck_ckpt *ck)
+{
+    for (uint32_t i = 1; ck->copies && i < ck->n_copies; i++)
+        close(ck->copies[i].fd);
+    free(ck->copies);
+    free(ck->from);
+    ck->copies = NULL;
+    ck->from = NULL;
+    ck->n_copies = 0;
+}
+
+int ck__copies_lack(const ck_ckpt *ck, uint32_t id, ck_err *err)
+{
+    char list[CK_ERR_MSG_MAX / 2];
+    size_t at = 0;
+    list[0] = '\0';
+    for (uint32_t i = 0; i < ck->n_copies && at < sizeof list; i++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "",
+                               ck->copies[i].dir);
+    return ck_err_set(err, -ENODATA, "checkpoint %s: data file %s is in none of the %u copies "
+                      "opened (%s)", ck->info.name, ck->files[id].name, ck->n_copies, list);
 }

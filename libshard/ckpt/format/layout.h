@@ -17,6 +17,7 @@
  *   ROOT/.pending/NAME.TOKEN-removed           a checkpoint being removed
  *   ROOT/.ckptd.ID.lock, .beat, .peer          an engine's lock, heartbeat and peer
  *                                              address (ckptd's peer service)
+ *   LOCAL/.replicas/SRC, LOCAL/.fetched/N      a local tier's roots (format/tier.c)
  *   .NAME.tmp                                  a file being written, renamed into place
  *
  * Every maker writes into out (len bytes) and returns 0, or -ENAMETOOLONG when the name
@@ -35,6 +36,8 @@
 #define CK_MANIFEST    "manifest.mdb"
 #define CK_CATALOG     "catalog.mdb"
 #define CK_COPY_FILE   "copy"      /* marks a partial copy (docs/FORMAT.md, "Copies") */
+#define CK_REPLICAS    ".replicas" /* LOCAL/.replicas/SRC: a local tier's replicas (ck/catalog.h) */
+#define CK_FETCHED     ".fetched"  /* LOCAL/.fetched/N: its fetched copies */
 #define CK_TOKEN_MAX   16          /* a save's token (NAME.TOKEN) with its NUL */
 #define CK_NODE_ID_MAX 64          /* an engine id with its NUL: [A-Za-z0-9._-] */
 

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "format/copy.h"
-#include "format/layout.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
+#include "format/layout.h"
 #include "model/layout.h"
 #include "io/engine.h"
 
@@ -345,7 +345,10 @@ int ck__open_dup(const ck_ckpt *ck, ck_ckpt **out, ck_err *err)
             close(dirfd);
         return ck_err_set(err, r, "%s: %s", ck->dir, strerror(-r));
     }
-    return open_at(dirfd, mem, ck->dir, out, err);
+    int r = open_at(dirfd, mem, ck->dir, out, err);
+    if (r == 0 && ck->copies && (r = ck__copies_dup(ck, *out, err)) < 0)
+        ck_close(*out);
+    return r;
 }
 
 void ck_close(ck_ckpt *ck)
@@ -358,10 +361,13 @@ void ck_close(ck_ckpt *ck)
         if (ck->dfds[i] >= 0)
             ck->engine->ops->close(ck->engine, ck->dfds[i]);
     }
+    if (ck->vs_free)
+        ck->vs_free(ck->vs);
     if (ck->txn)
         mdb_txn_abort(ck->txn);
     if (ck->env)
         mdb_env_close(ck->env);
+    ck__copies_free(ck);
     close(ck->dirfd);
     close(ck->mem);
     free(ck->files);
@@ -631,11 +637,11 @@ const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id)
     return id < ck->info.n_files ? &ck->files[id] : NULL;
 }
 
-int ck__file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len)
+int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len)
 {
     if (id >= ck->info.n_files)
         return -ENOENT;
-    if (snprintf(buf, len, "%s/%s", ck->dir, ck->files[id].name) >= (int)len)
+    if (snprintf(buf, len, "%s/%s", ck__file_dir(ck, id), ck->files[id].name) >= (int)len)
         return -ENAMETOOLONG;
     return 0;
 }
@@ -740,16 +746,19 @@ int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
     if (*slot >= 0 || *slot == NO_DIRECT)
         return *slot;
     char path[PATH_MAX];
-    if (ck__file_path(ck, id, path, sizeof path) < 0)
+    if (ck_file_path(ck, id, path, sizeof path) < 0)
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", ck->dir);
     bool is_direct = false;
     const char *name = ck->files[id].name;
+    if (ck->held && !ck->held[id] && ck->copies)
+        return ck__copies_lack(ck, id, err);
     if (ck->held && !ck->held[id])
         return ck_err_set(err, -ENODATA, "%s: data file is not in this partial copy (from "
                           "ckptd %s; it holds %u of %u data files)", path, ck->copy.source,
                           ck->copy.files_held, ck->info.n_files);
-    int fd = direct ? ck__engine_open_data(ck->engine, ck->dirfd, name, O_RDONLY, 0, &is_direct)
-                    : ck__engine_open_file(ck->engine, ck->dirfd, name, O_RDONLY, 0);
+    int dirfd = ck__file_dirfd(ck, id);
+    int fd = direct ? ck__engine_open_data(ck->engine, dirfd, name, O_RDONLY, 0, &is_direct)
+                    : ck__engine_open_file(ck->engine, dirfd, name, O_RDONLY, 0);
     if (fd < 0)
         return ck_err_set(err, fd == -ENOENT || fd == -ELOOP || fd == CK_ENOTREG ? -EBADMSG : fd,
                           "%s: %s", path, fd == -ENOENT ? "data file is missing" : ck__why(fd));

@@ -21,7 +21,41 @@ struct ck_ckpt {
     ck_engine *engine;
     int *fds;                    /* data files, buffered, opened on first read */
     int *dfds;                   /* the same with O_DIRECT */
+    /* The loads' (load/rlist.c): whether they check block hashes, and their cache of
+     * checked blocks and hash pool, made on first need; vs_free is NULL when vs is
+     * lent by a ck_readers. */
+    bool no_verify;
+    struct ck__vstate *vs;
+    void (*vs_free)(struct ck__vstate *vs);
+    /* Opened through several copies (ck_open_copies, format/copies.c; the helpers in
+     * format/copy.c): copies[0] is
+     * dirfd's, and data file i is read beneath copies[from[i]], the first that holds
+     * it (CK__NOWHERE: none; held[] is then the union). NULL for one directory. */
+    struct ck__copy_dir *copies;
+    uint32_t n_copies;
+    uint32_t *from;
 };
+
+#define CK__NOWHERE UINT32_MAX
+
+typedef struct ck__copy_dir {
+    int fd;                      /* copies[0].fd is the handle's dirfd, closed as such */
+    char dir[PATH_MAX];
+} ck__copy_dir;
+
+/* The directory data file id is read beneath (its copy's, or the handle's), and its
+ * name for messages. */
+int ck__file_dirfd(const ck_ckpt *ck, uint32_t id);
+const char *ck__file_dir(const ck_ckpt *ck, uint32_t id);
+/* The held flags and the copy record of a handle opened through copies: the union. */
+void ck__copies_unite(ck_ckpt *ck);
+/* ck__open_dup's part for a handle opened through copies: dst, a new handle on src's
+ * first copy, gets descriptors of its own of the other copies. */
+int ck__copies_dup(const ck_ckpt *src, ck_ckpt *dst, ck_err *err);
+void ck__copies_free(ck_ckpt *ck);
+/* -ENODATA: no copy of the handle holds data file id; the message names the file and
+ * the copies. */
+int ck__copies_lack(const ck_ckpt *ck, uint32_t id, ck_err *err);
 
 /* Decodes the tensor record (k, v), checking it against the checkpoint's mesh. */
 int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor *t,
@@ -45,8 +79,5 @@ int ck__open_dup(const ck_ckpt *ck, ck_ckpt **out, ck_err *err);
  * Returns NO_DIRECT when direct I/O was asked for and the file system refuses it. */
 #define NO_DIRECT INT_MIN
 int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err);
-
-/* Path of a data file: dir/name. */
-int ck__file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len);
 
 #endif

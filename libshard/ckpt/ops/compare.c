@@ -130,9 +130,9 @@ static int compare_tensor(ck_ckpt *a, ck_ckpt *b, const ck_tensor *t, uint8_t *b
                           uint64_t *done, uint64_t total, ck_err *err)
 {
     ck_reader *ra = NULL, *rb = NULL;
-    int r = ck_reader_open(a, t->name, &ra, err);
+    int r = ck_reader_open(a, t->name, CK_AS_SAVED, &ra, err);
     if (r == 0)
-        r = ck_reader_open(b, t->name, &rb, err);
+        r = ck_reader_open(b, t->name, CK_AS_SAVED, &rb, err);
     size_t is = ck_dtype_size(t->dtype);
     ck_box full;
     ck_box_full(t->ndim, t->shape, &full);

@@ -311,9 +311,9 @@ static int link_files(rs *s, bool hashed, ck_err *err)
         nf->size = sf->size;
         nf->rank = 0;
         char from[PATH_MAX], to[PATH_MAX + CK_FILE_NAME_MAX];
-        ck__file_path(s->src, f, from, sizeof from);
+        ck_file_path(s->src, f, from, sizeof from);
         snprintf(to, sizeof to, "%s/%s", s->pending, nf->name);
-        int r = s->e->ops->link(s->e, s->src->dirfd, sf->name, s->rootfd,
+        int r = s->e->ops->link(s->e, ck__file_dirfd(s->src, f), sf->name, s->rootfd,
                                 ck__rel(s->o->root, to));
         if (r < 0)
             return r == -EXDEV ? r : ck_err_set(err, r, "link %s to %s: %s", from, to, ck__why(r));

@@ -54,12 +54,12 @@ static void check_files(vstate *v)
     for (uint32_t f = 0; f < in->n_files; f++) {
         const ck_file *cf = ck_file_get(v->ck, f);
         char path[PATH_MAX];
-        ck__file_path(v->ck, f, path, sizeof path);
+        ck_file_path(v->ck, f, path, sizeof path);
         struct stat st;
         int r;
         if (!ck_file_held(v->ck, f)) {
             /* Not in this partial copy: only its manifest records are checked. */
-        } else if ((r = ck__statat(v->ck->dirfd, cf->name, &st)) < 0) {
+        } else if ((r = ck__statat(ck__file_dirfd(v->ck, f), cf->name, &st)) < 0) {
             problem(v, "data file %s: %s", path, r == -ENOENT ? "missing" : ck__why(r));
         } else if (!S_ISREG(st.st_mode)) {
             /* Never read: a link leads out of the checkpoint, a FIFO would hang. */
@@ -340,7 +340,7 @@ static int deep_setup(deep *d, ck_err *err)
          * structural check reported it; not read. */
         d->fds[f] = -ENOENT;
         if (ck_file_held(v->ck, f))
-            d->fds[f] = ck__engine_open_data(d->e, v->ck->dirfd, ck_file_get(v->ck, f)->name,
+            d->fds[f] = ck__engine_open_data(d->e, ck__file_dirfd(v->ck, f), ck_file_get(v->ck, f)->name,
                                              O_RDONLY, 0, &direct);
         struct stat st;
         if (d->fds[f] < 0 || fstat(d->fds[f], &st) < 0)

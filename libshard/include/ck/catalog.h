@@ -118,6 +118,19 @@ CK_API int ck_name_probe(const char *root, const char *name, char *who, size_t l
  * when they open it. */
 CK_API int ck_root_make(const char *root, ck_err *err);
 
+/* The roots a node's local tier holds below itself (docs/FORMAT.md, "Copies"), each an
+ * ordinary root: LOCAL/.replicas/SRC, the replicas ckptd keeps for daemon SRC, then
+ * LOCAL/.fetched/N, the copies it fetched to restore from (N a number, one root per
+ * fetch). Replica roots in name order, fetched ones by number; directories whose
+ * names are daemon ids, never links. A root without them has none (*n 0). */
+typedef enum ck_tier_kind { CK_TIER_REPLICAS = 1, CK_TIER_FETCHED = 2 } ck_tier_kind;
+typedef struct ck_tier_root {
+    ck_tier_kind kind;
+    char id[CK_COPY_ID_MAX];   /* SRC, or N */
+    char path[4096];           /* LOCAL/.replicas/SRC, LOCAL/.fetched/N */
+} ck_tier_root;
+CK_API int ck_tier_roots(const char *local, ck_tier_root **out, size_t *n, ck_err *err);
+
 /* What a path is: a committed checkpoint (it holds a manifest), a checkpoint root
  * (it holds a catalog or saves' leftovers), or neither. Never fails. */
 typedef enum ck_path_kind { CK_PATH_OTHER = 0, CK_PATH_ROOT = 1, CK_PATH_CHECKPOINT = 2 } ck_path_kind;

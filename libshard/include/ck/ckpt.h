@@ -123,6 +123,18 @@ CK_API int ck_key_decode(const char *name, char *out, size_t len, size_t *out_le
 CK_API int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err);
 /* Opens the checkpoint in directory dir (committed or under .pending). */
 CK_API int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err);
+/* Opens one checkpoint through several copies of it (docs/FORMAT.md, "Copies"): dirs
+ * are checkpoint directories, nearest first (a node's own copy, the replicas and
+ * fetched copies in its local tier, the durable tier's complete copy). The manifest
+ * is dirs[0]'s; every other must be a copy of the same checkpoint (the same name,
+ * step and commit time, the same data files and sizes, every block hash the same),
+ * else -EBADMSG naming both directories and what differs. Each data file is read
+ * beneath the first copy that holds it (ck_file_path says which); a read that needs
+ * a file no copy holds fails with -ENODATA naming the file and the copies. Loads and
+ * their hash checks (ck/load.h) work on it as on any checkpoint; ck_file_held and
+ * ck_get_copy describe the union. At most CK_COPIES_MAX copies; one is ck_open_dir. */
+#define CK_COPIES_MAX 64
+CK_API int ck_open_copies(const char *const *dirs, size_t n, ck_ckpt **out, ck_err *err);
 CK_API void ck_close(ck_ckpt *ck);
 
 CK_API const ck_info *ck_get_info(const ck_ckpt *ck);
@@ -142,6 +154,8 @@ CK_API int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32
                          ck_err *err);
 
 CK_API const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id);
+/* Path of a data file: the directory of the copy that holds it, then its name. */
+CK_API int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len);
 /* The recorded SHA-256 of a block of a data file. -ENOENT when unhashed. */
 CK_API int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
                        ck_err *err);

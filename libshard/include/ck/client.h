@@ -61,6 +61,7 @@
 #include "ck/ckpt.h"
 #include "ck/decl.h"
 #include "ck/engine.h"
+#include "ck/load.h"
 
 typedef struct ck_client ck_client;
 typedef struct ck_client_save ck_client_save;
@@ -233,5 +234,47 @@ CK_API int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *er
 CK_API int ck_client_wait(ck_client_save *sv, ck_client_state state, ck_err *err);
 /* Blocks until the part no longer needs its staging area, then frees sv. */
 CK_API void ck_client_save_free(ck_client_save *sv);
+
+/* ---- restoring from the nearest copies (docs/ARCHITECTURE.md, "Tiers") ----
+ * Through a ckptd that keeps a local tier, a checkpoint may live in several places:
+ * this node's local tier, peers' replicas of its parts, the durable root. A loader
+ * restores through the daemon, which picks what can be restored and brings each rank
+ * the files its boxes need, nearest first:
+ *
+ *   if (rank == 0) ck_client_resolve(cl, "step-", true, name, why, sizeof why, &err);
+ *   MPI_Bcast(name, CK_NAME_MAX, MPI_CHAR, 0, comm);     // every rank loads that one
+ *   ck_client_restore_open(cl, name, &ck, &err);         // its manifest
+ *   ... the rank's boxes, as ck_load_many takes them ...
+ *   ck_client_restore_fetch(cl, &ck, items, n, &err);    // the files they touch
+ *   ck_load_many(ck, items, n, &err);                    // every block checked
+ *
+ * Without a daemon (embedded) the root is all there is: the calls are ck_root_newest
+ * and ck_open of ROOT/NAME, and the fetch does nothing. Every wait on the daemon is
+ * bounded as a commit's (commit_timeout_s, while it answers within timeout_s). */
+
+/* The checkpoint to restore: what itself, or with newest the newest PREFIX<step> (what
+ * is the prefix; ck/steps.h) whose every data file has a live copy. Connected, ckptd
+ * looks at every copy it can reach (its local tier, its live peers', the durable
+ * root); when the pick is not the newest checkpoint saved, why (why_len bytes) says
+ * why ("step-12 (step 12): rank-00002.dat, rank-00003.dat have no live copy;
+ * unreachable: ckptd n2 (...); restoring step-8 (step 8) from the durable tier"),
+ * else it is "". -ENOENT when there is no such checkpoint, -ENODATA (the message says
+ * what is lost) when none can be restored. */
+CK_API int ck_client_resolve(ck_client *cl, const char *what, bool newest, char name[CK_NAME_MAX],
+                             char *why, size_t why_len, ck_err *err);
+/* Opens checkpoint name for loading, through the copies ckptd names nearest first (a
+ * copy in its local tier, fetching the manifest from a peer if none is near, or the
+ * durable root's): the tensors and blobs are readable at once, the data files held
+ * where they lie. Embedded: ck_open of ROOT/NAME. */
+CK_API int ck_client_restore_open(ck_client *cl, const char *name, ck_ckpt **out, ck_err *err);
+/* Makes the data files that a load of items would read (ck_load_files) readable
+ * through *ck, each from its nearest copy: ckptd answers at once for those in its
+ * local tier, fetches the others from a live peer's copy (checked block by block),
+ * and leaves to the durable root's copy, read in place, only what no peer could give;
+ * *ck is replaced by a handle on the copies that hold them (no reader of the old one
+ * may be open). Without a daemon nothing is fetched, and a load of a file *ck lacks
+ * fails naming it. */
+CK_API int ck_client_restore_fetch(ck_client *cl, ck_ckpt **ck, const ck_load_item *items,
+                                   size_t n, ck_err *err);
 
 #endif

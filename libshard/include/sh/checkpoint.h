@@ -133,8 +133,21 @@ int sh_checkpoint_wait(sh_checkpoint *c, ck_err *err);
  * -ENOENT when there is none. */
 int sh_checkpoint_latest(sh_world *w, const char *root, const char *prefix,
                          char name[CK_NAME_MAX], ck_err *err);
+/* The run's newest checkpoint that can be restored, opened for loading this rank's
+ * entries of sd[0, nsd): through ckptd (daemon, else $CKPTD_SOCKET), rank 0 asks it
+ * which (ck_client_resolve: a checkpoint whose every data file has a live copy in the
+ * tiers; why the newest saved is not, printed as "restore: ..."), and each rank opens
+ * the copies nearest its node, the data files its entries' boxes touch fetched there
+ * first (ck_client_restore_open, ck_client_restore_fetch). Without a daemon,
+ * sh_checkpoint_latest and ROOT/NAME. Every rank gets the name (or rank 0's error);
+ * -ENOENT when there is none. Collective. */
+int sh_checkpoint_restore(sh_world *w, const char *root, const char *daemon, const char *prefix,
+                          const sh_state_dict *const *sd, int nsd, char name[CK_NAME_MAX],
+                          ck_ckpt **out, ck_err *err);
 /* Reads every entry's box (this rank's shard on the current mesh) of the tensor of
- * the same name from ck, whatever mesh ck was saved on. Not collective. */
+ * the same name from ck, whatever mesh ck was saved on, converted into the entry's
+ * dtype when the checkpoint holds another, every block's hash checked (ck/load.h).
+ * Not collective. */
 int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *err);
 
 #endif

@@ -505,22 +505,80 @@ void sh_checkpoint_free(sh_checkpoint *c)
     free(c);
 }
 
-int sh_checkpoint_latest(sh_world *w, const char *root, const char *prefix,
-                         char name[CK_NAME_MAX], ck_err *err)
+/* Gives every rank rank 0's pick: its code (0, or the error, whose message rank 0 has
+ * in why) and the name. Rank 0 alone looks, so that a save committing meanwhile (ckptd
+ * finishing a dead run's last checkpoint) cannot make ranks disagree. */
+static int agree(sh_world *w, int code, char name[CK_NAME_MAX], const ck_err *why, ck_err *err)
 {
-    /* Rank 0 alone looks, so that a save committing meanwhile (ckptd finishing a dead
-     * run's last checkpoint) cannot make ranks disagree; its error goes to every rank. */
-    int32_t msg[1 + CK_NAME_MAX / 4] = { 0 };
-    char *best = (char *)&msg[1];
-    ck_err why = { 0 };
-    if (sh_world_rank(w) == 0)
-        msg[0] = ck_root_newest(root, prefix, best, NULL, &why);
+    int32_t msg[1 + CK_NAME_MAX / 4] = { code };
+    memcpy(&msg[1], name, CK_NAME_MAX);
     int rc = sh_broadcast(sh_world_comm(w), msg, sizeof msg / 4, CK_I32, 0, NULL, err);
     if (rc)
         return rc;
     if (msg[0])
-        return ck_err_set(err, msg[0], "%s", why.msg[0] ? why.msg : "no committed checkpoint "
+        return ck_err_set(err, msg[0], "%s", why->msg[0] ? why->msg : "no committed checkpoint "
                           "to resume from (rank 0 looked)");
+    snprintf(name, CK_NAME_MAX, "%s", (const char *)&msg[1]);
+    return 0;
+}
+
+int sh_checkpoint_latest(sh_world *w, const char *root, const char *prefix,
+                         char name[CK_NAME_MAX], ck_err *err)
+{
+    ck_err why = { 0 };
+    char best[CK_NAME_MAX] = "";
+    int code = sh_world_rank(w) == 0 ? ck_root_newest(root, prefix, best, NULL, &why) : 0;
+    int rc = agree(w, code, best, &why, err);
+    if (!rc)
+        snprintf(name, CK_NAME_MAX, "%s", best);
+    return rc;
+}
+
+int sh_checkpoint_restore(sh_world *w, const char *root, const char *daemon, const char *prefix,
+                          const sh_state_dict *const *sd, int nsd, char name[CK_NAME_MAX],
+                          ck_ckpt **out, ck_err *err)
+{
+    const char *env = getenv("CKPTD_SOCKET");
+    const char *sock = daemon ? daemon : env && *env ? env : NULL;
+    ck_client *cl = NULL;
+    ck_err why = { 0 };
+    char best[CK_NAME_MAX] = "", said[CK_ERR_MSG_MAX] = "";
+    *out = NULL;
+    int code = sock ? ck_client_open(&cl, root, &(ck_client_opts){ .socket = sock }, &why) : 0;
+    if (!sock && sh_world_rank(w) == 0)
+        code = ck_root_newest(root, prefix, best, NULL, &why);
+    else if (!code && sh_world_rank(w) == 0)
+        code = ck_client_resolve(cl, prefix, true, best, said, sizeof said, &why);
+    if (!code && said[0])
+        printf("restore: %s\n", said);
+    int rc = agree(w, code, best, &why, err);
+    if (!rc && sock && !cl)            /* this rank's daemon did not answer */
+        rc = ck_err_set(err, code, "%s", ck_err_msg(&why));
+    if (!rc && !sock)
+        rc = ck_open(root, best, out, err);
+    else if (!rc)
+        rc = ck_client_restore_open(cl, best, out, err);
+    /* Through ckptd, the files this rank's entries read are brought to its node first. */
+    size_t n = 0, k = 0;
+    for (int i = 0; i < nsd; i++)
+        n += sd[i]->n;
+    ck_load_item *items = !rc && cl ? calloc(n ? n : 1, sizeof *items) : NULL;
+    if (!rc && cl && !items)
+        rc = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", best);
+    for (int i = 0; items && i < nsd; i++)
+        for (size_t j = 0; j < sd[i]->n; j++)
+            if (ck_box_numel(&sd[i]->entry[j].box))
+                items[k++] = (ck_load_item){ .tensor = sd[i]->entry[j].name,
+                                             .box = sd[i]->entry[j].box };
+    if (items && (rc = ck_client_restore_fetch(cl, out, items, k, err)) < 0)
+        ck_err_set(err, rc, "checkpoint %s: rank %d", best, sh_world_rank(w));
+    free(items);
+    ck_client_close(cl);
+    if (rc) {
+        ck_close(*out);
+        *out = NULL;
+        return rc;
+    }
     snprintf(name, CK_NAME_MAX, "%s", best);
     return 0;
 }
@@ -591,19 +649,20 @@ int sh_checkpoint_load_state_dict(ck_ckpt *ck, const sh_state_dict *sd, ck_err *
     for (size_t i = 0; !rc && i < sd->n; i++) {
         const sh_shard_entry *e = &sd->entry[i];
         ck_reader *rd;
-        rc = ck_reader_open(ck, e->name, &rd, err);
+        /* Into the entry's dtype: a checkpoint of another precision converts. */
+        rc = ck_reader_open(ck, e->name, e->dtype, &rd, err);
         if (rc) {
             ck_err_set(err, rc, "checkpoint %s", ck_get_info(ck)->name);
             break;
         }
         const ck_tensor *t = ck_reader_tensor(rd);
-        bool same = t->dtype == e->dtype && t->ndim == e->ndim;
+        bool same = t->ndim == e->ndim;
         for (int d = 0; same && d < t->ndim; d++)
             same = t->shape[d] == e->shape[d];
         uint64_t n = ck_box_numel(&e->box);
         if (!same)
-            rc = ck_err_set(err, -EINVAL, "checkpoint %s: tensor '%s' has another dtype or "
-                            "shape than the model's (a different configuration?)",
+            rc = ck_err_set(err, -EINVAL, "checkpoint %s: tensor '%s' has another shape than "
+                            "the model's (a different configuration?)",
                             ck_get_info(ck)->name, e->name);
         else if (n)
             rc = read_entry(ck, rd, e, n * ck_dtype_size(e->dtype), &stage, err);

@@ -14,6 +14,7 @@
 #include <Python.h>
 
 #include "ck/ckpt.h"
+#include "ck/client.h"
 #include "ck/decl.h"
 
 /* libshard.CkptError, a subclass of OSError: errno is the core's code negated. */
@@ -95,6 +96,8 @@ PyObject *ckpy_file_bytes(PyObject *self, PyObject *sizes);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
 /* client.c */
 PyObject *ckpy_job_id_new(PyObject *self, PyObject *args);
+/* The client of a libshard._ck.Client, or NULL with TypeError set. */
+ck_client *ckpy_client_of(PyObject *o);
 
 /* export.c */
 PyObject *ckpy_export_hf(PyObject *self, PyObject *args, PyObject *kw);

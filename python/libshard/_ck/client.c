@@ -139,6 +139,34 @@ static PyObject *client_root(client_obj *self, void *unused)
     return PyUnicode_FromString(ck_client_root(self->cl));
 }
 
+ck_client *ckpy_client_of(PyObject *o)
+{
+    if (!PyObject_TypeCheck(o, &ckpy_client_type) || !((client_obj *)o)->cl) {
+        PyErr_SetString(PyExc_TypeError, "expected an open libshard._ck.Client");
+        return NULL;
+    }
+    return ((client_obj *)o)->cl;
+}
+
+/* resolve(what, newest=False) -> (name, why): the checkpoint to restore
+ * (ck_client_resolve); why is "" when it is the newest saved. */
+static PyObject *client_resolve(client_obj *self, PyObject *args)
+{
+    const char *what;
+    int newest = 0;
+    if (!PyArg_ParseTuple(args, "s|p", &what, &newest) || !ckpy_client_of((PyObject *)self))
+        return NULL;
+    char name[CK_NAME_MAX], why[CK_ERR_MSG_MAX];
+    ck_err err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_client_resolve(self->cl, what, newest, name, why, sizeof why, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ckpy_raise(rc, &err);
+    return Py_BuildValue("(ss)", name, why);
+}
+
 PyObject *ckpy_job_id_new(PyObject *self, PyObject *args)
 {
     (void)self, (void)args;
@@ -216,6 +244,10 @@ static PyObject *client_reserve(client_obj *self, PyObject *args)
 }
 
 static PyMethodDef client_methods[] = {
+    {"resolve", (PyCFunction)client_resolve, METH_VARARGS,
+     "resolve(what, newest=False) -> (name, why): the checkpoint to restore through ckptd's "
+     "tiers (what, or the newest what<step> that can be restored; why: why not the newest "
+     "saved, or \"\")."},
     {"close", (PyCFunction)client_close, METH_NOARGS,
      "Waits until every part this client staged is durable, then closes."},
     {"reserve", (PyCFunction)client_reserve, METH_VARARGS,

@@ -18,9 +18,7 @@ pos=$((off + len / 2))
 echo "flipping byte $pos of $file (t1 shard $shard: $file @ $off + $len)"
 
 corrupt_copy "$WORK/src/c" "$WORK/root/c"
-byte=$(od -An -tu1 -j "$pos" -N1 "$WORK/root/c/$file" | tr -d ' ')
-printf '%b' "\\$(printf '%03o' $((byte ^ 0xff)))" |
-    dd of="$WORK/root/c/$file" bs=1 seek="$pos" conv=notrunc status=none
+flip "$WORK/root/c/$file" "$pos" 0xff
 cmp -s "$WORK/src/c/$file" "$WORK/root/c/$file" && fail "the byte was not flipped"
 guard "$WORK/root/c"
 

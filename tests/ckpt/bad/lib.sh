@@ -62,6 +62,15 @@ corrupt_copy() {
     cp -a "$1" "$2" || fail "cp -a $1 $2"
 }
 
+# flip FILE POS MASK: XORs byte POS of FILE (a copy made by corrupt_copy) with MASK.
+flip() {
+    local byte
+    byte=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+    [ -n "$byte" ] || fail "flip: $1 has no byte $2"
+    printf '%b' "\\$(printf '%03o' $((byte ^ $3)))" |
+        dd of="$1" bs=1 seek="$2" conv=notrunc status=none || fail "flip: writing $1"
+}
+
 # hold_lock LOCKFILE: a live process holds LOCKFILE as a writer holds a save's lock
 # (flock on one descriptor), recorded in it as "pid P on HOST"; its pid is $HOLDER,
 # killed when the test exits.

@@ -1,0 +1,52 @@
+# tier_lib.sh - the cluster of the restore tests (sourced after replica_lib.sh).
+#
+# Four daemons n0..n3 on loopback share one durable root SHARED, each with a local tier
+# of its own (WORK/nI.local) and socket (WORK/nI.sock). Checkpoint step-8 is complete
+# in SHARED: the durable tier. The newer step-12 is only in the local tiers: node nI
+# holds its part, rank-0000I.dat, as its own partial copy, and its clique peer keeps a
+# replica of it (F = 2, cliques {n0, n1} and {n2, n3}: made with PUT, as the save path
+# will). Both checkpoints are on a 1-D mesh of 4 ranks, each rank's shard of every
+# tensor in its own file. TRUTH holds complete copies of both that no daemon sees:
+# what every restore is compared with (tier_load).
+SHARED=$WORK/durable
+TRUTH=$WORK/truth
+
+# put FROM TO: FROM's own copy of step-12 kept by TO as a replica.
+put() {
+    run "$CKPTCTL" peer put --to "$2" --root "$SHARED" --id "$1" --from "$WORK/$1.local" step-12
+    expect 0 "the replica of $1's part on $2"
+}
+
+cluster() {
+    synth "$TRUTH" step-12 --mesh 4 --placements 'S(0)' --step 12 --seed 12 "$@"
+    synth "$SHARED" step-8 --mesh 4 --placements 'S(0)' --step 8 --seed 8 "$@"
+    cp -al "$SHARED/step-8" "$TRUTH/step-8" || fail "linking step-8 into the truth"
+    local i
+    for i in 0 1 2 3; do
+        mkdir -p "$WORK/n$i.local"
+        run "$COPY_PARTIAL" "$TRUTH" step-12 "$WORK/n$i.local" "n$i" "rank-0000$i.dat"
+        expect 0 "n$i's own part of step-12"
+    done
+    for i in 0 1 2 3; do
+        daemon "n$i" --peer-timeout 5
+    done
+    put n0 n1
+    put n1 n0
+    put n2 n3
+    put n3 n2
+}
+
+# lose ID: node ID is lost with its disk (its daemon killed, its local tier deleted),
+# and a replacement of the same id starts with an empty local tier.
+lose() {
+    crash "$1"
+    rm -rf "$WORK/$1.local"
+    daemon "$1" --peer-timeout 5
+}
+
+# load NODE WHAT [tier_load options]: restores through NODE's daemon.
+load() {
+    local node=$1
+    shift
+    run "$TIER_LOAD" "$WORK/$node.sock" "$SHARED" "$TRUTH" "$@"
+}
