@@ -324,7 +324,7 @@ void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
     ck_err err = { 0 };
     kd_part *p = held_part(s, name, 0, c->id);
     if (!p) {
-        /* The client refuses a commit from another rank or before save_async itself:
+        /* The client refuses a commit from another rank or before submit itself:
          * this one crossed the failure of its save. */
         late(s, c, "COMMIT", name, "the save has no part of rank 0 from this client");
         return;

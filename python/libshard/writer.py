@@ -42,7 +42,9 @@ instead). Then:
   optimizer step (CheckpointManager does it for every optimizer).
 The thread DCP starts then only waits for the commit.
 """
+import contextlib
 import dataclasses
+import gc
 import io
 import json
 import os
@@ -164,6 +166,22 @@ def _global(plans):
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+@contextlib.contextmanager
+def _no_gc():
+    """The stall without the cyclic collector: a save makes tens of thousands of small
+    objects (a plan's tuples, a state dict's leaves), which set off full collections
+    over every object the process tracks (a model's tensors among them), 0.05 to 0.1 s
+    each at 10,000 tensors, in the middle of the stall. Nothing here makes cycles; what
+    is garbage is collected after."""
+    on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if on:
+            gc.enable()
+
+
 def _terminal(value):
     """DCP's rule (_traverse.traverse_state_dict): a list is a leaf unless it holds a
     tensor, a mapping or a list that is no leaf; anything but a mapping or list is."""
@@ -175,26 +193,38 @@ def _terminal(value):
                    (isinstance(e, list) and not _terminal(e)) for e in value)
 
 
-def _leaves(state_dict):
+_TENSORS = (*_PLAIN, DTensor)
+
+
+def _leaves(state_dict, trace):
     """[(path, value)]: the leaves DCP's planner flattens state_dict to, with the paths
     and in the order of its traversal (traverse_state_dict), tensors taken first: a
-    state dict is mostly tensors, and the generic checks cost microseconds each."""
+    state dict is mostly tensors, and the generic checks cost microseconds each. Its
+    structure, as far as its plan goes, is appended to trace: each mapping's size and
+    keys, each list's size (negative), each leaf's _leaf_sig. _match compares a later
+    state dict with it without making a path."""
     out = []
-    tensor = (*_PLAIN, DTensor)
 
     def walk(path, value):
-        if type(value) in tensor:
+        if type(value) in _TENSORS:
             out.append((path, value))
+            trace.append(_leaf_sig(value))
         elif type(value) is dict or isinstance(value, Mapping):
+            trace.append(len(value))
             for k, v in value.items():
+                trace.append(str(k))
                 walk(path + (str(k),), v)
         elif _terminal(value):
             out.append((path, value))
+            trace.append(_leaf_sig(value))
         else:
+            trace.append(-1 - len(value))
             for i, v in enumerate(value):
                 walk(path + (i,), v)
 
+    trace.append(len(state_dict))
     for k, v in state_dict.items():
+        trace.append(str(k))
         walk((str(k),), v)
     return out
 
@@ -215,10 +245,48 @@ def _leaf_sig(value):
     return t
 
 
-def _signature(leaves):
-    """The state dict's structure, as far as its plan goes; None: plan it every time."""
-    sig = tuple((path, _leaf_sig(v)) for path, v in leaves)
-    return None if any(s is None for _p, s in sig) else sig
+def _match(state_dict, trace):
+    """The values of state_dict's leaves, in _leaves' order, when its structure is the
+    one trace describes; else None. Nothing it makes outlives the call but the list: a
+    save of the same structure costs the collector nothing per tensor."""
+    vals = []
+    pos = 0
+
+    def walk(value):
+        nonlocal pos
+        t = type(value)
+        tok = trace[pos]
+        pos += 1
+        if t in _PLAIN:
+            if (type(tok) is not tuple or tok[0] is not t or value.dtype != tok[1] or
+                    value.shape != tok[2] or value.is_cuda != tok[3]):
+                return False
+        elif t is DTensor or not (t is dict or isinstance(value, Mapping)) and \
+                _terminal(value):
+            if _leaf_sig(value) != tok:
+                return False
+        elif t is dict or isinstance(value, Mapping):
+            if type(tok) is not int or tok != len(value):
+                return False
+            for k, v in value.items():
+                if trace[pos] != str(k):
+                    return False
+                pos += 1
+                if not walk(v):
+                    return False
+            return True
+        else:
+            if type(tok) is not int or tok != -1 - len(value):
+                return False
+            return all(walk(v) for v in value)
+        vals.append(value)
+        return True
+
+    try:
+        ok = walk(state_dict) and pos == len(trace)
+    except IndexError:
+        ok = False
+    return vals if ok else None
 
 
 def _local_items(leaves):
@@ -261,7 +329,7 @@ class _PlanCache:
 
     def __init__(self, key):
         self.key = key
-        self.sig = None            # this rank's state dict's structure (_signature)
+        self.trace = None          # this rank's state dict's structure (_leaves)
         self.recipe = None         # this rank's _Recipe of it
         self.locals = None         # coordinator: every rank's local plan
         self.central = None        # coordinator: what it scattered (_global)
@@ -459,14 +527,14 @@ class CkptWriter(StorageWriter, AsyncStager):
     def _engine(self, pin):
         return engine.engine(self.root, self.socket, self.world, pin)
 
-    def _submit(self, recipe, leaves, mode):
+    def _submit(self, recipe, values, mode):
         """Stages this rank's part of the save recipe plans, from the state dict whose
-        leaves are leaves, and on rank 0 asks for the commit: one begin and one submit
+        leaves' values are values, and on rank 0 asks for the commit: one begin and one submit
         of every source (mode: 0 copy, 1 lazy, 2 synchronous, where no source is on a
         device), and a blob per object."""
         addrs, keep, devs, device = [], [], None, None
         for leaf, it in recipe.sources:
-            t = _local(leaves[leaf][1], it)
+            t = _local(values[leaf], it)
             if not t.is_contiguous():
                 t = t.contiguous()     # one copy here; by address from there
             if t.is_cuda:
@@ -480,7 +548,7 @@ class CkptWriter(StorageWriter, AsyncStager):
                                  "CPU and CUDA tensors are saved")
             keep.append(t)
             addrs.append(t.data_ptr())
-        blobs = [(name, _serialized(leaves[leaf][1])) for name, leaf in recipe.objects]
+        blobs = [(name, _serialized(values[leaf])) for name, leaf in recipe.objects]
         if self.is_coordinator and recipe.mappings:
             blobs.append((PLANNER_DATA_BLOB, recipe.mappings))
         stream = 0
@@ -509,15 +577,16 @@ class CkptWriter(StorageWriter, AsyncStager):
             results = []               # stage() staged it
         else:
             self._done_with_last()
-            leaves = _leaves(planner.state_dict)          # flattened: keys are fqns
+            leaves = _leaves(planner.state_dict, [])      # flattened: keys are fqns
             at = {path[0]: i for i, (path, _v) in enumerate(leaves)}
+            values = [v for _p, v in leaves]
             items = [_compact(it) for it in plan.items]
             recipe = _Recipe(plan.storage_data, items, [at[it[0]] for it in items], self.world,
                              getattr(planner, "mappings", None))
-            self._submit(recipe, leaves, 2)
+            self._submit(recipe, values, 2)
             results = []
             for it, c, leaf in zip(plan.items, items, recipe.leaf):
-                v = leaves[leaf][1]
+                v = values[leaf]
                 t = None if c[1] is None else _local(v, c)
                 results.append(WriteResult(index=it.index, storage_data=None, size_in_bytes=len(
                     _serialized(v)) if t is None else t.numel() * t.element_size()))
@@ -555,6 +624,10 @@ class CkptWriter(StorageWriter, AsyncStager):
     # ---- AsyncStager ----
 
     def stage(self, state_dict):
+        with _no_gc():
+            return self._stage(state_dict)
+
+    def _stage(self, state_dict):
         self._done_with_last()
         _warn_default_group(self.process_group)
         if self.name is None:
@@ -563,15 +636,16 @@ class CkptWriter(StorageWriter, AsyncStager):
         dw = _DistWrapper(self.process_group, dist.is_initialized(), 0)
         self.set_up_storage_writer(dw.is_coordinator, rank=dw.rank)
         cache = _PlanCache.of(self.process_group)
-        leaves = _leaves(state_dict)
-        sig = _signature(leaves)
-        same = sig is not None and cache.recipe is not None and sig == cache.sig
-        local = None
+        values = _match(state_dict, cache.trace) if cache.recipe is not None and \
+            cache.trace is not None else None
+        same = values is not None
+        leaves, trace, local = None, [], None
 
         def local_step():
-            nonlocal local
+            nonlocal leaves, local
             if same:
                 return _SAME
+            leaves = _leaves(state_dict, trace)
             local = _local_items(leaves)
             return local[0]
 
@@ -591,13 +665,17 @@ class CkptWriter(StorageWriter, AsyncStager):
             cache.hits += 1
         else:
             if local is None:          # another rank re-planned: this one too
+                leaves = _leaves(state_dict, trace)
                 local = _local_items(leaves)
             items, leaf_of, paths = local
             recipe = _Recipe(got, items, leaf_of, self.world,
                              paths if dw.is_coordinator else None)
-            cache.sig, cache.recipe = sig, recipe
+            # A leaf no signature describes (another tensor kind) is planned every time.
+            cache.trace = None if any(tok is None for tok in trace) else trace
+            cache.recipe = recipe
             cache.plans += 1
-        self._submit(recipe, leaves, 1 if self.async_staging else 0)
+            values = [v for _p, v in leaves]
+        self._submit(recipe, values, 1 if self.async_staging else 0)
         return {}
 
     def synchronize_staging(self):

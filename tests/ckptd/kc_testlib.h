@@ -365,7 +365,7 @@ static inline ck__proto_status kc_status(const char *sock)
     return st;
 }
 
-/* Whether state is one a save can be in once its save_async returned 0. */
+/* Whether state is one a save can be in once its submit returned 0. */
 static inline bool kc_state_in_flight_or_done(ck_client_state st)
 {
     return st == CK_CLIENT_STAGED || st == CK_CLIENT_DURABLE || st == CK_CLIENT_COMMITTED;

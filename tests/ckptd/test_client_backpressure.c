@@ -2,11 +2,11 @@
  * saves embedded (which has no staging limit: only the double buffering bounds it).
  *
  *  - A part that can never fit (a world of one, and rank 1 of a world of two whose
- *    blob makes it too big): save_async fails with an error naming the part's bytes
+ *    blob makes it too big): submit fails with an error naming the part's bytes
  *    and the limit; rank 0 of the pair gets the error from wait; no hang, nothing
  *    visible, and the daemon goes on serving.
  *  - Two parts of 6 MiB: client X is admitted and holds its staging (its shard fill
- *    blocks), so client Y's save_async waits: ckptd's STATUS shows one part waiting
+ *    blocks), so client Y's submit waits: ckptd's STATUS shows one part waiting
  *    and Y has not returned. Once X's fill goes on and its part drains, Y is admitted,
  *    and both commit with the formula's bytes.
  *  - One client, two 6 MiB saves back to back: the second waits for the first's drain
@@ -157,14 +157,14 @@ static uint64_t held_and_waiting(kc_env *e)
         }
         CHECK(st.waiting == 1 && !atomic_load(&y.returned), "%s: Y's 6 MiB part was not held "
               "back while X holds 6 of the 8 MiB of staging (%u waiting, Y %s)", mode,
-              st.waiting, atomic_load(&y.returned) ? "returned" : "still in save_async");
+              st.waiting, atomic_load(&y.returned) ? "returned" : "still in submit");
         CHECK(st.staging_used <= st.staging_limit && st.staging_limit == STAGING,
               "%s: staging %llu used of %llu", mode, (unsigned long long)st.staging_used,
               (unsigned long long)st.staging_limit);
     } else {
         /* No limit embedded: Y goes through while X is held. */
         pthread_join(ty, NULL);
-        CHECK(y.rc == 0, "%s: Y: save_async: %s", mode, ck_err_msg(&y.err));
+        CHECK(y.rc == 0, "%s: Y: submit: %s", mode, ck_err_msg(&y.err));
     }
     pthread_mutex_lock(&h.mu);
     h.go = true;
@@ -173,8 +173,8 @@ static uint64_t held_and_waiting(kc_env *e)
     pthread_join(tx, NULL);
     if (e->connected)
         pthread_join(ty, NULL);
-    CHECK(x.rc == 0, "%s: X: save_async: %s", mode, ck_err_msg(&x.err));
-    CHECK(y.rc == 0, "%s: Y, admitted after X drained: save_async: %s", mode,
+    CHECK(x.rc == 0, "%s: X: submit: %s", mode, ck_err_msg(&x.err));
+    CHECK(y.rc == 0, "%s: Y, admitted after X drained: submit: %s", mode,
           ck_err_msg(&y.err));
     uint64_t hsh = 0xcbf29ce484222325ull;
     saver_thread *both[2] = { &x, &y };
@@ -209,7 +209,7 @@ static uint64_t back_to_back(kc_env *e)
     for (int i = 0; i < 2; i++) {
         REQUIRE(kc_begin(e->cl[0], &sv[i], names[i], (uint64_t)(5 + i), &m1, 0, six_mib, 1, &kc_job, &err) == 0, "begin: %s", ck_err_msg(&err));
         kc_declare(sv[i], &m1, 0, six_mib, 1, &p[i], false);
-        CHECK(ck_client_submit(sv[i], &kc_copy, &err) == 0, "%s: %s: save_async: %s", mode, names[i],
+        CHECK(ck_client_submit(sv[i], &kc_copy, &err) == 0, "%s: %s: submit: %s", mode, names[i],
               ck_err_msg(&err));
         CHECK(ck_client_commit(sv[i], &err) == 0, "%s: %s: commit: %s", mode, names[i],
               ck_err_msg(&err));

@@ -75,7 +75,7 @@ static uint64_t run(bool connected)
     CHECK(rc < 0 && ck_err_msg(&err)[0], "%s: a blob named ../x was accepted", mode);
 
     for (uint64_t r = 0; r < 2; r++)
-        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "%s: rank %llu: save_async: %s", mode,
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "%s: rank %llu: submit: %s", mode,
                 (unsigned long long)r, ck_err_msg(&err));
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "%s: commit: %s", mode, ck_err_msg(&err));
     for (uint64_t r = 0; r < 2; r++) {

@@ -213,7 +213,7 @@ static uint64_t run(bool connected)
         REQUIRE(ck_client_begin(e.cl[r], &sv[r], "boxes", 9, dl, r, &kc_job, &err) == 0,
                 "%s: %s", mode, ck_err_msg(&err));
         declare(sv[r], r, &mesh, &rs[r]);
-        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "%s: rank %llu: save_async: %s", mode,
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "%s: rank %llu: submit: %s", mode,
                 (unsigned long long)r, ck_err_msg(&err));
     }
     ck_decl_free(dl);

@@ -1,6 +1,6 @@
 /* A ckptd that stops answering (SIGSTOP) costs a client a bounded wait, not a hang
  * (time limits of 2 s here, $CKPTD_TIMEOUT; the commit's 30 s, $CKPTD_COMMIT_TIMEOUT):
- *  - save_async of a new save returns -ETIMEDOUT (ADMIT never came), naming the
+ *  - submit of a new save returns -ETIMEDOUT (ADMIT never came), naming the
  *    daemon's socket, its pid and the wait;
  *  - the next save connects again, and HELLO is not answered either: -ETIMEDOUT, named;
  *  - a save staged before the stop: ck_client_wait returns -ETIMEDOUT naming the
@@ -75,8 +75,8 @@ int main(void)
     double t0 = kd_now();
     ck_err_clear(&err);
     rc = ck_client_submit(b, &kc_copy, &err);
-    check_named("save_async, daemon stopped", rc, &err, &d, "ADMIT", kd_now() - t0);
-    CHECK(strstr(ck_err_msg(&err), "did not answer within 2.0 s"), "save_async: not said to be "
+    check_named("submit, daemon stopped", rc, &err, &d, "ADMIT", kd_now() - t0);
+    CHECK(strstr(ck_err_msg(&err), "did not answer within 2.0 s"), "submit: not said to be "
           "silent: %s", ck_err_msg(&err));
     ck_client_save_free(b);
 
@@ -98,7 +98,7 @@ int main(void)
     t0 = kd_now();
     ck_err_clear(&err);
     rc = ck_client_submit(c, &kc_copy, &err);
-    check_named("save_async, connecting again", rc, &err, &d, "HELLO", kd_now() - t0);
+    check_named("submit, connecting again", rc, &err, &d, "HELLO", kd_now() - t0);
     ck_client_save_free(c);
 
     /* Running again: a save is staged; stopped before its commit, the wait gives up. */

@@ -1,9 +1,9 @@
 /* Client API, lazy saves, embedded and through ckptd.
  *
- * save_lazy returns before the copy (a thread of the client does it); the fence
+ * lazy submit returns before the copy (a thread of the client does it); the fence
  * waits for it. A save whose sources are overwritten with junk and freed right after
  * the fence commits the original bytes: what was saved is what the sources held at
- * the fence. A save whose fill fails: save_lazy still returns 0 (it has not copied
+ * the fence. A save whose fill fails: lazy submit still returns 0 (it has not copied
  * yet), and the fence returns the fill's error, every time it is called; poll says
  * FAILED. A client call made before the fence (poll) fences first, so the copy never
  * races the caller; rank 0's commit is the exception: it returns at once, and the copy
@@ -60,8 +60,8 @@ static uint64_t run(bool connected)
     REQUIRE(kc_begin(e.cl[0], &sv, "lazy-a", 40, &mesh, 0, tensors, NT, &kc_job, &err) == 0,
             "%s: begin: %s", mode, ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, NT, &part, true);
-    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: save_lazy: %s", mode, ck_err_msg(&err));
-    CHECK(ck_client_submit(sv, &kc_lazy, &err) < 0, "%s: a second save_lazy of one save was "
+    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: lazy submit: %s", mode, ck_err_msg(&err));
+    CHECK(ck_client_submit(sv, &kc_lazy, &err) < 0, "%s: a second lazy submit of one save was "
           "accepted", mode);
     err = (ck_err){ 0 };
     REQUIRE(ck_client_wait(sv, CK_CLIENT_STAGED, &err) == 0, "%s: fence: %s", mode, ck_err_msg(&err));
@@ -82,7 +82,7 @@ static uint64_t run(bool connected)
     kc_declare(sv, &mesh, 0, tensors, 1, &part, true);
     REQUIRE(ck_client_shard_fill(sv, "t0", failing_fill, NULL, &err) == 0, "%s: fill: %s",
             mode, ck_err_msg(&err));
-    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: save_lazy of a save whose copy will "
+    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: lazy submit of a save whose copy will "
             "fail returned an error already: %s", mode, ck_err_msg(&err));
     for (int k = 0; k < 2; k++) {
         ck_err f = { 0 };
@@ -96,12 +96,12 @@ static uint64_t run(bool connected)
     ck_client_save_free(sv);
     kc_part_free(&part);
 
-    /* A call before the fence fences first: poll right after save_lazy sees the part
+    /* A call before the fence fences first: poll right after lazy submit sees the part
      * staged (or further), never a copy in progress. */
     REQUIRE(kc_begin(e.cl[0], &sv, "lazy-c", 42, &mesh, 0, tensors, NT, &kc_job, &err) == 0,
             "%s: begin: %s", mode, ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, NT, &part, true);
-    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: save_lazy: %s", mode, ck_err_msg(&err));
+    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: lazy submit: %s", mode, ck_err_msg(&err));
     CHECK(ck_client_poll(sv, &st, &err) == 0 && kc_state_in_flight_or_done(st),
           "%s: poll before the fence says %s", mode, kc_state_name(st));
     REQUIRE(ck_client_commit(sv, &err) == 0, "%s: commit: %s", mode, ck_err_msg(&err));
@@ -119,7 +119,7 @@ static uint64_t run(bool connected)
     gated g = { .inner = &part.src[0], .lock = PTHREAD_MUTEX_INITIALIZER,
                 .cv = PTHREAD_COND_INITIALIZER };
     REQUIRE(ck_client_shard_fill(sv, "t0", gated_fill, &g, &err) == 0, "%s", ck_err_msg(&err));
-    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: save_lazy: %s", mode, ck_err_msg(&err));
+    REQUIRE(ck_client_submit(sv, &kc_lazy, &err) == 0, "%s: lazy submit: %s", mode, ck_err_msg(&err));
     REQUIRE(ck_client_commit(sv, &err) == 0, "%s: commit during the copy: %s", mode,
             ck_err_msg(&err));
     pthread_mutex_lock(&g.lock);

@@ -18,7 +18,7 @@
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 384, 64 }, "S(0)" } };
 
-/* Begins and stages rank's part (rank 0 asks for the commit); the error of save_async
+/* Begins and stages rank's part (rank 0 asks for the commit); the error of submit
  * or of the commit, else 0. */
 static int begin(ck_client *cl, uint64_t rank, kc_part *part, ck_client_save **sv,
                  ck_err *err)

@@ -43,7 +43,7 @@ int main(void)
                               rank_part(root, 1, &cl[1], &part[1]) };
     ck_err err = { 0 };
     for (int r = 2; r-- > 0;)
-        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "rank %d: save_async: %s", r,
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "rank %d: submit: %s", r,
                 ck_err_msg(&err));
     ck_client_state st = CK_CLIENT_STAGED;
     for (int i = 0; i < 3000 && st != CK_CLIENT_DURABLE && st != CK_CLIENT_FAILED; i++) {

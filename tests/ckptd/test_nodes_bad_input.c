@@ -23,7 +23,7 @@ static void ckptd_refuses(const char *root, const char *opt, const char *val,
 }
 
 /* One rank's save of a small tensor on a world of 2 through sock with nodes daemons;
- * the outcome of save_async then wait. */
+ * the outcome of submit then wait. */
 static int save(const char *sock, unsigned nodes, const char *name, uint64_t rank,
                 ck_client **keep, ck_client_save **svp, ck_err *err)
 {

@@ -43,7 +43,7 @@ static void api_blobs(const char *root, kd_proc *a, kd_proc *b)
     }
     /* The members' ranks first: their daemon waits for the meeting rank 0 opens. */
     for (uint64_t r = 4; r-- > 0;)
-        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "rank %llu: save_async: %s",
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "rank %llu: submit: %s",
                 (unsigned long long)r, ck_err_msg(&err));
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "commit: %s", ck_err_msg(&err));
     for (uint64_t r = 0; r < 4; r++) {

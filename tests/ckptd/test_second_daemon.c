@@ -25,7 +25,7 @@ int main(void)
                 "begin rank %llu: %s", (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, ts, 2, &part[r], false);
     }
-    REQUIRE(ck_client_submit(sv[0], &kc_copy, &err) == 0, "save_async rank 0: %s", ck_err_msg(&err));
+    REQUIRE(ck_client_submit(sv[0], &kc_copy, &err) == 0, "submit rank 0: %s", ck_err_msg(&err));
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "commit: %s", ck_err_msg(&err));
 
     char sock2[PATH_MAX + 16], log2[PATH_MAX + 16], pend[PATH_MAX + 16];
@@ -55,7 +55,7 @@ int main(void)
     CHECK(kd_term(&other, 30) == 0, "the daemon of another id did not exit 0 (see %s)",
           other.log);
 
-    CHECK(ck_client_submit(sv[1], &kc_copy, &err) == 0, "save_async rank 1: %s", ck_err_msg(&err));
+    CHECK(ck_client_submit(sv[1], &kc_copy, &err) == 0, "submit rank 1: %s", ck_err_msg(&err));
     for (uint64_t r = 0; r < 2; r++) {
         CHECK(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "rank %llu: the first ckptd's save failed "
               "after a second ckptd tried the root: %s", (unsigned long long)r,

@@ -35,7 +35,7 @@ static void begin(kc_env *e, save *s, uint64_t rank)
 static void stage(save *s, uint64_t rank)
 {
     ck_err err = { 0 };
-    REQUIRE(ck_client_submit(s->sv[rank], &kc_copy, &err) == 0, "%s: save_async rank %llu: %s",
+    REQUIRE(ck_client_submit(s->sv[rank], &kc_copy, &err) == 0, "%s: submit rank %llu: %s",
             s->name, (unsigned long long)rank, ck_err_msg(&err));
     if (rank == 0)
         REQUIRE(ck_client_commit(s->sv[0], &err) == 0, "%s: commit: %s", s->name,

@@ -101,7 +101,7 @@ CK_API uint64_t ck_mesh_rank(const ck_mesh *m, const uint32_t *coord);
 CK_API bool ck_mesh_equal(const ck_mesh *a, const ck_mesh *b);
 
 /* CK_BOXES is not a placement: a tensor stored as an explicit list of boxes (format
- * 1.1, ck_save_tensor_boxes) carries it on every mesh dim in place of placements, so
+ * 1.1, ck_decl_tensor_boxes) carries it on every mesh dim in place of placements, so
  * that nothing reads placements it does not have and a 1.0 reader refuses the
  * tensor by its placement code. */
 typedef enum ck_place_kind { CK_REPLICATE = 0, CK_SHARD = 1, CK_BOXES = 2 } ck_place_kind;
