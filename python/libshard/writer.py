@@ -633,6 +633,15 @@ class CkptWriter(StorageWriter, AsyncStager):
         if self.name is None:
             raise ValueError("CkptWriter: async_save stages before DCP passes checkpoint_id "
                              "to the writer; give the name as CkptWriter(root, name)")
+        recipe, values = self._plan(state_dict, True)
+        self._submit(recipe, values, 1 if self.async_staging else 0)
+        return {}
+
+    def _plan(self, state_dict, named):
+        """The recipe of a save of state_dict, and its leaves' values: the cached one
+        when every rank's state dict keeps the structure it was planned for, else
+        planned anew (one gather and one scatter over the process group); named: the
+        save's name is checked on the coordinator."""
         dw = _DistWrapper(self.process_group, dist.is_initialized(), 0)
         self.set_up_storage_writer(dw.is_coordinator, rank=dw.rank)
         cache = _PlanCache.of(self.process_group)
@@ -650,7 +659,8 @@ class CkptWriter(StorageWriter, AsyncStager):
             return local[0]
 
         def global_step(plans):
-            self._check_new()
+            if named:
+                self._check_new()
             if all(p == _SAME for p in plans) and cache.central is not None:
                 return [_SAME] * len(plans)
             if any(p == _SAME for p in plans) and cache.locals is None:
@@ -675,18 +685,21 @@ class CkptWriter(StorageWriter, AsyncStager):
             cache.recipe = recipe
             cache.plans += 1
             values = [v for _p, v in leaves]
-        self._submit(recipe, values, 1 if self.async_staging else 0)
-        return {}
+        return recipe, values
 
     def synchronize_staging(self):
         pass
 
-    def reserve(self, state_dict, slack=1 << 20, wait=False):
-        """Makes this process's staging large enough for saves of state_dict (its local
-        tensors, laid out as the core lays out a part, and slack bytes for the blobs)
-        and, for CUDA tensors, page-locks it, so that the first save stalls no longer than the
-        others. On the client's thread, overlapping what the caller does next (the first
-        save waits for what remains); with wait, before it returns."""
+    def reserve(self, state_dict, slack=1 << 20, wait=False, plan=True):
+        """Makes what the saves of state_dict need now, so that the first one stalls no
+        longer than the others: this process's staging, large enough for its local
+        tensors laid out as the core lays out a part and slack bytes for the blobs, and
+        for CUDA tensors page-locked, on the client's thread, overlapping what the
+        caller does next (the first save waits for what remains; with wait, before it
+        returns); and with plan, the saves' plan and declaration, cached as a save
+        caches them. Planning is collective, one gather and one scatter over the
+        process group: with plan, every rank of it calls reserve, as it calls the
+        saves."""
         sizes, pin = [], -1
         for t in _local_tensors(state_dict):
             sizes.append(t.numel() * t.element_size())
@@ -697,6 +710,9 @@ class CkptWriter(StorageWriter, AsyncStager):
         if self.socket is None and engine.socket_of(None) is None:
             _mkroot(self.root)
         self._engine(pin).reserve(nbytes, wait)
+        if plan:
+            with _no_gc():
+                self._plan(state_dict, False)
 
     def maybe_wait_for_staging(self):
         """Returns once the staged save no longer reads the state (its copies are done):

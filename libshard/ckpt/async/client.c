@@ -129,7 +129,8 @@ const char *ck_client_root(const ck_client *cl)
 
 /* Makes the client its caller's alone again: the lazy save's copy (fenced), the
  * reserver (joined). */
-static void settle(ck_client *cl)
+/* A lazy submit's copier joined. */
+static void settle_copier(ck_client *cl)
 {
     ck_client_save *sv = cl->lazy;
     if (sv) {
@@ -137,6 +138,15 @@ static void settle(ck_client *cl)
         sv->copying = false;
         cl->lazy = NULL;
     }
+}
+
+/* The copier and the reserver joined: before a call that takes, frees or maps a slot.
+ * A commit, a poll or a wait touches none: the reserver, which maps only slots that
+ * were free when it started, goes on beside them (the first save asks for its commit
+ * while the second slot is being made). */
+static void settle(ck_client *cl)
+{
+    settle_copier(cl);
     ck__slots_join(cl);
 }
 
@@ -446,7 +456,7 @@ static int admit(ck_client_save *sv, ck_err *err)
         return ck_err_set(err, -ECONNRESET, "checkpoint %s: no staging area came free (the "
                           "engine stopped answering)", sv->b.name);
     ck__client_slot *s = &cl->slots[k];
-    bool grew = !s->map || s->size < sv->total;
+    sv->grew = !s->map || s->size < sv->total;
     /* A link given up (ckptd did not answer in time) is made again for this save. */
     if (cl->t->revive)
         r = cl->t->revive(cl, err);
@@ -455,9 +465,6 @@ static int admit(ck_client_save *sv, ck_err *err)
     if (r < 0)
         return ck_err_set(err, r, "checkpoint %s, rank %llu", sv->b.name,
                           (unsigned long long)sv->b.rank);
-    /* A new size: the next save's slot is made meanwhile, off the caller's thread. */
-    if (grew)
-        ck__slots_reserve(cl, sv->total);
     sv->b.staging_size = s->size;
     return join_engine(sv, s, err);
 }
@@ -527,6 +534,10 @@ static int run(ck_client_save *sv, ck_err *err)
     }
     if (r == 0)
         r = stage(sv, &cl->slots[sv->slot], err);
+    /* A new size: the next save's slot is made on a thread, once this part is handed
+     * over (not beside its copy, which it would slow down). */
+    if (r == 0 && sv->grew)
+        ck__slots_reserve(cl, sv->total);
     if (r < 0)
         set_state(sv, CK_CLIENT_FAILED, r, err);
     return r;
@@ -667,7 +678,7 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
     if (sv->cl->lazy == sv &&
         atomic_compare_exchange_strong(&sv->lazy_commit, &running, CK__LAZY_COMMIT_ASKED))
         return 0;
-    settle(sv->cl);
+    settle_copier(sv->cl);
     if (sv->state == CK_CLIENT_BUILDING)
         return ck_err_set(err, -EINVAL, "checkpoint %s: commit before the submit", sv->b.name);
     if (sv->state == CK_CLIENT_FAILED)     /* as the embedded engine answers */
@@ -678,7 +689,7 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
 int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err)
 {
     ck_client *cl = sv->cl;
-    settle(cl);
+    settle_copier(cl);
     cl->t->poll(cl);
     lock(cl);
     *state = sv->state;
@@ -691,7 +702,7 @@ int ck_client_wait(ck_client_save *sv, ck_client_state state, ck_err *err)
 {
     ck_client *cl = sv->cl;
     bool lazy = sv->copying;
-    settle(cl);
+    settle_copier(cl);
     if (lazy && sv->lazy_rc < 0)
         return ck_err_set(err, sv->lazy_rc, "%s", ck_err_msg(&sv->lazy_err));
     if (sv->state == CK_CLIENT_BUILDING)

@@ -126,6 +126,7 @@ struct ck_client_save {
     ck_submit how;              /* the submit's callbacks (its sources are in src) */
     pthread_t copier;           /* a lazy submit: the thread that copies and stages */
     bool copying;               /* until the fence joined it */
+    bool grew;                  /* its slot was made for it: the other one is made after */
     /* Rank 0's commit asked for while the copier runs: the copier asks for it once the
      * part is staged (ck__client_lazy_commit), so that ck_client_commit never waits for
      * the copy. */

@@ -59,7 +59,7 @@ int ck__slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *err)
         cl->pages_logged = true;
         say(cl, "checkpoint staging on %s%s", ck__staging_pages_name(m.pages),
             m.pages != CK_PAGES_SMALL ? "" : cl->small_pages ? " (as asked)"
-            : " (no hugetlb pool, and transparent huge pages are off for shared memory)");
+            : " (no hugetlb pool)");
     }
     return 0;
 }
