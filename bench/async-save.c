@@ -1,10 +1,10 @@
 /* async-save - what an async checkpoint costs training, and how fast it drains.
  *
  * For 1, 4 and 8 concurrent clients (ranks), each saving SIZE bytes of its own shard:
- *  - the stall: the time ck_client_save_async blocks (the copy into staging), beside a
+ *  - the stall: the time ck_client_submit blocks (the copy into staging), beside a
  *    plain memcpy of the same bytes by the same threads at the same time (target
  *    <= 1.2x);
- *  - the drain: bytes / (time from the last save_async's return to the commit),
+ *  - the drain: bytes / (time from the last submit's return to the commit),
  *    with hashing off, beside bench.h's raw write of the same bytes (one file per
  *    client, all at once; preallocated, O_DIRECT, io_uring, 1 MiB I/Os, 32 in flight,
  *    fsync) in the same run (target >= 0.9x).
@@ -14,7 +14,7 @@
  * one daemon, and split N ways (8/N clients per daemon), each drain beside the raw
  * write of those bytes, plus the time from the last part durable (the last client to
  * see DURABLE) to the commit (rank 0's COMMITTED, and the last client's). Each client
- * declares its part's size when it opens (ck_client_save_reserve, waiting: start-up),
+ * declares its part's size when it opens (ck_client_reserve, waiting: start-up),
  * so its staging is faulted in before the first save; --no-reserve leaves that to the
  * saves. The first and the second save, which land in fresh staging areas, are shown
  * apart from the steady state (the best of the later ones).
@@ -46,6 +46,7 @@ typedef struct run {
     unsigned repeat;
     bool no_reserve;
     ck_job_id job;             /* the clients' one job */
+    ck_decl *decl;             /* one tensor, sharded over the clients */
     pthread_barrier_t bar;
     pthread_mutex_t mu;
     double first_max[2];       /* the first and second saves' stalls, slowest client */
@@ -63,22 +64,29 @@ typedef struct client {
     ck_err err;
 } client;
 
-/* Begins save iter of this client: one tensor, this client's shard of it. */
-static int declare(client *c, unsigned iter, ck_client_save **sv)
+/* The one tensor, each client's shard of it. */
+static int declare_run(run *R, ck_err *err)
 {
-    run *R = c->R;
     ck_mesh mesh = { .ndim = 1, .size = { R->n } };
     ck_placement pl[1] = { { .kind = CK_SHARD, .dim = 0 } };
     uint64_t shape[2] = { R->size / 4096 * R->n, 1024 };
+    int r = ck_decl_new(&R->decl, &mesh, err);
+    if (r == 0 && (r = ck_decl_tensor(R->decl, "w", CK_F32, 2, shape, pl, err)) == 0)
+        r = ck_decl_seal(R->decl, err);
+    return r;
+}
+
+/* Begins save iter of this client: its shard of the tensor. */
+static int declare(client *c, unsigned iter, ck_client_save **sv)
+{
+    run *R = c->R;
     char name[32];
     snprintf(name, sizeof name, "bench-%u-%u-%u", R->n, R->nsocks, iter);
-    int r = ck_client_begin(c->cl, sv, name, iter, &mesh, c->rank, R->n, &R->job, &c->err);
+    int r = ck_client_begin(c->cl, sv, name, iter, R->decl, c->rank, &R->job, &c->err);
     if (r < 0)
         return r;
     ck_client_no_hash(*sv);
-    if ((r = ck_client_tensor(*sv, "w", CK_F32, 2, shape, pl, &c->err)) == 0)
-        r = ck_client_shard(*sv, "w", c->src, &c->err);
-    return r;
+    return ck_client_shard(*sv, "w", c->src, &c->err);
 }
 
 static int save_once(client *c, unsigned iter, bool timed)
@@ -91,7 +99,7 @@ static int save_once(client *c, unsigned iter, bool timed)
     pthread_barrier_wait(&R->bar);
     double t0 = tool_now();
     if (r == 0)
-        r = ck_client_save_async(sv, &c->err);
+        r = ck_client_submit(sv, &(ck_submit){ .mode = CK_SUBMIT_COPY }, &c->err);
     double t1 = tool_now();
     if (r == 0 && c->rank == 0)
         r = ck_client_commit(sv, &c->err);
@@ -114,7 +122,7 @@ static int save_once(client *c, unsigned iter, bool timed)
     ck_client_save_free(sv);
     if (timed) {
         c->stall = t1 - t0;
-        c->raw = t3 - t2;      /* drain: after every save_async returned */
+        c->raw = t3 - t2;      /* drain: after every submit returned */
     }
     return r;
 }
@@ -181,6 +189,8 @@ static int run_clients(run *R)
         return -ENOMEM;
     pthread_barrier_init(&R->bar, NULL, R->n);
     int rc = ck_job_id_new(&R->job, &cs[0].err);
+    if (rc == 0)
+        rc = declare_run(R, &cs[0].err);
     if (rc < 0) {
         tool_error(prog, "%s", ck_err_msg(&cs[0].err));
         return rc;
@@ -206,14 +216,8 @@ static int run_clients(run *R)
             tool_error(prog, "client %u: %s", i, ck_err_msg(&c->err));
             return rc;
         }
-        ck_client_save *sv;
-        if (!R->no_reserve && ((rc = declare(c, 0, &sv)) < 0 ||
-                               (rc = ck_client_save_reserve(sv, true, &c->err)) < 0)) {
-            tool_error(prog, "client %u: %s", i, ck_err_msg(&c->err));
-            return rc;
-        }
         if (!R->no_reserve)
-            ck_client_save_free(sv);
+            ck_client_reserve(c->cl, ck_decl_file_bytes(R->decl, i), true);
     }
     for (unsigned i = 0; i < R->n; i++)
         pthread_create(&th[i], NULL, client_main, &cs[i]);
@@ -236,6 +240,8 @@ static int run_clients(run *R)
         free(cs[i].dst);
     }
     pthread_barrier_destroy(&R->bar);
+    ck_decl_free(R->decl);
+    R->decl = NULL;
     free(cs);
     free(th);
     return rc;

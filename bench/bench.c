@@ -198,11 +198,18 @@ int bench_save(const bench_opts *o, const bench_layout *L, const char *dir, cons
     uint64_t shape[2] = { L->rows, L->cols };
     ck_err err = { 0 };
     ck_save *s = NULL;
-    int r = ck_save_begin(&s, dir, name, 0, &mesh, &so, &err);
+    ck_decl *d;
+    char tn[16];
+    int r = ck_decl_new(&d, &mesh, &err);
     for (unsigned t = 0; r == 0 && t < L->tensors; t++) {
-        char tn[16];
         snprintf(tn, sizeof tn, "t%u", t);
-        r = ck_save_tensor(s, tn, CK_F32, 2, shape, pl, &err);
+        r = ck_decl_tensor(d, tn, CK_F32, 2, shape, pl, &err);
+    }
+    if (r == 0)
+        r = ck_save_begin(&s, dir, name, 0, d, &so, &err);
+    ck_decl_free(d);
+    for (unsigned t = 0; r == 0 && t < L->tensors; t++) {
+        snprintf(tn, sizeof tn, "t%u", t);
         for (unsigned k = 0; r == 0 && k < L->ranks; k++)
             r = ck_save_shard(s, tn, k, buf + bench_shard_off(L, t, k), &err);
     }

@@ -33,7 +33,7 @@ typedef struct adopt_arg {
 static int adopt_one(void *arg, const void *rec, size_t len, const ck__meet_blob *blob)
 {
     adopt_arg *a = arg;
-    return blob ? 0 : ck_save_adopt(a->s, rec, len, a->err);
+    return blob ? 0 : ck__save_adopt(a->s, rec, len, a->err);
 }
 
 static int adopt_file(void *arg, const char *file, const uint8_t *buf, size_t len)
@@ -49,9 +49,11 @@ static int begin(const char *root, const char *name, uint64_t world, ck_save **s
     ck_placement pl[1] = { { .kind = CK_SHARD, .dim = 0 } };
     uint64_t shape[1] = { world * 1024 };
     ck_save_opts o = { .hash_threads = 1 };
-    int r = ck_save_begin(s, root, name, 1, &mesh, &o, err);
-    if (r == 0 && (r = ck_save_tensor(*s, "w", CK_F32, 1, shape, pl, err)) < 0)
-        ck_save_abort(*s);
+    ck_decl *d;
+    int r = ck_decl_new(&d, &mesh, err);
+    if (r == 0 && (r = ck_decl_tensor(d, "w", CK_F32, 1, shape, pl, err)) == 0)
+        r = ck_save_begin(s, root, name, 1, d, &o, err);
+    ck_decl_free(d);
     return r;
 }
 
@@ -73,14 +75,14 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
     }
     ck__meet_plan plan = { .step = 1, .world = world, .nodes = (uint32_t)world,
                            .coord = "bench" };
-    if ((r = ck_save_share(s, token, err)) == 0 &&
+    if ((r = ck__save_share(s, token, err)) == 0 &&
         (r = ck__meet_create(root, name, token, &plan, err)) == 0)
         ck__meet_dir(root, name, token, meet);
     if (r == 0 && (r = ck_save_shard(s, "w", 0, data, err)) == 0)
-        r = ck_save_write_rank(s, 0, err);
+        r = ck__save_write_rank(s, 0, err);
     /* The members: one ck_save stands for all of them (the plan is the same). */
     if (r == 0 && (r = begin(root, name, world, &m, err)) == 0) {
-        r = ck_save_join(m, token, 1, err);
+        r = ck__save_join(m, token, 1, err);
         double put = 0;
         for (uint64_t k = 1; r == 0 && k < world; k++) {
             ck_err ok = { 0 };
@@ -90,10 +92,12 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
             size_t flen;
             char fname[64];
             if ((r = ck_save_shard(m, "w", k, data, err)) == 0 &&
-                (r = ck_save_write_rank(m, k, err)) == 0 &&
-                (r = ck_save_part(m, k, &ok, &rec, &len, err)) == 0 &&
+                (r = ck__save_write_rank(m, k, err)) == 0 &&
+                (r = ck__save_part(m, k, &ok, &rec, &len, err)) == 0 &&
                 (r = ck__meet_parts_encode(&rec, &len, 1, NULL, 0, &file, &flen)) == 0) {
-                snprintf(fname, sizeof fname, "part.n%llu.0", (unsigned long long)k);
+                char id[32];
+                snprintf(id, sizeof id, "n%llu", (unsigned long long)k);
+                ck__name_meet_file(CK_MEET_PART, id, 0, fname, sizeof fname);
                 double t0 = tool_now();
                 r = ck__meet_put(root, meet, fname, file, flen, true, err);
                 put += tool_now() - t0;
@@ -111,7 +115,7 @@ static int one(const char *root, uint64_t world, double *member_put, double *ado
     }
     double t0 = tool_now();
     adopt_arg a = { .s = s, .err = err };
-    r = ck__meet_each(root, meet, "part.", adopt_file, &a, err);
+    r = ck__meet_each(root, meet, CK_MEET_PART, adopt_file, &a, err);
     double t1 = tool_now();
     ck_save_stats st;
     if (r == 0)
@@ -136,11 +140,11 @@ static int alone(const char *root, uint64_t world, double *commit, ck_err *err)
     memset(data, 7, 4096);
     ck_save *s;
     int r = begin(root, name, world, &s, err);
-    if (r == 0 && (r = ck_save_prepare(s, err)) < 0)
+    if (r == 0 && (r = ck__save_prepare(s, err)) < 0)
         ck_save_abort(s);
     for (uint64_t k = 0; r == 0 && k < world; k++)
         if ((r = ck_save_shard(s, "w", k, data, err)) < 0 ||
-            (r = ck_save_write_rank(s, k, err)) < 0)
+            (r = ck__save_write_rank(s, k, err)) < 0)
             ck_save_abort(s);
     double t0 = tool_now();
     if (r == 0)

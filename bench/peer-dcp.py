@@ -29,6 +29,13 @@ same run, with the ratio:
 Speeds are given as a fraction of the reference's speed (raw time / our time), stalls
 as a multiple of the reference's time (our time / copy time). --export (CPU) also
 times ckpt-consolidate against DCP's dcp_to_torch_save + safetensors (peak RSS too).
+
+--tensors N measures what a save costs per tensor instead: one gloo rank, --size bytes
+(default 256 MiB) split into N float32 tensors (under one key "model"), embedded engine, async_save in copy
+mode against FileSystemWriter's: the first save without reserve() (a fresh engine), the
+first after reserve(), the steady stall (3rd save on), and the microseconds per tensor
+beyond one memcpy of all the bytes. Plans are not cached across the first saves: each
+first save plans, as DCP's does.
 """
 import argparse
 import mmap
@@ -280,6 +287,76 @@ def saver(rank, world, store, args, q):
     dist.destroy_process_group()
 
 
+def tensors_saver(rank, world, store, args, q):
+    """--tensors N: the stalls of async_save for N float32 tensors on one rank."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world)
+    from torch.distributed.checkpoint import FileSystemWriter
+    from libshard.dcp import CkptWriter
+    from libshard import writer as ckw
+    n = args.tensors
+    per = max(1, args.size // (4 * n))
+    # Nested, as a model's state dict is: DCP's own per-key work on the top level
+    # (_stateful_to_state_dict) is then the same few keys for both writers.
+    sd = {"model": {f"layers.{i}.w": torch.full((per,), float(i % 251), dtype=torch.float32)
+                    for i in range(n)}}
+    flat = torch.empty(per * n, dtype=torch.float32)
+    dst = torch.empty_like(flat)
+    copy = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        dst.copy_(flat)
+        copy.append(time.perf_counter() - t0)
+    res = {"rank_bytes": per * n * 4, "copy": min(copy), "n": n}
+    saves = max(3, args.saves)
+
+    def run(tag, root, make_writer, reserve=False):
+        ckw._PlanCache.entries.clear()         # every first save plans
+        if reserve:
+            CkptWriter(root).reserve(sd, wait=True)
+        stalls = []
+        for i in range(saves):
+            w = make_writer(i)
+            t0 = time.perf_counter()
+            f = dcp.async_save(sd, storage_writer=w)
+            stalls.append(time.perf_counter() - t0)
+            f.result()
+        res[tag] = stalls
+
+    ck = os.path.join(args.root, "ck")
+    run("ck_fresh", os.path.join(args.root, "ck-fresh"),
+        lambda i: CkptWriter(os.path.join(args.root, "ck-fresh"), f"s-{i}"))
+    run("ck_reserved", ck, lambda i: CkptWriter(ck, f"s-{i}"), reserve=True)
+    run("dcp", None, lambda i: FileSystemWriter(f"{args.root}/fs/t{i}"))
+    q.put(res)
+    dist.destroy_process_group()
+
+
+def tensors_report(s):
+    n, cp = s["n"], s["copy"]
+    ck_steady = median(s["ck_reserved"][2:])
+    dcp_steady = median(s["dcp"][2:])
+    print(f"tensors: {n} float32 tensors, {s['rank_bytes'] / (1 << 20):.0f} MiB on 1 gloo rank; "
+          f"memcpy of all the bytes {cp:.3f} s")
+
+    def row(what, ours, peer, peer_what="DCP"):
+        print(f"{what:<40} {ours:8.3f} s   {peer_what} {peer:8.3f} s   ({ours / peer:5.2f}x)")
+    row("first save, no reserve()", s["ck_fresh"][0], s["dcp"][0], "DCP first")
+    row("first save after reserve()", s["ck_reserved"][0], ck_steady, "our steady")
+    row("steady stall (3rd save on, median)", ck_steady, dcp_steady, "DCP steady")
+    print(f"{'per tensor beyond the copy, steady':<40} {(ck_steady - cp) / n * 1e6:8.1f} us"
+          f"  DCP {(dcp_steady - cp) / n * 1e6:8.1f} us")
+    print("all stalls (s): ours fresh " + " ".join(f"{x:.3f}" for x in s["ck_fresh"])
+          + "; ours reserved " + " ".join(f"{x:.3f}" for x in s["ck_reserved"])
+          + "; DCP " + " ".join(f"{x:.3f}" for x in s["dcp"]))
+
+
+def median(xs):
+    xs = sorted(xs)
+    k = len(xs)
+    return (xs[(k - 1) // 2] + xs[k // 2]) / 2 if xs else float("nan")
+
+
 def loader(rank, world, store, args, q):
     cuda = args.device == "cuda"
     if cuda:
@@ -373,7 +450,16 @@ def main():
     ap.add_argument("--loads", type=int, default=3, help="runs of each load figure")
     ap.add_argument("--no-ckptd", action="store_true")
     ap.add_argument("--export", action="store_true", help="CPU: time the exports too")
+    ap.add_argument("--tensors", type=int, default=0,
+                    help="N: the per-tensor cost of a save, N float32 tensors on one rank")
     args = ap.parse_args()
+    if args.tensors:
+        if args.size == 1 << 30 and "--size" not in sys.argv:
+            args.size = 256 << 20
+        shutil.rmtree(args.root, ignore_errors=True)
+        os.makedirs(os.path.join(args.root, "ck"))
+        tensors_report(spawn(tensors_saver, 1, args))
+        return
     if args.device == "cuda" and not torch.cuda.is_available():
         print("skip: torch sees no CUDA device")
         sys.exit(77)

@@ -61,16 +61,26 @@ int rsb_make_source(rsb *b)
     ck_mesh_parse("8", NULL, &mesh, NULL);
     ck_placements_default(1, pl);
     static ck_synth_src src[NT][RANKS];
-    ck_save *s;
-    int r = ck_save_begin(&s, b->dir, "src", 1, &mesh, &(ck_save_opts){ .mem_limit = 64u << 20 },
-                          &err);
+    ck_save *s = NULL;
+    ck_decl *d;
     const uint64_t cols = 1024, row = cols * 4;
+    uint64_t shapes[NT][2];
+    char tn[8];
+    int r = ck_decl_new(&d, &mesh, &err);
     for (uint32_t t = 0; t < NT && r == 0; t++) {
         uint64_t bytes = t == 0 ? b->size / 8 * 3 : b->size / 8;
-        uint64_t shape[2] = { bytes / row / RANKS * RANKS, cols };
-        char tn[8];
+        shapes[t][0] = bytes / row / RANKS * RANKS;
+        shapes[t][1] = cols;
         snprintf(tn, sizeof tn, "t%u", t);
-        r = ck_save_tensor(s, tn, CK_F32, 2, shape, pl, &err);
+        r = ck_decl_tensor(d, tn, CK_F32, 2, shapes[t], pl, &err);
+    }
+    if (r == 0)
+        r = ck_save_begin(&s, b->dir, "src", 1, d, &(ck_save_opts){ .mem_limit = 64u << 20 },
+                          &err);
+    ck_decl_free(d);
+    for (uint32_t t = 0; t < NT && r == 0; t++) {
+        const uint64_t *shape = shapes[t];
+        snprintf(tn, sizeof tn, "t%u", t);
         for (uint32_t k = 0; k < RANKS && r == 0; k++) {
             uint32_t coord[1] = { k };
             src[t][k] = (ck_synth_src){ .tensor = t, .itemsize = 4, .ndim = 2,

@@ -52,9 +52,6 @@
 
 #define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
 #define KD_MAX_SHARDS (1u << 24) /* shard records per save (docs/PROTOCOL.md) */
-/* Boxes a BEGIN may declare and still have their tiling checked on the event loop
- * (about a millisecond); more go to the planner thread (docs/PROTOCOL.md). */
-#define KD_INLINE_BOXES 4096u
 
 typedef struct kd_opts {
     const char *root;
@@ -106,7 +103,7 @@ typedef struct kd_part {
     bool admitted, waiting, staged;
 } kd_part;
 
-/* A save is its name and its job (ck__decl.job): two jobs' saves of one name are two
+/* A save is its name and its job (ck__begin.job): two jobs' saves of one name are two
  * kd_ckpt, as they are two saves in the saver. */
 typedef struct kd_ckpt {
     struct kd_ckpt *next;
@@ -132,17 +129,16 @@ typedef struct kd_failed {
     uint64_t client[];         /* ids; 0 once gone */
 } kd_failed;
 
-/* A BEGIN on its way through the planner: the rank's declaration and staging memfd,
- * then the outcome of its join. */
+/* A BEGIN on its way through the planner: the rank's part and staging memfd, then the
+ * outcome of its join (the first rank's seals the declaration there: its layouts and
+ * tilings are checked beside the event loop, never on it). */
 typedef struct kd_join {
     struct kd_join *next;
     uint64_t client;
     pid_t pid;
     int fd;
-    ck__decl d;
+    ck__begin d;
     uint64_t bytes;            /* the declaration's, counted against --plan-memory */
-    bool check;                /* its box lists are the planner's to check */
-    bool bad;                  /* they do not tile: a bad message, not a failed join */
     int r;
     uint64_t image;
     char msg[CK_ERR_MSG_MAX];
@@ -234,9 +230,8 @@ void kd_restore_submit(kd_server *s, kd_client *c, uint16_t type, ck__restore_re
 void kd_restore_replies(kd_server *s);
 
 /* kd_ckpt.c */
-/* Takes d's arrays and fd: the rank joins through the planner, which checks the box
- * lists first when check_boxes (a declaration too large to check on the loop). */
-void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_boxes);
+/* Takes what d holds and fd: the rank joins through the planner. */
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__begin *d, int fd);
 void kd_ckpt_staged(kd_server *s, kd_client *c, const char *name, uint64_t rank);
 void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name);
 void kd_ckpt_client_gone(kd_server *s, kd_client *c);
@@ -251,16 +246,10 @@ void kd_saver_event(void *arg, const ck__saver_event *ev);
 unsigned kd_ckpt_clients(const kd_ckpt *k, const kd_server *s);
 
 /* kd_plan.c */
-/* Shard records the declared tensors make on the declared mesh. */
-uint64_t kd_plan_shards(const ck__decl *d);
 /* Upper bound of the bytes the save's plan and state hold while it is in flight. */
-uint64_t kd_plan_cost(const ck__decl *d);
-/* Bytes of the declaration itself (tensors and blobs). */
-uint64_t kd_join_bytes(const ck__decl *d);
-/* Boxes of the declaration's box lists, and whether each list tiles its tensor
- * (ck_boxes_check: O(n log n) in the boxes). */
-uint64_t kd_decl_boxes(const ck__decl *d);
-int kd_decl_tiles(const ck__decl *d, ck_err *err);
+uint64_t kd_plan_cost(const ck__begin *d);
+/* Bytes of the part's declaration itself (tensors, boxes and blobs). */
+uint64_t kd_join_bytes(const ck__begin *d);
 int kd_plan_start(kd_server *s, ck_err *err);
 void kd_plan_stop(kd_server *s);
 void kd_plan_submit(kd_server *s, kd_join *j);

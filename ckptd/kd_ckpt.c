@@ -26,6 +26,8 @@
 
 #include "kd.h"
 
+#include "format/decl.h"
+
 #define KD_TRIM_BYTES (16u << 20)
 #define KD_FAILED_KEPT 64      /* failed saves tracked for their clients */
 
@@ -173,7 +175,7 @@ static kd_ckpt *ckpt_new(kd_server *s, const char *name, const ck_job_id *job,
 
 /* The bounds on what one BEGIN may cost: its declaration while queued, and for the
  * first rank of a save the plan, together within --plan-memory. */
-static int plan_budget(kd_server *s, const ck__decl *d, uint64_t cost, ck_err *err)
+static int plan_budget(kd_server *s, const ck__begin *d, uint64_t cost, ck_err *err)
 {
     const uint64_t mib = 1 << 20;
     uint64_t need = cost + kd_join_bytes(d);
@@ -182,8 +184,9 @@ static int plan_budget(kd_server *s, const ck__decl *d, uint64_t cost, ck_err *e
                           "shard records on %llu ranks, %u tensors), more than ckptd's "
                           "--plan-memory of %llu MiB", d->name,
                           (unsigned long long)(need / mib + 1),
-                          (unsigned long long)kd_plan_shards(d), (unsigned long long)d->world,
-                          d->ntensors, (unsigned long long)(s->o.plan_memory / mib));
+                          (unsigned long long)ck__decl_shards(d->decl),
+                          (unsigned long long)ck__begin_world(d), ck__decl_ntensors(d->decl),
+                          (unsigned long long)(s->o.plan_memory / mib));
     if (s->plan_used + need > s->o.plan_memory)
         return ck_err_set(err, -EAGAIN, "checkpoint %s: its plan needs about %llu MiB and "
                           "saves in flight hold %llu of ckptd's --plan-memory of %llu MiB; "
@@ -194,7 +197,7 @@ static int plan_budget(kd_server *s, const ck__decl *d, uint64_t cost, ck_err *e
     return 0;
 }
 
-void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_boxes)
+void kd_ckpt_begin(kd_server *s, kd_client *c, ck__begin *d, int fd)
 {
     ck_err err = { 0 };
     kd_ckpt *k = find(s, d->name, &d->job);
@@ -222,8 +225,8 @@ void kd_ckpt_begin(kd_server *s, kd_client *c, ck__decl *d, int fd, bool check_b
         return;
     }
     *j = (kd_join){ .client = c->id, .pid = c->pid, .fd = fd, .d = *d,
-                    .bytes = kd_join_bytes(d), .check = check_boxes };
-    d->tensors = NULL;
+                    .bytes = kd_join_bytes(d) };
+    d->decl = NULL;
     d->blobs = NULL;
     s->plan_used += j->bytes;
     k->joins++;
@@ -238,15 +241,8 @@ static void joined(kd_server *s, kd_join *j)
     if (k)
         k->joins--;
     kd_client *c = kd_client_find(s, j->client);
-    if (j->bad && c) {
-        /* As kd_proto.c refuses a bad message: a connection error, then the close. */
-        kd_log(s, "client %llu (pid %d): bad message: %s; closing it",
-               (unsigned long long)c->id, (int)c->pid, j->msg);
-        kd_send_error(s, c, "", j->r, j->msg);
-        c->drop = true;
-    }
     if (j->r < 0) {
-        if (c && !j->bad)
+        if (c)
             kd_send_error(s, c, j->d.name, j->r, j->msg);
         /* No rank of it joined, none is on its way: the saver never had the save. */
         if (k && !k->parts && !k->joins)
@@ -262,12 +258,12 @@ static void joined(kd_server *s, kd_join *j)
         return;
     }
     uint64_t blob_bytes = 0;
-    ck__decl_blob_bytes(&j->d, &blob_bytes);
+    ck__begin_blob_bytes(&j->d, &blob_bytes);
     *p = (kd_part){ .next = k->parts, .ckpt = k, .rank = j->d.rank, .client = c ? c->id : 0,
                     .fd = j->fd, .need = j->image + blob_bytes, .image = j->image };
     j->fd = -1;
     k->parts = p;
-    k->world = j->d.world;
+    k->world = ck__begin_world(&j->d);
     k->shared = j->d.nodes > 1;
     k->progress = kd_now();
     if (!c) {
@@ -328,7 +324,7 @@ void kd_ckpt_commit(kd_server *s, kd_client *c, const char *name)
     ck_err err = { 0 };
     kd_part *p = held_part(s, name, 0, c->id);
     if (!p) {
-        /* The client refuses a commit from another rank or before save_async itself:
+        /* The client refuses a commit from another rank or before submit itself:
          * this one crossed the failure of its save. */
         late(s, c, "COMMIT", name, "the save has no part of rank 0 from this client");
         return;

@@ -84,8 +84,8 @@ void kd_addr_format(const struct sockaddr *sa, char *out, size_t len)
 static int file_name(const char *id, char *out, size_t len, ck_err *err)
 {
     int r = ck__node_id_check(id, err);
-    if (r == 0)
-        snprintf(out, len, ".ckptd.%s.peer", id);
+    if (r == 0 && ck__name_engine(id, CK_ENGINE_PEER, out, len) < 0)
+        r = ck_err_set(err, -ENAMETOOLONG, "daemon id %s: too long", id);
     return r;
 }
 

@@ -23,6 +23,7 @@
 #include "ck/catalog.h"
 #include "format/copy.h"
 #include "io/rootfs.h"
+#include "format/layout.h"
 
 /* Calls fn for every copy under LOCAL that opens, own copies first, then each replica
  * root's in name order, then each fetched root's in the order fetched; a non-zero
@@ -248,8 +249,8 @@ void kd_inv_fetch_drop(const char *root, const char *name)
     int fd = ck__root_open(root, NULL);
     if (fd < 0)
         return;
-    snprintf(lock, sizeof lock, "%s/%s.lock", CK_PENDING, name);
-    ck__unlinkat(fd, lock, 0);
+    if (ck__name_save_lock(name, lock, sizeof lock) == 0)
+        ck__unlinkat(fd, lock, 0);
     ck__unlinkat(fd, CK_PENDING, AT_REMOVEDIR);
     close(fd);
     rmdir(root);

@@ -26,6 +26,8 @@
 
 #include "kd.h"
 
+#include "format/layout.h"
+
 #define TICK_MS 250               /* how often timeouts are looked at */
 
 typedef struct sconn {
@@ -448,9 +450,10 @@ static int start(struct kd_peers *p, ck_err *err)
         return ck_err_set(err, -errno, "epoll: %s", strerror(errno));
     if ((r = kd_addr_publish(p->durable, p->id, p->addr, p->instance, err)) < 0)
         return r;
+    char file[CK_NODE_ID_MAX + 16];
+    ck__name_engine(p->id, CK_ENGINE_PEER, file, sizeof file);
     say(p, "peer service of ckptd %s listening on %s for the local tier %s (address in "
-        "%s/.ckptd.%s.peer, --peer-timeout %u s)", p->id, p->addr, p->local, p->durable, p->id,
-        p->timeout);
+        "%s/%s, --peer-timeout %u s)", p->id, p->addr, p->local, p->durable, file, p->timeout);
     return 0;
 }
 

@@ -9,15 +9,17 @@
  * --plan-memory by kd_ckpt.c): shard records, ranks and tensors, each at a measured
  * upper bound of the bytes the core keeps for it while the save is in flight.
  *
- * The planner also checks the box lists of declarations with more boxes than the loop
- * checks itself (KD_INLINE_BOXES): the tiling check is O(n log n), but 2^20 boxes are
- * still a tenth of a second nobody else should wait for.
+ * The first rank's join seals the save's declaration: its layouts are checked and its
+ * box lists' tiling (O(n log n): 2^20 boxes are a tenth of a second nobody else should
+ * wait for) here, never on the loop.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "kd.h"
+
+#include "format/decl.h"
 
 /* Bytes the core keeps per shard record (plan shard, manifest shard and extent, the
  * writer's run and source), per rank that writes a file (file, path, hashes, the
@@ -30,53 +32,19 @@
 #define KD_COST_RANK 512
 #define KD_COST_TENSOR 1024
 
-uint64_t kd_plan_shards(const ck__decl *d)
+uint64_t kd_plan_cost(const ck__begin *d)
 {
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < d->ntensors; i++) {
-        uint64_t n = 1;
-        for (int k = 0; k < d->mesh.ndim; k++)
-            if (d->tensors[i].pl[k].kind == CK_SHARD)
-                n *= d->mesh.size[k];
-        /* A box list has one shard record per box (at most 2^20 in one BEGIN). */
-        total += d->tensors[i].pl[0].kind == CK_BOXES ? d->tensors[i].nboxes : n;
-    }   /* at most 2^18 tensors of 2^20 shards: no overflow */
-    return total;
+    /* Shard records are known as the tensors are declared (a box list's one per box):
+     * at most 2^18 tensors of 2^20 shards, no overflow. */
+    return ck__decl_shards(d->decl) * KD_COST_SHARD + ck__begin_world(d) * KD_COST_RANK +
+           (uint64_t)ck__decl_ntensors(d->decl) * KD_COST_TENSOR;
 }
 
-uint64_t kd_plan_cost(const ck__decl *d)
+uint64_t kd_join_bytes(const ck__begin *d)
 {
-    return kd_plan_shards(d) * KD_COST_SHARD + d->world * KD_COST_RANK +
-           (uint64_t)d->ntensors * KD_COST_TENSOR;
-}
-
-uint64_t kd_decl_boxes(const ck__decl *d)
-{
-    uint64_t boxes = 0;
-    for (uint32_t i = 0; i < d->ntensors; i++)
-        boxes += d->tensors[i].pl[0].kind == CK_BOXES ? d->tensors[i].nboxes : 0;
-    return boxes;
-}
-
-int kd_decl_tiles(const ck__decl *d, ck_err *err)
-{
-    for (uint32_t i = 0; i < d->ntensors; i++) {
-        const ck__decl_tensor *t = &d->tensors[i];
-        int r = t->pl[0].kind != CK_BOXES ? 0
-              : ck_boxes_check(t->name, t->ndim, t->shape, t->nboxes, t->boxes, err);
-        if (r < 0)
-            return r;
-    }
-    return 0;
-}
-
-uint64_t kd_join_bytes(const ck__decl *d)
-{
-    uint64_t boxes = 0;
-    for (uint32_t i = 0; i < d->ntensors; i++)
-        boxes += d->tensors[i].nboxes;
-    return (uint64_t)d->ntensors * sizeof *d->tensors + (uint64_t)d->nblobs * sizeof *d->blobs +
-           boxes * (sizeof(ck_box) + sizeof(uint64_t));
+    return (uint64_t)ck__decl_ntensors(d->decl) * sizeof(ck_tensor) +
+           (uint64_t)d->nblobs * sizeof *d->blobs +
+           ck__decl_nboxes(d->decl) * (sizeof(ck_box) + sizeof(uint64_t));
 }
 
 void kd_join_free(kd_join *j)
@@ -85,7 +53,7 @@ void kd_join_free(kd_join *j)
         return;
     if (j->fd >= 0)
         close(j->fd);
-    ck__decl_free(&j->d);
+    ck__begin_free(&j->d);
     free(j);
 }
 
@@ -119,11 +87,7 @@ static void *planner(void *arg)
             break;
         pthread_mutex_unlock(&s->plan_mu);
         ck_err err = { 0 };
-        /* A declaration too large to check on the loop (kd_proto.c) is checked here;
-         * one that fails is a bad message, and its client is closed. */
-        j->bad = j->check && (j->r = kd_decl_tiles(&j->d, &err)) < 0;
-        if (!j->bad)
-            j->r = ck__saver_join(s->saver, &j->d, &j->image, &err);
+        j->r = ck__saver_join(s->saver, &j->d, &j->image, &err);
         if (j->r < 0)
             snprintf(j->msg, sizeof j->msg, "%s", ck_err_msg(&err));
         pthread_mutex_lock(&s->plan_mu);

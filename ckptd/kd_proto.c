@@ -14,6 +14,8 @@
 
 #include "kd.h"
 
+#include "format/decl.h"
+
 static void refuse(kd_server *s, kd_client *c, int code, const char *what)
 {
     kd_log(s, "client %llu (pid %d): bad message: %s; closing it", (unsigned long long)c->id,
@@ -22,27 +24,18 @@ static void refuse(kd_server *s, kd_client *c, int code, const char *what)
     c->drop = true;
 }
 
-/* Every field of a BEGIN; the box lists' tiling too where they are small enough for
- * the loop (KD_INLINE_BOXES), else *defer: the planner checks them. */
-static int check_decl(const ck__decl *d, bool *defer, ck_err *err)
+/* Every field of a BEGIN the declaration does not check as it is decoded (its tensors,
+ * their dims, placements and box writers: model/decl.c); what only its seal checks
+ * (layouts, tilings) is the planner's, beside the loop. */
+static int check_begin(const ck__begin *d, ck_err *err)
 {
     int r = ck_name_check("checkpoint", d->name, err);
     if (r < 0)
         return r;
-    uint64_t world = 1;
-    for (int i = 0; i < d->mesh.ndim; i++) {
-        if (d->mesh.size[i] < 1 || d->mesh.size[i] > CK_MAX_WORLD)
-            return ck_err_set(err, -EINVAL, "checkpoint %s: mesh dim %d of size %u", d->name,
-                              i, d->mesh.size[i]);
-        world *= d->mesh.size[i];
-        if (world > CK_MAX_WORLD)
-            return ck_err_set(err, -EINVAL, "checkpoint %s: more than %u ranks", d->name,
-                              CK_MAX_WORLD);
-    }
-    if (d->world != world || d->rank >= world)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of world %llu on a mesh of "
-                          "%llu ranks", d->name, (unsigned long long)d->rank,
-                          (unsigned long long)d->world, (unsigned long long)world);
+    uint64_t world = ck__begin_world(d);
+    if (d->rank >= world)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu on a mesh of %llu ranks",
+                          d->name, (unsigned long long)d->rank, (unsigned long long)world);
     if (!ck__job_set(&d->job))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares no job id (all "
                           "zero)", d->name, (unsigned long long)d->rank);
@@ -50,40 +43,12 @@ static int check_decl(const ck__decl *d, bool *defer, ck_err *err)
         return ck_err_set(err, -EINVAL, "checkpoint %s: %u daemons for a world of %llu ranks "
                           "(at most one per rank and %u)", d->name, d->nodes,
                           (unsigned long long)world, CK_PROTO_MAX_NODES);
-    for (uint32_t i = 0; i < d->ntensors; i++) {
-        const ck__decl_tensor *t = &d->tensors[i];
-        if ((r = ck_key_check("tensor", t->name, err)) < 0)
-            return ck_err_set(err, r, "checkpoint %s", d->name);
-        if (!ck_dtype_size(t->dtype))
-            return ck_err_set(err, -EINVAL, "tensor %s: unknown dtype code %u", t->name,
-                              t->dtype);
-        bool boxes = t->pl[0].kind == CK_BOXES;
-        for (int k = 0; k < d->mesh.ndim; k++)
-            if (boxes ? t->pl[k].kind != CK_BOXES || t->pl[k].dim : t->pl[k].kind > CK_SHARD ||
-                (t->pl[k].kind == CK_SHARD && t->pl[k].dim >= t->ndim))
-                return ck_err_set(err, -EINVAL, "tensor %s: bad placement on mesh dim %d",
-                                  t->name, k);
-        for (uint32_t b = 0; boxes && b < t->nboxes; b++)
-            if (t->writers[b] >= world)
-                return ck_err_set(err, -EINVAL, "tensor %s: box %u is written by rank %llu, "
-                                  "outside the world of %llu", t->name, b,
-                                  (unsigned long long)t->writers[b], (unsigned long long)world);
-        uint64_t elems = 1;
-        for (int k = 0; k < t->ndim; k++) {
-            if (t->shape[k] && elems > (UINT64_MAX >> 4) / t->shape[k])
-                return ck_err_set(err, -EINVAL, "tensor %s: shape overflows", t->name);
-            elems *= t->shape[k];
-        }
-    }
-    *defer = kd_decl_boxes(d) > KD_INLINE_BOXES;
-    if (!*defer && (r = kd_decl_tiles(d, err)) < 0)
-        return r;
-    if (kd_plan_shards(d) > KD_MAX_SHARDS)
+    if (ck__decl_shards(d->decl) > KD_MAX_SHARDS)
         return ck_err_set(err, -E2BIG, "checkpoint %s: %llu shard records (at most %u per "
-                          "save)", d->name, (unsigned long long)kd_plan_shards(d),
+                          "save)", d->name, (unsigned long long)ck__decl_shards(d->decl),
                           KD_MAX_SHARDS);
     uint64_t blob_bytes;
-    if (!ck__decl_blob_bytes(d, &blob_bytes))
+    if (!ck__begin_blob_bytes(d, &blob_bytes))
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);
     for (uint32_t i = 0; i < d->nblobs; i++) {
         if ((r = ck_key_check("blob", d->blobs[i].name, err)) < 0)
@@ -128,18 +93,17 @@ static void on_begin(kd_server *s, kd_client *c, const uint8_t *p, uint32_t len)
     }
     int fd = c->fds[0];
     memmove(c->fds, c->fds + 1, --c->nfds * sizeof *c->fds);
-    ck__decl d;
-    bool defer = false;
-    int r = ck__proto_get_decl(p, len, &d, &err);
-    if (r == 0 && (r = check_decl(&d, &defer, &err)) == 0)
+    ck__begin d;
+    int r = ck__proto_get_begin(p, len, &d, &err);
+    if (r == 0 && (r = check_begin(&d, &err)) == 0)
         r = kd_staging_check(fd, d.staging_size, &err);
     if (r < 0) {
         close(fd);
         refuse(s, c, r, ck_err_msg(&err));
     } else {
-        kd_ckpt_begin(s, c, &d, fd, defer);
+        kd_ckpt_begin(s, c, &d, fd);
     }
-    ck__decl_free(&d);
+    ck__begin_free(&d);
 }
 
 static void on_named(kd_server *s, kd_client *c, uint16_t type, ck__rbuf *r)

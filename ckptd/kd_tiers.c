@@ -38,6 +38,8 @@
 #include "ck/steps.h"
 #include "io/rootfs.h"
 #include "save/meet.h"
+#include "format/steps.h"
+#include "format/layout.h"
 
 #define ASK_AT_ONCE 16             /* peers asked for their INVENTORY at once */
 #define NAMED_MAX 8                /* files a message names before "and N more" */
@@ -149,13 +151,9 @@ static int find_peers(const kd_tiers_opts *o, kd_tview *t, ck_err *err)
     struct dirent *de;
     int r = 0;
     while (r == 0 && (de = readdir(d))) {
-        size_t len = strlen(de->d_name);
         char id[CK_NODE_ID_MAX];
-        if (len <= 12 || len - 12 >= sizeof id || strncmp(de->d_name, ".ckptd.", 7) ||
-            strcmp(de->d_name + len - 5, ".peer"))
-            continue;
-        snprintf(id, sizeof id, "%.*s", (int)(len - 12), de->d_name + 7);
-        if (ck__node_id_check(id, NULL) < 0 || !strcmp(id, o->id))
+        if (!ck__engine_file_of(de->d_name, CK_ENGINE_PEER, id) ||
+            ck__node_id_check(id, NULL) < 0 || !strcmp(id, o->id))
             continue;
         kd_tpeer *p = realloc(t->peers, (t->npeers + 1) * sizeof *p);
         if (!p) {
@@ -291,7 +289,7 @@ static int groups_of(const kd_tview *t, const char *what, bool newest, group **o
         for (size_t i = 0; i < t->n; i++) {
             const kd_tcopy *c = &t->v[i];
             uint64_t step = c->c.step;
-            if (c->where != where || (newest ? !ck_step_of(c->c.name, what, &step)
+            if (c->where != where || (newest ? !ck__step_of(c->c.name, what, &step)
                                              : strcmp(c->c.name, what)))
                 continue;
             size_t j = 0;

@@ -52,10 +52,13 @@ int main(int argc, char **argv)
     if (ck_mesh_parse("2x2", "replicate,shard", &mesh, &err) < 0 ||
         ck_placements_parse("R,S(0)", 2, 2, pl, &err) < 0)
         return fail("mesh", &err);
+    ck_decl *d;                   /* what the checkpoint holds: built once, saved often */
     ck_save *s;
-    if (ck_save_begin(&s, root, "example", 100, &mesh, NULL, &err) < 0 ||
-        ck_save_tensor(s, "W", CK_F32, 2, shape, pl, &err) < 0)
+    if (ck_decl_new(&d, &mesh, &err) < 0 ||
+        ck_decl_tensor(d, "W", CK_F32, 2, shape, pl, &err) < 0 ||
+        ck_save_begin(&s, root, "example", 100, d, NULL, &err) < 0)
         return fail("save", &err);
+    ck_decl_free(d);              /* the save holds its own reference */
     for (uint64_t rank = 0; rank < ck_mesh_world(&mesh); rank++) {
         uint32_t coord[CK_MAX_MESH_DIMS];
         ck_box box;

@@ -7,6 +7,7 @@
 #include "ck/catalog.h"
 #include "ck/ckpt.h"
 #include "fz_mdb.h"
+#include "format/layout.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -119,13 +119,16 @@ static void client(const char *sock)
     const float t[4] = { 1, 2, 3, 4 };
     ck_placement pl[1];
     ck_placements_default(1, pl);
-    if (ck_client_begin(cl, &sv, "fz", 1, &mesh, 0, 1, &job, &err) == 0) {
-        if (ck_client_tensor(sv, "t", CK_F32, 1, shape, pl, &err) == 0 &&
-            ck_client_shard(sv, "t", t, &err) == 0 && ck_client_save_async(sv, &err) == 0 &&
+    ck_decl *d = NULL;
+    if (ck_decl_new(&d, &mesh, &err) == 0 && ck_decl_tensor(d, "t", CK_F32, 1, shape, pl, &err) == 0 &&
+        ck_client_begin(cl, &sv, "fz", 1, d, 0, &job, &err) == 0) {
+        if (ck_client_shard(sv, "t", t, &err) == 0 &&
+            ck_client_submit(sv, &(ck_submit){ .mode = CK_SUBMIT_COPY }, &err) == 0 &&
             ck_client_commit(sv, &err) == 0)
-            ck_client_wait(sv, &err);
+            ck_client_wait(sv, CK_CLIENT_COMMITTED, &err);
         ck_client_save_free(sv);
     }
+    ck_decl_free(d);
     ck_client_close(cl);
 }
 

@@ -13,6 +13,7 @@
 #include "ck/verify.h"
 #include "format/manifest.h"
 #include "fz_mdb.h"
+#include "format/layout.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -15,6 +15,7 @@
 #include "format/copy.h"
 #include "fz_mdb.h"
 #include "kd.h"
+#include "format/layout.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -31,6 +31,7 @@
 #include "format/manifest.h"
 #include "fz_mdb.h"
 #include "kd.h"
+#include "format/layout.h"
 
 /* The job of the saves here (ck/client.h): one, fixed, so that the seeds do not change
  * from one run to the next. */
@@ -142,19 +143,21 @@ static void record_client(ck__wbuf *got, bool boxes)
     const ck_box quarters[4] = { { 2, { 0, 0 }, { 32, 8 } }, { 2, { 0, 8 }, { 32, 8 } },
                                  { 2, { 32, 0 }, { 32, 8 } }, { 2, { 32, 8 }, { 32, 8 } } };
     const uint64_t writers[4] = { 0, 1, 2, 3 };
-    if (ck_client_open(&cl, NULL, &o, &err) < 0 ||
-        ck_client_begin(cl, &sv, "step-00000100", 100, &mesh, 1, 4, &job, &err) < 0 ||
-        (boxes ? ck_client_tensor_boxes(sv, "wte", CK_F32, 2, s_wte, 4, quarters, writers,
-                                        &err) < 0 || ck_client_box(sv, "wte", 1, wte, &err) < 0
-               : ck_client_tensor(sv, "wte", CK_F32, 2, s_wte, rs, &err) < 0 ||
-                 ck_client_shard(sv, "wte", wte, &err) < 0) ||
-        ck_client_tensor(sv, "ln_f.weight", CK_BF16, 1, s_ln, rr, &err) < 0 ||
+    ck_decl *d = NULL;
+    if (ck_client_open(&cl, NULL, &o, &err) < 0 || ck_decl_new(&d, &mesh, &err) < 0 ||
+        (boxes ? ck_decl_tensor_boxes(d, "wte", CK_F32, 2, s_wte, 4, quarters, writers, &err)
+               : ck_decl_tensor(d, "wte", CK_F32, 2, s_wte, rs, &err)) < 0 ||
+        ck_decl_tensor(d, "ln_f.weight", CK_BF16, 1, s_ln, rr, &err) < 0 ||
+        ck_client_begin(cl, &sv, "step-00000100", 100, d, 1, &job, &err) < 0 ||
+        (boxes ? ck_client_box(sv, "wte", 1, wte, &err) : ck_client_shard(sv, "wte", wte, &err))
+            < 0 ||
         ck_client_shard(sv, "ln_f.weight", ln, &err) < 0 ||
         ck_client_blob(sv, "trainer.json", "{\"step\":100}", 12, &err) < 0) {
         fprintf(stderr, "make_seeds: %s\n", ck_err_msg(&err));
         exit(1);
     }
-    ck_client_save_async(sv, &err);     /* BEGIN; the recorder refuses it */
+    ck_decl_free(d);
+    ck_client_submit(sv, &(ck_submit){ .mode = CK_SUBMIT_COPY }, &err);  /* BEGIN; refused */
     ck_client_save_free(sv);
     ck_client_close(cl);
     pthread_join(th, NULL);

@@ -11,6 +11,7 @@
  */
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -160,6 +161,8 @@ static int list_root(const char *root, bool json)
                    "ckpt-inspect ROOT --rebuild-catalog)\n", v.gone[i].name);
     }
     size_t odd = 0;
+    char pend[PATH_MAX];
+    ck_pending_dir(root, pend, sizeof pend);
     for (size_t i = 0; i < sc.n_pending; i++) {
         if (!plain_entry(sc.pending[i])) {
             odd++;
@@ -176,10 +179,10 @@ static int list_root(const char *root, bool json)
                                                 "live", live, "owner", live ? who : NULL));
         else if (live)
             printf("%-28s (incomplete save under %s/: in progress, its writer is %s)\n",
-                   sc.pending[i], CK_PENDING, who);
+                   sc.pending[i], pend, who);
         else
             printf("%-28s (incomplete save under %s/: debris of a dead writer, never "
-                   "committed, not visible)\n", sc.pending[i], CK_PENDING);
+                   "committed, not visible)\n", sc.pending[i], pend);
     }
     if (json) {
         json_t *j = json_pack("{s:s, s:o, s:o, s:o, s:o, s:I, s:I}", "root", root,
@@ -195,8 +198,8 @@ static int list_root(const char *root, bool json)
                    "catalog: run ckpt-inspect ROOT --rebuild-catalog)\n", v.bad_names,
                    v.bad_names == 1 ? "y" : "ies");
         if (odd)
-            printf("%zu entr%s under %s/%s with names no save makes skipped\n", odd,
-                   odd == 1 ? "y" : "ies", root, CK_PENDING);
+            printf("%zu entr%s under %s with names no save makes skipped\n", odd,
+                   odd == 1 ? "y" : "ies", pend);
     }
     /* Keys that are no checkpoint name are hostile input, not lag. */
     int rc = v.bad_names ? EXIT_BAD : EXIT_OK;

@@ -278,23 +278,49 @@ static void box_srcs_free(box_src *b)
     }
 }
 
+/* Every tensor of the synthetic save, by placements or (--boxes) as a box list. */
+static int synth_decl(const opts *o, const ck_mesh *mesh, const ck_placement *pl,
+                      const uint64_t parts[2], ck_decl **out, ck_err *err)
+{
+    int r = ck_decl_new(out, mesh, err);
+    char name[32];
+    for (uint64_t i = 0; i < o->tensors && r == 0; i++) {
+        uint64_t shape[2];
+        shape_of(o, i, parts, shape);
+        snprintf(name, sizeof name, "t%llu", (unsigned long long)i);
+        if (!o->boxes) {
+            r = ck_decl_tensor(*out, name, o->dtype, 2, shape, pl, err);
+            continue;
+        }
+        ck_box *b;
+        uint64_t *w;
+        uint32_t n;
+        if ((r = tiling(o, i, shape, ck_mesh_world(mesh), &b, &w, &n)) < 0)
+            return ck_err_set(err, r, "tensor %s: out of memory", name);
+        r = ck_decl_tensor_boxes(*out, name, o->dtype, 2, shape, n, b, w, err);
+        free(b);
+        free(w);
+    }
+    return r < 0 ? r : ck_decl_seal(*out, err);
+}
+
 typedef struct rank_job {
     box_src *box_srcs;        /* --boxes: this rank's generators */
     const opts *o;
+    ck_decl *decl;
     const ck_mesh *mesh;
     const ck_placement *pl;
     const uint64_t *parts;
     const ck_job_id *job;     /* the ranks' one job (made before they fork) */
     ck_client *cl;
     uint64_t rank;
-    double stall;             /* seconds in ck_client_save_async */
+    double stall;             /* seconds in ck_client_submit */
     int rc;
     ck_err err;
 } rank_job;
 
-/* Tensor g->tensor as a box list: every rank declares the whole tiling and gives the
- * boxes it writes, each from its own generator (kept in j->box_srcs until the save is
- * staged). */
+/* Tensor g->tensor as a box list: the rank gives the boxes it writes, each from its own
+ * generator (kept in j->box_srcs until the save is staged). */
 static int client_boxes(rank_job *j, ck_client_save *sv, const char *name, const ck_synth_src *g)
 {
     ck_box *b;
@@ -303,7 +329,6 @@ static int client_boxes(rank_job *j, ck_client_save *sv, const char *name, const
     int r = tiling(j->o, g->tensor, g->shape, ck_mesh_world(j->mesh), &b, &w, &n);
     if (r < 0)
         return ck_err_set(&j->err, r, "tensor %s: out of memory", name);
-    r = ck_client_tensor_boxes(sv, name, j->o->dtype, 2, g->shape, n, b, w, &j->err);
     for (uint32_t k = 0; k < n && r == 0; k++) {
         if (w[k] != j->rank)
             continue;
@@ -323,18 +348,16 @@ static int client_boxes(rank_job *j, ck_client_save *sv, const char *name, const
     return r;
 }
 
-/* Declares every tensor, offers this rank's shards straight from the formula, stages
- * them, asks for the commit on rank 0, and waits for the outcome. */
+/* Offers this rank's shards straight from the formula, stages them, asks for the commit
+ * on rank 0, and waits for the outcome. */
 static int synth_rank(rank_job *j)
 {
     const opts *o = j->o;
-    uint64_t world = ck_mesh_world(j->mesh);
     ck_client_save *sv;
     ck_synth_src *srcs = calloc(o->tensors, sizeof *srcs);
     if (!srcs)
         return ck_err_set(&j->err, -ENOMEM, "out of memory");
-    int r = ck_client_begin(j->cl, &sv, o->name, o->step, j->mesh, j->rank, world, j->job,
-                            &j->err);
+    int r = ck_client_begin(j->cl, &sv, o->name, o->step, j->decl, j->rank, j->job, &j->err);
     if (r < 0) {
         free(srcs);
         return r;
@@ -355,18 +378,16 @@ static int synth_rank(rank_job *j)
             continue;
         }
         ck_shard_box(2, g->shape, j->mesh, j->pl, coord, &g->box);
-        r = ck_client_tensor(sv, name, o->dtype, 2, g->shape, j->pl, &j->err);
-        if (r == 0)
-            r = ck_client_shard_fill(sv, name, ck_synth_fill, g, &j->err);
+        r = ck_client_shard_fill(sv, name, ck_synth_fill, g, &j->err);
     }
     double t0 = tool_now();
     if (r == 0)
-        r = ck_client_save_async(sv, &j->err);
+        r = ck_client_submit(sv, &(ck_submit){ .mode = CK_SUBMIT_COPY }, &j->err);
     j->stall = tool_now() - t0;
     if (r == 0 && j->rank == 0)
         r = ck_client_commit(sv, &j->err);
     if (r == 0)
-        r = ck_client_wait(sv, &j->err);
+        r = ck_client_wait(sv, CK_CLIENT_COMMITTED, &j->err);
     ck_client_save_free(sv);
     free(srcs);
     box_srcs_free(j->box_srcs);
@@ -402,8 +423,8 @@ static int split_sockets(const char *list, char socks[][108], unsigned *n)
 }
 
 /* Runs the ranks: threads sharing one embedded engine, or processes through ckptd. */
-static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *pl,
-                       const uint64_t parts[2])
+static int synth_world(const opts *o, ck_decl *decl, const ck_mesh *mesh,
+                       const ck_placement *pl, const uint64_t parts[2])
 {
     uint64_t world = ck_mesh_world(mesh);
     if (o->world != world) {
@@ -448,8 +469,8 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
     }
     for (uint64_t r = 0; r < world; r++) {
         rank_job *j = &jobs[r];
-        *j = (rank_job){ .o = o, .mesh = mesh, .pl = pl, .parts = parts, .job = &job,
-                         .rank = r };
+        *j = (rank_job){ .o = o, .decl = decl, .mesh = mesh, .pl = pl, .parts = parts,
+                         .job = &job, .rank = r };
         if (o->daemon && (pids[r] = fork()) != 0) {
             if (pids[r] < 0) {
                 tool_error(prog, "fork: %s", strerror(errno));
@@ -467,7 +488,7 @@ static int synth_world(const opts *o, const ck_mesh *mesh, const ck_placement *p
             if (j->rc < 0)
                 tool_error(prog, "rank %llu: %s", (unsigned long long)r, ck_err_msg(&j->err));
             else if (!o->json)
-                printf("%s: rank %llu: save_async stalled %.3f s\n", prog,
+                printf("%s: rank %llu: the submit stalled %.3f s\n", prog,
                        (unsigned long long)r, j->stall);
             ck_client_close(j->cl);
             fflush(stdout);
@@ -518,7 +539,6 @@ static int save_boxes(const opts *o, ck_save *s, const char *name, uint64_t i,
     int r = tiling(o, i, shape, world, &b, &w, &n);
     if (r < 0)
         return r;
-    r = ck_save_tensor_boxes(s, name, o->dtype, 2, shape, n, b, w, err);
     for (uint32_t k = 0; k < n && r == 0; k++) {
         box_src *x = malloc(sizeof *x);
         if (!x) {
@@ -556,8 +576,16 @@ int main(int argc, char **argv)
         if (pl[d].kind == CK_SHARD)
             parts[pl[d].dim] *= mesh.size[d];
     uint64_t world = ck_mesh_world(&mesh);
-    if (o.world)
-        return synth_world(&o, &mesh, pl, parts);
+    ck_decl *decl;
+    if (synth_decl(&o, &mesh, pl, parts, &decl, &err) < 0) {
+        tool_error(prog, "%s", ck_err_msg(&err));
+        return EXIT_USAGE;
+    }
+    if (o.world) {
+        int rc = synth_world(&o, decl, &mesh, pl, parts);
+        ck_decl_free(decl);
+        return rc;
+    }
 
     tool_progress prog_line;
     tool_progress_init(&prog_line, prog, "ckpt-synth: writing", o.progress);
@@ -568,10 +596,12 @@ int main(int argc, char **argv)
     /* A new root is made, as a training job's first save would. */
     if (ck_root_make(o.root, &err) < 0) {
         tool_error(prog, "%s", ck_err_msg(&err));
+        ck_decl_free(decl);
         return EXIT_USAGE;
     }
     ck_save *s;
-    int r = ck_save_begin(&s, o.root, o.name, o.step, &mesh, &so, &err);
+    int r = ck_save_begin(&s, o.root, o.name, o.step, decl, &so, &err);
+    ck_decl_free(decl);
     if (r < 0) {
         tool_error(prog, "%s", ck_err_msg(&err));
         return tool_exit_code(r);
@@ -589,8 +619,6 @@ int main(int argc, char **argv)
             r = save_boxes(&o, s, name, i, shape, world, &box_srcs, &err);
             continue;
         }
-        if ((r = ck_save_tensor(s, name, o.dtype, 2, shape, pl, &err)) < 0)
-            break;
         for (uint64_t rank = 0; rank < world && r == 0; rank++) {
             if (!ck_save_writes(s, name, rank))
                 continue;

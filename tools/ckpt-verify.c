@@ -5,6 +5,7 @@
  */
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,16 +93,17 @@ static int verify_one(const char *root, const char *name, bool deep, unsigned th
     int r = ck_open(root, name, &ck, &err);
     if (r == -ENOENT) {
         /* Maybe it never got past .pending: say so rather than "no such". */
-        char who[256] = "";
+        char who[256] = "", pend[PATH_MAX];
         int state = ck_name_probe(root, name, who, sizeof who, NULL);
-        if (state == CK_NAME_BUSY || state == CK_NAME_DEBRIS) {
+        if ((state == CK_NAME_BUSY || state == CK_NAME_DEBRIS) &&
+            ck_pending_dir(root, pend, sizeof pend) == 0) {
             ck_err_clear(&err);
             if (state == CK_NAME_BUSY)
-                ck_err_set(&err, -EBADMSG, "%s is a save in progress under %s/%s (its writer, "
-                           "%s, is alive): not committed yet", name, root, CK_PENDING, who);
+                ck_err_set(&err, -EBADMSG, "%s is a save in progress under %s (its writer, %s, "
+                           "is alive): not committed yet", name, pend, who);
             else
-                ck_err_set(&err, -EBADMSG, "%s is an incomplete save under %s/%s: it was never "
-                           "committed", name, root, CK_PENDING);
+                ck_err_set(&err, -EBADMSG, "%s is an incomplete save under %s: it was never "
+                           "committed", name, pend);
             r = -EBADMSG;
         }
     }
@@ -183,6 +185,8 @@ static int verify_root(const char *root, bool deep, unsigned threads, ctx *c, js
     }
     /* A save in progress is no problem of the root; the debris of a dead writer is a
      * crash to report. */
+    char pend[PATH_MAX];
+    ck_pending_dir(root, pend, sizeof pend);
     for (size_t i = 0; i < sc.n_pending; i++) {
         char who[256];
         int live = ck_pending_live(root, sc.pending[i], who, sizeof who, &err);
@@ -194,13 +198,12 @@ static int verify_root(const char *root, bool deep, unsigned threads, ctx *c, js
         json_array_append_new(pending, json_pack("{s:s, s:b, s:s?}", "entry", sc.pending[i],
                                                  "live", live, "owner", live ? who : NULL));
         if (!c->json && live)
-            printf("%s/%s/%s: a save in progress (its writer, %s, holds its lock): not "
-                   "committed yet\n", root, CK_PENDING, sc.pending[i], who);
+            printf("%s/%s: a save in progress (its writer, %s, holds its lock): not "
+                   "committed yet\n", pend, sc.pending[i], who);
         else if (!c->json)
-            printf("%s/%s/%s: debris of an incomplete save whose writer died (nothing holds "
+            printf("%s/%s: debris of an incomplete save whose writer died (nothing holds "
                    "its lock; the next recovery removes it: a ckptd's start, or the "
-                   "start of an embedded trainer or CheckpointManager)\n", root, CK_PENDING,
-                   sc.pending[i]);
+                   "start of an embedded trainer or CheckpointManager)\n", pend, sc.pending[i]);
         if (!live && code < EXIT_BAD)
             code = EXIT_BAD;
     }

@@ -3,10 +3,10 @@
  *
  * Each output file is one run of bytes produced on demand: the header, then each
  * tensor's row-major bytes read through ck_reader (converted to another dtype on the
- * way when asked, by ck_dtype_convert). ck__write_files pulls it block by block into
- * its bounded ring and writes it with io_uring; the file is written under a temporary
- * name, cut to its exact length (the writer works in whole pages), made durable and
- * renamed into place, so a reader never sees half a file. Which tensors go out, and
+ * way when asked, by ck_dtype_convert). The core's writer (ck_files_write) pulls it
+ * block by block into its bounded ring and writes it with io_uring, under a temporary
+ * name, cut to its exact length and durable; it is then renamed into place, so a reader
+ * never sees half a file. Which tensors go out, and
  * under what keys, is decided first, on the caller's thread (select_tensor).
  */
 #include "export/safetensors.h"
@@ -23,11 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/hash.h"
+#include "ck/engine.h"
 #include "ck/load.h"
-#include "io/writer.h"
-#include "format/enc.h"
-#include "model/grow.h"
 
 #define SCRATCH (8u << 20)   /* conversion buffer: source bytes per read */
 
@@ -107,8 +104,14 @@ static int select_tensor(const ck_tensor *t, void *arg)
     int r = export_key(c, t, key, sizeof key);
     if (r <= 0)
         return r;
-    if (ck__grow(&c->all, &c->capall, c->nall + 1, sizeof *c->all) < 0)
-        return -ENOMEM;
+    if (c->nall == c->capall) {
+        size_t cap = c->capall ? 2 * c->capall : 64;
+        ck_st_tensor *all = realloc(c->all, cap * sizeof *all);
+        if (!all)
+            return -ENOMEM;
+        c->all = all;
+        c->capall = cap;
+    }
     if (!ck_st_dtype_name(t->dtype))
         return ck_err_set(c->err, -EINVAL, "tensor %s: dtype %s has no safetensors name; "
                           "leave it out with --filter", t->name, ck_dtype_name(t->dtype));
@@ -234,14 +237,8 @@ static int write_index(const ck_consolidate_opts *o, out_file *F, size_t nf, uin
 /* Cuts file f's bytes to its exact length, makes it durable and gives it its name. */
 static int finish_file(const out_file *f, ck_err *err)
 {
-    int fd = open(f->tmp, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, (off_t)f->size) < 0 || fsync(fd) < 0 || close(fd) < 0 ||
-        rename(f->tmp, f->final) < 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return ck_err_set(err, -e, "%s: %s", f->final, strerror(e));
-    }
+    if (rename(f->tmp, f->final) < 0)
+        return ck_err_set(err, -errno, "%s: %s", f->final, strerror(errno));
     return 0;
 }
 
@@ -285,9 +282,7 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         return ck_err_set(err, -errno, "%s: mkdir: %s", o->dir, strerror(errno));
     cctx c = { .ck = ck, .o = o, .err_mu = PTHREAD_MUTEX_INITIALIZER, .err = err };
     out_file *F = NULL;
-    ck__hashpool *pool = NULL;
-    ck__wfile *wf = NULL;
-    ck__src *src = NULL;
+    ck_file_out *fo = NULL;
     size_t nf = 0;
     int r = ck_tensors_each(ck, select_tensor, &c, err);
     if (r == 0 && c.nall == 0)
@@ -334,9 +329,7 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         F[nf - 1].size += b;
         total += b;
     }
-    wf = calloc(nf, sizeof *wf);
-    src = calloc(nf, sizeof *src);
-    if (!wf || !src) {
+    if (!(fo = calloc(nf, sizeof *fo))) {
         r = ck_err_set(err, -ENOMEM, "consolidate: out of memory");
         goto out;
     }
@@ -352,23 +345,18 @@ int ck_consolidate(ck_ckpt *ck, const ck_consolidate_opts *o, ck_consolidate_sta
         if ((r = ck_st_layout(f->t, f->n, &f->head, &f->head_len, err)) < 0)
             break;
         f->size += f->head_len;
-        src[i] = (ck__src){ .file_off = 0, .len = f->size, .fill = fill, .arg = f };
-        wf[i] = (ck__wfile){ .path = f->tmp, .size = (f->size + 4095) & ~(uint64_t)4095,
-                            .srcs = &src[i], .nsrcs = 1 };
+        fo[i] = (ck_file_out){ .path = f->tmp, .len = f->size, .fill = fill, .arg = f };
     }
     if (r < 0)
         goto out;
     /* Blocks are filled on a worker pool, so reads of different blocks overlap. */
-    if ((r = ck__hashpool_new(0, &pool)) < 0 ||
-        (r = ck_readers_open_ckpt(ck, &c.readers, err)) < 0) {
+    if ((r = ck_readers_open_ckpt(ck, &c.readers, err)) < 0) {
         ck_err_set(err, r, "consolidate: starting workers: %s", strerror(-r));
         goto out;
     }
-    ck__writer_opts wo = { .engine = o->engine, .pool = pool, .no_hash = true,
-                          .fill_threadsafe = true, .mem_limit = o->mem_limit, .log = o->log,
-                          .progress = o->progress, .cb_arg = o->cb_arg };
-    ck__writer_stats ws;
-    r = ck__write_files(&wo, wf, (uint32_t)nf, &ws, err);
+    ck_write_opts wo = { .engine = o->engine, .mem_limit = o->mem_limit, .log = o->log,
+                         .progress = o->progress, .cb_arg = o->cb_arg };
+    r = ck_files_write(&wo, fo, (uint32_t)nf, err);
     if (r < 0 && c.fill_err.code)
         ck_err_set(err, r, "%s", ck_err_msg(&c.fill_err));
     /* Interrupted once every byte is written: no file gets its name either. */
@@ -395,11 +383,9 @@ out:
             unlink(F[i].tmp);
         free(F[i].head);
     }
-    ck__hashpool_free(pool);
     ck_readers_close(c.readers);
     free(F);
-    free(wf);
-    free(src);
+    free(fo);
     free(c.all);
     free(c.src_dtype);
     st->seconds = now_s() - t0;

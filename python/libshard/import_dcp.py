@@ -240,10 +240,10 @@ def import_dcp(src_dir, root, name, *, hash=True, step=None):
         os.mkdir(root)
     except FileExistsError:
         pass
-    save = _ck.Save(root, name, step, world, hash)
     files = {}
     keep = []
     summary = {"tensors": 0, "boxes": 0, "blobs": 0, "bytes": 0, "strided": 0}
+    save = None
     try:
         declared = []
         for fqn in sorted(meta.state_dict_metadata):
@@ -261,9 +261,11 @@ def import_dcp(src_dir, root, name, *, hash=True, step=None):
                 writers.append(_rank_of(info.relative_path))
                 infos.append(info)
             code = dtype_code(md.properties.dtype, f"tensor {fqn}")
-            save.tensor_boxes(disk, code, tuple(md.size), boxes, writers)
-            declared.append((disk, fqn, md, boxes, infos))
-        for disk, fqn, md, boxes, infos in declared:
+            declared.append((disk, fqn, md, boxes, infos, code, writers))
+        save = _ck.Save(root, name, step, _ck.Decl(world, [
+            (disk, code, tuple(md.size), boxes, writers)
+            for disk, _f, md, boxes, _i, code, writers in declared]), hash)
+        for disk, fqn, md, boxes, infos, _c, _w in declared:
             dtype = md.properties.dtype
             isz = torch.empty((), dtype=dtype).element_size()
             for i, ((off, size), info) in enumerate(zip(boxes, infos)):
@@ -312,7 +314,8 @@ def import_dcp(src_dir, root, name, *, hash=True, step=None):
                 {k: list(v) for k, v in meta.planner_data.items()}).encode())
         stats = save.commit()
     except BaseException:
-        save.abort()
+        if save is not None:
+            save.abort()
         raise
     finally:
         for f in files.values():

@@ -92,7 +92,10 @@ class CkptReader(StorageReader):
         root, name = split_checkpoint_id(checkpoint_id)
         if name is None:
             return True
-        return _ck.path_kind(os.path.join(root, name)) == "checkpoint"
+        try:
+            return _ck.name_state(root, name)[0] == "committed"
+        except _ck.CkptError:          # no checkpoint name, or no root there
+            return False
 
     def _close(self):
         if self._ck is not None:

@@ -15,19 +15,26 @@ once every part is staged and the commit asked for, the save commits even if eve
 trainer process dies), or embedded: the engines of the job's processes, one each, meet
 through the root's file system as the daemons of several nodes do.
 
-The copy into staging is the only stall. A CPU tensor's bytes are copied by the client
-(its address is given, the GIL released); a CUDA tensor's by one DMA straight into the
-staging area, which the client page-locked once when it made it: the copies run on a
-side stream, back to back, and the part is handed over when their event has happened.
+The copy into staging is the only stall. A save crosses into the core once: the
+declaration (libshard._ck.Decl: the table's tensors and boxes, planned once) is built
+when the plan is, and each save submits every source of the rank in one call, in the
+declaration's order (its _Recipe): CPU tensors by address, copied by the client with the
+GIL released; CUDA tensors by device address, each copied by one DMA, queued by the
+client on a side stream straight into the staging area it page-locked once, and waited
+for before the part is handed over.
 
 A synchronous ``dcp.save`` (write_data without stage()) needs no staging at all where
 the engine runs in this process: the part's CPU tensors are given by address and the
 engine's writer copies them block by block while earlier blocks are written and hashed
-(ck_client_save_sync), so the copy overlaps the writes; write_data returns once the
-part is durable. Through ckptd, or with CUDA tensors, it stages as above.
+(CK_SUBMIT_SYNC), so the copy overlaps the writes; write_data returns once the part is
+durable. Through ckptd, or with CUDA tensors, it stages as above.
 
-As the AsyncStager of ``dcp.async_save``, stage() plans (one gather and one scatter of
-the plans; cached while the state dict keeps its structure) and stages this rank's part:
+As the AsyncStager of ``dcp.async_save``, stage() plans and stages this rank's part. It
+plans as DCP's default planner does (the same items, the same replica owners) on the
+leaves DCP flattens the state dict to, in compact tuples rather than DCP's plan objects,
+which cost tens of microseconds a tensor to make and to pickle: one gather and one
+scatter of the plans, cached while the state dict keeps its structure (a marker goes
+instead). Then:
 - copy mode (the default): async_save returns once the copy is done;
 - ``async_staging=True``: async_save returns once the copies are queued (a thread of the
   client, and the GPU's copy engine, do them while the next step computes), and
@@ -35,20 +42,26 @@ the plans; cached while the state dict keeps its structure) and stages this rank
   optimizer step (CheckpointManager does it for every optimizer).
 The thread DCP starts then only waits for the commit.
 """
+import contextlib
 import dataclasses
+import gc
+import io
 import json
 import os
 import re
 import time
 import warnings
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import StorageMeta
+from torch.distributed.checkpoint.metadata import MetadataIndex
 from torch.distributed.checkpoint.planner import WriteItemType
+from torch.distributed.checkpoint.planner_helpers import _create_write_items
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
-from torch.distributed.checkpoint.utils import _DistWrapper
+from torch.distributed.checkpoint.utils import _DistWrapper, find_tensor_shard
+from torch.distributed.tensor import DTensor
 from torch.futures import Future
 
 from . import _ck, engine, names
@@ -90,50 +103,236 @@ def _step_of(name):
     return int(m.group(1)) if m else 0
 
 
-def _table(plans):
-    tensors = {}
-    for rank, plan in enumerate(plans):
-        for it in plan.items:
-            if it.type == WriteItemType.BYTE_IO:
+def _compact(it):
+    """A write item of DCP's planner as the writer plans with it: (fqn, dtype code or
+    None for an object, global shape, offsets, sizes, bytes)."""
+    fqn = it.index.fqn
+    if it.type == WriteItemType.BYTE_IO:
+        return (fqn, None, None, None, None, 0)
+    td = it.tensor_data
+    return (fqn, dtype_code(td.properties.dtype, f"tensor {fqn}"), tuple(td.size),
+            tuple(td.chunk.offsets), tuple(td.chunk.sizes), it.tensor_storage_size() or 0)
+
+
+def _global(plans):
+    """DCP's global plan (create_global_plan) of the ranks' local plans (lists of
+    _compact items): each item that several ranks hold (a replica, an object) goes to
+    the one with the fewest bytes planned so far, the lowest on a tie, in the order the
+    items first appear (dedup_save_plans); then the table. Per rank: (the table, its
+    tensor items in the declaration's order, its object items), items by their index in
+    its local plan."""
+    where = {}
+    for r, items in enumerate(plans):
+        for k, it in enumerate(items):
+            e = where.get((it[0], it[3]))
+            if e is None:
+                where[(it[0], it[3])] = [it, r, k, None]
+            elif e[3] is None:
+                e[3] = [(e[1], e[2]), (r, k)]
+            else:
+                e[3].append((r, k))
+    load = [0] * len(plans)
+    keep = [bytearray(len(items)) for items in plans]
+    for it, r, k, more in where.values():
+        if more is not None:
+            r, k = min(more, key=lambda rk: load[rk[0]])
+        load[r] += it[5] or 1
+        keep[r][k] = 1
+    tensors, objects = {}, [[] for _ in plans]
+    for r, items in enumerate(plans):
+        for k, it in enumerate(items):
+            if not keep[r][k]:
                 continue
-            key = it.index.fqn
-            td = it.tensor_data
-            disk = names.encode(key)
+            if it[1] is None:
+                objects[r].append(k)
+                continue
+            disk = names.encode(it[0])
             ent = tensors.get(disk)
             if ent is None:
-                ent = tensors[disk] = (disk, dtype_code(td.properties.dtype, f"tensor {key}"),
-                                       tuple(int(x) for x in td.size), [], [])
-            ent[3].append((tuple(int(x) for x in td.chunk.offsets),
-                           tuple(int(x) for x in td.chunk.sizes)))
-            ent[4].append(rank)
-    return _Table(tensors=[tensors[k] for k in sorted(tensors)], job=_job_id())
+                ent = tensors[disk] = (disk, it[1], it[2], [], [], [])
+            ent[3].append((it[3], it[4]))
+            ent[4].append(r)
+            ent[5].append(k)
+    order = sorted(tensors)
+    table = _Table(tensors=[tensors[d][:5] for d in order], job=_job_id())
+    sources = [[] for _ in plans]
+    for d in order:
+        _disk, _code, _shape, _boxes, writers, ks = tensors[d]
+        for r, k in zip(writers, ks):
+            sources[r].append(k)
+    return [(table, sources[r], objects[r]) for r in range(len(plans))]
 
 
-def _signature(plan):
-    """What makes a local plan: its items' keys, kinds, dtypes, shapes and chunks."""
-    sig = []
-    for it in plan.items:
-        td = it.tensor_data
-        sig.append((it.index.fqn, tuple(it.index.offset or ()), it.type,
-                    None if td is None else (td.properties.dtype, tuple(td.size),
-                                             tuple(td.chunk.offsets), tuple(td.chunk.sizes))))
-    return tuple(sig)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """The stall without the cyclic collector: a save makes tens of thousands of small
+    objects (a plan's tuples, a state dict's leaves), which set off full collections
+    over every object the process tracks (a model's tensors among them), 0.05 to 0.1 s
+    each at 10,000 tensors, in the middle of the stall. Nothing here makes cycles; what
+    is garbage is collected after."""
+    on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if on:
+            gc.enable()
+
+
+def _terminal(value):
+    """DCP's rule (_traverse.traverse_state_dict): a list is a leaf unless it holds a
+    tensor, a mapping or a list that is no leaf; anything but a mapping or list is."""
+    if isinstance(value, Mapping):
+        return False
+    if not isinstance(value, list):
+        return True
+    return not any(isinstance(e, (torch.Tensor, Mapping)) or
+                   (isinstance(e, list) and not _terminal(e)) for e in value)
+
+
+_TENSORS = (*_PLAIN, DTensor)
+
+
+def _leaves(state_dict, trace):
+    """[(path, value)]: the leaves DCP's planner flattens state_dict to, with the paths
+    and in the order of its traversal (traverse_state_dict), tensors taken first: a
+    state dict is mostly tensors, and the generic checks cost microseconds each. Its
+    structure, as far as its plan goes, is appended to trace: each mapping's size and
+    keys, each list's size (negative), each leaf's _leaf_sig. _match compares a later
+    state dict with it without making a path."""
+    out = []
+
+    def walk(path, value):
+        if type(value) in _TENSORS:
+            out.append((path, value))
+            trace.append(_leaf_sig(value))
+        elif type(value) is dict or isinstance(value, Mapping):
+            trace.append(len(value))
+            for k, v in value.items():
+                trace.append(str(k))
+                walk(path + (str(k),), v)
+        elif _terminal(value):
+            out.append((path, value))
+            trace.append(_leaf_sig(value))
+        else:
+            trace.append(-1 - len(value))
+            for i, v in enumerate(value):
+                walk(path + (i,), v)
+
+    trace.append(len(state_dict))
+    for k, v in state_dict.items():
+        trace.append(str(k))
+        walk((str(k),), v)
+    return out
+
+
+def _leaf_sig(value):
+    """What of a leaf its plan depends on: a tensor's type, dtype, shapes, device and
+    (DTensor) its placements and mesh; an object's type (its bytes are saved anew each
+    time, under its key)."""
+    t = type(value)
+    if t in _PLAIN:
+        return (t, value.dtype, value.shape, value.is_cuda)
+    if t is DTensor:
+        local = value._local_tensor
+        return (t, value.dtype, value.shape, local.shape, value.placements,
+                id(value.device_mesh), local.is_cuda)
+    if isinstance(value, torch.Tensor):
+        return None                    # other tensor kinds: planned every time
+    return t
+
+
+def _match(state_dict, trace):
+    """The values of state_dict's leaves, in _leaves' order, when its structure is the
+    one trace describes; else None. Nothing it makes outlives the call but the list: a
+    save of the same structure costs the collector nothing per tensor."""
+    vals = []
+    pos = 0
+
+    def walk(value):
+        nonlocal pos
+        t = type(value)
+        tok = trace[pos]
+        pos += 1
+        if t in _PLAIN:
+            if (type(tok) is not tuple or tok[0] is not t or value.dtype != tok[1] or
+                    value.shape != tok[2] or value.is_cuda != tok[3]):
+                return False
+        elif t is DTensor or not (t is dict or isinstance(value, Mapping)) and \
+                _terminal(value):
+            if _leaf_sig(value) != tok:
+                return False
+        elif t is dict or isinstance(value, Mapping):
+            if type(tok) is not int or tok != len(value):
+                return False
+            for k, v in value.items():
+                if trace[pos] != str(k):
+                    return False
+                pos += 1
+                if not walk(v):
+                    return False
+            return True
+        else:
+            if type(tok) is not int or tok != -1 - len(value):
+                return False
+            return all(walk(v) for v in value)
+        vals.append(value)
+        return True
+
+    try:
+        ok = walk(state_dict) and pos == len(trace)
+    except IndexError:
+        ok = False
+    return vals if ok else None
+
+
+def _local_items(leaves):
+    """This rank's local plan, as DCP's planner makes it (create_default_local_save_plan
+    of the flattened state dict), in _compact items, with each item's leaf and the
+    flattened keys' paths (DCP's mappings): a tensor is one item of all of it, a DTensor
+    one of its local shard (none where this rank is outside its mesh), any other tensor
+    as DCP's planner says, anything else an object."""
+    items, leaf_of, paths = [], [], {}
+    for i, (path, v) in enumerate(leaves):
+        fqn = ".".join(map(str, path))
+        if fqn in paths:
+            raise ValueError(f"duplicated flatten key {fqn}")
+        paths[fqn] = path
+        t = type(v)
+        if t in _PLAIN:
+            shape = tuple(v.shape)
+            items.append((fqn, dtype_code(v.dtype, f"tensor {fqn}"), shape, (0,) * len(shape),
+                          shape, v.numel() * v.element_size()))
+            leaf_of.append(i)
+        elif t is DTensor and v.device_mesh.get_coordinate() is None:
+            continue
+        elif isinstance(v, torch.Tensor) or hasattr(v, "__create_write_items__"):
+            for it in _create_write_items(fqn, v):
+                items.append(_compact(it))
+                leaf_of.append(i)
+        else:
+            items.append((fqn, None, None, None, None, 0))
+            leaf_of.append(i)
+    return items, leaf_of, paths
 
 
 class _PlanCache:
     """The plans of the last async save of each process group (as DCP's
-    enable_plan_caching): a rank whose local plan is unchanged sends a marker instead,
-    and when every rank did, the coordinator sends the marker back and each rank reuses
-    its final plan and the table. Any change re-plans in full."""
+    enable_plan_caching): a rank whose state dict keeps its structure sends a marker
+    instead of its local plan, and when every rank did, the coordinator sends the marker
+    back and each rank reuses its recipe (plan, table, declaration). Any change re-plans
+    in full."""
     entries = {}
 
     def __init__(self, key):
         self.key = key
-        self.sig = None            # this rank's local plan's signature
-        self.final = None          # this rank's final plan, and the table
-        self.table = None
+        self.trace = None          # this rank's state dict's structure (_leaves)
+        self.recipe = None         # this rank's _Recipe of it
         self.locals = None         # coordinator: every rank's local plan
-        self.central = None        # coordinator: the plans it scattered
+        self.central = None        # coordinator: what it scattered (_global)
         self.hits = 0              # saves that reused the plans (tests, benchmarks)
         self.plans = 0             # saves that planned in full
 
@@ -144,6 +343,41 @@ class _PlanCache:
         if e is None:
             e = cls.entries[key] = cls(key)
         return e
+
+
+class _Recipe:
+    """How this rank's part of a save is made from a state dict of one structure, known
+    once its plan is: the declaration of the whole save (its plan made once, in the
+    core), the leaf and item of each source this rank writes, in the declaration's order,
+    the blob name and leaf of each object it saves, and each local item's leaf."""
+
+    def __init__(self, mine, items, leaf_of, world, mappings):
+        table, sources, objects = mine
+        self.decl = _ck.Decl(world, table.tensors)
+        self.job = table.job
+        self.leaf = leaf_of
+        self.sources = [(leaf_of[k], items[k]) for k in sources]
+        self.objects = [(names.encode(items[k][0]), leaf_of[k]) for k in objects]
+        self.mappings = json.dumps({k: list(v) for k, v in mappings.items()}).encode() \
+            if mappings else None
+
+
+def _serialized(obj):
+    """An object's bytes, as DCP's planner makes them (torch.save)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _local(value, item):
+    """The local tensor of a source (a _compact item), as DCP's planner resolves it
+    (find_tensor_shard), without its Protocol checks for the kinds a state dict holds."""
+    t = type(value)
+    if t in _PLAIN:
+        return value
+    if t is DTensor:
+        return value._local_tensor
+    return find_tensor_shard(value, MetadataIndex(item[0], torch.Size(item[3])))
 
 
 def _mkroot(root):
@@ -162,17 +396,16 @@ class _Part:
     is staged. handed: DCP's save of it got past write_data (a later save of the same
     writer may start)."""
 
-    def __init__(self, eng, save, name, keep, event):
+    def __init__(self, eng, save, name, keep):
         self.engine = eng
         self.save = save
         self.name = name
-        self.keep = keep           # source tensors the copies read
-        self.event = event         # the CUDA copies' event, or None
+        self.keep = keep           # source tensors a lazy submit's copies read
         self.handed = False
 
     def fence(self):
         try:
-            self.engine.call(self.save.fence)
+            self.engine.call(self.save.wait, 1)     # staged: the sources are free
         finally:
             self.keep = []
 
@@ -278,8 +511,8 @@ class CkptWriter(StorageWriter, AsyncStager):
         if self._staged():
             return plans               # stage() planned and staged this save already
         self._check_new()
-        table = _table(plans)
-        return [dataclasses.replace(p, storage_data=table) for p in plans]
+        mine = _global([[_compact(it) for it in p.items] for p in plans])
+        return [dataclasses.replace(p, storage_data=m) for p, m in zip(plans, mine)]
 
     def _check_new(self):
         if self.root is None or self.name is None:
@@ -287,126 +520,76 @@ class CkptWriter(StorageWriter, AsyncStager):
                              "or checkpoint_id=ROOT/NAME)")
         _ck.name_check("checkpoint", self.name)
         _mkroot(self.root)
-        if os.path.exists(os.path.join(self.root, self.name)):
+        if _ck.name_state(self.root, self.name)[0] == "committed":
             raise FileExistsError(f"{self.root}: checkpoint {self.name} is already committed; "
                                   "a committed checkpoint is never replaced")
 
     def _engine(self, pin):
         return engine.engine(self.root, self.socket, self.world, pin)
 
-    def _stage_part(self, plan, planner, table, lazy, sync=False):
-        """Declares the save on this rank, stages its boxes and blobs (lazy: queues the
-        copies and returns; sync: returns once the part is durable, read from the
-        sources themselves where it can), and on rank 0 asks for the commit. Returns
-        the WriteResults of its items."""
-        items, results, blobs = [], [], {}
-        cuda = None
-        for it in plan.items:
-            data = planner.resolve_data(it)
-            if it.type == WriteItemType.BYTE_IO:
-                buf = data.getvalue()
-                blobs[names.encode(it.index.fqn)] = buf
-                results.append(WriteResult(index=it.index, size_in_bytes=len(buf),
-                                           storage_data=None))
-                continue
-            t = data.detach()
-            if t.device.type == "cuda":
-                cuda = t.device
+    def _submit(self, recipe, values, mode):
+        """Stages this rank's part of the save recipe plans, from the state dict whose
+        leaves' values are values, and on rank 0 asks for the commit: one begin and one submit
+        of every source (mode: 0 copy, 1 lazy, 2 synchronous, where no source is on a
+        device), and a blob per object."""
+        addrs, keep, devs, device = [], [], None, None
+        for leaf, it in recipe.sources:
+            t = _local(values[leaf], it)
+            if not t.is_contiguous():
+                t = t.contiguous()     # one copy here; by address from there
+            if t.is_cuda:
+                if devs is None:
+                    devs, device = bytearray(len(addrs)), t.device
+                devs.append(1)
+            elif devs is not None:
+                devs.append(0)
             elif t.device.type != "cpu":
-                raise ValueError(f"CkptWriter: tensor {it.index.fqn} is on {t.device}; "
+                raise ValueError(f"CkptWriter: tensor {it[0]} is on {t.device}; "
                                  "CPU and CUDA tensors are saved")
-            items.append((it, t))
-            results.append(WriteResult(index=it.index, size_in_bytes=t.numel() *
-                                       t.element_size(), storage_data=None))
-        if self.is_coordinator:
-            mappings = getattr(planner, "mappings", None)
-            if mappings:
-                blobs[PLANNER_DATA_BLOB] = json.dumps(
-                    {k: list(v) for k, v in mappings.items()}).encode()
-        pin = cuda.index if cuda is not None else -1
-        eng = self._engine(pin)
+            keep.append(t)
+            addrs.append(t.data_ptr())
+        blobs = [(name, _serialized(values[leaf])) for name, leaf in recipe.objects]
+        if self.is_coordinator and recipe.mappings:
+            blobs.append((PLANNER_DATA_BLOB, recipe.mappings))
+        stream = 0
+        if devs is not None:
+            side = _side_stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))   # the latest values
+            stream = side.cuda_stream
+            if mode == 2:
+                mode = 0               # device sources go through staging
+        eng = self._engine(device.index if device is not None else -1)
         step = self.step if self.step is not None else _step_of(self.name)
-        save = eng.call(eng.client.begin, self.name, step, self.rank, self.world, table.job,
-                        self.hash)
-        try:
-            keep, event = eng.call(self._fill, save, table, items, blobs)
-            if lazy:
-                eng.call(save.save_lazy, event.cuda_event if event is not None else 0)
-            elif sync and event is None:
-                eng.call(save.save_sync)       # durable when it returns
-            else:
-                eng.call(save.save_async, event.cuda_event if event is not None else 0)
-            if self.is_coordinator:
-                eng.call(save.commit)
-        except BaseException:
-            if cuda is not None:       # copies queued before the failure still land
-                _side_stream(cuda).synchronize()
-            eng.call(save.close)
-            raise
-        self._part = _Part(eng, save, self.name, keep if lazy else [], event)
-        return results
-
-    def _fill(self, save, table, items, blobs):
-        """Declares the table, gives CPU boxes by address and copies CUDA boxes into the
-        staging area on a side stream. Returns the tensors the copies read and the CUDA
-        event that says they are done (None without CUDA boxes). With the client's lock."""
-        index = {}
-        for disk, code, shape, boxes, writers in table.tensors:
-            save.tensor_boxes(disk, code, shape, boxes, writers)
-            index[disk] = {b[0]: i for i, (b, w) in enumerate(zip(boxes, writers))
-                           if w == self.rank}
-        for disk, buf in blobs.items():
-            save.blob(disk, buf)
-        placed, keep = [], []
-        for it, t in items:
-            disk = names.encode(it.index.fqn)
-            box = index[disk][tuple(int(x) for x in it.tensor_data.chunk.offsets)]
-            if t.device.type == "cpu" and t.is_contiguous():
-                save.box(disk, box, t.data_ptr())
-                keep.append(t)
-            else:
-                placed.append((disk, box, t))
-        if not placed:
-            return keep, None
-        save.place()
-        view = save.staging()
-        if not len(view):
-            return keep, None
-        staging = torch.frombuffer(view, dtype=torch.uint8)
-        base = staging.data_ptr()
-        dsts, srcs = [], []
-        for disk, box, t in placed:
-            at = save.box_at(disk, box)
-            if at is None:             # not this rank's to write (DCP gave it a replica)
-                continue
-            n = t.numel() * t.element_size()
-            dsts.append(staging[at - base:at - base + n].view(t.dtype).view(t.shape))
-            srcs.append(t)
-        cpu = [(d, s) for d, s in zip(dsts, srcs) if s.device.type == "cpu"]
-        for d, s in cpu:               # non-contiguous CPU tensors: one strided copy
-            d.copy_(s)
-        gpu = [(d, s) for d, s in zip(dsts, srcs) if s.device.type == "cuda"]
-        if not gpu:
-            return keep, None
-        device = gpu[0][1].device
-        side = _side_stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))   # the latest values
-        with torch.cuda.stream(side):
-            for d, s in gpu:
-                d.copy_(s, non_blocking=True)
-        for _d, s in gpu:
-            s.record_stream(side)      # the allocator keeps s until the copy is done
-        event = torch.cuda.Event()
-        event.record(side)
-        return keep + [s for _d, s in gpu], event
+        with eng.lock:
+            save = eng.client.begin(self.name, step, self.rank, recipe.job, recipe.decl,
+                                    self.hash)
+            try:
+                for name, data in blobs:
+                    save.blob(name, data)
+                save.submit(addrs, mode, devs, stream, self.is_coordinator)
+            except BaseException:
+                save.close()
+                raise
+        self._part = _Part(eng, save, self.name, keep if mode == 1 else [])
 
     def write_data(self, plan, planner):
         if self._staged():
             results = []               # stage() staged it
         else:
             self._done_with_last()
-            results = self._stage_part(plan, planner, plan.storage_data, lazy=False,
-                                       sync=True)
+            leaves = _leaves(planner.state_dict, [])      # flattened: keys are fqns
+            at = {path[0]: i for i, (path, _v) in enumerate(leaves)}
+            values = [v for _p, v in leaves]
+            items = [_compact(it) for it in plan.items]
+            recipe = _Recipe(plan.storage_data, items, [at[it[0]] for it in items], self.world,
+                             getattr(planner, "mappings", None))
+            self._submit(recipe, values, 2)
+            results = []
+            for it, c, leaf in zip(plan.items, items, recipe.leaf):
+                v = values[leaf]
+                t = None if c[1] is None else _local(v, c)
+                results.append(WriteResult(index=it.index, storage_data=None, size_in_bytes=len(
+                    _serialized(v)) if t is None else t.numel() * t.element_size()))
         if self._part is not None:
             self._part.handed = True
         fut = Future()
@@ -441,68 +624,95 @@ class CkptWriter(StorageWriter, AsyncStager):
     # ---- AsyncStager ----
 
     def stage(self, state_dict):
+        with _no_gc():
+            return self._stage(state_dict)
+
+    def _stage(self, state_dict):
         self._done_with_last()
         _warn_default_group(self.process_group)
         if self.name is None:
             raise ValueError("CkptWriter: async_save stages before DCP passes checkpoint_id "
                              "to the writer; give the name as CkptWriter(root, name)")
-        planner = DefaultSavePlanner()
+        recipe, values = self._plan(state_dict, True)
+        self._submit(recipe, values, 1 if self.async_staging else 0)
+        return {}
+
+    def _plan(self, state_dict, named):
+        """The recipe of a save of state_dict, and its leaves' values: the cached one
+        when every rank's state dict keeps the structure it was planned for, else
+        planned anew (one gather and one scatter over the process group); named: the
+        save's name is checked on the coordinator."""
         dw = _DistWrapper(self.process_group, dist.is_initialized(), 0)
         self.set_up_storage_writer(dw.is_coordinator, rank=dw.rank)
         cache = _PlanCache.of(self.process_group)
+        values = _match(state_dict, cache.trace) if cache.recipe is not None and \
+            cache.trace is not None else None
+        same = values is not None
+        leaves, trace, local = None, [], None
 
         def local_step():
-            planner.set_up_planner(state_dict, storage_meta=self.storage_meta(),
-                                   is_coordinator=dw.is_coordinator)
-            local = planner.create_local_plan()
-            sig = _signature(local)
-            same = cache.final is not None and sig == cache.sig
-            local_step.sig = sig
-            return _SAME if same else local
+            nonlocal leaves, local
+            if same:
+                return _SAME
+            leaves = _leaves(state_dict, trace)
+            local = _local_items(leaves)
+            return local[0]
 
         def global_step(plans):
-            self._check_new()
+            if named:
+                self._check_new()
             if all(p == _SAME for p in plans) and cache.central is not None:
                 return [_SAME] * len(plans)
             if any(p == _SAME for p in plans) and cache.locals is None:
                 raise RuntimeError("CkptWriter: the plan caches of the ranks disagree")
             full = [cache.locals[i] if p == _SAME else p for i, p in enumerate(plans)]
-            central, _md = planner.create_global_plan(full)
-            table = _table(central)
-            cache.locals = full
-            cache.central = [dataclasses.replace(p, storage_data=table) for p in central]
+            cache.locals, cache.central = full, _global(full)
             return cache.central
 
         got = dw.reduce_scatter("plan", local_step, global_step)
         if got == _SAME:
-            plan, table = cache.final, cache.table
+            recipe = cache.recipe
             cache.hits += 1
         else:
-            plan = planner.finish_plan(got)
-            table = plan.storage_data
-            cache.sig, cache.final, cache.table = local_step.sig, plan, table
+            if local is None:          # another rank re-planned: this one too
+                leaves = _leaves(state_dict, trace)
+                local = _local_items(leaves)
+            items, leaf_of, paths = local
+            recipe = _Recipe(got, items, leaf_of, self.world,
+                             paths if dw.is_coordinator else None)
+            # A leaf no signature describes (another tensor kind) is planned every time.
+            cache.trace = None if any(tok is None for tok in trace) else trace
+            cache.recipe = recipe
             cache.plans += 1
-        self._stage_part(plan, planner, table, lazy=self.async_staging)
-        return {}
+            values = [v for _p, v in leaves]
+        return recipe, values
 
     def synchronize_staging(self):
         pass
 
-    def reserve(self, state_dict, slack=1 << 20, wait=False):
-        """Makes this process's staging large enough for saves of state_dict (its local
-        tensors, each 4 KiB aligned in the part, and slack bytes for the blobs) and, for
-        CUDA tensors, page-locks it, so that the first save stalls no longer than the
-        others. On the client's thread, overlapping what the caller does next (the first
-        save waits for what remains); with wait, before it returns."""
-        nbytes, pin = slack, -1
+    def reserve(self, state_dict, slack=1 << 20, wait=False, plan=True):
+        """Makes what the saves of state_dict need now, so that the first one stalls no
+        longer than the others: this process's staging, large enough for its local
+        tensors laid out as the core lays out a part and slack bytes for the blobs, and
+        for CUDA tensors page-locked, on the client's thread, overlapping what the
+        caller does next (the first save waits for what remains; with wait, before it
+        returns); and with plan, the saves' plan and declaration, cached as a save
+        caches them. Planning is collective, one gather and one scatter over the
+        process group: with plan, every rank of it calls reserve, as it calls the
+        saves."""
+        sizes, pin = [], -1
         for t in _local_tensors(state_dict):
-            nbytes += -(-t.numel() * t.element_size() // 4096) * 4096
+            sizes.append(t.numel() * t.element_size())
             if t.device.type == "cuda":
                 pin = t.device.index
+        nbytes = _ck.file_bytes(sizes) + slack
         self.set_up_storage_writer(True)
         if self.socket is None and engine.socket_of(None) is None:
             _mkroot(self.root)
         self._engine(pin).reserve(nbytes, wait)
+        if plan:
+            with _no_gc():
+                self._plan(state_dict, False)
 
     def maybe_wait_for_staging(self):
         """Returns once the staged save no longer reads the state (its copies are done):

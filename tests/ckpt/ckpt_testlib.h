@@ -100,6 +100,18 @@ static inline uint8_t *tl_box_bytes(uint64_t seed, uint32_t tensor, size_t items
     return buf;
 }
 
+/* A declaration of one tensor (the tests' saves of one), which fails the test if it
+ * cannot be made. */
+static inline ck_decl *tl_decl1(const ck_mesh *mesh, const char *name, ck_dtype dtype, int ndim,
+                                const uint64_t *shape, const ck_placement *pl)
+{
+    ck_err err = { 0 };
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, mesh, &err) == 0 &&
+            ck_decl_tensor(d, name, dtype, ndim, shape, pl, &err) == 0, "%s", ck_err_msg(&err));
+    return d;
+}
+
 /* Checks that every shard of every tensor of ck holds the formula's bytes, where
  * tensor "tN" uses formula index N. Returns the number of bad shards. */
 typedef struct tl_content {
@@ -124,14 +136,21 @@ static inline void tl_save_formula(const char *root, const char *name, const cha
     ck_synth_src *src = calloc((size_t)n * world, sizeof *src);
     REQUIRE(src, "out of memory");
     ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, name, 1, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
+    char tn[16];
+    ck_placement p[CK_MAX_MESH_DIMS];
+    REQUIRE(ck_decl_new(&d, &mesh, &err) == 0, "%s", ck_err_msg(&err));
     for (uint32_t t = 0; t < n; t++) {
-        char tn[16];
-        ck_placement p[CK_MAX_MESH_DIMS];
         snprintf(tn, sizeof tn, "t%u", t);
         REQUIRE(ck_placements_parse(pl[t], mesh.ndim, 2, p, NULL) == 0, "%s", pl[t]);
-        REQUIRE(ck_save_tensor(s, tn, dtypes[t], 2, shapes[t], p, &err) == 0, "%s",
+        REQUIRE(ck_decl_tensor(d, tn, dtypes[t], 2, shapes[t], p, &err) == 0, "%s",
                 ck_err_msg(&err));
+    }
+    REQUIRE(ck_save_begin(&s, root, name, 1, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
+    for (uint32_t t = 0; t < n; t++) {
+        snprintf(tn, sizeof tn, "t%u", t);
+        REQUIRE(ck_placements_parse(pl[t], mesh.ndim, 2, p, NULL) == 0, "%s", pl[t]);
         for (uint64_t r = 0; r < world; r++) {
             uint32_t c[CK_MAX_MESH_DIMS];
             ck_synth_src *x = &src[t * world + r];

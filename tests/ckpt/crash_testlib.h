@@ -24,15 +24,22 @@ static int save(const char *root, const char *name, ck_engine *e, gen *g, ck_err
     ck_save_opts so = { .engine = e, .block_size = 16384, .io_size = 8192, .mem_limit = 65536,
                         .hash_threads = 2 };
     ck_save *s;
-    int r = ck_save_begin(&s, root, name, 7, &mesh, &so, err);
+    ck_decl *d;
+    char tn[8];
+    static const uint64_t shapes[3][2] = { { 330, 100 }, { 5, 7 }, { 640, 64 } };
+    int r = ck_decl_new(&d, &mesh, err);
+    for (uint32_t t = 0; t < 3 && r == 0; t++) {
+        snprintf(tn, sizeof tn, "t%u", t);
+        r = ck_decl_tensor(d, tn, CK_F32, 2, shapes[t], pl, err);
+    }
+    if (r == 0)
+        r = ck_save_begin(&s, root, name, 7, d, &so, err);
+    ck_decl_free(d);
     if (r < 0)
         return r;
-    static const uint64_t shapes[3][2] = { { 330, 100 }, { 5, 7 }, { 640, 64 } };
     g->n = 0;
     for (uint32_t t = 0; t < 3 && r == 0; t++) {
-        char tn[8];
         snprintf(tn, sizeof tn, "t%u", t);
-        r = ck_save_tensor(s, tn, CK_F32, 2, shapes[t], pl, err);
         for (uint64_t rank = 0; rank < 4 && r == 0; rank++) {
             if (!ck_save_writes(s, tn, rank))
                 continue;

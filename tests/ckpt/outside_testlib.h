@@ -117,16 +117,17 @@ static inline int ol_begin(const char *root, const char *name, ck_save **s, ck_s
     ck_mesh_parse("1", NULL, &mesh, NULL);
     ck_placements_parse("R", 1, 2, pl, NULL);
     ck_save_opts so = { .hash_threads = 1, .block_size = 4096 };
-    int r = ck_save_begin(s, root, name, 7, &mesh, &so, err);
+    ck_decl *d = tl_decl1(&mesh, "t0", CK_F32, 2, shape, pl);
+    int r = ck_save_begin(s, root, name, 7, d, &so, err);
+    ck_decl_free(d);
     if (r < 0)
         return r;
     *src = (ck_synth_src){ .seed = 5, .tensor = 0, .itemsize = 4, .ndim = 2,
                            .shape = { shape[0], shape[1] } };
     uint32_t coord[1] = { 0 };
     ck_shard_box(2, shape, &mesh, pl, coord, &src->box);
-    if ((r = ck_save_tensor(*s, "t0", CK_F32, 2, shape, pl, err)) == 0 &&
-        (r = ck_save_shard_fill(*s, "t0", 0, ck_synth_fill, src, err)) == 0)
-        r = ck_save_prepare(*s, err);
+    if ((r = ck_save_shard_fill(*s, "t0", 0, ck_synth_fill, src, err)) == 0)
+        r = ck__save_prepare(*s, err);
     if (r < 0)
         ck_save_abort(*s);
     return r;

@@ -2,6 +2,7 @@
  * dim), equality, and intersection checked against element-by-element membership
  * on random boxes, plus the edge cases (touching, empty, 0-D, aliasing). */
 #include "layout_testlib.h"
+#include "model/layout.h"
 
 static bool in_box(const ck_box *b, const uint64_t *g)
 {
@@ -39,24 +40,24 @@ static int check_edges(void)
     b.off[1] = 4;
     b.len[1] = 2;
     LT_CHECK(!ck_box_equal(&a, &b), "boxes with different offsets compare equal");
-    LT_CHECK(!ck_box_intersect(&a, &b, &out), "boxes that only touch at column 4 "
+    LT_CHECK(!ck__box_intersect(&a, &b, &out), "boxes that only touch at column 4 "
              "intersect");
     b.off[1] = 1;
     b.len[1] = 0;
-    LT_CHECK(!ck_box_intersect(&a, &b, &out), "an empty box intersects");
+    LT_CHECK(!ck__box_intersect(&a, &b, &out), "an empty box intersects");
 
     ck_box z0, z1;
     ck_box_full(0, NULL, &z0);
     ck_box_full(0, NULL, &z1);
     LT_CHECK(ck_box_equal(&z0, &z1), "two 0-D boxes differ");
-    LT_CHECK(ck_box_intersect(&z0, &z1, &out) && out.ndim == 0 && ck_box_numel(&out) == 1,
+    LT_CHECK(ck__box_intersect(&z0, &z1, &out) && out.ndim == 0 && ck_box_numel(&out) == 1,
              "two 0-D boxes must share their one element");
-    LT_CHECK(!ck_box_equal(&z0, &a) && !ck_box_intersect(&z0, &a, &out),
+    LT_CHECK(!ck_box_equal(&z0, &a) && !ck__box_intersect(&z0, &a, &out),
              "boxes of different ndim compare equal or intersect");
 
     /* The result may overwrite an input. */
     b.off[0] = 2; b.len[0] = 5; b.off[1] = 1; b.len[1] = 2;
-    LT_CHECK(ck_box_intersect(&a, &b, &a) && a.off[0] == 2 && a.len[0] == 2 &&
+    LT_CHECK(ck__box_intersect(&a, &b, &a) && a.off[0] == 2 && a.len[0] == 2 &&
              a.off[1] == 1 && a.len[1] == 2, "intersecting into an input gives "
              "[%llu,+%llu)x[%llu,+%llu), want [2,+2)x[1,+2)", (unsigned long long)a.off[0],
              (unsigned long long)a.len[0], (unsigned long long)a.off[1],
@@ -84,7 +85,7 @@ static int check_random_intersections(void)
         ck_box a, b, out;
         random_box(&seed, &a);
         random_box(&seed, &b);
-        bool hit = ck_box_intersect(&a, &b, &out);
+        bool hit = ck__box_intersect(&a, &b, &out);
         uint64_t both = 0, g[3];
         lt_box_first(&all, g);
         do {

@@ -11,6 +11,7 @@
 
 #include "ck/catalog.h"
 #include "outside_testlib.h"
+#include "format/layout.h"
 
 static char logbuf[1 << 14];
 

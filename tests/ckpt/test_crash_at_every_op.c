@@ -15,6 +15,8 @@
  * of what the save makes visible, not the loss of unsynced data on power failure. */
 #include "ck/catalog.h"
 #include "crash_testlib.h"
+#include "format/catalog.h"
+#include "format/layout.h"
 
 static bool exists(const char *root, const char *name)
 {
@@ -74,7 +76,7 @@ static void drop_b(const char *root)
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/B", root);
     tl_rmtree(p);
-    ck_catalog_del(root, "B", NULL);
+    ck__catalog_del(root, "B", NULL);
 }
 
 int main(void)

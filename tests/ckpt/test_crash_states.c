@@ -32,6 +32,7 @@
 
 #include "ck/catalog.h"
 #include "crash_testlib.h"
+#include "format/layout.h"
 
 #define MAX_OBJ 256
 

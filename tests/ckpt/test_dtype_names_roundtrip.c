@@ -13,6 +13,7 @@
 #include "export/safetensors.h"
 #include "ck/compare.h"
 #include "layout_testlib.h"
+#include "ops/compare.h"
 
 /* The bits of value v (1 or -2) in a float of the row's layout. */
 static uint64_t float_bits(const ck_dtype_info *i, int v)
@@ -102,7 +103,7 @@ int main(void)
             uint8_t p[16];
             char got[96];
             element(i, v, p);
-            ck_elem_format(i->code, p, got, sizeof got);
+            ck__elem_format(i->code, p, got, sizeof got);
             LT_CHECK(!strcmp(got, expected(i, v)), "%s: %d is printed \"%s\", want \"%s\"",
                      i->name, v, got, expected(i, v));
         }

@@ -1,7 +1,8 @@
-/* ck_layout_check accepts sane layouts and rejects, with -EINVAL and the tensor's
+/* ck__layout_check accepts sane layouts and rejects, with -EINVAL and the tensor's
  * name in the message, S(d) past the tensor's dims, dims or byte sizes beyond 63
  * bits (without being fooled by wrap-around), and malformed meshes/placements. */
 #include "layout_testlib.h"
+#include "model/layout.h"
 
 static int expect(int want_rc, const char *tensor, int ndim, const uint64_t *shape,
                   size_t itemsize, const char *mesh, const char *pl, const char *what)
@@ -12,7 +13,7 @@ static int expect(int want_rc, const char *tensor, int ndim, const uint64_t *sha
     LT_CHECK(ck_mesh_parse(mesh, NULL, &m, &err) == 0 &&
              ck_placements_parse(pl, m.ndim, -1, p, &err) == 0,
              "%s: setup does not parse: %s", what, ck_err_msg(&err));
-    int rc = ck_layout_check(tensor, ndim, shape, itemsize, &m, p, &err);
+    int rc = ck__layout_check(tensor, ndim, shape, itemsize, &m, p, &err);
     if (want_rc == 0) {
         LT_CHECK(rc == 0, "%s: rejected: %s", what, ck_err_msg(&err));
         return 0;
@@ -52,12 +53,12 @@ int main(void)
     ck_mesh m = {.ndim = 2, .size = {2, 0}};
     ck_placement p[2] = {{CK_SHARD, 0}, {CK_REPLICATE, 0}};
     ck_err err = {0};
-    fails |= lt_expect_einval(ck_layout_check("zmesh", 1, (uint64_t[]){4}, 4, &m, p, &err),
+    fails |= lt_expect_einval(ck__layout_check("zmesh", 1, (uint64_t[]){4}, 4, &m, p, &err),
                               &err, "mesh dim of size 0", "zmesh");
     m.size[1] = 2;
     p[1].kind = 7;
     ck_err_clear(&err);
-    fails |= lt_expect_einval(ck_layout_check("kind7", 1, (uint64_t[]){4}, 4, &m, p, &err),
+    fails |= lt_expect_einval(ck__layout_check("kind7", 1, (uint64_t[]){4}, 4, &m, p, &err),
                               &err, "placement kind 7", "kind7");
     return fails;
 }

@@ -17,11 +17,17 @@
 static ck_mesh mesh1;
 static ck_placement rep[1] = { { .kind = CK_REPLICATE } };
 
-static void declare(ck_save *s, const char *name, ck_dtype dt, uint64_t n, const void *data)
+static void declare(ck_decl *d, const char *name, ck_dtype dt, uint64_t n)
 {
     ck_err err = { 0 };
-    REQUIRE(ck_save_tensor(s, name, dt, 1, &n, rep, &err) == 0 &&
-            ck_save_shard(s, name, 0, data, &err) == 0, "%s: %s", name, ck_err_msg(&err));
+    REQUIRE(ck_decl_tensor(d, name, dt, 1, &n, rep, &err) == 0, "%s: %s", name,
+            ck_err_msg(&err));
+}
+
+static void give(ck_save *s, const char *name, const void *data)
+{
+    ck_err err = { 0 };
+    REQUIRE(ck_save_shard(s, name, 0, data, &err) == 0, "%s: %s", name, ck_err_msg(&err));
 }
 
 int main(void)
@@ -43,12 +49,20 @@ int main(void)
 
     ck_err err = { 0 };
     ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "conv", 1, &mesh1, NULL, &err) == 0, "%s", ck_err_msg(&err));
-    declare(s, "b", CK_BF16, 4, bf);
-    declare(s, "f", CK_F32, 4, f);
-    declare(s, "n", CK_F32, 3, nan_at_2);
-    declare(s, "c", CK_C64, 2, c);
-    declare(s, "big", CK_F32, BIG, big);
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, &mesh1, &err) == 0, "%s", ck_err_msg(&err));
+    declare(d, "b", CK_BF16, 4);
+    declare(d, "f", CK_F32, 4);
+    declare(d, "n", CK_F32, 3);
+    declare(d, "c", CK_C64, 2);
+    declare(d, "big", CK_F32, BIG);
+    REQUIRE(ck_save_begin(&s, root, "conv", 1, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
+    give(s, "b", bf);
+    give(s, "f", f);
+    give(s, "n", nan_at_2);
+    give(s, "c", c);
+    give(s, "big", big);
     REQUIRE(ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
 
     ck_ckpt *ck;

@@ -5,6 +5,7 @@
 #include "ck/load.h"
 #include "ck/save.h"
 #include "ckpt_testlib.h"
+#include "model/layout.h"
 
 static const uint64_t seed = 99;
 
@@ -73,7 +74,7 @@ int main(void)
                         ck_placements_parse("S(0)", 1, 2, sp, NULL);
                         uint32_t sc[1] = { (uint32_t)sr };
                         ck_shard_box(2, ten->shape, &sm, sp, sc, &sb);
-                        meets += ck_box_intersect(&sb, &box, &x);
+                        meets += ck__box_intersect(&sb, &box, &x);
                     }
                     memset(got, 0xa5, bytes);
                     CHECK(ck_reader_read_shard(rraw, &m, pl, r, got, &err) == 0 &&

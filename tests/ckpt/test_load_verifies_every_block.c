@@ -27,13 +27,14 @@ static void save(const char *root, const char *name, bool hashed)
     ck_save_opts o = { .block_size = BLOCK, .no_hash = !hashed };
     ck_err err = { 0 };
     ck_save *s;
-    uint64_t n0 = N0, n1 = N1;
-    REQUIRE(ck_save_begin(&s, root, name, 1, &m, &o, &err) == 0 &&
-            ck_save_tensor(s, "t0", CK_F32, 1, &n0, rep, &err) == 0 &&
-            ck_save_tensor(s, "t1", CK_F32, 1, &n1, rep, &err) == 0 &&
+    uint64_t n1 = N1;
+    ck_decl *d = tl_decl1(&m, "t0", CK_F32, 1, (uint64_t[]){ N0 }, rep);
+    REQUIRE(ck_decl_tensor(d, "t1", CK_F32, 1, &n1, rep, &err) == 0 &&
+            ck_save_begin(&s, root, name, 1, d, &o, &err) == 0 &&
             ck_save_shard(s, "t0", 0, v0, &err) == 0 &&
             ck_save_shard(s, "t1", 0, v1, &err) == 0 &&
             ck_save_commit(s, NULL, &err) == 0, "%s: %s", name, ck_err_msg(&err));
+    ck_decl_free(d);
 }
 
 /* Flips the lowest bit of byte FLIP of the checkpoint's one data file; its name. */

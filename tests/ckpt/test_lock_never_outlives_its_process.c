@@ -40,10 +40,11 @@ static ck_save *prepare(const char *root, const char *name)
     ck_save_opts so = { .hash_threads = 1 };
     static ck_synth_src src = { .seed = 5, .itemsize = 4, .ndim = 1, .shape = { 4096 } };
     ck_shard_box(1, shape, &mesh, pl, (const uint32_t[]){ 0 }, &src.box);
-    REQUIRE(ck_save_begin(&s, root, name, 1, &mesh, &so, &err) == 0 &&
-            ck_save_tensor(s, "t0", CK_F32, 1, shape, pl, &err) == 0 &&
+    ck_decl *d = tl_decl1(&mesh, "t0", CK_F32, 1, shape, pl);
+    REQUIRE(ck_save_begin(&s, root, name, 1, d, &so, &err) == 0 &&
             ck_save_shard_fill(s, "t0", 0, ck_synth_fill, &src, &err) == 0 &&
-            ck_save_prepare(s, &err) == 0, "preparing %s: %s", name, ck_err_msg(&err));
+            ck__save_prepare(s, &err) == 0, "preparing %s: %s", name, ck_err_msg(&err));
+    ck_decl_free(d);
     return s;
 }
 

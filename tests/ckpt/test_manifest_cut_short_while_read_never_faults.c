@@ -12,6 +12,7 @@
 
 #include "ck/catalog.h"
 #include "outside_testlib.h"
+#include "format/layout.h"
 
 static const uint64_t seed = 5;
 

@@ -2,7 +2,7 @@
  * "Owners and locks"). Writers are real processes on one root:
  *   - recovery (ck_root_recover) beside a live writer keeps its pending directory, and
  *     the writer then commits; the directory of a writer killed with SIGKILL is removed;
- *     the same for the coordinator of a save shared by several engines (ck_save_share,
+ *     the same for the coordinator of a save shared by several engines (ck__save_share,
  *     rank 0's engine's way), which holds the lock as it commits;
  *   - two writers of different names, both in flight at once, both commit;
  *   - a second writer of a name being saved gets -EBUSY naming the first one's pid at
@@ -14,6 +14,7 @@
 #include "ck/save.h"
 #include "save/save_int.h"
 #include "ckpt_testlib.h"
+#include "format/layout.h"
 
 static const uint64_t seed = 11;
 static const uint64_t shape[2] = { 300, 40 };
@@ -24,8 +25,8 @@ typedef struct writer {
     int ready;              /* child writes a byte once prepared */
 } writer;
 
-/* shared false: a save of one process (ck_save_prepare); true: the coordinator of a
- * save shared with other engines (ck_save_share). */
+/* shared false: a save of one process (ck__save_prepare); true: the coordinator of a
+ * save shared with other engines (ck__save_share). */
 static int begin(const char *root, const char *name, bool shared, ck_save **s,
                  ck_synth_src *src, ck_err *err)
 {
@@ -34,17 +35,18 @@ static int begin(const char *root, const char *name, bool shared, ck_save **s,
     ck_mesh_parse("1", NULL, &mesh, NULL);
     ck_placements_parse("R", 1, 2, pl, NULL);
     ck_save_opts so = { .hash_threads = 1, .block_size = 16384 };
-    int r = ck_save_begin(s, root, name, 3, &mesh, &so, err);
+    ck_decl *d = tl_decl1(&mesh, "t0", CK_F32, 2, shape, pl);
+    int r = ck_save_begin(s, root, name, 3, d, &so, err);
+    ck_decl_free(d);
     if (r < 0)
         return r;
     *src = (ck_synth_src){ .seed = seed, .tensor = 0, .itemsize = 4, .ndim = 2,
                            .shape = { shape[0], shape[1] } };
     uint32_t coord[1] = { 0 };
     ck_shard_box(2, shape, &mesh, pl, coord, &src->box);
-    if ((r = ck_save_tensor(*s, "t0", CK_F32, 2, shape, pl, err)) == 0 &&
-        (r = ck_save_shard_fill(*s, "t0", 0, ck_synth_fill, src, err)) == 0) {
+    if ((r = ck_save_shard_fill(*s, "t0", 0, ck_synth_fill, src, err)) == 0) {
         char token[CK_TOKEN_MAX];
-        r = shared ? ck_save_share(*s, token, err) : ck_save_prepare(*s, err);
+        r = shared ? ck__save_share(*s, token, err) : ck__save_prepare(*s, err);
     }
     if (r < 0)
         ck_save_abort(*s);
@@ -72,7 +74,7 @@ static writer start_writer(const char *root, const char *name, bool shared)
         char b = 1;
         if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
             _exit(3);
-        if (shared && ck_save_write_rank(s, 0, &err) < 0) {
+        if (shared && ck__save_write_rank(s, 0, &err) < 0) {
             fprintf(stderr, "writer %s: write: %s\n", name, ck_err_msg(&err));
             _exit(4);
         }

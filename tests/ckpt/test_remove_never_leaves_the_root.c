@@ -18,6 +18,7 @@
 
 #include "ck/catalog.h"
 #include "crash_testlib.h"
+#include "format/layout.h"
 
 static char root[PATH_MAX], outside[PATH_MAX];
 

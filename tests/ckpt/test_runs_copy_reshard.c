@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "layout_testlib.h"
+#include "model/layout.h"
 
 #define MAX_NUMEL 2048
 #define UNSET UINT64_MAX
@@ -47,14 +48,14 @@ static int copy_by_runs(const char *what, const shard *src, const ck_box *dst_bo
                         uint64_t *dst, bool want_one_run)
 {
     ck_box sub;
-    if (!ck_box_intersect(&src->box, dst_box, &sub))
+    if (!ck__box_intersect(&src->box, dst_box, &sub))
         return 0;
     uint64_t sn = ck_box_numel(&src->box), dn = ck_box_numel(dst_box);
     uint64_t total = 0, runs = 0, ps = 0, pd = 0;
-    ck_runs it;
-    ck_runs_init(&it, &sub, &src->box, dst_box);
+    ck__runs it;
+    ck__runs_init(&it, &sub, &src->box, dst_box);
     uint64_t s, d, n;
-    while (ck_runs_next(&it, &s, &d, &n)) {
+    while (ck__runs_next(&it, &s, &d, &n)) {
         LT_CHECK(n > 0 && s < sn && n <= sn - s && d < dn && n <= dn - d,
                  "%s: run src %llu dst %llu n %llu leaves storages of %llu and %llu", what,
                  (unsigned long long)s, (unsigned long long)d, (unsigned long long)n,

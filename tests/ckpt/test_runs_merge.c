@@ -1,7 +1,8 @@
-/* ck_runs on hand-worked boxes: the exact runs, merging of fully covered trailing
+/* ck__runs on hand-worked boxes: the exact runs, merging of fully covered trailing
  * dims (a dim-0 slice is one run), 0-D tensors as one run of one element, no runs
  * for an empty sub box, and no runs again once the iterator is done. */
 #include "layout_testlib.h"
+#include "model/layout.h"
 
 typedef struct run {
     uint64_t s, d, n;
@@ -22,11 +23,11 @@ static ck_box mkbox(int ndim, const uint64_t *off, const uint64_t *len)
 static int expect_runs(const char *what, const ck_box *sub, const ck_box *src,
                        const ck_box *dst, const run *want, int nwant)
 {
-    ck_runs it;
-    ck_runs_init(&it, sub, src, dst);
+    ck__runs it;
+    ck__runs_init(&it, sub, src, dst);
     uint64_t s, d, n;
     int i = 0;
-    while (ck_runs_next(&it, &s, &d, &n)) {
+    while (ck__runs_next(&it, &s, &d, &n)) {
         LT_CHECK(i < nwant, "%s: more than the %d expected runs", what, nwant);
         LT_CHECK(s == want[i].s && d == want[i].d && n == want[i].n,
                  "%s: run %d is (src %llu, dst %llu, n %llu), want (%llu, %llu, %llu)",
@@ -36,7 +37,7 @@ static int expect_runs(const char *what, const ck_box *sub, const ck_box *src,
         i++;
     }
     LT_CHECK(i == nwant, "%s: %d runs, want %d", what, i, nwant);
-    LT_CHECK(!ck_runs_next(&it, &s, &d, &n), "%s: a run after the iterator ended", what);
+    LT_CHECK(!ck__runs_next(&it, &s, &d, &n), "%s: a run after the iterator ended", what);
     return 0;
 }
 

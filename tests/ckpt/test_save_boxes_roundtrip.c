@@ -45,17 +45,17 @@ static const tcase cases[] = {
 static ck_synth_src src[NCASES][MAXB];
 static ck_mesh mesh4;
 
-static void declare(ck_save *s, size_t i)
+static void declare(ck_decl *d, size_t i)
 {
     const tcase *c = &cases[i];
     ck_err err = { 0 };
     if (!c->n) {
         ck_placement pl = { .kind = CK_SHARD, .dim = 0 };
-        REQUIRE(ck_save_tensor(s, c->name, c->dt, c->ndim, c->shape, &pl, &err) == 0, "%s",
+        REQUIRE(ck_decl_tensor(d, c->name, c->dt, c->ndim, c->shape, &pl, &err) == 0, "%s",
                 ck_err_msg(&err));
         return;
     }
-    REQUIRE(ck_save_tensor_boxes(s, c->name, c->dt, c->ndim, c->shape, c->n, c->box, c->writer,
+    REQUIRE(ck_decl_tensor_boxes(d, c->name, c->dt, c->ndim, c->shape, c->n, c->box, c->writer,
                                  &err) == 0, "%s", ck_err_msg(&err));
 }
 
@@ -63,9 +63,12 @@ static void save(const char *root)
 {
     ck_err err = { 0 };
     ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "boxes", 3, &mesh4, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, &mesh4, &err) == 0, "%s", ck_err_msg(&err));
     for (size_t i = 0; i < NCASES; i++)
-        declare(s, i);
+        declare(d, i);
+    REQUIRE(ck_save_begin(&s, root, "boxes", 3, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
     for (size_t i = 0; i < NCASES; i++) {
         const tcase *c = &cases[i];
         size_t is = ck_dtype_size(c->dt);
@@ -145,13 +148,17 @@ static void refuse(const char *root, const char *why, int ndim, const uint64_t *
                    uint32_t n, const ck_box *b, const uint64_t *w, const char *want)
 {
     ck_err err = { 0 };
-    ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "refused", 1, &mesh4, NULL, &err) == 0, "%s",
-            ck_err_msg(&err));
-    int rc = ck_save_tensor_boxes(s, "tb", CK_F32, ndim, shape, n, b, w, &err);
+    ck_save *s = NULL;
+    ck_decl *d;
+    /* What the tensor alone says is refused as it is declared, the tiling by the seal. */
+    REQUIRE(ck_decl_new(&d, &mesh4, &err) == 0, "%s", ck_err_msg(&err));
+    int rc = ck_decl_tensor_boxes(d, "tb", CK_F32, ndim, shape, n, b, w, &err);
+    if (rc == 0)
+        rc = ck_save_begin(&s, root, "refused", 1, d, NULL, &err);
     CHECK(rc < 0 && strstr(ck_err_msg(&err), want) && strstr(ck_err_msg(&err), "tb"),
           "%s: rc %d, message '%s' (want '%s' and the tensor's name)", why, rc,
           ck_err_msg(&err), want);
+    ck_decl_free(d);
     ck_save_abort(s);
 }
 
@@ -172,12 +179,15 @@ static void misuse(const char *root)
 
     ck_err err = { 0 };
     ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "misuse", 1, &mesh4, NULL, &err) == 0, "%s",
-            ck_err_msg(&err));
+    ck_decl *d;
     ck_placement pl = { .kind = CK_SHARD, .dim = 0 };
-    REQUIRE(ck_save_tensor_boxes(s, "tb", CK_F32, 2, sh, 2, tiles, w, &err) == 0, "%s",
-            ck_err_msg(&err));
-    REQUIRE(ck_save_tensor(s, "tp", CK_F32, 2, sh, &pl, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_decl_new(&d, &mesh4, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "tb", CK_F32, 2, sh, 2, tiles, w, &err) == 0 &&
+            ck_decl_tensor(d, "tp", CK_F32, 2, sh, &pl, &err) == 0, "%s", ck_err_msg(&err));
+    CHECK(ck_decl_tensor_boxes(d, "bad%2f", CK_F32, 2, sh, 2, tiles, w, &err) == -EINVAL,
+          "a lowercase escape is refused");
+    REQUIRE(ck_save_begin(&s, root, "misuse", 1, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
     static float data[64];
     CHECK(ck_save_shard(s, "tb", 0, data, &err) == -EINVAL && strstr(ck_err_msg(&err), "box"),
           "ck_save_shard on a box list: %s", ck_err_msg(&err));
@@ -185,8 +195,6 @@ static void misuse(const char *root)
           "ck_save_box on a placed tensor: %s", ck_err_msg(&err));
     CHECK(ck_save_box(s, "tb", 2, data, &err) == -EINVAL && strstr(ck_err_msg(&err), "box 2"),
           "ck_save_box past the list: %s", ck_err_msg(&err));
-    CHECK(ck_save_tensor_boxes(s, "bad%2f", CK_F32, 2, sh, 2, tiles, w, &err) == -EINVAL,
-          "a lowercase escape is refused");
     /* Box 1 is never given: the commit names it and publishes nothing. */
     for (uint64_t r = 0; r < 4; r++)
         ck_save_shard(s, "tp", r, data, &err);
@@ -229,10 +237,13 @@ int main(void)
     ck_save *s;
     ck_box scalar = { .ndim = 0 };
     uint64_t w3 = 3, value = 0x1122334455667788ull, back = 0;
-    REQUIRE(ck_save_begin(&s, root, "scalar", 1, &mesh4, NULL, &err) == 0 &&
-            ck_save_tensor_boxes(s, "step", CK_I64, 0, NULL, 1, &scalar, &w3, &err) == 0 &&
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, &mesh4, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "step", CK_I64, 0, NULL, 1, &scalar, &w3, &err) == 0 &&
+            ck_save_begin(&s, root, "scalar", 1, d, NULL, &err) == 0 &&
             ck_save_box(s, "step", 0, &value, &err) == 0 &&
             ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
     ck_reader *rd;
     REQUIRE(ck_open(root, "scalar", &ck, &err) == 0 &&
             ck_reader_open(ck, "step", CK_AS_SAVED, &rd, &err) == 0,

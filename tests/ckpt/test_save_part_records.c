@@ -35,10 +35,13 @@ static ck_save *build(const char *root, const char *name, uint64_t rank)
     ck_err err = { 0 };
     ck_save *s;
     ck_placement pl = { .kind = CK_SHARD, .dim = 0 };
-    REQUIRE(ck_save_begin(&s, root, name, 5, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
-    REQUIRE(ck_save_tensor_boxes(s, "t0", CK_F32, 2, shape0, 2, boxes0, writers0, &err) == 0 &&
-            ck_save_tensor_boxes(s, "t1", CK_BF16, 2, shape1, 4, boxes1, writers1, &err) == 0 &&
-            ck_save_tensor(s, "t2", CK_I32, 1, shape2, &pl, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, &mesh, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t0", CK_F32, 2, shape0, 2, boxes0, writers0, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t1", CK_BF16, 2, shape1, 4, boxes1, writers1, &err) == 0 &&
+            ck_decl_tensor(d, "t2", CK_I32, 1, shape2, &pl, &err) == 0 &&
+            ck_save_begin(&s, root, name, 5, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
     int k = 0;
     for (uint32_t b = 0; b < 2; b++)
         if (writers0[b] == rank) {
@@ -65,15 +68,15 @@ static ck_save *build(const char *root, const char *name, uint64_t rank)
 static void *write_part(ck_save *s, uint64_t rank, bool fail, size_t *len)
 {
     ck_err err = { 0 }, outcome = { 0 };
-    uint64_t bytes = ck_save_rank_bytes(s, rank);
+    uint64_t bytes = ck__save_rank_bytes(s, rank);
     void *image = NULL;
     REQUIRE(posix_memalign(&image, CK_ALIGN, bytes ? bytes : CK_ALIGN) == 0, "oom");
     if (fail)
         ck_err_set(&outcome, -ENOSPC, "disk full on rank %llu", (unsigned long long)rank);
-    else if (ck_save_copy_rank(s, rank, image, &outcome) == 0)
-        ck_save_write_rank(s, rank, &outcome);
+    else if (ck__save_copy_rank(s, rank, image, &outcome) == 0)
+        ck__save_write_rank(s, rank, &outcome);
     void *rec;
-    REQUIRE(ck_save_part(s, rank, &outcome, &rec, len, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck__save_part(s, rank, &outcome, &rec, len, &err) == 0, "%s", ck_err_msg(&err));
     free(image);
     return rec;
 }
@@ -84,7 +87,7 @@ static void child(const char *root, const char *name, uint64_t rank, int in, int
     ck_err err = { 0 };
     REQUIRE(read(in, token, sizeof token) == (ssize_t)sizeof token, "no token");
     ck_save *s = build(root, name, rank);
-    REQUIRE(ck_save_join(s, token, rank, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck__save_join(s, token, rank, &err) == 0, "%s", ck_err_msg(&err));
     size_t len;
     void *rec = write_part(s, rank, fail, &len);
     ck_save_abort(s);
@@ -115,7 +118,7 @@ static void run_save(const char *root, const char *name, int fail_rank, run *R)
     }
     R->s = build(root, name, 0);
     char token[CK_TOKEN_MAX];
-    REQUIRE(ck_save_share(R->s, token, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck__save_share(R->s, token, &err) == 0, "%s", ck_err_msg(&err));
     for (uint64_t r = 1; r < WORLD; r++)
         REQUIRE(write(to[r][1], token, sizeof token) == sizeof token, "token");
     R->rec[0] = write_part(R->s, 0, fail_rank == 0, &R->len[0]);
@@ -171,7 +174,8 @@ static void expect_refused(const char *root, const char *name, run *R, uint64_t 
 {
     ck_err err = { 0 };
     for (uint64_t r = 0; r < WORLD; r++) {
-        int rc = ck_save_adopt(R->s, r == bad ? rec : R->rec[r], r == bad ? len : R->len[r], &err);
+        int rc = ck__save_adopt(R->s, r == bad ? rec : R->rec[r], r == bad ? len : R->len[r],
+                                &err);
         if (r == bad)
             CHECK(rc < 0 && strstr(ck_err_msg(&err), want), "%s: adopt gave %d '%s', want '%s'",
                   name, rc, ck_err_msg(&err), want);
@@ -207,9 +211,9 @@ int main(void)
     run R;
     run_save(root, "good", -1, &R);
     for (int r = WORLD - 1; r >= 0; r--)      /* any order; rank 0's own record too */
-        CHECK(ck_save_adopt(R.s, R.rec[r], R.len[r], &err) == 0, "adopt rank %d: %s", r,
+        CHECK(ck__save_adopt(R.s, R.rec[r], R.len[r], &err) == 0, "adopt rank %d: %s", r,
               ck_err_msg(&err));
-    CHECK(ck_save_adopt(R.s, R.rec[1], R.len[1], &err) < 0 &&
+    CHECK(ck__save_adopt(R.s, R.rec[1], R.len[1], &err) < 0 &&
           strstr(ck_err_msg(&err), "adopted already"), "adopting twice: '%s'", ck_err_msg(&err));
     /* A blob another rank produced, carried by the caller: rank 0 adds it late. */
     static const char blob[] = "param_groups of rank 2";
@@ -252,7 +256,7 @@ int main(void)
         size_t at = 8 + (size_t)((x = ck_splitmix64(x)) % (R.len[2] - 40));
         bad[at] ^= (uint8_t)(1u << (ck_splitmix64(x) % 8));
         SHA256(bad, R.len[2] - 32, bad + R.len[2] - 32);
-        if (ck_save_adopt(R.s, bad, R.len[2], &err) == 0) {
+        if (ck__save_adopt(R.s, bad, R.len[2], &err) == 0) {
             taken++;      /* a hash byte: only --deep can tell; adopt it once, no more */
             break;
         }
@@ -277,7 +281,7 @@ int main(void)
 
     run_save(root, "missing", -1, &R);
     for (int r = 0; r < 2; r++)
-        CHECK(ck_save_adopt(R.s, R.rec[r], R.len[r], &err) == 0, "%s", ck_err_msg(&err));
+        CHECK(ck__save_adopt(R.s, R.rec[r], R.len[r], &err) == 0, "%s", ck_err_msg(&err));
     CHECK(ck_save_commit(R.s, NULL, &err) < 0 && strstr(ck_err_msg(&err), "rank 2"),
           "a missing rank: '%s'", ck_err_msg(&err));
     CHECK(!exists(root, "missing") && !pending_left(root, "missing"),

@@ -22,7 +22,7 @@ typedef struct job {
 static void *write_rank(void *arg)
 {
     job *j = arg;
-    j->rc = ck_save_write_rank(j->s, j->rank, &j->err);
+    j->rc = ck__save_write_rank(j->s, j->rank, &j->err);
     return NULL;
 }
 
@@ -37,21 +37,24 @@ int main(void)
     ck_placements_parse("R,S(0)", 2, 2, pl, NULL);
     static const uint64_t shapes[3][2] = { { 3001, 77 }, { 2, 9 }, { 640, 256 } };
     ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "img", 3, &mesh, &(ck_save_opts){ .block_size = 65536 },
-                          &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, &mesh, &err) == 0, "%s", ck_err_msg(&err));
     for (int t = 0; t < 3; t++) {
         char tn[8];
         snprintf(tn, sizeof tn, "t%d", t);
-        REQUIRE(ck_save_tensor(s, tn, CK_F32, 2, shapes[t], pl, &err) == 0, "%s", ck_err_msg(&err));
+        REQUIRE(ck_decl_tensor(d, tn, CK_F32, 2, shapes[t], pl, &err) == 0, "%s", ck_err_msg(&err));
     }
-    CHECK(ck_save_write_rank(s, 0, &err) == -EINVAL, "write before prepare accepted");
-    REQUIRE(ck_save_prepare(s, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_save_begin(&s, root, "img", 3, d, &(ck_save_opts){ .block_size = 65536 },
+                          &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
+    CHECK(ck__save_write_rank(s, 0, &err) == -EINVAL, "write before prepare accepted");
+    REQUIRE(ck__save_prepare(s, &err) == 0, "%s", ck_err_msg(&err));
 
     /* Each rank builds its image from the plan alone, as a client would. */
     const ck__plan *p = ck__save_plan(s);
     uint8_t *img[WORLD] = { 0 };
     for (uint64_t r = 0; r < WORLD; r++) {
-        uint64_t size = ck_save_rank_bytes(s, r);
+        uint64_t size = ck__save_rank_bytes(s, r);
         CHECK(size % CK_ALIGN == 0, "rank %llu image size unaligned", (unsigned long long)r);
         if (!size)
             continue;
@@ -65,7 +68,7 @@ int main(void)
             memcpy(img[r] + ps->file_off, b, ps->bytes);
             free(b);
         }
-        REQUIRE(ck_save_rank_image(s, r, img[r], &err) == 0, "%s", ck_err_msg(&err));
+        REQUIRE(ck__save_rank_image(s, r, img[r], &err) == 0, "%s", ck_err_msg(&err));
     }
     /* Ranks 0..3 on threads now; 4 and 5 are left to the commit. */
     pthread_t th[4];
@@ -78,9 +81,9 @@ int main(void)
         pthread_join(th[k], NULL);
         CHECK(jobs[k].rc == 0, "rank %d: %s", k, ck_err_msg(&jobs[k].err));
     }
-    CHECK(ck_save_write_rank(s, 1, &err) == -EALREADY || ck_save_rank_bytes(s, 1) == 0,
+    CHECK(ck__save_write_rank(s, 1, &err) == -EALREADY || ck__save_rank_bytes(s, 1) == 0,
           "second write of rank 1 accepted");
-    CHECK(ck_save_write_rank(s, WORLD, &err) == -EINVAL, "rank outside the mesh accepted");
+    CHECK(ck__save_write_rank(s, WORLD, &err) == -EINVAL, "rank outside the mesh accepted");
     ck_save_stats st;
     REQUIRE(ck_save_commit(s, &st, &err) == 0, "%s", ck_err_msg(&err));
     for (int r = 0; r < WORLD; r++)

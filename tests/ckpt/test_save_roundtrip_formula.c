@@ -49,8 +49,21 @@ int main(void)
         /* Tiny blocks and I/Os: many blocks per file, several I/Os per block. */
         ck_save_opts so = { .block_size = 16384, .io_size = 4096, .mem_limit = 65536 };
         ck_save *s;
-        REQUIRE(ck_save_begin(&s, root, name, 100 + si, &mesh, &so, &err) == 0, "%s",
+        ck_decl *dc;
+        REQUIRE(ck_decl_new(&dc, &mesh, &err) == 0, "%s", ck_err_msg(&err));
+        for (int i = 0; i < sc->nt; i++) {
+            const tdef *td = &sc->t[i];
+            ck_placement pl[CK_MAX_MESH_DIMS];
+            char tn[16];
+            snprintf(tn, sizeof tn, "t%d", i);
+            REQUIRE(ck_placements_parse(td->pl, mesh.ndim, td->ndim, pl, &err) == 0, "%s",
+                    ck_err_msg(&err));
+            REQUIRE(ck_decl_tensor(dc, tn, td->dtype, td->ndim, td->shape, pl, &err) == 0, "%s",
+                    ck_err_msg(&err));
+        }
+        REQUIRE(ck_save_begin(&s, root, name, 100 + si, dc, &so, &err) == 0, "%s",
                 ck_err_msg(&err));
+        ck_decl_free(dc);
         uint8_t *bufs[8 * 8] = { 0 };
         ck_synth_src gens[8 * 8];
         int nb = 0;
@@ -60,8 +73,6 @@ int main(void)
             char tn[16];
             snprintf(tn, sizeof tn, "t%d", i);
             REQUIRE(ck_placements_parse(td->pl, mesh.ndim, td->ndim, pl, &err) == 0, "%s",
-                    ck_err_msg(&err));
-            REQUIRE(ck_save_tensor(s, tn, td->dtype, td->ndim, td->shape, pl, &err) == 0, "%s",
                     ck_err_msg(&err));
             for (uint64_t r = 0; r < world; r++) {
                 uint32_t coord[CK_MAX_MESH_DIMS];

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "layout_testlib.h"
+#include "model/layout.h"
 
 #define MAX_NUMEL 4096
 
@@ -14,8 +15,8 @@ static int check_case(const ck_mesh *m, const ck_placement *pl, int ndim,
     char what[256];
     lt_describe(what, sizeof what, m, pl, ndim, shape);
     ck_err err = {0};
-    int rc = ck_layout_check("t", ndim, shape, 4, m, pl, &err);
-    LT_CHECK(rc == 0, "%s: ck_layout_check failed: %s", what, ck_err_msg(&err));
+    int rc = ck__layout_check("t", ndim, shape, 4, m, pl, &err);
+    LT_CHECK(rc == 0, "%s: ck__layout_check failed: %s", what, ck_err_msg(&err));
 
     uint64_t numel = 1, replicas = 1;
     for (int d = 0; d < ndim; d++)

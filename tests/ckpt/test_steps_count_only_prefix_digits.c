@@ -1,5 +1,5 @@
 /* A run's checkpoints are PREFIX<digits> only, ordered by the number (ck/steps.h):
- *   - ck_step_of takes "step-10" and "step-007", refuses "step-", "step-x", "step-1a",
+ *   - ck__step_of takes "step-10" and "step-007", refuses "step-", "step-x", "step-1a",
  *     "step-10-2x8", "best-model", "ft-3", and a number past 2^64 - 1;
  *   - ck_root_steps lists the committed step-9, step-10 and step-100 in that order (by
  *     name, "step-9" sorts last), never best-model, step-x, step-10-2x8 (ckpt-reshard's
@@ -13,6 +13,7 @@
 #include "ck/catalog.h"
 #include "ck/steps.h"
 #include "ckpt_testlib.h"
+#include "format/steps.h"
 
 static const uint64_t seed = 7;
 static char root[PATH_MAX];
@@ -35,16 +36,16 @@ static void note_removed(void *arg, const char *name)
 int main(void)
 {
     uint64_t s = 0;
-    CHECK(ck_step_of("step-10", "step-", &s) && s == 10, "step-10: %llu",
+    CHECK(ck__step_of("step-10", "step-", &s) && s == 10, "step-10: %llu",
           (unsigned long long)s);
-    CHECK(ck_step_of("step-007", "step-", &s) && s == 7, "step-007: %llu",
+    CHECK(ck__step_of("step-007", "step-", &s) && s == 7, "step-007: %llu",
           (unsigned long long)s);
-    CHECK(ck_step_of("18446744073709551615", "", &s) && s == UINT64_MAX, "2^64 - 1");
+    CHECK(ck__step_of("18446744073709551615", "", &s) && s == UINT64_MAX, "2^64 - 1");
     const char *not_steps[] = { "step-", "step-x", "step-1a", "step-10-2x8", "best-model",
                                 "ft-3", "step-18446744073709551616",
                                 "step-000000000000000000001" };
     for (size_t i = 0; i < sizeof not_steps / sizeof *not_steps; i++)
-        CHECK(!ck_step_of(not_steps[i], "step-", NULL), "%s taken for a step", not_steps[i]);
+        CHECK(!ck__step_of(not_steps[i], "step-", NULL), "%s taken for a step", not_steps[i]);
 
     tl_tmpdir(root, sizeof root, "steps");
     const char *names[] = { "step-10", "best-model", "step-9", "step-x", "step-100",

@@ -11,7 +11,7 @@
 #include "ck/layout.h"
 #include "ck/load.h"
 #include "kd_testlib.h"
-#include "async/proto.h"
+#include "kd_wire.h"
 
 #define KC_MAX_WORLD 8
 #define KC_MAX_T 8
@@ -143,8 +143,56 @@ typedef struct kc_part {
     uint64_t bytes[KC_MAX_T];
 } kc_part;
 
-/* Declares ts[0..n) on sv and gives rank's shards: from memory (p->buf, the formula's
- * bytes, which the caller may overwrite later) or as formula fills. */
+/* The submits of the tests: the copy, the lazy and the synchronous one. */
+static const ck_submit kc_copy = { .mode = CK_SUBMIT_COPY };
+static const ck_submit kc_lazy = { .mode = CK_SUBMIT_LAZY };
+static const ck_submit kc_sync = { .mode = CK_SUBMIT_SYNC };
+
+/* The declaration of ts[0..n), named "t<i>", on mesh (not sealed: the begin seals it). */
+static inline ck_decl *kc_decl(const ck_mesh *mesh, const kc_tensor *ts, uint32_t n)
+{
+    ck_err err = { 0 };
+    ck_decl *d;
+    REQUIRE(ck_decl_new(&d, mesh, &err) == 0, "%s", ck_err_msg(&err));
+    for (uint32_t t = 0; t < n; t++) {
+        char tn[16];
+        snprintf(tn, sizeof tn, "t%u", t);
+        ck_placement pl[CK_MAX_MESH_DIMS];
+        REQUIRE(ck_placements_parse(ts[t].pl, mesh->ndim, ts[t].ndim, pl, &err) == 0, "%s: %s",
+                ts[t].pl, ck_err_msg(&err));
+        REQUIRE(ck_decl_tensor(d, tn, ts[t].dtype, ts[t].ndim, ts[t].shape, pl, &err) == 0,
+                "tensor %s: %s", tn, ck_err_msg(&err));
+    }
+    return d;
+}
+
+/* Begins rank's part of name, declaring ts[0..n) on mesh (ck_client_begin's result). */
+static inline int kc_begin(ck_client *cl, ck_client_save **sv, const char *name, uint64_t step,
+                           const ck_mesh *mesh, uint64_t rank, const kc_tensor *ts, uint32_t n,
+                           const ck_job_id *job, ck_err *err)
+{
+    ck_decl *d = kc_decl(mesh, ts, n);
+    int r = ck_client_begin(cl, sv, name, step, d, rank, job, err);
+    ck_decl_free(d);
+    return r;
+}
+
+/* Begins rank's part of name, declaring one tensor (ck_client_begin's result). */
+static inline int kc_begin1(ck_client *cl, ck_client_save **sv, const char *name, uint64_t step,
+                            const ck_mesh *mesh, uint64_t rank, const char *tensor,
+                            ck_dtype dtype, int ndim, const uint64_t *shape,
+                            const ck_placement *pl, const ck_job_id *job, ck_err *err)
+{
+    ck_decl *d;
+    int r = ck_decl_new(&d, mesh, err);
+    if (r == 0 && (r = ck_decl_tensor(d, tensor, dtype, ndim, shape, pl, err)) == 0)
+        r = ck_client_begin(cl, sv, name, step, d, rank, job, err);
+    ck_decl_free(d);
+    return r;
+}
+
+/* Gives rank's shards of ts[0..n) (declared by kc_begin): from memory (p->buf, the
+ * formula's bytes, which the caller may overwrite later) or as formula fills. */
 static inline void kc_declare(ck_client_save *sv, const ck_mesh *mesh, uint64_t rank,
                               const kc_tensor *ts, uint32_t n, kc_part *p, bool memory)
 {
@@ -158,8 +206,6 @@ static inline void kc_declare(ck_client_save *sv, const ck_mesh *mesh, uint64_t 
         ck_placement pl[CK_MAX_MESH_DIMS];
         REQUIRE(ck_placements_parse(ts[t].pl, mesh->ndim, ts[t].ndim, pl, &err) == 0, "%s: %s",
                 ts[t].pl, ck_err_msg(&err));
-        REQUIRE(ck_client_tensor(sv, tn, ts[t].dtype, ts[t].ndim, ts[t].shape, pl, &err) == 0,
-                "rank %llu: tensor %s: %s", (unsigned long long)rank, tn, ck_err_msg(&err));
         size_t is = ck_dtype_size(ts[t].dtype);
         p->src[t] = (ck_synth_src){ .seed = KC_SEED, .tensor = t, .itemsize = is,
                                     .ndim = ts[t].ndim };
@@ -274,7 +320,8 @@ static inline uint64_t kc_digest(const char *root, const char *name)
     for (uint32_t f = 0; f < in->n_files; f++) {
         char path[PATH_MAX];
         const ck_file *cf = ck_file_get(ck, f);
-        if (!cf || ck_file_path(ck, f, path, sizeof path) < 0) {
+        if (!cf || snprintf(path, sizeof path, "%s/%s", ck_dir(ck), cf->name) >=
+                       (int)sizeof path) {
             w.bad++;
             continue;
         }
@@ -318,7 +365,7 @@ static inline ck__proto_status kc_status(const char *sock)
     return st;
 }
 
-/* Whether state is one a save can be in once its save_async returned 0. */
+/* Whether state is one a save can be in once its submit returned 0. */
 static inline bool kc_state_in_flight_or_done(ck_client_state st)
 {
     return st == CK_CLIENT_STAGED || st == CK_CLIENT_DURABLE || st == CK_CLIENT_COMMITTED;
@@ -353,9 +400,9 @@ static inline uint16_t kc_reply(int fd, char *msg, size_t len)
  * memfd of d->staging_size bytes; with status, a STATUS right behind it, in the same
  * write (the daemon reads both before it answers either). Returns the connection, for
  * the test to read the replies. */
-static inline int kc_raw_begin_then(const char *sock, const ck__decl *decl, bool status)
+static inline int kc_raw_begin_then(const char *sock, const kc_wire *decl, bool status)
 {
-    ck__decl copy = *decl, *d = &copy;
+    kc_wire copy = *decl, *d = &copy;
     if (!ck__job_set(&d->job))
         d->job = kc_job;
     ck_err err = { 0 };
@@ -365,7 +412,7 @@ static inline int kc_raw_begin_then(const char *sock, const ck__decl *decl, bool
     REQUIRE(ck__conn_connect(sock, &fd, &err) == 0, "%s", ck_err_msg(&err));
     ck__wbuf w = { 0 }, st = { 0 };
     ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, d);
+    kc_put_wire(&w, d);
     ck__proto_end(&w);
     ck__proto_start(&st, CK_MSG_STATUS);
     ck__proto_end(&st);
@@ -379,7 +426,7 @@ static inline int kc_raw_begin_then(const char *sock, const ck__decl *decl, bool
     return fd;
 }
 
-static inline int kc_raw_begin(const char *sock, const ck__decl *d)
+static inline int kc_raw_begin(const char *sock, const kc_wire *d)
 {
     return kc_raw_begin_then(sock, d, false);
 }

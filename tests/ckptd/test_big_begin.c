@@ -25,14 +25,13 @@ static int conn(const char *sock)
 /* BEGIN of rank 0 of NAME: 4 f32 tensors of 2^20 x 16, S(0) on every mesh dim. */
 static void send_begin(int fd, const char *name, const char *mesh, uint64_t staging)
 {
-    ck__decl_tensor t[4];
-    ck__decl d = { .step = 1, .ntensors = 4, .tensors = t, .staging_size = staging,
+    kc_wire_tensor t[4];
+    kc_wire d = { .step = 1, .ntensors = 4, .tensors = t, .staging_size = staging,
                    .job = kc_job };
     snprintf(d.name, sizeof d.name, "%s", name);
     REQUIRE(ck_mesh_parse(mesh, NULL, &d.mesh, NULL) == 0, "mesh %s", mesh);
-    d.world = ck_mesh_world(&d.mesh);
     for (int i = 0; i < 4; i++) {
-        t[i] = (ck__decl_tensor){ .dtype = CK_F32, .ndim = 2, .shape = { 1u << 20, 16 } };
+        t[i] = (kc_wire_tensor){ .dtype = CK_F32, .ndim = 2, .shape = { 1u << 20, 16 } };
         snprintf(t[i].name, sizeof t[i].name, "t%d", i);
         for (int k = 0; k < d.mesh.ndim; k++)
             t[i].pl[k] = (ck_placement){ .kind = CK_SHARD, .dim = 0 };
@@ -42,7 +41,7 @@ static void send_begin(int fd, const char *name, const char *mesh, uint64_t stag
             fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0, "memfd");
     ck__wbuf w = { 0 };
     ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, &d);
+    kc_put_wire(&w, &d);
     ck__proto_end(&w);
     ck_err err = { 0 };
     REQUIRE(ck__conn_send(fd, &w, mfd, &err) == 0, "BEGIN %s: %s", name, ck_err_msg(&err));
@@ -136,23 +135,22 @@ int main(void)
 
     /* Over the hard limit of shard records per save: refused, the connection closed. */
     a = conn(d.sock);
-    ck__decl_tensor t = { .name = "w", .dtype = CK_U8, .ndim = 1, .shape = { 1u << 20 },
+    kc_wire_tensor t = { .name = "w", .dtype = CK_U8, .ndim = 1, .shape = { 1u << 20 },
                           .pl = { { CK_SHARD, 0 }, { CK_SHARD, 0 } } };
-    ck__decl_tensor many[20];
+    kc_wire_tensor many[20];
     for (int i = 0; i < 20; i++) {
         many[i] = t;
         snprintf(many[i].name, sizeof many[i].name, "w%d", i);
     }
-    ck__decl dl = { .name = "toomany", .step = 1, .ntensors = 20, .tensors = many,
+    kc_wire dl = { .name = "toomany", .step = 1, .ntensors = 20, .tensors = many,
                     .staging_size = 4096, .job = kc_job };
     ck_mesh_parse("1024x1024", NULL, &dl.mesh, NULL);
-    dl.world = ck_mesh_world(&dl.mesh);
     int mfd = memfd_create("m", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     REQUIRE(mfd >= 0 && ftruncate(mfd, 4096) == 0 && fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0,
             "memfd");
     ck__wbuf w = { 0 };
     ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, &dl);
+    kc_put_wire(&w, &dl);
     ck__proto_end(&w);
     ck__conn_send(a, &w, mfd, NULL);
     ck__wbuf_free(&w);

@@ -2,11 +2,11 @@
  * saves embedded (which has no staging limit: only the double buffering bounds it).
  *
  *  - A part that can never fit (a world of one, and rank 1 of a world of two whose
- *    blob makes it too big): save_async fails with an error naming the part's bytes
+ *    blob makes it too big): submit fails with an error naming the part's bytes
  *    and the limit; rank 0 of the pair gets the error from wait; no hang, nothing
  *    visible, and the daemon goes on serving.
  *  - Two parts of 6 MiB: client X is admitted and holds its staging (its shard fill
- *    blocks), so client Y's save_async waits: ckptd's STATUS shows one part waiting
+ *    blocks), so client Y's submit waits: ckptd's STATUS shows one part waiting
  *    and Y has not returned. Once X's fill goes on and its part drains, Y is admitted,
  *    and both commit with the formula's bytes.
  *  - One client, two 6 MiB saves back to back: the second waits for the first's drain
@@ -37,10 +37,10 @@ static void never_fits(kc_env *e)
     static const kc_tensor nine_mib[] = { { CK_F32, 2, { 2304, 1024 }, "R" } };
     kc_part p = { 0 };
     ck_client_save *sv;
-    REQUIRE(ck_client_begin(e->cl[0], &sv, "huge", 1, &m1, 0, 1, &kc_job, &err) == 0, "begin: %s",
+    REQUIRE(kc_begin(e->cl[0], &sv, "huge", 1, &m1, 0, nine_mib, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     kc_declare(sv, &m1, 0, nine_mib, 1, &p, false);
-    int rc = ck_client_save_async(sv, &err);
+    int rc = ck_client_submit(sv, &kc_copy, &err);
     char want[64];
     snprintf(want, sizeof want, "%llu", STAGING);
     CHECK(rc < 0, "%s: a 9 MiB part was taken by a ckptd of --staging 8MiB", mode);
@@ -50,7 +50,7 @@ static void never_fits(kc_env *e)
           mode, want, ck_err_msg(&err));
     int code = rc;
     memset(&err, 0, sizeof err);
-    CHECK(ck_client_wait(sv, &err) == code, "%s: wait after the refusal: %s", mode,
+    CHECK(ck_client_wait(sv, CK_CLIENT_COMMITTED, &err) == code, "%s: wait after the refusal: %s", mode,
           ck_err_msg(&err));
     ck_client_save_free(sv);
 
@@ -60,14 +60,14 @@ static void never_fits(kc_env *e)
     static uint8_t blob[9u << 20];
     int async_rc[2];
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e->cl[r], &pv[r], "huge-pair", 2, &m2, r, 2, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(e->cl[r], &pv[r], "huge-pair", 2, &m2, r, small_pair, 1, &kc_job, &err) == 0,
                 "begin: %s", ck_err_msg(&err));
         kc_declare(pv[r], &m2, r, small_pair, 1, &pp[r], false);
         if (r == 1)
             REQUIRE(ck_client_blob(pv[r], "opt", blob, sizeof blob, &err) == 0, "blob: %s",
                     ck_err_msg(&err));
         memset(&err, 0, sizeof err);
-        async_rc[r] = ck_client_save_async(pv[r], &err);
+        async_rc[r] = ck_client_submit(pv[r], &kc_copy, &err);
     }
     CHECK(async_rc[0] == 0, "%s: rank 0's small part was refused", mode);
     CHECK(async_rc[1] < 0 && strstr(ck_err_msg(&err), "rank 1") && strstr(ck_err_msg(&err), want),
@@ -76,7 +76,7 @@ static void never_fits(kc_env *e)
         ck_client_commit(pv[0], &err);
     for (uint64_t r = 0; r < 2; r++) {
         memset(&err, 0, sizeof err);
-        rc = ck_client_wait(pv[r], &err);
+        rc = ck_client_wait(pv[r], CK_CLIENT_COMMITTED, &err);
         CHECK(rc < 0 && strstr(ck_err_msg(&err), "never fit"), "%s: rank %llu: wait: %d \"%s\"",
               mode, (unsigned long long)r, rc, ck_err_msg(&err));
         ck_client_save_free(pv[r]);
@@ -117,7 +117,7 @@ typedef struct saver_thread {
 static void *save_async_thread(void *arg)
 {
     saver_thread *t = arg;
-    t->rc = ck_client_save_async(t->sv, &t->err);
+    t->rc = ck_client_submit(t->sv, &kc_copy, &t->err);
     atomic_store(&t->returned, true);
     return NULL;
 }
@@ -131,9 +131,9 @@ static uint64_t held_and_waiting(kc_env *e)
     holder h = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
     kc_part px = { 0 }, py = { 0 };
     saver_thread x = { 0 }, y = { 0 };
-    REQUIRE(ck_client_begin(e->cl[0], &x.sv, "bp-x", 3, &m1, 0, 1, &kc_job, &err) == 0, "begin: %s",
+    REQUIRE(kc_begin(e->cl[0], &x.sv, "bp-x", 3, &m1, 0, six_mib, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
-    REQUIRE(ck_client_begin(e->cl[1], &y.sv, "bp-y", 4, &m1, 0, 1, &kc_job, &err) == 0, "begin: %s",
+    REQUIRE(kc_begin(e->cl[1], &y.sv, "bp-y", 4, &m1, 0, six_mib, 1, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     kc_declare(x.sv, &m1, 0, six_mib, 1, &px, false);
     kc_declare(y.sv, &m1, 0, six_mib, 1, &py, false);
@@ -157,14 +157,14 @@ static uint64_t held_and_waiting(kc_env *e)
         }
         CHECK(st.waiting == 1 && !atomic_load(&y.returned), "%s: Y's 6 MiB part was not held "
               "back while X holds 6 of the 8 MiB of staging (%u waiting, Y %s)", mode,
-              st.waiting, atomic_load(&y.returned) ? "returned" : "still in save_async");
+              st.waiting, atomic_load(&y.returned) ? "returned" : "still in submit");
         CHECK(st.staging_used <= st.staging_limit && st.staging_limit == STAGING,
               "%s: staging %llu used of %llu", mode, (unsigned long long)st.staging_used,
               (unsigned long long)st.staging_limit);
     } else {
         /* No limit embedded: Y goes through while X is held. */
         pthread_join(ty, NULL);
-        CHECK(y.rc == 0, "%s: Y: save_async: %s", mode, ck_err_msg(&y.err));
+        CHECK(y.rc == 0, "%s: Y: submit: %s", mode, ck_err_msg(&y.err));
     }
     pthread_mutex_lock(&h.mu);
     h.go = true;
@@ -173,8 +173,8 @@ static uint64_t held_and_waiting(kc_env *e)
     pthread_join(tx, NULL);
     if (e->connected)
         pthread_join(ty, NULL);
-    CHECK(x.rc == 0, "%s: X: save_async: %s", mode, ck_err_msg(&x.err));
-    CHECK(y.rc == 0, "%s: Y, admitted after X drained: save_async: %s", mode,
+    CHECK(x.rc == 0, "%s: X: submit: %s", mode, ck_err_msg(&x.err));
+    CHECK(y.rc == 0, "%s: Y, admitted after X drained: submit: %s", mode,
           ck_err_msg(&y.err));
     uint64_t hsh = 0xcbf29ce484222325ull;
     saver_thread *both[2] = { &x, &y };
@@ -183,7 +183,7 @@ static uint64_t held_and_waiting(kc_env *e)
         if (both[i]->rc == 0) {
             CHECK(ck_client_commit(both[i]->sv, &err) == 0, "%s: %s: commit: %s", mode,
                   names[i], ck_err_msg(&err));
-            CHECK(ck_client_wait(both[i]->sv, &err) == 0, "%s: %s: wait: %s", mode, names[i],
+            CHECK(ck_client_wait(both[i]->sv, CK_CLIENT_COMMITTED, &err) == 0, "%s: %s: wait: %s", mode, names[i],
                   ck_err_msg(&err));
         }
         ck_client_save_free(both[i]->sv);
@@ -207,10 +207,9 @@ static uint64_t back_to_back(kc_env *e)
     kc_part p[2] = { 0 };
     const char *names[2] = { "bb-1", "bb-2" };
     for (int i = 0; i < 2; i++) {
-        REQUIRE(ck_client_begin(e->cl[0], &sv[i], names[i], (uint64_t)(5 + i), &m1, 0, 1, &kc_job,
-                                &err) == 0, "begin: %s", ck_err_msg(&err));
+        REQUIRE(kc_begin(e->cl[0], &sv[i], names[i], (uint64_t)(5 + i), &m1, 0, six_mib, 1, &kc_job, &err) == 0, "begin: %s", ck_err_msg(&err));
         kc_declare(sv[i], &m1, 0, six_mib, 1, &p[i], false);
-        CHECK(ck_client_save_async(sv[i], &err) == 0, "%s: %s: save_async: %s", mode, names[i],
+        CHECK(ck_client_submit(sv[i], &kc_copy, &err) == 0, "%s: %s: submit: %s", mode, names[i],
               ck_err_msg(&err));
         CHECK(ck_client_commit(sv[i], &err) == 0, "%s: %s: commit: %s", mode, names[i],
               ck_err_msg(&err));
@@ -224,7 +223,7 @@ static uint64_t back_to_back(kc_env *e)
     }
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < 2; i++) {
-        CHECK(ck_client_wait(sv[i], &err) == 0, "%s: %s: wait: %s", mode, names[i],
+        CHECK(ck_client_wait(sv[i], CK_CLIENT_COMMITTED, &err) == 0, "%s: %s: wait: %s", mode, names[i],
               ck_err_msg(&err));
         ck_client_save_free(sv[i]);
         kc_part_free(&p[i]);

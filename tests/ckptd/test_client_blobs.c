@@ -54,7 +54,7 @@ static uint64_t run(bool connected)
     ck_client_save *sv[2];
     kc_part parts[2] = { 0 };
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "blobs", 3, &mesh, r, 2, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(e.cl[r], &sv[r], "blobs", 3, &mesh, r, tensors, NT, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &parts[r], false);
         for (size_t i = 0; i < NB; i++)
@@ -75,11 +75,11 @@ static uint64_t run(bool connected)
     CHECK(rc < 0 && ck_err_msg(&err)[0], "%s: a blob named ../x was accepted", mode);
 
     for (uint64_t r = 0; r < 2; r++)
-        REQUIRE(ck_client_save_async(sv[r], &err) == 0, "%s: rank %llu: save_async: %s", mode,
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "%s: rank %llu: submit: %s", mode,
                 (unsigned long long)r, ck_err_msg(&err));
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "%s: commit: %s", mode, ck_err_msg(&err));
     for (uint64_t r = 0; r < 2; r++) {
-        CHECK(ck_client_wait(sv[r], &err) == 0, "%s: rank %llu: wait: %s", mode,
+        CHECK(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "%s: rank %llu: wait: %s", mode,
               (unsigned long long)r, ck_err_msg(&err));
         ck_client_save_free(sv[r]);
         kc_part_free(&parts[r]);
@@ -117,7 +117,7 @@ static uint64_t run(bool connected)
 
     /* One name on two ranks: that save fails on both, nothing is visible. */
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "dup", 4, &mesh, r, 2, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(e.cl[r], &sv[r], "dup", 4, &mesh, r, tensors, NT, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &parts[r], false);
         REQUIRE(ck_client_blob(sv[r], "same", pattern, 10, &err) == 0, "%s: blob: %s", mode,
@@ -125,12 +125,12 @@ static uint64_t run(bool connected)
     }
     int async_rc[2];
     for (uint64_t r = 0; r < 2; r++)
-        async_rc[r] = ck_client_save_async(sv[r], &err);
+        async_rc[r] = ck_client_submit(sv[r], &kc_copy, &err);
     if (async_rc[0] == 0)
         ck_client_commit(sv[0], &err);
     for (uint64_t r = 0; r < 2; r++) {
         memset(&err, 0, sizeof err);
-        rc = ck_client_wait(sv[r], &err);
+        rc = ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err);
         CHECK(rc < 0, "%s: rank %llu: a save with a blob name on two ranks succeeded", mode,
               (unsigned long long)r);
         CHECK(rc >= 0 || strstr(ck_err_msg(&err), "same"),

@@ -1,13 +1,13 @@
-/* Client API with box-list tensors (ck_client_tensor_boxes, ck_client_box), embedded
+/* Client API with box-list tensors (ck_decl_tensor_boxes, ck_client_box), embedded
  * and through a real ckptd: four ranks declare the same box lists (uneven rows with a
  * rank writing none, 2-D tiles with a rank writing two, a 0-D tensor, a placed tensor
  * among them) and give only their own boxes, from memory and as fills. The committed
- * checkpoint deep-verifies with the formula's bytes, loads as random boxes
- * (ck_client_load_box) and onto a mesh of 3, and both modes commit the same thing. A
+ * checkpoint deep-verifies with the formula's bytes, loads as random boxes and onto a
+ * mesh of 3 (ck/load.h), and both modes commit the same thing. A
  * rank that declares other boxes than the ranks before it is refused naming the
  * tensor; a box of another rank, a box that does not exist, a list that does not tile
- * and (connected) a declaration over ckptd's message limit are refused by the client
- * before anything is sent. */
+ * (at the begin, which seals the declaration) and (connected) a declaration over
+ * ckptd's message limit are refused by the client before anything is sent. */
 #include "kc_testlib.h"
 
 #define W 4
@@ -30,6 +30,25 @@ typedef struct rank_src {
     int n;
 } rank_src;
 
+/* Reads box (or, box NULL, rank's part on mesh with pl) of tensor of the checkpoint
+ * "boxes" into dst (len bytes) through the reader. */
+static int load(const char *root, const char *tensor, const ck_box *box, const ck_mesh *mesh,
+                const ck_placement *pl, uint64_t rank, void *dst, uint64_t len, ck_err *err)
+{
+    ck_ckpt *ck;
+    ck_reader *rd;
+    int r = ck_open(root, "boxes", &ck, err);
+    if (r < 0)
+        return r;
+    if ((r = ck_reader_open(ck, tensor, CK_AS_SAVED, &rd, err)) == 0) {
+        r = box ? ck_reader_read(rd, box, 0, len, dst, err)
+                : ck_reader_read_shard(rd, mesh, pl, rank, dst, err);
+        ck_reader_close(rd);
+    }
+    ck_close(ck);
+    return r;
+}
+
 static ck_synth_src *next_src(rank_src *rs, uint32_t t, int ndim, const uint64_t *shape,
                               const ck_box *b, size_t is)
 {
@@ -39,16 +58,25 @@ static ck_synth_src *next_src(rank_src *rs, uint32_t t, int ndim, const uint64_t
     return x;
 }
 
-/* Declares every tensor as all ranks do and gives rank's own boxes. */
+/* Every tensor, as every rank declares it; t1's box writers as given. */
+static ck_decl *declared(const ck_mesh *mesh, const uint64_t *t1_writers)
+{
+    ck_err err = { 0 };
+    ck_decl *d;
+    ck_placement pl = { .kind = CK_SHARD, .dim = 0 };
+    REQUIRE(ck_decl_new(&d, mesh, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t0", CK_F32, 2, shape0, 3, boxes0, writers0, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t1", CK_BF16, 2, shape1, 4, boxes1, t1_writers, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t2", CK_I64, 0, shape2, 1, &box2, &writer2, &err) == 0 &&
+            ck_decl_tensor(d, "t3", CK_I32, 1, shape3, &pl, &err) == 0, "%s", ck_err_msg(&err));
+    return d;
+}
+
+/* Gives rank's own boxes. */
 static void declare(ck_client_save *sv, uint64_t rank, const ck_mesh *mesh, rank_src *rs)
 {
     ck_err err = { 0 };
     ck_placement pl = { .kind = CK_SHARD, .dim = 0 };
-    REQUIRE(ck_client_tensor_boxes(sv, "t0", CK_F32, 2, shape0, 3, boxes0, writers0, &err) == 0 &&
-            ck_client_tensor_boxes(sv, "t1", CK_BF16, 2, shape1, 4, boxes1, writers1, &err) == 0 &&
-            ck_client_tensor_boxes(sv, "t2", CK_I64, 0, shape2, 1, &box2, &writer2, &err) == 0 &&
-            ck_client_tensor(sv, "t3", CK_I32, 1, shape3, &pl, &err) == 0,
-            "rank %llu: %s", (unsigned long long)rank, ck_err_msg(&err));
     for (uint32_t b = 0; b < 3; b++)
         if (writers0[b] == rank) {     /* from memory */
             ck_synth_src *x = next_src(rs, 0, 2, shape0, &boxes0[b], 4);
@@ -81,13 +109,19 @@ static void misuse(ck_client *cl, const ck_mesh *mesh, const char *mode)
 {
     ck_err err = { 0 };
     ck_client_save *sv;
-    REQUIRE(ck_client_begin(cl, &sv, "misuse", 1, mesh, 0, W, &kc_job,
-                            &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
     static const ck_box gap[2] = { B2(0, 6, 0, 7), B2(7, 14, 0, 7) };
-    CHECK(ck_client_tensor_boxes(sv, "g", CK_F32, 2, shape0, 2, gap, writers0, &err) < 0 &&
-          strstr(ck_err_msg(&err), "g"), "%s: a list with a gap: '%s'", mode, ck_err_msg(&err));
-    REQUIRE(ck_client_tensor_boxes(sv, "t0", CK_F32, 2, shape0, 3, boxes0, writers0, &err) == 0,
+    REQUIRE(ck_decl_new(&d, mesh, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "g", CK_F32, 2, shape0, 2, gap, writers0, &err) == 0,
             "%s", ck_err_msg(&err));
+    CHECK(ck_client_begin(cl, &sv, "misuse", 1, d, 0, &kc_job, &err) < 0 &&
+          strstr(ck_err_msg(&err), "g"), "%s: a list with a gap: '%s'", mode, ck_err_msg(&err));
+    ck_decl_free(d);
+    REQUIRE(ck_decl_new(&d, mesh, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "t0", CK_F32, 2, shape0, 3, boxes0, writers0, &err) == 0 &&
+            ck_client_begin(cl, &sv, "misuse", 1, d, 0, &kc_job, &err) == 0,
+            "%s", ck_err_msg(&err));
+    ck_decl_free(d);
     static float data[256];
     CHECK(ck_client_box(sv, "t0", 1, data, &err) < 0 && strstr(ck_err_msg(&err), "rank 2"),
           "%s: giving rank 2's box from rank 0: '%s'", mode, ck_err_msg(&err));
@@ -96,8 +130,8 @@ static void misuse(ck_client *cl, const ck_mesh *mesh, const char *mode)
     CHECK(ck_client_shard(sv, "t0", data, &err) < 0 && strstr(ck_err_msg(&err), "box"),
           "%s: a shard of a box list: '%s'", mode, ck_err_msg(&err));
     /* Box 0 is rank 0's and was never given. */
-    CHECK(ck_client_save_async(sv, &err) < 0 && strstr(ck_err_msg(&err), "box 0"),
-          "%s: save_async without box 0: '%s'", mode, ck_err_msg(&err));
+    CHECK(ck_client_submit(sv, &kc_copy, &err) < 0 && strstr(ck_err_msg(&err), "a box"),
+          "%s: a submit without box 0: '%s'", mode, ck_err_msg(&err));
     ck_client_save_free(sv);
 }
 
@@ -113,17 +147,19 @@ static void too_big(ck_client *cl, const ck_mesh *mesh)
     REQUIRE(b && w && one, "oom");
     ck_err err = { 0 };
     ck_client_save *sv;
-    REQUIRE(ck_client_begin(cl, &sv, "big", 1, mesh, 0, W, &kc_job,
-                            &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
     for (uint32_t i = 0; i < N; i++) {
         b[i] = (ck_box){ .ndim = 8, .off = { i }, .len = { 1, 1, 1, 1, 1, 1, 1, 1 } };
         w[i] = 0;
     }
-    REQUIRE(ck_client_tensor_boxes(sv, "big", CK_U8, 8, shape, N, b, w, &err) == 0, "%s",
+    REQUIRE(ck_decl_new(&d, mesh, &err) == 0 &&
+            ck_decl_tensor_boxes(d, "big", CK_U8, 8, shape, N, b, w, &err) == 0 &&
+            ck_client_begin(cl, &sv, "big", 1, d, 0, &kc_job, &err) == 0, "%s",
             ck_err_msg(&err));
+    ck_decl_free(d);
     for (uint32_t i = 0; i < N; i++)
         ck_client_box(sv, "big", i, one + i, &err);
-    CHECK(ck_client_save_async(sv, &err) == -EMSGSIZE && strstr(ck_err_msg(&err), "limit"),
+    CHECK(ck_client_submit(sv, &kc_copy, &err) == -EMSGSIZE && strstr(ck_err_msg(&err), "limit"),
           "connected: a 17 MB declaration: '%s'", ck_err_msg(&err));
     ck_client_save_free(sv);
     free(b);
@@ -137,25 +173,22 @@ static void disagree(kc_env *e, const ck_mesh *mesh, const char *mode)
     ck_err err = { 0 };
     ck_client_save *sv0, *sv2;
     rank_src rs0 = { 0 };
-    REQUIRE(ck_client_begin(e->cl[0], &sv0, "disagree", 2, mesh, 0, W, &kc_job, &err) == 0 &&
-            ck_client_begin(e->cl[2], &sv2, "disagree", 2, mesh, 2, W, &kc_job, &err) == 0, "%s",
-            ck_err_msg(&err));
-    declare(sv0, 0, mesh, &rs0);
-    REQUIRE(ck_client_save_async(sv0, &err) == 0, "%s: %s", mode, ck_err_msg(&err));
     uint64_t other[4] = { 1, 1, 0, 2 };
-    ck_placement pl = { .kind = CK_SHARD, .dim = 0 };
-    REQUIRE(ck_client_tensor_boxes(sv2, "t0", CK_F32, 2, shape0, 3, boxes0, writers0, &err) == 0 &&
-            ck_client_tensor_boxes(sv2, "t1", CK_BF16, 2, shape1, 4, boxes1, other, &err) == 0 &&
-            ck_client_tensor_boxes(sv2, "t2", CK_I64, 0, shape2, 1, &box2, &writer2, &err) == 0 &&
-            ck_client_tensor(sv2, "t3", CK_I32, 1, shape3, &pl, &err) == 0, "%s",
+    ck_decl *d0 = declared(mesh, writers1), *d2 = declared(mesh, other);
+    REQUIRE(ck_client_begin(e->cl[0], &sv0, "disagree", 2, d0, 0, &kc_job, &err) == 0 &&
+            ck_client_begin(e->cl[2], &sv2, "disagree", 2, d2, 2, &kc_job, &err) == 0, "%s",
             ck_err_msg(&err));
+    ck_decl_free(d0);
+    ck_decl_free(d2);
+    declare(sv0, 0, mesh, &rs0);
+    REQUIRE(ck_client_submit(sv0, &kc_copy, &err) == 0, "%s: %s", mode, ck_err_msg(&err));
     static uint8_t zeros[1 << 16];
     ck_client_box(sv2, "t0", 1, zeros, &err);
     ck_client_box(sv2, "t1", 3, zeros, &err);
     ck_client_shard(sv2, "t3", zeros, &err);
-    int rc = ck_client_save_async(sv2, &err);
+    int rc = ck_client_submit(sv2, &kc_copy, &err);
     if (rc == 0)
-        rc = ck_client_wait(sv2, &err);
+        rc = ck_client_wait(sv2, CK_CLIENT_COMMITTED, &err);
     CHECK(rc < 0 && strstr(ck_err_msg(&err), "t1") && strstr(ck_err_msg(&err), "rank 2") &&
           strstr(ck_err_msg(&err), "box writers"), "%s: rank 2 with other writers of t1: '%s'",
           mode, ck_err_msg(&err));
@@ -175,17 +208,18 @@ static uint64_t run(bool connected)
     ck_err err = { 0 };
     ck_client_save *sv[W];
     rank_src rs[W] = { 0 };
+    ck_decl *dl = declared(&mesh, writers1);
     for (uint64_t r = 0; r < W; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "boxes", 9, &mesh, r, W, &kc_job,
-                                &err) == 0, "%s: %s",
-                mode, ck_err_msg(&err));
+        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "boxes", 9, dl, r, &kc_job, &err) == 0,
+                "%s: %s", mode, ck_err_msg(&err));
         declare(sv[r], r, &mesh, &rs[r]);
-        REQUIRE(ck_client_save_async(sv[r], &err) == 0, "%s: rank %llu: save_async: %s", mode,
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "%s: rank %llu: submit: %s", mode,
                 (unsigned long long)r, ck_err_msg(&err));
     }
+    ck_decl_free(dl);
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "%s: commit: %s", mode, ck_err_msg(&err));
     for (uint64_t r = 0; r < W; r++) {
-        REQUIRE(ck_client_wait(sv[r], &err) == 0, "%s: rank %llu: wait: %s", mode,
+        REQUIRE(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "%s: rank %llu: wait: %s", mode,
                 (unsigned long long)r, ck_err_msg(&err));
         ck_client_save_free(sv[r]);
         for (int i = 0; i < rs[r].n; i++)
@@ -193,7 +227,7 @@ static uint64_t run(bool connected)
     }
     CHECK(tl_verify_deep(e.root, "boxes", KC_SEED) == 0, "%s: the box-list save is bad", mode);
 
-    /* Random boxes through ck_client_load_box, and t1 onto a mesh of 3 with S(1). */
+    /* Random boxes, and t1 onto a mesh of 3 with S(1). */
     unsigned rng = 99;
     static const struct { const char *name; int ndim; const uint64_t *shape; size_t is; } ts[] = {
         { "t0", 2, shape0, 4 }, { "t1", 2, shape1, 2 }, { "t3", 1, shape3, 4 },
@@ -209,8 +243,7 @@ static uint64_t run(bool connected)
         uint32_t idx = (uint32_t)(ts[t].name[1] - '0');
         uint8_t *want = tl_box_bytes(KC_SEED, idx, ts[t].is, b.ndim, ts[t].shape, &b);
         uint8_t *got = malloc(bytes);
-        int rc = ck_client_load_box(e.cl[i % W], "boxes", ts[t].name, &b, CK_AS_SAVED, got,
-                                    bytes, &err);
+        int rc = load(e.root, ts[t].name, &b, NULL, NULL, 0, got, bytes, &err);
         CHECK(rc == 0 && memcmp(want, got, bytes) == 0, "%s: load_box %s: %s", mode,
               ts[t].name, rc ? ck_err_msg(&err) : "bytes differ from the formula");
         free(want);
@@ -218,8 +251,7 @@ static uint64_t run(bool connected)
     }
     ck_box outside = B2(20, 2, 0, 7);
     uint8_t small[64];
-    CHECK(ck_client_load_box(e.cl[0], "boxes", "t0", &outside, CK_AS_SAVED, small, 56,
-                             &err) < 0 &&
+    CHECK(load(e.root, "t0", &outside, NULL, NULL, 0, small, 56, &err) < 0 &&
           strstr(ck_err_msg(&err), "outside"), "%s: a box outside t0: '%s'", mode,
           ck_err_msg(&err));
     ck_mesh m3;
@@ -231,8 +263,7 @@ static uint64_t run(bool connected)
         ck_shard_box(2, shape1, &m3, s1, &c, &b);
         uint64_t bytes = ck_box_numel(&b) * 2;
         uint8_t *want = tl_box_bytes(KC_SEED, 1, 2, 2, shape1, &b), *got = malloc(bytes);
-        CHECK(ck_client_load(e.cl[r], "boxes", "t1", &m3, s1, r, CK_AS_SAVED, got, bytes,
-                             &err) == 0 &&
+        CHECK(load(e.root, "t1", NULL, &m3, s1, r, got, bytes, &err) == 0 &&
               memcmp(want, got, bytes) == 0, "%s: t1 onto 3 (S(1)) rank %llu: %s", mode,
               (unsigned long long)r, ck_err_msg(&err));
         free(want);

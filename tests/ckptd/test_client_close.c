@@ -1,4 +1,4 @@
-/* Client API, ck_client_close right after save_async, embedded and through ckptd: a
+/* Client API, ck_client_close right after submit, embedded and through ckptd: a
  * rank process saves from memory, asks for the commit, junks its buffers, closes its
  * client without waiting for (or freeing) the save, and exits. The checkpoint commits
  * with the original bytes: close waits until every part the client staged is durable,
@@ -20,10 +20,10 @@ static void rank_main(kc_env *e)
     ck_mesh_parse("1", NULL, &mesh, NULL);
     ck_client_save *sv;
     kc_part p = { 0 };
-    if (ck_client_begin(e->cl[0], &sv, "closed", 9, &mesh, 0, 1, &kc_job, &err) < 0)
+    if (kc_begin(e->cl[0], &sv, "closed", 9, &mesh, 0, tensors, 2, &kc_job, &err) < 0)
         goto fail;
     kc_declare(sv, &mesh, 0, tensors, 2, &p, true);
-    if (ck_client_save_async(sv, &err) < 0 || ck_client_commit(sv, &err) < 0)
+    if (ck_client_submit(sv, &kc_copy, &err) < 0 || ck_client_commit(sv, &err) < 0)
         goto fail;
     for (int t = 0; t < 2; t++)
         memset(p.buf[t], 0x5a, p.bytes[t]);
@@ -69,7 +69,7 @@ static uint64_t run(bool connected)
     }
     CHECK(kd_exists(root, "closed"), "%s: not committed after the rank closed its client", mode);
     CHECK(tl_verify_deep(root, "closed", KC_SEED) == 0, "%s: the checkpoint is bad (junk "
-          "written after save_async leaked in?)", mode);
+          "written after submit leaked in?)", mode);
     uint64_t h = kc_digest(root, "closed");
     if (connected) {
         CHECK(kd_term(&d, 30) == 0, "ckptd did not exit 0 on SIGTERM");
@@ -85,6 +85,6 @@ static uint64_t run(bool connected)
 
 int main(void)
 {
-    return kc_both_modes(run, true, "a rank that closes its client right after save_async "
+    return kc_both_modes(run, true, "a rank that closes its client right after submit "
                          "and exits still commits the original bytes, in both modes");
 }

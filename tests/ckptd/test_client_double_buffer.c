@@ -1,13 +1,13 @@
 /* Client API, double buffering and the async promise, embedded and through ckptd.
  *
  * Three saves of one rank, back to back, each from buffers in memory that are
- * overwritten with junk and freed as soon as its save_async returns (ASan would see a
+ * overwritten with junk and freed as soon as its submit returns (ASan would see a
  * late read): every committed checkpoint holds the original bytes. Staging is
- * double-buffered, so the third save_async may wait only until one of the first two
+ * double-buffered, so the third submit may wait only until one of the first two
  * is DURABLE: when it returns, poll says so (an ordering, not a time).
  *
  * Embedded, the engine is wrapped in a gate that holds every data write: with the
- * first save's drain held, poll says STAGED, the second save_async still returns (it
+ * first save's drain held, poll says STAGED, the second submit still returns (it
  * did not wait for the first's drain), and the third does not return until the gate
  * opens. Through ckptd the daemon's writes cannot be held, so only the ordering is
  * asserted there. Both modes commit the same three checkpoints. */
@@ -99,7 +99,7 @@ typedef struct third {
 static void *third_save(void *arg)
 {
     third *t = arg;
-    t->rc = ck_client_save_async(t->sv, &t->err);
+    t->rc = ck_client_submit(t->sv, &kc_copy, &t->err);
     atomic_store(&t->returned, true);
     return NULL;
 }
@@ -134,27 +134,26 @@ static uint64_t run(bool connected)
     ck_client_save *sv[3];
     kc_part parts[3] = { 0 };
     for (int i = 0; i < 3; i++) {
-        REQUIRE(ck_client_begin(e.cl[0], &sv[i], names[i], (uint64_t)(30 + i), &mesh, 0, 1, &kc_job,
-                                &err) == 0, "%s: begin: %s", mode, ck_err_msg(&err));
+        REQUIRE(kc_begin(e.cl[0], &sv[i], names[i], (uint64_t)(30 + i), &mesh, 0, tensors, NT, &kc_job, &err) == 0, "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[i], &mesh, 0, tensors, NT, &parts[i], true);
     }
     if (!connected)
         gate_set(true);
 
     for (int i = 0; i < 2; i++) {
-        REQUIRE(ck_client_save_async(sv[i], &err) == 0, "%s: %s: save_async: %s", mode,
+        REQUIRE(ck_client_submit(sv[i], &kc_copy, &err) == 0, "%s: %s: submit: %s", mode,
                 names[i], ck_err_msg(&err));
         junk_and_free(&parts[i]);
         REQUIRE(ck_client_commit(sv[i], &err) == 0, "%s: %s: commit: %s", mode, names[i],
                 ck_err_msg(&err));
         if (!connected) {
-            /* The gate holds the drains: the second save_async returned without them. */
+            /* The gate holds the drains: the second submit returned without them. */
             for (int j = 0; j <= i; j++)
                 CHECK(state_of(mode, sv[j], names[j]) == CK_CLIENT_STAGED, "%s: %s is not "
                       "STAGED while its writes are held", mode, names[j]);
         } else {
             CHECK(kc_state_in_flight_or_done(state_of(mode, sv[i], names[i])), "%s: %s: a "
-                  "bogus state after save_async", mode, names[i]);
+                  "bogus state after submit", mode, names[i]);
         }
     }
 
@@ -169,14 +168,14 @@ static uint64_t run(bool connected)
             kd_sleep_ms(1);
         CHECK(gate_held() > 0, "%s: no write reached the gate", mode);
         kd_sleep_ms(100);
-        CHECK(!atomic_load(&t.returned), "%s: the third save_async returned while both earlier "
+        CHECK(!atomic_load(&t.returned), "%s: the third submit returned while both earlier "
               "saves still drained (double buffering holds two)", mode);
         gate_set(false);
     }
     pthread_join(th, NULL);
-    REQUIRE(t.rc == 0, "%s: %s: save_async: %s", mode, names[2], ck_err_msg(&t.err));
+    REQUIRE(t.rc == 0, "%s: %s: submit: %s", mode, names[2], ck_err_msg(&t.err));
     ck_client_state a = state_of(mode, sv[0], names[0]), b = state_of(mode, sv[1], names[1]);
-    CHECK(a >= CK_CLIENT_DURABLE || b >= CK_CLIENT_DURABLE, "%s: the third save_async returned "
+    CHECK(a >= CK_CLIENT_DURABLE || b >= CK_CLIENT_DURABLE, "%s: the third submit returned "
           "while %s was %s and %s was %s: it reused a staging area still draining", mode,
           names[0], kc_state_name(a), names[1], kc_state_name(b));
     CHECK(a != CK_CLIENT_FAILED && b != CK_CLIENT_FAILED, "%s: an earlier save failed", mode);
@@ -186,11 +185,11 @@ static uint64_t run(bool connected)
 
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < 3; i++) {
-        CHECK(ck_client_wait(sv[i], &err) == 0, "%s: %s: wait: %s", mode, names[i],
+        CHECK(ck_client_wait(sv[i], CK_CLIENT_COMMITTED, &err) == 0, "%s: %s: wait: %s", mode, names[i],
               ck_err_msg(&err));
         ck_client_save_free(sv[i]);
         CHECK(tl_verify_deep(e.root, names[i], KC_SEED) == 0, "%s: %s does not hold the bytes "
-              "given to save_async (junk written after it returned leaked in?)", mode,
+              "given to submit (junk written after it returned leaked in?)", mode,
               names[i]);
         kc_fnv_u64(&h, kc_digest(e.root, names[i]));
     }
@@ -201,7 +200,7 @@ static uint64_t run(bool connected)
 
 int main(void)
 {
-    return kc_both_modes(run, false, "sources junked and freed right after save_async, "
+    return kc_both_modes(run, false, "sources junked and freed right after submit, "
                          "checkpoints hold the originals; two saves in flight, the third "
                          "waits for a drain; both modes");
 }

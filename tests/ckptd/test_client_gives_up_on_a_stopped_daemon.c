@@ -1,6 +1,6 @@
 /* A ckptd that stops answering (SIGSTOP) costs a client a bounded wait, not a hang
  * (time limits of 2 s here, $CKPTD_TIMEOUT; the commit's 30 s, $CKPTD_COMMIT_TIMEOUT):
- *  - save_async of a new save returns -ETIMEDOUT (ADMIT never came), naming the
+ *  - submit of a new save returns -ETIMEDOUT (ADMIT never came), naming the
  *    daemon's socket, its pid and the wait;
  *  - the next save connects again, and HELLO is not answered either: -ETIMEDOUT, named;
  *  - a save staged before the stop: ck_client_wait returns -ETIMEDOUT naming the
@@ -21,8 +21,7 @@ static ck_client_save *declare(ck_client *cl, const char *name, kc_part *p)
     ck_mesh mesh = { .ndim = 1, .size = { 1 } };
     ck_client_save *sv;
     ck_err err = { 0 };
-    REQUIRE(ck_client_begin(cl, &sv, name, 1, &mesh, 0, 1, &kc_job,
-                            &err) == 0, "begin %s: %s", name,
+    REQUIRE(kc_begin(cl, &sv, name, 1, &mesh, 0, tensors, 1, &kc_job, &err) == 0, "begin %s: %s", name,
             ck_err_msg(&err));
     kc_declare(sv, &mesh, 0, tensors, 1, p, false);
     return sv;
@@ -66,8 +65,8 @@ int main(void)
 
     kc_part p[5] = { 0 };
     ck_client_save *a = declare(cl, "a", &p[0]);
-    REQUIRE(ck_client_save_async(a, &err) == 0 && ck_client_commit(a, &err) == 0 &&
-            ck_client_wait(a, &err) == 0, "save a: %s", ck_err_msg(&err));
+    REQUIRE(ck_client_submit(a, &kc_copy, &err) == 0 && ck_client_commit(a, &err) == 0 &&
+            ck_client_wait(a, CK_CLIENT_COMMITTED, &err) == 0, "save a: %s", ck_err_msg(&err));
     ck_client_save_free(a);
 
     /* Stopped: a new save gives up on its ADMIT. */
@@ -75,9 +74,9 @@ int main(void)
     ck_client_save *b = declare(cl, "b", &p[1]);
     double t0 = kd_now();
     ck_err_clear(&err);
-    rc = ck_client_save_async(b, &err);
-    check_named("save_async, daemon stopped", rc, &err, &d, "ADMIT", kd_now() - t0);
-    CHECK(strstr(ck_err_msg(&err), "did not answer within 2.0 s"), "save_async: not said to be "
+    rc = ck_client_submit(b, &kc_copy, &err);
+    check_named("submit, daemon stopped", rc, &err, &d, "ADMIT", kd_now() - t0);
+    CHECK(strstr(ck_err_msg(&err), "did not answer within 2.0 s"), "submit: not said to be "
           "silent: %s", ck_err_msg(&err));
     ck_client_save_free(b);
 
@@ -98,19 +97,19 @@ int main(void)
     ck_client_save *c = declare(cl, "c", &p[2]);
     t0 = kd_now();
     ck_err_clear(&err);
-    rc = ck_client_save_async(c, &err);
-    check_named("save_async, connecting again", rc, &err, &d, "HELLO", kd_now() - t0);
+    rc = ck_client_submit(c, &kc_copy, &err);
+    check_named("submit, connecting again", rc, &err, &d, "HELLO", kd_now() - t0);
     ck_client_save_free(c);
 
     /* Running again: a save is staged; stopped before its commit, the wait gives up. */
     kill(d.pid, SIGCONT);
     ck_client_save *g = declare(cl, "given-up", &p[3]);
-    REQUIRE(ck_client_save_async(g, &err) == 0, "save given-up: %s", ck_err_msg(&err));
+    REQUIRE(ck_client_submit(g, &kc_copy, &err) == 0, "save given-up: %s", ck_err_msg(&err));
     kill(d.pid, SIGSTOP);
     CHECK(ck_client_commit(g, &err) == 0, "commit of given-up: %s", ck_err_msg(&err));
     t0 = kd_now();
     ck_err_clear(&err);
-    rc = ck_client_wait(g, &err);
+    rc = ck_client_wait(g, CK_CLIENT_COMMITTED, &err);
     check_named("wait, daemon stopped", rc, &err, &d, "the commit", kd_now() - t0);
     CHECK(strstr(ck_err_msg(&err), "may still commit"), "the wait's error does not say that "
           "ckptd may still commit it: %s", ck_err_msg(&err));
@@ -122,11 +121,11 @@ int main(void)
     kill(d.pid, SIGCONT);
     ck_client_save *e = declare(cl, "after", &p[4]);
     ck_err_clear(&err);
-    rc = ck_client_save_async(e, &err);
+    rc = ck_client_submit(e, &kc_copy, &err);
     if (rc == 0)
         rc = ck_client_commit(e, &err);
     if (rc == 0)
-        rc = ck_client_wait(e, &err);
+        rc = ck_client_wait(e, CK_CLIENT_COMMITTED, &err);
     CHECK(rc == 0, "the save after SIGCONT: %s", ck_err_msg(&err));
     ck_client_save_free(e);
     t0 = kd_now();

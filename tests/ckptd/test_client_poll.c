@@ -1,7 +1,7 @@
 /* Client API, ck_client_poll / ck_client_wait, embedded and through ckptd.
  *
- * A good save of two ranks: before save_async, poll says BUILDING and wait and commit
- * are refused. After save_async returns, every poll says STAGED, DURABLE or COMMITTED
+ * A good save of two ranks: before submit, poll says BUILDING and wait and commit
+ * are refused. After submit returns, every poll says STAGED, DURABLE or COMMITTED
  * (never BUILDING or FAILED), states only move forward, and COMMITTED never shows
  * before rank 0 asked for the commit; polling alone (no wait) sees the part become
  * DURABLE, while the checkpoint is still invisible. After the commit, wait returns 0
@@ -13,6 +13,7 @@
  * of the same name on the same clients commits. Both modes agree on the outcome. */
 #include "kc_testlib.h"
 #include "test_engines.h"
+#include "format/layout.h"
 
 static const kc_tensor good_tensors[] = {
     { CK_F32, 2, { 2048, 1027 }, "S(0)" },
@@ -30,7 +31,7 @@ typedef struct tracker {
     int polls;
 } tracker;
 
-/* One poll of a save whose save_async returned 0: a sane state, never backwards. */
+/* One poll of a save whose submit returned 0: a sane state, never backwards. */
 static ck_client_state poll_ok(const char *mode, ck_client_save *sv, uint64_t rank, tracker *t)
 {
     ck_client_state st = (ck_client_state)-1;
@@ -39,7 +40,7 @@ static ck_client_state poll_ok(const char *mode, ck_client_save *sv, uint64_t ra
     t->polls++;
     CHECK(rc == 0, "%s: rank %llu: poll of a good save: %d (%s)", mode, (unsigned long long)rank,
           rc, ck_err_msg(&err));
-    CHECK(kc_state_in_flight_or_done(st), "%s: rank %llu: poll after save_async says %s",
+    CHECK(kc_state_in_flight_or_done(st), "%s: rank %llu: poll after submit says %s",
           mode, (unsigned long long)rank, kc_state_name(st));
     CHECK(st >= t->last, "%s: rank %llu: poll went back from %s to %s", mode,
           (unsigned long long)rank, kc_state_name(t->last), kc_state_name(st));
@@ -60,23 +61,24 @@ static void good_save(kc_env *e, uint64_t *digest)
     kc_part parts[2] = { 0 };
     tracker tr[2] = { 0 };
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e->cl[r], &sv[r], "pw", 21, &mesh, r, 2, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(e->cl[r], &sv[r], "pw", 21, &mesh, r, good_tensors, 2, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, good_tensors, 2, &parts[r], false);
         ck_client_state st = (ck_client_state)-1;
         CHECK(ck_client_poll(sv[r], &st, &err) == 0 && st == CK_CLIENT_BUILDING,
-              "%s: rank %llu: poll before save_async says %s", mode, (unsigned long long)r,
+              "%s: rank %llu: poll before the submit says %s", mode, (unsigned long long)r,
               kc_state_name(st));
         memset(&err, 0, sizeof err);
-        CHECK(ck_client_wait(sv[r], &err) == -EINVAL && strstr(ck_err_msg(&err), "save_async"),
-              "%s: rank %llu: wait before save_async: \"%s\"", mode, (unsigned long long)r,
+        CHECK(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == -EINVAL &&
+                  strstr(ck_err_msg(&err), "before the submit"),
+              "%s: rank %llu: wait before the submit: \"%s\"", mode, (unsigned long long)r,
               ck_err_msg(&err));
     }
     memset(&err, 0, sizeof err);
-    CHECK(ck_client_commit(sv[0], &err) == -EINVAL, "%s: commit before save_async accepted",
+    CHECK(ck_client_commit(sv[0], &err) == -EINVAL, "%s: commit before the submit accepted",
           mode);
 
-    REQUIRE(ck_client_save_async(sv[0], &err) == 0, "%s: rank 0: save_async: %s", mode,
+    REQUIRE(ck_client_submit(sv[0], &kc_copy, &err) == 0, "%s: rank 0: submit: %s", mode,
             ck_err_msg(&err));
     poll_ok(mode, sv[0], 0, &tr[0]);
     /* Polling alone moves it on: rank 0's part becomes durable without rank 1. */
@@ -87,7 +89,7 @@ static void good_save(kc_env *e, uint64_t *digest)
           "(last %s)", mode, kc_state_name(tr[0].last));
     CHECK(!kd_exists(e->root, "pw"), "%s: visible before rank 1 saved", mode);
 
-    REQUIRE(ck_client_save_async(sv[1], &err) == 0, "%s: rank 1: save_async: %s", mode,
+    REQUIRE(ck_client_submit(sv[1], &kc_copy, &err) == 0, "%s: rank 1: submit: %s", mode,
             ck_err_msg(&err));
     poll_ok(mode, sv[1], 1, &tr[1]);
     memset(&err, 0, sizeof err);
@@ -102,11 +104,11 @@ static void good_save(kc_env *e, uint64_t *digest)
     for (int i = 0; i < 20; i++)
         poll_ok(mode, sv[i & 1], (uint64_t)(i & 1), &tr[i & 1]);
     for (uint64_t r = 0; r < 2; r++) {
-        CHECK(ck_client_wait(sv[r], &err) == 0, "%s: rank %llu: wait: %s", mode,
+        CHECK(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "%s: rank %llu: wait: %s", mode,
               (unsigned long long)r, ck_err_msg(&err));
         CHECK(poll_ok(mode, sv[r], r, &tr[r]) == CK_CLIENT_COMMITTED, "%s: rank %llu: poll "
               "after wait says %s", mode, (unsigned long long)r, kc_state_name(tr[r].last));
-        CHECK(ck_client_wait(sv[r], &err) == 0, "%s: rank %llu: a second wait: %s", mode,
+        CHECK(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "%s: rank %llu: a second wait: %s", mode,
               (unsigned long long)r, ck_err_msg(&err));
     }
     CHECK(kd_exists(e->root, "pw"), "%s: not visible after wait returned", mode);
@@ -129,12 +131,12 @@ static int failed_save(kc_env *e, const char *name, bool expect_fail)
     kc_part parts[4] = { 0 };
     int async_rc[4], code = 1;
     for (uint64_t r = 0; r < 4; r++) {
-        REQUIRE(ck_client_begin(e->cl[r], &sv[r], name, 22, &mesh, r, 4, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(e->cl[r], &sv[r], name, 22, &mesh, r, fail_tensors, 2, &kc_job, &err) == 0,
                 "%s: begin: %s", mode, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, fail_tensors, 2, &parts[r], true);
         memset(&err, 0, sizeof err);
-        async_rc[r] = ck_client_save_async(sv[r], &err);
-        CHECK(async_rc[r] == 0 || expect_fail, "%s: %s: rank %llu: save_async: %s", mode, name,
+        async_rc[r] = ck_client_submit(sv[r], &kc_copy, &err);
+        CHECK(async_rc[r] == 0 || expect_fail, "%s: %s: rank %llu: submit: %s", mode, name,
               (unsigned long long)r, ck_err_msg(&err));
     }
     if (expect_fail) {
@@ -177,7 +179,7 @@ static int failed_save(kc_env *e, const char *name, bool expect_fail)
             continue;
         }
         memset(&err, 0, sizeof err);
-        int rc = ck_client_wait(sv[r], &err);
+        int rc = ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err);
         char msg[CK_ERR_MSG_MAX];
         snprintf(msg, sizeof msg, "%s", ck_err_msg(&err));
         /* Rank 0 does not poll the failed save: a poll would read (and so hide) any

@@ -2,7 +2,7 @@
  * through the root as the daemons of several nodes do: four processes, one rank each,
  * commit one checkpoint equal (digest) to the same save made by four ranks that are
  * threads of one process, one rank writing its shards itself into the staging area
- * (ck_client_save_place, ck_client_shard_at); they leave no heartbeat, lock or
+ * (ck_submit.place); they leave no heartbeat, lock or
  * pending entry behind. A rank's process killed after it joined fails the save on
  * rank 0, nothing becomes visible, and recovery removes what the dead process left
  * (its heartbeat and lock). */
@@ -13,11 +13,35 @@
 #include "kc_testlib.h"
 #include "ck/catalog.h"
 #include "ck/synth.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 96, 40 }, "S(0)" },
                                 { CK_BF16, 1, { 3000 }, "S(0)" },
                                 { CK_I64, 1, { 5 }, "R" } };
 #define NT 3
+
+/* In place: the formula written straight into staging (the tensor "tN" is formula N). */
+static int place_formula(void *arg, uint32_t i, const char *tensor, uint32_t box, void *dst,
+                         size_t len, ck_err *err)
+{
+    kc_part *part = arg;
+    ck_synth_src *g = &part->src[tensor[1] - '0'];
+    CHECK(len == part->bytes[tensor[1] - '0'], "source %u: %zu bytes, the shard %llu", i, len,
+          (unsigned long long)part->bytes[tensor[1] - '0']);
+    return ck_synth_fill(g, 0, dst, len) == 0 ? 0 : ck_err_set(err, -EIO, "%s box %u", tensor,
+                                                               box);
+}
+
+/* A copy that never lands: the part is admitted (its engine joined the meeting) and
+ * never staged. */
+static int never_placed(void *arg, uint32_t i, const char *tensor, uint32_t box, void *dst,
+                        size_t len, ck_err *err)
+{
+    (void)arg, (void)i, (void)tensor, (void)box, (void)dst, (void)len;
+    for (;;)
+        pause();
+    return ck_err_set(err, -EINTR, "unreachable");
+}
 
 /* One rank's save; self_placed: its shards are written by hand into the staging area. */
 static int rank_save(ck_client *cl, const char *name, uint64_t rank, uint64_t world,
@@ -30,28 +54,19 @@ static int rank_save(ck_client *cl, const char *name, uint64_t rank, uint64_t wo
     ck_client_save *sv;
     kc_part part = { 0 };
     ck_err err = { 0 };
-    REQUIRE(ck_client_begin(cl, &sv, name, 9, &mesh, rank, world, &kc_job, &err) == 0,
+    ck_decl *d = kc_decl(&mesh, ts, NT);
+    REQUIRE(ck_client_begin(cl, &sv, name, 9, d, rank, &kc_job, &err) == 0,
             "rank %llu: begin: %s", (unsigned long long)rank, ck_err_msg(&err));
     kc_declare(sv, &mesh, rank, ts, NT, &part, false);
     char bn[16];
     snprintf(bn, sizeof bn, "rank%llu", (unsigned long long)rank);
     REQUIRE(ck_client_blob(sv, bn, bn, strlen(bn), &err) == 0, "blob: %s", ck_err_msg(&err));
-    if (self_placed) {
-        REQUIRE(ck_client_save_place(sv, &err) == 0, "rank %llu: place: %s",
-                (unsigned long long)rank, ck_err_msg(&err));
-        for (uint32_t t = 0; t < NT; t++) {
-            char tn[16];
-            snprintf(tn, sizeof tn, "t%u", t);
-            void *dst = ck_client_shard_at(sv, tn, &err);
-            if (!dst) {     /* a replica another rank writes: must be said as such */
-                CHECK(err.code == -ENOENT, "rank %llu: shard_at %s: %s",
-                      (unsigned long long)rank, tn, ck_err_msg(&err));
-                continue;
-            }
-            CHECK(ck_synth_fill(&part.src[t], 0, dst, part.bytes[t]) == 0, "fill %s", tn);
-        }
-    }
-    int r = ck_client_save_async(sv, &err);
+    /* Every source placed: none by address or fill. */
+    static const ck_source none[NT];
+    ck_submit how = { .mode = CK_SUBMIT_COPY, .src = none, .nsrc = ck_decl_writes(d, rank),
+                      .place = place_formula, .arg = &part };
+    ck_decl_free(d);
+    int r = ck_client_submit(sv, self_placed ? &how : &kc_copy, &err);
     if (r == 0 && rank == 0)
         r = ck_client_commit(sv, &err);
     if (r < 0)
@@ -76,7 +91,7 @@ static void threads(const char *root, const char *name, uint64_t world)
         REQUIRE(rank_save(cl[r], name, r, world, false, &sv[r]) == 0, "threads: rank %llu",
                 (unsigned long long)r);
     for (uint64_t r = 0; r < world; r++) {
-        REQUIRE(ck_client_wait(sv[r], &err) == 0, "threads: wait: %s", ck_err_msg(&err));
+        REQUIRE(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "threads: wait: %s", ck_err_msg(&err));
         ck_client_save_free(sv[r]);
     }
     for (uint64_t r = world; r-- > 0;)
@@ -105,11 +120,14 @@ static pid_t process(const char *root, const char *name, uint64_t rank, uint64_t
     if (die) {
         ck_mesh mesh;
         ck_mesh_parse("3", NULL, &mesh, NULL);
-        kc_part part = { 0 };
-        if (ck_client_begin(cl, &sv, name, 9, &mesh, rank, world, &kc_job, &err) < 0)
-            _exit(1);
-        kc_declare(sv, &mesh, rank, ts, NT, &part, false);
-        if (ck_client_save_place(sv, &err) < 0)
+        ck_decl *d = kc_decl(&mesh, ts, NT);
+        REQUIRE(ck_decl_seal(d, &err) == 0, "seal: %s", ck_err_msg(&err));
+        static const ck_source none[NT];
+        /* Joined, never staged: a lazy submit whose copy never ends. */
+        ck_submit how = { .mode = CK_SUBMIT_LAZY, .src = none, .nsrc = ck_decl_writes(d, rank),
+                          .place = never_placed };
+        if (ck_client_begin(cl, &sv, name, 9, d, rank, &kc_job, &err) < 0 ||
+            ck_client_submit(sv, &how, &err) < 0)
             _exit(1);
         char pat[PATH_MAX + 64];
         snprintf(pat, sizeof pat, "%s/%s/%s.*-meet/join.*.p%ld.*", root, CK_PENDING, name,
@@ -124,7 +142,7 @@ static pid_t process(const char *root, const char *name, uint64_t rank, uint64_t
         }
     }
     int r = rank_save(cl, name, rank, world, rank == world - 1, &sv);
-    if (r == 0 && (r = ck_client_wait(sv, &err)) < 0)
+    if (r == 0 && (r = ck_client_wait(sv, CK_CLIENT_COMMITTED, &err)) < 0)
         fprintf(stderr, "rank %llu: wait: %s\n", (unsigned long long)rank, ck_err_msg(&err));
     ck_client_save_free(sv);
     ck_client_close(cl);

@@ -1,10 +1,10 @@
 /* Staging memory faulted in ahead, with huge pages and without.
  *
- * ck_staging_map, anonymous and as a sealed memfd, with huge pages allowed and with
+ * ck__staging_map, anonymous and as a sealed memfd, with huge pages allowed and with
  * the fallback forced (CK_STAGING_SMALL_PAGES): every page is resident when it
  * returns (mincore), the pages it reports are 4 KiB when asked, and the memory holds
  * what is written. Then a client opened with small_pages and one with the default:
- * ck_client_save_reserve makes the staging before any save and says once which pages
+ * ck_client_reserve makes the staging before any save and says once which pages
  * it got; saves through that staging commit the right bytes. The client's staging
  * hooks (what a GPU rank registers for DMA) see every area once when it is mapped and
  * once before it is unmapped, with the same base and length, none of them in a save
@@ -12,21 +12,21 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#include "ck/staging.h"
+#include "io/staging.h"
 #include "kc_testlib.h"
 
 static void check_map(unsigned flags)
 {
-    ck_staging s = CK_STAGING_NONE;
+    ck__staging s = CK_STAGING_NONE;
     ck_err err = { 0 };
     const uint64_t want = (6u << 20) + 1;
-    REQUIRE(ck_staging_map(&s, want, flags, &err) == 0, "flags %u: %s", flags, ck_err_msg(&err));
+    REQUIRE(ck__staging_map(&s, want, flags, &err) == 0, "flags %u: %s", flags, ck_err_msg(&err));
     CHECK(s.size >= want && s.size % (2u << 20) == 0, "flags %u: size %llu for %llu", flags,
           (unsigned long long)s.size, (unsigned long long)want);
     CHECK((s.fd >= 0) == !!(flags & CK_STAGING_MEMFD), "flags %u: fd %d", flags, s.fd);
     if (flags & CK_STAGING_SMALL_PAGES)
         CHECK(s.pages == CK_PAGES_SMALL, "flags %u: %s although 4 KiB pages were asked",
-              flags, ck_staging_pages_name(s.pages));
+              flags, ck__staging_pages_name(s.pages));
     size_t pages = s.size / 4096;
     unsigned char *vec = malloc(pages);
     REQUIRE(vec && mincore(s.map, s.size, vec) == 0, "mincore: %s", strerror(errno));
@@ -34,7 +34,7 @@ static void check_map(unsigned flags)
     for (size_t i = 0; i < pages; i++)
         absent += !(vec[i] & 1);
     CHECK(absent == 0, "flags %u (%s): %zu of %zu pages not faulted in", flags,
-          ck_staging_pages_name(s.pages), absent, pages);
+          ck__staging_pages_name(s.pages), absent, pages);
     free(vec);
     for (uint64_t o = 0; o < s.size; o += 8)
         *(uint64_t *)(s.map + o) = o * 0x9E3779B97F4A7C15ull;
@@ -42,8 +42,8 @@ static void check_map(unsigned flags)
     for (uint64_t o = 0; o < s.size; o += 8)
         bad += *(uint64_t *)(s.map + o) != o * 0x9E3779B97F4A7C15ull;
     CHECK(bad == 0, "flags %u: %llu words read back wrong", flags, (unsigned long long)bad);
-    printf("staging flags %u: %s\n", flags, ck_staging_pages_name(s.pages));
-    ck_staging_unmap(&s);
+    printf("staging flags %u: %s\n", flags, ck__staging_pages_name(s.pages));
+    ck__staging_unmap(&s);
     CHECK(s.map == NULL && s.fd == -1, "unmap left map %p fd %d", (void *)s.map, s.fd);
 }
 
@@ -118,11 +118,10 @@ static void client_round(bool small, hookbook *hooks)
     REQUIRE(ck_mesh_parse("1", NULL, &mesh, NULL) == 0, "mesh");
     ck_client_save *sv;
     kc_part part = { 0 };
-    REQUIRE(ck_client_begin(cl, &sv, "declared", 0, &mesh, 0, 1, &kc_job, &err) == 0, "begin: %s",
-            ck_err_msg(&err));
-    kc_declare(sv, &mesh, 0, tensors, 2, &part, false);
-    REQUIRE(ck_client_save_reserve(sv, true, &err) == 0, "reserve: %s", ck_err_msg(&err));
-    ck_client_save_free(sv);
+    ck_decl *d = kc_decl(&mesh, tensors, 2);
+    REQUIRE(ck_decl_seal(d, &err) == 0, "seal: %s", ck_err_msg(&err));
+    ck_client_reserve(cl, ck_decl_file_bytes(d, 0), true);
+    ck_decl_free(d);
     CHECK(book.staging_lines == 1, "%s: %d staging lines logged by the reservation, not 1",
           small ? "small" : "default", book.staging_lines);
     if (small)
@@ -136,11 +135,11 @@ static void client_round(bool small, hookbook *hooks)
     for (int i = 0; i < 3; i++) {
         char name[16];
         snprintf(name, sizeof name, "staged-%d", i);
-        REQUIRE(ck_client_begin(cl, &sv, name, (uint64_t)i, &mesh, 0, 1, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(cl, &sv, name, (uint64_t)i, &mesh, 0, tensors, 2, &kc_job, &err) == 0,
                 "begin: %s", ck_err_msg(&err));
         kc_declare(sv, &mesh, 0, tensors, 2, &part, false);
-        REQUIRE(ck_client_save_async(sv, &err) == 0 && ck_client_commit(sv, &err) == 0 &&
-                ck_client_wait(sv, &err) == 0, "%s: %s", name, ck_err_msg(&err));
+        REQUIRE(ck_client_submit(sv, &kc_copy, &err) == 0 && ck_client_commit(sv, &err) == 0 &&
+                ck_client_wait(sv, CK_CLIENT_COMMITTED, &err) == 0, "%s: %s", name, ck_err_msg(&err));
         ck_client_save_free(sv);
         CHECK(tl_verify_deep(root, name, KC_SEED) == 0, "%s does not hold the formula", name);
     }

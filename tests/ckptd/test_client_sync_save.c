@@ -1,13 +1,13 @@
-/* Client API, synchronous saves (ck_client_save_sync), embedded and through ckptd.
+/* Client API, synchronous saves (ck_client_submit (SYNC)), embedded and through ckptd.
  *
- * save_sync returns once the rank's part is durable: poll says DURABLE (or further)
+ * sync submit returns once the rank's part is durable: poll says DURABLE (or further)
  * right after it, and sources overwritten with junk and freed then leave the
  * checkpoint holding the originals. That holds on two ranks sharing a save, with
  * shards given by address (embedded, the engine reads them itself, with no staging)
  * and with fills (the staging path). Both modes commit the same checkpoint.
  *
  * Embedded, a part given up while its writes hang (the storage stalls past the
- * engine's limits) is never read again: save_sync fails, the test unmaps
+ * engine's limits) is never read again: sync submit fails, the test unmaps
  * the sources, the storage comes back, and the engine's later reads of those sources
  * are refused (a read of unmapped memory would kill the test); the save fails and
  * nothing is committed. */
@@ -31,16 +31,15 @@ static void save_sync_durable(kc_env *e, const char *name, uint64_t step, bool m
     ck_client_save *sv[KC_MAX_WORLD];
     for (uint64_t r = 0; r < e->world; r++) {
         kc_part part = { 0 };
-        REQUIRE(ck_client_begin(e->cl[r], &sv[r], name, step, &mesh, r, e->world, &kc_job,
-                                &err) == 0,
+        REQUIRE(kc_begin(e->cl[r], &sv[r], name, step, &mesh, r, tensors, NT, &kc_job, &err) == 0,
                 "%s: rank %llu: begin: %s", mode, (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, tensors, NT, &part, memory);
-        REQUIRE(ck_client_save_sync(sv[r], &err) == 0, "%s: %s: rank %llu: save_sync: %s",
+        REQUIRE(ck_client_submit(sv[r], &kc_sync, &err) == 0, "%s: %s: rank %llu: sync submit: %s",
                 mode, name, (unsigned long long)r, ck_err_msg(&err));
         ck_client_state st;
         CHECK(ck_client_poll(sv[r], &st, &err) == 0 &&
               (st == CK_CLIENT_DURABLE || st == CK_CLIENT_COMMITTED),
-              "%s: %s: rank %llu: right after save_sync the part is %s, not durable", mode,
+              "%s: %s: rank %llu: right after sync submit the part is %s, not durable", mode,
               name, (unsigned long long)r, kc_state_name(st));
         for (int t = 0; t < NT; t++)
             if (part.buf[t])
@@ -49,11 +48,11 @@ static void save_sync_durable(kc_env *e, const char *name, uint64_t step, bool m
     }
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "%s: %s: commit: %s", mode, name,
             ck_err_msg(&err));
-    CHECK(ck_client_wait(sv[0], &err) == 0, "%s: %s: wait: %s", mode, name, ck_err_msg(&err));
+    CHECK(ck_client_wait(sv[0], CK_CLIENT_COMMITTED, &err) == 0, "%s: %s: wait: %s", mode, name, ck_err_msg(&err));
     for (uint64_t r = 0; r < e->world; r++)
         ck_client_save_free(sv[r]);
     CHECK(tl_verify_deep(e->root, name, KC_SEED) == 0, "%s: %s does not hold the sources "
-          "as they were when save_sync was called", mode, name);
+          "as they were when sync submit was called", mode, name);
 }
 
 static uint64_t run(bool connected)
@@ -112,14 +111,13 @@ static void given_up_part_never_read(void)
     ck_client_save *sv;
     ck_placement pl[1];
     REQUIRE(ck_placements_parse("R", 1, 2, pl, &err) == 0, "%s", ck_err_msg(&err));
-    REQUIRE(ck_client_begin(cl, &sv, "sync-hang", 1, &mesh, 0, 1, &kc_job, &err) == 0, "begin: %s",
+    REQUIRE(kc_begin1(cl, &sv, "sync-hang", 1, &mesh, 0, "w", CK_F32, 2, shape, pl, &kc_job,
+                      &err) == 0 && ck_client_shard(sv, "w", src, &err) == 0, "begin: %s",
             ck_err_msg(&err));
-    REQUIRE(ck_client_tensor(sv, "w", CK_F32, 2, shape, pl, &err) == 0 &&
-            ck_client_shard(sv, "w", src, &err) == 0, "declare: %s", ck_err_msg(&err));
-    int r = ck_client_save_sync(sv, &err);
-    CHECK(r < 0 && strstr(ck_err_msg(&err), "sync-hang"), "save_sync on storage that hangs "
+    int r = ck_client_submit(sv, &kc_sync, &err);
+    CHECK(r < 0 && strstr(ck_err_msg(&err), "sync-hang"), "sync submit on storage that hangs "
           "returned %d (%s), not an error naming the save", r, ck_err_msg(&err));
-    printf("save_sync on storage that hangs: %s\n", ck_err_msg(&err));
+    printf("sync submit on storage that hangs: %s\n", ck_err_msg(&err));
     munmap(src, bytes);             /* the caller has its memory back */
     pthread_mutex_lock(&gate_mu);
     gate_open = true;
@@ -136,7 +134,7 @@ static void given_up_part_never_read(void)
 
 int main(void)
 {
-    int rc = kc_both_modes(run, true, "save_sync: durable when it returns, the sources free "
+    int rc = kc_both_modes(run, true, "sync submit: durable when it returns, the sources free "
                            "then; two ranks, by address and by fill; both modes");
     given_up_part_never_read();
     if (tl_failures)

@@ -3,6 +3,7 @@
  * the same daemon then serves a good save. A short write is continued by the engine,
  * so that save commits intact. */
 #include "kd_testlib.h"
+#include "format/layout.h"
 
 int main(void)
 {

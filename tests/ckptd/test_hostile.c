@@ -1,11 +1,13 @@
 /* Hostile messages: truncated, oversized, wrong version, bad magic, unknown type, names
  * that are paths, dims and dtypes out of range, a staging memfd smaller than declared
  * (extents outside the staging area) or unsealed. Each gets an ERROR reply and its
- * connection closed; the daemon keeps serving (STATUS, then a real save). */
+ * connection closed; the daemon keeps serving (STATUS, then a real save). A box list
+ * that does not tile is a declaration the planner's seal refuses: an ERROR naming the
+ * save and the boxes, beside the loop. */
 #include <sys/mman.h>
 
 #include "kd_testlib.h"
-#include "async/proto.h"
+#include "kd_wire.h"
 
 static int conn(const char *sock)
 {
@@ -47,11 +49,11 @@ static int memfd(uint64_t size, bool seal)
     return fd;
 }
 
-static ck__decl_tensor tensor = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
+static kc_wire_tensor tensor = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
 
-static ck__decl good_decl(void)
+static kc_wire good_decl(void)
 {
-    ck__decl d = { .name = "h", .step = 1, .rank = 0, .world = 1, .ntensors = 1,
+    kc_wire d = { .name = "h", .step = 1, .rank = 0, .ntensors = 1,
                   .tensors = &tensor, .staging_size = 16384,
                   .job = { .bytes = "hostile-test-01" } };
     ck_mesh_parse("1", NULL, &d.mesh, NULL);
@@ -59,17 +61,45 @@ static ck__decl good_decl(void)
 }
 
 /* Sends BEGIN for d with a memfd of size fd_size (sealed or not). */
-static bool begin_refused(const char *sock, const ck__decl *d, uint64_t fd_size, bool seal)
+static bool begin_refused(const char *sock, const kc_wire *d, uint64_t fd_size, bool seal)
 {
     int fd = conn(sock), mfd = memfd(fd_size, seal);
     ck__wbuf w = { 0 };
     ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, d);
+    kc_put_wire(&w, d);
     ck__proto_end(&w);
     send_raw(fd, w.p, w.len, mfd);
     ck__wbuf_free(&w);
     close(mfd);
     return got_error_then_close(fd);
+}
+
+/* Sends BEGIN for d: an ERROR naming the save comes back, saying what. */
+static bool begin_failed(const char *sock, const kc_wire *d, const char *what)
+{
+    int fd = conn(sock), mfd = memfd(d->staging_size, true);
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_BEGIN);
+    kc_put_wire(&w, d);
+    ck__proto_end(&w);
+    send_raw(fd, w.p, w.len, mfd);
+    ck__wbuf_free(&w);
+    close(mfd);
+    struct timeval tv = { .tv_sec = 10 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ck__msg m;
+    bool ok = ck__conn_recv(fd, true, &m, NULL) > 0 && m.type == CK_MSG_ERROR;
+    if (ok) {
+        ck__rbuf r = ck__rbuf_make(m.payload, m.len);
+        char name[CK_NAME_MAX], msg[CK_ERR_MSG_MAX];
+        ck__get_str(&r, name, sizeof name);
+        ck__get_u32(&r);
+        ck__get_str(&r, msg, sizeof msg);
+        ok = !strcmp(name, d->name) && strstr(msg, what);
+        free(m.payload);
+    }
+    close(fd);
+    return ok;
 }
 
 static bool status_ok(const char *sock)
@@ -130,9 +160,9 @@ int main(void)
     ck__wbuf_free(&w);
 
     /* A BEGIN whose payload stops short of its fields. */
-    ck__decl g = good_decl();
+    kc_wire g = good_decl();
     ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, &g);
+    kc_put_wire(&w, &g);
     w.len -= 5;
     ck__proto_end(&w);
     fd = conn(d.sock);
@@ -145,14 +175,14 @@ int main(void)
     /* Field checks. */
     static const char *bad_names[] = { "../x", "a/b", ".hidden", "" };
     for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++) {
-        ck__decl b = good_decl();
+        kc_wire b = good_decl();
         snprintf(b.name, sizeof b.name, "%s", bad_names[i]);
         CHECK(begin_refused(d.sock, &b, 16384, true), "checkpoint name '%s' accepted",
               bad_names[i]);
     }
-    ck__decl_tensor bt = tensor;
+    kc_wire_tensor bt = tensor;
     snprintf(bt.name, sizeof bt.name, "../etc");
-    ck__decl b = good_decl();
+    kc_wire b = good_decl();
     b.tensors = &bt;
     CHECK(begin_refused(d.sock, &b, 16384, true), "tensor name ../etc accepted");
     bt = tensor;
@@ -168,14 +198,14 @@ int main(void)
     bt = tensor;
     bt.pl[0] = (ck_placement){ .kind = CK_BOXES };
     bt.nboxes = 2, bt.boxes = two, bt.writers = wr;
-    CHECK(begin_refused(d.sock, &b, 16384, true), "overlapping boxes accepted");
+    CHECK(begin_failed(d.sock, &b, "overlap"), "overlapping boxes accepted, or not named");
     two[0].len[0] = 2000;
     wr[1] = 1;
     CHECK(begin_refused(d.sock, &b, 16384, true), "a box of rank 1 in a world of 1 accepted");
     wr[1] = 0;
     two[1].off[0] = 0x0102030405060708ull;      /* a mark to find the count by */
     ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, &b);
+    kc_put_wire(&w, &b);
     ck__proto_end(&w);
     for (size_t at = 4; at + 8 <= w.len; at++)
         if (w.p[at] == 0x08 && w.p[at + 7] == 0x01 && w.p[at + 1] == 0x07) {

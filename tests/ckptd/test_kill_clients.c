@@ -1,4 +1,4 @@
-/* SIGKILL of every client once each one's save_async has returned and rank 0 has
+/* SIGKILL of every client once each one's submit has returned and rank 0 has
  * asked for the commit: the data is in ckptd's hands, so the checkpoint commits and
  * holds the formula's bytes. */
 #include "ck/client.h"
@@ -22,21 +22,28 @@ static void rank_main(const char *sock, uint64_t rank, int ready)
     if (ck_client_open(&cl, NULL, &(ck_client_opts){ .socket = sock }, &err) < 0)
         goto fail;
     ck_client_save *sv;
-    if (ck_client_begin(cl, &sv, "orphan", 5, &mesh, rank, WORLD, &job, &err) < 0)
+    ck_decl *d;
+    char tn[8];
+    if (ck_decl_new(&d, &mesh, &err) < 0)
+        goto fail;
+    for (uint32_t t = 0; t < TENSORS; t++) {
+        snprintf(tn, sizeof tn, "t%u", t);
+        if (ck_decl_tensor(d, tn, CK_F32, 2, shape, pl, &err) < 0)
+            goto fail;
+    }
+    if (ck_client_begin(cl, &sv, "orphan", 5, d, rank, &job, &err) < 0)
         goto fail;
     ck_synth_src src[TENSORS];
     uint32_t coord[1] = { (uint32_t)rank };
     for (uint32_t t = 0; t < TENSORS; t++) {
-        char tn[8];
         snprintf(tn, sizeof tn, "t%u", t);
         src[t] = (ck_synth_src){ .seed = 7, .tensor = t, .itemsize = 4, .ndim = 2,
                                  .shape = { shape[0], shape[1] } };
         ck_shard_box(2, shape, &mesh, pl, coord, &src[t].box);
-        if (ck_client_tensor(sv, tn, CK_F32, 2, shape, pl, &err) < 0 ||
-            ck_client_shard_fill(sv, tn, ck_synth_fill, &src[t], &err) < 0)
+        if (ck_client_shard_fill(sv, tn, ck_synth_fill, &src[t], &err) < 0)
             goto fail;
     }
-    if (ck_client_save_async(sv, &err) < 0 || (rank == 0 && ck_client_commit(sv, &err) < 0))
+    if (ck_client_submit(sv, &(ck_submit){ .mode = CK_SUBMIT_COPY }, &err) < 0 || (rank == 0 && ck_client_commit(sv, &err) < 0))
         goto fail;
     if (write(ready, "r", 1) != 1)
         _exit(3);

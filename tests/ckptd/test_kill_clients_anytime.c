@@ -5,6 +5,7 @@
  * descriptors as before the trial. 20 trials in CI; KD_KILL_TRIALS=N for more
  * (scripts/soak). */
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 /* ckpt-synth's 4 rank processes in a process group of their own, so one kill ends
  * them all. */

@@ -3,6 +3,7 @@
  * after a restart, .pending is empty, the interrupted save is absent or complete, and
  * every checkpoint committed before passes a deep verify. */
 #include "kd_testlib.h"
+#include "format/layout.h"
 
 int main(void)
 {

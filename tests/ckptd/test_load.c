@@ -27,16 +27,16 @@ static int client(const char *sock, int id, int saves)
         snprintf(name, sizeof name, "c%02d-s%02d", id, k);
         ck_client_save *sv;
         kc_part part = { 0 };
-        if (ck_client_begin(cl, &sv, name, (uint64_t)k, &mesh, 0, 1, &kc_job, &err) < 0) {
+        if (kc_begin(cl, &sv, name, (uint64_t)k, &mesh, 0, ts, 2, &kc_job, &err) < 0) {
             fprintf(stderr, "client %d: %s: begin: %s\n", id, name, ck_err_msg(&err));
             return 1;
         }
         kc_declare(sv, &mesh, 0, ts, 2, &part, false);
-        int r = ck_client_save_async(sv, &err);
+        int r = ck_client_submit(sv, &kc_copy, &err);
         if (r == 0)
             r = ck_client_commit(sv, &err);
         if (r == 0)
-            r = ck_client_wait(sv, &err);
+            r = ck_client_wait(sv, CK_CLIENT_COMMITTED, &err);
         ck_client_save_free(sv);
         kc_part_free(&part);
         if (r < 0) {

@@ -18,18 +18,17 @@
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 384, 64 }, "S(0)" } };
 
-/* Begins and stages rank's part (rank 0 asks for the commit); the error of save_async
+/* Begins and stages rank's part (rank 0 asks for the commit); the error of submit
  * or of the commit, else 0. */
 static int begin(ck_client *cl, uint64_t rank, kc_part *part, ck_client_save **sv,
                  ck_err *err)
 {
     ck_mesh mesh;
     ck_mesh_parse("3", NULL, &mesh, NULL);
-    REQUIRE(ck_client_begin(cl, sv, NAME, 7, &mesh, rank, 3, &kc_job,
-                            err) == 0, "begin rank %llu: %s",
+    REQUIRE(kc_begin(cl, sv, NAME, 7, &mesh, rank, ts, 1, &kc_job, err) == 0, "begin rank %llu: %s",
             (unsigned long long)rank, ck_err_msg(err));
     kc_declare(*sv, &mesh, rank, ts, 1, part, false);
-    int r = ck_client_save_async(*sv, err);
+    int r = ck_client_submit(*sv, &kc_copy, err);
     if (r == 0 && rank == 0)
         r = ck_client_commit(*sv, err);
     return r;
@@ -40,8 +39,8 @@ static int begin(ck_client *cl, uint64_t rank, kc_part *part, ck_client_save **s
 static int hung_rank(const char *sock)
 {
     ck_err err = { 0 };
-    ck__decl_tensor t = { .name = "t0", .dtype = CK_F32, .ndim = 2, .shape = { 384, 64 } };
-    ck__decl d = { .name = NAME, .step = 7, .rank = 2, .world = 3, .ntensors = 1,
+    kc_wire_tensor t = { .name = "t0", .dtype = CK_F32, .ndim = 2, .shape = { 384, 64 } };
+    kc_wire d = { .name = NAME, .step = 7, .rank = 2, .ntensors = 1,
                    .tensors = &t, .staging_size = 4 << 20 };
     ck_mesh_parse("3", NULL, &d.mesh, NULL);
     REQUIRE(ck_placements_parse("S(0)", 1, 2, t.pl, &err) == 0, "%s", ck_err_msg(&err));
@@ -66,7 +65,7 @@ int main(void)
     ck_client_save *sv0;
     REQUIRE(begin(e.cl[0], 0, &part[0], &sv0, &err) == 0, "rank 0: %s", ck_err_msg(&err));
     int hung = hung_rank(e.d.sock);
-    int r = ck_client_wait(sv0, &err);
+    int r = ck_client_wait(sv0, CK_CLIENT_COMMITTED, &err);
     CHECK(r < 0, "rank 0's save did not fail although rank 1 never came");
     CHECK(strstr(ck_err_msg(&err), "rank-timeout") &&
           strstr(ck_err_msg(&err), "rank(s) 1 never began") &&
@@ -95,7 +94,7 @@ int main(void)
     REQUIRE(ck_client_open(&late, NULL, &o, &err) == 0, "%s", ck_err_msg(&err));
     ck_client_save *svl;
     r = begin(late, 1, &part[1], &svl, &err);
-    CHECK((r < 0 || ck_client_wait(svl, &err) < 0) && strstr(ck_err_msg(&err), "never began"),
+    CHECK((r < 0 || ck_client_wait(svl, CK_CLIENT_COMMITTED, &err) < 0) && strstr(ck_err_msg(&err), "never began"),
           "a late rank of the failed attempt was not told of its failure: %s",
           ck_err_msg(&err));
     ck_client_save_free(svl);
@@ -115,7 +114,7 @@ int main(void)
                 "the retry of %s, rank %d: %s", NAME, k, ck_err_msg(&err));
     }
     for (int k = 0; k < 3; k++) {
-        r = ck_client_wait(sv[k], &err);
+        r = ck_client_wait(sv[k], CK_CLIENT_COMMITTED, &err);
         CHECK(r == 0, "the retry of %s, rank %d: %s", NAME, k, ck_err_msg(&err));
         ck_client_save_free(sv[k]);
         kc_part_free(&part[k]);

@@ -9,6 +9,7 @@
 #include <glob.h>
 
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 #define NAME "linked"
 
@@ -25,7 +26,7 @@ static ck_client_save *rank_part(const char *root, uint64_t r, ck_client **cl, k
     ck_client_save *sv;
     ck_err err = { 0 };
     REQUIRE(ck_client_open(cl, root, &o, &err) == 0 &&
-            ck_client_begin(*cl, &sv, NAME, 1, &mesh, r, 2, &kc_job, &err) == 0,
+            kc_begin(*cl, &sv, NAME, 1, &mesh, r, ts, 1, &kc_job, &err) == 0,
             "rank %llu: %s", (unsigned long long)r, ck_err_msg(&err));
     kc_declare(sv, &mesh, r, ts, 1, part, false);
     return sv;
@@ -42,7 +43,7 @@ int main(void)
                               rank_part(root, 1, &cl[1], &part[1]) };
     ck_err err = { 0 };
     for (int r = 2; r-- > 0;)
-        REQUIRE(ck_client_save_async(sv[r], &err) == 0, "rank %d: save_async: %s", r,
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "rank %d: submit: %s", r,
                 ck_err_msg(&err));
     ck_client_state st = CK_CLIENT_STAGED;
     for (int i = 0; i < 3000 && st != CK_CLIENT_DURABLE && st != CK_CLIENT_FAILED; i++) {
@@ -71,7 +72,7 @@ int main(void)
 
     CHECK(ck_client_commit(sv[0], &err) == 0, "commit: %s", ck_err_msg(&err));
     for (int r = 0; r < 2; r++) {
-        int rc = ck_client_wait(sv[r], &err);
+        int rc = ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err);
         CHECK(rc < 0, "rank %d was told the save committed, with %s a planted link", r,
               link_path);
         ck_client_save_free(sv[r]);

@@ -44,8 +44,8 @@ static bool file_has(const char *path, const char *needle)
 
 static void raw_begin_refused(const char *sock, const char *name)
 {
-    ck__decl_tensor t = { .name = "t0", .dtype = CK_F32, .ndim = 2, .shape = { 64, 16 } };
-    ck__decl d = { .step = 1, .rank = 0, .world = 1, .ntensors = 1, .tensors = &t,
+    kc_wire_tensor t = { .name = "t0", .dtype = CK_F32, .ndim = 2, .shape = { 64, 16 } };
+    kc_wire d = { .step = 1, .rank = 0, .ntensors = 1, .tensors = &t,
                    .staging_size = 1 << 20 };
     snprintf(d.name, sizeof d.name, "%s", name);
     ck_mesh_parse("1", NULL, &d.mesh, NULL);

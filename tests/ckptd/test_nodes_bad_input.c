@@ -23,7 +23,7 @@ static void ckptd_refuses(const char *root, const char *opt, const char *val,
 }
 
 /* One rank's save of a small tensor on a world of 2 through sock with nodes daemons;
- * the outcome of save_async then wait. */
+ * the outcome of submit then wait. */
 static int save(const char *sock, unsigned nodes, const char *name, uint64_t rank,
                 ck_client **keep, ck_client_save **svp, ck_err *err)
 {
@@ -36,10 +36,9 @@ static int save(const char *sock, unsigned nodes, const char *name, uint64_t ran
     ck_client_opts o = { .socket = sock, .nodes = nodes };
     int r = ck_client_open(keep, NULL, &o, err);
     if (r == 0)
-        r = ck_client_begin(*keep, svp, name, 1, &mesh, rank, 2, &kc_job, err);
-    if (r == 0 && (r = ck_client_tensor(*svp, "w", CK_F32, 1, shape, pl, err)) == 0 &&
-        (r = ck_client_shard(*svp, "w", data, err)) == 0)
-        r = ck_client_save_async(*svp, err);
+        r = kc_begin1(*keep, svp, name, 1, &mesh, rank, "w", CK_F32, 1, shape, pl, &kc_job, err);
+    if (r == 0 && (r = ck_client_shard(*svp, "w", data, err)) == 0)
+        r = ck_client_submit(*svp, &kc_copy, err);
     return r;
 }
 
@@ -71,7 +70,7 @@ int main(void)
     ck_client_save *sv = NULL;
     r = save(a.sock, 3, "toomany", 0, &cl, &sv, &err);
     if (r == 0)
-        r = ck_client_wait(sv, &err);
+        r = ck_client_wait(sv, CK_CLIENT_COMMITTED, &err);
     CHECK(r < 0 && strstr(ck_err_msg(&err), "3 daemons for a world of 2 ranks"),
           "3 daemons for 2 ranks: %d: %s", r, ck_err_msg(&err));
     ck_client_save_free(sv);
@@ -84,7 +83,7 @@ int main(void)
             ck_err_msg(&e0));
     r = save(a.sock, 2, "mixed", 1, &c1, &s1, &e1);
     if (r == 0)
-        r = ck_client_wait(s1, &e1);
+        r = ck_client_wait(s1, CK_CLIENT_COMMITTED, &e1);
     CHECK(r < 0 && strstr(ck_err_msg(&e1), "daemon count"),
           "ranks with 1 and 2 daemons: %d: %s", r, ck_err_msg(&e1));
     ck_client_save_free(s1);
@@ -95,8 +94,8 @@ int main(void)
     /* "done" committed through A alone, then again as a save shared with B. */
     REQUIRE(save(a.sock, 1, "done", 0, &c0, &s0, &e0) == 0 &&
             save(a.sock, 1, "done", 1, &c1, &s1, &e1) == 0 &&
-            ck_client_commit(s0, &e0) == 0 && ck_client_wait(s0, &e0) == 0 &&
-            ck_client_wait(s1, &e1) == 0, "the first save of done: %s / %s", ck_err_msg(&e0),
+            ck_client_commit(s0, &e0) == 0 && ck_client_wait(s0, CK_CLIENT_COMMITTED, &e0) == 0 &&
+            ck_client_wait(s1, CK_CLIENT_COMMITTED, &e1) == 0, "the first save of done: %s / %s", ck_err_msg(&e0),
             ck_err_msg(&e1));
     ck_client_save_free(s0);
     ck_client_save_free(s1);
@@ -106,9 +105,9 @@ int main(void)
     r = save(b.sock, 2, "done", 1, &c1, &s1, &e1);
     int r0 = save(a.sock, 2, "done", 0, &c0, &s0, &e0);
     if (r0 == 0)
-        r0 = ck_client_wait(s0, &e0);
+        r0 = ck_client_wait(s0, CK_CLIENT_COMMITTED, &e0);
     if (r == 0)
-        r = ck_client_wait(s1, &e1);
+        r = ck_client_wait(s1, CK_CLIENT_COMMITTED, &e1);
     CHECK(r0 == -EEXIST && r == -EEXIST && strstr(ck_err_msg(&e1), "already exists"),
           "a shared save of a committed name: rank 0 %d (%s), the member's rank %d (%s)", r0,
           ck_err_msg(&e0), r, ck_err_msg(&e1));

@@ -1,5 +1,5 @@
 /* The beyond-DCP promise across nodes: 8 rank processes, 4 per daemon (A serves ranks
- * 0-3, B ranks 4-7), each returns from save_async (rank 0 also asks for the commit)
+ * 0-3, B ranks 4-7), each returns from submit (rank 0 also asks for the commit)
  * and is then killed with SIGKILL at once (its part is staged, likely not yet
  * durable). Both daemons
  * go on without any client: the checkpoint commits and verifies --deep. */
@@ -19,10 +19,10 @@ static void rank_main(const char *sock, uint64_t r, int note)
     ck_client_opts o = { .socket = sock, .nodes = 2 };
     REQUIRE(ck_client_open(&cl, NULL, &o, &err) == 0, "rank %llu: open: %s",
             (unsigned long long)r, ck_err_msg(&err));
-    REQUIRE(ck_client_begin(cl, &sv, "orphan", 9, &mesh, r, 8, &kc_job, &err) == 0, "begin: %s",
+    REQUIRE(kc_begin(cl, &sv, "orphan", 9, &mesh, r, ts, 2, &kc_job, &err) == 0, "begin: %s",
             ck_err_msg(&err));
     kc_declare(sv, &mesh, r, ts, 2, &part, false);
-    REQUIRE(ck_client_save_async(sv, &err) == 0, "rank %llu: save_async: %s",
+    REQUIRE(ck_client_submit(sv, &kc_copy, &err) == 0, "rank %llu: submit: %s",
             (unsigned long long)r, ck_err_msg(&err));
     if (r == 0)
         REQUIRE(ck_client_commit(sv, &err) == 0, "commit: %s", ck_err_msg(&err));
@@ -61,7 +61,7 @@ int main(void)
         kill(pids[r], SIGKILL);
     for (int r = 0; r < 8; r++)
         waitpid(pids[r], NULL, 0);
-    REQUIRE(noted == 8, "only %d of 8 ranks returned from save_async", noted);
+    REQUIRE(noted == 8, "only %d of 8 ranks returned from submit", noted);
     double t0 = kd_now();
     while (!kd_exists(root, "orphan") && kd_now() - t0 < 30)
         kd_sleep_ms(20);
@@ -70,7 +70,7 @@ int main(void)
     CHECK(kd_verify_tool(root, "orphan") == 0, "orphan does not verify --deep");
     if (kc_end_two(&a, &b, root))
         return 1;
-    printf("ok: every rank killed right after save_async (and rank 0's commit): the two "
+    printf("ok: every rank killed right after submit (and rank 0's commit): the two "
            "daemons commit the checkpoint alone, and it verifies\n");
     return 0;
 }

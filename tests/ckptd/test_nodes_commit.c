@@ -6,6 +6,7 @@
  * manifest the coordinator wrote (the members' blobs travel in their part files).
  * Nothing is left under .pending. */
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 96, 40 }, "S(0)" },
                                 { CK_BF16, 1, { 3000 }, "S(0)" } };
@@ -32,7 +33,7 @@ static void api_blobs(const char *root, kd_proc *a, kd_proc *b)
         ck_client_opts o = { .socket = r < 2 ? a->sock : b->sock, .nodes = 2 };
         REQUIRE(ck_client_open(&cl[r], NULL, &o, &err) == 0, "rank %llu: open: %s",
                 (unsigned long long)r, ck_err_msg(&err));
-        REQUIRE(ck_client_begin(cl[r], &sv[r], "blobs", 3, &mesh, r, 4, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(cl[r], &sv[r], "blobs", 3, &mesh, r, ts, 2, &kc_job, &err) == 0,
                 "rank %llu: begin: %s", (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, ts, 2, &part[r], false);
         char name[16], data[16];
@@ -42,11 +43,11 @@ static void api_blobs(const char *root, kd_proc *a, kd_proc *b)
     }
     /* The members' ranks first: their daemon waits for the meeting rank 0 opens. */
     for (uint64_t r = 4; r-- > 0;)
-        REQUIRE(ck_client_save_async(sv[r], &err) == 0, "rank %llu: save_async: %s",
+        REQUIRE(ck_client_submit(sv[r], &kc_copy, &err) == 0, "rank %llu: submit: %s",
                 (unsigned long long)r, ck_err_msg(&err));
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "commit: %s", ck_err_msg(&err));
     for (uint64_t r = 0; r < 4; r++) {
-        CHECK(ck_client_wait(sv[r], &err) == 0, "rank %llu: %s", (unsigned long long)r,
+        CHECK(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "rank %llu: %s", (unsigned long long)r,
               ck_err_msg(&err));
         ck_client_save_free(sv[r]);
         kc_part_free(&part[r]);

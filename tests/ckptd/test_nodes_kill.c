@@ -20,7 +20,7 @@ static void start(kd_proc *d, const char *root, const char *id)
     kd_start_id(d, root, id, extra);
 }
 
-/* Each rank of the trial's output ended: "rank K: save_async stalled", or an error
+/* Each rank of the trial's output ended: "rank K: submit stalled", or an error
  * that names a daemon (its id as the engine it is, or the socket of the one the rank
  * talked to). */
 static void every_rank_ended(const char *out, const char *what)

@@ -42,24 +42,22 @@ static void run(ck_client *const *cl, const char *name, bool block, ck_err *errs
     ck_client_save *sv[8];
     ck_err err = { 0 };
     for (int r = 7; r >= 0; r--) {
-        REQUIRE(ck_client_begin(cl[r], &sv[r], name, 1, &mesh, (uint64_t)r, 8, &kc_job, &err) == 0,
-                "rank %d: begin: %s", r, ck_err_msg(&err));
-        REQUIRE(ck_client_tensor(sv[r], "w", CK_F32, 1, shape, pl, &err) == 0, "tensor: %s",
-                ck_err_msg(&err));
+        REQUIRE(kc_begin1(cl[r], &sv[r], name, 1, &mesh, (uint64_t)r, "w", CK_F32, 1, shape, pl,
+                          &kc_job, &err) == 0, "rank %d: begin: %s", r, ck_err_msg(&err));
         REQUIRE(ck_client_shard_fill(sv[r], "w", block && r >= 4 ? blocking_fill : plain_fill,
                                      NULL, &err) == 0, "shard: %s", ck_err_msg(&err));
-        REQUIRE((r >= 4 ? ck_client_save_lazy(sv[r], &err) : ck_client_save_async(sv[r], &err))
-                == 0, "rank %d: save: %s", r, ck_err_msg(&err));
+        REQUIRE(ck_client_submit(sv[r], r >= 4 ? &kc_lazy : &kc_copy, &err) == 0,
+                "rank %d: save: %s", r, ck_err_msg(&err));
     }
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "commit: %s", ck_err_msg(&err));
     for (int r = 0; r < 4; r++)
-        rcs[r] = ck_client_wait(sv[r], &errs[r]);
+        rcs[r] = ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &errs[r]);
     pthread_mutex_lock(&mu);
     let_go = true;
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
     for (int r = 4; r < 8; r++)
-        rcs[r] = ck_client_wait(sv[r], &errs[r]);
+        rcs[r] = ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &errs[r]);
     for (int r = 0; r < 8; r++)
         ck_client_save_free(sv[r]);
 }

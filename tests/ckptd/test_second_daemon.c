@@ -5,6 +5,7 @@
  * starts beside it, and its recovery keeps the first one's save in flight, whose
  * owner lives. The first one's save then commits and verifies. */
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 256, 96 }, "S(0)" },
                                 { CK_BF16, 1, { 5000 }, "S(0)" } };
@@ -20,11 +21,11 @@ int main(void)
     kc_part part[2] = { 0 };
     ck_err err = { 0 };
     for (uint64_t r = 0; r < 2; r++) {
-        REQUIRE(ck_client_begin(e.cl[r], &sv[r], "s1", 1, &mesh, r, 2, &kc_job, &err) == 0,
+        REQUIRE(kc_begin(e.cl[r], &sv[r], "s1", 1, &mesh, r, ts, 2, &kc_job, &err) == 0,
                 "begin rank %llu: %s", (unsigned long long)r, ck_err_msg(&err));
         kc_declare(sv[r], &mesh, r, ts, 2, &part[r], false);
     }
-    REQUIRE(ck_client_save_async(sv[0], &err) == 0, "save_async rank 0: %s", ck_err_msg(&err));
+    REQUIRE(ck_client_submit(sv[0], &kc_copy, &err) == 0, "submit rank 0: %s", ck_err_msg(&err));
     REQUIRE(ck_client_commit(sv[0], &err) == 0, "commit: %s", ck_err_msg(&err));
 
     char sock2[PATH_MAX + 16], log2[PATH_MAX + 16], pend[PATH_MAX + 16];
@@ -54,9 +55,9 @@ int main(void)
     CHECK(kd_term(&other, 30) == 0, "the daemon of another id did not exit 0 (see %s)",
           other.log);
 
-    CHECK(ck_client_save_async(sv[1], &err) == 0, "save_async rank 1: %s", ck_err_msg(&err));
+    CHECK(ck_client_submit(sv[1], &kc_copy, &err) == 0, "submit rank 1: %s", ck_err_msg(&err));
     for (uint64_t r = 0; r < 2; r++) {
-        CHECK(ck_client_wait(sv[r], &err) == 0, "rank %llu: the first ckptd's save failed "
+        CHECK(ck_client_wait(sv[r], CK_CLIENT_COMMITTED, &err) == 0, "rank %llu: the first ckptd's save failed "
               "after a second ckptd tried the root: %s", (unsigned long long)r,
               ck_err_msg(&err));
         ck_client_save_free(sv[r]);

@@ -12,6 +12,7 @@
  * left (the debris of the unfinished saves). */
 
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 static const kc_tensor ts[] = { { CK_F32, 2, { 512, 64 }, "S(0)" } };
 
@@ -26,8 +27,7 @@ static void begin(kc_env *e, save *s, uint64_t rank)
     ck_mesh mesh;
     ck_err err = { 0 };
     ck_mesh_parse("2", NULL, &mesh, NULL);
-    REQUIRE(ck_client_begin(e->cl[rank], &s->sv[rank], s->name, 1, &mesh, rank, 2, &kc_job,
-                            &err) == 0,
+    REQUIRE(kc_begin(e->cl[rank], &s->sv[rank], s->name, 1, &mesh, rank, ts, 1, &kc_job, &err) == 0,
             "%s: begin rank %llu: %s", s->name, (unsigned long long)rank, ck_err_msg(&err));
     kc_declare(s->sv[rank], &mesh, rank, ts, 1, &s->part[rank], false);
 }
@@ -35,7 +35,7 @@ static void begin(kc_env *e, save *s, uint64_t rank)
 static void stage(save *s, uint64_t rank)
 {
     ck_err err = { 0 };
-    REQUIRE(ck_client_save_async(s->sv[rank], &err) == 0, "%s: save_async rank %llu: %s",
+    REQUIRE(ck_client_submit(s->sv[rank], &kc_copy, &err) == 0, "%s: submit rank %llu: %s",
             s->name, (unsigned long long)rank, ck_err_msg(&err));
     if (rank == 0)
         REQUIRE(ck_client_commit(s->sv[0], &err) == 0, "%s: commit: %s", s->name,
@@ -50,7 +50,7 @@ static int outcome(save *s)
         if (!s->sv[k])
             continue;
         ck_err err = { 0 };
-        int w = ck_client_wait(s->sv[k], &err);
+        int w = ck_client_wait(s->sv[k], CK_CLIENT_COMMITTED, &err);
         r = r ? r : w;
         ck_client_save_free(s->sv[k]);
         kc_part_free(&s->part[k]);
@@ -63,8 +63,8 @@ static int outcome(save *s)
 static void refused_begin(const char *sock)
 {
     ck_err err = { 0 };
-    ck__decl_tensor t = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
-    ck__decl d = { .name = "refused", .step = 1, .world = 1, .ntensors = 1, .tensors = &t,
+    kc_wire_tensor t = { .name = "w", .dtype = CK_F32, .ndim = 1, .shape = { 4096 } };
+    kc_wire d = { .name = "refused", .step = 1, .ntensors = 1, .tensors = &t,
                    .staging_size = 4096 };
     ck_mesh_parse("1", NULL, &d.mesh, NULL);
     int fd = kc_raw_begin(sock, &d);

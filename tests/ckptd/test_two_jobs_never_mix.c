@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "kc_testlib.h"
+#include "format/layout.h"
 
 #define TRIALS 50
 #define SHARD 8192                 /* bytes of a rank's shard */
@@ -57,14 +58,14 @@ static int rank_save(const trial *T, int j, int r, ck_err *err)
     snprintf(blob, sizeof blob, "rank%d", r);
     snprintf(data, sizeof data, "job%d", j);
     ck_client_save *sv = NULL;
-    rc = ck_client_begin(cl, &sv, T->name, STEP, &mesh, (uint64_t)r, 2, &T->job[j], err);
-    if (rc == 0 && (rc = ck_client_tensor(sv, "t", CK_U8, 1, shape, pl, err)) == 0 &&
-        (rc = ck_client_shard(sv, "t", shard, err)) == 0 &&
+    rc = kc_begin1(cl, &sv, T->name, STEP, &mesh, (uint64_t)r, "t", CK_U8, 1, shape, pl,
+                   &T->job[j], err);
+    if (rc == 0 && (rc = ck_client_shard(sv, "t", shard, err)) == 0 &&
         (rc = ck_client_blob(sv, blob, data, strlen(data), err)) == 0 &&
-        (rc = ck_client_save_async(sv, err)) == 0 && r == 0)
+        (rc = ck_client_submit(sv, &kc_copy, err)) == 0 && r == 0)
         rc = ck_client_commit(sv, err);
     if (rc == 0)
-        rc = ck_client_wait(sv, err);
+        rc = ck_client_wait(sv, CK_CLIENT_COMMITTED, err);
     if (sv)
         ck_client_save_free(sv);
     ck_client_close(cl);

@@ -13,6 +13,7 @@
 #include "ck/catalog.h"
 #include "kc_testlib.h"
 #include "outside_testlib.h"
+#include "format/catalog.h"
 
 static char home[PATH_MAX], root[PATH_MAX], out[PATH_MAX + 16];
 
@@ -53,7 +54,7 @@ static void save_lock(bool fifo)
     unlink(p);
     snprintf(p, sizeof p, "%s/n2", root);
     tl_rmtree(p);
-    ck_catalog_del(root, "n2", NULL);
+    ck__catalog_del(root, "n2", NULL);
     free(before);
 }
 
@@ -82,7 +83,7 @@ static void manifest_link(void)
     ck_synth_src src;
     ck_err err = { 0 };
     REQUIRE(ol_begin(root, "m1", &s, &src, &err) == 0, "begin m1: %s", ck_err_msg(&err));
-    REQUIRE(ck_save_write_rank(s, 0, &err) == 0, "write m1: %s", ck_err_msg(&err));
+    REQUIRE(ck__save_write_rank(s, 0, &err) == 0, "write m1: %s", ck_err_msg(&err));
     ck_scan sc;
     REQUIRE(ck_root_scan(root, &sc, &err) == 0 && sc.n_pending == 1, "scan: %s",
             ck_err_msg(&err));

@@ -20,6 +20,7 @@
  */
 #include "test_engines.h"
 #include "model/grow.h"
+#include "io/engine.h"
 
 #include <errno.h>
 #include <dirent.h>
@@ -167,7 +168,7 @@ static int r_open(ck_engine *e, int dir, const char *rel, int flags, unsigned mo
             re->fds[re->nfds++] = (fdpath){ fd, p };
         }
     }
-    /* A refused O_DIRECT create still made the file (ck_engine_open_data retries
+    /* A refused O_DIRECT create still made the file (ck__engine_open_data retries
      * without O_EXCL): the create happened now, whatever the open returned. */
     if ((flags & O_CREAT) && !existed && stat(path, &st) == 0)
         add(re, CK_REC_CREATE, path, NULL, 0, 0, NULL);

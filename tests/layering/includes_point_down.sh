@@ -8,7 +8,13 @@
 #     itself and the boxes of lower floors, naming private headers from their folder;
 #     its calls point the same way, and no files of it call each other in a circle;
 #   - kernels/ knows nothing of libshard;
-#   - private names (ck__) stay inside the core and the parts that use its internals;
+#   - the core's calls point down too: a file names only functions defined in its own
+#     box or the boxes below it (a prototype can be repeated, an include cannot);
+#   - the core's users outside it (tools/, trainer/, examples/, the export library)
+#     include only public headers, and private names (ck__) stay inside the core and
+#     the parts that use its internals on purpose (ckptd, benchmarks, tests, fuzzers):
+#     no private prototype declared locally either (the public archive would not link
+#     it: tests/layering/public_api_is_all_that_links.sh);
 #   - the module tree (libshard/train/module/) names nothing of FSDP.
 # Prints each offending include or call as FILE[:LINE] and exits 1 if there is any.
 set -euo pipefail
@@ -19,7 +25,7 @@ rank_of() {   # the floor of a box name, or of a public header's name
     case "$1" in
         error|types|layout|synth|grow|plan) echo 0 ;;
         engine|writer|hash|staging) echo 1 ;;
-        ckpt|catalog|steps) echo 2 ;;
+        ckpt|catalog|steps|decl) echo 2 ;;
         load) echo 3 ;;
         save) echo 4 ;;
         verify|compare|reshard) echo 5 ;;
@@ -72,10 +78,14 @@ up libshard/train  'format/|io/|model/|save/|load/|ops/|async/|cli\.h|data\.h|la
    "the training library includes the core's internals or the trainer"
 up libshard/include/sh 'format/|io/|model/|save/|load/|ops/|async/' "a training header includes the core's internals"
 up kernels         'ck/|sh/|export/' "kernels/ includes libshard"
+for d in tools trainer examples libshard/export; do
+    up "$d" 'format/|io/|model/|save/|load/|ops/|async/' "$d includes the core's internals"
+done
 
 # ck__ names are the core's private ones: public headers never declare or use them,
 # and neither do the parts of the project that are the core's users.
 hits=$(grep -rnw -E 'ck__[a-z0-9_]+' libshard/include tools trainer examples libshard/train \
+       libshard/export \
        --include='*.c' --include='*.h' || true)
 if [ -n "$hits" ]; then
     while IFS= read -r h; do complain "${h%%:*}:$(cut -d: -f2 <<<"$h")" "uses a private ck__ name"; done <<<"$hits"
@@ -194,10 +204,14 @@ for f in "${core_c[@]}"; do
         s/^[A-Za-z_][^;=(]*[ *](ck_[a-z0-9_]+)[[:space:]]*(\(|=).*/\1/p')
 done
 ck_edges=()
+core_box() { local b=${1#libshard/ckpt/}; rank_of "${b%%/*}"; }
 for f in "${core_c[@]}"; do
+    floor=$(core_box "$f")
     while read -r sym; do
         for g in ${ck_defined_in[$sym]:-}; do
             [ "$g" != "$f" ] && ck_edges+=("$f $g")
+            [ "$(core_box "$g")" -le "$floor" ] ||
+                complain "$f" "calls $sym of $g (a box above it)"
         done
     done < <(strip_c "$f" | grep -oE '\bck_[a-z0-9_]+' | sort -u)
 done

@@ -23,9 +23,9 @@ import multiprocessing, sys, time
 from libshard import _ck
 root = sys.argv[1]
 client = _ck.Client(root, embedded=True)
-save = client.begin("step-1", 1, 0, 2, _ck.job_id_new())
+save = client.begin("step-1", 1, 0, _ck.job_id_new(), _ck.Decl(2, []))
 save.blob("x", b"rank 0's part")
-save.save_async()
+save.submit([])
 for _ in range(3000):
     if _ck.name_state(root, "step-1")[0] == "busy":
         break

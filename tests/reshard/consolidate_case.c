@@ -32,13 +32,19 @@ static void save_src(const char *root)
     ck_placements_parse("R,S(0)", 2, 2, pl, NULL);
     static ck_synth_src src[NT][8];
     ck_save *s;
-    REQUIRE(ck_save_begin(&s, root, "src", 1, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *d;
+    char tn[8];
+    REQUIRE(ck_decl_new(&d, &mesh, &err) == 0, "%s", ck_err_msg(&err));
     for (uint32_t t = 0; t < NT; t++) {
-        char tn[8];
+        snprintf(tn, sizeof tn, "t%u", t);
+        REQUIRE(ck_decl_tensor(d, tn, set[t].dt, set[t].ndim, set[t].shape,
+                               set[t].ndim ? pl : rep, &err) == 0, "%s", ck_err_msg(&err));
+    }
+    REQUIRE(ck_save_begin(&s, root, "src", 1, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
+    for (uint32_t t = 0; t < NT; t++) {
         snprintf(tn, sizeof tn, "t%u", t);
         const ck_placement *p = set[t].ndim ? pl : rep;
-        REQUIRE(ck_save_tensor(s, tn, set[t].dt, set[t].ndim, set[t].shape, p, &err) == 0, "%s",
-                ck_err_msg(&err));
         for (uint64_t r = 0; r < 8; r++) {
             uint32_t c[2];
             ck_mesh_coord(&mesh, r, c);

@@ -52,12 +52,18 @@ static void save(const char *root, const char *name, const tdef *set, size_t n)
     /* The save reads the shards' memory at commit. */
     static uint8_t mem[8][64 * 8];
     REQUIRE(n <= 8, "too many tensors");
-    REQUIRE(ck_save_begin(&s, root, name, 1, &mesh, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl *dc;
+    char disk[CK_NAME_MAX];
+    REQUIRE(ck_decl_new(&dc, &mesh, &err) == 0, "%s", ck_err_msg(&err));
     for (size_t t = 0; t < n; t++) {
-        char disk[CK_NAME_MAX];
         REQUIRE(ck_key_encode(set[t].key, strlen(set[t].key), disk, sizeof disk) == 0, "encode");
-        REQUIRE(ck_save_tensor(s, disk, set[t].dt, set[t].ndim, set[t].shape, rep, &err) == 0,
+        REQUIRE(ck_decl_tensor(dc, disk, set[t].dt, set[t].ndim, set[t].shape, rep, &err) == 0,
                 "%s", ck_err_msg(&err));
+    }
+    REQUIRE(ck_save_begin(&s, root, name, 1, dc, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(dc);
+    for (size_t t = 0; t < n; t++) {
+        REQUIRE(ck_key_encode(set[t].key, strlen(set[t].key), disk, sizeof disk) == 0, "encode");
         uint64_t numel = 1;
         for (int d = 0; d < set[t].ndim; d++)
             numel *= set[t].shape[d];

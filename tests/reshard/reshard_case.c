@@ -42,14 +42,19 @@ static void save_src(const char *root, const char *mesh_s, const char *pl_s, con
     uint64_t world = ck_mesh_world(&mesh);
     ck_synth_src *src = calloc(n * world, sizeof *src);
     ck_save *s;
-    REQUIRE(src && ck_save_begin(&s, root, "src", 3, &mesh, NULL, &err) == 0, "%s",
-            ck_err_msg(&err));
+    ck_decl *d;
+    char tn[8];
+    REQUIRE(src && ck_decl_new(&d, &mesh, &err) == 0, "%s", ck_err_msg(&err));
     for (uint32_t t = 0; t < n; t++) {
-        char tn[8];
+        snprintf(tn, sizeof tn, "t%u", t);
+        REQUIRE(ck_decl_tensor(d, tn, set[t].dt, set[t].ndim, set[t].shape,
+                               set[t].ndim ? pl : rep, &err) == 0, "%s", ck_err_msg(&err));
+    }
+    REQUIRE(ck_save_begin(&s, root, "src", 3, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    ck_decl_free(d);
+    for (uint32_t t = 0; t < n; t++) {
         snprintf(tn, sizeof tn, "t%u", t);
         const ck_placement *p = set[t].ndim ? pl : rep;
-        REQUIRE(ck_save_tensor(s, tn, set[t].dt, set[t].ndim, set[t].shape, p, &err) == 0, "%s",
-                ck_err_msg(&err));
         for (uint64_t r = 0; r < world; r++) {
             uint32_t c[CK_MAX_MESH_DIMS];
             ck_mesh_coord(&mesh, r, c);
@@ -73,10 +78,10 @@ static uint32_t shared_inodes(ck_ckpt *a, ck_ckpt *b)
     for (uint32_t i = 0; i < ck_get_info(b)->n_files; i++) {
         char pb[PATH_MAX], pa[PATH_MAX];
         struct stat sb, sa;
-        ck_file_path(b, i, pb, sizeof pb);
+        snprintf(pb, sizeof pb, "%s/%s", ck_dir(b), ck_file_get(b, i)->name);
         REQUIRE(stat(pb, &sb) == 0, "stat %s", pb);
         for (uint32_t j = 0; j < ck_get_info(a)->n_files; j++) {
-            ck_file_path(a, j, pa, sizeof pa);
+            snprintf(pa, sizeof pa, "%s/%s", ck_dir(a), ck_file_get(a, j)->name);
             REQUIRE(stat(pa, &sa) == 0, "stat %s", pa);
             if (sa.st_ino == sb.st_ino && sa.st_dev == sb.st_dev) {
                 CHECK(sb.st_nlink >= 2, "%s: a link, yet st_nlink %lu", pb,

@@ -86,12 +86,12 @@ static void dispatch(ck_client *cl, const ck__msg *m)
         return;
     }
     for (ck_client_save *sv = cl->saves; sv; sv = sv->next) {
-        if (strcmp(sv->d.name, name) != 0)
+        if (strcmp(sv->b.name, name) != 0)
             continue;
-        if (m->type == CK_MSG_ADMIT && sv->d.rank == rank && !sv->admitted) {
+        if (m->type == CK_MSG_ADMIT && sv->b.rank == rank && !sv->admitted) {
             sv->admitted = true;
             sv->image_bytes = bytes;
-        } else if (m->type == CK_MSG_DURABLE && sv->d.rank == rank) {
+        } else if (m->type == CK_MSG_DURABLE && sv->b.rank == rank) {
             ck__client_set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
         } else if (m->type == CK_MSG_COMMITTED) {
             ck__client_set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
@@ -157,9 +157,9 @@ static int send_named(ck_client_save *sv, uint16_t type, bool with_rank, ck_err 
 {
     ck__wbuf w = { 0 };
     ck__proto_start(&w, type);
-    ck__put_str(&w, sv->d.name);
+    ck__put_str(&w, sv->b.name);
     if (with_rank)
-        ck__put_u64(&w, sv->d.rank);
+        ck__put_u64(&w, sv->b.rank);
     return send_msg(sv->cl, &w, -1, err);
 }
 
@@ -241,7 +241,7 @@ static int conn_join(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
     ck__wbuf w = { 0 };
     ck__proto_start(&w, CK_MSG_BEGIN);
-    ck__proto_put_decl(&w, &sv->d);
+    ck__proto_put_begin(&w, &sv->b);
     int r = send_msg(sv->cl, &w, s->fd, err);
     if (r < 0)
         return r;

@@ -69,9 +69,9 @@ static void hub_event(void *arg, const ck__saver_event *ev)
     ck__client_hub *h = arg;
     pthread_mutex_lock(&h->mu);
     for (ck_client_save *sv = h->saves; sv; sv = sv->next) {
-        if (strcmp(sv->d.name, ev->name) != 0 || !ck__job_same(&sv->d.job, ev->job))
+        if (strcmp(sv->b.name, ev->name) != 0 || !ck__job_same(&sv->b.job, ev->job))
             continue;
-        if (ev->kind == CK_SAVER_DURABLE && sv->d.rank == ev->rank)
+        if (ev->kind == CK_SAVER_DURABLE && sv->b.rank == ev->rank)
             ck__client_set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
         else if (ev->kind == CK_SAVER_COMMITTED)
             ck__client_set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
@@ -109,7 +109,7 @@ static void emb_give_up(ck_client *cl)
             continue;
         bool written = sv->state >= CK_CLIENT_DURABLE;
         snprintf(msg, sizeof msg, "checkpoint %s, rank %llu: %s within %.0f s (the storage "
-                 "under %s hangs?)%s", sv->d.name, (unsigned long long)sv->d.rank,
+                 "under %s hangs?)%s", sv->b.name, (unsigned long long)sv->b.rank,
                  written ? "not committed" : "this rank's part was not written",
                  cl->wait_limit, cl->root, written ? "; it may still commit" :
                  sv->direct ? "; its sources are never read again" :
@@ -148,25 +148,25 @@ static ck_client_save **emb_saves(ck_client *cl)
 static int emb_join(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
     (void)s;
-    int r = ck__saver_join(sv->cl->hub->sv, &sv->d, &sv->image_bytes, err);
+    int r = ck__saver_join(sv->cl->hub->sv, &sv->b, &sv->image_bytes, err);
     sv->admitted = r == 0;
     return r;
 }
 
 static int emb_stage(ck_client_save *sv, const ck__client_slot *s, ck_err *err)
 {
-    return ck__saver_stage(sv->cl->hub->sv, sv->d.name, &sv->d.job, sv->d.rank, s->map, err);
+    return ck__saver_stage(sv->cl->hub->sv, sv->b.name, &sv->b.job, sv->b.rank, s->map, err);
 }
 
 static int emb_stage_sources(ck_client_save *sv, const void *blobs, ck_err *err)
 {
-    return ck__saver_stage_sources(sv->cl->hub->sv, sv->d.name, &sv->d.job, sv->d.rank,
+    return ck__saver_stage_sources(sv->cl->hub->sv, sv->b.name, &sv->b.job, sv->b.rank,
                                    sv->direct->src, sv->direct->n, blobs, err);
 }
 
 static int emb_commit(ck_client_save *sv, ck_err *err)
 {
-    return ck__saver_commit(sv->cl->hub->sv, sv->d.name, &sv->d.job, err);
+    return ck__saver_commit(sv->cl->hub->sv, sv->b.name, &sv->b.job, err);
 }
 
 static void emb_close(ck_client *cl)

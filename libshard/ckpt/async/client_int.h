@@ -3,9 +3,9 @@
  * A save's part goes through the same steps whatever carries it: join (declare the
  * part; the engine may hold it back while its staging memory is full), copy into the
  * staging memfd laid out as the rank's data file (the only stall, client.c), stage
- * (hand it over), and for rank 0 commit. client.c owns those steps, the staging
- * slots and the save's states; a transport only carries them to an engine and brings
- * the engine's news back as state changes:
+ * (hand it over), and for rank 0 commit. client.c owns those steps and the save's
+ * states, client_slots.c the staging areas; a transport only carries the steps to an
+ * engine and brings the engine's news back as state changes:
  *
  *   client_embedded.c   the engine on threads of this process, shared by the ranks
  *                       that are threads of it; news arrive as saver events
@@ -25,7 +25,7 @@
 
 #include "async/proto.h"
 #include "ck/client.h"
-#include "ck/staging.h"
+#include "io/staging.h"
 #include "model/plan.h"
 #include "save/image.h"
 
@@ -36,7 +36,7 @@ typedef struct ck__client_slot {
     int fd;                     /* the memfd, -1 when none */
     uint8_t *map;
     uint64_t size;
-    ck_staging_pages pages;
+    ck__staging_pages pages;
     ck_client_save *user;       /* the save whose part it holds, until durable */
     bool hooked;                /* opts.staging_mapped accepted this mapping */
     /* Embedded: given up while the engine's writes from it had not finished (storage
@@ -65,8 +65,8 @@ struct ck_client {
     bool reserving;
     unsigned reserve_mask;
     uint64_t reserve_bytes;
-    /* The save whose copy runs on a thread (ck_client_save_lazy), until fenced: every
-     * call that uses the engine fences it first, so the client keeps one user thread. */
+    /* The save whose copy runs on a thread (a lazy submit), until fenced: every call
+     * that uses the engine fences it first, so the client keeps one user thread. */
     ck_client_save *lazy;
     /* Embedded: */
     ck__client_hub *hub;
@@ -91,7 +91,7 @@ struct ck_client {
     const char *waiting_for;
 };
 
-/* A synchronous part's sources as an embedded engine reads them (ck_client_save_sync):
+/* A synchronous part's sources as an embedded engine reads them (CK_SUBMIT_SYNC):
  * every read takes the lock shared and checks gone, so that once the client stops
  * waiting for a write that never returns, no late read touches memory the caller got
  * back. Freed with the save; once given up, with the engine (which may still call in). */
@@ -111,25 +111,22 @@ struct ck__client_direct {
 
 struct ck_client_save {
     ck_client *cl;
-    ck__decl d;
-    uint32_t cap_t, cap_b;
-    ck__shard_src *src;          /* per placed tensor: where its shard's bytes come from */
-    ck__shard_src **box_src;     /* per tensor: a box list's sources, one per box; or NULL */
+    ck__begin b;                /* what the engine is told: the save, the declaration, ... */
+    const ck__plan *plan;       /* the declaration's */
+    ck__shard_src *src;         /* per plan shard: where this rank's bytes come from */
+    uint32_t cap_b;
     uint8_t **blob_data;        /* per blob, copies */
     ck_client_state state;
     bool admitted;
-    uint64_t image_bytes;       /* from the engine, checked against our plan */
+    uint64_t image_bytes;       /* from the engine, checked against the plan */
     int code;
     char msg[CK_ERR_MSG_MAX];
     int slot;                   /* -1: none */
-    /* Admitted into its slot (ck_client_save_place, or save_async's first step): the
-     * layout, and what the part takes of the slot. */
-    ck__plan *plan;
-    uint64_t image, total;
-    int (*copies_wait)(void *arg, ck_err *err);  /* the caller's own copies into staging */
-    void *copies_arg;
-    pthread_t copier;           /* save_lazy: the thread that copies and stages */
+    uint64_t image, total;      /* what the part takes of its slot: the image, with blobs */
+    ck_submit how;              /* the submit's callbacks (its sources are in src) */
+    pthread_t copier;           /* a lazy submit: the thread that copies and stages */
     bool copying;               /* until the fence joined it */
+    bool grew;                  /* its slot was made for it: the other one is made after */
     /* Rank 0's commit asked for while the copier runs: the copier asks for it once the
      * part is staged (ck__client_lazy_commit), so that ck_client_commit never waits for
      * the copy. */
@@ -197,8 +194,23 @@ void ck__client_forsake(ck_client_save *sv);
  * the engine. */
 void ck__client_direct_forsake(ck_client_save *sv, ck__client_direct **keep);
 void ck__client_direct_free(ck__client_direct *d);
+
+/* ---- client_slots.c: the staging areas ---- */
+
 /* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost slot
  * is left mapped for good. */
 void ck__client_slot_release(ck_client *cl, ck__client_slot *s);
+/* Gives s a staging memfd of at least need bytes, every page faulted in. */
+int ck__slot_map(ck_client *cl, ck__client_slot *s, uint64_t need, ck_err *err);
+/* Picks a slot that no save holds for sv; -1 when none is free. */
+int ck__slot_take(ck_client_save *sv);
+/* Whether some slot is free (ck__client_wait_for), and whether every one is: no slot is
+ * held by a part that is not durable yet. */
+bool ck__slots_any_free(ck_client *cl, const void *arg);
+/* Maps, on a thread, every slot that no save holds and that is smaller than bytes;
+ * ck__slots_join waits for it. Nothing else touches those slots meanwhile. */
+void ck__slots_reserve(ck_client *cl, uint64_t bytes);
+void ck__slots_join(ck_client *cl);
+bool ck__slots_all_free(ck_client *cl, const void *arg);
 
 #endif

@@ -11,7 +11,6 @@
 
 #include "async/client_int.h"
 #include "async/proto.h"
-#include "ck/staging.h"
 
 void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg)
 {
@@ -39,7 +38,7 @@ void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
     cl->t->unlock(cl);
 }
 
-/* ---- staging slots ---- */
+/* ---- what was handed over on a link given up ---- */
 
 void ck__client_forsake(ck_client_save *sv)
 {
@@ -69,20 +68,4 @@ void ck__client_direct_free(ck__client_direct *d)
     free(d->src);
     free(d->args);
     free(d);
-}
-
-/* Unmaps s's memory (the engine may keep its own mapping); its user stays. A lost
- * slot's memory is left mapped for good: an embedded engine's write may still read it. */
-void ck__client_slot_release(ck_client *cl, ck__client_slot *s)
-{
-    if (s->lost)
-        return;
-    if (s->hooked && s->map)
-        cl->staging_unmapping(cl->staging_arg, s->map, s->size);
-    s->hooked = false;
-    ck_staging m = { .fd = s->fd, .map = s->map, .size = s->size };
-    ck_staging_unmap(&m);
-    s->fd = -1;
-    s->map = NULL;
-    s->size = 0;
 }

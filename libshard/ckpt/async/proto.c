@@ -6,70 +6,21 @@
 #include <string.h>
 
 #include "format/owner.h"
+#include "format/decl.h"
 
 _Static_assert(CK_JOB_HEX_MAX == 2 * CK_JOB_ID_LEN + 1, "a job id in hex, with its NUL");
 
-void ck__decl_tensor_free(ck__decl_tensor *t)
+uint64_t ck__begin_world(const ck__begin *b)
 {
-    free(t->boxes);
-    free(t->writers);
-    t->boxes = NULL;
-    t->writers = NULL;
-    t->nboxes = 0;
+    return ck_mesh_world(ck_decl_mesh(b->decl));
 }
 
-int ck__decl_tensor_copy(ck__decl_tensor *dst, const ck__decl_tensor *src)
+void ck__begin_free(ck__begin *b)
 {
-    *dst = *src;
-    dst->boxes = NULL;
-    dst->writers = NULL;
-    if (!src->nboxes)
-        return 0;
-    dst->boxes = malloc(src->nboxes * sizeof *dst->boxes);
-    dst->writers = malloc(src->nboxes * sizeof *dst->writers);
-    if (!dst->boxes || !dst->writers) {
-        ck__decl_tensor_free(dst);
-        return -ENOMEM;
-    }
-    memcpy(dst->boxes, src->boxes, src->nboxes * sizeof *dst->boxes);
-    memcpy(dst->writers, src->writers, src->nboxes * sizeof *dst->writers);
-    return 0;
-}
-
-const char *ck__decl_tensor_diff(const ck__decl_tensor *a, const ck__decl_tensor *b,
-                                 int mesh_ndim)
-{
-    if (strcmp(a->name, b->name))
-        return "name";
-    if (a->dtype != b->dtype)
-        return "dtype";
-    if (a->ndim != b->ndim)
-        return "rank";
-    for (int k = 0; k < a->ndim && k < CK_MAX_NDIM; k++)
-        if (a->shape[k] != b->shape[k])
-            return "shape";
-    for (int k = 0; k < mesh_ndim; k++)
-        if (a->pl[k].kind != b->pl[k].kind || a->pl[k].dim != b->pl[k].dim)
-            return "placements";
-    if (a->nboxes != b->nboxes)
-        return "boxes";
-    for (uint32_t i = 0; i < a->nboxes; i++) {
-        if (a->writers[i] != b->writers[i])
-            return "box writers";
-        if (!ck_box_equal(&a->boxes[i], &b->boxes[i]))
-            return "boxes";
-    }
-    return NULL;
-}
-
-void ck__decl_free(ck__decl *d)
-{
-    for (uint32_t i = 0; d->tensors && i < d->ntensors; i++)
-        ck__decl_tensor_free(&d->tensors[i]);
-    free(d->tensors);
-    free(d->blobs);
-    d->tensors = NULL;
-    d->blobs = NULL;
+    ck_decl_free(b->decl);
+    free(b->blobs);
+    b->decl = NULL;
+    b->blobs = NULL;
 }
 
 bool ck__job_set(const ck_job_id *job)
@@ -91,13 +42,13 @@ void ck__job_hex(const ck_job_id *job, char *out)
         snprintf(out + 2 * i, 3, "%02x", job->bytes[i]);
 }
 
-bool ck__decl_blob_bytes(const ck__decl *d, uint64_t *out)
+bool ck__begin_blob_bytes(const ck__begin *b, uint64_t *out)
 {
     uint64_t sum = 0;
-    for (uint32_t i = 0; i < d->nblobs; i++) {
-        if (d->blobs[i].len > UINT64_MAX - sum)
+    for (uint32_t i = 0; i < b->nblobs; i++) {
+        if (b->blobs[i].len > UINT64_MAX - sum)
             return false;
-        sum += d->blobs[i].len;
+        sum += b->blobs[i].len;
     }
     *out = sum;
     return true;
@@ -169,130 +120,168 @@ static void get_mesh(ck__rbuf *r, ck_mesh *m)
     }
 }
 
-void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d)
+/* The declaration: the mesh, then each tensor (name, dtype, dims, shape, a placement
+ * per mesh dim; a box list's boxes and writers). */
+static void put_decl(ck__wbuf *w, const ck_decl *d)
 {
-    ck__put_str(w, d->name);
-    ck__put_u64(w, d->step);
-    put_mesh(w, &d->mesh);
-    ck__put_u64(w, d->rank);
-    ck__put_u64(w, d->world);
-    ck__put_u8(w, d->no_hash);
-    ck__put_u64(w, d->staging_size);
-    ck__put_u32(w, d->ntensors);
-    for (uint32_t i = 0; i < d->ntensors; i++) {
-        const ck__decl_tensor *t = &d->tensors[i];
+    const ck_mesh *mesh = ck_decl_mesh(d);
+    const ck_tensor *ts = ck__decl_tensors(d);
+    put_mesh(w, mesh);
+    ck__put_u32(w, ck__decl_ntensors(d));
+    for (uint32_t i = 0; i < ck__decl_ntensors(d); i++) {
+        const ck_tensor *t = &ts[i];
         ck__put_str(w, t->name);
-        ck__put_u8(w, t->dtype);
-        ck__put_u8(w, t->ndim);
+        ck__put_u8(w, (uint8_t)t->dtype);
+        ck__put_u8(w, (uint8_t)t->ndim);
         for (int k = 0; k < t->ndim; k++)
             ck__put_u64(w, t->shape[k]);
-        for (int k = 0; k < d->mesh.ndim; k++) {
-            ck__put_u8(w, t->pl[k].kind);
-            ck__put_u8(w, t->pl[k].dim);
+        for (int k = 0; k < mesh->ndim; k++) {
+            ck__put_u8(w, (uint8_t)t->pl[k].kind);
+            ck__put_u8(w, (uint8_t)t->pl[k].dim);
         }
-        if (t->pl[0].kind != CK_BOXES)
+        if (!ck_tensor_is_boxes(t))
             continue;
-        ck__put_u32(w, t->nboxes);
-        for (uint32_t b = 0; b < t->nboxes; b++) {
+        uint32_t n;
+        const ck_box *boxes;
+        const uint64_t *writers;
+        ck__decl_boxes(d, i, &n, &boxes, &writers);
+        ck__put_u32(w, n);
+        for (uint32_t b = 0; b < n; b++) {
             for (int k = 0; k < t->ndim; k++) {
-                ck__put_u64(w, t->boxes[b].off[k]);
-                ck__put_u64(w, t->boxes[b].len[k]);
+                ck__put_u64(w, boxes[b].off[k]);
+                ck__put_u64(w, boxes[b].len[k]);
             }
-            ck__put_u64(w, t->writers[b]);
+            ck__put_u64(w, writers[b]);
         }
     }
-    ck__put_u32(w, d->nblobs);
-    for (uint32_t i = 0; i < d->nblobs; i++) {
-        ck__put_str(w, d->blobs[i].name);
-        ck__put_u64(w, d->blobs[i].len);
+}
+
+void ck__proto_put_begin(ck__wbuf *w, const ck__begin *b)
+{
+    ck__put_str(w, b->name);
+    ck__put_u64(w, b->step);
+    ck__put_u64(w, b->rank);
+    ck__put_u8(w, b->no_hash);
+    ck__put_u64(w, b->staging_size);
+    put_decl(w, b->decl);
+    ck__put_u32(w, b->nblobs);
+    for (uint32_t i = 0; i < b->nblobs; i++) {
+        ck__put_str(w, b->blobs[i].name);
+        ck__put_u64(w, b->blobs[i].len);
     }
-    ck__put_u32(w, d->nodes);
-    ck__put_bytes(w, d->job.bytes, CK_JOB_ID_LEN);
+    ck__put_u32(w, b->nodes);
+    ck__put_bytes(w, b->job.bytes, CK_JOB_ID_LEN);
 }
 
 /* A box list: its count is checked against the limits and against the bytes left
  * (a box takes 8 * (2 * ndim + 1) of them) before anything is allocated. *total
  * counts the boxes of the whole message. */
-static int get_boxes(ck__rbuf *r, ck__decl_tensor *t, uint64_t *total)
+static int get_boxes(ck__rbuf *r, const ck_tensor *t, ck_decl *d, uint64_t *total,
+                     ck_err *err)
 {
     uint32_t n = ck__get_u32(r);
-    size_t each = 8u * (2u * t->ndim + 1u);
+    size_t each = 8u * (2u * (size_t)t->ndim + 1u);
     if (r->bad || n > CK_MAX_BOXES || *total + n > CK_PROTO_MAX_BOXES ||
         n > (r->len - r->pos) / each)
         return -EBADMSG;
     *total += n;
-    t->nboxes = n;
-    t->boxes = calloc(n ? n : 1, sizeof *t->boxes);
-    t->writers = calloc(n ? n : 1, sizeof *t->writers);
-    if (!t->boxes || !t->writers)
-        return -EBADMSG;
-    for (uint32_t b = 0; b < n; b++) {
-        t->boxes[b].ndim = t->ndim;
+    ck_box *boxes = calloc(n ? n : 1, sizeof *boxes);
+    uint64_t *writers = calloc(n ? n : 1, sizeof *writers);
+    int rc = boxes && writers ? 0 : ck_err_set(err, -ENOMEM, "out of memory decoding %u "
+                                                "boxes", n);
+    for (uint32_t b = 0; rc == 0 && b < n; b++) {
+        boxes[b].ndim = t->ndim;
         for (int k = 0; k < t->ndim; k++) {
-            t->boxes[b].off[k] = ck__get_u64(r);
-            t->boxes[b].len[k] = ck__get_u64(r);
+            boxes[b].off[k] = ck__get_u64(r);
+            boxes[b].len[k] = ck__get_u64(r);
         }
-        t->writers[b] = ck__get_u64(r);
+        writers[b] = ck__get_u64(r);
     }
-    return r->bad ? -EBADMSG : 0;
+    if (rc == 0 && r->bad)
+        rc = -EBADMSG;
+    if (rc == 0)
+        rc = ck_decl_tensor_boxes(d, t->name, t->dtype, t->ndim, t->shape, n, boxes, writers,
+                                  err);
+    free(boxes);
+    free(writers);
+    return rc;
 }
 
-int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err)
+static int get_decl(ck__rbuf *r, size_t len, ck_decl **out, ck_err *err)
 {
-    ck__rbuf r = ck__rbuf_make(p, len);
-    memset(d, 0, sizeof *d);
-    uint64_t boxes = 0;
-    ck__get_str(&r, d->name, sizeof d->name);
-    d->step = ck__get_u64(&r);
-    get_mesh(&r, &d->mesh);
-    d->rank = ck__get_u64(&r);
-    d->world = ck__get_u64(&r);
-    d->no_hash = ck__get_u8(&r) != 0;
-    d->staging_size = ck__get_u64(&r);
-    d->ntensors = ck__get_u32(&r);
+    ck_mesh mesh;
+    get_mesh(r, &mesh);
+    uint32_t n = ck__get_u32(r);
     /* A tensor takes at least 6 bytes on the wire: the count cannot promise more
      * records than the message holds, so a hostile count allocates nothing big. */
-    if (r.bad || d->ntensors > CK_PROTO_MAX_TENSORS || d->ntensors > (len - r.pos) / 6)
-        goto bad;
-    d->tensors = calloc(d->ntensors ? d->ntensors : 1, sizeof *d->tensors);
-    if (!d->tensors)
-        return ck_err_set(err, -ENOMEM, "out of memory decoding %u tensors", d->ntensors);
-    for (uint32_t i = 0; i < d->ntensors && !r.bad; i++) {
-        ck__decl_tensor *t = &d->tensors[i];
-        ck__get_str(&r, t->name, sizeof t->name);
-        t->dtype = ck__get_u8(&r);
-        t->ndim = ck__get_u8(&r);
-        if (t->ndim > CK_MAX_NDIM)
-            goto bad;
-        for (int k = 0; k < t->ndim; k++)
-            t->shape[k] = ck__get_u64(&r);
-        for (int k = 0; k < d->mesh.ndim; k++) {
-            t->pl[k].kind = ck__get_u8(&r);
-            t->pl[k].dim = ck__get_u8(&r);
+    if (r->bad || n > CK_PROTO_MAX_TENSORS || n > (len - r->pos) / 6)
+        return -EBADMSG;
+    int rc = ck_decl_new(out, &mesh, err);
+    uint64_t boxes = 0;
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        ck_tensor t = { 0 };
+        ck__get_str(r, t.name, sizeof t.name);
+        t.dtype = (ck_dtype)ck__get_u8(r);
+        t.ndim = ck__get_u8(r);
+        if (r->bad || t.ndim > CK_MAX_NDIM)
+            return -EBADMSG;
+        for (int k = 0; k < t.ndim; k++)
+            t.shape[k] = ck__get_u64(r);
+        for (int k = 0; k < mesh.ndim; k++) {
+            t.pl[k].kind = ck__get_u8(r);
+            t.pl[k].dim = ck__get_u8(r);
         }
-        if (!r.bad && t->pl[0].kind == CK_BOXES && get_boxes(&r, t, &boxes) < 0)
-            goto bad;
+        if (r->bad)
+            return -EBADMSG;
+        /* A box list says so on every mesh dim, and nothing else. */
+        for (int k = 1; t.pl[0].kind == CK_BOXES && k < mesh.ndim; k++)
+            if (t.pl[k].kind != CK_BOXES || t.pl[k].dim)
+                return ck_err_set(err, -EINVAL, "tensor %s: bad placement on mesh dim %d",
+                                  t.name, k);
+        rc = t.pl[0].kind == CK_BOXES
+           ? get_boxes(r, &t, *out, &boxes, err)
+           : ck_decl_tensor(*out, t.name, t.dtype, t.ndim, t.shape, t.pl, err);
     }
-    d->nblobs = ck__get_u32(&r);
-    if (r.bad || d->nblobs > CK_PROTO_MAX_BLOBS)
+    return rc;
+}
+
+int ck__proto_get_begin(const void *p, size_t len, ck__begin *b, ck_err *err)
+{
+    ck__rbuf r = ck__rbuf_make(p, len);
+    memset(b, 0, sizeof *b);
+    ck__get_str(&r, b->name, sizeof b->name);
+    b->step = ck__get_u64(&r);
+    b->rank = ck__get_u64(&r);
+    b->no_hash = ck__get_u8(&r) != 0;
+    b->staging_size = ck__get_u64(&r);
+    int rc = r.bad ? -EBADMSG : get_decl(&r, len, &b->decl, err);
+    if (rc == -EBADMSG)
         goto bad;
-    d->blobs = calloc(d->nblobs ? d->nblobs : 1, sizeof *d->blobs);
-    if (!d->blobs) {
-        ck__decl_free(d);
-        return ck_err_set(err, -ENOMEM, "out of memory decoding %u blobs", d->nblobs);
+    if (rc < 0) {
+        ck__begin_free(b);
+        return ck_err_set(err, rc, "checkpoint %s, rank %llu", b->name,
+                          (unsigned long long)b->rank);
     }
-    for (uint32_t i = 0; i < d->nblobs; i++) {
-        ck__get_str(&r, d->blobs[i].name, sizeof d->blobs[i].name);
-        d->blobs[i].len = ck__get_u64(&r);
+    b->nblobs = ck__get_u32(&r);
+    if (r.bad || b->nblobs > CK_PROTO_MAX_BLOBS)
+        goto bad;
+    b->blobs = calloc(b->nblobs ? b->nblobs : 1, sizeof *b->blobs);
+    if (!b->blobs) {
+        ck__begin_free(b);
+        return ck_err_set(err, -ENOMEM, "out of memory decoding %u blobs", b->nblobs);
     }
-    d->nodes = ck__get_u32(&r);
+    for (uint32_t i = 0; i < b->nblobs; i++) {
+        ck__get_str(&r, b->blobs[i].name, sizeof b->blobs[i].name);
+        b->blobs[i].len = ck__get_u64(&r);
+    }
+    b->nodes = ck__get_u32(&r);
     const void *job = ck__get_bytes(&r, CK_JOB_ID_LEN);
     if (job)
-        memcpy(d->job.bytes, job, CK_JOB_ID_LEN);
+        memcpy(b->job.bytes, job, CK_JOB_ID_LEN);
     if (ck__rbuf_done(&r))
         return 0;
 bad:
-    ck__decl_free(d);
+    ck__begin_free(b);
     return ck_err_set(err, -EBADMSG, "malformed BEGIN message (truncated, trailing bytes, "
                       "or more than %u tensors / %u blobs / %u boxes)", CK_PROTO_MAX_TENSORS,
                       CK_PROTO_MAX_BLOBS, CK_PROTO_MAX_BOXES);

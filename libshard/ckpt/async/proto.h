@@ -17,10 +17,11 @@
 
 #include "ck/ckpt.h"
 #include "ck/client.h"
+#include "ck/decl.h"
 #include "format/enc.h"
 
 #define CK_PROTO_MAGIC   0x31444b43u      /* "CKD1" */
-#define CK_PROTO_VERSION 5
+#define CK_PROTO_VERSION 6
 #define CK_PROTO_HDR     16
 #define CK_PROTO_MAX_MSG (16u << 20)      /* payload bytes */
 #define CK_PROTO_MAX_TENSORS (1u << 18)
@@ -32,7 +33,7 @@
 enum ck__msg_type {
     /* client -> daemon */
     CK_MSG_HELLO = 1,     /* str root ("" : any) */
-    CK_MSG_BEGIN = 2,     /* ck__decl; the staging memfd rides along (SCM_RIGHTS) */
+    CK_MSG_BEGIN = 2,     /* ck__begin; the staging memfd rides along (SCM_RIGHTS) */
     CK_MSG_STAGED = 3,    /* str name, u64 rank: the staging area holds the part */
     CK_MSG_COMMIT = 4,    /* str name: rank 0 asks for the commit */
     CK_MSG_STATUS = 5,    /* empty */
@@ -51,34 +52,23 @@ enum ck__msg_type {
     CK_MSG_TIERS_OK = 72, /* where each copy is (ckptd/kd_peer_wire.c, kd_pw_tiers) */
 };
 
-typedef struct ck__decl_tensor {
-    char name[CK_NAME_MAX];
-    uint8_t dtype;
-    uint8_t ndim;
-    uint64_t shape[CK_MAX_NDIM];
-    ck_placement pl[CK_MAX_MESH_DIMS];  /* CK_BOXES on every dim: a box list */
-    uint32_t nboxes;                    /* a box list's boxes and their writers (owned) */
-    ck_box *boxes;
-    uint64_t *writers;
-} ck__decl_tensor;
-
-typedef struct ck__decl_blob {
+typedef struct ck__begin_blob {
     char name[CK_NAME_MAX];
     uint64_t len;
-} ck__decl_blob;
+} ck__begin_blob;
 
-/* One rank's part of a save: what it declares (identical on every rank) and what it
- * brings (its blobs, its staging area). Blob bytes follow the rank's file image in
- * the staging area, packed in declaration order. */
-typedef struct ck__decl {
+/* One rank's part of a save, as its BEGIN says it: which save (the name and the job),
+ * the declaration every rank of it shares (held by reference: the saver neither
+ * copies nor replays it), which rank, and what it brings: its blobs, whose bytes
+ * follow the rank's file image in its staging area, packed in order, and the area. */
+typedef struct ck__begin {
     char name[CK_NAME_MAX];
     uint64_t step;
-    ck_mesh mesh;
-    uint64_t rank, world;
+    ck_decl *decl;
+    uint64_t rank;
     bool no_hash;
-    uint32_t ntensors, nblobs;
-    ck__decl_tensor *tensors;
-    ck__decl_blob *blobs;
+    uint32_t nblobs;
+    ck__begin_blob *blobs;
     uint64_t staging_size;   /* bytes of the staging memfd */
     /* The daemons that serve the save's ranks, one per node (docs/FORMAT.md, "Saves
      * served by several daemons"); 0 and 1 both mean one daemon serves every rank. */
@@ -86,7 +76,10 @@ typedef struct ck__decl {
     /* The job whose save this is (ck/client.h): with the name, what ranks must share to
      * be parts of one save. */
     ck_job_id job;
-} ck__decl;
+} ck__begin;
+
+/* The world of the save b is a part of: its declaration's mesh. */
+uint64_t ck__begin_world(const ck__begin *b);
 
 /* Whether job is a job id at all (not all zero). */
 bool ck__job_set(const ck_job_id *job);
@@ -96,15 +89,10 @@ bool ck__job_same(const ck_job_id *a, const ck_job_id *b);
  * plan and a save's lock name it. */
 void ck__job_hex(const ck_job_id *job, char *out);
 
-void ck__decl_free(ck__decl *d);
-/* A deep copy of a tensor's declaration (its box list too), and its release. */
-int ck__decl_tensor_copy(ck__decl_tensor *dst, const ck__decl_tensor *src);
-void ck__decl_tensor_free(ck__decl_tensor *t);
-/* NULL when a and b declare the same tensor, else what differs ("dtype", "boxes"...). */
-const char *ck__decl_tensor_diff(const ck__decl_tensor *a, const ck__decl_tensor *b,
-                                 int mesh_ndim);
+/* Frees what b holds (its reference to the declaration, its blobs). */
+void ck__begin_free(ck__begin *b);
 /* Bytes of the blobs, and whether their sum overflows. */
-bool ck__decl_blob_bytes(const ck__decl *d, uint64_t *out);
+bool ck__begin_blob_bytes(const ck__begin *b, uint64_t *out);
 
 /* Starts a message in w (reserving the header); ck__proto_end fills the header in:
  * 0, -ENOMEM, or -EMSGSIZE for a payload over CK_PROTO_MAX_MSG. */
@@ -116,10 +104,12 @@ int ck__proto_end(ck__wbuf *w);
 int ck__proto_header(const uint8_t hdr[CK_PROTO_HDR], uint16_t *type, uint32_t *len,
                     ck_err *err);
 
-void ck__proto_put_decl(ck__wbuf *w, const ck__decl *d);
-/* Decodes a BEGIN payload; -EBADMSG (truncated, trailing bytes, counts over the
- * limits). d is freed on error. */
-int ck__proto_get_decl(const void *p, size_t len, ck__decl *d, ck_err *err);
+void ck__proto_put_begin(ck__wbuf *w, const ck__begin *b);
+/* Decodes a BEGIN payload: -EBADMSG (truncated, trailing bytes, counts over the
+ * limits), or the declaration's own refusal (a tensor it cannot declare, named). The
+ * declaration is not sealed: what sealing checks (layouts, tilings) is the planner's.
+ * b is freed on error. */
+int ck__proto_get_begin(const void *p, size_t len, ck__begin *b, ck_err *err);
 
 /* A status row: one save in flight. */
 typedef struct ck__proto_ckpt {

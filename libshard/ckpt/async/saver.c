@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "io/rootfs.h"
+#include "format/decl.h"
 #include "save/part.h"
 
 static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
@@ -23,25 +24,12 @@ static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
     ck_err err = { 0 };
     if (c->state == C_COLLECTING) {
         pthread_mutex_unlock(&sv->mu);
-        r = ck_save_write_rank(c->s, rank, &err);
-        /* A member's write fails when the coordinator gave the save up and removed its
-         * directory: then its reason is the one to tell. */
-        int why = r < 0 && c->role == R_MEMBER ? ck__sv_heard_failure(sv, c, &err) : 0;
+        r = ck__save_write_rank(c->s, rank, &err);
         pthread_mutex_lock(&sv->mu);
-        if (why) {
-            r = why;
-            c->heard = true;
-        }
+        r = c->role->written(sv, c, rank, r, &err);
     }
     c->writes--;
-    /* A member proves the rank durable to the coordinator with its part record, which
-     * the meeting thread writes with the others ready by then. */
     part *p = &c->parts[rank];
-    if (r == 0 && c->state == C_COLLECTING && c->role == R_MEMBER) {
-        ck_err ok = { 0 };
-        r = ck_save_part(c->s, rank, &ok, &p->rec, &p->rec_len, &err);
-        pthread_cond_signal(&sv->meet_cv);
-    }
     if (r < 0 && c->state == C_COLLECTING) {
         char msg[CK_ERR_MSG_MAX + 64];
         if (c->heard)
@@ -58,7 +46,7 @@ static void run_write(ck__saver *sv, sv_ckpt *c, uint64_t rank)
     c->durable++;
     c->bytes_written += c->parts[rank].image_bytes;
     ck__sv_emit(sv, CK_SAVER_DURABLE, c, rank);
-    ck__sv_maybe_commit(sv, c);
+    c->role->commit(sv, c);
 }
 
 static void run_commit(ck__saver *sv, sv_ckpt *c)
@@ -89,12 +77,9 @@ static void run_abort(ck__saver *sv, sv_ckpt *c)
 {
     ck_save *s = c->s;
     c->s = NULL;
-    bool coord = c->role == R_COORD;
+    const sv_role *role = c->role;
     pthread_mutex_unlock(&sv->mu);
-    if (coord)
-        ck__save_discard(s);
-    else
-        ck_save_abort(s);
+    role->abort(s);
     pthread_mutex_lock(&sv->mu);
     c->writes--;
     ck__sv_finish_failed(sv, c);
@@ -186,18 +171,11 @@ unsigned ck__saver_active(ck__saver *sv)
     return n;
 }
 
-/* From here on the save completes without any client: for a member, once every rank
- * it serves is staged (the commit is rank 0's, at the coordinator); for the
- * coordinator, once its own are and rank 0 asked (the others' parts come as records). */
+/* From here on the save completes without any client (the role says when it
+ * collects). */
 static bool committable(const sv_ckpt *c)
 {
-    if (c->state == C_COMMITTING)
-        return true;
-    if (c->state != C_COLLECTING)
-        return false;
-    if (c->role == R_ALONE)
-        return c->commit_requested && c->staged == c->world;
-    return c->staged == c->joined && (c->commit_requested || c->role != R_COORD);
+    return c->state == C_COMMITTING || (c->state == C_COLLECTING && c->role->committable(c));
 }
 
 bool ck__saver_free(ck__saver *sv)
@@ -276,100 +254,74 @@ bool ck__saver_free(ck__saver *sv)
     return true;
 }
 
-/* What a later part must agree on with the first. */
-static int same_save(const sv_ckpt *c, const ck__decl *d, ck_err *err)
+/* What a later part must agree on with the first: the ranks that are threads of one
+ * process share one declaration, the others' are compared. */
+static int same_save(const sv_ckpt *c, const ck__begin *b, ck_err *err)
 {
-    const char *what = d->step != c->step ? "step"
-                     : (d->nodes > 1 ? d->nodes : 1) != c->nodes ? "daemon count (nodes)"
-                     : !ck_mesh_equal(&d->mesh, &c->mesh) ? "mesh"
-                     : d->no_hash != c->no_hash ? "hashing"
-                     : d->ntensors != c->ntensors ? "tensor count" : NULL;
+    uint32_t t = 0;
+    const char *what = b->step != c->step ? "step"
+                     : (b->nodes > 1 ? b->nodes : 1) != c->nodes ? "daemon count (nodes)"
+                     : b->no_hash != c->no_hash ? "hashing" : NULL;
     if (what)
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares other %s than the "
-                          "ranks before it", c->name, (unsigned long long)d->rank, what);
-    for (uint32_t i = 0; i < c->ntensors; i++) {
-        const char *diff = ck__decl_tensor_diff(&d->tensors[i], &c->tensors[i], c->mesh.ndim);
-        if (diff)
-            return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares tensor %s with "
-                              "other %s than the ranks before it", c->name,
-                              (unsigned long long)d->rank, d->tensors[i].name, diff);
-    }
+                          "ranks before it", c->name, (unsigned long long)b->rank, what);
+    if ((what = ck__decl_diff(b->decl, c->decl, &t)) && ck__decl_ntensors(b->decl) > t &&
+        strcmp(what, "mesh") && strcmp(what, "tensor count"))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares tensor %s with "
+                          "other %s than the ranks before it", c->name,
+                          (unsigned long long)b->rank, ck__decl_tensors(b->decl)[t].name, what);
+    if (what)
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares other %s than the "
+                          "ranks before it", c->name, (unsigned long long)b->rank, what);
     return 0;
 }
 
-/* Called and returns with the lock held, which it lets go while planning. */
-static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *err)
+/* Called and returns with the lock held, which it lets go while planning: the first
+ * part's declaration is sealed here (ckptd's planner thread, for a declaration it
+ * decoded) unless it was already (a client's, planned once for all its saves). */
+static int begin_save(ck__saver *sv, const ck__begin *b, sv_ckpt **out, ck_err *err)
 {
     sv_ckpt *c = calloc(1, sizeof *c);
     if (!c)
-        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
-    snprintf(c->name, sizeof c->name, "%s", d->name);
-    c->job = d->job;
-    ck__job_hex(&d->job, c->job_hex);
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", b->name);
+    snprintf(c->name, sizeof c->name, "%s", b->name);
+    c->job = b->job;
+    ck__job_hex(&b->job, c->job_hex);
     c->state = C_PLANNING;
-    c->step = d->step;
-    c->world = d->world;
-    c->mesh = d->mesh;
-    c->no_hash = d->no_hash;
-    c->ntensors = d->ntensors;
+    c->step = b->step;
+    c->world = ck__begin_world(b);
+    c->decl = ck_decl_ref(b->decl);
+    c->no_hash = b->no_hash;
     c->t0 = ck__sv_now();
-    c->nodes = d->nodes > 1 ? d->nodes : 1;
-    c->role = c->nodes == 1 ? R_ALONE : d->rank == 0 ? R_COORD : R_UNKNOWN;
+    c->nodes = b->nodes > 1 ? b->nodes : 1;
+    /* The engine that has rank 0 (or every rank) coordinates; the others look for it. */
+    c->role = c->nodes == 1 || b->rank == 0 ? &ck__sv_coordinator : &ck__sv_finder;
     c->deadline = c->t0 + sv->o.part_timeout;
     c->next = sv->list;
     sv->list = c;
     pthread_mutex_unlock(&sv->mu);
-    c->tensors = calloc(d->ntensors ? d->ntensors : 1, sizeof *c->tensors);
-    c->parts = calloc(d->world, sizeof *c->parts);
+    c->parts = calloc(c->world, sizeof *c->parts);
     int r = 0;
-    if (!c->tensors || !c->parts)
+    if (!c->parts)
         r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory for %llu ranks",
-                       d->name, (unsigned long long)d->world);
-    /* A member learns of rank 0's refusal only through the meeting, later: a name that
-     * is taken already is refused here and now, as rank 0's engine refuses it (under
-     * the root, never through a link; and without a look at the name's lock, which
-     * would take it for an instant, just when rank 0's engine may be taking it). */
-    struct stat st;
-    int rootfd = r == 0 && c->role == R_UNKNOWN ? ck__root_open(sv->root, NULL) : -1;
-    if (rootfd >= 0 && ck__statat(rootfd, d->name, &st) == 0)
-        r = ck_err_set(err, -EEXIST, "checkpoint %s: %s: a checkpoint named %s already exists",
-                       d->name, sv->root, d->name);
-    if (rootfd >= 0)
-        close(rootfd);
-    for (uint32_t i = 0; r == 0 && i < d->ntensors; i++)
-        if (ck__decl_tensor_copy(&c->tensors[i], &d->tensors[i]) < 0)
-            r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", d->name);
+                       b->name, (unsigned long long)c->world);
     /* The only fills a saver's save meets are the guarded copies of an embedded
      * client's synchronous part (ck__saver_stage_sources), made for several threads. */
     ck_save_opts so = { .engine = sv->o.engine, .hash_threads = sv->o.hash_threads,
                         .io_size = sv->o.io_size, .mem_limit = sv->o.mem_limit,
-                        .no_hash = d->no_hash, .fill_threadsafe = true, .log = sv->o.log,
+                        .no_hash = b->no_hash, .fill_threadsafe = true, .log = sv->o.log,
                         .cb_arg = sv->o.arg };
     if (r == 0)
-        r = ck_save_begin(&c->s, sv->root, d->name, d->step, &d->mesh, &so, err);
+        r = ck_save_begin(&c->s, sv->root, b->name, b->step, b->decl, &so, err);
     if (r == 0)
         ck__save_job(c->s, c->job_hex);
-    for (uint32_t i = 0; r == 0 && i < d->ntensors; i++) {
-        const ck__decl_tensor *t = &d->tensors[i];
-        r = t->pl[0].kind == CK_BOXES
-          ? ck_save_tensor_boxes(c->s, t->name, t->dtype, t->ndim, t->shape, t->nboxes,
-                                 t->boxes, t->writers, err)
-          : ck_save_tensor(c->s, t->name, t->dtype, t->ndim, t->shape, t->pl, err);
-    }
-    /* A member's directory is the coordinator's, made once it has rank 0's plan. */
-    if (r == 0 && c->role == R_ALONE)
-        r = ck_save_prepare(c->s, err);
-    if (r < 0) {
-        ck_save_abort(c->s);
+    if (r == 0)
+        r = c->role->open(sv, c, err);
+    if (r < 0 && c->s) {
+        c->role->abort(c->s);
         c->s = NULL;
     }
     pthread_mutex_lock(&sv->mu);
-    if (r == 0 && c->role == R_COORD)
-        r = ck__sv_coordinate(sv, c, err);
-    if (r < 0 && c->s) {
-        ck__save_discard(c->s);
-        c->s = NULL;
-    }
     pthread_cond_broadcast(&sv->idle);      /* joins of this name wait for the plan */
     if (r < 0) {
         ck__sv_unlink(sv, c);
@@ -381,15 +333,14 @@ static int begin_save(ck__saver *sv, const ck__decl *d, sv_ckpt **out, ck_err *e
     return 0;
 }
 
-int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_err *err)
+int ck__saver_join(ck__saver *sv, const ck__begin *d, uint64_t *image_bytes, ck_err *err)
 {
-    if (d->world != ck_mesh_world(&d->mesh) || d->rank >= d->world)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu of world %llu on a mesh of "
-                          "%llu ranks", d->name, (unsigned long long)d->rank,
-                          (unsigned long long)d->world,
-                          (unsigned long long)ck_mesh_world(&d->mesh));
+    if (d->rank >= ck__begin_world(d))
+        return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu outside a mesh of %llu ranks",
+                          d->name, (unsigned long long)d->rank,
+                          (unsigned long long)ck__begin_world(d));
     uint64_t blob_bytes;
-    if (!ck__decl_blob_bytes(d, &blob_bytes))
+    if (!ck__begin_blob_bytes(d, &blob_bytes))
         return ck_err_set(err, -EINVAL, "checkpoint %s: blob sizes overflow", d->name);
     if (d->nodes > 1 && !sv->o.node_id)
         return ck_err_set(err, -EINVAL, "checkpoint %s: declared for %u daemons, but this "
@@ -425,19 +376,12 @@ int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_e
     bool fresh = r == 0 && !c;
     if (fresh && (r = begin_save(sv, d, &c, err)) < 0)
         fresh = false;
-    if (r == 0 && !fresh && d->rank == 0 && c->role == R_MEMBER)
-        r = ck_err_set(err, -EINVAL, "checkpoint %s: rank 0 came to daemon %s, but daemon %s "
-                       "coordinates the save", c->name, sv->o.node_id, c->peers[0].id);
-    if (r == 0 && !fresh && d->rank == 0 && c->role == R_UNKNOWN && (r = ck__sv_coordinate(sv, c, err)) < 0) {
-        /* Its own parts are failed with it; the members hear of it from no meeting. */
-        char msg[CK_ERR_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", ck_err_msg(err));
-        ck__sv_fail(sv, c, r, msg);
-    }
+    if (r == 0 && !fresh && d->rank == 0)
+        r = c->role->rank0(sv, c, err);
     if (r < 0)
         goto out;
     part *p = &c->parts[d->rank];
-    uint64_t bytes = ck_save_rank_bytes(c->s, d->rank);
+    uint64_t bytes = ck__save_rank_bytes(c->s, d->rank);
     if (bytes > d->staging_size || blob_bytes > d->staging_size - bytes) {
         r = ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu: its staging area holds %llu "
                        "bytes, its part needs %llu (file image) + %llu (blobs)", c->name,
@@ -461,13 +405,9 @@ out:
         /* Begun for this rank alone, which was refused: nobody else knows the save,
          * and left in the list it would count as in flight forever. */
         ck__sv_unlink(sv, c);
-        if (c->role == R_COORD) {
-            ck__save_discard(c->s);
-            if (c->meet[0])
-                ck__meet_remove(sv->root, c->meet);
-        } else {
-            ck_save_abort(c->s);
-        }
+        c->role->abort(c->s);
+        if (c->meet[0])
+            ck__meet_remove(sv->root, c->meet);
         ck__sv_free_parts(c, true);
     }
     pthread_mutex_unlock(&sv->mu);
@@ -495,23 +435,12 @@ static int stage_part(ck__saver *sv, const char *name, const ck_job_id *job, uin
     uint64_t blob_len = 0;
     for (uint32_t i = 0; i < p->nblobs; i++)
         blob_len += p->blobs[i].len;
-    if (c->role == R_ALONE || c->role == R_COORD) {
-        for (uint32_t i = 0; i < p->nblobs && r == 0; i++) {
-            r = ck_save_blob(c->s, p->blobs[i].name, blob, p->blobs[i].len, err);
-            blob += p->blobs[i].len;
-        }
-    } else if (blob_len) {
-        /* The staging goes back at DURABLE; the blobs travel later, in the record. */
-        if (!(p->blob_bytes = malloc(blob_len)))
-            r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", name);
-        else
-            memcpy(p->blob_bytes, blob, blob_len);
-    }
+    r = c->role->blobs(c, p, blob, blob_len, err);
     p->staging = staging;
     p->src = src;
     p->nsrc = nsrc;
     /* No directory yet (the meeting is not found): ck__sv_resolve() writes it. */
-    bool deferred = c->role == R_UNKNOWN;
+    bool deferred = c->role->waits;
     p->deferred = deferred;
     if (r == 0 && !deferred)
         r = ck__sv_bind_part(sv, c, rank, err);
@@ -554,7 +483,7 @@ int ck__saver_commit(ck__saver *sv, const char *name, const ck_job_id *job, ck_e
         r = ck_err_set(err, c->fail_code, "checkpoint %s failed: %s", name, c->fail_msg);
     else {
         c->commit_requested = true;
-        ck__sv_maybe_commit(sv, c);
+        c->role->commit(sv, c);
     }
     pthread_mutex_unlock(&sv->mu);
     return r;

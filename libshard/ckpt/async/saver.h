@@ -2,9 +2,10 @@
  * (private to the core and ckptd).
  *
  * It collects the parts of checkpoints rank by rank and drives ck_save's rank-by-rank
- * path: the first part of a name begins the save (ck_save_begin, tensors, prepare);
+ * path: the first part of a name begins the save (ck_save_begin with the part's
+ * declaration, which the later parts must equal, and prepare);
  * each part whose staging area is filled is written by a worker thread straight from
- * that memory (ck_save_write_rank) and reported durable; when every rank of the world
+ * that memory (ck__save_write_rank) and reported durable; when every rank of the world
  * is durable and rank 0 has asked for the commit, a worker commits. One state machine
  * per checkpoint:
  *
@@ -16,11 +17,11 @@
  * FAILED is delivered only after every write of the save has stopped, so staging
  * areas can be released when it arrives; a part's area can be released at its DURABLE.
  *
- * A save is its name and its job (ck__decl.job): the parts of two jobs that save one
+ * A save is its name and its job (ck__begin.job): the parts of two jobs that save one
  * name are two saves, whatever order they come in, and never meet; the one that does
  * not get the name's lock (or finds the other's meeting) fails, naming the other job.
  *
- * A save whose ranks are served by several daemons (ck__decl.nodes > 1) is one such
+ * A save whose ranks are served by several daemons (ck__begin.nodes > 1) is one such
  * machine per daemon, meeting through files (save/meet.h): the daemon that serves
  * rank 0 coordinates (it makes the pending directory, adopts the others' part records
  * and commits); the others find its meeting, write their ranks into its directory
@@ -93,11 +94,12 @@ int ck__saver_new(const ck__saver_opts *o, ck__saver **out, ck_err *err);
  * instead (see there) and returns false: whatever its events reach must stay too. */
 bool ck__saver_free(ck__saver *sv);
 
-/* Registers rank d->rank's part: begins the save on the first part of a name and job,
- * checks that later parts declare the same step, mesh and tensors. *image_bytes: the
- * size of the rank's file image (its staging area holds it, then the blobs). The calls
- * below name a save by its name and job. */
-int ck__saver_join(ck__saver *sv, const ck__decl *d, uint64_t *image_bytes, ck_err *err);
+/* Registers rank b->rank's part: begins the save on the first part of a name and job
+ * (with b->decl, sealed here if it is not), checks that later parts declare the same
+ * step and the same declaration. *image_bytes: the size of the rank's file image (its
+ * staging area holds it, then the blobs). The calls below name a save by its name and
+ * job. */
+int ck__saver_join(ck__saver *sv, const ck__begin *b, uint64_t *image_bytes, ck_err *err);
 /* The rank's staging area is filled: image (image_bytes, 4 KiB aligned) then the blob
  * bytes. It must stay valid until the part's DURABLE or the save's FAILED event. */
 int ck__saver_stage(ck__saver *sv, const char *name, const ck_job_id *job, uint64_t rank,

@@ -2,14 +2,16 @@
  * to async/):
  *
  *   saver.c        the engine: its threads and jobs, and the calls of async/saver.h
- *   saver_state.c  one save's state machine: its failure, its jobs, its commit, its
- *                  events and log lines
- *   saver_meet.c   saves shared by several engines: the meeting thread's rounds
- *                  (joins, part records, heartbeats, timeouts; save/meet.h's files)
+ *   saver_state.c  one save's state machine: its failure, its jobs, its events and
+ *                  log lines
+ *   saver_meet.c   the roles of the engines that share a save (sv_role: coordinator,
+ *                  member, and the finder that looks for its meeting), and the
+ *                  meeting thread's rounds (joins, part records, heartbeats, timeouts;
+ *                  save/meet.h's files)
  *
  * The calls point one way: saver.c uses both others, saver_meet.c uses saver_state.c,
- * and saver_state.c neither. Everything here is used with the engine's lock held
- * unless a function says otherwise.
+ * and saver_state.c neither (it reaches a save's role through its table). Everything
+ * here is used with the engine's lock held unless a function says otherwise.
  */
 #ifndef CK_ASYNC_SAVER_INT_H
 #define CK_ASYNC_SAVER_INT_H
@@ -33,9 +35,6 @@
 
 /* P_REMOTE: written by another daemon, its part record adopted (the coordinator). */
 enum { P_NONE, P_JOINED, P_STAGED, P_DURABLE, P_REMOTE };
-/* A save of one daemon (ALONE), or shared by several: this daemon coordinates, is a
- * member, or does not know yet (no rank 0 here, no meeting found). */
-enum { R_ALONE, R_UNKNOWN, R_COORD, R_MEMBER };
 /* PLANNING: the first rank's join computes the plan without the saver's lock, so
  * that a large plan stalls neither the writers nor STATUS; joins of that name wait. */
 enum { C_COLLECTING, C_COMMITTING, C_FAILED, C_PLANNING };
@@ -43,7 +42,7 @@ enum { C_COLLECTING, C_COMMITTING, C_FAILED, C_PLANNING };
 typedef struct part {
     uint8_t state;
     uint32_t nblobs;
-    ck__decl_blob *blobs;
+    ck__begin_blob *blobs;
     uint64_t image_bytes;
     /* Shared saves, not coordinating: */
     /* Staged before the meeting was found (deferred): the image, or the sources. */
@@ -71,17 +70,58 @@ typedef struct grave {
     double when;
 } grave;
 
-typedef struct sv_ckpt {
+typedef struct sv_ckpt sv_ckpt;
+
+/* What an engine does for a save where the engines that share it differ: saver.c and
+ * saver_state.c call a save's role through its table and never ask which it is. Three
+ * roles (saver_meet.c): the coordinator, which serves rank 0, owns the save's lock and
+ * directory, adopts the others' part records and commits; a member, which writes its
+ * ranks into the coordinator's directory and proves them with part records; and a
+ * finder, a member that has not found the coordinator's meeting yet. A save that one
+ * engine serves is the coordinator's, of a meeting with one member: no meeting files,
+ * no part records. */
+typedef struct sv_role {
+    /* The save's directory, once its plan is made (without the engine's lock, the save
+     * still PLANNING, which keeps every other caller off it): the coordinator makes it
+     * (and of several engines the meeting); the finder only looks whether the name is
+     * taken, which rank 0's engine will refuse. */
+    int (*open)(ck__saver *sv, sv_ckpt *c, ck_err *err);
+    /* Rank 0 joins the save another rank began: the finder becomes the coordinator,
+     * a member refuses it (another engine coordinates). */
+    int (*rank0)(ck__saver *sv, sv_ckpt *c, ck_err *err);
+    /* A rank's blobs (len bytes, packed), as it stages its part: into the coordinator's
+     * manifest, or kept for the member's part record. */
+    int (*blobs)(sv_ckpt *c, struct part *p, const uint8_t *blob, uint64_t len, ck_err *err);
+    /* Whether a staged part waits for the save's directory (the finder has none). */
+    bool waits;
+    /* A rank's file is written (r 0) or its write failed (r < 0, err): a member proves
+     * the rank with its part record, or tells the reason the meeting gives. The new r. */
+    int (*written)(ck__saver *sv, sv_ckpt *c, uint64_t rank, int r, ck_err *err);
+    /* Whether from now on the save completes without any client. */
+    bool (*committable)(const sv_ckpt *c);
+    /* Every part is durable or adopted, or rank 0 asked: the coordinator commits once
+     * both hold. */
+    void (*commit)(ck__saver *sv, sv_ckpt *c);
+    /* The save failed: the other engines are told through the meeting. */
+    void (*failed)(ck__saver *sv, sv_ckpt *c);
+    /* Takes the save apart (without the engine's lock): the coordinator removes its
+     * directory, a member frees only its memory (the directory is the coordinator's). */
+    void (*abort)(ck_save *s);
+    /* The meeting thread's round of the save. */
+    void (*tick)(ck__saver *sv, sv_ckpt *c, double t);
+} sv_role;
+
+extern const sv_role ck__sv_coordinator, ck__sv_member, ck__sv_finder;
+
+struct sv_ckpt {
     struct sv_ckpt *next;
     char name[CK_NAME_MAX];
     ck_job_id job;                 /* with the name, what makes the save this one */
     char job_hex[CK_JOB_HEX_MAX];
     int state;
     uint64_t step, world;
-    ck_mesh mesh;
     bool no_hash;
-    uint32_t ntensors;
-    ck__decl_tensor *tensors;
+    ck_decl *decl;                 /* the first part's: the later ones must equal it */
     ck_save *s;
     part *parts;
     uint64_t joined, staged, durable;
@@ -91,9 +131,9 @@ typedef struct sv_ckpt {
     char fail_msg[CK_ERR_MSG_MAX];
     uint64_t bytes_staged, bytes_written;
     double t0;
+    const sv_role *role;
     /* Shared by several daemons: */
     uint32_t nodes;
-    int role;
     char token[CK_TOKEN_MAX];
     char meet[PATH_MAX];           /* the meeting's directory, once known */
     dev_t dev;                     /* member: the pending directory's identity, which */
@@ -109,7 +149,7 @@ typedef struct sv_ckpt {
     bool heard;                    /* the failure came from the meeting: not announced */
     double failed_at;              /* C_FAILED: when */
     bool stuck_reported;           /* CK_SAVER_STUCK sent: its writes never returned */
-} sv_ckpt;
+};
 
 enum { JOB_WRITE, JOB_COMMIT, JOB_ABORT };
 
@@ -161,10 +201,7 @@ void ck__sv_fail(ck__saver *sv, sv_ckpt *c, int code, const char *msg);
 void ck__sv_finish_failed(ck__saver *sv, sv_ckpt *c);
 /* Queues a job of kind (JOB_*) for the worker threads. */
 int ck__sv_push(ck__saver *sv, sv_ckpt *c, uint64_t rank, int kind);
-/* Queues c's commit once every part is durable (or adopted) and rank 0 asked. */
-void ck__sv_maybe_commit(ck__saver *sv, sv_ckpt *c);
-/* Binds and queues the parts staged before c's directory was known; takes the
- * blobs of a coordinator's parts into its manifest. */
+/* Binds and queues the parts staged before c's directory was known. */
 int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err);
 /* Binds rank's staged part (its image or its sources) to c's save and queues its
  * write. */
@@ -172,12 +209,6 @@ int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err);
 
 /* ---- saver_meet.c ---- */
 
-/* The engine serving rank 0 of a shared save: makes the save's directory (holding its
- * lock) and the meeting the other engines look for. */
-int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err);
-/* A member: the failure another engine recorded (its code, its reason in err), or the
- * meeting gone without a commit; 0 when there is neither. */
-int ck__sv_heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err);
 /* The meeting thread (opts.node_id set): heartbeats, and every shared save's round
  * every poll_ms. Takes the engine's lock itself. */
 void *ck__sv_meet_thread(void *arg);

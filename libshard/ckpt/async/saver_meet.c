@@ -1,7 +1,10 @@
-/* saver_meet.c - saves shared by several engines, in the engine (see async/saver.h and
- * async/saver_int.h): the coordinator makes the meeting, members find it and write
- * their ranks' part records there, both watch each other's heartbeats and the part
- * timeout, and the meeting thread runs every shared save's round. The files are
+/* saver_meet.c - the roles of the engines that share a save, and their meeting (see
+ * async/saver.h and async/saver_int.h): the coordinator makes the save's directory and
+ * the meeting, members find it and write their ranks' part records there, both watch
+ * each other's heartbeats and the part timeout, and the meeting thread runs every
+ * shared save's round. Each role is a table of what it does at each step (sv_role, at
+ * the end), which the engine calls without asking which role it is; a save of one
+ * engine is the coordinator's, with a meeting of one and no files. The files are
  * save/meet.h's; the save's states are saver_state.c's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +62,8 @@ static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     scan *x = arg;
     uint64_t inst, rank;
-    const char *id = file + strlen("join.");
+    char id[CK_NODE_ID_MAX];
+    ck__meet_file_of(file, id);
     if (ck__node_id_check(id, NULL) == 0 && ck__meet_join_decode(buf, len, &inst, &rank) == 0 &&
         !peer_add(x->c, id, inst, rank))
         return ck_err_set(&x->err, -ENOMEM, "out of memory");
@@ -69,7 +73,8 @@ static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
 static int on_failed(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     scan *x = arg;
-    const char *id = file + strlen("failed.");
+    char id[CK_NODE_ID_MAX];
+    ck__meet_file_of(file, id);
     if (!strcmp(id, x->sv->o.node_id))
         return 0;
     int code;
@@ -96,7 +101,7 @@ static int on_record(void *arg, const void *rec, size_t len, const ck__meet_blob
         r = ck_err_set(&x->err, -EBADMSG, "rank %llu is served by two daemons (this one "
                        "and %s)", (unsigned long long)pr.rank, x->from);
     if (r == 0)
-        r = ck_save_adopt(c->s, rec, len, &x->err);
+        r = ck__save_adopt(c->s, rec, len, &x->err);
     if (r < 0)
         return r;
     c->parts[pr.rank].state = P_REMOTE;
@@ -107,9 +112,7 @@ static int on_record(void *arg, const void *rec, size_t len, const ck__meet_blob
 static int on_parts(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     scan *x = arg;
-    const char *id = file + strlen("part.");
-    const char *dot = strrchr(id, '.');
-    snprintf(x->from, sizeof x->from, "%.*s", dot ? (int)(dot - id) : 0, id);
+    ck__meet_file_of(file, x->from);
     int r = ck__meet_parts_decode(buf, len, on_record, x, &x->err);
     if (r < 0)
         return ck_err_set(&x->err, r, "the parts of engine %s (%s): %s", x->from, file,
@@ -164,11 +167,11 @@ static void peers_of(const sv_ckpt *c, char *out, size_t cap)
 static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
 {
     scan x = { .sv = sv, .c = c };
-    int r = ck__meet_each(sv->root, c->meet, "join.", on_join, &x, &x.err);
+    int r = ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x, &x.err);
     if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_failed, &x, &x.err);
     if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, "part.", on_parts, &x, &x.err);
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_PART, on_parts, &x, &x.err);
     char msg[CK_ERR_MSG_MAX + 512], miss[256], who[256];
     if (r != 0) {
         snprintf(msg, sizeof msg, "checkpoint %s: %s", c->name, ck_err_msg(&x.err));
@@ -186,10 +189,12 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         const char *why = peer_dead(sv, &c->peers[i], t);
         if (!why)
             continue;
+        char beat[CK_NODE_ID_MAX + 16];
         missing(c, miss, sizeof miss);
-        snprintf(msg, sizeof msg, "checkpoint %s: engine %s %s (heartbeat %s/.ckptd.%s.beat, "
-                 "--dead-after %u s); the parts of ranks %s cannot arrive", c->name,
-                 c->peers[i].id, why, sv->root, c->peers[i].id, sv->o.dead_after, miss);
+        ck__name_engine(c->peers[i].id, CK_ENGINE_BEAT, beat, sizeof beat);
+        snprintf(msg, sizeof msg, "checkpoint %s: engine %s %s (heartbeat %s/%s, --dead-after "
+                 "%u s); the parts of ranks %s cannot arrive", c->name, c->peers[i].id, why,
+                 sv->root, beat, sv->o.dead_after, miss);
         ck__sv_fail(sv, c, -EHOSTDOWN, msg);
         return;
     }
@@ -204,7 +209,7 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         ck__sv_fail(sv, c, -ETIMEDOUT, msg);
         return;
     }
-    ck__sv_maybe_commit(sv, c);
+    c->role->commit(sv, c);
 }
 
 /* lstat of rel beneath the root, never through a link (io/rootfs.h): 0 or -errno. */
@@ -327,10 +332,10 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     while (any + 1 < c->world && c->parts[any].state == P_NONE)
         any++;
     char pend[PATH_MAX];
-    snprintf(pend, sizeof pend, "%s/%s.%s", CK_PENDING, c->name, c->token);
+    ck__name_save(c->name, c->token, pend, sizeof pend);
     /* The directory's identity, which the commit's rename keeps: reached beneath the
      * root, never through a link, and a directory. */
-    if (r > 0 && (r = ck_save_join(c->s, c->token, any, &err)) == 0 &&
+    if (r > 0 && (r = ck__save_join(c->s, c->token, any, &err)) == 0 &&
         ((r = root_stat(sv, pend, &st)) < 0 || !S_ISDIR(st.st_mode)))
         r = ck_err_set(&err, r < 0 ? r : -ENOTDIR, "%s/%s: %s", sv->root, pend,
                        r < 0 ? ck__why(r) : "not a directory");
@@ -338,7 +343,7 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         c->dev = st.st_dev;
         c->ino = st.st_ino;
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
-        c->role = R_MEMBER;
+        c->role = &ck__sv_member;
         if (!peer_add(c, plan.coord, plan.instance, 0))
             r = ck_err_set(&err, -ENOMEM, "out of memory");
     }
@@ -392,7 +397,7 @@ static void put_records(ck__saver *sv, sv_ckpt *c)
     if (r == 0)
         r = ck__meet_parts_encode(recs, lens, n, blobs, nb, &file, &len);
     char name[CK_NODE_ID_MAX + 32];
-    snprintf(name, sizeof name, "part.%s.%u", sv->o.node_id, c->seq++);
+    ck__name_meet_file(CK_MEET_PART, sv->o.node_id, c->seq++, name, sizeof name);
     ck_err err = { 0 };
     c->writes++;
     pthread_mutex_unlock(&sv->mu);
@@ -436,11 +441,11 @@ static bool committed_as(ck__saver *sv, const sv_ckpt *c)
 
 /* A member: the failure another daemon recorded (its code, its reason in err), or the
  * meeting gone without a commit; 0 when there is neither. */
-int ck__sv_heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
+static int heard_failure(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     scan x = { .sv = sv, .c = c };
     struct stat st;
-    int r = ck__meet_each(sv->root, c->meet, "failed.", on_failed, &x, &x.err);
+    int r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_failed, &x, &x.err);
     if (r < 0 && root_stat(sv, ck__rel(sv->root, c->meet), &st) < 0 && !committed_as(sv, c))
         r = ck_err_set(&x.err, -ECANCELED, "engine %s gave it up (its meeting %s is gone)",
                        c->npeers ? c->peers[0].id : "?", c->meet);
@@ -468,7 +473,7 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         return;
     }
     ck_err err = { 0 };
-    int r = ck__sv_heard_failure(sv, c, &err);
+    int r = heard_failure(sv, c, &err);
     if (r != 0) {
         if (committed_as(sv, c))
             return;                 /* committed since the first look: the next round */
@@ -483,9 +488,11 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
         why = peer_dead(sv, &c->peers[0], t);
     }
     if (why) {
+        char beat[CK_NODE_ID_MAX + 16];
+        ck__name_engine(c->peers[0].id, CK_ENGINE_BEAT, beat, sizeof beat);
         snprintf(msg, sizeof msg, "checkpoint %s: the coordinating engine %s %s (heartbeat "
-                 "%s/.ckptd.%s.beat, --dead-after %u s); the save cannot commit", c->name,
-                 c->peers[0].id, why, sv->root, c->peers[0].id, sv->o.dead_after);
+                 "%s/%s, --dead-after %u s); the save cannot commit", c->name, c->peers[0].id,
+                 why, sv->root, beat, sv->o.dead_after);
         ck__sv_fail(sv, c, -EHOSTDOWN, msg);
     }
 }
@@ -524,16 +531,10 @@ void *ck__sv_meet_thread(void *arg)
             next_beat = t + every;
         }
         for (sv_ckpt *c = sv->list; c; c = c->next) {
-            if (c->state != C_COLLECTING || c->role == R_ALONE)
+            if (c->state != C_COLLECTING)
                 continue;
             sv_ckpt *before = sv->list;
-            int role = c->role;
-            if (role == R_COORD)
-                tick_coord(sv, c, t);
-            else if (role == R_UNKNOWN)
-                tick_find(sv, c, t);
-            else
-                tick_member(sv, c, t);
+            c->role->tick(sv, c, t);
             /* A save that ended may have freed c, or taken others out of the list (and
              * the lock was let go): the rest wait for the next round. c is looked up by
              * address, since reading its name could read freed memory. */
@@ -562,25 +563,209 @@ void *ck__sv_meet_thread(void *arg)
     return NULL;
 }
 
-/* This daemon serves rank 0: it makes the save's directory (holding its lock) and the
- * meeting the other daemons look for. With the lock held. */
-int ck__sv_coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
+/* ---- the roles ---- */
+
+/* This engine serves rank 0 of a save of several engines: it makes the save's directory
+ * (holding its lock) and the meeting the others look for, and takes the blobs of the
+ * parts staged while it looked for a meeting itself into its manifest. */
+static int coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     if (!sv->o.node_id)
         return ck_err_set(err, -EINVAL, "checkpoint %s: declared for %u daemons, but this "
                           "engine serves one node only (run ckptd on each node)", c->name,
                           c->nodes);
-    c->role = R_COORD;
-    int r = ck_save_share(c->s, c->token, err);
+    c->role = &ck__sv_coordinator;
+    int r = ck__save_share(c->s, c->token, err);
     ck__meet_plan plan = { .step = c->step, .world = c->world, .nodes = c->nodes,
                            .instance = sv->o.instance };
     snprintf(plan.coord, sizeof plan.coord, "%s", sv->o.node_id);
     snprintf(plan.job, sizeof plan.job, "%s", c->job_hex);
     if (r == 0 && (r = ck__meet_create(sv->root, c->name, c->token, &plan, err)) == 0)
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
+    for (uint64_t k = 0; r == 0 && k < c->world; k++) {
+        part *p = &c->parts[k];
+        const uint8_t *b = p->blob_bytes;
+        for (uint32_t i = 0; b && r == 0 && i < p->nblobs; i++) {
+            r = ck_save_blob(c->s, p->blobs[i].name, b, p->blobs[i].len, err);
+            b += p->blobs[i].len;
+        }
+        free(p->blob_bytes);
+        p->blob_bytes = NULL;
+    }
     if (r == 0)
         r = ck__sv_resolve(sv, c, err);
     if (r == 0)
         ck__sv_log(sv, "checkpoint %s: coordinating %u daemons in %s", c->name, c->nodes, c->meet);
     return r;
 }
+
+/* A save that one engine serves has a meeting of one: its directory, and no files. */
+static int coord_open(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    return c->nodes == 1 ? ck__save_prepare(c->s, err) : coordinate(sv, c, err);
+}
+
+/* A finder learns of rank 0's refusal only through the meeting, later: a name that is
+ * taken already is refused here and now, as rank 0's engine refuses it (under the
+ * root, never through a link; and without a look at the name's lock, which would take
+ * it for an instant, just when rank 0's engine may be taking it). */
+static int finder_open(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    struct stat st;
+    return root_stat(sv, c->name, &st) == 0
+         ? ck_err_set(err, -EEXIST, "checkpoint %s: %s: a checkpoint named %s already exists",
+                      c->name, sv->root, c->name)
+         : 0;
+}
+
+static int coord_rank0(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    (void)sv, (void)c, (void)err;
+    return 0;
+}
+
+static int member_rank0(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    return ck_err_set(err, -EINVAL, "checkpoint %s: rank 0 came to daemon %s, but daemon %s "
+                      "coordinates the save", c->name, sv->o.node_id, c->peers[0].id);
+}
+
+/* Rank 0 came: this engine coordinates, and if it cannot, its own parts fail with the
+ * save (the members hear of it from no meeting). */
+static int finder_rank0(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    int r = coordinate(sv, c, err);
+    if (r < 0) {
+        char msg[CK_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", ck_err_msg(err));
+        ck__sv_fail(sv, c, r, msg);
+    }
+    return r;
+}
+
+static int coord_blobs(sv_ckpt *c, part *p, const uint8_t *blob, uint64_t len, ck_err *err)
+{
+    (void)len;
+    int r = 0;
+    for (uint32_t i = 0; i < p->nblobs && r == 0; i++) {
+        r = ck_save_blob(c->s, p->blobs[i].name, blob, p->blobs[i].len, err);
+        blob += p->blobs[i].len;
+    }
+    return r;
+}
+
+/* The staging goes back at DURABLE; the blobs travel later, in the part record. */
+static int member_blobs(sv_ckpt *c, part *p, const uint8_t *blob, uint64_t len, ck_err *err)
+{
+    if (!len)
+        return 0;
+    if (!(p->blob_bytes = malloc(len)))
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", c->name);
+    memcpy(p->blob_bytes, blob, len);
+    return 0;
+}
+
+static int coord_written(ck__saver *sv, sv_ckpt *c, uint64_t rank, int r, ck_err *err)
+{
+    (void)sv, (void)c, (void)rank, (void)err;
+    return r;
+}
+
+/* A member's write fails when the coordinator gave the save up and removed its
+ * directory: then its reason is the one to tell. A written rank is proved to the
+ * coordinator by its part record, which the meeting thread writes with the others ready
+ * by then. */
+static int member_written(ck__saver *sv, sv_ckpt *c, uint64_t rank, int r, ck_err *err)
+{
+    if (r < 0) {
+        int why = heard_failure(sv, c, err);
+        c->heard |= why != 0;
+        return why ? why : r;
+    }
+    if (c->state != C_COLLECTING)
+        return 0;
+    part *p = &c->parts[rank];
+    ck_err ok = { 0 };
+    r = ck__save_part(c->s, rank, &ok, &p->rec, &p->rec_len, err);
+    pthread_cond_signal(&sv->meet_cv);
+    return r;
+}
+
+/* The coordinator completes the save without any client once its own ranks are staged
+ * and rank 0 asked: the others' parts come as records, and of one engine every rank is
+ * its own. A member does once the ranks it serves are staged (the commit is rank 0's). */
+static bool coord_committable(const sv_ckpt *c)
+{
+    return c->commit_requested && c->staged == c->joined &&
+           (c->nodes > 1 || c->joined == c->world);
+}
+
+static bool member_committable(const sv_ckpt *c)
+{
+    return c->staged == c->joined;
+}
+
+static void coord_commit(ck__saver *sv, sv_ckpt *c)
+{
+    if (c->state != C_COLLECTING || !c->commit_requested || c->durable + c->remote != c->world)
+        return;
+    c->state = C_COMMITTING;
+    if (ck__sv_push(sv, c, 0, JOB_COMMIT) < 0) {
+        c->state = C_COLLECTING;
+        ck__sv_fail(sv, c, -ENOMEM, "out of memory queueing the commit");
+    }
+}
+
+static void member_commit(ck__saver *sv, sv_ckpt *c)
+{
+    (void)sv, (void)c;
+}
+
+/* The other engines of a shared save hear of this engine's failure through its
+ * failed.ID record (one it heard from the meeting it does not tell again). */
+static void member_failed(ck__saver *sv, sv_ckpt *c)
+{
+    ck_err err = { 0 };
+    if (c->meet[0] && !c->heard &&
+        ck__meet_fail(sv->root, c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
+        ck__sv_log(sv, "checkpoint %s: telling the other daemons of the failure: %s", c->name,
+                   ck_err_msg(&err));
+}
+
+/* The coordinator then removes the meeting, after a grace period in which the others
+ * can read why (they poll every poll_ms). */
+static void coord_failed(ck__saver *sv, sv_ckpt *c)
+{
+    member_failed(sv, c);
+    grave *g = c->meet[0] ? calloc(1, sizeof *g) : NULL;
+    if (!g)
+        return;
+    snprintf(g->dir, sizeof g->dir, "%s", c->meet);
+    g->when = ck__sv_now() + 2.0 + 4.0 * sv->o.poll_ms / 1000.0;
+    g->next = sv->graves;
+    sv->graves = g;
+}
+
+static void coord_tick(ck__saver *sv, sv_ckpt *c, double t)
+{
+    if (c->nodes > 1)
+        tick_coord(sv, c, t);
+}
+
+const sv_role ck__sv_coordinator = {
+    .open = coord_open, .rank0 = coord_rank0, .blobs = coord_blobs, .waits = false,
+    .written = coord_written, .committable = coord_committable, .commit = coord_commit,
+    .failed = coord_failed, .abort = ck__save_discard, .tick = coord_tick,
+};
+
+const sv_role ck__sv_member = {
+    .open = finder_open, .rank0 = member_rank0, .blobs = member_blobs, .waits = false,
+    .written = member_written, .committable = member_committable, .commit = member_commit,
+    .failed = member_failed, .abort = ck_save_abort, .tick = tick_member,
+};
+
+const sv_role ck__sv_finder = {
+    .open = finder_open, .rank0 = finder_rank0, .blobs = member_blobs, .waits = true,
+    .written = member_written, .committable = member_committable, .commit = member_commit,
+    .failed = member_failed, .abort = ck_save_abort, .tick = tick_find,
+};

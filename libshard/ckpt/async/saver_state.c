@@ -1,5 +1,5 @@
 /* saver_state.c - one save's state machine in the engine (see async/saver_int.h): its
- * failure and how it is told, its jobs, its commit request, its events. */
+ * failure and how it is told, its jobs, its events. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,9 +63,7 @@ void ck__sv_free_parts(sv_ckpt *c, bool all)
         free(c->peers);
         free(c->stale);
         free(c->parts);
-        for (uint32_t i = 0; c->tensors && i < c->ntensors; i++)
-            ck__decl_tensor_free(&c->tensors[i]);
-        free(c->tensors);
+        ck_decl_free(c->decl);
         free(c);
     }
 }
@@ -103,27 +101,6 @@ static void prune_failed(ck__saver *sv, const sv_ckpt *keep)
     }
 }
 
-/* The other daemons of a shared save hear of this daemon's failure through its
- * failed.ID record; the coordinator then removes the meeting after a grace period in
- * which they can read why (they poll every poll_ms). */
-static void announce(ck__saver *sv, sv_ckpt *c)
-{
-    if (!c->meet[0])
-        return;
-    ck_err err = { 0 };
-    if (!c->heard &&
-        ck__meet_fail(sv->root, c->meet, sv->o.node_id, c->fail_code, c->fail_msg, &err) < 0)
-        ck__sv_log(sv, "checkpoint %s: telling the other daemons of the failure: %s", c->name,
-              ck_err_msg(&err));
-    grave *g = c->role == R_COORD ? calloc(1, sizeof *g) : NULL;
-    if (!g)
-        return;
-    snprintf(g->dir, sizeof g->dir, "%s", c->meet);
-    g->when = ck__sv_now() + 2.0 + 4.0 * sv->o.poll_ms / 1000.0;
-    g->next = sv->graves;
-    sv->graves = g;
-}
-
 /* Once nothing of a failed save runs any more: remove its files (on a worker: a plan
  * of a million ranks takes seconds to take apart, and the caller may be ckptd's event
  * loop), then tell everyone. */
@@ -136,10 +113,7 @@ void ck__sv_finish_failed(ck__saver *sv, sv_ckpt *c)
         return;
     }
     c->fail_reported = true;
-    if (c->role == R_COORD)
-        ck__save_discard(c->s);
-    else
-        ck_save_abort(c->s);
+    c->role->abort(c->s);
     c->s = NULL;
     ck__sv_free_parts(c, false);
     ck__sv_log(sv, "checkpoint %s failed: %s", c->name, c->fail_msg);
@@ -156,7 +130,7 @@ void ck__sv_fail(ck__saver *sv, sv_ckpt *c, int code, const char *msg)
     c->failed_at = ck__sv_now();
     c->fail_code = code;
     snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
-    announce(sv, c);
+    c->role->failed(sv, c);
     ck__sv_finish_failed(sv, c);
 }
 
@@ -175,35 +149,11 @@ int ck__sv_push(ck__saver *sv, sv_ckpt *c, uint64_t rank, int kind)
     return 0;
 }
 
-void ck__sv_maybe_commit(ck__saver *sv, sv_ckpt *c)
-{
-    if (c->state != C_COLLECTING || !c->commit_requested || c->durable + c->remote != c->world ||
-        (c->role != R_ALONE && c->role != R_COORD))
-        return;
-    c->state = C_COMMITTING;
-    if (ck__sv_push(sv, c, 0, JOB_COMMIT) < 0) {
-        c->state = C_COLLECTING;
-        ck__sv_fail(sv, c, -ENOMEM, "out of memory queueing the commit");
-    }
-}
-
-/* The parts staged before the save's directory was known are bound and written now;
- * their blobs go to this daemon's manifest when it coordinates. */
+/* The parts staged before the save's directory was known are bound and written now. */
 int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     for (uint64_t r = 0; r < c->world; r++) {
         part *p = &c->parts[r];
-        if (c->role == R_COORD && p->blob_bytes) {
-            const uint8_t *b = p->blob_bytes;
-            for (uint32_t i = 0; i < p->nblobs; i++) {
-                int e = ck_save_blob(c->s, p->blobs[i].name, b, p->blobs[i].len, err);
-                if (e < 0)
-                    return e;
-                b += p->blobs[i].len;
-            }
-            free(p->blob_bytes);
-            p->blob_bytes = NULL;
-        }
         if (p->state != P_STAGED || !p->deferred)
             continue;
         int e = ck__sv_bind_part(sv, c, r, err);
@@ -217,8 +167,8 @@ int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err)
 int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err)
 {
     part *p = &c->parts[rank];
-    int r = p->src ? ck_save_rank_sources(c->s, rank, p->src, p->nsrc, err)
-                   : ck_save_rank_image(c->s, rank, p->staging, err);
+    int r = p->src ? ck__save_rank_sources(c->s, rank, p->src, p->nsrc, err)
+                   : ck__save_rank_image(c->s, rank, p->staging, err);
     if (r == 0 && (r = ck__sv_push(sv, c, rank, JOB_WRITE)) < 0)
         ck_err_set(err, r, "checkpoint %s: out of memory", c->name);
     if (r < 0)

@@ -23,15 +23,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "format/owner.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
 #include "model/grow.h"
+#include "format/catalog.h"
 
 #define CK_DB_CHECKPOINTS "checkpoints"
-#define CAT_LOCK CK_CATALOG "-lock"
-#define CAT_TMP "." CK_CATALOG ".tmp"      /* a dot name: no scan takes it for a save */
 #define CAT_LOCK_WAIT_MS 10000             /* writers hold it for one small update */
 
 /* The writers of one process are kept apart here, and from other processes by the
@@ -68,16 +68,17 @@ static void say(void (*log)(void *arg, const char *msg), void *arg, const char *
 /* The writers' lock: bounded, so that nobody holding it for ever stalls a commit. */
 static int lock_catalog(cat *c, ck_err *err)
 {
-    c->lock = ck__lock_open(c->root, CAT_LOCK, O_RDWR | O_CREAT, 0644);
+    c->lock = ck__lock_open(c->root, CK_CATALOG_LOCK, O_RDWR | O_CREAT, 0644);
     if (c->lock < 0)
-        return ck_err_set(err, c->lock, "%s/%s: %s", c->rootpath, CAT_LOCK, ck__why(c->lock));
+        return ck_err_set(err, c->lock, "%s/%s: %s", c->rootpath, CK_CATALOG_LOCK,
+                          ck__why(c->lock));
     for (int waited = 0; flock(c->lock, LOCK_EX | LOCK_NB) < 0; waited += 10) {
         if (errno != EWOULDBLOCK && errno != EINTR)
-            return ck_err_set(err, -errno, "%s/%s: flock: %s", c->rootpath, CAT_LOCK,
+            return ck_err_set(err, -errno, "%s/%s: flock: %s", c->rootpath, CK_CATALOG_LOCK,
                               strerror(errno));
         if (waited >= CAT_LOCK_WAIT_MS)
             return ck_err_set(err, -EBUSY, "%s/%s: another process has held the catalog for "
-                              "%d s", c->rootpath, CAT_LOCK, CAT_LOCK_WAIT_MS / 1000);
+                              "%d s", c->rootpath, CK_CATALOG_LOCK, CAT_LOCK_WAIT_MS / 1000);
         nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
     }
     return 0;
@@ -142,10 +143,10 @@ static int publish(cat *c, ck_err *err)
         return ck_err_set(err, -EFBIG, "%s: it would be %lld bytes, more than readers take "
                           "(%llu): not updated", c->path, (long long)st.st_size,
                           (unsigned long long)CK__CATALOG_MAX);
-    ck__unlinkat(c->root, CAT_TMP, 0);      /* debris of a writer that died */
-    int fd = ck__openat(c->root, CAT_TMP, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    ck__unlinkat(c->root, CK_CATALOG_TMP, 0);      /* debris of a writer that died */
+    int fd = ck__openat(c->root, CK_CATALOG_TMP, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0)
-        return ck_err_set(err, fd, "%s/%s: %s", c->rootpath, CAT_TMP, ck__why(fd));
+        return ck_err_set(err, fd, "%s/%s: %s", c->rootpath, CK_CATALOG_TMP, ck__why(fd));
     char buf[1 << 16];
     int r = 0;
     for (off_t off = 0; r == 0;) {
@@ -170,9 +171,9 @@ static int publish(cat *c, ck_err *err)
     if (close(fd) < 0 && r == 0)
         r = -errno;
     if (r == 0)
-        r = ck__renameat(c->root, CAT_TMP, c->root, CK_CATALOG, 0);
+        r = ck__renameat(c->root, CK_CATALOG_TMP, c->root, CK_CATALOG, 0);
     if (r < 0) {
-        ck__unlinkat(c->root, CAT_TMP, 0);
+        ck__unlinkat(c->root, CK_CATALOG_TMP, 0);
         return ck_err_set(err, r, "%s: writing it: %s", c->path, strerror(-r));
     }
     return 0;
@@ -260,7 +261,7 @@ static int del_entry(cat *c, const char *name, ck_err *err)
     return 0;
 }
 
-int ck_catalog_put(const char *root, const ck_info *info, ck_err *err)
+int ck__catalog_put(const char *root, const ck_info *info, ck_err *err)
 {
     cat c;
     int r = cat_open(&c, root, true, err);
@@ -271,7 +272,7 @@ int ck_catalog_put(const char *root, const ck_info *info, ck_err *err)
     return r;
 }
 
-int ck_catalog_del(const char *root, const char *name, ck_err *err)
+int ck__catalog_del(const char *root, const char *name, ck_err *err)
 {
     cat c;
     int r = cat_open(&c, root, true, err);
@@ -311,10 +312,9 @@ static int decode_entry(const char *path, const MDB_val *k, const MDB_val *v, ck
  * opening it reports the checkpoint as bad rather than hiding it. */
 static bool committed_at(int rootfd, const char *name)
 {
-    char rel[CK_NAME_MAX + sizeof CK_MANIFEST + 1];
+    char rel[PATH_MAX];
     struct stat st;
-    snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST);
-    return ck__statat(rootfd, rel, &st) == 0;
+    return ck__name_manifest(name, rel, sizeof rel) == 0 && ck__statat(rootfd, rel, &st) == 0;
 }
 
 /* The catalog's entries (c open for reading) in name order into *out (malloc'd). With
@@ -429,14 +429,6 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* A save's lock file (format/owner.h): no save by itself, and recovery removes it
- * with the save it guards, or alone once nobody holds it. */
-static bool is_lock(const char *name)
-{
-    size_t n = strlen(name), k = strlen(CK_LOCK_SUFFIX);
-    return n > k && !strcmp(name + n - k, CK_LOCK_SUFFIX);
-}
-
 /* Reads the names in the directory fd (taken over): push(name) for each that keep()
  * takes. */
 static int read_names(int fd, bool (*keep)(const char *name, void *arg), void *arg,
@@ -465,10 +457,12 @@ static bool keep_committed(const char *name, void *arg)
     return ck__name_check_read("checkpoint", name, NULL) == 0 && committed_at(*(int *)arg, name);
 }
 
+/* A save's lock file (format/owner.h) is no save by itself: recovery removes it with
+ * the save it guards, or alone once nobody holds it. */
 static bool keep_pending(const char *name, void *arg)
 {
     (void)arg;
-    return !is_lock(name);
+    return ck__pending_entry(name, NULL, NULL) != CK_PEND_LOCK;
 }
 
 /* ROOT/.pending held open in *fd, or -1 when there is none. A link, or anything but a
@@ -515,6 +509,12 @@ int ck_root_scan(const char *root, ck_scan *out, ck_err *err)
     return r;
 }
 
+int ck_pending_dir(const char *root, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s/%s", root, CK_PENDING);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 void ck_scan_free(ck_scan *s)
 {
     for (size_t i = 0; i < s->n_committed; i++)
@@ -526,23 +526,11 @@ void ck_scan_free(ck_scan *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The save a pending entry belongs to: NAME of NAME.TOKEN or NAME.TOKEN-meet (the
- * token has no dot). */
-static int owner_name(const char *entry, char *name, size_t len)
-{
-    const char *dot = strrchr(entry, '.');
-    size_t n = dot && dot != entry ? (size_t)(dot - entry) : strlen(entry);
-    if (n >= len)
-        return -ENAMETOOLONG;
-    snprintf(name, len, "%.*s", (int)n, entry);
-    return 0;
-}
-
 int ck_pending_live(const char *root, const char *entry, char *who, size_t len, ck_err *err)
 {
     char name[CK_NAME_MAX], lock[PATH_MAX];
-    if (owner_name(entry, name, sizeof name) < 0)
-        return ck_err_set(err, -ENAMETOOLONG, "%s/%s/%s: name too long", root, CK_PENDING,
+    if (ck__pending_entry(entry, name, NULL) == CK_PEND_OTHER)
+        return ck_err_set(err, -EINVAL, "%s/%s/%s: a name no save makes", root, CK_PENDING,
                           entry);
     int r = ck__save_lock_rel(name, lock, err);
     if (r < 0)
@@ -588,11 +576,11 @@ static int lock_file_usable(int rootfd, const char *root, void (*log)(void *arg,
 {
     struct stat st;
     char kept[64];
-    if (ck__statat(rootfd, CAT_LOCK, &st) < 0 || S_ISREG(st.st_mode))
+    if (ck__statat(rootfd, CK_CATALOG_LOCK, &st) < 0 || S_ISREG(st.st_mode))
         return 0;
-    int r = set_aside(rootfd, root, CAT_LOCK, kept, sizeof kept, err);
+    int r = set_aside(rootfd, root, CK_CATALOG_LOCK, kept, sizeof kept, err);
     if (r == 0)
-        say(log, arg, "%s/%s was %s, not a lock file: kept aside as %s/%s", root, CAT_LOCK,
+        say(log, arg, "%s/%s was %s, not a lock file: kept aside as %s/%s", root, CK_CATALOG_LOCK,
             ck__ftype(st.st_mode), root, kept);
     return r;
 }
@@ -685,31 +673,13 @@ int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
 
 /* ---- recovery ---- */
 
-/* Whether the entry `name` of the pending entry `entry` is a file a save makes: data
- * files (save/rankfiles.c, ops/reshard.c) and the manifest in a save's directory; the
- * plan, joins, parts, failures and their temporaries in a meeting (save/meet.h). */
-static bool made_by_save(const char *entry, const char *name)
-{
-    size_t n = strlen(name), ke = strlen(entry), ks = strlen("-meet");
-    if (ke > ks && !strcmp(entry + ke - ks, "-meet"))
-        return !strcmp(name, "plan") || !strncmp(name, "join.", 5) ||
-               !strncmp(name, "part.", 5) || !strncmp(name, "failed.", 7) ||
-               (name[0] == '.' && n > 5 && !strcmp(name + n - 4, ".tmp"));
-    if (!strcmp(name, CK_MANIFEST) || !strcmp(name, CK_COPY_FILE))
-        return true;
-    size_t p = !strncmp(name, "rank-", 5) ? 5 : !strncmp(name, "ref-", 4) ? 4 : 0;
-    size_t d = p;
-    while (p && name[d] >= '0' && name[d] <= '9')
-        d++;
-    return p && d > p && !strcmp(name + d, ".dat");
-}
-
 /* Removes the pending directory rel (".pending/ENTRY", beneath rootfd): the files in it
  * a save makes, then itself. Nothing else is touched and nothing is followed: a link
  * in it is removed as a link; a name no save makes keeps the directory, and is logged.
  * 0, 1 when it was kept, or -errno. */
 static int remove_pending_dir(int rootfd, const char *root, const char *entry,
-                              void (*log)(void *arg, const char *msg), void *arg, ck_err *err)
+                              ck__pending_kind kind, void (*log)(void *arg, const char *msg),
+                              void *arg, ck_err *err)
 {
     char rel[PATH_MAX];
     snprintf(rel, sizeof rel, "%s/%s", CK_PENDING, entry);
@@ -727,7 +697,7 @@ static int remove_pending_dir(int rootfd, const char *root, const char *entry,
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
-        if (!made_by_save(entry, de->d_name)) {
+        if (!ck__made_by_save(kind, de->d_name)) {
             say(log, arg, "kept %s/%s/%s: it holds %s, which no save makes (remove it by hand)",
                 root, CK_PENDING, entry, de->d_name);
             kept = true;
@@ -752,7 +722,7 @@ static int remove_pending_dir(int rootfd, const char *root, const char *entry,
 static int recover_entry(int rootfd, const char *root, int pend, const char *entry,
                          void (*log)(void *arg, const char *msg), void *arg, ck_err *err)
 {
-    char lock[PATH_MAX], name[CK_NAME_MAX + 16], who[256];
+    char lock[PATH_MAX], name[CK_NAME_MAX], who[256];
     struct stat st;
     if (fstatat(pend, entry, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return 0;               /* gone since the scan: its writer committed or removed it */
@@ -761,11 +731,12 @@ static int recover_entry(int rootfd, const char *root, int pend, const char *ent
             root, CK_PENDING, entry, ck__ftype(st.st_mode));
         return 0;
     }
-    int fd = -1, r = owner_name(entry, name, sizeof name);
-    if (r == 0)
-        r = ck__save_lock_rel(name, lock, err);
-    else
-        ck_err_set(err, r, "%s/%s/%s: name too long", root, CK_PENDING, entry);
+    ck__pending_kind kind = ck__pending_entry(entry, name, NULL);
+    if (kind == CK_PEND_OTHER) {
+        say(log, arg, "left %s/%s/%s alone: no save makes such a name", root, CK_PENDING, entry);
+        return 0;
+    }
+    int fd = -1, r = ck__save_lock_rel(name, lock, err);
     if (r == 0 && (r = ck__lock_probe(rootfd, lock, &fd, who, sizeof who)) < 0) {
         if (r == -ELOOP || r == CK_ENOTREG) {
             say(log, arg, "kept save %s/%s/%s: its lock %s/%s is %s (remove it by hand)", root,
@@ -781,7 +752,7 @@ static int recover_entry(int rootfd, const char *root, int pend, const char *ent
         return r;
     /* Held by us now (or never taken): nobody can start a save of NAME until the
      * lock is dropped below. */
-    r = remove_pending_dir(rootfd, root, entry, log, arg, err);
+    r = remove_pending_dir(rootfd, root, entry, kind, log, arg, err);
     ck__lock_drop(rootfd, lock, &fd);
     if (r == 0)
         say(log, arg, "removed incomplete save %s/%s/%s", root, CK_PENDING, entry);
@@ -801,7 +772,7 @@ static void drop_stale_locks(int rootfd, int pend)
     while (d && (de = readdir(d))) {
         int held;
         snprintf(rel, sizeof rel, "%s/%s", CK_PENDING, de->d_name);
-        if (is_lock(de->d_name) && ck__lock_probe(rootfd, rel, &held, who, sizeof who) == 1)
+        if (ck__pending_entry(de->d_name, NULL, NULL) == CK_PEND_LOCK && ck__lock_probe(rootfd, rel, &held, who, sizeof who) == 1)
             ck__lock_drop(rootfd, rel, &held);
     }
     if (d)
@@ -813,11 +784,9 @@ static void drop_stale_locks(int rootfd, int pend)
  * their lock ROOT/.ckptd.ID.lock (format/owner.h). An embedded engine of a killed
  * process leaves both; its id is never used again (it holds a pid). Beneath rootfd,
  * as every path of recovery: a file or lock that is a link is left alone. */
-static void drop_dead_beats(int rootfd, const char *suffix)
+static void drop_dead_beats(int rootfd, ck__engine_file kind)
 {
-    static const char prefix[] = ".ckptd.";
-    char lock[NAME_MAX + 16], who[256];
-    size_t sl = strlen(suffix);
+    char id[CK_NODE_ID_MAX], lock[CK_NODE_ID_MAX + 16], who[256];
     int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d && fd >= 0)
@@ -827,13 +796,9 @@ static void drop_dead_beats(int rootfd, const char *suffix)
         rewinddir(d);
     struct dirent *de;
     while (d && (de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        if (n <= sizeof prefix - 1 + sl || strncmp(de->d_name, prefix, sizeof prefix - 1) ||
-            strcmp(de->d_name + n - sl, suffix) || de->d_type == DT_LNK)
+        if (!ck__engine_file_of(de->d_name, kind, id) || de->d_type == DT_LNK ||
+            ck__name_engine(id, CK_ENGINE_LOCK, lock, sizeof lock) < 0)
             continue;
-        int id_len = (int)(n - (sizeof prefix - 1) - sl);
-        snprintf(lock, sizeof lock, "%s%.*s%s", prefix, id_len, de->d_name + sizeof prefix - 1,
-                 CK_LOCK_SUFFIX);
         int held;
         if (ck__lock_probe(rootfd, lock, &held, who, sizeof who) != 1)
             continue;
@@ -880,8 +845,8 @@ int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, co
     if (r >= 0 && pend >= 0)
         drop_stale_locks(rootfd, pend);
     if (r >= 0 && rootfd >= 0) {
-        drop_dead_beats(rootfd, ".beat");
-        drop_dead_beats(rootfd, ".peer");
+        drop_dead_beats(rootfd, CK_ENGINE_BEAT);
+        drop_dead_beats(rootfd, CK_ENGINE_PEER);
     }
     if (pend >= 0)
         close(pend);

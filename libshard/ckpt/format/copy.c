@@ -13,6 +13,7 @@
 
 #include "format/reader_int.h"
 #include "io/rootfs.h"
+#include "format/layout.h"
 
 #define MAGIC_LINE "libshard copy "
 /* The three header lines at their longest ("files 4294967295"), with room to spare;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "format/owner.h"
 #include "io/rootfs.h"
 
@@ -30,12 +31,11 @@ static bool committed(int rootfd, const char *name)
 {
     char rel[PATH_MAX];
     struct stat st;
-    return snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST) < (int)sizeof rel &&
-           ck__statat(rootfd, rel, &st) == 0 && S_ISREG(st.st_mode);
+    return ck__name_manifest(name, rel, sizeof rel) == 0 && ck__statat(rootfd, rel, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Whether .pending holds an entry of a save of name (NAME.TOKEN, the token without a
- * dot; the lock file NAME.lock is no save). */
+/* Whether .pending holds an entry of a save of name (the lock file NAME.lock is no
+ * save). */
 static bool has_debris(int rootfd, const char *name)
 {
     int fd = ck__openat(rootfd, CK_PENDING, O_RDONLY | O_DIRECTORY, 0);
@@ -45,12 +45,13 @@ static bool has_debris(int rootfd, const char *name)
             close(fd);
         return false;
     }
-    size_t n = strlen(name);
+    char of[CK_NAME_MAX];
     bool found = false;
     struct dirent *de;
-    while (!found && (de = readdir(d)))
-        found = !strncmp(de->d_name, name, n) && de->d_name[n] == '.' &&
-                !strchr(de->d_name + n + 1, '.') && strcmp(de->d_name + n, CK_LOCK_SUFFIX);
+    while (!found && (de = readdir(d))) {
+        ck__pending_kind kind = ck__pending_entry(de->d_name, of, NULL);
+        found = kind != CK_PEND_OTHER && kind != CK_PEND_LOCK && !strcmp(of, name);
+    }
     closedir(d);
     return found;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ck/ckpt.h"
+#include "format/layout.h"
 #include "io/rootfs.h"
 #include "model/grow.h"
 
@@ -238,22 +239,17 @@ int ck__lock_held(int dir, const char *rel, char *who, size_t len)
 
 int ck__save_lock_rel(const char *name, char *out, ck_err *err)
 {
-    if (snprintf(out, PATH_MAX, "%s/%s%s", CK_PENDING, name, CK_LOCK_SUFFIX) >= PATH_MAX)
+    if (ck__name_save_lock(name, out, PATH_MAX) < 0)
         return ck_err_set(err, -ENAMETOOLONG, "checkpoint %s: name too long", name);
     return 0;
-}
-
-/* ".ckptd.ID.lock" below ROOT. */
-static void engine_lock_rel(const char *id, char *out, size_t len)
-{
-    snprintf(out, len, ".ckptd.%s%s", id, CK_LOCK_SUFFIX);
 }
 
 int ck__engine_lock(const char *root, const char *id, const char *what, int *fd, ck_err *err)
 {
     char rel[CK_NODE_ID_LOCK_MAX];
     *fd = -1;
-    engine_lock_rel(id, rel, sizeof rel);
+    if (ck__name_engine(id, CK_ENGINE_LOCK, rel, sizeof rel) < 0)
+        return ck_err_set(err, -ENAMETOOLONG, "engine %s: id too long", id);
     int rootfd = ck__root_open(root, err);
     if (rootfd < 0)
         return rootfd;
@@ -266,9 +262,8 @@ void ck__engine_unlock(const char *root, const char *id, int *fd)
 {
     char rel[CK_NODE_ID_LOCK_MAX];
     ck_err err;
-    if (*fd < 0)
+    if (*fd < 0 || ck__name_engine(id, CK_ENGINE_LOCK, rel, sizeof rel) < 0)
         return;
-    engine_lock_rel(id, rel, sizeof rel);
     int rootfd = ck__root_open(root, &err);
     if (rootfd >= 0) {
         ck__lock_drop(rootfd, rel, fd);

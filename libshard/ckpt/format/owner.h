@@ -26,7 +26,6 @@
 
 #include "ck/error.h"
 
-#define CK_LOCK_SUFFIX ".lock"
 #define CK_LOCK_WHO_MAX 256        /* a holder's record, with its NUL */
 #define CK_JOB_HEX_MAX 33          /* a job id (ck/client.h's 16 bytes) in hex, and NUL */
 

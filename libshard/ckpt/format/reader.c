@@ -10,6 +10,9 @@
 #include "format/copy.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
+#include "format/layout.h"
+#include "model/layout.h"
+#include "io/engine.h"
 
 
 static bool plain(char c)
@@ -435,8 +438,8 @@ int ck__decode_tensor(ck_ckpt *ck, const MDB_val *k, const MDB_val *v, ck_tensor
         return ck_err_set(err, -EBADMSG, "%s: tensor %s says it has %u boxes (at most %u)",
                           ck->mpath, t->name, t->n_shards, CK_MAX_BOXES);
     ck_err e2 = { 0 };
-    if (ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), &ck->info.mesh,
-                        pl, &e2) < 0)
+    if (ck__layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), &ck->info.mesh,
+                         pl, &e2) < 0)
         return ck_err_set(err, -EBADMSG, "%s: %s", ck->mpath, ck_err_msg(&e2));
     return 0;
 }
@@ -754,8 +757,8 @@ int ck__data_fd(ck_ckpt *ck, uint32_t id, bool direct, ck_err *err)
                           "ckptd %s; it holds %u of %u data files)", path, ck->copy.source,
                           ck->copy.files_held, ck->info.n_files);
     int dirfd = ck__file_dirfd(ck, id);
-    int fd = direct ? ck_engine_open_data(ck->engine, dirfd, name, O_RDONLY, 0, &is_direct)
-                    : ck_engine_open_file(ck->engine, dirfd, name, O_RDONLY, 0);
+    int fd = direct ? ck__engine_open_data(ck->engine, dirfd, name, O_RDONLY, 0, &is_direct)
+                    : ck__engine_open_file(ck->engine, dirfd, name, O_RDONLY, 0);
     if (fd < 0)
         return ck_err_set(err, fd == -ENOENT || fd == -ELOOP || fd == CK_ENOTREG ? -EBADMSG : fd,
                           "%s: %s", path, fd == -ENOENT ? "data file is missing" : ck__why(fd));

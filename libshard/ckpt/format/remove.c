@@ -34,14 +34,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "format/owner.h"
 #include "io/rootfs.h"
+#include "io/engine.h"
+#include "format/catalog.h"
 
 /* A checkpoint holds plain files; deeper directories were planted, and go too, down
  * to this depth. */
 #define REMOVE_DEPTH_MAX 16
-
-#define REMOVED_SUFFIX "-removed"
 
 /* Removes rel (beneath rootfd) and everything under it without following a link:
  * entries are listed through a descriptor reached beneath the root, checked with
@@ -96,8 +97,8 @@ static int check_committed(int rootfd, const char *root, const char *name, ck_er
     if (!S_ISDIR(st.st_mode))
         return ck_err_set(err, -ENOTDIR, "%s: %s is not a checkpoint directory but %s", root,
                           name, S_ISLNK(st.st_mode) ? "a symbolic link" : "another file");
-    snprintf(rel, sizeof rel, "%s/%s", name, CK_MANIFEST);
-    if (ck__statat(rootfd, rel, &st) < 0 || !S_ISREG(st.st_mode))
+    if (ck__name_manifest(name, rel, sizeof rel) < 0 || ck__statat(rootfd, rel, &st) < 0 ||
+        !S_ISREG(st.st_mode))
         return ck_err_set(err, -ENOENT, "%s: %s is not a committed checkpoint (it has no %s)",
                           root, name, CK_MANIFEST);
     return 0;
@@ -143,16 +144,17 @@ static int move_out(ck_engine *e, int rootfd, const char *root, const char *name
     if (getrandom(&tag, sizeof tag, GRND_NONBLOCK) != (ssize_t)sizeof tag)
         tag = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
     int r = -EEXIST;
+    char token[CK_TOKEN_MAX];
     for (int tries = 0; r == -EEXIST && tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
-        if (snprintf(trash, PATH_MAX, "%s/%s.%012llx" REMOVED_SUFFIX, CK_PENDING, name,
-                     (unsigned long long)(tag & 0xffffffffffffull)) >= PATH_MAX)
+        ck__name_token(tag, token);
+        if (ck__name_removed(name, token, trash, PATH_MAX) < 0)
             return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
         r = e->ops->rename(e, rootfd, name, trash);
     }
     if (r < 0)
         return ck_err_set(err, r, "%s/%s: rename to %s: %s", root, name, trash, strerror(-r));
     *moved = true;
-    if ((r = ck_engine_fsync_path(e, rootfd, CK_PENDING)) < 0 ||
+    if ((r = ck__engine_fsync_path(e, rootfd, CK_PENDING)) < 0 ||
         (r = e->ops->fsync(e, rootfd)) < 0)
         return ck_err_set(err, r, "%s/%s: out of sight, but not durably (fsync: %s); its files "
                           "stay in %s/%s for the next recovery", root, name, strerror(-r), root,
@@ -190,7 +192,7 @@ int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err
     if (r == 0 && (r = e->ops->step(e, "catalog")) < 0)
         ck_err_set(err, r, "%s/%s: %s", root, CK_CATALOG, strerror(-r));
     if (r == 0)
-        r = ck_catalog_del(root, name, err);
+        r = ck__catalog_del(root, name, err);
     if (r == 0)
         r = move_out(e, rootfd, root, name, trash, &moved, err);
     if (r == 0 && (r = remove_tree(e, rootfd, root, trash, 0, err)) < 0)

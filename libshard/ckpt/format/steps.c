@@ -1,5 +1,5 @@
 /* steps.c - a run's checkpoints PREFIX<digits>: which they are, the newest, and keeping
- * the last K (ck_step_of, ck_root_steps, ck_root_newest, ck_root_prune; see
+ * the last K (ck__step_of, ck_root_steps, ck_root_newest, ck_root_prune; see
  * ck/steps.h). */
 #include "ck/steps.h"
 
@@ -9,11 +9,12 @@
 #include <string.h>
 
 #include "ck/catalog.h"
+#include "format/steps.h"
 
 /* 2^64 - 1 has 20 digits: no more are read (the value decides among 20). */
 #define STEP_DIGITS_MAX 20
 
-bool ck_step_of(const char *name, const char *prefix, uint64_t *step)
+bool ck__step_of(const char *name, const char *prefix, uint64_t *step)
 {
     size_t np = strlen(prefix);
     if (strncmp(name, prefix, np) != 0)
@@ -69,7 +70,7 @@ int ck_root_steps(const char *root, const char *prefix, ck_step_ckpt **out, size
     }
     size_t k = 0;
     for (size_t i = 0; i < sc.n_committed; i++)
-        if (ck_step_of(sc.committed[i], prefix, &v[k].step))
+        if (ck__step_of(sc.committed[i], prefix, &v[k].step))
             snprintf(v[k++].name, CK_NAME_MAX, "%s", sc.committed[i]);
     ck_scan_free(&sc);
     if (k == 0) {

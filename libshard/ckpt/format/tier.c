@@ -13,6 +13,7 @@
 #include "ck/catalog.h"
 #include "format/copy.h"
 #include "io/rootfs.h"
+#include "format/layout.h"
 
 /* Replica roots by name, fetched roots by number ("9" before "10"). */
 static int order(const void *a, const void *b)

@@ -2,6 +2,7 @@
  * are resolved beneath their directory, no link followed (io/rootfs.h). */
 #include "ck/engine.h"
 #include "io/rootfs.h"
+#include "io/engine.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -200,7 +201,7 @@ ck_engine *ck_engine_default(void)
     return &uring_engine;
 }
 
-int ck_engine_open_file(ck_engine *e, int dir, const char *path, int flags, unsigned mode)
+int ck__engine_open_file(ck_engine *e, int dir, const char *path, int flags, unsigned mode)
 {
     /* Non-blocking until it is known to be a regular file: a FIFO would block a read
      * open until a writer came, for ever. */
@@ -221,16 +222,16 @@ int ck_engine_open_file(ck_engine *e, int dir, const char *path, int flags, unsi
     return fd;
 }
 
-int ck_engine_open_data(ck_engine *e, int dir, const char *path, int flags, unsigned mode,
-                        bool *direct)
+int ck__engine_open_data(ck_engine *e, int dir, const char *path, int flags, unsigned mode,
+                         bool *direct)
 {
-    int fd = ck_engine_open_file(e, dir, path, flags | O_DIRECT, mode);
+    int fd = ck__engine_open_file(e, dir, path, flags | O_DIRECT, mode);
     if (fd == -EINVAL) {
         /* The file system refuses O_DIRECT (some FUSE and older tmpfs): buffered I/O
          * still works, only slower; the caller logs it. Linux creates the file before
          * it refuses the flag, so the retry drops O_EXCL: the file is ours, made by
          * the exclusive open that just failed. */
-        fd = ck_engine_open_file(e, dir, path, flags & ~O_EXCL, mode);
+        fd = ck__engine_open_file(e, dir, path, flags & ~O_EXCL, mode);
         *direct = false;
     } else {
         *direct = fd >= 0;
@@ -238,7 +239,7 @@ int ck_engine_open_data(ck_engine *e, int dir, const char *path, int flags, unsi
     return fd;
 }
 
-int ck_engine_fsync_path(ck_engine *e, int dir, const char *path)
+int ck__engine_fsync_path(ck_engine *e, int dir, const char *path)
 {
     int fd = e->ops->open(e, dir, path, O_RDONLY, 0);
     if (fd < 0)

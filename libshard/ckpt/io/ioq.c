@@ -6,9 +6,10 @@
 
 #include "ck/engine.h"
 #include "ck/error.h"
+#include "io/engine.h"
 
-int ck_ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *what,
-                    ck_err *err)
+int ck__ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *what,
+                     ck_err *err)
 {
     if (res < 0)
         return ck_err_set(err, res, "%s: %s of %u bytes at offset %llu: %s", what,
@@ -33,7 +34,7 @@ int ck_ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *wha
     return 0;
 }
 
-int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what, ck_err *err)
+int ck__ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what, ck_err *err)
 {
     for (unsigned i = 0; i < n; i++)
         ios[i].user = i;
@@ -51,7 +52,7 @@ int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what
             pending--;
             if (first_err < 0)
                 continue;   /* the first failure's message stands; drain the rest */
-            r = ck_ioq_complete(e, q, &ios[done[j].user], done[j].res, what, err);
+            r = ck__ioq_complete(e, q, &ios[done[j].user], done[j].res, what, err);
             if (r < 0)
                 first_err = r;
             else if (r == 0)

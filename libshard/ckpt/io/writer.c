@@ -9,6 +9,7 @@
  */
 #include "io/writer.h"
 #include "io/rootfs.h"
+#include "io/engine.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_CHUNKS 256   /* I/Os per block: the low byte of an I/O's user tag */
 
@@ -111,6 +113,10 @@ static void finish_file(wstate *w, uint32_t f)
     wfile_state *fs = &w->fs[f];
     if (fs->fd < 0)
         return;
+    /* A file whose length is not whole pages is cut to it before its fsync. */
+    uint64_t cut = w->files[f].cut;
+    if (w->err_code == 0 && cut && ftruncate(fs->fd, (off_t)cut) < 0)
+        fail(w, -errno, "%s: truncate: %s", w->files[f].path, strerror(errno));
     if (w->err_code == 0) {
         ck_io io = { .fd = fs->fd, .fsync = true, .user = FSYNC_TAG | f };
         int r = w->e->ops->ioq_submit(w->q, &io, 1);
@@ -388,9 +394,9 @@ static int open_file(wstate *w, uint32_t f)
 {
     ck__wfile *wf = &w->files[f];
     bool direct = false;
-    int fd = ck_engine_open_data(w->e, wf->rel ? w->o->dir : AT_FDCWD,
-                                 wf->rel ? wf->rel : wf->path, O_WRONLY | O_CREAT | O_EXCL,
-                                 0644, &direct);
+    int fd = ck__engine_open_data(w->e, wf->rel ? w->o->dir : AT_FDCWD,
+                                  wf->rel ? wf->rel : wf->path, O_WRONLY | O_CREAT | O_EXCL,
+                                  0644, &direct);
     if (fd < 0)
         return fail(w, fd, "%s: create: %s", wf->path, ck__why(fd));
     if (!direct && w->st->direct) {
@@ -548,4 +554,30 @@ int ck__write_files(const ck__writer_opts *o, ck__wfile *files, uint32_t n, ck__
     if (r < 0)
         return r;
     return w.err_code;
+}
+
+int ck_files_write(const ck_write_opts *o, const ck_file_out *files, uint32_t n, ck_err *err)
+{
+    ck__src *src = calloc(n ? n : 1, sizeof *src);
+    ck__wfile *wf = calloc(n ? n : 1, sizeof *wf);
+    ck__hashpool *pool = NULL;
+    int r = !src || !wf ? -ENOMEM : ck__hashpool_new(0, &pool);
+    if (r < 0) {
+        free(src);
+        free(wf);
+        return ck_err_set(err, r, "starting the writer: %s", strerror(-r));
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        src[i] = (ck__src){ .len = files[i].len, .fill = files[i].fill, .arg = files[i].arg };
+        wf[i] = (ck__wfile){ .path = files[i].path, .size = (files[i].len + 4095) & ~4095ull,
+                             .cut = files[i].len, .srcs = &src[i], .nsrcs = 1 };
+    }
+    ck__writer_opts wo = { .engine = o->engine, .pool = pool, .no_hash = true,
+                           .fill_threadsafe = true, .mem_limit = o->mem_limit, .log = o->log,
+                           .progress = o->progress, .cb_arg = o->cb_arg };
+    r = ck__write_files(&wo, wf, n, NULL, err);
+    ck__hashpool_free(pool);
+    free(src);
+    free(wf);
+    return r;
 }

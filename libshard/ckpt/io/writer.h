@@ -35,6 +35,7 @@ typedef struct ck__wfile {
     const char *path;      /* created with O_EXCL; named so in messages */
     const char *rel;       /* its path beneath ck__writer_opts.dir; NULL: path itself */
     uint64_t size;         /* multiple of 4096 */
+    uint64_t cut;          /* nonzero: the length the file is cut to before its fsync */
     const ck__src *srcs;    /* sorted by file_off, not overlapping, inside size */
     uint32_t nsrcs;
     uint8_t *hashes;       /* out: ceil(size / block_size) digests, or NULL */

@@ -3,7 +3,7 @@
  * Wanted bytes become file reads in three steps: the wanted byte range of the target
  * box is cut into at most 2*ndim sub-boxes, each contiguous in the destination;
  * each sub-box is intersected with every saved shard and walked as runs contiguous
- * on both sides (ck_runs); each run is mapped through the shard's extents to file
+ * on both sides (ck__runs); each run is mapped through the shard's extents to file
  * ranges. The read list (load/rlist.c) coalesces ranges that continue each other in
  * the file and in memory, runs them through one io_uring and checks the blocks they
  * touch.
@@ -21,6 +21,8 @@
 #include "ck/load.h"
 #include "format/reader_int.h"
 #include "load/rlist.h"
+#include "model/layout.h"
+#include "io/engine.h"
 
 #define CONV_BYTES (4u << 20)
 
@@ -114,12 +116,12 @@ static int read_subbox(ck_reader *rd, const ck_box *sub, uint8_t *dst, ck_err *e
     uint64_t want = ck_box_numel(sub), got = 0;
     for (uint32_t i = 0; i < rd->nsh; i++) {
         ck_box x;
-        if (!ck_box_intersect(sub, &rd->sh[i].box, &x))
+        if (!ck__box_intersect(sub, &rd->sh[i].box, &x))
             continue;
-        ck_runs it;
-        ck_runs_init(&it, &x, &rd->sh[i].box, sub);
+        ck__runs it;
+        ck__runs_init(&it, &x, &rd->sh[i].box, sub);
         uint64_t so, d, n;
-        while (ck_runs_next(&it, &so, &d, &n)) {
+        while (ck__runs_next(&it, &so, &d, &n)) {
             int r = rlist_shard(rd->rl, &rd->sh[i], so * is, n * is, dst + d * is, err);
             if (r < 0)
                 return r;
@@ -279,7 +281,7 @@ int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement 
                          uint64_t rank, void *dst, ck_err *err)
 {
     const ck_tensor *t = &rd->t;
-    int r = ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), mesh, pl, err);
+    int r = ck__layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), mesh, pl, err);
     if (r < 0)
         return r;
     if (rank >= ck_mesh_world(mesh))

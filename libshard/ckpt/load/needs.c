@@ -14,6 +14,7 @@
 
 #include "ck/load.h"
 #include "format/reader_int.h"
+#include "model/layout.h"
 
 /* Row-major index, in box b's own storage, of the element at global position p. */
 static uint64_t index_in(const ck_box *b, const uint64_t *p)
@@ -48,7 +49,7 @@ static int item_files(const ck_tensor *t, const ck_shard *sh, uint32_t nsh,
     size_t is = ck_dtype_size(t->dtype);
     for (uint32_t i = 0; i < nsh; i++) {
         ck_box x;
-        if (!ck_box_intersect(&it->box, &sh[i].box, &x) || ck_box_numel(&x) == 0)
+        if (!ck__box_intersect(&it->box, &sh[i].box, &x) || ck_box_numel(&x) == 0)
             continue;
         uint64_t last[CK_MAX_NDIM];
         for (int d = 0; d < x.ndim; d++)

@@ -35,6 +35,7 @@
 
 #include "format/reader_int.h"
 #include "io/hash.h"
+#include "io/engine.h"
 
 enum { RL_DEPTH = 64, RL_IO_MAX = 1u << 20, RL_ALIGN = 4096,
        RL_BOUNCE = RL_IO_MAX + 2 * RL_ALIGN };
@@ -307,7 +308,7 @@ static int rl_reap(rlist *rl, unsigned min_done, ck_err *err)
         unsigned s = (unsigned)done[j].user;
         int r = 1;
         if (!rl->failed) {
-            r = ck_ioq_complete(e, rl->q, &rl->ios[s], done[j].res, rl->ck->dir, err);
+            r = ck__ioq_complete(e, rl->q, &rl->ios[s], done[j].res, rl->ck->dir, err);
             if (r < 0)
                 rl->failed = r;
         }

@@ -1,5 +1,6 @@
 /* layout.c - torch.chunk sharding, boxes and contiguous runs (see ck/layout.h). */
 #include "ck/layout.h"
+#include "model/layout.h"
 
 #include <assert.h>
 #include <string.h>
@@ -22,8 +23,8 @@ void ck_chunk(uint64_t n, uint64_t parts, uint64_t idx, uint64_t *off, uint64_t 
     *len = hi - lo;
 }
 
-int ck_layout_check(const char *tensor, int ndim, const uint64_t *shape, size_t itemsize,
-                    const ck_mesh *mesh, const ck_placement *pl, ck_err *err)
+int ck__layout_check(const char *tensor, int ndim, const uint64_t *shape, size_t itemsize,
+                     const ck_mesh *mesh, const ck_placement *pl, ck_err *err)
 {
     const uint64_t limit = INT64_MAX;
     if (!tensor)
@@ -114,7 +115,7 @@ bool ck_box_equal(const ck_box *a, const ck_box *b)
     return true;
 }
 
-bool ck_box_intersect(const ck_box *a, const ck_box *b, ck_box *out)
+bool ck__box_intersect(const ck_box *a, const ck_box *b, ck_box *out)
 {
     if (a->ndim != b->ndim)
         return false;
@@ -134,7 +135,7 @@ bool ck_box_intersect(const ck_box *a, const ck_box *b, ck_box *out)
     return true;
 }
 
-void ck_runs_init(ck_runs *it, const ck_box *sub, const ck_box *src, const ck_box *dst)
+void ck__runs_init(ck__runs *it, const ck_box *sub, const ck_box *src, const ck_box *dst)
 {
     assert(sub->ndim == src->ndim && sub->ndim == dst->ndim);
     memset(it, 0, sizeof *it);
@@ -166,7 +167,7 @@ void ck_runs_init(ck_runs *it, const ck_box *sub, const ck_box *src, const ck_bo
     it->ndim = k < 0 ? 1 : k + 1;
 }
 
-bool ck_runs_next(ck_runs *it, uint64_t *src_off, uint64_t *dst_off, uint64_t *n)
+bool ck__runs_next(ck__runs *it, uint64_t *src_off, uint64_t *dst_off, uint64_t *n)
 {
     if (it->done)
         return false;

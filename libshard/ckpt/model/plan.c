@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/grow.h"
+#include "model/layout.h"
 
 typedef struct plan_tensor {
     uint32_t first, count;
@@ -53,6 +54,14 @@ void ck__plan_free(ck__plan *p)
 static uint64_t align_up(uint64_t v)
 {
     return (v + CK_ALIGN - 1) & ~(uint64_t)(CK_ALIGN - 1);
+}
+
+uint64_t ck_file_bytes(const uint64_t *shard_bytes, size_t n)
+{
+    uint64_t end = 0;
+    for (size_t i = 0; i < n; i++)
+        end = align_up(end + shard_bytes[i]);
+    return end;
 }
 
 /* The index of a rank's shard among its tensor's shards: its coordinate over the
@@ -116,7 +125,7 @@ static int tensor_done(ck__plan *p, const plan_tensor *t, uint32_t *first, uint3
 int ck__plan_add(ck__plan *p, const char *name, int ndim, const uint64_t *shape, size_t itemsize,
                 const ck_placement *pl, uint32_t *first, uint32_t *count, ck_err *err)
 {
-    int r = ck_layout_check(name, ndim, shape, itemsize, &p->mesh, pl, err);
+    int r = ck__layout_check(name, ndim, shape, itemsize, &p->mesh, pl, err);
     if (r < 0)
         return r;
     uint64_t n = 1;
@@ -153,7 +162,7 @@ int ck__plan_add_boxes(ck__plan *p, const char *name, int ndim, const uint64_t *
                        const uint64_t *writers, uint32_t *first, uint32_t *count, ck_err *err)
 {
     ck_placement all_r[CK_MAX_MESH_DIMS] = { { 0 } };
-    int r = ck_layout_check(name, ndim, shape, itemsize, &p->mesh, all_r, err);
+    int r = ck__layout_check(name, ndim, shape, itemsize, &p->mesh, all_r, err);
     if (r == 0)
         r = ck_boxes_check(name, ndim, shape, nboxes, boxes, err);
     for (uint32_t i = 0; r == 0 && i < nboxes; i++)

@@ -12,6 +12,7 @@
 #include "format/enc.h"
 #include "model/grow.h"
 #include "model/say.h"
+#include "ops/compare.h"
 
 typedef struct names {
     ck_tensor *t;
@@ -63,7 +64,7 @@ static uint64_t load_le(const void *p, size_t n)
     return u;
 }
 
-void ck_elem_format(ck_dtype dtype, const void *p, char *buf, size_t len)
+void ck__elem_format(ck_dtype dtype, const void *p, char *buf, size_t len)
 {
     const ck_dtype_info *i = ck_dtype_info_of(dtype);
     if (!i) {
@@ -162,8 +163,8 @@ static int compare_tensor(ck_ckpt *a, ck_ckpt *b, const ck_tensor *t, uint8_t *b
         for (int d = 0; d < t->ndim; d++)
             n += (size_t)snprintf(coord + n, sizeof coord - n, "%s%llu", d ? ", " : "",
                                   (unsigned long long)c[d]);
-        ck_elem_format(t->dtype, ba + i * is, va, sizeof va);
-        ck_elem_format(t->dtype, bb + i * is, vb, sizeof vb);
+        ck__elem_format(t->dtype, ba + i * is, va, sizeof va);
+        ck__elem_format(t->dtype, bb + i * is, vb, sizeof vb);
         report(o, "tensor %s: first difference at element %llu [%s]: %s vs %s", t->name,
                (unsigned long long)k, coord, va, vb);
         res->differing++;

@@ -21,6 +21,7 @@
 #include "format/reader_int.h"
 #include "io/rootfs.h"
 #include "save/commit.h"
+#include "format/layout.h"
 
 struct ck__copy_in {
     char root[PATH_MAX], name[CK_NAME_MAX], source[CK_COPY_ID_MAX];

@@ -15,6 +15,7 @@
 #include "format/copy.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
+#include "format/layout.h"
 
 struct ck__copy_out_state {
     ck_ckpt *ck;

@@ -1,7 +1,7 @@
 /* reshard.c - a checkpoint re-cut for another mesh (see ck/reshard.h).
  *
  * Every tensor is first tried by reference: each target shard's row-major bytes are
- * the runs (ck_runs) of its intersections with the saved shards, sorted by where they
+ * the runs (ck__runs) of its intersections with the saved shards, sorted by where they
  * land in the new shard and mapped through the saved extents to file ranges. When
  * every range starts on a 4 KiB boundary and a shard needs at most max_extents of
  * them, the ranges become the new shard's extents in hard links of the old files.
@@ -28,11 +28,14 @@
 #include "io/writer.h"
 #include "save/commit.h"
 #include "format/enc.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "save/rankfiles.h"
 #include "model/grow.h"
 #include "format/reader_int.h"
 #include "io/rootfs.h"
+#include "model/layout.h"
+#include "ops/reshard.h"
 
 typedef struct run {
     uint64_t dst, src, n;   /* elements: offset in the new shard, in the old, count */
@@ -121,11 +124,11 @@ static int check_one(const ck_tensor *t, void *arg)
     check_ctx *c = arg;
     ck_placement pl[CK_MAX_MESH_DIMS];
     tensor_pl(c->pl, c->mesh->ndim, t->ndim, pl);
-    return ck_layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), c->mesh, pl,
-                           c->err);
+    return ck__layout_check(t->name, t->ndim, t->shape, ck_dtype_size(t->dtype), c->mesh, pl,
+                            c->err);
 }
 
-int ck_reshard_check(ck_ckpt *src, const ck_mesh *mesh, const ck_placement *pl, ck_err *err)
+int ck__reshard_check(ck_ckpt *src, const ck_mesh *mesh, const ck_placement *pl, ck_err *err)
 {
     ck_placement def[CK_MAX_MESH_DIMS];
     if (mesh->ndim < 1 || mesh->ndim > CK_MAX_MESH_DIMS || ck_mesh_world(mesh) == 0 ||
@@ -186,12 +189,12 @@ static int ref_extents(rs *s, const ck_tensor *t, const ck_shard *sh, uint32_t n
     uint64_t got = 0;
     for (uint32_t i = 0; i < nsh; i++) {
         ck_box x;
-        if (!ck_box_intersect(b, &sh[i].box, &x))
+        if (!ck__box_intersect(b, &sh[i].box, &x))
             continue;
-        ck_runs it;
-        ck_runs_init(&it, &x, &sh[i].box, b);
+        ck__runs it;
+        ck__runs_init(&it, &x, &sh[i].box, b);
         uint64_t so, d, n;
-        while (ck_runs_next(&it, &so, &d, &n)) {
+        while (ck__runs_next(&it, &so, &d, &n)) {
             if (nr == max)
                 return 0;
             runs[nr++] = (run){ .dst = d, .src = so, .n = n, .shard = i };
@@ -304,7 +307,7 @@ static int link_files(rs *s, bool hashed, ck_err *err)
             continue;
         const ck_file *sf = ck_file_get(s->src, f);
         ck_file *nf = &s->files[s->nfiles];
-        snprintf(nf->name, sizeof nf->name, "ref-%05u.dat", s->nfiles);
+        ck__name_data_file(true, s->nfiles, nf->name);
         nf->size = sf->size;
         nf->rank = 0;
         char from[PATH_MAX], to[PATH_MAX + CK_FILE_NAME_MAX];
@@ -548,7 +551,7 @@ int ck_reshard(ck_ckpt *src, const ck_reshard_opts *o, ck_reshard_stats *st, ck_
     int r = ck_name_check("checkpoint", o->name, err);
     if (r < 0)
         return r;
-    if ((r = ck_reshard_check(src, o->mesh, o->pl, err)) < 0)
+    if ((r = ck__reshard_check(src, o->mesh, o->pl, err)) < 0)
         return r;
     /* Taken already (anything there, a link too: the commit's rename would refuse it):
      * said before any work; the commit checks again under the name's lock. */

@@ -15,6 +15,7 @@
 #include "io/rootfs.h"
 #include "model/grow.h"
 #include "model/say.h"
+#include "io/engine.h"
 
 /* One extent of one shard, for the overlap check and to name the tensors that a
  * corrupt block holds. */
@@ -339,8 +340,8 @@ static int deep_setup(deep *d, ck_err *err)
          * structural check reported it; not read. */
         d->fds[f] = -ENOENT;
         if (ck_file_held(v->ck, f))
-            d->fds[f] = ck_engine_open_data(d->e, ck__file_dirfd(v->ck, f), ck_file_get(v->ck, f)->name,
-                                            O_RDONLY, 0, &direct);
+            d->fds[f] = ck__engine_open_data(d->e, ck__file_dirfd(v->ck, f), ck_file_get(v->ck, f)->name,
+                                             O_RDONLY, 0, &direct);
         struct stat st;
         if (d->fds[f] < 0 || fstat(d->fds[f], &st) < 0)
             continue;

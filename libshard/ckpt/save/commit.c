@@ -11,9 +11,12 @@
 
 #include "ck/catalog.h"
 #include "ck/save.h"
+#include "format/layout.h"
 #include "format/owner.h"
 #include "io/rootfs.h"
 #include "model/say.h"
+#include "io/engine.h"
+#include "format/catalog.h"
 
 static int owner_start(int rootfd, const char *root, const char *name, bool own,
                        const char *job, int *lock, ck_err *err)
@@ -82,8 +85,8 @@ int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *n
         if (strlen(token) >= CK_TOKEN_MAX)
             return ck_err_set(err, -EINVAL, "save token '%s' is longer than %d bytes", token,
                               CK_TOKEN_MAX - 1);
-        snprintf(rel, sizeof rel, "%s/%s.%s", CK_PENDING, name, token);
-        if (snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX)
+        if (ck__name_save(name, token, rel, sizeof rel) < 0 ||
+            snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX)
             return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
         r = e->ops->mkdir(e, rootfd, rel, 0755);
         if (r < 0 && r != -EEXIST) {
@@ -96,10 +99,11 @@ int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *n
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;
+    char fresh[CK_TOKEN_MAX];
     for (int tries = 0; tries < 16; tries++, tag += 0x9E3779B97F4A7C15ull) {
-        snprintf(rel, sizeof rel, "%s/%s.%012llx", CK_PENDING, name,
-                 (unsigned long long)(tag & 0xffffffffffffull));
-        if (snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX) {
+        ck__name_token(tag, fresh);
+        if (ck__name_save(name, fresh, rel, sizeof rel) < 0 ||
+            snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX) {
             r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
             break;
         }
@@ -127,8 +131,8 @@ void ck__pending_remove(ck_engine *e, int rootfd, const char *root, const char *
         snprintf(path, sizeof path, "%s/%s", rel, files[f].name);
         e->ops->unlink(e, rootfd, path);
     }
-    snprintf(path, sizeof path, "%s/%s", rel, CK_MANIFEST);
-    e->ops->unlink(e, rootfd, path);
+    if (ck__name_manifest(rel, path, sizeof path) == 0)
+        e->ops->unlink(e, rootfd, path);
     e->ops->rmdir(e, rootfd, rel);
 }
 
@@ -154,8 +158,9 @@ int ck__publish(ck_engine *e, int rootfd, const char *root, const char *pending,
     *committed = false;
     if (!rel || !rel[0])
         return ck_err_set(err, -EINVAL, "%s is not under the root %s", pending, root);
-    snprintf(path, sizeof path, "%s/%s", pending, CK_MANIFEST);
-    snprintf(mrel, sizeof mrel, "%s/%s", rel, CK_MANIFEST);
+    if (ck__name_manifest(pending, path, sizeof path) < 0 ||
+        ck__name_manifest(rel, mrel, sizeof mrel) < 0)
+        return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", pending);
     if ((r = ck__manifest_write(e, rootfd, mrel, path, m, err)) < 0)
         return r;
     return ck__commit_dir(e, rootfd, root, pending, &m->info, catalog, committed, log, log_arg,
@@ -173,7 +178,7 @@ int ck__commit_dir(ck_engine *e, int rootfd, const char *root, const char *pendi
     if (!rel || !rel[0])
         return ck_err_set(err, -EINVAL, "%s is not under the root %s", pending, root);
     snprintf(final, sizeof final, "%s/%s", root, info->name);
-    if ((r = ck_engine_fsync_path(e, rootfd, rel)) < 0)
+    if ((r = ck__engine_fsync_path(e, rootfd, rel)) < 0)
         return ck_err_set(err, r, "%s: fsync: %s", pending, ck__why(r));
     if ((r = e->ops->rename(e, rootfd, rel, info->name)) < 0)
         return ck_err_set(err, r, "%s: commit rename to %s: %s", pending, final,
@@ -190,7 +195,7 @@ int ck__commit_dir(ck_engine *e, int rootfd, const char *root, const char *pendi
      * reconciling (ckptd at start, ckpt-inspect --rebuild-catalog). */
     ck_err cat = { 0 };
     if (catalog && ((r = e->ops->step(e, "catalog")) < 0 ||
-                    (r = ck_catalog_put(root, info, &cat)) < 0))
+                    (r = ck__catalog_put(root, info, &cat)) < 0))
         warn(log, log_arg, "checkpoint %s committed, but not yet in the catalog (%s): the "
              "next ckptd start or ckpt-inspect --rebuild-catalog lists it", info->name,
              cat.code ? ck_err_msg(&cat) : strerror(-r));

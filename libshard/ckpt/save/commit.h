@@ -11,10 +11,8 @@
 #include <limits.h>
 #include <stdbool.h>
 
+#include "format/layout.h"
 #include "format/manifest.h"
-
-/* A save token (the pending directory NAME.TOKEN) with its NUL. */
-#define CK_TOKEN_MAX 16
 
 /* Creates ROOT/.pending/NAME.TOKEN into out (PATH_MAX bytes). token NULL: this
  * process owns the save: it takes the save's lock first (*lock, held until

@@ -18,10 +18,6 @@
 #define PARTS_MAGIC "CKMEET2\0"
 #define MEET_FILE_MAX (64u << 20)  /* a part file: records of one node's ranks, blobs */
 
-/* The longest name the core makes of a checkpoint's: its meeting, NAME.TOKEN-meet. */
-_Static_assert(CK_CKPT_NAME_LEN + 1 + (CK_TOKEN_MAX - 1) + sizeof CK_MEET_SUFFIX - 1 <= NAME_MAX,
-               "a meeting's name must fit a file name");
-
 int ck__node_id_check(const char *id, ck_err *err)
 {
     size_t n = strlen(id);
@@ -37,7 +33,10 @@ int ck__node_id_check(const char *id, ck_err *err)
 
 void ck__meet_dir(const char *root, const char *name, const char *token, char *out)
 {
-    snprintf(out, PATH_MAX, "%s/%s/%s.%s%s", root, CK_PENDING, name, token, CK_MEET_SUFFIX);
+    char rel[PATH_MAX];
+    if (ck__name_meet(name, token, rel, sizeof rel) < 0 ||
+        snprintf(out, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX)
+        out[0] = '\0';
 }
 
 /* The directory dir (ROOT itself or a meeting under it), opened beneath ROOT without
@@ -78,7 +77,8 @@ int ck__meet_put(const char *root, const char *dir, const char *name, const void
     /* The temporary name starts with '.': no reader's prefix matches it. It is ours:
      * whatever is there (debris, or a link planted for us to write through) goes, and
      * the new one is made exclusive. */
-    snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+    if (ck__name_tmp(name, tmp, sizeof tmp) < 0)
+        return ck_err_set(err, -ENAMETOOLONG, "%s/%s: name too long", dir, name);
     int d = dir_open(root, dir, err);
     if (d < 0)
         return d;
@@ -138,7 +138,7 @@ static int read_all(int d, const char *name, uint8_t **out, size_t *len)
 }
 
 /* ck__meet_each on the directory d (kept open; dir names it). */
-static int each_at(int d, const char *dir, const char *prefix,
+static int each_at(int d, const char *dir, ck__meet_file kind,
                    int (*fn)(void *arg, const char *file, const uint8_t *buf, size_t len),
                    void *arg, ck_err *err)
 {
@@ -152,9 +152,8 @@ static int each_at(int d, const char *dir, const char *prefix,
     }
     struct dirent *de;
     int r = 0;
-    size_t k = strlen(prefix);
     while (r == 0 && (de = readdir(dd))) {
-        if (strncmp(de->d_name, prefix, k))
+        if (ck__meet_file_of(de->d_name, NULL) != kind)
             continue;
         uint8_t *buf;
         size_t len;
@@ -172,14 +171,14 @@ static int each_at(int d, const char *dir, const char *prefix,
     return r;
 }
 
-int ck__meet_each(const char *root, const char *dir, const char *prefix,
+int ck__meet_each(const char *root, const char *dir, ck__meet_file kind,
                   int (*fn)(void *arg, const char *file, const uint8_t *buf, size_t len),
                   void *arg, ck_err *err)
 {
     int d = dir_open(root, dir, err);
     if (d < 0)
         return d;
-    int r = each_at(d, dir, prefix, fn, arg, err);
+    int r = each_at(d, dir, kind, fn, arg, err);
     close(d);
     return r;
 }
@@ -260,7 +259,7 @@ int ck__meet_create(const char *root, const char *name, const char *token,
     if (r < 0)
         return ck_err_set(err, r, "%s: %s", dir, ck__why(r));
     int n = plan_text(plan, buf, sizeof buf);
-    r = ck__meet_put(root, dir, "plan", buf, (size_t)n, false, err);
+    r = ck__meet_put(root, dir, ck__meet_prefix(CK_MEET_PLAN), buf, (size_t)n, false, err);
     if (r < 0)
         ck__meet_remove(root, dir);
     return r;
@@ -276,7 +275,7 @@ int ck__meet_each_open(const char *root, const char *name,
                        int (*fn)(void *arg, const char *token, const ck__meet_plan *plan),
                        void *arg, ck_err *err)
 {
-    char pending[PATH_MAX], dir[PATH_MAX + 256], token[CK_TOKEN_MAX];
+    char pending[PATH_MAX], dir[PATH_MAX + 256], token[CK_TOKEN_MAX], of[CK_NAME_MAX];
     snprintf(pending, sizeof pending, "%s/%s", root, CK_PENDING);
     int rootfd = ck__root_open(root, err);
     if (rootfd < 0)
@@ -294,19 +293,16 @@ int ck__meet_each_open(const char *root, const char *name,
         close(pend);
         return ck_err_set(err, e, "%s: %s", pending, strerror(-e));
     }
-    size_t k = strlen(name), ks = strlen(CK_MEET_SUFFIX);
     struct dirent *de;
     int found = 0;
     while (!found && (de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        if (n <= k + 1 + ks || strncmp(de->d_name, name, k) || de->d_name[k] != '.' ||
-            strcmp(de->d_name + n - ks, CK_MEET_SUFFIX) || n - k - 1 - ks >= CK_TOKEN_MAX)
+        if (ck__pending_entry(de->d_name, of, token) != CK_PEND_MEET || strcmp(of, name))
             continue;
         snprintf(dir, sizeof dir, "%s/%s", pending, de->d_name);
         int m = ck__openat(pend, de->d_name, O_RDONLY | O_DIRECTORY, 0);
         uint8_t *buf;
         size_t len;
-        if (m < 0 || read_all(m, "plan", &buf, &len) < 0) {
+        if (m < 0 || read_all(m, ck__meet_prefix(CK_MEET_PLAN), &buf, &len) < 0) {
             if (m >= 0)
                 close(m);
             continue;           /* not planned yet, or gone, or not a meeting at all */
@@ -315,10 +311,8 @@ int ck__meet_each_open(const char *root, const char *name,
         int r = plan_parse((const char *)buf, &plan);
         free(buf);
         /* A meeting that failed is an earlier attempt of the name, not ours. */
-        if (r == 0 && each_at(m, dir, "failed.", any_file, NULL, NULL) == 0) {
-            snprintf(token, sizeof token, "%.*s", (int)(n - k - 1 - ks), de->d_name + k + 1);
+        if (r == 0 && each_at(m, dir, CK_MEET_FAILED, any_file, NULL, NULL) == 0)
             found = fn(arg, token, &plan);
-        }
         close(m);
     }
     closedir(d);
@@ -332,7 +326,7 @@ int ck__meet_join(const char *root, const char *dir, const char *id, uint64_t in
                   uint64_t rank, ck_err *err)
 {
     char name[CK_NODE_ID_MAX + 8], buf[96];
-    snprintf(name, sizeof name, "join.%s", id);
+    ck__name_meet_file(CK_MEET_JOIN, id, 0, name, sizeof name);
     int n = snprintf(buf, sizeof buf, "instance %" PRIu64 "\nrank %" PRIu64 "\n", instance,
                      rank);
     return ck__meet_put(root, dir, name, buf, (size_t)n, false, err);
@@ -351,7 +345,7 @@ int ck__meet_fail(const char *root, const char *dir, const char *id, int code, c
                   ck_err *err)
 {
     char name[CK_NODE_ID_MAX + 8], buf[CK_ERR_MSG_MAX + 32];
-    snprintf(name, sizeof name, "failed.%s", id);
+    ck__name_meet_file(CK_MEET_FAILED, id, 0, name, sizeof name);
     int n = snprintf(buf, sizeof buf, "code %d\n%s\n", code, msg);
     if (n >= (int)sizeof buf)
         n = (int)sizeof buf - 1;
@@ -450,7 +444,7 @@ int ck__beat_write(const char *root, const char *id, uint64_t instance, uint64_t
                    ck_err *err)
 {
     char name[CK_NODE_ID_MAX + 16], buf[96];
-    snprintf(name, sizeof name, ".ckptd.%s.beat", id);
+    ck__name_engine(id, CK_ENGINE_BEAT, name, sizeof name);
     int n = snprintf(buf, sizeof buf, "ckptd beat 1 instance %" PRIu64 " counter %" PRIu64 "\n",
                      instance, counter);
     /* ck__meet_put's temporary name is ".NAME.tmp" in the same directory. */
@@ -460,7 +454,7 @@ int ck__beat_write(const char *root, const char *id, uint64_t instance, uint64_t
 int ck__beat_read(const char *root, const char *id, uint64_t *instance, uint64_t *counter)
 {
     char name[CK_NODE_ID_MAX + 16];
-    snprintf(name, sizeof name, ".ckptd.%s.beat", id);
+    ck__name_engine(id, CK_ENGINE_BEAT, name, sizeof name);
     int rootfd = ck__root_open(root, NULL);
     if (rootfd < 0)
         return rootfd;
@@ -480,7 +474,7 @@ int ck__beat_read(const char *root, const char *id, uint64_t *instance, uint64_t
 void ck__beat_remove(const char *root, const char *id)
 {
     char name[CK_NODE_ID_MAX + 16];
-    snprintf(name, sizeof name, ".ckptd.%s.beat", id);
+    ck__name_engine(id, CK_ENGINE_BEAT, name, sizeof name);
     int rootfd = ck__root_open(root, NULL);
     if (rootfd < 0)
         return;

@@ -26,12 +26,11 @@
 #include <stdint.h>
 
 #include "ck/save.h"
+#include "format/layout.h"
 #include "format/owner.h"
 #include "save/commit.h"
 
 #define CK_MEET_VERSION 2
-#define CK_NODE_ID_MAX 64          /* a daemon id with its NUL: [A-Za-z0-9._-] */
-#define CK_MEET_SUFFIX "-meet"
 
 /* Whether id is a daemon id: 1 to 63 bytes of [A-Za-z0-9._-], not starting with '.'. */
 int ck__node_id_check(const char *id, ck_err *err);
@@ -66,9 +65,9 @@ int ck__meet_each_open(const char *root, const char *name,
  * durable, fsyncs the file before and the directory after the rename. */
 int ck__meet_put(const char *root, const char *dir, const char *name, const void *buf,
                  size_t len, bool durable, ck_err *err);
-/* Calls fn for each file of the meeting whose name starts with prefix, with its bytes
- * (malloc'd for the call); stops at fn's first nonzero return and returns it. */
-int ck__meet_each(const char *root, const char *dir, const char *prefix,
+/* Calls fn for each file of the meeting of that kind (format/layout.h) with its name
+ * and bytes (malloc'd for the call); stops at fn's first nonzero return and returns it. */
+int ck__meet_each(const char *root, const char *dir, ck__meet_file kind,
                   int (*fn)(void *arg, const char *file, const uint8_t *buf, size_t len),
                   void *arg, ck_err *err);
 /* Removes one file of the meeting (best effort). */

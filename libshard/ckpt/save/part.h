@@ -2,7 +2,7 @@
  * to the core; the layout is docs/FORMAT.md, "Part records").
  *
  * Encoding and decoding only: what a record must agree with (the save's plan) is
- * checked by ck_save_adopt, which owns the plan. */
+ * checked by ck__save_adopt, which owns the plan. */
 #ifndef CK_SAVE_PART_H
 #define CK_SAVE_PART_H
 

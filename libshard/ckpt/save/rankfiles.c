@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/layout.h"
+
 int ck__rank_files_layout(const ck__plan *p, const char *dir, size_t rel_at,
                           uint32_t hash_block, ck__rank_files *rf)
 {
@@ -20,7 +22,7 @@ int ck__rank_files_layout(const ck__plan *p, const char *dir, size_t rel_at,
     rf->files = calloc(nf, sizeof *rf->files);
     rf->wf = calloc(nf, sizeof *rf->wf);
     /* Exact lengths: a world of 2^20 ranks must not cost PATH_MAX bytes per file. */
-    size_t path_len = strlen(dir) + 1 + sizeof "rank-00000.dat" + 20;
+    size_t path_len = strlen(dir) + 1 + CK_FILE_NAME_MAX;
     rf->paths = malloc(nf * path_len);
     rf->hashes = calloc(nf, sizeof *rf->hashes);
     rf->srcs = calloc(ns, sizeof *rf->srcs);
@@ -38,7 +40,7 @@ int ck__rank_files_layout(const ck__plan *p, const char *dir, size_t rel_at,
         if (!f--)
             continue;
         ck_file *cf = &rf->files[f];
-        snprintf(cf->name, sizeof cf->name, "rank-%05llu.dat", (unsigned long long)rank);
+        ck__name_data_file(false, rank, cf->name);
         cf->size = ck__plan_file_size(p, rank);
         cf->rank = (uint32_t)rank;
         char *path = rf->paths + (size_t)f * path_len;

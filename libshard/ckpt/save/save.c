@@ -32,7 +32,9 @@
 #include "save/part.h"
 #include "save/rankfiles.h"
 #include "format/manifest.h"
+#include "format/decl.h"
 #include "model/grow.h"
+#include "model/index.h"
 
 /* The manifest's view and the writer's: the files and their runs, and the shard
  * records. */
@@ -48,17 +50,10 @@ struct ck_save {
     uint64_t step;
     ck_save_opts o;
     ck_engine *e;
-    ck__plan *plan;
-    ck_tensor *tensors;
-    uint32_t ntensors;
-    size_t captensors, capfirst;
-    uint32_t *tensor_first;        /* first plan shard of each tensor */
-    struct name_index {            /* open addressing: name -> entry + 1 */
-        uint32_t *slot;
-        uint32_t cap;
-    } index, blob_index;           /* of tensors, of blobs */
-    ck__shard_src *src;             /* per plan shard */
-    size_t capsrc;
+    ck_decl *decl;                 /* sealed: the tensors, their names, the plan */
+    const ck__plan *plan;          /* the declaration's */
+    ck__index blob_index;
+    ck__shard_src *src;            /* per plan shard */
     ck__blob_rec *blobs;
     uint32_t nblobs;
     size_t capblobs;
@@ -66,10 +61,10 @@ struct ck_save {
     char pending[PATH_MAX];        /* set once created */
     int lock;                      /* the save's lock while this process owns it, or -1 */
     char job[CK_JOB_HEX_MAX];      /* the job saving it, in hex (ck__save_job); "": none */
-    /* Set by ck_save_share or ck_save_join (a save shared by several engines): */
+    /* Set by ck__save_share or ck__save_join (a save shared by several engines): */
     bool shared;                   /* other processes write into pending too */
     bool *adopted;                 /* per rank: its part record was adopted */
-    /* Set by ck_save_prepare: */
+    /* Set by ck__save_prepare: */
     bool prepared;
     uint32_t block;
     const void **image;            /* per file: the whole file in memory, or NULL */
@@ -80,89 +75,33 @@ struct ck_save {
     layout L;
 };
 
-static uint64_t fnv1a(const char *s)
+static const char *blob_name(const void *owner, uint32_t i)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 0x100000001b3ull;
-    return h;
+    return ((const ck_save *)owner)->blobs[i].name;
 }
 
-/* Names are unique among tensors and among blobs; the indexes find one in O(1), as a
- * save may have hundreds of thousands of either (ckptd adds every rank's blobs while
- * its event loop waits). */
-typedef const char *(*entry_name)(const ck_save *s, uint32_t i);
-
-static const char *tensor_name(const ck_save *s, uint32_t i)
+/* The index of tensor name in s's declaration, or -1. */
+static int64_t find_tensor(const ck_save *s, const char *name)
 {
-    return s->tensors[i].name;
-}
-
-static const char *blob_name(const ck_save *s, uint32_t i)
-{
-    return s->blobs[i].name;
-}
-
-/* The slot of name in x: its entry, or the empty one where it would go. */
-static uint32_t *index_slot(const ck_save *s, const struct name_index *x, entry_name nm,
-                            const char *name)
-{
-    uint32_t mask = x->cap - 1;
-    for (uint32_t i = (uint32_t)fnv1a(name) & mask;; i = (i + 1) & mask) {
-        uint32_t *e = &x->slot[i];
-        if (*e == 0 || strcmp(nm(s, *e - 1), name) == 0)
-            return e;
-    }
-}
-
-/* Room in x for a count + 1st entry (at most half full). */
-static int index_fit(ck_save *s, struct name_index *x, entry_name nm, uint32_t count)
-{
-    if ((count + 1) * 2 <= x->cap)
-        return 0;
-    struct name_index old = *x;
-    x->cap = old.cap ? old.cap * 2 : 256;
-    x->slot = calloc(x->cap, sizeof *x->slot);
-    if (!x->slot) {
-        *x = old;
-        return -ENOMEM;
-    }
-    for (uint32_t i = 0; i < old.cap; i++)
-        if (old.slot[i])
-            *index_slot(s, x, nm, nm(s, old.slot[i] - 1)) = old.slot[i];
-    free(old.slot);
-    return 0;
-}
-
-/* Entry + 1 of name in x, 0 when there is none. */
-static uint32_t index_find(const ck_save *s, const struct name_index *x, entry_name nm,
-                           const char *name)
-{
-    return x->cap ? *index_slot(s, x, nm, name) : 0;
-}
-
-static const ck_tensor *find_tensor(const ck_save *s, const char *name, uint32_t *idx)
-{
-    uint32_t e = index_find(s, &s->index, tensor_name, name);
-    if (!e)
-        return NULL;
-    *idx = e - 1;
-    return &s->tensors[e - 1];
+    return ck__decl_find(s->decl, name);
 }
 
 int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t step,
-                  const ck_mesh *mesh, const ck_save_opts *opts, ck_err *err)
+                  ck_decl *decl, const ck_save_opts *opts, ck_err *err)
 {
     int r = ck_name_check("checkpoint", name, err);
+    if (r == 0 && (r = ck_decl_seal(decl, err)) < 0)
+        ck_err_set(err, r, "checkpoint %s", name);
     if (r < 0)
         return r;
-    if (mesh->ndim < 1 || mesh->ndim > CK_MAX_MESH_DIMS || ck_mesh_world(mesh) == 0 ||
-        ck_mesh_world(mesh) > CK_MAX_WORLD)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: invalid mesh", name);
     ck_save *s = calloc(1, sizeof *s);
-    if (!s)
-        return -ENOMEM;
+    uint32_t n = ck__plan_nshards(ck__decl_plan(decl));
+    if (!s || !(s->src = calloc(n ? n : 1, sizeof *s->src))) {
+        free(s);
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", name);
+    }
     if (snprintf(s->root, sizeof s->root, "%s", root) >= (int)sizeof s->root) {
+        free(s->src);
         free(s);
         return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", root);
     }
@@ -174,15 +113,12 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     /* Everything of the save is reached beneath this descriptor (save/commit.h). */
     if ((s->rootfd = ck__root_open_engine(s->e, root, err)) < 0) {
         r = s->rootfd == -ENOTDIR ? -ENOENT : s->rootfd;
+        free(s->src);
         free(s);
         return r;
     }
-    r = ck__plan_new(mesh, &s->plan);
-    if (r < 0) {
-        s->e->ops->close(s->e, s->rootfd);
-        free(s);
-        return r;
-    }
+    s->decl = ck_decl_ref(decl);
+    s->plan = ck__decl_plan(decl);
     pthread_mutex_init(&s->mu, NULL);
     s->st.direct = true;
     s->lock = -1;
@@ -190,115 +126,16 @@ int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t st
     return 0;
 }
 
-/* What both kinds of tensor declaration check and record; plan_add adds the tensor to
- * the plan, which checks its layout. */
-static int declare(ck_save *s, const char *name, ck_dtype dtype, int ndim,
-                   const uint64_t *shape, const ck_placement *pl,
-                   int (*plan_add)(ck_save *s, const void *arg, uint32_t *first,
-                                   uint32_t *count, ck_err *err),
-                   const void *arg, ck_err *err)
-{
-    int r = ck_key_check("tensor", name, err);
-    if (r < 0)
-        return r;
-    uint32_t dummy;
-    if (find_tensor(s, name, &dummy))
-        return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate tensor name %s", s->name, name);
-    if (ck_dtype_size(dtype) == 0)
-        return ck_err_set(err, -EINVAL, "tensor %s: unknown dtype code %d", name, (int)dtype);
-    if (ndim < 0 || ndim > CK_MAX_NDIM)
-        return ck_err_set(err, -EINVAL, "tensor %s: %d dims (at most %d)", name, ndim,
-                          CK_MAX_NDIM);
-    if (ck__grow(&s->tensors, &s->captensors, s->ntensors + 1, sizeof *s->tensors) < 0 ||
-        ck__grow(&s->tensor_first, &s->capfirst, s->ntensors + 1, sizeof *s->tensor_first) < 0)
-        return -ENOMEM;
-    if ((r = index_fit(s, &s->index, tensor_name, s->ntensors)) < 0)
-        return r;
-    uint32_t first, count;
-    r = plan_add(s, arg, &first, &count, err);
-    if (r < 0)
-        return r;
-    size_t had = s->capsrc;
-    if (ck__grow(&s->src, &s->capsrc, (size_t)first + count, sizeof *s->src) < 0)
-        return -ENOMEM;
-    memset(s->src + had, 0, (s->capsrc - had) * sizeof *s->src);
-    ck_tensor *t = &s->tensors[s->ntensors];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->id = s->ntensors;
-    t->dtype = dtype;
-    t->ndim = ndim;
-    if (ndim)           /* a 0-D tensor's shape may be NULL */
-        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    memcpy(t->pl, pl, (size_t)ck__plan_mesh(s->plan)->ndim * sizeof *pl);
-    t->n_shards = count;
-    s->tensor_first[s->ntensors] = first;
-    *index_slot(s, &s->index, tensor_name, name) = ++s->ntensors;
-    return 0;
-}
-
-typedef struct placed_decl {
-    const char *name;
-    int ndim;
-    const uint64_t *shape;
-    size_t itemsize;
-    const ck_placement *pl;
-} placed_decl;
-
-static int add_placed(ck_save *s, const void *arg, uint32_t *first, uint32_t *count,
-                      ck_err *err)
-{
-    const placed_decl *d = arg;
-    return ck__plan_add(s->plan, d->name, d->ndim, d->shape, d->itemsize, d->pl, first, count,
-                        err);
-}
-
-int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
-                   const uint64_t *shape, const ck_placement *pl, ck_err *err)
-{
-    placed_decl d = { name, ndim, shape, ck_dtype_size(dtype), pl };
-    return declare(s, name, dtype, ndim, shape, pl, add_placed, &d, err);
-}
-
-typedef struct boxes_decl {
-    const char *name;
-    int ndim;
-    const uint64_t *shape;
-    size_t itemsize;
-    uint32_t n;
-    const ck_box *boxes;
-    const uint64_t *writers;
-} boxes_decl;
-
-static int add_boxes(ck_save *s, const void *arg, uint32_t *first, uint32_t *count,
-                     ck_err *err)
-{
-    const boxes_decl *d = arg;
-    return ck__plan_add_boxes(s->plan, d->name, d->ndim, d->shape, d->itemsize, d->n, d->boxes,
-                              d->writers, first, count, err);
-}
-
-int ck_save_tensor_boxes(ck_save *s, const char *name, ck_dtype dtype, int ndim,
-                         const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
-                         const uint64_t *writers, ck_err *err)
-{
-    ck_placement pl[CK_MAX_MESH_DIMS];
-    for (int d = 0; d < CK_MAX_MESH_DIMS; d++)
-        pl[d] = (ck_placement){ .kind = CK_BOXES };
-    boxes_decl d = { name, ndim, shape, ck_dtype_size(dtype), nboxes, boxes, writers };
-    return declare(s, name, dtype, ndim, shape, pl, add_boxes, &d, err);
-}
-
 /* The plan shard that rank writes of tensor, or NULL when another replica writes it. */
 static const ck__plan_shard *writes(const ck_save *s, const char *tensor, uint64_t rank,
                                    uint32_t *shard, ck_err *err)
 {
-    uint32_t t;
-    if (!find_tensor(s, tensor, &t)) {
+    int64_t t = find_tensor(s, tensor);
+    if (t < 0) {
         ck_err_set(err, -ENOENT, "checkpoint %s: no tensor %s was declared", s->name, tensor);
         return NULL;
     }
-    if (ck__plan_is_boxes(s->plan, t)) {
+    if (ck__plan_is_boxes(s->plan, (uint32_t)t)) {
         ck_err_set(err, -EINVAL, "tensor %s is a box list: offer its boxes (ck_save_box)",
                    tensor);
         return NULL;
@@ -308,7 +145,7 @@ static const ck__plan_shard *writes(const ck_save *s, const char *tensor, uint64
                    (unsigned long long)rank);
         return NULL;
     }
-    *shard = ck__plan_shard_of(s->plan, t, rank);
+    *shard = ck__plan_shard_of(s->plan, (uint32_t)t, rank);
     const ck__plan_shard *ps = ck__plan_shard_at(s->plan, *shard);
     return ps->writer == rank ? ps : NULL;
 }
@@ -316,8 +153,9 @@ static const ck__plan_shard *writes(const ck_save *s, const char *tensor, uint64
 bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank)
 {
     uint32_t idx, first, count;
-    if (find_tensor(s, tensor, &idx) && ck__plan_is_boxes(s->plan, idx)) {
-        ck__plan_range(s->plan, idx, &first, &count);
+    int64_t t = find_tensor(s, tensor);
+    if (t >= 0 && ck__plan_is_boxes(s->plan, (uint32_t)t)) {
+        ck__plan_range(s->plan, (uint32_t)t, &first, &count);
         for (uint32_t i = first; i < first + count; i++) {
             const ck__plan_shard *ps = ck__plan_shard_at(s->plan, i);
             if (ps->writer == rank && ps->bytes)
@@ -355,14 +193,15 @@ int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn
 static int offer_box(ck_save *s, const char *tensor, uint32_t box, ck__shard_src src,
                      ck_err *err)
 {
-    uint32_t t, first, count;
-    if (!find_tensor(s, tensor, &t))
+    uint32_t first, count;
+    int64_t t = find_tensor(s, tensor);
+    if (t < 0)
         return ck_err_set(err, -ENOENT, "checkpoint %s: no tensor %s was declared", s->name,
                           tensor);
-    if (!ck__plan_is_boxes(s->plan, t))
+    if (!ck__plan_is_boxes(s->plan, (uint32_t)t))
         return ck_err_set(err, -EINVAL, "tensor %s has placements, not a box list: offer "
                           "its shards (ck_save_shard)", tensor);
-    ck__plan_range(s->plan, t, &first, &count);
+    ck__plan_range(s->plan, (uint32_t)t, &first, &count);
     if (box >= count)
         return ck_err_set(err, -EINVAL, "tensor %s: box %u does not exist (it has %u)", tensor,
                           box, count);
@@ -389,13 +228,11 @@ int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_
     if (len > CK_BLOB_MAX)
         return ck_err_set(err, -EFBIG, "blob %s: %zu bytes (at most %u; save tensors as tensors)",
                           name, len, CK_BLOB_MAX);
-    if (index_find(s, &s->blob_index, blob_name, name))
+    if (ck__index_find(&s->blob_index, blob_name, s, name))
         return ck_err_set(err, -EEXIST, "checkpoint %s: duplicate blob name %s", s->name, name);
-    if ((r = index_fit(s, &s->blob_index, blob_name, s->nblobs)) < 0 ||
-        (r = ck__blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len)) < 0)
+    if ((r = ck__blob_append(&s->blobs, &s->nblobs, &s->capblobs, name, data, len)) < 0)
         return r;
-    *index_slot(s, &s->blob_index, blob_name, name) = s->nblobs;
-    return 0;
+    return ck__index_add(&s->blob_index, blob_name, s, s->nblobs - 1, s->nblobs - 1);
 }
 
 static void layout_free(layout *L);
@@ -410,11 +247,8 @@ static void save_free(ck_save *s)
     free(s->written);
     free(s->adopted);
     pthread_mutex_destroy(&s->mu);
-    ck__plan_free(s->plan);
-    free(s->tensors);
-    free(s->tensor_first);
-    free(s->index.slot);
-    free(s->blob_index.slot);
+    ck_decl_free(s->decl);
+    ck__index_free(&s->blob_index);
     free(s->src);
     for (uint32_t i = 0; i < s->nblobs; i++)
         free((void *)s->blobs[i].data);
@@ -456,9 +290,10 @@ static int build_layout(ck_save *s)
     s->adopted = calloc(ck_mesh_world(mesh), sizeof *s->adopted);
     if (!L->shards || !L->ext || !s->image || !s->written || !s->adopted)
         return -ENOMEM;
-    for (uint32_t t = 0; t < s->ntensors; t++) {
-        for (uint32_t j = 0; j < s->tensors[t].n_shards; j++) {
-            uint32_t i = s->tensor_first[t] + j;
+    const ck_tensor *ts = ck__decl_tensors(s->decl);
+    for (uint32_t t = 0; t < ck__decl_ntensors(s->decl); t++) {
+        for (uint32_t j = 0; j < ts[t].n_shards; j++) {
+            uint32_t i = ck__decl_first(s->decl, t) + j;
             const ck__plan_shard *ps = ck__plan_shard_at(s->plan, i);
             ck_shard *sh = &L->shards[i];
             sh->tensor = t;
@@ -500,7 +335,7 @@ void ck__save_job(ck_save *s, const char *job)
     snprintf(s->job, sizeof s->job, "%s", job);
 }
 
-int ck_save_prepare(ck_save *s, ck_err *err)
+int ck__save_prepare(ck_save *s, ck_err *err)
 {
     return prepare_at(s, NULL, true, err);
 }
@@ -509,7 +344,7 @@ int ck_save_prepare(ck_save *s, ck_err *err)
 static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
 {
     if (!s->prepared)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: ck_save_prepare first", s->name);
+        return ck_err_set(err, -EINVAL, "checkpoint %s: ck__save_prepare first", s->name);
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
@@ -519,7 +354,7 @@ static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
     return 1;
 }
 
-uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank)
+uint64_t ck__save_rank_bytes(const ck_save *s, uint64_t rank)
 {
     return ck__plan_file_size(s->plan, rank);
 }
@@ -529,9 +364,9 @@ const ck__plan *ck__save_plan(const ck_save *s)
     return s->plan;
 }
 
-int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err)
+int ck__save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err)
 {
-    int r = ck_save_prepare(s, err);
+    int r = ck__save_prepare(s, err);
     if (r < 0)
         return r;
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
@@ -543,10 +378,10 @@ int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err
     return 0;
 }
 
-int ck_save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
+int ck__save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
                          ck_err *err)
 {
-    int r = ck_save_rank_image(s, rank, NULL, err);
+    int r = ck__save_rank_image(s, rank, NULL, err);
     if (r < 0)
         return r;
     uint32_t n = ck__plan_nshards(s->plan);
@@ -560,13 +395,14 @@ int ck_save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, ui
         if ((!src[i].mem && !src[i].fill) || src[i].placed)
             return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %llu gave no "
                               "source for its shard %u", s->name,
-                              s->tensors[ps->tensor].name, (unsigned long long)rank, i);
+                              ck__decl_tensors(s->decl)[ps->tensor].name,
+                              (unsigned long long)rank, i);
         s->src[i] = src[i];
     }
     return 0;
 }
 
-int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
+int ck__save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
 {
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
@@ -574,10 +410,10 @@ int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
     uint32_t i = 0;
     int r = ck__rank_image(s->plan, rank, s->src, image, &i);
     if (r < 0) {
-        const ck_tensor *t = &s->tensors[ck__plan_shard_at(s->plan, i)->tensor];
+        const ck_tensor *t = &ck__decl_tensors(s->decl)[ck__plan_shard_at(s->plan, i)->tensor];
         char box[32] = "";
         if (ck_tensor_is_boxes(t))
-            snprintf(box, sizeof box, " box %u", i - s->tensor_first[t->id]);
+            snprintf(box, sizeof box, " box %u", i - ck__decl_first(s->decl, t->id));
         if (!s->src[i].mem && !s->src[i].fill)
             ck_err_set(err, r, "checkpoint %s: tensor %s%s: rank %llu never offered its %s",
                        s->name, t->name, box, (unsigned long long)rank,
@@ -589,11 +425,11 @@ int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err)
     return r;
 }
 
-int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
+int ck__save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err)
 {
-    int r = ck_save_rank_image(s, rank, image, err);
-    if (r == 0 && (r = ck_save_fill_rank(s, rank, image, err)) < 0)
-        ck_save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
+    int r = ck__save_rank_image(s, rank, image, err);
+    if (r == 0 && (r = ck__save_fill_rank(s, rank, image, err)) < 0)
+        ck__save_rank_image(s, rank, NULL, NULL);   /* half built: not this rank's file */
     return r;
 }
 
@@ -613,7 +449,8 @@ static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
         const ck__shard_src *ss = &s->src[i];
         if (!ss->mem && !ss->fill)
             return ck_err_set(err, -EINVAL, "checkpoint %s: tensor %s: rank %u never offered "
-                              "its shard %u", s->name, s->tensors[L->shards[i].tensor].name,
+                              "its shard %u", s->name,
+                              ck__decl_tensors(s->decl)[L->shards[i].tensor].name,
                               L->F.files[f].rank, L->shards[i].idx);
         src[j].mem = ss->mem;
         src[j].fill = ss->fill;
@@ -653,7 +490,7 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
     return r;
 }
 
-int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
+int ck__save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
 {
     uint32_t f = 0;
     int r = rank_file(s, rank, &f, err);
@@ -670,7 +507,7 @@ int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err)
 
 /* ---- one save, many processes ----
  * The ranks share ROOT/.pending/NAME.TOKEN: rank 0 creates it under a fresh token
- * (ck_save_share), the others open it (ck_save_join). Each rank writes its own file,
+ * (ck__save_share), the others open it (ck__save_join). Each rank writes its own file,
  * then proves it to rank 0 with its part record (save/part.h): its outcome and its
  * file's block hashes. Rank 0 needs nothing else from the others to commit. The saver
  * runs these steps for the engines that share a save (async/saver.c). */
@@ -680,7 +517,7 @@ static const char *token_of(const ck_save *s)
     return strrchr(s->pending, '.') + 1;
 }
 
-int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
+int ck__save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
 {
     int r = prepare_at(s, NULL, true, err);
     if (r < 0)
@@ -690,7 +527,7 @@ int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err)
     return 0;
 }
 
-int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
+int ck__save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err)
 {
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
@@ -724,7 +561,7 @@ static void part_of(const ck_save *s, uint64_t rank, const ck_err *outcome, ck__
     p->hashed = !s->o.no_hash;
     if (!p->code && f && !s->written[f - 1]) {
         p->code = -EINVAL;
-        snprintf(p->msg, sizeof p->msg, "its file was never written (ck_save_write_rank)");
+        snprintf(p->msg, sizeof p->msg, "its file was never written (ck__save_write_rank)");
     } else if (p->code) {
         snprintf(p->msg, sizeof p->msg, "%s", ck_err_msg(outcome));
     } else if (f) {
@@ -733,12 +570,12 @@ static void part_of(const ck_save *s, uint64_t rank, const ck_err *outcome, ck__
     }
 }
 
-int ck_save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
+int ck__save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
                  ck_err *err)
 {
     if (!s->shared || !s->prepared)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: a part record needs ck_save_share or "
-                          "ck_save_join first", s->name);
+        return ck_err_set(err, -EINVAL, "checkpoint %s: a part record needs ck__save_share or "
+                          "ck__save_join first", s->name);
     if (rank >= ck_mesh_world(ck__plan_mesh(s->plan)))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu is outside the mesh", s->name,
                           (unsigned long long)rank);
@@ -776,10 +613,10 @@ static const char *part_mismatch(const ck_save *s, const ck__part *p)
     return NULL;
 }
 
-int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
+int ck__save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err)
 {
     if (!s->shared || !s->prepared)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: adopting a part needs ck_save_share "
+        return ck_err_set(err, -EINVAL, "checkpoint %s: adopting a part needs ck__save_share "
                           "first", s->name);
     ck__part p;
     ck_err why = { 0 };
@@ -832,7 +669,7 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
 {
     double t0 = now_s();
     bool committed = false;
-    int r = ck_save_prepare(s, err);
+    int r = ck__save_prepare(s, err);
     uint32_t *todo = NULL, n = 0;
     if (r == 0 && !(todo = malloc((s->L.F.n ? s->L.F.n : 1) * sizeof *todo)))
         r = -ENOMEM;
@@ -851,7 +688,7 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
     if (r == 0) {
         ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
                          .mesh = *ck__plan_mesh(s->plan), .block_size = s->block,
-                         .hashed = !s->o.no_hash, .n_tensors = s->ntensors,
+                         .hashed = !s->o.no_hash, .n_tensors = ck__decl_ntensors(s->decl),
                          .n_shards = ck__plan_nshards(s->plan), .n_files = s->L.F.n,
                          .n_blobs = s->nblobs };
         snprintf(info.name, sizeof info.name, "%s", s->name);
@@ -863,7 +700,7 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
         for (uint32_t i = 0; i < info.n_shards; i++)
             info.tensor_bytes += ck__plan_shard_at(s->plan, i)->bytes;
         s->st.tensor_bytes = info.tensor_bytes;
-        ck__manifest m = { .info = info, .tensors = s->tensors, .shards = s->L.shards,
+        ck__manifest m = { .info = info, .tensors = ck__decl_tensors(s->decl), .shards = s->L.shards,
                           .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
                           .blobs = s->blobs };
         r = ck__publish(s->e, s->rootfd, s->root, s->pending, &m, !s->o.no_catalog,

@@ -18,55 +18,55 @@
 /* The job whose save s is (its id in hex, CK_JOB_HEX_MAX bytes; async/saver.c's saves
  * all have one): recorded in the save's lock when this process takes it, so that a
  * writer of another job that finds the lock held says whose it is (format/owner.h).
- * Before ck_save_prepare, share or join. */
+ * Before ck__save_prepare, share or join. */
 void ck__save_job(ck_save *s, const char *job);
 
 /* ---- writing rank by rank (the saver's way, async/saver.c) ----
- * After every tensor is declared, ck_save_prepare fixes the layout and creates the
+ * After every tensor is declared, ck__save_prepare fixes the layout and creates the
  * pending directory. Each rank's data file is then an image in memory of
- * ck_save_rank_bytes(rank) bytes, laid out as the plan says (each shard at its
- * offset in the file, zeros between: ck_save_copy_rank builds it), so it is written
+ * ck__save_rank_bytes(rank) bytes, laid out as the plan says (each shard at its
+ * offset in the file, zeros between: ck__save_copy_rank builds it), so it is written
  * in place, without a copy.
- * ck_save_write_rank makes one rank's file durable; calls for distinct ranks may run
+ * ck__save_write_rank makes one rank's file durable; calls for distinct ranks may run
  * on different threads. Ranks not written by then are written by ck_save_commit. */
-int ck_save_prepare(ck_save *s, ck_err *err);
-uint64_t ck_save_rank_bytes(const ck_save *s, uint64_t rank);
+int ck__save_prepare(ck_save *s, ck_err *err);
+uint64_t ck__save_rank_bytes(const ck_save *s, uint64_t rank);
 /* image stays valid until the rank is written. */
-int ck_save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err);
-/* Lays out rank's data file in image (ck_save_rank_bytes(rank) bytes, 4 KiB-aligned
+int ck__save_rank_image(ck_save *s, uint64_t rank, const void *image, ck_err *err);
+/* Lays out rank's data file in image (ck__save_rank_bytes(rank) bytes, 4 KiB-aligned
  * for O_DIRECT) from the shards offered for rank, zeros between, and binds it as
- * ck_save_rank_image does. The offered memory is not read again once it returns: in an
+ * ck__save_rank_image does. The offered memory is not read again once it returns: in an
  * asynchronous save this copy is the stall. */
-int ck_save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err);
-/* The copy alone, before ck_save_prepare (or ck_save_share or join): the layout is
+int ck__save_copy_rank(ck_save *s, uint64_t rank, void *image, ck_err *err);
+/* The copy alone, before ck__save_prepare (or ck__save_share or join): the layout is
  * the plan's, known once every tensor is declared. Bind image afterwards with
- * ck_save_rank_image. In an asynchronous save the prepare, which makes directories,
+ * ck__save_rank_image. In an asynchronous save the prepare, which makes directories,
  * can then run after the stall. */
-int ck_save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err);
+int ck__save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err);
 /* Binds rank's file to sources instead of an image: src holds one per plan shard
  * (nsrc of them; those rank writes are read, by memory or fill, when the file is
  * written, which copies them block by block while earlier blocks are written). */
-int ck_save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
+int ck__save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
                          ck_err *err);
-int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
+int ck__save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
 
 /* ---- one save, many engines: part records ----
  * How the engines that share a save meet (async/saver.c, save/meet.h): every engine
  * builds the same ck_save, then:
  *
- *   rank 0:  ck_save_share(s, token, &err);         // creates ROOT/.pending/NAME.TOKEN
+ *   rank 0:  ck__save_share(s, token, &err);         // creates ROOT/.pending/NAME.TOKEN
  *            ... token reaches the other ranks through the caller ...
- *   others:  ck_save_join(s, token, rank, &err);    // the same directory
- *   each:    ck_save_copy_rank(s, rank, image, &err) or offer shards/boxes;
- *            ck_save_write_rank(s, rank, &err);      // this rank's file, durable
- *            ck_save_part(s, rank, &outcome, &rec, &len, &err);   // its part record
+ *   others:  ck__save_join(s, token, rank, &err);    // the same directory
+ *   each:    ck__save_copy_rank(s, rank, image, &err) or offer shards/boxes;
+ *            ck__save_write_rank(s, rank, &err);      // this rank's file, durable
+ *            ck__save_part(s, rank, &outcome, &rec, &len, &err);   // its part record
  *            ranks other than 0: ck_save_abort(s)   // frees s, removes nothing
- *   rank 0:  for each rank's record: ck_save_adopt(s, rec, len, &err);
+ *   rank 0:  for each rank's record: ck__save_adopt(s, rec, len, &err);
  *            ck_save_commit(s, &stats, &err);
  *
  * A part record (docs/FORMAT.md, "Part records") is versioned bytes that name the
  * save (checkpoint name and token), the rank, its outcome, its file's size and block
- * hashes; holding it is the proof that the rank's file is durable. ck_save_adopt
+ * hashes; holding it is the proof that the rank's file is durable. ck__save_adopt
  * checks every field against rank 0's own plan and refuses what does not match (a
  * record of another save, rank or layout, truncated, forged counts) with -EBADMSG
  * naming the rank, or returns the rank's own failure when its outcome was one.
@@ -79,21 +79,21 @@ int ck_save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
  * other engines' ranks produced and carried over in their part files. */
 /* Rank 0: fixes the layout, creates the pending directory under a fresh token and
  * writes the token (12 hex digits) into token. */
-int ck_save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err);
+int ck__save_share(ck_save *s, char token[CK_TOKEN_MAX], ck_err *err);
 /* Every other rank: the same, in the directory rank 0 created under token (made when
  * missing). */
-int ck_save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err);
+int ck__save_join(ck_save *s, const char *token, uint64_t rank, ck_err *err);
 /* This rank's part record, malloc'd into *rec (*len bytes): outcome is its
- * ck_save_write_rank's result (code 0) or whatever failed it. A rank that writes no
+ * ck__save_write_rank's result (code 0) or whatever failed it. A rank that writes no
  * file has a record too. */
-int ck_save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
+int ck__save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, size_t *len,
                  ck_err *err);
 /* Rank 0: takes the rank's file as written, with the hashes its record carries. A
  * rank's record is adopted at most once; rank 0's own record may be adopted or not
  * (its file is written by this process). */
-int ck_save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err);
+int ck__save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err);
 
-/* The plan fixed by ck_save_prepare, ck_save_share or ck_save_join; NULL before. */
+/* The plan fixed by ck__save_prepare, ck__save_share or ck__save_join; NULL before. */
 const ck__plan *ck__save_plan(const ck_save *s);
 
 /* The coordinator of a save shared by several daemons gives it up: unlike

@@ -26,15 +26,11 @@ typedef struct ck_cat_entry {
     ck_mesh mesh;
 } ck_cat_entry;
 
-/* Records a committed checkpoint. */
-int ck_catalog_put(const char *root, const ck_info *info, ck_err *err);
-/* Removes a name (no error when absent). */
-int ck_catalog_del(const char *root, const char *name, ck_err *err);
 /* The catalog's entries as it holds them, in name order (malloc'd): derived state, which
  * may lag the directories (a checkpoint removed by hand stays listed until a rebuild)
  * and, in a catalog someone planted, hold keys that are no checkpoint name. For what to
  * show, use ck_catalog_view. A root without a catalog lists nothing. */
-int ck_catalog_list(const char *root, ck_cat_entry **out, size_t *n, ck_err *err);
+CK_API int ck_catalog_list(const char *root, ck_cat_entry **out, size_t *n, ck_err *err);
 
 /* What a listing of ROOT shows (ckpt-inspect ROOT): the catalog's entries whose name is
  * a checkpoint name (ck_name_check's rules, up to 255 bytes) and whose checkpoint is
@@ -49,8 +45,8 @@ typedef struct ck_cat_view {
     size_t n_gone;
     size_t bad_names;          /* keys that are no checkpoint name: counted, never shown */
 } ck_cat_view;
-int ck_catalog_view(const char *root, ck_cat_view *out, ck_err *err);
-void ck_cat_view_free(ck_cat_view *v);
+CK_API int ck_catalog_view(const char *root, ck_cat_view *out, ck_err *err);
+CK_API void ck_cat_view_free(ck_cat_view *v);
 
 /* What the directories of ROOT hold: committed checkpoint names and the leftovers of
  * incomplete saves under .pending/ (malloc'd arrays of malloc'd strings). */
@@ -60,14 +56,18 @@ typedef struct ck_scan {
     char **pending;
     size_t n_pending;
 } ck_scan;
-int ck_root_scan(const char *root, ck_scan *out, ck_err *err);
-void ck_scan_free(ck_scan *s);
+CK_API int ck_root_scan(const char *root, ck_scan *out, ck_err *err);
+CK_API void ck_scan_free(ck_scan *s);
+/* The directory that holds ROOT's pending entries (ROOT/.pending), into buf (len
+ * bytes), for what a tool says of them: 0, or -ENAMETOOLONG. */
+CK_API int ck_pending_dir(const char *root, char *buf, size_t len);
 /* Whether `entry` (one of ck_scan's pending, NAME.TOKEN) is a save in progress: 1
  * when the writer that owns it is alive, i.e. holds .pending/NAME.lock (who: "pid P
  * on HOST"); 0 when it is the debris of a dead writer, which the next recovery
  * removes; or -errno. Read-only, and safe beside live writers (docs/FORMAT.md,
  * "Owners and locks"). */
-int ck_pending_live(const char *root, const char *entry, char *who, size_t len, ck_err *err);
+CK_API int ck_pending_live(const char *root, const char *entry, char *who, size_t len,
+                           ck_err *err);
 
 typedef struct ck_rebuild_report {
     size_t added, removed, kept, unreadable;
@@ -75,16 +75,16 @@ typedef struct ck_rebuild_report {
 
 /* Makes the catalog list exactly the readable committed directories. Unreadable ones
  * are reported through log and left alone. */
-int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
-                       void (*log)(void *arg, const char *msg), void *arg, ck_err *err);
+CK_API int ck_catalog_rebuild(const char *root, ck_rebuild_report *rep,
+                              void (*log)(void *arg, const char *msg), void *arg, ck_err *err);
 
 /* Recovery (ckptd runs it at start): removes the leftovers of incomplete saves under
  * ROOT/.pending whose writers are dead (each logged; a save whose writer still holds
  * its lock is kept and logged, docs/FORMAT.md "Owners and locks"), then reconciles the
  * catalog with the directories. Never touches a committed checkpoint; safe beside live
  * writers on a file system whose flock() is coherent between them. */
-int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, const char *msg),
-                    void *arg, ck_err *err);
+CK_API int ck_root_recover(const char *root, size_t *removed,
+                           void (*log)(void *arg, const char *msg), void *arg, ck_err *err);
 
 /* Removes the committed checkpoint NAME of ROOT, crash-safe at every step: after a
  * crash or a power cut at any point, NAME is either visible and intact or out of sight
@@ -95,7 +95,7 @@ int ck_root_recover(const char *root, size_t *removed, void (*log)(void *arg, co
  * NAME, -EINVAL for a name that is no checkpoint name (a path, "..", a dot file),
  * -ENOTDIR when ROOT/NAME is a link or a file, -EBUSY when a live process saves or
  * removes NAME (the error names it); nothing is touched in these cases. */
-int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err);
+CK_API int ck_root_remove(const char *root, const char *name, ck_engine *e, ck_err *err);
 
 /* What ROOT says about the name NAME: committed; not committed and held by a live
  * process (a save or a removal in progress; who: "pid P on HOST"); not committed, and
@@ -108,7 +108,7 @@ typedef enum ck_name_state {
 } ck_name_state;
 /* Read-only, and safe beside live writers. Returns a ck_name_state or -errno (-EINVAL
  * for a name that is no checkpoint name). */
-int ck_name_probe(const char *root, const char *name, char *who, size_t len, ck_err *err);
+CK_API int ck_name_probe(const char *root, const char *name, char *who, size_t len, ck_err *err);
 
 /* Makes the checkpoint root ROOT if it is missing (not its parents), as a job's first
  * save does. 0 when ROOT is a directory now; -ENOTDIR, "ROOT: the checkpoint root is not
@@ -116,26 +116,24 @@ int ck_name_probe(const char *root, const char *name, char *who, size_t len, ck_
  * to nothing or to a file. Every entry point that may make a root (saves, the tools,
  * the Python writer) goes through it; those that only read a root refuse the same way
  * when they open it. */
-int ck_root_make(const char *root, ck_err *err);
+CK_API int ck_root_make(const char *root, ck_err *err);
 
 /* The roots a node's local tier holds below itself (docs/FORMAT.md, "Copies"), each an
  * ordinary root: LOCAL/.replicas/SRC, the replicas ckptd keeps for daemon SRC, then
  * LOCAL/.fetched/N, the copies it fetched to restore from (N a number, one root per
  * fetch). Replica roots in name order, fetched ones by number; directories whose
  * names are daemon ids, never links. A root without them has none (*n 0). */
-#define CK_REPLICAS ".replicas"
-#define CK_FETCHED ".fetched"
 typedef enum ck_tier_kind { CK_TIER_REPLICAS = 1, CK_TIER_FETCHED = 2 } ck_tier_kind;
 typedef struct ck_tier_root {
     ck_tier_kind kind;
     char id[CK_COPY_ID_MAX];   /* SRC, or N */
     char path[4096];           /* LOCAL/.replicas/SRC, LOCAL/.fetched/N */
 } ck_tier_root;
-int ck_tier_roots(const char *local, ck_tier_root **out, size_t *n, ck_err *err);
+CK_API int ck_tier_roots(const char *local, ck_tier_root **out, size_t *n, ck_err *err);
 
 /* What a path is: a committed checkpoint (it holds a manifest), a checkpoint root
  * (it holds a catalog or saves' leftovers), or neither. Never fails. */
 typedef enum ck_path_kind { CK_PATH_OTHER = 0, CK_PATH_ROOT = 1, CK_PATH_CHECKPOINT = 2 } ck_path_kind;
-ck_path_kind ck_path_kind_of(const char *path);
+CK_API ck_path_kind ck_path_kind_of(const char *path);
 
 #endif

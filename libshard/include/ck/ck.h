@@ -15,14 +15,13 @@
  *   a run's saves PREFIX<step>: newest,    ck/steps.h      ck_root_newest, ck_root_prune
  *     keep the last K
  *   inspect a checkpoint                   ck/ckpt.h       ck_open, ck_tensors_each, ck_shards_get
+ *   declare what a save holds, once       ck/decl.h       ck_decl_new, ck_decl_tensor,
+ *     (placements, or DCP's box lists)                     ck_decl_tensor_boxes
  *   save (one process, every rank's part)  ck/save.h       ck_save_begin ... ck_save_commit
- *   save arbitrary chunks (DCP's plans)    ck/save.h       ck_save_tensor_boxes, ck_save_box
- *   one save over several processes        ck/save.h       ck_save_share ... ck_save_adopt
- *     (part records, no collectives)
  *   store any state-dict key as a name     ck/ckpt.h       ck_key_encode, ck_key_decode
- *   async save from training ranks         ck/client.h     ck_client_open, ck_client_save_async
- *     (embedded, or through ckptd; lazy)                   ck_client_save_lazy, _save_fence
- *   staging memory faulted in ahead        ck/staging.h    ck_staging_map
+ *   async save from training ranks         ck/client.h     ck_client_begin, ck_client_submit,
+ *     (embedded, or through ckptd)                         ck_client_wait
+ *   restore through ckptd's tiers          ck/client.h     ck_client_resolve, _restore_open
  *   load any box onto any mesh             ck/load.h       ck_reader_open, ck_reader_read_shard
  *   verify (structure, deep re-hash)       ck/verify.h     ck_verify
  *   compare two checkpoints element-wise   ck/compare.h    ck_compare
@@ -46,12 +45,12 @@
 #include "ck/ckpt.h"
 #include "ck/catalog.h"
 #include "ck/steps.h"
+#include "ck/decl.h"
 #include "ck/load.h"
 #include "ck/save.h"
 #include "ck/verify.h"
 #include "ck/compare.h"
 #include "ck/reshard.h"
 #include "ck/client.h"
-#include "ck/staging.h"
 
 #endif

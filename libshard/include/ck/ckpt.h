@@ -31,10 +31,6 @@
 #define CK_FILE_NAME_MAX 64
 #define CK_HASH_LEN    32             /* SHA-256 */
 #define CK_BLOB_MAX    (64u << 20)    /* a blob is metadata, not a tensor */
-#define CK_MANIFEST    "manifest.mdb"
-#define CK_CATALOG     "catalog.mdb"
-#define CK_PENDING     ".pending"
-#define CK_COPY_FILE   "copy"         /* marks a partial copy (docs/FORMAT.md, "Copies") */
 #define CK_COPY_ID_MAX 64             /* a daemon id, with its NUL */
 
 typedef struct ck_info {
@@ -107,26 +103,26 @@ typedef struct ck_copy {
 /* Checks that name can be the name of a checkpoint to save: 1 to CK_CKPT_NAME_LEN
  * bytes of [A-Za-z0-9._-], not starting with '.'. Never a path. (Tensor and blob names
  * go through ck_key_check.) */
-int ck_name_check(const char *what, const char *name, ck_err *err);
+CK_API int ck_name_check(const char *what, const char *name, ck_err *err);
 
 /* Tensor and blob names (format 1.1) may also hold percent escapes, '%' and two
  * uppercase hex digits, so that any key of a state dict can be stored reversibly:
  * ck_key_encode escapes every byte outside [A-Za-z0-9._-] (and a leading '.'),
  * ck_key_decode undoes it. Checkpoint names stay plain. ck_key_check is ck_name_check
  * for tensor and blob names: it also refuses a malformed escape ("%4", "%zz", "%2f"). */
-int ck_key_check(const char *what, const char *name, ck_err *err);
+CK_API int ck_key_check(const char *what, const char *name, ck_err *err);
 /* Writes the escaped key into out (len bytes): 0, or -ENAMETOOLONG when it does not
  * fit in len or in CK_NAME_MAX - 1 bytes, or -EINVAL for an empty key. */
-int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len);
+CK_API int ck_key_encode(const char *raw, size_t raw_len, char *out, size_t len);
 /* Writes the key with its escapes undone into out (at most strlen(name) + 1 bytes,
  * NUL-terminated; a decoded key may itself hold a NUL byte, so *out_len is its
  * length). -EINVAL for a malformed escape. */
-int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len);
+CK_API int ck_key_decode(const char *name, char *out, size_t len, size_t *out_len);
 
 /* Opens ROOT/NAME. -ENOENT when there is no such checkpoint. */
-int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err);
+CK_API int ck_open(const char *root, const char *name, ck_ckpt **out, ck_err *err);
 /* Opens the checkpoint in directory dir (committed or under .pending). */
-int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err);
+CK_API int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err);
 /* Opens one checkpoint through several copies of it (docs/FORMAT.md, "Copies"): dirs
  * are checkpoint directories, nearest first (a node's own copy, the replicas and
  * fetched copies in its local tier, the durable tier's complete copy). The manifest
@@ -138,35 +134,36 @@ int ck_open_dir(const char *dir, ck_ckpt **out, ck_err *err);
  * their hash checks (ck/load.h) work on it as on any checkpoint; ck_file_held and
  * ck_get_copy describe the union. At most CK_COPIES_MAX copies; one is ck_open_dir. */
 #define CK_COPIES_MAX 64
-int ck_open_copies(const char *const *dirs, size_t n, ck_ckpt **out, ck_err *err);
-void ck_close(ck_ckpt *ck);
+CK_API int ck_open_copies(const char *const *dirs, size_t n, ck_ckpt **out, ck_err *err);
+CK_API void ck_close(ck_ckpt *ck);
 
-const ck_info *ck_get_info(const ck_ckpt *ck);
-const char *ck_dir(const ck_ckpt *ck);
-const ck_copy *ck_get_copy(const ck_ckpt *ck);
+CK_API const ck_info *ck_get_info(const ck_ckpt *ck);
+CK_API const char *ck_dir(const ck_ckpt *ck);
+CK_API const ck_copy *ck_get_copy(const ck_ckpt *ck);
 /* Whether this copy holds data file id (always, in a complete copy). */
-bool ck_file_held(const ck_ckpt *ck, uint32_t id);
+CK_API bool ck_file_held(const ck_ckpt *ck, uint32_t id);
 
 /* Calls fn for each tensor in name order; a non-zero return from fn stops the walk
  * and is returned. */
-int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
-                    ck_err *err);
-int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err);
+CK_API int ck_tensors_each(ck_ckpt *ck, int (*fn)(const ck_tensor *t, void *arg), void *arg,
+                           ck_err *err);
+CK_API int ck_tensor_get(ck_ckpt *ck, const char *name, ck_tensor *out, ck_err *err);
 
 /* The shards of a tensor, in index order, in one allocation: free with free(). */
-int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n, ck_err *err);
+CK_API int ck_shards_get(ck_ckpt *ck, const ck_tensor *t, ck_shard **out, uint32_t *n,
+                         ck_err *err);
 
-const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id);
-/* Path of a data file: dir/name. */
-int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len);
+CK_API const ck_file *ck_file_get(const ck_ckpt *ck, uint32_t id);
+/* Path of a data file: the directory of the copy that holds it, then its name. */
+CK_API int ck_file_path(const ck_ckpt *ck, uint32_t id, char *buf, size_t len);
 /* The recorded SHA-256 of a block of a data file. -ENOENT when unhashed. */
-int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
-                ck_err *err);
+CK_API int ck_hash_get(ck_ckpt *ck, uint32_t file, uint64_t block, uint8_t out[CK_HASH_LEN],
+                       ck_err *err);
 
 /* Calls fn for each blob in name order. data is valid during the call. */
-int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, size_t len,
+CK_API int ck_blobs_each(ck_ckpt *ck, int (*fn)(const char *name, const void *data, size_t len,
                                          void *arg), void *arg, ck_err *err);
 /* A copy of a blob's bytes (malloc'd). */
-int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err);
+CK_API int ck_blob_get(ck_ckpt *ck, const char *name, void **data, size_t *len, ck_err *err);
 
 #endif

@@ -1,10 +1,11 @@
-/* ck/client.h - asynchronous checkpoint saves from training ranks, and loads.
+/* ck/client.h - asynchronous checkpoint saves from training ranks.
  *
- * What PyTorch's dcp.async_save gives, in C: a rank declares its checkpoint, offers
- * its local shards, and calls ck_client_save_async, which copies them into a staging
- * area (shared memory, laid out as the rank's data file) and returns. That copy is the
- * only stall; the data is then written, hashed and fsynced by the save engine while
- * training goes on, and committed atomically when every rank's part is durable.
+ * What PyTorch's dcp.async_save gives, in C: a rank begins its part of a checkpoint
+ * with the save's declaration (ck/decl.h, built once and kept while the state keeps
+ * its structure), gives its shards and blobs, and submits the part: the copy into a
+ * staging area (shared memory, laid out as the rank's data file) is the only stall;
+ * the data is then written, hashed and fsynced by the save engine while training goes
+ * on, and committed atomically when every rank's part is durable.
  *
  *   ck_client *cl;
  *   ck_client_open(&cl, "/ckpt", NULL, &err);         // embedded unless CKPTD_SOCKET
@@ -12,46 +13,43 @@
  *   if (rank == 0) ck_job_id_new(&job, &err);          // the job's own collective
  *   MPI_Bcast(&job, sizeof job, MPI_BYTE, 0, comm);    // gives it to every rank
  *   ck_client_save *sv;
- *   ck_client_begin(cl, &sv, "step-00001200", 1200, &mesh, rank, world, &job, &err);
- *   ck_client_tensor(sv, "layers.0.w", CK_BF16, 2, shape, pl, &err);  // every rank, same order
- *   ck_client_shard(sv, "layers.0.w", local_bytes, &err);            // this rank's box
+ *   ck_client_begin(cl, &sv, "step-00001200", 1200, decl, rank, &job, &err);
+ *   ck_client_shard(sv, "layers.0.w", local_bytes, &err);       // this rank's box
  *   ck_client_blob(sv, "rng.rank3", state, len, &err);
- *   ck_client_save_async(sv, &err);                    // copy, return; train on
+ *   ck_client_submit(sv, &(ck_submit){ .mode = CK_SUBMIT_COPY }, &err);  // copy; train on
  *   if (rank == 0) ck_client_commit(sv, &err);         // commit once all are durable
  *   ...
- *   ck_client_wait(sv, &err);                          // committed, or the error
+ *   ck_client_wait(sv, CK_CLIENT_COMMITTED, &err);     // committed, or the error
  *   ck_client_save_free(sv);
  *
- * Two modes, same results. Connected: the engine is ckptd, reached over a Unix socket
- * (opts->socket, else $CKPTD_SOCKET); the staging memfd is handed to it, so a save
- * whose every part was staged and whose commit was asked for completes even if every
- * rank dies. Embedded (the default): the same engine runs on threads inside this
+ * One submit, whatever the part's sources (ck_submit): its mode says when it returns
+ * (the copy done; at once, a thread of the client copying while the caller computes;
+ * or the part durable), and the sources, when given there, replace a call per shard:
+ * each the address or fill of one of the rank's shards, or neither, and then the caller
+ * copies that shard straight into the staging area itself (device memory: one DMA).
+ *
+ * Two transports, same results. Connected: the engine is ckptd, reached over a Unix
+ * socket (opts->socket, else $CKPTD_SOCKET); the staging memfd is handed to it, so a
+ * save whose every part was staged and whose commit was asked for completes even if
+ * every rank dies. Embedded (the default): the same engine runs on threads inside this
  * process; ranks that are threads of one process share one engine (opts->peer), and
  * the engines of a job's processes (opts->nodes of them, one per process) meet through
  * the root's file system exactly as the daemons of several nodes do: the engine of
  * rank 0 coordinates and commits (docs/FORMAT.md, "Saves served by several daemons").
  *
- * Staging is double-buffered per client: a save waits in ck_client_save_async only
- * while the save before the previous one still drains. Its memory is faulted in ahead
- * (on huge pages where the system gives them, ck/staging.h) and reused, so no save
- * pays for a first touch: declare the size early with ck_client_save_reserve (a save
- * of a new size that was not declared pays for its own slot, and the next slot is
- * made meanwhile on a thread).
+ * Staging is double-buffered per client: a submit waits only while the save before
+ * the previous one still drains. Its memory is faulted in ahead (on huge pages where
+ * the system gives them, decision 0046) and reused, so no save pays for a first touch:
+ * declare the size early with ck_client_reserve (ck_decl_file_bytes, plus the blobs;
+ * a save of a size not reserved makes its own slot, and the next slot is made
+ * meanwhile on a thread).
  *
- * Lazy saves take the copy off the caller's path altogether, for sources that stay
- * unchanged until a point the caller names (a model's parameters and optimizer state
- * between two optimizer steps):
- *
- *   ck_client_save_lazy(sv, &err);      // returns at once; a thread copies
- *   ... forward, backward (they only read the sources) ...
- *   ck_client_save_fence(sv, &err);     // before the next write to the sources
- *   optimizer step
- *
- * A ck_client and its saves are used by one thread at a time; the lazy save's copy
- * thread is the client's until the fence, and every other call on the client (or its
- * saves) fences it first, so the one-thread rule holds for the caller. The one
- * exception is rank 0's ck_client_commit, which never waits for the copy: the copy
- * thread asks for the commit itself once the part is staged.
+ * A ck_client and its saves are used by one thread at a time; a lazy submit's copy
+ * thread is the client's until ck_client_wait(sv, CK_CLIENT_STAGED) (the fence), and
+ * every other call on the client (or its saves) fences it first, so the one-thread
+ * rule holds for the caller. The one exception is rank 0's ck_client_commit, which
+ * never waits for the copy: the copy thread asks for the commit itself once the part
+ * is staged.
  */
 #ifndef CK_CLIENT_H
 #define CK_CLIENT_H
@@ -61,6 +59,7 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
+#include "ck/decl.h"
 #include "ck/engine.h"
 #include "ck/load.h"
 
@@ -109,13 +108,13 @@ typedef struct ck_client_opts {
 
 /* root: the checkpoint root. Connected, it may be NULL (the daemon's root is used)
  * and must otherwise be the daemon's root. */
-int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts,
-                   ck_err *err);
+CK_API int ck_client_open(ck_client **out, const char *root, const ck_client_opts *opts,
+                          ck_err *err);
 /* Waits until every part this client staged is durable, then closes. Every save begun
  * on cl must be freed first (ck_client_save_free): a save points into its client. */
-void ck_client_close(ck_client *cl);
-bool ck_client_connected(const ck_client *cl);
-const char *ck_client_root(const ck_client *cl);
+CK_API void ck_client_close(ck_client *cl);
+CK_API bool ck_client_connected(const ck_client *cl);
+CK_API const char *ck_client_root(const ck_client *cl);
 
 /* A job's identity: 16 random bytes that every rank of one job passes to every
  * ck_client_begin of its saves. The engines match a save's ranks by its name and its
@@ -132,107 +131,94 @@ typedef struct ck_job_id {
     uint8_t bytes[CK_JOB_ID_LEN];
 } ck_job_id;
 
-int ck_job_id_new(ck_job_id *out, ck_err *err);
+CK_API int ck_job_id_new(ck_job_id *out, ck_err *err);
 
 /* Starts this rank's part of checkpoint name for job (the same on every rank of the
- * save). world must be the mesh's rank count. */
-int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name, uint64_t step,
-                    const ck_mesh *mesh, uint64_t rank, uint64_t world, const ck_job_id *job,
-                    ck_err *err);
+ * save) with the save's declaration (sealed here if it is not: its error is returned);
+ * the world is its mesh's. The part holds its own reference to decl. */
+CK_API int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name, uint64_t step,
+                           ck_decl *decl, uint64_t rank, const ck_job_id *job, ck_err *err);
 /* Records without SHA-256 block hashes (benchmarks). Every rank must agree. */
-void ck_client_no_hash(ck_client_save *sv);
-/* Declares a tensor; every rank declares the same tensors in the same order. */
-int ck_client_tensor(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
-                     const uint64_t *shape, const ck_placement *pl, ck_err *err);
-/* This rank's local shard: the row-major bytes of its box, read during
- * ck_client_save_async only. Replicas the plan gives to another rank are skipped. */
-int ck_client_shard(ck_client_save *sv, const char *tensor, const void *data, ck_err *err);
+CK_API void ck_client_no_hash(ck_client_save *sv);
+/* This rank's shard of a placed tensor: the row-major bytes of its box, read during
+ * the submit only (its mode says until when). Replicas the plan gives to another rank
+ * are skipped. */
+CK_API int ck_client_shard(ck_client_save *sv, const char *tensor, const void *data, ck_err *err);
 /* The same, produced by fill(arg, off, dst, len) straight into staging. */
-int ck_client_shard_fill(ck_client_save *sv, const char *tensor, ck_fill_fn fill, void *arg,
-                         ck_err *err);
-/* A tensor stored as an explicit list of boxes (format 1.1, ck_save_tensor_boxes):
- * every rank declares the same full list in the same place among its tensors (DCP's
- * coordinator knows every rank's plan and ships the list to each rank); the engine
- * checks that the ranks agree and refuses the save, naming the tensor, when they do
- * not. */
-int ck_client_tensor_boxes(ck_client_save *sv, const char *name, ck_dtype dtype, int ndim,
-                           const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
-                           const uint64_t *writers, ck_err *err);
+CK_API int ck_client_shard_fill(ck_client_save *sv, const char *tensor, ck_fill_fn fill, void *arg,
+                                ck_err *err);
 /* One of this rank's boxes of a box-list tensor: the row-major bytes of box number box
- * (writers[box] must be this rank), read during ck_client_save_async only. Every box
- * this rank writes must be given. */
-int ck_client_box(ck_client_save *sv, const char *tensor, uint32_t box, const void *data,
-                  ck_err *err);
-int ck_client_box_fill(ck_client_save *sv, const char *tensor, uint32_t box, ck_fill_fn fill,
-                       void *arg, ck_err *err);
+ * (writers[box] must be this rank). Every box this rank writes must be given. */
+CK_API int ck_client_box(ck_client_save *sv, const char *tensor, uint32_t box, const void *data,
+                         ck_err *err);
+CK_API int ck_client_box_fill(ck_client_save *sv, const char *tensor, uint32_t box,
+                              ck_fill_fn fill, void *arg, ck_err *err);
 /* A named byte string of this rank (copied); names are unique over all ranks. */
-int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_t len,
-                   ck_err *err);
-/* Copies this rank's shards and blobs into staging, hands them to the engine and
- * returns. Every tensor this rank writes must have its shard. */
-int ck_client_save_async(ck_client_save *sv, ck_err *err);
-/* Like save_async, but returns at once: a thread of the client copies and stages the
- * part while the caller computes. The sources must stay unchanged until
- * ck_client_save_fence returns. */
-int ck_client_save_lazy(ck_client_save *sv, ck_err *err);
-/* A synchronous save of this rank's part: returns once it is durable (rank 0 still
- * asks for the commit, and ck_client_wait waits for it), and the sources may change
- * as soon as it returns. With an embedded engine and every source given by address,
- * no staging area is used: the engine's writer copies the sources block by block into
- * its own buffers while earlier blocks are written and hashed, so the copy overlaps
- * the writes instead of coming before them. Otherwise (ckptd, fills, placed boxes) it
- * is save_async and a wait for the part. The wait is bounded like ck_client_wait's; a
- * part given up then is never read again (its later reads fail its save). */
-int ck_client_save_sync(ck_client_save *sv, ck_err *err);
-/* After save_lazy, before the sources change: waits for what is not yet copied. 0
- * once the part is staged (or further); the save's error when it failed (a fence
- * after a failed save returns its error, as often as it is called). Also accepts a
- * save made by save_async. */
-int ck_client_save_fence(ck_client_save *sv, ck_err *err);
-/* Declares the staging size of parts like sv's (its tensors and blobs declared; no
- * shard needed): every staging area no save holds is made at least that large and
- * faulted in; with wait, before it returns (at start-up), else on a thread, and the
- * next call on the client waits for what remains. sv may then be freed unsaved. */
-int ck_client_save_reserve(ck_client_save *sv, bool wait, ck_err *err);
-/* The same for a size in bytes (a part's file image plus its blobs). A failure is
- * logged, and the save that needs the area makes it itself. */
-void ck_client_reserve(ck_client *cl, uint64_t bytes, bool wait);
-/* ---- staging in place: the caller writes the bytes itself ----
- * For sources the client cannot read (device memory), the caller copies them straight
- * into the staging area, with no buffer between (a DMA from the device):
- *
- *   ck_client_save_place(sv, &err);                  // a staging area, admitted, laid out
- *   void *dst = ck_client_box_at(sv, "w", 3, &err);  // where box 3's bytes go
- *   cudaMemcpyAsync(dst, dev, len, cudaMemcpyDeviceToHost, side);   // ... every such box
- *   ck_client_save_copies(sv, sync_side, side);      // how to wait for those copies
- *   ck_client_save_lazy(sv, &err);                   // or save_async
- *
- * save_async (or the lazy save's thread) then copies what was given by address or
- * fill, and the blobs, calls the copies' wait, and hands the part over: the engine
- * never reads staging the caller is still writing. */
-/* Takes a staging area for sv (waiting while both drain, as save_async does), has the
- * engine admit the part and lays it out. No tensor or blob may be declared after it. */
-int ck_client_save_place(ck_client_save *sv, ck_err *err);
-/* After place: where the row-major bytes of this rank's shard of a placed tensor (or of
- * box box of a box-list tensor) go in the staging area; the caller must write all of
- * them before the part is handed over. NULL, with err set, for a tensor or box this
- * rank does not write (another replica writes it, or it is empty). */
-void *ck_client_shard_at(ck_client_save *sv, const char *tensor, ck_err *err);
-void *ck_client_box_at(ck_client_save *sv, const char *tensor, uint32_t box, ck_err *err);
-/* The whole staging area of a placed save (its file image, then its blobs). */
-int ck_client_save_staging(ck_client_save *sv, void **base, size_t *len, ck_err *err);
-/* wait(arg, err) returns 0 once the caller's copies into the staging area have landed,
- * or a negative error (in err) that fails the save: called once, on the thread that
- * hands the part over, before it does, and even when the part failed before (the copies
- * must land before the area can be reused). */
-void ck_client_save_copies(ck_client_save *sv, int (*wait)(void *arg, ck_err *err), void *arg);
+CK_API int ck_client_blob(ck_client_save *sv, const char *name, const void *data, size_t len,
+                          ck_err *err);
 
-/* Rank 0, after its save_async (or save_lazy): commit once every rank's part is
- * durable. */
-int ck_client_commit(ck_client_save *sv, ck_err *err);
+/* One of the rank's shards in a submit: its bytes by address or by fill; neither, and
+ * the caller writes them into the staging area itself (ck_submit.place). */
+typedef struct ck_source {
+    const void *mem;
+    ck_fill_fn fill;
+    void *arg;
+} ck_source;
+
+typedef enum ck_submit_mode {
+    /* Copies the sources and the blobs into staging, hands the part to the engine and
+     * returns: the sources may change as soon as it returns. */
+    CK_SUBMIT_COPY = 0,
+    /* Returns at once: a thread of the client copies and hands the part over while the
+     * caller computes. The sources must stay unchanged until ck_client_wait(sv,
+     * CK_CLIENT_STAGED) returns (the fence: a model's parameters and optimizer state
+     * between two optimizer steps). */
+    CK_SUBMIT_LAZY,
+    /* Returns once the part is durable (rank 0 still asks for the commit). With an
+     * embedded engine and every source given by address, no staging area is used: the
+     * engine's writer copies the sources block by block while earlier blocks are
+     * written and hashed, so the copy overlaps the writes (decision 0132). Otherwise
+     * it is COPY and a wait for the part. The wait is bounded as ck_client_wait's. */
+    CK_SUBMIT_SYNC,
+} ck_submit_mode;
+
+typedef struct ck_submit {
+    ck_submit_mode mode;
+    /* NULL: the sources given by ck_client_shard and ck_client_box. Else nsrc of them,
+     * one per shard the plan gives this rank (ck_decl_writes, in its order), which
+     * replace those. */
+    const ck_source *src;
+    uint32_t nsrc;
+    /* In place: for each source with neither mem nor fill, place(arg, i, tensor, box,
+     * dst, len) is called (on the thread that copies) with the staging address of the
+     * i-th source's len bytes, which the caller writes there (a DMA from the device it
+     * queues): the shard of tensor that is box (its box number in a box list, its shard
+     * index by placements); then
+     * copies_done(arg, err) once, before the part is handed over, even when the part
+     * failed before (the copies must land before the area can be reused): 0 once they
+     * landed, or an error that fails the save. The engine never reads staging the
+     * caller is still writing. */
+    int (*place)(void *arg, uint32_t i, const char *tensor, uint32_t box, void *dst,
+                 size_t len, ck_err *err);
+    int (*copies_done)(void *arg, ck_err *err);
+    void *arg;
+} ck_submit;
+
+/* Hands this rank's part over, as how says. Every shard this rank writes must have a
+ * source by then. */
+CK_API int ck_client_submit(ck_client_save *sv, const ck_submit *how, ck_err *err);
+
+/* Staging areas no save holds are made at least bytes large (a part's
+ * ck_decl_file_bytes, plus its blobs) and faulted in; with wait, before it returns (at
+ * start-up), else on a thread, and the next call on the client waits for what remains.
+ * A failure is logged, and the save that needs the area makes it itself. */
+CK_API void ck_client_reserve(ck_client *cl, uint64_t bytes, bool wait);
+
+/* Rank 0, after its submit: commit once every rank's part is durable. */
+CK_API int ck_client_commit(ck_client_save *sv, ck_err *err);
 
 typedef enum ck_client_state {
-    CK_CLIENT_BUILDING = 0,    /* before save_async */
+    CK_CLIENT_BUILDING = 0,    /* before the submit */
     CK_CLIENT_STAGED,          /* the engine has the part */
     CK_CLIENT_DURABLE,         /* the part is on disk; its staging is free again */
     CK_CLIENT_COMMITTED,       /* the checkpoint is visible */
@@ -240,11 +226,14 @@ typedef enum ck_client_state {
 } ck_client_state;
 
 /* Where the save stands, without blocking. On FAILED, err holds the reason. */
-int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err);
-/* Blocks until the checkpoint is committed (0) or failed (the error). */
-int ck_client_wait(ck_client_save *sv, ck_err *err);
+CK_API int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err);
+/* Blocks until the part reaches state: CK_CLIENT_STAGED, its sources are no longer read
+ * (the fence of a lazy submit: its copy is done); CK_CLIENT_DURABLE, the part is on
+ * disk; CK_CLIENT_COMMITTED, the checkpoint is visible. 0, or the save's error (as
+ * often as it is asked). */
+CK_API int ck_client_wait(ck_client_save *sv, ck_client_state state, ck_err *err);
 /* Blocks until the part no longer needs its staging area, then frees sv. */
-void ck_client_save_free(ck_client_save *sv);
+CK_API void ck_client_save_free(ck_client_save *sv);
 
 /* ---- restoring from the nearest copies (docs/ARCHITECTURE.md, "Tiers") ----
  * Through a ckptd that keeps a local tier, a checkpoint may live in several places:
@@ -271,13 +260,13 @@ void ck_client_save_free(ck_client_save *sv);
  * unreachable: ckptd n2 (...); restoring step-8 (step 8) from the durable tier"),
  * else it is "". -ENOENT when there is no such checkpoint, -ENODATA (the message says
  * what is lost) when none can be restored. */
-int ck_client_resolve(ck_client *cl, const char *what, bool newest, char name[CK_NAME_MAX],
-                      char *why, size_t why_len, ck_err *err);
+CK_API int ck_client_resolve(ck_client *cl, const char *what, bool newest, char name[CK_NAME_MAX],
+                             char *why, size_t why_len, ck_err *err);
 /* Opens checkpoint name for loading, through the copies ckptd names nearest first (a
  * copy in its local tier, fetching the manifest from a peer if none is near, or the
  * durable root's): the tensors and blobs are readable at once, the data files held
  * where they lie. Embedded: ck_open of ROOT/NAME. */
-int ck_client_restore_open(ck_client *cl, const char *name, ck_ckpt **out, ck_err *err);
+CK_API int ck_client_restore_open(ck_client *cl, const char *name, ck_ckpt **out, ck_err *err);
 /* Makes the data files that a load of items would read (ck_load_files) readable
  * through *ck, each from its nearest copy: ckptd answers at once for those in its
  * local tier, fetches the others from a live peer's copy (checked block by block),
@@ -285,22 +274,7 @@ int ck_client_restore_open(ck_client *cl, const char *name, ck_ckpt **out, ck_er
  * *ck is replaced by a handle on the copies that hold them (no reader of the old one
  * may be open). Without a daemon nothing is fetched, and a load of a file *ck lacks
  * fails naming it. */
-int ck_client_restore_fetch(ck_client *cl, ck_ckpt **ck, const ck_load_item *items, size_t n,
-                            ck_err *err);
-
-/* Loads the part of tensor that rank holds on mesh with placements pl (any mesh, any
- * placements: resharding) from checkpoint name into dst, as dtype (CK_AS_SAVED: the
- * tensor's own; another one converts the values, ck/load.h), reading exactly the
- * needed blocks and checking their hashes (ck/load.h). dst_len must be that part's
- * size, ck_box_numel(box) * dtype's itemsize bytes; another size is refused (-EINVAL,
- * naming both) before any read. */
-int ck_client_load(ck_client *cl, const char *name, const char *tensor, const ck_mesh *mesh,
-                   const ck_placement *pl, uint64_t rank, ck_dtype dtype, void *dst,
-                   size_t dst_len, ck_err *err);
-/* Loads any box of tensor (inside its shape) into dst as dtype, dst_len =
- * ck_box_numel(box) * dtype's itemsize bytes, whatever layout it was saved with (DCP's
- * read items). */
-int ck_client_load_box(ck_client *cl, const char *name, const char *tensor, const ck_box *box,
-                       ck_dtype dtype, void *dst, size_t dst_len, ck_err *err);
+CK_API int ck_client_restore_fetch(ck_client *cl, ck_ckpt **ck, const ck_load_item *items,
+                                   size_t n, ck_err *err);
 
 #endif

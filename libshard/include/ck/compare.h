@@ -31,10 +31,7 @@ typedef struct ck_compare_result {
 
 /* Returns 0 when the comparison ran (res->differing says whether they differ), or an
  * error that stopped it (I/O, a bad checkpoint, memory). */
-int ck_compare(ck_ckpt *a, ck_ckpt *b, const ck_compare_opts *o, ck_compare_result *res,
-               ck_err *err);
-
-/* Writes element bytes p of dtype as a number ("0.5", "-3", "true") into buf. */
-void ck_elem_format(ck_dtype dtype, const void *p, char *buf, size_t len);
+CK_API int ck_compare(ck_ckpt *a, ck_ckpt *b, const ck_compare_opts *o, ck_compare_result *res,
+                      ck_err *err);
 
 #endif

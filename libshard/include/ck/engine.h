@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "ck/error.h"
+
 typedef struct ck_engine ck_engine;
 typedef struct ck_ioq ck_ioq;
 
@@ -75,34 +77,31 @@ struct ck_engine {
 
 /* The real engine: POSIX calls and io_uring. Shared by all threads; it has no state
  * besides its queues. Never destroy it. */
-ck_engine *ck_engine_default(void);
+CK_API ck_engine *ck_engine_default(void);
 
-/* Opens a data file (path beneath dir) that must be a regular file: anything else (a
- * FIFO, a device, a socket) is refused without blocking, as -EMEDIUMTYPE, which no
- * other failure of an open returns. */
-int ck_engine_open_file(ck_engine *e, int dir, const char *path, int flags, unsigned mode);
-/* The same, for O_DIRECT I/O when the file system allows it, else buffered. *direct
- * says which. `flags` are O_RDONLY / O_WRONLY|O_CREAT|O_EXCL and the like. */
-int ck_engine_open_data(ck_engine *e, int dir, const char *path, int flags, unsigned mode,
-                        bool *direct);
+/* A file that ck_files_write makes: len bytes, produced by fill(arg, off, dst, n) on
+ * the writer's worker threads, several at once (fill must allow it). */
+typedef struct ck_file_out {
+    const char *path;           /* created (O_EXCL) */
+    uint64_t len;
+    int (*fill)(void *arg, uint64_t off, void *dst, size_t len);
+    void *arg;
+} ck_file_out;
 
-/* Opens path (a directory or file, beneath dir) read-only and fsyncs it. */
-int ck_engine_fsync_path(ck_engine *e, int dir, const char *path);
+typedef struct ck_write_opts {
+    ck_engine *engine;          /* NULL: ck_engine_default() */
+    uint64_t mem_limit;         /* bytes of block buffers; 0: 64 MiB */
+    void (*log)(void *arg, const char *msg);
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    void *cb_arg;
+} ck_write_opts;
 
-/* What a caller does with the completion of io (res as reaped): 1 when io is done;
- * 0 when it moved fewer bytes than asked and its rest was submitted again (io is
- * updated in place: the same user, still in flight); a negative code, with the
- * message naming `what`, the offset and the length, when it failed. A read that meets
- * end-of-file is -EBADMSG (the file is shorter than the manifest says). */
-struct ck_err;
-int ck_ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *what,
-                    struct ck_err *err);
-
-/* Runs n I/Os through q and waits for all of them. Short transfers are continued
- * (ios[] is updated in place); a read that meets end-of-file is -EBADMSG (the file
- * is shorter than the manifest says). `what` names the file(s) in messages. */
-int ck_ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what,
-               struct ck_err *err);
+/* Writes n files as the core writes its data files (io_uring, O_DIRECT where the file
+ * system allows it, blocks filled on worker threads into a bounded ring), each then cut
+ * to its length and made durable. On an error the files may be left half written: the
+ * caller writes under temporary names and renames them into place. */
+CK_API int ck_files_write(const ck_write_opts *o, const ck_file_out *files, uint32_t n,
+                          ck_err *err);
 
 static inline void ck_engine_destroy(ck_engine *e)
 {

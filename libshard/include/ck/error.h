@@ -17,6 +17,11 @@
 #include <errno.h>
 #include <stddef.h>
 
+/* CK_API marks the public API: the core is built with hidden visibility
+ * (docs/decisions/0161), so only what a public header declares with CK_API is
+ * exported from a shared object that links the core. */
+#define CK_API __attribute__((visibility("default")))
+
 #define CK_ERR_MSG_MAX 1024
 
 typedef struct ck_err {
@@ -28,13 +33,13 @@ typedef struct ck_err {
  * code, so that error paths read `return ck_err_set(err, -EIO, "...", ...);`.
  * A message already set is kept and the new one is prefixed to it with ": ",
  * so callers can add context on the way up. */
-int ck_err_set(ck_err *err, int code, const char *fmt, ...)
+CK_API int ck_err_set(ck_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Resets err to "no error". */
-void ck_err_clear(ck_err *err);
+CK_API void ck_err_clear(ck_err *err);
 
 /* The message, or strerror(-code) when none was set. Never NULL. */
-const char *ck_err_msg(const ck_err *err);
+CK_API const char *ck_err_msg(const ck_err *err);
 
 #endif

@@ -25,23 +25,21 @@ typedef struct ck_box {
 } ck_box;
 
 /* torch.chunk of n elements into parts, part idx: its offset and length. */
-void ck_chunk(uint64_t n, uint64_t parts, uint64_t idx, uint64_t *off, uint64_t *len);
-
-/* Checks that placements fit the tensor (S(d) with d < ndim) and the mesh, that the
- * shape is sane (numel * itemsize fits in 63 bits), and names the tensor in errors. */
-int ck_layout_check(const char *tensor, int ndim, const uint64_t *shape, size_t itemsize,
-                    const ck_mesh *mesh, const ck_placement *pl, ck_err *err);
+CK_API void ck_chunk(uint64_t n, uint64_t parts, uint64_t idx, uint64_t *off, uint64_t *len);
 
 /* The box that the rank at coord holds. */
-void ck_shard_box(int ndim, const uint64_t *shape, const ck_mesh *mesh,
-                  const ck_placement *pl, const uint32_t *coord, ck_box *out);
+CK_API void ck_shard_box(int ndim, const uint64_t *shape, const ck_mesh *mesh,
+                         const ck_placement *pl, const uint32_t *coord, ck_box *out);
 
 /* The box of the whole tensor. */
-void ck_box_full(int ndim, const uint64_t *shape, ck_box *out);
-uint64_t ck_box_numel(const ck_box *b);   /* 1 for ndim 0 */
-bool ck_box_equal(const ck_box *a, const ck_box *b);
-/* true and *out when a and b share at least one element; false otherwise. */
-bool ck_box_intersect(const ck_box *a, const ck_box *b, ck_box *out);
+CK_API void ck_box_full(int ndim, const uint64_t *shape, ck_box *out);
+CK_API uint64_t ck_box_numel(const ck_box *b);   /* 1 for ndim 0 */
+CK_API bool ck_box_equal(const ck_box *a, const ck_box *b);
+
+/* The bytes of a rank's data file that holds shards of these n sizes, in order, each
+ * at the aligned offset the save plan gives it: what a staging area made for a part of
+ * those shards must hold (before its blobs). */
+CK_API uint64_t ck_file_bytes(const uint64_t *shard_bytes, size_t n);
 
 /* At most this many boxes in a tensor's box list (format 1.1): a tensor is cut into
  * no more pieces than the largest world has ranks. */
@@ -54,31 +52,7 @@ bool ck_box_intersect(const ck_box *a, const ck_box *b, ck_box *out);
  * evaluation whose "tiles" is wrong with probability below 2^-100). Errors (-EINVAL)
  * name the tensor and the boxes or the element at fault, e.g. "tensor w: boxes 3
  * [0:4, 0:8) and 5 [2:6, 0:8) overlap". */
-int ck_boxes_check(const char *tensor, int ndim, const uint64_t *shape, uint32_t n,
-                   const ck_box *boxes, ck_err *err);
-
-/* Contiguous runs: the elements of `sub` (which lies inside both `src` and `dst`)
- * as maximal runs that are contiguous in the row-major storage of src and of dst.
- * Each run gives the element offset inside src's storage, inside dst's storage,
- * and the number of elements. Trailing dims that both boxes cover fully are merged
- * so that e.g. a dim-0 slice of a row-major tensor is a single run.
- *
- *   ck_runs it;
- *   ck_runs_init(&it, &sub, &src, &dst);
- *   uint64_t s, d, n;
- *   while (ck_runs_next(&it, &s, &d, &n)) copy(n elements from s to d);
- */
-typedef struct ck_runs {
-    int ndim;                    /* dims after merging; the last is the run dim */
-    uint64_t count[CK_MAX_NDIM]; /* iteration extent per outer dim */
-    uint64_t idx[CK_MAX_NDIM];
-    uint64_t src_stride[CK_MAX_NDIM], dst_stride[CK_MAX_NDIM];
-    uint64_t src_base, dst_base;
-    uint64_t run;                /* elements per run */
-    bool done;
-} ck_runs;
-
-void ck_runs_init(ck_runs *it, const ck_box *sub, const ck_box *src, const ck_box *dst);
-bool ck_runs_next(ck_runs *it, uint64_t *src_off, uint64_t *dst_off, uint64_t *n);
+CK_API int ck_boxes_check(const char *tensor, int ndim, const uint64_t *shape, uint32_t n,
+                          const ck_box *boxes, ck_err *err);
 
 #endif

@@ -41,37 +41,37 @@ typedef struct ck_reader ck_reader;
 
 /* Whether loads through ck check block hashes (the default: true), for readers and
  * batches opened from now on. false is for raw speed, trusting the storage. */
-void ck_load_verify(ck_ckpt *ck, bool verify);
+CK_API void ck_load_verify(ck_ckpt *ck, bool verify);
 
 /* Loads the tensor's record and shard table once, for many reads, which write dtype
  * `as` (CK_AS_SAVED: the tensor's). -EINVAL, naming the tensor and both dtypes, when
  * its values cannot become `as` (complex into real). */
-int ck_reader_open(ck_ckpt *ck, const char *tensor, ck_dtype as, ck_reader **out,
-                   ck_err *err);
-void ck_reader_close(ck_reader *rd);
+CK_API int ck_reader_open(ck_ckpt *ck, const char *tensor, ck_dtype as, ck_reader **out,
+                          ck_err *err);
+CK_API void ck_reader_close(ck_reader *rd);
 /* The tensor as saved (its own dtype). */
-const ck_tensor *ck_reader_tensor(const ck_reader *rd);
+CK_API const ck_tensor *ck_reader_tensor(const ck_reader *rd);
 
 /* Reads bytes [off, off + len) of the row-major storage of box (a box inside the
  * tensor), in the reader's dtype, into dst. off and len are multiples of its element
  * size. */
-int ck_reader_read(ck_reader *rd, const ck_box *box, uint64_t off, uint64_t len, void *dst,
-                   ck_err *err);
+CK_API int ck_reader_read(ck_reader *rd, const ck_box *box, uint64_t off, uint64_t len, void *dst,
+                          ck_err *err);
 
 /* Reads the part of the tensor that `rank` holds on `mesh` with placements pl (the
  * target layout, any mesh) into dst: ck_box_numel(its box) * the reader's itemsize
  * bytes. */
-int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement *pl,
-                         uint64_t rank, void *dst, ck_err *err);
+CK_API int ck_reader_read_shard(ck_reader *rd, const ck_mesh *mesh, const ck_placement *pl,
+                                uint64_t rank, void *dst, ck_err *err);
 
 /* How many file reads the last ck_reader_read issued after coalescing (tests use it
  * to check that a dim-0 reshard reads each saved extent in one piece). */
-uint64_t ck_reader_last_reads(const ck_reader *rd);
+CK_API uint64_t ck_reader_last_reads(const ck_reader *rd);
 
 /* Reads len bytes starting at byte off of a saved shard's data into dst, through its
  * extents, with io_uring (the shard as ck_shards_get gives it, not a box), as saved. */
-int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
-                  ck_err *err);
+CK_API int ck_shard_read(ck_ckpt *ck, const ck_shard *s, uint64_t off, uint64_t len, void *dst,
+                         ck_err *err);
 
 /* ---- a rank's whole load, as one batch ----
  * DCP asks a rank for hundreds of boxes at once. Read one by one, each small box waits
@@ -92,7 +92,7 @@ typedef struct ck_load_item {
 /* Reads every item. Every item is checked (its tensor, box, size and dtype) before
  * anything is read. Errors name the item's tensor; on error, what the destinations
  * hold is unspecified. */
-int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
+CK_API int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
 
 /* Which data files a load of items would read, without reading anything: need (one
  * byte per data file of ck, ck_get_info(ck)->n_files) gets 1 for each file some
@@ -100,8 +100,8 @@ int ck_load_many(ck_ckpt *ck, const ck_load_item *items, size_t n, ck_err *err);
  * ck_load_many checks them (dst and len are not used). A rank restoring from copies
  * on several nodes asks its node for exactly these files (ck_client_restore_fetch):
  * onto the same mesh, its node's own part; onto another, what its new boxes touch. */
-int ck_load_files(ck_ckpt *ck, const ck_load_item *items, size_t n, uint8_t *need,
-                  ck_err *err);
+CK_API int ck_load_files(ck_ckpt *ck, const ck_load_item *items, size_t n, uint8_t *need,
+                         ck_err *err);
 
 /* ---- readers for many threads ----
  * A ck_ckpt and its readers serve one thread at a time. Fills that run on the writer's
@@ -113,13 +113,13 @@ int ck_load_files(ck_ckpt *ck, const ck_load_item *items, size_t n, uint8_t *nee
  * read and hash a block they share once; they write the tensors' own dtypes. */
 typedef struct ck_readers ck_readers;
 
-int ck_readers_open(const char *dir, ck_readers **out, ck_err *err);
+CK_API int ck_readers_open(const char *dir, ck_readers **out, ck_err *err);
 /* Readers of the open checkpoint ck, which must stay open while they are used: every
  * handle shares its directory and manifest, never looking them up by name again. */
-int ck_readers_open_ckpt(const ck_ckpt *ck, ck_readers **out, ck_err *err);
-void ck_readers_close(ck_readers *rs);
+CK_API int ck_readers_open_ckpt(const ck_ckpt *ck, ck_readers **out, ck_err *err);
+CK_API void ck_readers_close(ck_readers *rs);
 /* ck_reader_read of tensor's box, from any thread. */
-int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
-                    uint64_t len, void *dst, ck_err *err);
+CK_API int ck_readers_read(ck_readers *rs, const char *tensor, const ck_box *box, uint64_t off,
+                           uint64_t len, void *dst, ck_err *err);
 
 #endif

@@ -59,11 +59,8 @@ typedef struct ck_reshard_stats {
     bool direct;                /* the copies were written with O_DIRECT */
 } ck_reshard_stats;
 
-/* Checks that every tensor of src can take the target layout (mesh size, placements
- * S(d) with d < ndim), naming the first that cannot: -EINVAL. */
-int ck_reshard_check(ck_ckpt *src, const ck_mesh *mesh, const ck_placement *pl, ck_err *err);
 
 /* Writes and commits the resharded checkpoint o->root/o->name. */
-int ck_reshard(ck_ckpt *src, const ck_reshard_opts *o, ck_reshard_stats *st, ck_err *err);
+CK_API int ck_reshard(ck_ckpt *src, const ck_reshard_opts *o, ck_reshard_stats *st, ck_err *err);
 
 #endif

@@ -1,8 +1,7 @@
 /* ck/save.h - writing a checkpoint and committing it atomically.
  *
  *   ck_save *s;
- *   ck_save_begin(&s, root, "step-00001200", 1200, &mesh, &opts, &err);
- *   ck_save_tensor(s, "layers.0.w", CK_F32, 2, shape, placements, &err);
+ *   ck_save_begin(&s, root, "step-00001200", 1200, decl, &opts, &err);   // ck/decl.h
  *   for each rank r: ck_save_shard(s, "layers.0.w", r, local_bytes, &err);
  *   ck_save_blob(s, "rng", state, len, &err);
  *   ck_save_commit(s, &stats, &err);   // durable and visible, or nothing visible
@@ -26,6 +25,7 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
+#include "ck/decl.h"
 #include "ck/engine.h"
 
 typedef struct ck_save_opts {
@@ -52,46 +52,37 @@ typedef struct ck_save_stats {
 
 typedef struct ck_save ck_save;
 
-int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t step,
-                  const ck_mesh *mesh, const ck_save_opts *opts, ck_err *err);
-/* Declares a tensor. Names are unique ([A-Za-z0-9._-], see ck_name_check). */
-int ck_save_tensor(ck_save *s, const char *name, ck_dtype dtype, int ndim,
-                   const uint64_t *shape, const ck_placement *pl, ck_err *err);
+/* A save of the tensors decl declares (sealed here if it is not: its error, naming the
+ * tensor, is returned). The save holds its own reference to decl. */
+CK_API int ck_save_begin(ck_save **out, const char *root, const char *name, uint64_t step,
+                         ck_decl *decl, const ck_save_opts *opts, ck_err *err);
 /* Offers rank's local shard of a tensor: the row-major bytes of its box. data must
  * stay valid until commit returns. */
-int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *data,
-                  ck_err *err);
+CK_API int ck_save_shard(ck_save *s, const char *tensor, uint64_t rank, const void *data,
+                         ck_err *err);
 /* The same with the bytes produced on demand (streams, bounded memory). */
-int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
-                       void *arg, ck_err *err);
-/* ---- tensors stored as explicit box lists (format 1.1) ----
- * For layouts that placements cannot say (DCP's planner: uneven chunks, replicas
- * deduplicated by bytes, 2-D tiles of TP + FSDP): the tensor is the union of nboxes
- * disjoint boxes that tile it (ck_boxes_check), box i written by rank writers[i]. A
- * rank may write several boxes of one tensor, or none. Every process of the save
- * declares the same list, in the same order as its other tensors. Box i goes to
- * writers[i]'s data file. Errors name the tensor and the box. */
-int ck_save_tensor_boxes(ck_save *s, const char *name, ck_dtype dtype, int ndim,
-                         const uint64_t *shape, uint32_t nboxes, const ck_box *boxes,
-                         const uint64_t *writers, ck_err *err);
+CK_API int ck_save_shard_fill(ck_save *s, const char *tensor, uint64_t rank, ck_fill_fn fill,
+                              void *arg, ck_err *err);
+/* ---- tensors stored as explicit box lists (format 1.1, ck_decl_tensor_boxes) ---- */
 /* Offers box number box of a box-list tensor: the row-major bytes of that box. data
  * must stay valid until the box's rank is written (as ck_save_shard's). ck_save_shard
  * on a box-list tensor, or ck_save_box on a placed one, is -EINVAL. */
-int ck_save_box(ck_save *s, const char *tensor, uint32_t box, const void *data, ck_err *err);
+CK_API int ck_save_box(ck_save *s, const char *tensor, uint32_t box, const void *data,
+                       ck_err *err);
 /* The same with the bytes produced on demand. */
-int ck_save_box_fill(ck_save *s, const char *tensor, uint32_t box, ck_fill_fn fill,
-                     void *arg, ck_err *err);
+CK_API int ck_save_box_fill(ck_save *s, const char *tensor, uint32_t box, ck_fill_fn fill,
+                            void *arg, ck_err *err);
 
 /* true when rank writes its shard of tensor (it is the chosen replica and the shard
  * is not empty), so callers can skip producing bytes that will be ignored. For a box-list
  * tensor: whether rank writes any non-empty box of it. */
-bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank);
+CK_API bool ck_save_writes(const ck_save *s, const char *tensor, uint64_t rank);
 /* A named byte string (step counters, RNG state, data position), copied. */
-int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err);
+CK_API int ck_save_blob(ck_save *s, const char *name, const void *data, size_t len, ck_err *err);
 /* Writes what is not yet written, fsyncs, commits, records in the catalog, and frees
  * s in every case. */
-int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err);
+CK_API int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err);
 /* Frees s and removes what it wrote. */
-void ck_save_abort(ck_save *s);
+CK_API void ck_save_abort(ck_save *s);
 
 #endif

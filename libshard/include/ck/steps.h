@@ -24,22 +24,18 @@ typedef struct ck_step_ckpt {
     char name[CK_NAME_MAX];
 } ck_step_ckpt;
 
-/* Whether name is prefix followed by 1 to 20 decimal digits and nothing else (leading
- * zeros allowed), the number fitting in 64 bits; the number goes to *step (may be
- * NULL). */
-bool ck_step_of(const char *name, const char *prefix, uint64_t *step);
 
 /* The committed checkpoints of root named PREFIX<digits>, oldest step first (equal
  * steps, "step-5" and "step-05", by name), in a malloc'd array the caller frees; none
  * is *n == 0 and *out == NULL. -EINVAL for a prefix that cannot begin a checkpoint
  * name (a '/', a leading '.', more than CK_CKPT_NAME_LEN - 1 bytes). */
-int ck_root_steps(const char *root, const char *prefix, ck_step_ckpt **out, size_t *n,
-                  ck_err *err);
+CK_API int ck_root_steps(const char *root, const char *prefix, ck_step_ckpt **out, size_t *n,
+                         ck_err *err);
 
 /* The committed PREFIX<digits> with the highest step: its name (and step, if step is
  * not NULL). -ENOENT, with a message naming root and prefix, when there is none. */
-int ck_root_newest(const char *root, const char *prefix, char name[CK_NAME_MAX],
-                   uint64_t *step, ck_err *err);
+CK_API int ck_root_newest(const char *root, const char *prefix, char name[CK_NAME_MAX],
+                          uint64_t *step, ck_err *err);
 
 /* Keeps the keep newest committed PREFIX<digits> of root and removes the others,
  * oldest first, each by ck_root_remove (crash-safe; I/O through e, NULL: the real
@@ -48,7 +44,7 @@ int ck_root_newest(const char *root, const char *prefix, char name[CK_NAME_MAX],
  * meanwhile (-ENOENT, -EBUSY) is skipped. Returns the number removed, or the first
  * other error (what was removed before it stays removed). keep must be at least 1:
  * -EINVAL for 0, which would remove the run's every checkpoint. */
-int ck_root_prune(const char *root, const char *prefix, size_t keep, ck_engine *e,
-                  void (*removed)(void *arg, const char *name), void *arg, ck_err *err);
+CK_API int ck_root_prune(const char *root, const char *prefix, size_t keep, ck_engine *e,
+                         void (*removed)(void *arg, const char *name), void *arg, ck_err *err);
 
 #endif

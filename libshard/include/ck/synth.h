@@ -36,6 +36,6 @@ typedef struct ck_synth_src {
 } ck_synth_src;
 
 /* A ck_fill_fn (ck/types.h): bytes [off, off+len) of the shard's row-major data. */
-int ck_synth_fill(void *arg, uint64_t off, void *dst, size_t len);
+CK_API int ck_synth_fill(void *arg, uint64_t off, void *dst, size_t len);
 
 #endif

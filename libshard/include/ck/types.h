@@ -58,15 +58,15 @@ typedef struct ck_dtype_info {
 
 /* The row of a code, or NULL for a code that is not a dtype. Codes 1..CK_DTYPE_MAX
  * all have rows. */
-const ck_dtype_info *ck_dtype_info_of(int dtype);
+CK_API const ck_dtype_info *ck_dtype_info_of(int dtype);
 
 /* Bytes per element, or 0 for a code that is not a dtype. */
-size_t ck_dtype_size(int dtype);
+CK_API size_t ck_dtype_size(int dtype);
 /* "f32", "bf16", ... or NULL for an unknown code. */
-const char *ck_dtype_name(int dtype);
+CK_API const char *ck_dtype_name(int dtype);
 /* Parses a name ("f32", ...) or torch's name ("float32", "bfloat16", "uint16",
  * "float8_e4m3fn", "float8_e5m2", "complex64", ...). */
-int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err);
+CK_API int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err);
 
 /* Converts n elements of dtype from at src into dtype to at dst (which must not
  * overlap src unless the dtypes are equal), by value, never by bits: floats round to
@@ -76,11 +76,11 @@ int ck_dtype_parse(const char *s, ck_dtype *out, ck_err *err);
  * hold as an integer (NaN, infinity, out of range) fails with -ERANGE naming the
  * element, and complex to real with -EINVAL (ck_dtype_convertible); dst may then be
  * partly written. Callers add the tensor's name to err. */
-int ck_dtype_convert(void *dst, ck_dtype to, const void *src, ck_dtype from, size_t n,
-                     ck_err *err);
+CK_API int ck_dtype_convert(void *dst, ck_dtype to, const void *src, ck_dtype from, size_t n,
+                            ck_err *err);
 /* 0 if ck_dtype_convert can convert from into to at all, else -EINVAL saying why
  * (an unknown code; complex into a real dtype). */
-int ck_dtype_convertible(ck_dtype from, ck_dtype to, ck_err *err);
+CK_API int ck_dtype_convertible(ck_dtype from, ck_dtype to, ck_err *err);
 
 typedef struct ck_mesh {
     int ndim;                                          /* 1..CK_MAX_MESH_DIMS */
@@ -90,18 +90,18 @@ typedef struct ck_mesh {
 
 /* Parses "2x8", "4", "2x2x2". names is NULL or a comma list with one name per dim
  * ("replicate,shard"); names are [A-Za-z0-9_-]+. Errors name the bad spec. */
-int ck_mesh_parse(const char *shape, const char *names, ck_mesh *out, ck_err *err);
+CK_API int ck_mesh_parse(const char *shape, const char *names, ck_mesh *out, ck_err *err);
 /* Writes "2x8" into buf. Returns the length that snprintf would. */
-int ck_mesh_format(const ck_mesh *m, char *buf, size_t len);
+CK_API int ck_mesh_format(const ck_mesh *m, char *buf, size_t len);
 /* Number of ranks: the product of the sizes. */
-uint64_t ck_mesh_world(const ck_mesh *m);
+CK_API uint64_t ck_mesh_world(const ck_mesh *m);
 /* Row-major rank <-> coordinate, as torch's DeviceMesh(arange(world).view(shape)). */
-void ck_mesh_coord(const ck_mesh *m, uint64_t rank, uint32_t *coord);
-uint64_t ck_mesh_rank(const ck_mesh *m, const uint32_t *coord);
-bool ck_mesh_equal(const ck_mesh *a, const ck_mesh *b);
+CK_API void ck_mesh_coord(const ck_mesh *m, uint64_t rank, uint32_t *coord);
+CK_API uint64_t ck_mesh_rank(const ck_mesh *m, const uint32_t *coord);
+CK_API bool ck_mesh_equal(const ck_mesh *a, const ck_mesh *b);
 
 /* CK_BOXES is not a placement: a tensor stored as an explicit list of boxes (format
- * 1.1, ck_save_tensor_boxes) carries it on every mesh dim in place of placements, so
+ * 1.1, ck_decl_tensor_boxes) carries it on every mesh dim in place of placements, so
  * that nothing reads placements it does not have and a 1.0 reader refuses the
  * tensor by its placement code. */
 typedef enum ck_place_kind { CK_REPLICATE = 0, CK_SHARD = 1, CK_BOXES = 2 } ck_place_kind;
@@ -113,18 +113,18 @@ typedef struct ck_placement {
 
 /* Parses "R,S(0)" (one entry per mesh dim; spaces allowed). An S(d) is checked
  * against tensor_ndim when tensor_ndim >= 0. */
-int ck_placements_parse(const char *s, int mesh_ndim, int tensor_ndim,
-                        ck_placement *out, ck_err *err);
+CK_API int ck_placements_parse(const char *s, int mesh_ndim, int tensor_ndim,
+                               ck_placement *out, ck_err *err);
 /* Writes "R,S(0)" into buf ("boxes" for a box list's CK_BOXES). */
-int ck_placements_format(const ck_placement *p, int mesh_ndim, char *buf, size_t len);
+CK_API int ck_placements_format(const ck_placement *p, int mesh_ndim, char *buf, size_t len);
 /* The default placement of ckpt-synth and of FSDP: S(0) on the last mesh dim, R
  * on the others. */
-void ck_placements_default(int mesh_ndim, ck_placement *out);
+CK_API void ck_placements_default(int mesh_ndim, ck_placement *out);
 
 /* Parses a byte size: "4096", "64K", "64KiB", "1MiB", "1MB", "2G", "2GiB", "1GB"
  * (K/M/G/T alone and KiB/MiB/GiB/TiB are powers of 1024; KB/MB/GB/TB of 1000).
  * Rejects negative, fractional, overflowing or empty input. */
-int ck_size_parse(const char *s, uint64_t *out, ck_err *err);
+CK_API int ck_size_parse(const char *s, uint64_t *out, ck_err *err);
 
 /* Produces bytes on demand: fills dst with len bytes starting at byte off of a
  * source (a shard, a file). 0 or -errno. Saves take one instead of memory when the

@@ -36,6 +36,6 @@ typedef struct ck_verify_result {
 
 /* Returns 0 when the checks ran (res->problems says what they found), or an error
  * that stopped them (I/O, memory). */
-int ck_verify(ck_ckpt *ck, const ck_verify_opts *o, ck_verify_result *res, ck_err *err);
+CK_API int ck_verify(ck_ckpt *ck, const ck_verify_opts *o, ck_verify_result *res, ck_err *err);
 
 #endif

@@ -41,6 +41,7 @@ struct sh_checkpoint {
     sh_adamw *optim;               /* its step fences lazy saves */
     ck_client *cl;                 /* ckptd, or this process's embedded engine */
     ck_job_id job;                 /* rank 0's, given to every rank: every save's job */
+    ck_decl *decl;                 /* the last save's: kept while the state keeps its shape */
     ck_client_save *sv;            /* this rank's part of the save in flight */
     bool agreed;                   /* every rank staged it, commit asked */
     char name[CK_NAME_MAX];        /* the save in flight; "" when none */
@@ -187,7 +188,7 @@ static void fence_wait(sh_checkpoint *c)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_err why = { 0 };
-    if (c->sv && !c->part.code && ck_client_save_fence(c->sv, &why))
+    if (c->sv && !c->part.code && ck_client_wait(c->sv, CK_CLIENT_STAGED, &why))
         c->part = why;
     c->fence_due = false;
     c->fence_ms = since_ms(&t0);
@@ -286,7 +287,7 @@ static int retire(sh_checkpoint *c, ck_err *err)
             return rc;
     }
     ck_err why = { 0 };
-    int code = c->rank == 0 && c->sv ? ck_client_wait(c->sv, &why) : 0;
+    int code = c->rank == 0 && c->sv ? ck_client_wait(c->sv, CK_CLIENT_COMMITTED, &why) : 0;
     drop(c);
     return over(c, code, ck_err_msg(&why), err);
 }
@@ -321,23 +322,37 @@ static sh_stage_src *device_source(sh_checkpoint *c, const sh_shard_entry *e)
     return s;
 }
 
-/* Declares this rank's part, offers its shards and, on rank 0, the blobs. */
+/* The declaration of sd's tensors into c->decl: the one c has while they keep their
+ * names, dtypes, shapes and placements, so that its plan is made once. */
+static int decl_of(sh_checkpoint *c, const sh_state_dict *const *sd, int nsd, ck_err *err)
+{
+    ck_decl *d;
+    int rc = ck_decl_new(&d, &sd[0]->entry[0].mesh, err);
+    for (int k = 0; !rc && k < nsd; k++)
+        for (size_t i = 0; !rc && i < sd[k]->n; i++) {
+            const sh_shard_entry *e = &sd[k]->entry[i];
+            rc = ck_decl_tensor(d, e->name, e->dtype, e->ndim, e->shape, e->placement, err);
+        }
+    if (rc || (c->decl && ck_decl_equal(c->decl, d))) {
+        ck_decl_free(d);
+        return rc;
+    }
+    ck_decl_free(c->decl);
+    c->decl = d;
+    return ck_decl_seal(d, err);
+}
+
+/* Begins this rank's part, offers its shards and, on rank 0, the blobs. */
 static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint64_t step,
-                   const sh_state_dict *const *sd, int nsd, bool shards, const sh_blob *blobs,
+                   const sh_state_dict *const *sd, int nsd, const sh_blob *blobs,
                    int nblobs, ck_err *err)
 {
-    const ck_mesh *mesh = &sd[0]->entry[0].mesh;
-    int rc = ck_client_begin(c->cl, sv, name, step, mesh, c->rank, ck_mesh_world(mesh),
-                             &c->job, err);
-    for (int d = 0; !rc && d < nsd; d++)
-        for (size_t i = 0; !rc && i < sd[d]->n; i++) {
-            const sh_shard_entry *e = &sd[d]->entry[i];
-            rc = ck_client_tensor(*sv, e->name, e->dtype, e->ndim, e->shape, e->placement,
-                                  err);
-        }
-    if (!rc && shards)
+    int rc = decl_of(c, sd, nsd, err);
+    if (!rc)
+        rc = ck_client_begin(c->cl, sv, name, step, c->decl, c->rank, &c->job, err);
+    if (!rc)
         rc = reserve_sources(c, sd, nsd, err);
-    for (int d = 0; !rc && shards && d < nsd; d++)
+    for (int d = 0; !rc && d < nsd; d++)
         for (size_t i = 0; !rc && i < sd[d]->n; i++) {
             const sh_shard_entry *e = &sd[d]->entry[i];
             if (!ck_box_numel(&e->box))
@@ -379,12 +394,14 @@ int sh_checkpoint_reserve(sh_checkpoint *c, const sh_state_dict *const *sd, int 
     int rc = check_entries("reserve", sd, nsd, &bytes, err);
     if (rc)
         return rc;
-    ck_client_save *sv = NULL;
-    rc = declare(c, &sv, "reserve", 0, sd, nsd, false, blobs, nblobs, err);
-    if (!rc)
-        rc = ck_client_save_reserve(sv, true, err);
-    ck_client_save_free(sv);
-    return rc;
+    if ((rc = decl_of(c, sd, nsd, err)))
+        return rc;
+    /* Rank 0's part carries the blobs too. */
+    bytes = ck_decl_file_bytes(c->decl, c->rank);
+    for (int b = 0; c->rank == 0 && b < nblobs; b++)
+        bytes += blobs[b].len;
+    ck_client_reserve(c->cl, bytes, true);
+    return 0;
 }
 
 static int save(sh_checkpoint *c, const char *name, uint64_t step,
@@ -418,12 +435,9 @@ static int save(sh_checkpoint *c, const char *name, uint64_t step,
     ck_err_clear(&c->part);
     /* A failure is the part's outcome, in c->part: the ranks agree on it at a later
      * progress, and rank 0 reports it through poll. */
-    if (!declare(c, &c->sv, name, step, sd, nsd, true, blobs, nblobs, &c->part)) {
-        if (lazy)
-            ck_client_save_lazy(c->sv, &c->part);
-        else
-            ck_client_save_async(c->sv, &c->part);
-    }
+    if (!declare(c, &c->sv, name, step, sd, nsd, blobs, nblobs, &c->part))
+        ck_client_submit(c->sv, &(ck_submit){ .mode = lazy ? CK_SUBMIT_LAZY : CK_SUBMIT_COPY },
+                         &c->part);
     *stall_ms = since_ms(&t0);
     return 0;
 }
@@ -481,9 +495,10 @@ void sh_checkpoint_free(sh_checkpoint *c)
      * recovery (the client waits for a staged part, within its bound). */
     fence_wait(c);
     if (c->sv && c->agreed && c->rank == 0)
-        ck_client_wait(c->sv, NULL);
+        ck_client_wait(c->sv, CK_CLIENT_COMMITTED, NULL);
     ck_client_save_free(c->sv);
     ck_client_close(c->cl);
+    ck_decl_free(c->decl);
     free(c->report);
     free(c->src);
     sh_stage_cuda_free(c->stage);

@@ -1,11 +1,11 @@
 /* ckpy.h - what the files of the extension libshard._ck share.
  *
- * The extension is a thin layer over the core's public API (ck/ckpt.h, ck/load.h,
- * ck/client.h, ck/part.h): objects own core handles, every call that may block on I/O
- * or on ckptd runs with the GIL released, and every failure raises libshard.CkptError
- * carrying the core's message (ck_err) and its errno. Tensor bytes cross by address:
- * callers pass (data_ptr, nbytes) of memory they keep alive for the call, so nothing
- * is copied at the Python level.
+ * The extension is a thin layer over the public headers of the core (ck/ckpt.h,
+ * ck/load.h, ck/client.h, ...) and of the export library: objects own core handles,
+ * every call that may block on I/O or on ckptd runs with the GIL released, and every
+ * failure raises libshard.CkptError carrying the core's message (ck_err) and its
+ * errno. Tensor bytes cross by address: callers pass (data_ptr, nbytes) of memory they
+ * keep alive for the call, so nothing is copied at the Python level.
  */
 #ifndef CKPY_H
 #define CKPY_H
@@ -15,6 +15,7 @@
 
 #include "ck/ckpt.h"
 #include "ck/client.h"
+#include "ck/decl.h"
 
 /* libshard.CkptError, a subclass of OSError: errno is the core's code negated. */
 extern PyObject *ckpy_error;
@@ -45,16 +46,14 @@ int ckpy_addr(PyObject *o, void *out);
 int ckpy_box_list(PyObject *boxes, PyObject *writers, uint32_t *n, ck_box **out,
                   uint64_t **wr);
 
-/* declare.c: tensor_boxes(name, dtype, shape, boxes, writers), box(tensor, index,
- * address), blob(name, bytes) over a handle h (NULL: closed) and its core call. */
-typedef int (*ckpy_tensor_boxes_fn)(void *h, const char *name, ck_dtype dtype, int ndim,
-                                    const uint64_t *shape, uint32_t n, const ck_box *boxes,
-                                    const uint64_t *writers, ck_err *err);
+/* declare.c: the Decl type (ckpy_decl_of: its declaration, or NULL with TypeError set),
+ * and box(tensor, index, address), blob(name, bytes) over a handle h (NULL: closed) and
+ * its core call. */
+ck_decl *ckpy_decl_of(PyObject *o);
 typedef int (*ckpy_box_fn)(void *h, const char *tensor, uint32_t box, const void *data,
                            ck_err *err);
 typedef int (*ckpy_blob_fn)(void *h, const char *name, const void *data, size_t len,
                             ck_err *err);
-PyObject *ckpy_call_tensor_boxes(PyObject *args, void *h, ckpy_tensor_boxes_fn fn);
 PyObject *ckpy_call_box(PyObject *args, void *h, ckpy_box_fn fn);
 PyObject *ckpy_call_blob(PyObject *args, void *h, ckpy_blob_fn fn);
 
@@ -65,10 +64,15 @@ void ckpy_cuda_close(ckpy_cuda *cu);
 /* The ck_client_opts staging hooks: page-lock an area while it is mapped. */
 int ckpy_cuda_pin(void *arg, void *base, size_t len);
 void ckpy_cuda_unpin(void *arg, void *base, size_t len);
-/* Blocks until a CUDA event (a cudaEvent_t, as torch.cuda.Event.cuda_event) happened. */
-int ckpy_cuda_event_wait(ckpy_cuda *cu, void *event, ck_err *err);
+/* Queues a copy of len bytes from device address src into host memory dst on stream (a
+ * cudaStream_t, as torch.cuda.Stream.cuda_stream), and waits until everything queued on
+ * stream is done. */
+int ckpy_cuda_copy(ckpy_cuda *cu, void *dst, uint64_t src, size_t len, void *stream,
+                   ck_err *err);
+int ckpy_cuda_stream_wait(ckpy_cuda *cu, void *stream, ck_err *err);
 
 extern PyTypeObject ckpy_ckpt_type;     /* ckpt.c:   libshard._ck.Checkpoint */
+extern PyTypeObject ckpy_decl_type;     /* declare.c: libshard._ck.Decl */
 extern PyTypeObject ckpy_client_type;   /* client.c: libshard._ck.Client */
 extern PyTypeObject ckpy_save_type;     /* save.c:   libshard._ck.Save */
 extern PyTypeObject ckpy_csave_type;    /* client.c: libshard._ck.ClientSave */
@@ -88,6 +92,7 @@ PyObject *ckpy_steps(PyObject *self, PyObject *args);
 PyObject *ckpy_newest_step(PyObject *self, PyObject *args);
 PyObject *ckpy_prune(PyObject *self, PyObject *args);
 PyObject *ckpy_name_state(PyObject *self, PyObject *args);
+PyObject *ckpy_file_bytes(PyObject *self, PyObject *sizes);
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args);
 /* client.c */
 PyObject *ckpy_job_id_new(PyObject *self, PyObject *args);

@@ -1,13 +1,13 @@
 /* client.c - libshard._ck.Client and ClientSave: a rank's asynchronous saves through
  * ckptd or the embedded engine (ck/client.h).
  *
- * save_async copies the rank's boxes into the staging area and returns: that copy is
- * the stall. Sources the client cannot read (CUDA tensors) are copied by the caller
- * straight into the staging area (place, then box_at: writer.py's DMA on a side
- * stream), and save_async / save_lazy take the copies' CUDA event, waited for (GIL
- * released) before the part is handed over. Connected to ckptd, once every rank's
- * save_async returned and rank 0 asked for the commit, the checkpoint commits even if
- * every rank dies. A ClientSave holds a reference to its Client, so the client
+ * A save crosses from Python once: begin (with the Decl its structure keeps) and
+ * submit, which takes every source of the rank at once, in the declaration's order:
+ * host addresses, copied by the client into the staging area (that copy is the stall),
+ * and device addresses, each copied by one DMA on the caller's side stream straight
+ * into the page-locked staging (cuda.c), waited for (GIL released) before the part is
+ * handed over. Connected to ckptd, once every rank's submit returned and rank 0 asked
+ * for the commit, the checkpoint commits even if every rank dies. A ClientSave holds a reference to its Client, so the client
  * object outlives its saves; and the client lists its open saves, as closing it
  * (Client.close, or interpreter exit through engine.close_all) frees the C client,
  * which every save points into: close frees the saves still open first (each waits
@@ -41,7 +41,8 @@ struct csave_obj {
     PyObject_HEAD
     client_obj *owner;
     ck_client_save *sv;
-    void *event;                /* the CUDA event of the caller's copies, until handed over */
+    uint64_t *dev;              /* per source: its device address, 0 for host memory */
+    void *stream;               /* the side stream the device copies are queued on */
     csave_obj *prev, *next;     /* in owner->open while sv is set */
 };
 
@@ -177,17 +178,21 @@ PyObject *ckpy_job_id_new(PyObject *self, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)job.bytes, CK_JOB_ID_LEN);
 }
 
-/* begin(name, step, rank, world, job, hash=True) -> ClientSave, over a 1-D mesh of world
- * ranks: DCP's box lists name their writers by rank. job: the bytes of job_id_new(),
- * the same on every rank of the save. */
+/* begin(name, step, rank, job, decl, hash=True) -> ClientSave: this rank's part of the
+ * save of what decl (a Decl) declares. job: the bytes of job_id_new(), the same on
+ * every rank of the save. */
 static PyObject *client_begin(client_obj *self, PyObject *args)
 {
     const char *name, *jb;
     Py_ssize_t jlen;
-    unsigned long long step, rank, world;
+    unsigned long long step, rank;
+    PyObject *dobj;
     int hash = 1;
-    if (!PyArg_ParseTuple(args, "sKKKy#|p", &name, &step, &rank, &world, &jb, &jlen, &hash) ||
+    if (!PyArg_ParseTuple(args, "sKKy#O|p", &name, &step, &rank, &jb, &jlen, &dobj, &hash) ||
         client_live(self) < 0)
+        return NULL;
+    ck_decl *decl = ckpy_decl_of(dobj);
+    if (!decl)
         return NULL;
     if (jlen != CK_JOB_ID_LEN) {
         PyErr_Format(PyExc_ValueError, "begin: a job id is %d bytes (job_id_new()), not %zd",
@@ -196,22 +201,19 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
     }
     ck_job_id job;
     memcpy(job.bytes, jb, CK_JOB_ID_LEN);
-    ckpy_u64s sizes = {.n = 1, .v = {world}};
-    ck_mesh mesh;
-    if (ckpy_mesh(&sizes, &mesh) < 0)
-        return NULL;
     csave_obj *sv = PyObject_New(csave_obj, &ckpy_csave_type);
     if (!sv)
         return NULL;
     sv->sv = NULL;
-    sv->event = NULL;
+    sv->dev = NULL;
+    sv->stream = NULL;
     sv->prev = sv->next = NULL;
     Py_INCREF(self);
     sv->owner = self;
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ck_client_begin(self->cl, &sv->sv, name, step, &mesh, rank, world, &job, &err);
+    rc = ck_client_begin(self->cl, &sv->sv, name, step, decl, rank, &job, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         sv->sv = NULL;
@@ -251,7 +253,7 @@ static PyMethodDef client_methods[] = {
     {"reserve", (PyCFunction)client_reserve, METH_VARARGS,
      "reserve(bytes, wait=False): staging made (and pinned) ahead of the saves."},
     {"begin", (PyCFunction)client_begin, METH_VARARGS,
-     "begin(name, step, rank, world, job, hash=True) -> ClientSave"},
+     "begin(name, step, rank, job, decl, hash=True) -> ClientSave"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -309,6 +311,7 @@ static void csave_free_handle(csave_obj *self)
 static void csave_dealloc(csave_obj *self)
 {
     csave_free_handle(self);
+    PyMem_Free(self->dev);
     Py_XDECREF(self->owner);
     PyObject_Free(self);
 }
@@ -322,31 +325,9 @@ static int csave_live(csave_obj *self)
     return client_live(self->owner);
 }
 
-static int tensor_boxes_fn(void *h, const char *name, ck_dtype dtype, int ndim,
-                           const uint64_t *shape, uint32_t n, const ck_box *boxes,
-                           const uint64_t *writers, ck_err *err)
-{
-    return ck_client_tensor_boxes(h, name, dtype, ndim, shape, n, boxes, writers, err);
-}
-
-static int box_fn(void *h, const char *tensor, uint32_t box, const void *data, ck_err *err)
-{
-    return ck_client_box(h, tensor, box, data, err);
-}
-
 static int blob_fn(void *h, const char *name, const void *data, size_t len, ck_err *err)
 {
     return ck_client_blob(h, name, data, len, err);
-}
-
-static PyObject *csave_tensor_boxes(csave_obj *self, PyObject *args)
-{
-    return ckpy_call_tensor_boxes(args, self->sv, tensor_boxes_fn);
-}
-
-static PyObject *csave_box(csave_obj *self, PyObject *args)
-{
-    return ckpy_call_box(args, self->sv, box_fn);
 }
 
 static PyObject *csave_blob(csave_obj *self, PyObject *args)
@@ -354,127 +335,138 @@ static PyObject *csave_blob(csave_obj *self, PyObject *args)
     return ckpy_call_blob(args, self->sv, blob_fn);
 }
 
-/* The blocking calls without arguments: commit, wait, fence, place. */
-static PyObject *csave_call(csave_obj *self, int (*fn)(ck_client_save *, ck_err *))
+/* A device source's DMA into staging, and the wait for all of them (ck_submit). */
+static int place_dev(void *arg, uint32_t i, const char *tensor, uint32_t box, void *dst,
+                     size_t len, ck_err *err)
 {
-    if (csave_live(self) < 0)
+    (void)tensor, (void)box;
+    csave_obj *self = arg;
+    return ckpy_cuda_copy(self->owner->cu, dst, self->dev[i], len, self->stream, err);
+}
+
+static int devs_done(void *arg, ck_err *err)
+{
+    csave_obj *self = arg;
+    return ckpy_cuda_stream_wait(self->owner->cu, self->stream, err);
+}
+
+/* The sources of a submit: addrs (ints) and, when given, devs (bytes: 1 for a device
+ * address) into src; the device addresses into self->dev. */
+static int sources(csave_obj *self, PyObject *addrs, PyObject *devs, ck_source **out,
+                   uint32_t *n)
+{
+    PyObject *seq = PySequence_Fast(addrs, "submit: a sequence of addresses");
+    if (!seq)
+        return -1;
+    Py_buffer db = {0};
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    if (devs != Py_None && PyObject_GetBuffer(devs, &db, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    ck_source *src = NULL;
+    if (db.buf && db.len != k)
+        PyErr_Format(PyExc_ValueError, "submit: %zd device flags for %zd sources", db.len, k);
+    else if (k > UINT32_MAX)
+        PyErr_SetString(PyExc_ValueError, "submit: too many sources");
+    else if (db.buf && !self->owner->cu)
+        PyErr_SetString(PyExc_ValueError, "submit: device sources for a client without pin=");
+    else if (!(src = PyMem_Calloc((size_t)(k ? k : 1), sizeof *src)))
+        PyErr_NoMemory();
+    PyMem_Free(self->dev);
+    self->dev = NULL;
+    if (src && db.buf && !(self->dev = PyMem_Calloc((size_t)(k ? k : 1), sizeof *self->dev)))
+        PyErr_NoMemory();
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; src && !PyErr_Occurred() && i < k; i++) {
+        unsigned long long a = PyLong_AsUnsignedLongLong(items[i]);
+        if (db.buf && ((const char *)db.buf)[i])
+            self->dev[i] = a;
+        else
+            src[i].mem = (const void *)(uintptr_t)a;
+    }
+    if (db.obj)
+        PyBuffer_Release(&db);
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) {
+        PyMem_Free(src);
+        return -1;
+    }
+    *out = src;
+    *n = (uint32_t)k;
+    return 0;
+}
+
+/* submit(addrs, mode=0, devs=None, stream=0, commit=False): the part's every source in
+ * one call, one per box this rank writes (Decl.writes), in the declaration's order;
+ * devs marks device addresses (copied on stream, a cudaStream_t); mode 0 returns once
+ * the copy is done, 1 at once (the copy on the client's thread: wait(1) fences it), 2
+ * once the part is durable; commit (rank 0) then asks for the commit. */
+static PyObject *csave_submit(csave_obj *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"addrs", "mode", "devs", "stream", "commit", NULL};
+    PyObject *addrs, *devs = Py_None;
+    int mode = 0, commit = 0;
+    unsigned long long stream = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iOKp", kwlist, &addrs, &mode, &devs, &stream,
+                                     &commit) || csave_live(self) < 0)
         return NULL;
+    if (mode < CK_SUBMIT_COPY || mode > CK_SUBMIT_SYNC) {
+        PyErr_Format(PyExc_ValueError, "submit: mode %d (0 copy, 1 lazy, 2 sync)", mode);
+        return NULL;
+    }
+    ck_source *src;
+    uint32_t n;
+    if (sources(self, addrs, devs, &src, &n) < 0)
+        return NULL;
+    self->stream = (void *)(uintptr_t)stream;
+    ck_submit how = { .mode = (ck_submit_mode)mode, .src = src, .nsrc = n, .arg = self };
+    if (self->dev) {
+        how.place = place_dev;
+        how.copies_done = devs_done;
+    }
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = fn(self->sv, &err);
+    rc = ck_client_submit(self->sv, &how, &err);
+    if (rc == 0 && commit)
+        rc = ck_client_commit(self->sv, &err);
     Py_END_ALLOW_THREADS
+    PyMem_Free(src);
     if (rc < 0)
         return ckpy_raise(rc, &err);
     Py_RETURN_NONE;
-}
-
-static int copies_landed(void *arg, ck_err *err)
-{
-    csave_obj *self = arg;
-    void *ev = self->event;
-    self->event = NULL;
-    return ckpy_cuda_event_wait(self->owner->cu, ev, err);
-}
-
-/* save_async(event=0) and save_lazy(event=0): event is the CUDA event (an address, as
- * torch.cuda.Event.cuda_event) recorded after the caller's copies into staging; it is
- * waited for before the part is handed over. */
-static PyObject *csave_hand_over(csave_obj *self, PyObject *args,
-                                 int (*fn)(ck_client_save *, ck_err *))
-{
-    unsigned long long event = 0;
-    if (!PyArg_ParseTuple(args, "|K", &event) || csave_live(self) < 0)
-        return NULL;
-    if (event && !self->owner->cu) {
-        PyErr_SetString(PyExc_ValueError, "a CUDA event for a client without pin=");
-        return NULL;
-    }
-    if (event) {
-        self->event = (void *)(uintptr_t)event;
-        ck_client_save_copies(self->sv, copies_landed, self);
-    }
-    return csave_call(self, fn);
-}
-
-static PyObject *csave_save_async(csave_obj *self, PyObject *args)
-{
-    return csave_hand_over(self, args, ck_client_save_async);
-}
-
-static PyObject *csave_save_sync(csave_obj *self, PyObject *unused)
-{
-    return csave_call(self, ck_client_save_sync);
-}
-
-static PyObject *csave_save_lazy(csave_obj *self, PyObject *args)
-{
-    return csave_hand_over(self, args, ck_client_save_lazy);
-}
-
-static PyObject *csave_fence(csave_obj *self, PyObject *unused)
-{
-    return csave_call(self, ck_client_save_fence);
-}
-
-static PyObject *csave_place(csave_obj *self, PyObject *unused)
-{
-    return csave_call(self, ck_client_save_place);
 }
 
 static PyObject *csave_commit(csave_obj *self, PyObject *unused)
 {
-    return csave_call(self, ck_client_commit);
-}
-
-static PyObject *csave_wait(csave_obj *self, PyObject *unused)
-{
-    return csave_call(self, ck_client_wait);
-}
-
-static PyObject *csave_reserve(csave_obj *self, PyObject *args)
-{
-    int wait = 0;
-    if (!PyArg_ParseTuple(args, "|p", &wait) || csave_live(self) < 0)
+    if (csave_live(self) < 0)
         return NULL;
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ck_client_save_reserve(self->sv, wait, &err);
+    rc = ck_client_commit(self->sv, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return ckpy_raise(rc, &err);
     Py_RETURN_NONE;
 }
 
-/* box_at(tensor, box) -> address: where the box's bytes go in the staging area (after
- * place); None for a box this rank does not write. */
-static PyObject *csave_box_at(csave_obj *self, PyObject *args)
+/* wait(state=3): blocks until the part is staged (1: its sources are no longer read),
+ * durable (2) or the save committed (3); raises the save's error. */
+static PyObject *csave_wait(csave_obj *self, PyObject *args)
 {
-    const char *name;
-    unsigned int box;
-    if (!PyArg_ParseTuple(args, "sI", &name, &box) || csave_live(self) < 0)
+    int state = CK_CLIENT_COMMITTED;
+    if (!PyArg_ParseTuple(args, "|i", &state) || csave_live(self) < 0)
         return NULL;
     ck_err err = {0};
-    void *p = ck_client_box_at(self->sv, name, box, &err);
-    if (!p)
-        return err.code == -ENOENT ? Py_NewRef(Py_None) : ckpy_raise(err.code, &err);
-    return PyLong_FromVoidPtr(p);
-}
-
-/* staging() -> a writable memoryview of the placed part's staging area (its file image,
- * then its blobs), valid until the part is handed over. */
-static PyObject *csave_staging(csave_obj *self, PyObject *unused)
-{
-    if (csave_live(self) < 0)
-        return NULL;
-    void *base;
-    size_t len;
-    ck_err err = {0};
-    int rc = ck_client_save_staging(self->sv, &base, &len, &err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ck_client_wait(self->sv, (ck_client_state)state, &err);
+    Py_END_ALLOW_THREADS
     if (rc < 0)
         return ckpy_raise(rc, &err);
-    return PyMemoryView_FromMemory(base, (Py_ssize_t)len, PyBUF_WRITE);
+    Py_RETURN_NONE;
 }
 
 /* poll() -> state (0 building, 1 staged, 2 durable, 3 committed); raises on failure. */
@@ -499,32 +491,16 @@ static PyObject *csave_close(csave_obj *self, PyObject *unused)
 }
 
 static PyMethodDef csave_methods[] = {
-    {"tensor_boxes", (PyCFunction)csave_tensor_boxes, METH_VARARGS,
-     "tensor_boxes(name, dtype code, shape, [(offsets, lengths)], [writer rank])"},
-    {"box", (PyCFunction)csave_box, METH_VARARGS, "box(tensor, index, address)"},
     {"blob", (PyCFunction)csave_blob, METH_VARARGS, "blob(name, bytes)"},
-    {"reserve", (PyCFunction)csave_reserve, METH_VARARGS,
-     "reserve(wait=False): staging for parts of this size, made ahead."},
-    {"place", (PyCFunction)csave_place, METH_NOARGS,
-     "Takes the part's staging area (admitted, laid out): box_at and staging work after it."},
-    {"box_at", (PyCFunction)csave_box_at, METH_VARARGS,
-     "box_at(tensor, index) -> the address of the box in staging, or None (not this rank's)."},
-    {"staging", (PyCFunction)csave_staging, METH_NOARGS,
-     "staging() -> memoryview of the placed part's staging area."},
-    {"save_async", (PyCFunction)csave_save_async, METH_VARARGS,
-     "save_async(event=0): copies the boxes given by address and the blobs into staging, "
-     "waits for the CUDA event of the caller's own copies, hands the part to the engine."},
-    {"save_sync", (PyCFunction)csave_save_sync, METH_NOARGS,
-     "save_sync(): the part durable when it returns; embedded, the engine reads the boxes "
-     "given by address itself, its copies overlapping its writes (no staging)."},
-    {"save_lazy", (PyCFunction)csave_save_lazy, METH_VARARGS,
-     "save_lazy(event=0): the same on the client's thread; returns at once (fence)."},
-    {"fence", (PyCFunction)csave_fence, METH_NOARGS,
-     "Waits until the sources are no longer read (a lazy save's copies are done)."},
+    {"submit", (PyCFunction)(void (*)(void))csave_submit, METH_VARARGS | METH_KEYWORDS,
+     "submit(addrs, mode=0, devs=None, stream=0, commit=False): hands the part over; addrs "
+     "one per box this rank writes (Decl.writes), in order; devs marks device addresses, "
+     "copied on stream; mode 0 copy, 1 lazy (wait(1) fences), 2 sync; commit: rank 0's."},
     {"commit", (PyCFunction)csave_commit, METH_NOARGS,
      "Rank 0: commit once every rank's part is durable."},
     {"poll", (PyCFunction)csave_poll, METH_NOARGS, "poll() -> state, without blocking."},
-    {"wait", (PyCFunction)csave_wait, METH_NOARGS, "Blocks until committed, or raises."},
+    {"wait", (PyCFunction)csave_wait, METH_VARARGS,
+     "wait(state=3): until staged (1: the fence), durable (2) or committed (3); or raises."},
     {"close", (PyCFunction)csave_close, METH_NOARGS,
      "Waits until the part no longer needs its staging, then frees the save."},
     {NULL, NULL, 0, NULL},

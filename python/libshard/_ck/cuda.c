@@ -1,7 +1,8 @@
 /* cuda.c - the CUDA driver, loaded when a Client is asked to pin its staging for a GPU.
  *
- * A CUDA tensor's bytes reach the staging area by one DMA (torch copies on a side
- * stream, writer.py), which runs at the link's speed only into page-locked memory. The
+ * A CUDA tensor's bytes reach the staging area by one DMA (queued here, on the side
+ * stream writer.py gives, as the client places each box: client.c), which runs at the
+ * link's speed only into page-locked memory. The
  * staging belongs to the client, so the client registers it: once, when it maps an area
  * (reserve time or the first save), and unregisters it before unmapping it (the
  * ck_client_opts staging hooks). The driver library libcuda.so.1 is opened at run time:
@@ -22,7 +23,8 @@
 typedef int CUresult;           /* 0: CUDA_SUCCESS */
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
-typedef struct CUevent_st *CUevent;
+typedef struct CUstream_st *CUstream;
+typedef unsigned long long CUdeviceptr;
 
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
@@ -39,7 +41,8 @@ struct ckpy_cuda {
     CUresult (*pop)(CUcontext *);
     CUresult (*host_register)(void *, size_t, unsigned);
     CUresult (*host_unregister)(void *);
-    CUresult (*event_sync)(CUevent);
+    CUresult (*copy_async)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*stream_sync)(CUstream);
     CUresult (*error_string)(CUresult, const char **);
 };
 
@@ -78,7 +81,8 @@ int ckpy_cuda_open(int device, ckpy_cuda **out, ck_err *err)
     SYM(pop, "cuCtxPopCurrent_v2");
     SYM(host_register, "cuMemHostRegister_v2");
     SYM(host_unregister, "cuMemHostUnregister");
-    SYM(event_sync, "cuEventSynchronize");
+    SYM(copy_async, "cuMemcpyDtoHAsync_v2");
+    SYM(stream_sync, "cuStreamSynchronize");
     SYM(error_string, "cuGetErrorString");
     CUdevice dev;
     CUresult r = cu->init(0);
@@ -142,11 +146,22 @@ void ckpy_cuda_unpin(void *arg, void *base, size_t len)
     without_ctx(cu);
 }
 
-int ckpy_cuda_event_wait(ckpy_cuda *cu, void *event, ck_err *err)
+int ckpy_cuda_copy(ckpy_cuda *cu, void *dst, uint64_t src, size_t len, void *stream,
+                   ck_err *err)
 {
     if (with_ctx(cu) < 0)
         return ck_err_set(err, -EIO, "GPU %d: cannot make its context current", cu->device);
-    CUresult r = cu->event_sync((CUevent)event);
+    CUresult r = cu->copy_async(dst, (CUdeviceptr)src, len, (CUstream)stream);
+    without_ctx(cu);
+    return r == 0 ? 0 : ck_err_set(err, -EIO, "GPU %d: a copy into staging: %s", cu->device,
+                                   cu_msg(cu, r));
+}
+
+int ckpy_cuda_stream_wait(ckpy_cuda *cu, void *stream, ck_err *err)
+{
+    if (with_ctx(cu) < 0)
+        return ck_err_set(err, -EIO, "GPU %d: cannot make its context current", cu->device);
+    CUresult r = cu->stream_sync((CUstream)stream);
     without_ctx(cu);
     return r == 0 ? 0 : ck_err_set(err, -EIO, "GPU %d: the copies into staging: %s",
                                    cu->device, cu_msg(cu, r));

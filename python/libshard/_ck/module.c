@@ -25,6 +25,9 @@ static PyMethodDef module_methods[] = {
      "newest_step(root, prefix) -> (name, step) of the highest PREFIX<digits>, or None."},
     {"prune", ckpy_prune, METH_VARARGS,
      "prune(root, prefix, keep) -> [names removed]: keeps the keep newest PREFIX<digits>."},
+    {"file_bytes", ckpy_file_bytes, METH_O,
+     "file_bytes([nbytes]) -> the bytes of a data file (and of its staging image) that "
+     "holds shards of those sizes, each where the save plan puts it."},
     {"name_state", ckpy_name_state, METH_VARARGS,
      "name_state(root, name) -> (state, who): 'committed', 'busy' (who: the live process "
      "saving or removing it), 'debris' or 'free'."},
@@ -75,6 +78,7 @@ PyMODINIT_FUNC PyInit__ck(void)
         PyExc_OSError, NULL);
     if (!ckpy_error || PyModule_AddObjectRef(m, "CkptError", ckpy_error) < 0 ||
         add_type(m, &ckpy_ckpt_type, "Checkpoint") < 0 ||
+        add_type(m, &ckpy_decl_type, "Decl") < 0 ||
         add_type(m, &ckpy_save_type, "Save") < 0 ||
         add_type(m, &ckpy_client_type, "Client") < 0 ||
         add_type(m, &ckpy_csave_type, "ClientSave") < 0 ||

@@ -316,6 +316,29 @@ PyObject *ckpy_name_state(PyObject *self, PyObject *args)
     return Py_BuildValue("(ss)", states[rc], who);
 }
 
+/* file_bytes([nbytes]) -> the data file's bytes (ck_file_bytes): CkptWriter.reserve's
+ * staging size, from the core's layout rather than its own. */
+PyObject *ckpy_file_bytes(PyObject *self, PyObject *sizes)
+{
+    (void)self;
+    PyObject *seq = PySequence_Fast(sizes, "file_bytes: a sequence of byte counts");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    uint64_t *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n && !PyErr_Occurred(); i++)
+        v[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    PyObject *out = PyErr_Occurred() ? NULL
+                  : PyLong_FromUnsignedLongLong(ck_file_bytes(v, (size_t)n));
+    PyMem_Free(v);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* path_kind(path) -> "checkpoint", "root" or None. */
 PyObject *ckpy_path_kind(PyObject *self, PyObject *args)
 {

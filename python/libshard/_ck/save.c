@@ -1,8 +1,8 @@
 /* save.c - libshard._ck.Save: a whole save in one process (ck/save.h).
  *
- * For a process that holds every rank's data (ckpt-import-dcp): it declares the
- * tensors, offers boxes (from memory, or straight from a file range, streamed) and
- * commits. Training ranks save through Client (client.c) instead.
+ * For a process that holds every rank's data (ckpt-import-dcp): it begins with the
+ * tensors a Decl declares, offers boxes (from memory, or straight from a file range,
+ * streamed) and commits. Training ranks save through Client (client.c) instead.
  *
  * Memory offered with box() is the caller's and must stay alive until commit returns.
  */
@@ -46,23 +46,23 @@ static void save_release(save_obj *self)
 
 static int save_init(save_obj *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"root", "name", "step", "world", "hash", NULL};
+    static char *kwlist[] = {"root", "name", "step", "decl", "hash", NULL};
     const char *root, *name;
-    unsigned long long step, world;
+    unsigned long long step;
+    PyObject *dobj;
     int hash = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssKK|p", kwlist, &root, &name, &step, &world,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssKO|p", kwlist, &root, &name, &step, &dobj,
                                      &hash))
         return -1;
     save_release(self);
-    ckpy_u64s sizes = {.n = 1, .v = {world}};
-    ck_mesh mesh;
-    if (ckpy_mesh(&sizes, &mesh) < 0)
+    ck_decl *decl = ckpy_decl_of(dobj);
+    if (!decl)
         return -1;
     ck_save_opts opts = {.no_hash = !hash, .fill_threadsafe = true};
     ck_err err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ck_save_begin(&self->s, root, name, step, &mesh, &opts, &err);
+    rc = ck_save_begin(&self->s, root, name, step, decl, &opts, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         self->s = NULL;
@@ -86,13 +86,6 @@ static int live(save_obj *self)
     return -1;
 }
 
-static int tensor_boxes_fn(void *h, const char *name, ck_dtype dtype, int ndim,
-                           const uint64_t *shape, uint32_t n, const ck_box *boxes,
-                           const uint64_t *writers, ck_err *err)
-{
-    return ck_save_tensor_boxes(h, name, dtype, ndim, shape, n, boxes, writers, err);
-}
-
 static int box_fn(void *h, const char *tensor, uint32_t box, const void *data, ck_err *err)
 {
     return ck_save_box(h, tensor, box, data, err);
@@ -101,11 +94,6 @@ static int box_fn(void *h, const char *tensor, uint32_t box, const void *data, c
 static int blob_fn(void *h, const char *name, const void *data, size_t len, ck_err *err)
 {
     return ck_save_blob(h, name, data, len, err);
-}
-
-static PyObject *save_tensor_boxes(save_obj *self, PyObject *args)
-{
-    return ckpy_call_tensor_boxes(args, self->s, tensor_boxes_fn);
 }
 
 static PyObject *save_box(save_obj *self, PyObject *args)
@@ -193,8 +181,6 @@ static PyObject *save_abort(save_obj *self, PyObject *unused)
 }
 
 static PyMethodDef save_methods[] = {
-    {"tensor_boxes", (PyCFunction)save_tensor_boxes, METH_VARARGS,
-     "tensor_boxes(name, dtype code, shape, [(offsets, lengths)], [writer rank])"},
     {"box", (PyCFunction)save_box, METH_VARARGS, "box(tensor, index, address)"},
     {"box_from_file", (PyCFunction)save_box_from_file, METH_VARARGS,
      "box_from_file(tensor, index, path, offset)"},
@@ -207,7 +193,8 @@ static PyMethodDef save_methods[] = {
 PyTypeObject ckpy_save_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "libshard._ck.Save",
-    .tp_doc = "Save(root, name, step, world, hash=True): a whole save in this process.",
+    .tp_doc = "Save(root, name, step, decl, hash=True): a whole save in this process of the "
+              "tensors a Decl declares.",
     .tp_basicsize = sizeof(save_obj),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

@@ -1,5 +1,5 @@
-/* dup_tensor_api - ck_save_tensor with a name already declared fails with -EEXIST and
- * a message naming the tensor, and leaves the save usable: the first declaration is
+/* dup_tensor_api - ck_decl_tensor with a name already declared fails with -EEXIST and
+ * a message naming the tensor, and leaves the declaration usable: the first one is
  * what gets committed. Exit 0 pass, 1 fail, 77 skip. */
 #include <dirent.h>
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ck/ckpt.h"
+#include "ck/decl.h"
 #include "ck/save.h"
 #include "ck/verify.h"
 
@@ -47,6 +48,7 @@ int main(void)
     ck_mesh mesh;
     ck_placement pl[CK_MAX_MESH_DIMS];
     ck_save *s = NULL;
+    ck_decl *d = NULL;
     ck_ckpt *ck = NULL;
     float data[2][8];
     for (int r = 0; r < 2; r++)
@@ -55,15 +57,14 @@ int main(void)
 
     CHECK(ck_mesh_parse("2", NULL, &mesh, &err) == 0, "mesh: %s", ck_err_msg(&err));
     ck_placements_default(mesh.ndim, pl);   /* S(0) */
-    CHECK(ck_save_begin(&s, root, "dup", 7, &mesh, NULL, &err) == 0, "begin: %s",
-          ck_err_msg(&err));
+    CHECK(ck_decl_new(&d, &mesh, &err) == 0, "declaration: %s", ck_err_msg(&err));
     uint64_t shape[2] = { 4, 4 };
-    CHECK(ck_save_tensor(s, name, CK_F32, 2, shape, pl, &err) == 0, "first declaration: %s",
+    CHECK(ck_decl_tensor(d, name, CK_F32, 2, shape, pl, &err) == 0, "first declaration: %s",
           ck_err_msg(&err));
 
     /* The same declaration again, then one with another dtype and shape. */
     ck_err_clear(&err);
-    int r = ck_save_tensor(s, name, CK_F32, 2, shape, pl, &err);
+    int r = ck_decl_tensor(d, name, CK_F32, 2, shape, pl, &err);
     CHECK(r == -EEXIST, "second declaration returned %d (%s), expected -EEXIST (%d)", r,
           strerror(-r), -EEXIST);
     CHECK(strstr(ck_err_msg(&err), name), "the message '%s' does not name %s",
@@ -71,7 +72,7 @@ int main(void)
     printf("duplicate rejected: %s\n", ck_err_msg(&err));
     ck_err_clear(&err);
     uint64_t other[1] = { 3 };
-    r = ck_save_tensor(s, name, CK_I8, 1, other, pl, &err);
+    r = ck_decl_tensor(d, name, CK_I8, 1, other, pl, &err);
     CHECK(r == -EEXIST, "a declaration with another dtype and shape returned %d (%s), "
           "expected -EEXIST", r, strerror(-r));
     CHECK(strstr(ck_err_msg(&err), name), "the message '%s' does not name %s",
@@ -79,6 +80,7 @@ int main(void)
 
     /* The save goes on with the first declaration. */
     ck_err_clear(&err);
+    CHECK(ck_save_begin(&s, root, "dup", 7, d, NULL, &err) == 0, "begin: %s", ck_err_msg(&err));
     for (uint64_t rank = 0; rank < 2; rank++)
         CHECK(ck_save_shard(s, name, rank, data[rank], &err) == 0, "shard of rank %llu: %s",
               (unsigned long long)rank, ck_err_msg(&err));
@@ -101,6 +103,7 @@ int main(void)
 out:
     if (s)
         ck_save_abort(s);
+    ck_decl_free(d);
     ck_close(ck);
     rm_rf(root);
     if (!failed)
