@@ -277,11 +277,6 @@ uint64_t ck__decl_nboxes(const ck_decl *d)
     return d->nboxes;
 }
 
-bool ck__decl_sealed(const ck_decl *d)
-{
-    return d->sealed && d->seal_rc == 0;
-}
-
 const ck__plan *ck__decl_plan(const ck_decl *d)
 {
     return d->plan;

@@ -25,7 +25,6 @@ int64_t ck__decl_find(const ck_decl *d, const char *name);
  * costs), and the boxes of all box lists. */
 uint64_t ck__decl_shards(const ck_decl *d);
 uint64_t ck__decl_nboxes(const ck_decl *d);
-bool ck__decl_sealed(const ck_decl *d);
 /* Sealed: the plan, and the first plan shard of tensor i. */
 const ck__plan *ck__decl_plan(const ck_decl *d);
 uint32_t ck__decl_first(const ck_decl *d, uint32_t i);

@@ -29,10 +29,5 @@ int ck__engine_fsync_path(ck_engine *e, int dir, const char *path);
 int ck__ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *what,
                      ck_err *err);
 
-/* Runs n I/Os through q and waits for all of them. Short transfers are continued
- * (ios[] is updated in place); a read that meets end-of-file is -EBADMSG (the file
- * is shorter than the manifest says). `what` names the file(s) in messages. */
-int ck__ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what,
-                ck_err *err);
 
 #endif

@@ -1,6 +1,5 @@
-/* ioq.c - what every synchronous or streaming caller of a ck_ioq does with a
- * completion (continue a short transfer, name a failure), and the loop that runs a
- * batch to its end. */
+/* ioq.c - what every streaming caller of a ck_ioq does with a completion: continue
+ * a short transfer, or name the failure. */
 #include <stdio.h>
 #include <string.h>
 
@@ -34,30 +33,3 @@ int ck__ioq_complete(ck_engine *e, ck_ioq *q, ck_io *io, int res, const char *wh
     return 0;
 }
 
-int ck__ioq_run(ck_engine *e, ck_ioq *q, ck_io *ios, unsigned n, const char *what, ck_err *err)
-{
-    for (unsigned i = 0; i < n; i++)
-        ios[i].user = i;
-    int r = e->ops->ioq_submit(q, ios, n);
-    if (r < 0)
-        return ck_err_set(err, r, "%s: submitting I/O: %s", what, strerror(-r));
-    unsigned pending = n;
-    int first_err = 0;
-    while (pending > 0) {
-        ck_io_done done[64];
-        int got = e->ops->ioq_reap(q, done, 64, 1);
-        if (got < 0)
-            return ck_err_set(err, got, "%s: waiting for I/O: %s", what, strerror(-got));
-        for (int j = 0; j < got; j++) {
-            pending--;
-            if (first_err < 0)
-                continue;   /* the first failure's message stands; drain the rest */
-            r = ck__ioq_complete(e, q, &ios[done[j].user], done[j].res, what, err);
-            if (r < 0)
-                first_err = r;
-            else if (r == 0)
-                pending++;
-        }
-    }
-    return first_err;
-}

@@ -34,12 +34,6 @@ size_t ck__part_size(const ck__part *p)
            8 + 4 + 1 + 8 + (size_t)p->n_hashes * CK_HASH_LEN + DIGEST;
 }
 
-size_t ck__part_max(size_t name_len, uint64_t n_hashes)
-{
-    return HEAD + 2 + name_len + 2 + CK_TOKEN_MAX + 16 + 4 + 2 + CK_ERR_MSG_MAX + 8 + 4 + 1 + 8 +
-           (size_t)n_hashes * CK_HASH_LEN + DIGEST;
-}
-
 int ck__part_encode(const ck__part *p, uint8_t *buf)
 {
     ck__wbuf w = { 0 };

@@ -28,11 +28,8 @@ typedef struct ck__part {
     const uint8_t *hashes;           /* n_hashes * CK_HASH_LEN bytes; into the record */
 } ck__part;
 
-/* Bytes of p's record, and the most any record of a save can take whose name is
- * name_len bytes and whose files have at most n_hashes blocks (the group save's
- * fixed-size slots). */
+/* Bytes of p's record. */
 size_t ck__part_size(const ck__part *p);
-size_t ck__part_max(size_t name_len, uint64_t n_hashes);
 /* Writes p's record into buf (ck__part_size(p) bytes). 0 or -ENOMEM. */
 int ck__part_encode(const ck__part *p, uint8_t *buf);
 /* The length a record says it has (0 when buf is too short to say). */
