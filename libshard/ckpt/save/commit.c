@@ -24,7 +24,10 @@ static int owner_start(int rootfd, const char *root, const char *name, bool own,
     char rel[PATH_MAX], what[CK_NAME_MAX + 64], who[CK_LOCK_WHO_MAX], theirs[CK_JOB_HEX_MAX];
     int r = 0;
     if (own) {
-        snprintf(what, sizeof what, "checkpoint %s is being saved by another writer", name);
+        /* A holder that has not written its record yet cannot be told from another
+         * job, and usually is one: both are named. */
+        snprintf(what, sizeof what, "checkpoint %s is being saved by another job or writer",
+                 name);
         if ((r = ck__save_lock_rel(name, rel, err)) < 0)
             return r;
         r = ck__lock_take(rootfd, root, rel, what, job, who, lock, err);
