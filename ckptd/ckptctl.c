@@ -102,11 +102,11 @@ static void print_copy(const kd_peer_copy *c, bool named)
 static void print_drains(const kd_drain_rows *d)
 {
     static const char *const state[] = { "queued", "running", "done", "failed" };
-    printf("drain every %u'th replicated save (0: none), rate ", d->every);
+    printf("policy: --drain-every %u (0: by hand only), --drain-rate ", d->every);
     if (d->rate)
         printf("%llu B/s\n", (unsigned long long)d->rate);
     else
-        printf("unpaced\n");
+        printf("0 (unpaced)\n");
     if (!d->n)
         printf("no drains\n");
     for (uint32_t i = 0; i < d->n; i++) {

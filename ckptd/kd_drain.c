@@ -64,9 +64,15 @@ static unsigned count(const struct kd_drainer *k, int state)
     return n;
 }
 
-/* Adds a queued drain of name (under mu); NULL when the queue is full. */
+/* Adds a queued drain of name (under mu), or finds the one already queued; NULL when
+ * the queue is full. */
 static drec *queue(struct kd_drainer *k, const char *name, uint64_t step, bool offer)
 {
+    for (drec *q = k->recs; q; q = q->next)
+        if (q->row.state == KD_DRAIN_QUEUED && !strcmp(q->row.name, name)) {
+            q->offer &= offer;
+            return q;
+        }
     if (count(k, KD_DRAIN_QUEUED) >= DRAIN_QUEUED)
         return NULL;
     drec *r = calloc(1, sizeof *r), **pp = &k->recs;

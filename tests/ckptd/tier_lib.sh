@@ -10,6 +10,7 @@
 # what every restore is compared with (tier_load).
 SHARED=$WORK/durable
 TRUTH=$WORK/truth
+TIER_ARGS=()                       # more ckptd options for every node of the cluster
 
 # put FROM TO: FROM's own copy of step-12 kept by TO as a replica.
 put() {
@@ -28,7 +29,7 @@ cluster() {
         expect 0 "n$i's own part of step-12"
     done
     for i in 0 1 2 3; do
-        daemon "n$i" --peer-timeout 5
+        daemon "n$i" --peer-timeout 5 "${TIER_ARGS[@]}"
     done
     put n0 n1
     put n1 n0
@@ -49,4 +50,32 @@ load() {
     local node=$1
     shift
     run "$TIER_LOAD" "$WORK/$node.sock" "$SHARED" "$TRUTH" "$@"
+}
+
+# drain NODE NAME [--offer]: asks NODE's daemon to drain NAME, then waits (30 s at most)
+# until ckptctl drain says it ended (its last line of NAME: the newest drain of it);
+# $OUT then holds that last answer.
+drain() {
+    local node=$1
+    shift
+    run "$CKPTCTL" drain --socket "$WORK/$node.sock" "$@"
+    expect 0 "ckptctl drain $*"
+    for _ in $(seq 300); do
+        grep "^$1:" "$OUT" | tail -1 | grep -qE "^$1: (done|failed)" && return 0
+        sleep 0.1
+        timeout "$CMD_TIMEOUT" "$CKPTCTL" drain --socket "$WORK/$node.sock" >"$OUT" 2>&1
+    done
+    cat "$OUT"
+    fail "the drain of $1 by $node never ended"
+}
+
+# same_as_truth NAME: the durable copy of NAME holds the saved bytes, every block hashed.
+same_as_truth() {
+    local f
+    run "$CKPT_VERIFY" "$SHARED" --deep
+    expect 0 "ckpt-verify --deep of the durable root"
+    said "^$1: ok: 3 tensors" "the durable copy of $1, verified"
+    for f in "$TRUTH/$1"/rank-*.dat; do
+        cmp "$f" "$SHARED/$1/${f##*/}" || fail "the durable ${f##*/} of $1 differs"
+    done
 }
