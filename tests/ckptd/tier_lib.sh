@@ -21,7 +21,8 @@ put() {
 cluster() {
     synth "$TRUTH" step-12 --mesh 4 --placements 'S(0)' --step 12 --seed 12 "$@"
     synth "$SHARED" step-8 --mesh 4 --placements 'S(0)' --step 8 --seed 8 "$@"
-    cp -al "$SHARED/step-8" "$TRUTH/step-8" || fail "linking step-8 into the truth"
+    cp -al "$SHARED/step-8" "$TRUTH/step-8" 2>/dev/null || cp -a "$SHARED/step-8" "$TRUTH/step-8" ||
+        fail "linking step-8 into the truth"
     local i
     for i in 0 1 2 3; do
         mkdir -p "$WORK/n$i.local"
@@ -52,14 +53,19 @@ load() {
     run "$TIER_LOAD" "$WORK/$node.sock" "$SHARED" "$TRUTH" "$@"
 }
 
-# drain NODE NAME [--offer]: asks NODE's daemon to drain NAME, then waits (30 s at most)
-# until ckptctl drain says it ended (its last line of NAME: the newest drain of it);
-# $OUT then holds that last answer.
+# drain NODE NAME [--offer]: asks NODE's daemon to drain NAME, then drained NODE NAME.
 drain() {
+    run "$CKPTCTL" drain --socket "$WORK/$1.sock" "${@:2}"
+    expect 0 "ckptctl drain ${*:2}"
+    drained "$@"
+}
+
+# drained NODE NAME: waits (30 s at most) until ckptctl drain says NODE's newest drain
+# of NAME (its last line of NAME) ended; $OUT then holds that last answer.
+drained() {
     local node=$1
     shift
-    run "$CKPTCTL" drain --socket "$WORK/$node.sock" "$@"
-    expect 0 "ckptctl drain $*"
+    timeout "$CMD_TIMEOUT" "$CKPTCTL" drain --socket "$WORK/$node.sock" >"$OUT" 2>&1
     for _ in $(seq 300); do
         grep "^$1:" "$OUT" | tail -1 | grep -qE "^$1: (done|failed)" && return 0
         sleep 0.1
