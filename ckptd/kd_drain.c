@@ -257,6 +257,15 @@ static void *drainer(void *arg)
     return NULL;
 }
 
+static void free_recs(struct kd_drainer *k)
+{
+    while (k->recs) {
+        drec *next = k->recs->next;
+        free(k->recs);
+        k->recs = next;
+    }
+}
+
 int kd_drain_start(kd_server *s, ck_err *err)
 {
     if (!s->local_root[0])
@@ -275,11 +284,7 @@ int kd_drain_start(kd_server *s, ck_err *err)
     owed(k);
     int r = pthread_create(&k->th, NULL, drainer, k);
     if (r) {
-        while (k->recs) {
-            drec *next = k->recs->next;
-            free(k->recs);
-            k->recs = next;
-        }
+        free_recs(k);
         free(k);
         return ck_err_set(err, -r, "starting the drainer thread: %s", strerror(r));
     }
@@ -297,11 +302,7 @@ void kd_drain_stop(kd_server *s)
     pthread_cond_signal(&k->cv);
     pthread_mutex_unlock(&k->mu);
     pthread_join(k->th, NULL);
-    while (k->recs) {
-        drec *next = k->recs->next;
-        free(k->recs);
-        k->recs = next;
-    }
+    free_recs(k);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
     free(k);

@@ -46,7 +46,4 @@ drain n0 step-12
 said "^step-12: done, 12615680 of 12615680 bytes$" "the drain once the durable tier has room"
 same_as_truth step-12
 no_pending "$SHARED"
-for id in n0 n1 n2 n3; do
-    stop "$id"
-done
-echo "PASS [$TEST_NAME]"
+stop_cluster

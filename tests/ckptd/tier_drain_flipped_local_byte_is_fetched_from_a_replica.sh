@@ -39,7 +39,4 @@ logged n0 "FETCH of step-12: 1 data file\(s\) from the copy of ckptd n0 at ckptd
     "the file from n1's replica"
 same_as_truth step-12
 no_pending "$SHARED"
-for id in n0 n1 n2 n3; do
-    stop "$id"
-done
-echo "PASS [$TEST_NAME]"
+stop_cluster

@@ -36,7 +36,4 @@ said "^  durable - +complete$" "the durable copy, seen from n2"
 drain n0 step-12
 said "^step-12: done, 0 of 12615680 bytes: the durable root holds it already$" \
     "a second drain has nothing to do"
-for id in n0 n1 n2 n3; do
-    stop "$id"
-done
-echo "PASS [$TEST_NAME]"
+stop_cluster

@@ -20,7 +20,4 @@ run "$CKPT_VERIFY" "$SHARED" --deep
 expect 0 "ckpt-verify of the durable root"
 said "^step-8: ok" "step-8 intact"
 ! grep -q "^step-12" "$OUT" || fail "the durable root shows step-12"
-for id in n0 n1 n2 n3; do
-    stop "$id"
-done
-echo "PASS [$TEST_NAME]"
+stop_cluster

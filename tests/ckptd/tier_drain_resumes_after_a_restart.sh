@@ -39,7 +39,4 @@ said "^step-12: done, 12615680 of 12615680 bytes$" "the drain after the restart"
 same_as_truth step-12
 said "^step-8: ok" "step-8 intact"
 no_pending "$SHARED"
-for id in n0 n1 n2 n3; do
-    stop "$id"
-done
-echo "PASS [$TEST_NAME]"
+stop_cluster

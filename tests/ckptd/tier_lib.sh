@@ -38,6 +38,15 @@ cluster() {
     put n3 n2
 }
 
+# stop_cluster: every node's daemon stopped by SIGTERM, each exiting 0; then PASS.
+stop_cluster() {
+    local id
+    for id in n0 n1 n2 n3; do
+        stop "$id"
+    done
+    echo "PASS [$TEST_NAME]"
+}
+
 # lose ID: node ID is lost with its disk (its daemon killed, its local tier deleted),
 # and a replacement of the same id starts with an empty local tier.
 lose() {
