@@ -216,9 +216,8 @@ static int attempt(kd_drain_ctx *d, const dsrc *s, uint8_t *buf, int64_t *bad, c
     *bad = -1;
     d->done = 0;
     int r = ck__copy_in_begin(&co, &c, err);
-    if (r < 0)
-        return r;
-    r = stream(d, c, s->mdir, CK_MANIFEST, s->msize, buf, &read_bad, err);
+    if (r == 0)
+        r = stream(d, c, s->mdir, CK_MANIFEST, s->msize, buf, &read_bad, err);
     for (uint32_t f = 0; r == 0 && f < s->n; f++) {
         r = stream(d, c, s->dir[f], s->files[f].name, s->files[f].size, buf, &read_bad, err);
         if (r < 0 && (read_bad || r == -EBADMSG))
