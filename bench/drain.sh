@@ -7,7 +7,7 @@
 # Checkpoint big (BIG bytes) is a complete own copy in L, to be drained. Each phase
 # times SAVES local saves of SAVE bytes (ckpt-synth into a root on L's disk: the
 # engine's write, SHA-256, fsync and commit; its "commit total"):
-#   alone       no drain;
+#   alone       no drain (before the others, and after them);
 #   paced       while big drains at --drain-rate RATE;
 #   unpaced     while big drains unpaced (--drain-rate 0);
 # beside the raw local write (dd, O_DIRECT, fsynced, of SAVE bytes). A phase checks
@@ -36,17 +36,16 @@ raw() {
     echo "$t1 - $t0" | bc
 }
 
-# saves PHASE: SAVES saves, their median commit time.
+# saves PHASE: SAVES saves, their commit times, one a line.
 saves() {
-    local i t all=()
+    local i
     for i in $(seq "$SAVES"); do
-        t=$("$b/tools/ckpt-synth" "$W/saves" --name "s-$1-$i" --mesh 4 --tensors 4 \
-            --bytes "$SAVE" --seed "$i" | sed -n 's/.*commit total \([0-9.]*\) s.*/\1/p')
-        all+=("$t")
+        "$b/tools/ckpt-synth" "$W/saves" --name "s-$1-$i" --mesh 4 --tensors 4 \
+            --bytes "$SAVE" --seed "$i" | sed -n 's/.*commit total \([0-9.]*\) s.*/\1/p'
         "$b/tools/ckpt-rm" "$W/saves" "s-$1-$i" >/dev/null
     done
-    printf '%s\n' "${all[@]}" | sort -n | sed -n "$(((SAVES + 1) / 2))p"
 }
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 daemon() {
     "$b/ckptd/ckptd" --root "$W/D" --local-root "$W/L" --id n0 --foreground \
@@ -72,7 +71,7 @@ phase() {
         sleep 0.05
     done
     local t
-    t=$(saves "$1")
+    t=$(saves "$1" | median)
     local st
     st=$("$b/ckptd/ckptctl" drain --socket "$W/n0.sock" | grep "^big:")
     case "$st" in
@@ -89,13 +88,17 @@ phase() {
     echo "$t $mbs"
 }
 
+# The saves without a drain before and after the others, one median of both: the
+# machine's drift (other work, the page cache) falls on both sides.
 r=$(raw)
-alone=$(saves alone)
+saves alone1 > "$W/alone"
 read -r paced paced_mbs < <(phase paced "$RATE")
 read -r unpaced unpaced_mbs < <(phase unpaced 0)
+saves alone2 >> "$W/alone"
+alone=$(median < "$W/alone")
 rate_mbs=$(echo "scale=1; $(bytes "$RATE") / 1000000" | bc)
 pct() { echo "scale=1; 100 * ($1 - $alone) / $alone" | bc; }
-echo "drain bench: local saves of $SAVE (median of $SAVES), a drain of $BIG, L and D on one disk"
+echo "drain bench: local saves of $SAVE (median of $SAVES; no drain: of $((2 * SAVES)), before and after), a drain of $BIG, L and D on one disk"
 printf '%-34s %8s s\n' "raw local write (dd O_DIRECT+fsync)" "$r"
 printf '%-34s %8s s\n' "local save, no drain" "$alone"
 printf '%-34s %8s s  (%+.1f%%)  drain %s MB/s, limit %s MB/s\n' \

@@ -32,6 +32,7 @@
 #include "ops/copy.h"
 
 #define DRAIN_CHUNK (1u << 20)     /* bytes read and written at once */
+#define DRAIN_CREDIT 0.1           /* s of the rate a paced drain may catch up */
 
 /* What a drain reads: the manifest's copy, and for each data file the copy it is read
  * from. */
@@ -58,8 +59,10 @@ static void bucket_take(kd_drain_bucket *b, uint64_t n)
     if (!b || !b->rate)
         return;
     double now = kd_now();
-    if (b->t < now)
-        b->t = now;                /* idle time earns nothing: no burst after a pause */
+    /* Time spent reading and writing counts, up to one chunk's worth (a tenth of a
+     * second); idle time beyond earns nothing: no burst after a pause. */
+    if (b->t < now - DRAIN_CREDIT)
+        b->t = now - DRAIN_CREDIT;
     b->t += (double)n / (double)b->rate;
     double wait = b->t - now;
     if (wait > 0) {
