@@ -64,7 +64,7 @@ static void usage(FILE *f)
 "                       file (default 0: none; ckptctl drain drains one by hand)\n"
 "  --drain-rate RATE    bytes per second a drain reads from the local tiers (e.g.\n"
 "                       200MiB; default 0: unpaced), so that it leaves the local disk\n"
-"                       to the saves"
+"                       to the saves\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 #ifdef KD_TEST_HOOKS
