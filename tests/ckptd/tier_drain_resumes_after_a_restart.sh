@@ -32,9 +32,9 @@ said "^$SHARED/.pending/step-12\\.[0-9a-f]+: debris of an incomplete save whose 
 ! grep -q "^step-12" "$OUT" || fail "the durable root shows step-12"
 
 daemon n0 --peer-timeout 5
+drained n0 step-12
 logged n0 "drain of step-12: owed since before the daemon started; from the start" \
     "the drain resumed"
-drained n0 step-12
 said "^step-12: done, 12615680 of 12615680 bytes$" "the drain after the restart"
 same_as_truth step-12
 said "^step-8: ok" "step-8 intact"
