@@ -13,14 +13,17 @@
 # beside the raw local write (dd, O_DIRECT, fsynced, of SAVE bytes). A phase checks
 # that its drain was still running after its last save, and reports the drain's
 # throughput from the daemon's log beside its rate.
-#   bench/drain.sh [BUILDDIR]   (env: SAVE=256MiB BIG=2GiB RATE=64MiB SAVES=5)
+# DURABLE=DIR puts D there instead (another disk, a tmpfs: the durable tier elsewhere,
+# as on a cluster, so that only the drain's reads meet the saves).
+#   bench/drain.sh [BUILDDIR]   (env: SAVE=256MiB BIG=2GiB RATE=64MiB SAVES=5 DURABLE=)
 set -euo pipefail
 b=${1:-build}
 SAVE=${SAVE:-256MiB} BIG=${BIG:-2GiB} RATE=${RATE:-64MiB} SAVES=${SAVES:-5}
 W=$(mktemp -d "${TMPDIR:-/var/tmp}/drainbench.XXXXXX")
 pid=
 trap '[ -z "$pid" ] || kill -9 "$pid" 2>/dev/null; rm -rf "$W"' EXIT
-mkdir -p "$W/L" "$W/D" "$W/saves"
+D=${DURABLE:-$W/D}
+mkdir -p "$W/L" "$D" "$W/saves"
 bytes() { numfmt --from=iec "${1%iB}"; }
 
 "$b/tools/ckpt-synth" "$W/L" --name big --mesh 4 --tensors 4 --bytes "$BIG" >/dev/null
@@ -48,7 +51,7 @@ saves() {
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 daemon() {
-    "$b/ckptd/ckptd" --root "$W/D" --local-root "$W/L" --id n0 --foreground \
+    "$b/ckptd/ckptd" --root "$D" --local-root "$W/L" --id n0 --foreground \
         --log "$W/n0.log" --socket "$W/n0.sock" --drain-rate "$1" &
     pid=$!
     for _ in $(seq 100); do
@@ -84,7 +87,7 @@ phase() {
     local mbs
     mbs=$(sed -n 's/.*drain of big: committed .* (\([0-9.]*\) MB\/s.*/\1/p' "$W/n0.log" | tail -1)
     stop
-    "$b/tools/ckpt-rm" "$W/D" big >/dev/null
+    "$b/tools/ckpt-rm" "$D" big >/dev/null
     echo "$t $mbs"
 }
 
@@ -98,7 +101,7 @@ saves alone2 >> "$W/alone"
 alone=$(median < "$W/alone")
 rate_mbs=$(echo "scale=1; $(bytes "$RATE") / 1000000" | bc)
 pct() { echo "scale=1; 100 * ($1 - $alone) / $alone" | bc; }
-echo "drain bench: local saves of $SAVE (median of $SAVES; no drain: of $((2 * SAVES)), before and after), a drain of $BIG, L and D on one disk"
+echo "drain bench: local saves of $SAVE (median of $SAVES; no drain: of $((2 * SAVES)), before and after), a drain of $BIG, D ${DURABLE:-on the disk of L}"
 printf '%-34s %8s s\n' "raw local write (dd O_DIRECT+fsync)" "$r"
 printf '%-34s %8s s\n' "local save, no drain" "$alone"
 printf '%-34s %8s s  (%+.1f%%)  drain %s MB/s, limit %s MB/s\n' \
