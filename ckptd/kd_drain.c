@@ -137,13 +137,17 @@ static void owed(struct kd_drainer *k)
         close(rootfd);
     if (fd == -ENOENT)
         return;
-    ssize_t n = fd < 0 ? fd : read(fd, buf, sizeof buf - 1);
-    if (fd >= 0)
-        close(fd);
+    if (fd < 0) {
+        kd_log(k->s, "%s/%s: %s; no drain resumes", k->o.local, k->file, ck__why(fd));
+        return;
+    }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int e = errno;
+    close(fd);
     const char *head = "ckptd drain 1\n";
     if (n <= 0 || n > DRAIN_FILE_MAX || strncmp(buf, head, strlen(head)) || buf[n - 1] != '\n') {
-        kd_log(k->s, "%s/%s: not a 'ckptd drain 1' file%s; no drain resumes", k->o.local,
-               k->file, n < 0 ? " (unreadable)" : "");
+        kd_log(k->s, "%s/%s: not a 'ckptd drain 1' file%s%s; no drain resumes", k->o.local,
+               k->file, n < 0 ? ": " : "", n < 0 ? strerror(e) : "");
         return;
     }
     buf[n] = '\0';
