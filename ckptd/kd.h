@@ -15,12 +15,14 @@
  *   kd_status.c   the STATUS reply
  *   kd_restore.c  the restorer thread: RESOLVE, FETCH and TIERS off the event loop,
  *                 FETCHes of one checkpoint taken together
- *   kd_drain.c    the drainer thread: the drains asked for, the policy, what is owed
- *   kd_drain_copy.c one drain: local copies to a durable one, paced, every block checked
  *   kd_ckpt.c     per-checkpoint state: its parts, its clients, saver events
  *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
  *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ *   kd_drain.c    the drainer thread: the drains asked for (kd_drain_offer, below the
+ *                 save path that calls it), the policy, the drains owed
+ *   kd_drain_copy.c one drain: local copies to a durable one, paced, every block checked
+ *                 (its declarations come after the tiers' types it holds)
  * The peer service (--local-root, --peer-listen; docs/PROTOCOL.md, "Peer protocol"): a
  * UCX worker on a thread of its own, and the client calls the rest of the daemon (and
  * ckptctl) make to other nodes' services. Only these files know UCX, and only
