@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ckptd restarted mid-drain (issue 31, part 3), on tier_lib.sh's cluster (step-12 only
 # in the local tiers; step-8 durable), n0's drains paced at 4 MiB/s:
+#   - while the drain runs, n0 answers STATUS (the drain is off its event loop);
 #   - n0 dies (SIGKILL) while its drain of step-12 has streamed some bytes: the
 #     durable root shows nothing of step-12 (no checkpoint; its pending directory is
 #     debris, ckpt-verify says), step-8 is intact, and
@@ -21,6 +22,8 @@ for _ in $(seq 300); do
     timeout "$CMD_TIMEOUT" "$CKPTCTL" drain --socket "$WORK/n0.sock" >"$OUT" 2>&1
 done
 said "^step-12: running, [1-9][0-9]* of 12615680 bytes$" "the drain under way"
+run "$CKPTCTL" status --socket "$WORK/n0.sock" --daemon-timeout 5
+expect 0 "n0's STATUS while it drains (the drain is off the event loop)"
 crash n0
 [ ! -e "$SHARED/step-12" ] || fail "a dead drain left $SHARED/step-12"
 grep -qx "step-12" "$WORK/n0.local/.ckptd.n0.drain" || fail "the drain is not owed: $(cat "$WORK/n0.local/.ckptd.n0.drain")"
