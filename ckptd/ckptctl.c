@@ -1,5 +1,6 @@
-/* ckptctl - asks a running ckptd what it is doing (status), and where the copies of
- * checkpoints are and whether each can be restored (tiers), waiting for its answer no
+/* ckptctl - asks a running ckptd what it is doing (status), where the copies of
+ * checkpoints are and whether each can be restored (tiers), and what it drains to the
+ * durable tier, asking for a drain (drain); waiting for its answer no
  * longer than --daemon-timeout (a stopped daemon must not hang the operator's shell);
  * and, by hand, what a daemon's peer service does for its peers: list a node's copies,
  * push a copy to a node as a replica, fetch files of a copy from a node (ckptctl
@@ -19,6 +20,8 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: ckptctl status (--socket PATH | --root DIR) [--daemon-timeout SECS]\n"
 "       ckptctl tiers (--socket PATH | --root DIR) [NAME] [--daemon-timeout SECS]\n"
+"       ckptctl drain (--socket PATH | --root DIR) [NAME [--offer]]\n"
+"                     [--daemon-timeout SECS]\n"
 "       ckptctl peer inventory PEER [--id ID] [--timeout SECS]\n"
 "       ckptctl peer put PEER --id ID --from LOCAL NAME [--timeout SECS]\n"
 "       ckptctl peer get PEER --into DIR NAME (--all | FILE...) [--source ID]\n"
@@ -36,6 +39,13 @@ static void usage(FILE *f)
 "(the checkpoint can be restored); and the peers the daemon could not reach. The\n"
 "daemon asks its peers, each within its --peer-timeout: --daemon-timeout defaults to\n"
 "60 s here.\n"
+"\n"
+"drain lists the daemon's drains to the durable tier: queued, running (bytes\n"
+"copied of all), done, or failed and why; with NAME it first asks the daemon to\n"
+"drain checkpoint NAME from the local tiers (--offer: as the save path offers a\n"
+"replicated save: every --drain-every'th is drained, by the node whose own copy\n"
+"holds its first data file). The drain runs in the background: run drain again to\n"
+"see it end.\n"
 "\n"
 "peer talks to the peer service of a ckptd started with --local-root and\n"
 "--peer-listen (docs/PROTOCOL.md, \"Peer protocol\"). PEER is --addr HOST:PORT, or\n"
@@ -87,6 +97,26 @@ static void print_copy(const kd_peer_copy *c, bool named)
     for (uint32_t f = 0; f < c->n_held; f++)
         printf(" %s", c->held[f]);
     printf("\n");
+}
+
+static void print_drains(const kd_drain_rows *d)
+{
+    static const char *const state[] = { "queued", "running", "done", "failed" };
+    printf("policy: --drain-every %u (0: by hand only), --drain-rate ", d->every);
+    if (d->rate)
+        printf("%llu B/s\n", (unsigned long long)d->rate);
+    else
+        printf("0 (unpaced)\n");
+    if (!d->n)
+        printf("no drains\n");
+    for (uint32_t i = 0; i < d->n; i++) {
+        const kd_drain_row *x = &d->rows[i];
+        printf("%s: %s", x->name, state[x->state]);
+        if (x->state == KD_DRAIN_RUNNING || x->state == KD_DRAIN_DONE)
+            printf(", %llu of %llu bytes", (unsigned long long)x->done,
+                   (unsigned long long)x->total);
+        printf("%s%s\n", x->why[0] ? ": " : "", x->why);
+    }
 }
 
 /* The TIERS reply, one checkpoint (name and commit time) after the other. */
@@ -224,10 +254,11 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "peer"))
         return peer_main(argc - 1, argv + 1);
     bool tiers = argc > 1 && !strcmp(argv[1], "tiers");
+    bool drain = argc > 1 && !strcmp(argv[1], "drain"), offer = false;
     const char *name = "";
     if (tiers && !(env && *env))
         limit = 60;
-    if (argc < 2 || (strcmp(argv[1], "status") != 0 && !tiers)) {
+    if (argc < 2 || (strcmp(argv[1], "status") != 0 && !tiers && !drain)) {
         usage(argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr);
         return argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? 0 : 2;
     }
@@ -243,12 +274,18 @@ int main(int argc, char **argv)
                         "(0, 86400]\n", argv[i]);
                 return 2;
             }
-        } else if (tiers && !name[0] && argv[i][0] != '-') {
+        } else if ((tiers || drain) && !name[0] && argv[i][0] != '-') {
             name = argv[i];
+        } else if (drain && !strcmp(argv[i], "--offer")) {
+            offer = true;
         } else {
             usage(stderr);
             return 2;
         }
+    }
+    if (offer && !name[0]) {
+        usage(stderr);
+        return 2;
     }
     if (!sock || !*sock) {
         fprintf(stderr, "ckptctl: no socket: give --socket or --root, or set CKPTD_SOCKET\n");
@@ -265,15 +302,18 @@ int main(int argc, char **argv)
         struct ucred cr = { 0 };
         socklen_t len = sizeof cr;
         getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len);
-        ck__proto_start(&w, tiers ? CK_MSG_TIERS : CK_MSG_STATUS);
-        if (tiers)
+        ck__proto_start(&w, tiers ? CK_MSG_TIERS : drain ? CK_MSG_DRAIN : CK_MSG_STATUS);
+        if (tiers || drain)
             ck__put_str(&w, name);
+        if (drain)
+            ck__put_u8(&w, offer);
         r = ck__proto_end(&w);
         if (r == 0)
             r = ck__conn_send_by(fd, &w, -1, deadline, &err);
         ck__wbuf_free(&w);
         if (r == 0 && (r = ck__conn_recv_by(fd, deadline, deadline, &m, &err)) == 0)
-            r = ck_err_set(&err, -ETIMEDOUT, "no answer to %s", tiers ? "TIERS" : "STATUS");
+            r = ck_err_set(&err, -ETIMEDOUT, "no answer to %s",
+                           tiers ? "TIERS" : drain ? "DRAIN" : "STATUS");
         if (r == -ETIMEDOUT)
             ck_err_set(&err, r, "ckptd at %s (pid %d) did not answer within %.1f s "
                        "(--daemon-timeout)", sock, (int)cr.pid, limit);
@@ -290,16 +330,24 @@ int main(int argc, char **argv)
                 ck__rbuf_done(&rb) ? msg : "a malformed ERROR");
         return code == -ENOENT ? 1 : 2;
     }
-    if (r > 0 && m.type != (tiers ? CK_MSG_TIERS_OK : CK_MSG_STATUS_OK))
+    if (r > 0 && m.type != (tiers ? CK_MSG_TIERS_OK : drain ? CK_MSG_DRAIN_OK : CK_MSG_STATUS_OK))
         r = ck_err_set(&err, -EPROTO, "ckptd answered with message type %u", m.type);
     kd_tview view;
+    kd_drain_rows drains;
     if (r > 0)
         r = tiers ? kd_pw_get_tiers(m.payload, m.len, &view, &err)
-                  : ck__proto_get_status(m.payload, m.len, &st, &err);
+            : drain ? kd_pw_get_drains(m.payload, m.len, &drains, &err)
+                    : ck__proto_get_status(m.payload, m.len, &st, &err);
     free(m.payload);
     if (r < 0) {
         fprintf(stderr, "ckptctl: %s\n", ck_err_msg(&err));
         return 2;
+    }
+    if (drain) {
+        printf("ckptd at %s\n", sock);
+        print_drains(&drains);
+        free(drains.rows);
+        return 0;
     }
     if (tiers) {
         printf("ckptd at %s\n", sock);

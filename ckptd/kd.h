@@ -19,6 +19,10 @@
  *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
  *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ *   kd_drain.c    the drainer thread: the drains asked for (kd_drain_offer, below the
+ *                 save path that calls it), the policy, the drains owed
+ *   kd_drain_copy.c one drain: local copies to a durable one, paced, every block checked
+ *                 (its declarations come after the tiers' types it holds)
  * The peer service (--local-root, --peer-listen; docs/PROTOCOL.md, "Peer protocol"): a
  * UCX worker on a thread of its own, and the client calls the rest of the daemon (and
  * ckptctl) make to other nodes' services. Only these files know UCX, and only
@@ -74,6 +78,8 @@ typedef struct kd_opts {
     const char *local_root;    /* this node's local tier (--local-root); NULL: none */
     const char *peer_listen;   /* ADDR[:PORT] of the peer service (--peer-listen) */
     unsigned peer_timeout;     /* seconds a peer may stay silent in a transfer */
+    unsigned drain_every;      /* drain every K'th replicated save (--drain-every); 0: none */
+    uint64_t drain_rate;       /* bytes/s of a drain's reads (--drain-rate); 0: unpaced */
 } kd_opts;
 
 typedef struct kd_client {
@@ -193,6 +199,7 @@ typedef struct kd_server {
     int local_lock_fd;         /* LOCAL/.ckptd.ID.lock, held for the daemon's life */
     struct kd_peers *peers;    /* the peer service; NULL without --peer-listen */
     struct kd_restorer *restorer; /* RESOLVE, FETCH and TIERS (kd_restore.c); NULL: none */
+    struct kd_drainer *drainer;   /* drains to the durable tier (kd_drain.c); NULL: none */
 } kd_server;
 
 /* kd_server.c */
@@ -414,6 +421,9 @@ typedef struct kd_tiers_opts {
     unsigned timeout;              /* s a peer may stay silent (--peer-timeout) */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
+    /* bytes of each fetch from a peer taken so far (kd_peer_call's); may be NULL */
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    void *progress_arg;
 } kd_tiers_opts;
 
 /* Every copy of name ("": of every checkpoint) this node can reach: its local tier's,
@@ -437,8 +447,73 @@ int kd_tiers_fetch(const kd_tiers_opts *o, const char *name, char (*files)[CK_FI
 int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
                    char (*files)[CK_FILE_NAME_MAX], uint32_t n, ck__restore_dirs *out,
                    ck_err *err);
+/* Fetches file of the save of name committed at time from a live peer's copy, never
+ * this node's own (one found bad), into a new root LOCAL/.fetched/N (root, PATH_MAX
+ * bytes, gets it): checked block by block on arrival, committed by rename. */
+int kd_tiers_refetch(const kd_tiers_opts *o, const char *name, uint64_t time,
+                     const char *file, char *root, ck_err *err);
 /* Whether every data file of the save of name committed at time has a copy in t. */
 bool kd_tiers_whole(const kd_tview *t, const char *name, uint64_t time);
+
+/* ---- the drain (kd_drain.c, kd_drain_copy.c) ---- */
+
+enum kd_drain_state {
+    KD_DRAIN_QUEUED = 0, KD_DRAIN_RUNNING = 1, KD_DRAIN_DONE = 2, KD_DRAIN_FAILED = 3,
+};
+
+/* One drain, as the DRAIN reply says it. */
+typedef struct kd_drain_row {
+    char name[CK_NAME_MAX];
+    uint64_t step;                 /* 0 until its manifest is read */
+    uint8_t state;                 /* enum kd_drain_state */
+    uint64_t done, total;          /* bytes streamed to the durable root, of total */
+    char why[CK_ERR_MSG_MAX];      /* failed: why; done with nothing to do: why not */
+} kd_drain_row;
+
+typedef struct kd_drain_rows {
+    kd_drain_row *rows;
+    uint32_t n;
+    uint32_t every;                /* --drain-every */
+    uint64_t rate;                 /* --drain-rate, bytes/s; 0: unpaced */
+} kd_drain_rows;
+
+/* The pace of the drain's reads: a token bucket of rate bytes/s, without a burst. Used
+ * by the drainer's thread alone. */
+typedef struct kd_drain_bucket {
+    uint64_t rate;                 /* 0: unpaced */
+    double t;                      /* kd_now() when what was taken is paid for */
+} kd_drain_bucket;
+
+/* One drain in progress. */
+typedef struct kd_drain_ctx {
+    kd_tiers_opts o;
+    const char *name;
+    kd_drain_bucket *bucket;
+    bool (*stop)(void *arg);       /* true: give the drain up (-ECANCELED) */
+    void *stop_arg;
+    _Atomic uint64_t done, total;  /* read by the event loop for the status */
+    uint64_t fetched_seen;         /* bytes of the fetch in progress already paced */
+} kd_drain_ctx;
+
+/* kd_drain.c */
+/* Starts the drainer (with a local tier; after any fork), queueing the drains the
+ * local tier's .ckptd.ID.drain says a daemon of this id owed. */
+int kd_drain_start(kd_server *s, ck_err *err);
+/* Gives up the drain in progress (still owed: the next start resumes it), stops. */
+void kd_drain_stop(kd_server *s);
+/* The save path's call once checkpoint name (of step) is replicated: every
+ * --drain-every'th is drained, by the daemon whose own copy holds its first data
+ * file. Returns at once (never waits on the drain or on storage); any thread. */
+void kd_drain_offer(kd_server *s, const char *name, uint64_t step);
+/* DRAIN: queues name ("": nothing; offer: as kd_drain_offer), replies DRAIN_OK. */
+void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer);
+
+/* kd_drain_copy.c */
+/* Drains checkpoint d->name: its copies in the local tiers (this node's, and what live
+ * peers hold, fetched) made a complete copy in the durable root, every block checked,
+ * committed by rename. 0 committed; 1 the durable root held it already; else -errno
+ * and nothing of it in the durable root. *step gets its step. */
+int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err);
 
 /* kd_peer_client.c */
 int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);
@@ -594,6 +669,10 @@ void kd_pw_inventory(ck__wbuf *w, const kd_peer_copy *v, size_t n);
 void kd_pw_tiers(ck__wbuf *w, const kd_tview *t);
 int kd_pw_get_tiers(const void *p, size_t len, kd_tview *t, ck_err *err);
 void kd_tview_free(kd_tview *t);
+/* DRAIN_OK (the client protocol): u32 every, u64 rate, u32 n, each str name, u64 step,
+ * u8 state, u64 done, u64 total, str why. */
+void kd_pw_drains(ck__wbuf *w, const kd_drain_rows *d);
+int kd_pw_get_drains(const void *p, size_t len, kd_drain_rows *d, ck_err *err);
 void kd_peer_copies_free(kd_peer_copy *v, size_t n);
 int kd_pw_get_inventory(const kd_pmsg *m, kd_peer_copy **out, size_t *n, ck_err *err);
 const char *kd_pw_type_name(unsigned type);

@@ -395,3 +395,51 @@ int kd_pw_get_tiers(const void *p, size_t len, kd_tview *t, ck_err *err)
         kd_tview_free(t);
     return rc;
 }
+
+void kd_pw_drains(ck__wbuf *w, const kd_drain_rows *d)
+{
+    ck__put_u32(w, d->every);
+    ck__put_u64(w, d->rate);
+    ck__put_u32(w, d->n);
+    for (uint32_t i = 0; i < d->n; i++) {
+        const kd_drain_row *x = &d->rows[i];
+        ck__put_str(w, x->name);
+        ck__put_u64(w, x->step);
+        ck__put_u8(w, x->state);
+        ck__put_u64(w, x->done);
+        ck__put_u64(w, x->total);
+        ck__put_str(w, x->why);
+    }
+}
+
+int kd_pw_get_drains(const void *p, size_t len, kd_drain_rows *d, ck_err *err)
+{
+    ck__rbuf r = ck__rbuf_make(p, len);
+    *d = (kd_drain_rows){ .every = ck__get_u32(&r), .rate = ck__get_u64(&r) };
+    uint32_t n = ck__get_u32(&r);
+    /* A row takes at least 2 + 8 + 1 + 8 + 8 + 2 bytes. */
+    if (r.bad || n > (len - r.pos) / 29)
+        return ck_err_set(err, -EBADMSG, "malformed DRAIN reply: a drain count larger than "
+                          "its bytes can hold");
+    if (!(d->rows = calloc(n ? n : 1, sizeof *d->rows)))
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    d->n = n;
+    for (uint32_t i = 0; i < n && !r.bad; i++) {
+        kd_drain_row *x = &d->rows[i];
+        ck__get_str(&r, x->name, sizeof x->name);
+        x->step = ck__get_u64(&r);
+        x->state = ck__get_u8(&r);
+        x->done = ck__get_u64(&r);
+        x->total = ck__get_u64(&r);
+        ck__get_str(&r, x->why, sizeof x->why);
+        if (!r.bad && (ck_name_check("checkpoint", x->name, NULL) < 0 ||
+                       x->state > KD_DRAIN_FAILED))
+            r.bad = true;
+    }
+    if (r.bad || !ck__rbuf_done(&r)) {
+        free(d->rows);
+        *d = (kd_drain_rows){ 0 };
+        return ck_err_set(err, -EBADMSG, "malformed DRAIN reply");
+    }
+    return 0;
+}

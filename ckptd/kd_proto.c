@@ -140,6 +140,21 @@ static void on_restore(kd_server *s, kd_client *c, uint16_t type, const uint8_t 
         kd_restore_submit(s, c, type, &q);
 }
 
+/* DRAIN: str name ("": the state alone), u8 offer (0 or 1). */
+static void on_drain(kd_server *s, kd_client *c, ck__rbuf *r)
+{
+    char name[CK_NAME_MAX];
+    ck_err err = { 0 };
+    ck__get_str(r, name, sizeof name);
+    uint8_t offer = ck__get_u8(r);
+    if (!ck__rbuf_done(r) || offer > 1)
+        refuse(s, c, -EBADMSG, "malformed DRAIN");
+    else if (name[0] && ck_name_check("checkpoint", name, &err) < 0)
+        refuse(s, c, -EINVAL, ck_err_msg(&err));
+    else
+        kd_drain_request(s, c, name, offer);
+}
+
 void kd_proto_input(kd_server *s, kd_client *c)
 {
     size_t off = 0;
@@ -165,6 +180,7 @@ void kd_proto_input(kd_server *s, kd_client *c)
         case CK_MSG_RESOLVE:
         case CK_MSG_FETCH:
         case CK_MSG_TIERS: on_restore(s, c, type, p, len); break;
+        case CK_MSG_DRAIN: on_drain(s, c, &rb); break;
         case CK_MSG_STATUS:
             if (len)
                 refuse(s, c, -EBADMSG, "malformed STATUS");

@@ -526,7 +526,7 @@ static bool holds(const kd_peer_copy *c, const char *file)
  * what came. said collects the failures, for the error if a file cannot be had. */
 static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
                       char (*files)[CK_FILE_NAME_MAX], uint32_t n, uint8_t *need,
-                      bool manifest, char *said, size_t len, ck_err *err)
+                      bool manifest, char *said, size_t len, char *into, ck_err *err)
 {
     bool *failed = calloc(g->n ? g->n : 1, sizeof *failed);
     kd_preq ask = { .files = calloc(n ? n : 1, sizeof *ask.files) };
@@ -556,7 +556,8 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         snprintf(ask.source, sizeof ask.source, "%s", c->c.source);
         ask.time_ns = g->time;
         kd_peer_call call = { .addr = t->peers[c->peer].addr, .id = o->id,
-                              .timeout = o->timeout };
+                              .timeout = o->timeout, .progress = o->progress,
+                              .arg = o->progress_arg };
         int x = kd_inv_fetch_root(o->local, root, &why);
         if (x == 0 && (x = kd_peer_get(&call, &ask, root, &why)) < 0)
             kd_inv_fetch_drop(root, g->name);
@@ -575,6 +576,8 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
                   c->c.source, c->holder, root);
         for (uint32_t f = 0; f < n; f++)
             need[f] = need[f] && !holds(&c->c, files[f]);
+        if (into)
+            memcpy(into, root, PATH_MAX);
         manifest = false;
     }
     free(failed);
@@ -637,7 +640,7 @@ int kd_tiers_fetch(const kd_tiers_opts *o, const char *name, char (*files)[CK_FI
         near = t.v[c->idx[i]].where != KD_AT_PEER;
     size_t left = left_near(&t, c, files, n, need);
     if (o->local && (left || !near) &&
-        (r = from_peers(o, &t, c, files, n, need, !near, said, sizeof said, err)) < 0)
+        (r = from_peers(o, &t, c, files, n, need, !near, said, sizeof said, NULL, err)) < 0)
         goto out;
     bool durable = false;
     for (size_t i = 0; i < c->n; i++)
@@ -665,6 +668,38 @@ out:
     kd_tview_free(&t);
 done:
     free(need);
+    return r;
+}
+
+int kd_tiers_refetch(const kd_tiers_opts *o, const char *name, uint64_t time,
+                     const char *file, char *root, ck_err *err)
+{
+    kd_tview t;
+    group *g = NULL;
+    size_t ng = 0;
+    char files[1][CK_FILE_NAME_MAX], said[CK_ERR_MSG_MAX] = "", gone[CK_ERR_MSG_MAX / 2];
+    uint8_t need = 1;
+    snprintf(files[0], sizeof files[0], "%s", file);
+    if (!o->local)
+        return ck_err_set(err, -ENODATA, "checkpoint %s: %s: no local tier to fetch it into",
+                          name, file);
+    int r = kd_tiers_gather(o, name, true, &t, err);
+    if (r < 0)
+        return r;
+    if ((r = groups_of(&t, name, false, &g, &ng)) < 0)
+        ck_err_set(err, r, "out of memory");
+    const group *c = NULL;
+    for (size_t i = 0; r == 0 && i < ng; i++)
+        if (g[i].time == time)
+            c = &g[i];
+    if (c)
+        r = from_peers(o, &t, c, files, 1, &need, false, said, sizeof said, root, err);
+    lost(&t, gone, sizeof gone);
+    if (r == 0 && need)
+        r = ck_err_set(err, -ENODATA, "checkpoint %s: %s: no peer's copy could be had%s%s%s%s",
+                       name, file, said[0] ? " (" : "", said, said[0] ? ")" : "", gone);
+    groups_free(g, ng);
+    kd_tview_free(&t);
     return r;
 }
 

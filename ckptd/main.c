@@ -58,6 +58,13 @@ static void usage(FILE *f)
 "                       address (default port %d; 0: any free one), published in\n"
 "                       DIR/.ckptd.ID.peer (docs/PROTOCOL.md, \"Peer protocol\")\n"
 "  --peer-timeout SECS  a peer silent this long in a transfer fails it (default 30)\n"
+"  --drain-every K      with --local-root: every K'th checkpoint the save path says is\n"
+"                       replicated is copied to DIR (the durable tier) in the\n"
+"                       background, by the node whose own copy holds its first data\n"
+"                       file (default 0: none; ckptctl drain drains one by hand)\n"
+"  --drain-rate RATE    bytes per second a drain reads from the local tiers (e.g.\n"
+"                       200MiB; default 0: unpaced), so that it leaves the local disk\n"
+"                       to the saves\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 #ifdef KD_TEST_HOOKS
@@ -120,7 +127,7 @@ static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
            O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER, O_LOCAL, O_PEER,
-           O_PEER_TIMEOUT };
+           O_PEER_TIMEOUT, O_DRAIN_EVERY, O_DRAIN_RATE };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
@@ -133,6 +140,7 @@ static int parse(int argc, char **argv, kd_opts *o)
         { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
         { "local-root", 1, 0, O_LOCAL }, { "peer-listen", 1, 0, O_PEER },
         { "peer-timeout", 1, 0, O_PEER_TIMEOUT },
+        { "drain-every", 1, 0, O_DRAIN_EVERY }, { "drain-rate", 1, 0, O_DRAIN_RATE },
         { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
@@ -175,6 +183,13 @@ static int parse(int argc, char **argv, kd_opts *o)
         case O_PEER_TIMEOUT:
             r = number("--peer-timeout", optarg, 1, 3600, &o->peer_timeout);
             break;
+        case O_DRAIN_EVERY:
+            r = number("--drain-every", optarg, 0, 1000000, &o->drain_every);
+            break;
+        case O_DRAIN_RATE:
+            if ((r = ck_size_parse(optarg, &o->drain_rate, &err)) < 0)
+                fprintf(stderr, "ckptd: --drain-rate: %s\n", ck_err_msg(&err)), r = -EINVAL;
+            break;
         case O_ID:
             if ((r = ck__node_id_check(optarg, &err)) < 0)
                 fprintf(stderr, "ckptd: --id: %s\n", ck_err_msg(&err));
@@ -195,6 +210,10 @@ static int parse(int argc, char **argv, kd_opts *o)
     }
     if (r == 0 && o->peer_listen && !o->local_root) {
         fprintf(stderr, "ckptd: --peer-listen serves a local tier: it needs --local-root\n");
+        r = -EINVAL;
+    }
+    if (r == 0 && o->drain_every && !o->local_root) {
+        fprintf(stderr, "ckptd: --drain-every drains the local tiers: it needs --local-root\n");
         r = -EINVAL;
     }
     if (r == 0 && !o->socket[0] &&
@@ -326,6 +345,8 @@ int main(int argc, char **argv)
         r = peers_start(&s, &err);
     if (r == 0)
         r = kd_restore_start(&s, &err);
+    if (r == 0)
+        r = kd_drain_start(&s, &err);
 #ifdef KD_TEST_HOOKS
     if (r == 0 && s.o.engine)
         kd_log(&s, "test build: every save's I/O goes through the --inject-fault engine");
@@ -337,6 +358,7 @@ int main(int argc, char **argv)
         return r == -EBUSY || r == -EADDRINUSE ? 3 : 1;
     }
     r = kd_server_run(&s);
+    kd_drain_stop(&s);
     kd_restore_stop(&s);
     kd_peers_stop(s.peers);
     kd_plan_stop(&s);

@@ -1,7 +1,8 @@
 /* fuzz_restore_msg.c - the decoders of restoring from the tiers on any bytes: the
  * requests ckptd takes from a client (RESOLVE, FETCH, TIERS; async/proto_restore.c,
  * which daemon_msg also reaches through the daemon), and the replies a client takes
- * from ckptd (RESOLVE_OK, FETCH_OK; TIERS_OK, ckptctl's, ckptd/kd_peer_wire.c).
+ * from ckptd (RESOLVE_OK, FETCH_OK; TIERS_OK and DRAIN_OK, ckptctl's,
+ * ckptd/kd_peer_wire.c).
  *
  * The input's first byte picks what decodes the rest. What decodes is used as a caller
  * would (names, files, directories, copies) and freed; what does not must be refused
@@ -29,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ck__restore_pick k;
     ck__restore_dirs d;
     kd_tview t;
-    switch (data[0] % 6) {
+    kd_drain_rows dr;
+    switch (data[0] % 7) {
     case 0:
     case 1:
     case 2:
@@ -51,12 +53,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ck__restore_dirs_free(&d);
         }
         break;
-    default:
+    case 5:
         if (kd_pw_get_tiers(p, n, &t, NULL) == 0) {
             for (size_t i = 0; i < t.n; i++)
                 sink += t.v[i].c.n_held + strlen(t.v[i].holder);
             sink += kd_tiers_whole(&t, "step-12", 1) + t.npeers;
             kd_tview_free(&t);
+        }
+        break;
+    default:
+        if (kd_pw_get_drains(p, n, &dr, NULL) == 0) {
+            for (uint32_t i = 0; i < dr.n; i++)
+                sink += strlen(dr.rows[i].name) + strlen(dr.rows[i].why) + dr.rows[i].state;
+            free(dr.rows);
         }
     }
     return 0;

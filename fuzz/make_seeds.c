@@ -10,9 +10,10 @@
  *   client_reply/        a daemon's replies to a save, framed by ckptd's kd_reply.c
  *   peer_msg/            the peer protocol's payloads as kd_peer_wire.c encodes them,
  *                        and copy files, each behind fuzz_peer_msg.c's selector byte
- *   restore_msg/         RESOLVE, FETCH and TIERS and their replies, behind
- *                        fuzz_restore_msg.c's selector byte; daemon_msg/restore, the
- *                        three requests framed as a client sends them
+ *   restore_msg/         RESOLVE, FETCH and TIERS and their replies, and DRAIN_OK,
+ *                        behind fuzz_restore_msg.c's selector byte; daemon_msg/restore,
+ *                        the three requests framed as a client sends them, and
+ *                        daemon_msg/drain, a DRAIN
  *   parsers/             the command-line examples of README.md
  * Usage: make_seeds OUTDIR ROOT NAME
  */
@@ -460,6 +461,23 @@ static void restore_seeds(void)
     w.len = 0;
     kd_pw_tiers(&w, &t);
     selected("restore_msg", "tiers_ok", 5, &w);
+    kd_drain_row rows[2] = {
+        { .name = "step-12", .step = 12, .state = KD_DRAIN_RUNNING, .done = 1 << 20,
+          .total = 12 << 20 },
+        { .name = "step-8", .step = 8, .state = KD_DRAIN_FAILED,
+          .why = "checkpoint step-8: rank-00002.dat: no copy could be had" },
+    };
+    w.len = 0;
+    kd_pw_drains(&w, &(kd_drain_rows){ .rows = rows, .n = 2, .every = 4, .rate = 1 << 28 });
+    selected("restore_msg", "drain_ok", 6, &w);
+    /* DRAIN, as ckptctl drain sends it: to the daemon's decoder. */
+    ck__wbuf f = { 0 };
+    framed.len = 0;
+    ck__proto_start(&f, CK_MSG_DRAIN);
+    ck__put_str(&f, "step-12");
+    ck__put_u8(&f, 1);
+    frame(&framed, &f);
+    put("daemon_msg", "drain", framed.p, framed.len);
     ck__wbuf_free(&w);
     ck__wbuf_free(&framed);
 }

@@ -1,4 +1,4 @@
-/* Hostile RESOLVE, FETCH and TIERS (issue 31): names that are paths, prefixes that
+/* Hostile RESOLVE, FETCH, TIERS and DRAIN (issue 31): names that are paths, prefixes that
  * cannot begin a name, a flag that is neither 0 nor 1, a file count its bytes cannot
  * hold, data file names that are paths or hold a NUL, fields cut short or followed by
  * more bytes: each gets an ERROR and its connection is closed. Requests well formed
@@ -119,6 +119,10 @@ int main(void)
         { CK_MSG_RESOLVE, "c1", -1, "a RESOLVE cut short" },
         { CK_MSG_TIERS, "..", -1, "a TIERS of .." },
         { CK_MSG_FETCH, "c1", -1, "a FETCH cut short" },
+        { CK_MSG_DRAIN, "../x", 0, "a DRAIN of a path" },
+        { CK_MSG_DRAIN, ".pending", 1, "a DRAIN of .pending" },
+        { CK_MSG_DRAIN, "c1", 2, "a DRAIN whose offer flag is 2" },
+        { CK_MSG_DRAIN, "c1", -1, "a DRAIN cut short" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         restore_msg(&w, bad[i].type, bad[i].name, bad[i].newest);
@@ -130,6 +134,9 @@ int main(void)
     restore_msg(&w, CK_MSG_TIERS, "", -1);
     ck__put_u32(&w, 7);
     CHECK(refused(d.sock, &w), "a TIERS with bytes left over: no ERROR and close");
+    restore_msg(&w, CK_MSG_DRAIN, "", 0);
+    ck__put_u8(&w, 0);
+    CHECK(refused(d.sock, &w), "a DRAIN with a byte left over: no ERROR and close");
     static const char *const files[] = { "../manifest.mdb", "a/b.dat", ".hidden", "" };
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         fetch_msg(&w, "c1", files[i]);

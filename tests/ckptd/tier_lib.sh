@@ -10,6 +10,7 @@
 # what every restore is compared with (tier_load).
 SHARED=$WORK/durable
 TRUTH=$WORK/truth
+TIER_ARGS=()                       # more ckptd options for every node of the cluster
 
 # put FROM TO: FROM's own copy of step-12 kept by TO as a replica.
 put() {
@@ -20,7 +21,8 @@ put() {
 cluster() {
     synth "$TRUTH" step-12 --mesh 4 --placements 'S(0)' --step 12 --seed 12 "$@"
     synth "$SHARED" step-8 --mesh 4 --placements 'S(0)' --step 8 --seed 8 "$@"
-    cp -al "$SHARED/step-8" "$TRUTH/step-8" || fail "linking step-8 into the truth"
+    cp -al "$SHARED/step-8" "$TRUTH/step-8" 2>/dev/null || cp -a "$SHARED/step-8" "$TRUTH/step-8" ||
+        fail "linking step-8 into the truth"
     local i
     for i in 0 1 2 3; do
         mkdir -p "$WORK/n$i.local"
@@ -28,12 +30,21 @@ cluster() {
         expect 0 "n$i's own part of step-12"
     done
     for i in 0 1 2 3; do
-        daemon "n$i" --peer-timeout 5
+        daemon "n$i" --peer-timeout 5 "${TIER_ARGS[@]}"
     done
     put n0 n1
     put n1 n0
     put n2 n3
     put n3 n2
+}
+
+# stop_cluster: every node's daemon stopped by SIGTERM, each exiting 0; then PASS.
+stop_cluster() {
+    local id
+    for id in n0 n1 n2 n3; do
+        stop "$id"
+    done
+    echo "PASS [$TEST_NAME]"
 }
 
 # lose ID: node ID is lost with its disk (its daemon killed, its local tier deleted),
@@ -49,4 +60,37 @@ load() {
     local node=$1
     shift
     run "$TIER_LOAD" "$WORK/$node.sock" "$SHARED" "$TRUTH" "$@"
+}
+
+# drain NODE NAME [--offer]: asks NODE's daemon to drain NAME, then drained NODE NAME.
+drain() {
+    run "$CKPTCTL" drain --socket "$WORK/$1.sock" "${@:2}"
+    expect 0 "ckptctl drain ${*:2}"
+    drained "$@"
+}
+
+# drained NODE NAME: waits (30 s at most) until ckptctl drain says NODE's newest drain
+# of NAME (its last line of NAME) ended; $OUT then holds that last answer.
+drained() {
+    local node=$1
+    shift
+    timeout "$CMD_TIMEOUT" "$CKPTCTL" drain --socket "$WORK/$node.sock" >"$OUT" 2>&1
+    for _ in $(seq 300); do
+        grep "^$1:" "$OUT" | tail -1 | grep -qE "^$1: (done|failed)" && return 0
+        sleep 0.1
+        timeout "$CMD_TIMEOUT" "$CKPTCTL" drain --socket "$WORK/$node.sock" >"$OUT" 2>&1
+    done
+    cat "$OUT"
+    fail "the drain of $1 by $node never ended"
+}
+
+# same_as_truth NAME: the durable copy of NAME holds the saved bytes, every block hashed.
+same_as_truth() {
+    local f
+    run "$CKPT_VERIFY" "$SHARED" --deep
+    expect 0 "ckpt-verify --deep of the durable root"
+    said "^$1: ok: 3 tensors" "the durable copy of $1, verified"
+    for f in "$TRUTH/$1"/rank-*.dat; do
+        cmp "$f" "$SHARED/$1/${f##*/}" || fail "the durable ${f##*/} of $1 differs"
+    done
 }

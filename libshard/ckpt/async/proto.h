@@ -21,7 +21,7 @@
 #include "format/enc.h"
 
 #define CK_PROTO_MAGIC   0x31444b43u      /* "CKD1" */
-#define CK_PROTO_VERSION 6
+#define CK_PROTO_VERSION 7
 #define CK_PROTO_HDR     16
 #define CK_PROTO_MAX_MSG (16u << 20)      /* payload bytes */
 #define CK_PROTO_MAX_TENSORS (1u << 18)
@@ -40,6 +40,8 @@ enum ck__msg_type {
     CK_MSG_RESOLVE = 6,   /* str what, u8 newest (1: what is a prefix PREFIX<step>) */
     CK_MSG_FETCH = 7,     /* str name, u32 n, n x str data file (n = 0: the manifest) */
     CK_MSG_TIERS = 8,     /* str name ("": every checkpoint) */
+    CK_MSG_DRAIN = 9,     /* str name ("": none, the state alone), u8 offer (1: as the
+                           * save path offers a replicated save: the policy decides) */
     /* daemon -> client */
     CK_MSG_HELLO_OK = 64, /* str root, u64 staging limit */
     CK_MSG_ADMIT = 65,    /* str name, u64 rank, u64 image bytes: copy now */
@@ -50,6 +52,7 @@ enum ck__msg_type {
     CK_MSG_RESOLVE_OK = 70, /* str name, u64 step, u64 time, str why ("": the newest saved) */
     CK_MSG_FETCH_OK = 71, /* str name, u32 n, n x str directory of a copy, nearest first */
     CK_MSG_TIERS_OK = 72, /* where each copy is (ckptd/kd_peer_wire.c, kd_pw_tiers) */
+    CK_MSG_DRAIN_OK = 73, /* the drains' state (ckptd/kd_peer_wire.c, kd_pw_drains) */
 };
 
 typedef struct ck__begin_blob {

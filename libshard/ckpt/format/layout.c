@@ -14,6 +14,7 @@
 
 static const char *const engine_suffix[] = {
     [CK_ENGINE_LOCK] = LOCK_SUFFIX, [CK_ENGINE_BEAT] = ".beat", [CK_ENGINE_PEER] = ".peer",
+    [CK_ENGINE_DRAIN] = ".drain",
 };
 
 /* The longest name made of a checkpoint name, .pending/NAME.TOKEN-meet, fits a file

@@ -59,9 +59,12 @@ int ck__name_manifest(const char *dir, char *out, size_t len);
  * a reshard makes by reference; out holds CK_FILE_NAME_MAX bytes. */
 void ck__name_data_file(bool ref, uint64_t index, char *out);
 
-typedef enum ck__engine_file { CK_ENGINE_LOCK, CK_ENGINE_BEAT, CK_ENGINE_PEER } ck__engine_file;
+typedef enum ck__engine_file {
+    CK_ENGINE_LOCK, CK_ENGINE_BEAT, CK_ENGINE_PEER, CK_ENGINE_DRAIN
+} ck__engine_file;
 /* .ckptd.ID.lock, .ckptd.ID.beat or .ckptd.ID.peer, of the engine (a ckptd, or a
- * process's embedded engine) of that id. */
+ * process's embedded engine) of that id; .ckptd.ID.drain, in a local tier, the drains
+ * daemon ID owes the durable tier (ckptd/kd_drain.c). */
 int ck__name_engine(const char *id, ck__engine_file kind, char *out, size_t len);
 
 /* The catalog's lock and its temporary (a dot name: no scan takes it for a save). */

@@ -1,0 +1,373 @@
+/* kd_drain.c - the drainer: one thread that copies checkpoints from the local tiers to
+ * the durable tier in the background (docs/ARCHITECTURE.md, "The drain"; decisions
+ * 0178-0181), so that no save, reply or event of the loop ever waits on a drain.
+ *
+ * A drain is asked for in two ways. kd_drain_offer is the policy's: the save path
+ * offers each checkpoint once it is replicated, and every --drain-every'th offer is
+ * kept; it is drained by one daemon only, the one whose own copy holds the
+ * checkpoint's first data file (every node is offered the save, and this rule, which
+ * each applies to its own copy alone, picks the same one everywhere). A DRAIN message
+ * (ckptctl drain NAME) drains a checkpoint here at once; with its offer flag it is an
+ * offer, as the save path's.
+ *
+ * Drains run one at a time, in the order asked, each paced by the --drain-rate token
+ * bucket (kd_drain_copy.c). The drains owed are written to LOCAL/.ckptd.ID.drain
+ * (atomically, before each starts): a daemon that stops or dies mid-drain finds them
+ * there when it starts again and drains them from the start, the durable root having
+ * dropped what the dead drain left (its pending directory). A drain whose checkpoint
+ * the durable root already holds (the daemon died after the rename) is done at once.
+ * The state of the last drains (queued, running with its bytes, done, failed and why)
+ * is the DRAIN reply, which ckptctl drain prints.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kd.h"
+
+#include "format/layout.h"
+#include "io/rootfs.h"
+#include "save/meet.h"
+
+#define DRAIN_QUEUED 64u           /* drains waiting; an offer past it is dropped, logged */
+#define DRAIN_KEPT 16u             /* finished drains the status still shows */
+#define DRAIN_FILE_MAX (DRAIN_QUEUED * (CK_NAME_MAX + 1) + 64)
+
+typedef struct drec {
+    struct drec *next;
+    kd_drain_row row;
+    bool offer;                    /* the policy's: drained only by its first file's node */
+} drec;
+
+struct kd_drainer {
+    kd_server *s;
+    kd_tiers_opts o;
+    kd_drain_bucket bucket;
+    unsigned every;
+    uint64_t offers;               /* kd_drain_offer calls, for --drain-every */
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    drec *recs;                    /* in the order asked */
+    kd_drain_ctx *cur;             /* the drain running, for its bytes */
+    bool stop;
+    char file[CK_NODE_ID_MAX + 16];/* .ckptd.ID.drain in the local tier */
+};
+
+static unsigned count(const struct kd_drainer *k, int state)
+{
+    unsigned n = 0;
+    for (const drec *r = k->recs; r; r = r->next)
+        n += state < 0 ? r->row.state >= KD_DRAIN_DONE : r->row.state == state;
+    return n;
+}
+
+/* Adds a queued drain of name (under mu), or finds the one already queued; NULL when
+ * the queue is full. */
+static drec *queue(struct kd_drainer *k, const char *name, uint64_t step, bool offer)
+{
+    for (drec *q = k->recs; q; q = q->next)
+        if (q->row.state == KD_DRAIN_QUEUED && !strcmp(q->row.name, name)) {
+            q->offer &= offer;
+            return q;
+        }
+    if (count(k, KD_DRAIN_QUEUED) >= DRAIN_QUEUED)
+        return NULL;
+    drec *r = calloc(1, sizeof *r), **pp = &k->recs;
+    if (!r)
+        return NULL;
+    snprintf(r->row.name, sizeof r->row.name, "%s", name);
+    r->row.step = step;
+    r->row.state = KD_DRAIN_QUEUED;
+    r->offer = offer;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = r;
+    pthread_cond_signal(&k->cv);
+    return r;
+}
+
+/* Forgets the oldest finished drains past DRAIN_KEPT (under mu). */
+static void trim(struct kd_drainer *k)
+{
+    unsigned over = count(k, -1);
+    for (drec **pp = &k->recs; *pp && over > DRAIN_KEPT;) {
+        if ((*pp)->row.state >= KD_DRAIN_DONE) {
+            drec *r = *pp;
+            *pp = r->next;
+            free(r);
+            over--;
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+}
+
+/* LOCAL/.ckptd.ID.drain: "ckptd drain 1\n", then a line per drain owed (queued or
+ * running), written whole by rename (after the lock is let go: it fsyncs). */
+static void owe(struct kd_drainer *k)
+{
+    char *buf = malloc(DRAIN_FILE_MAX);
+    if (!buf)
+        return;
+    pthread_mutex_lock(&k->mu);
+    size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 1\n");
+    for (drec *r = k->recs; r; r = r->next)
+        if (r->row.state <= KD_DRAIN_RUNNING && at < DRAIN_FILE_MAX)
+            at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "%s\n", r->row.name);
+    pthread_mutex_unlock(&k->mu);
+    ck_err err = { 0 };
+    if (at < DRAIN_FILE_MAX &&
+        ck__meet_put(k->o.local, k->o.local, k->file, buf, at, true, &err) < 0)
+        kd_log(k->s, "the drains owed (%s/%s) could not be written: %s; a restart forgets "
+               "them", k->o.local, k->file, ck_err_msg(&err));
+    free(buf);
+}
+
+/* The drains a daemon of this id owed when it stopped or died. A file that is not
+ * one is said, and left for the operator: nothing in it is drained. */
+static void owed(struct kd_drainer *k)
+{
+    char buf[DRAIN_FILE_MAX + 1];
+    int rootfd = ck__root_open(k->o.local, NULL);
+    int fd = rootfd < 0 ? rootfd : ck__openat_reg(rootfd, k->file, O_RDONLY, 0);
+    if (rootfd >= 0)
+        close(rootfd);
+    if (fd == -ENOENT)
+        return;
+    if (fd < 0) {
+        kd_log(k->s, "%s/%s: %s; no drain resumes", k->o.local, k->file, ck__why(fd));
+        return;
+    }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int e = errno;
+    close(fd);
+    const char *head = "ckptd drain 1\n";
+    if (n <= 0 || n > DRAIN_FILE_MAX || strncmp(buf, head, strlen(head)) || buf[n - 1] != '\n') {
+        kd_log(k->s, "%s/%s: not a 'ckptd drain 1' file%s%s; no drain resumes", k->o.local,
+               k->file, n < 0 ? ": " : "", n < 0 ? strerror(e) : "");
+        return;
+    }
+    buf[n] = '\0';
+    pthread_mutex_lock(&k->mu);
+    for (char *line = buf + strlen(head), *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        *end = '\0';
+        ck_err err = { 0 };
+        if (ck_name_check("checkpoint", line, &err) < 0)
+            kd_log(k->s, "%s/%s: %s; skipped", k->o.local, k->file, ck_err_msg(&err));
+        else if (queue(k, line, 0, false))
+            kd_log(k->s, "drain of %s: owed since before the daemon started; from the start",
+                   line);
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* The policy's offers are drained by the daemon whose own copy holds the checkpoint's
+ * first data file: true when that is this one; else why in why. */
+static bool ours(const struct kd_drainer *k, const char *name, char *why, size_t len)
+{
+    ck_ckpt *ck;
+    ck_err err = { 0 };
+    if (ck_open(k->o.local, name, &ck, &err) < 0) {
+        snprintf(why, len, "left to another node: no copy of its own here (%s)",
+                 ck_err_msg(&err));
+        return false;
+    }
+    bool first = ck_get_info(ck)->n_files == 0 || ck_file_held(ck, 0);
+    if (!first)
+        snprintf(why, len, "left to the node whose own copy holds %s", ck_file_get(ck, 0)->name);
+    ck_close(ck);
+    return first;
+}
+
+static bool stopping(void *arg)
+{
+    struct kd_drainer *k = arg;
+    pthread_mutex_lock(&k->mu);
+    bool stop = k->stop;
+    pthread_mutex_unlock(&k->mu);
+    return stop;
+}
+
+static void run(struct kd_drainer *k, drec *r)
+{
+    kd_drain_ctx d = { .o = k->o, .name = r->row.name, .bucket = &k->bucket,
+                       .stop = stopping, .stop_arg = k };
+    char why[CK_ERR_MSG_MAX] = "";
+    ck_err err = { 0 };
+    uint64_t step = r->row.step;
+    int x;
+    if (r->offer && !ours(k, r->row.name, why, sizeof why)) {
+        x = 1;
+    } else {
+        pthread_mutex_lock(&k->mu);
+        k->cur = &d;
+        pthread_mutex_unlock(&k->mu);
+        kd_log(k->s, "drain of %s to the durable root: started", r->row.name);
+        double t0 = kd_now();
+        x = kd_drain_copy(&d, &step, &err);
+        double dt = kd_now() - t0;
+        if (x == 0)
+            kd_log(k->s, "drain of %s: committed in the durable root, %llu bytes in %.2f s "
+                   "(%.1f MB/s, --drain-rate %llu B/s)", r->row.name,
+                   (unsigned long long)d.total, dt, dt > 0 ? (double)d.total / dt / 1e6 : 0.0,
+                   (unsigned long long)k->bucket.rate);
+        else if (x == 1)
+            snprintf(why, sizeof why, "the durable root holds it already");
+        else if (x != -ECANCELED)
+            kd_log(k->s, "drain of %s failed: %s; the durable root holds nothing of it",
+                   r->row.name, ck_err_msg(&err));
+    }
+    pthread_mutex_lock(&k->mu);
+    k->cur = NULL;
+    r->row.step = step;
+    r->row.done = d.done;
+    r->row.total = d.total;
+    if (x == -ECANCELED) {
+        r->row.state = KD_DRAIN_QUEUED;     /* still owed: resumed at the next start */
+    } else {
+        r->row.state = x < 0 ? KD_DRAIN_FAILED : KD_DRAIN_DONE;
+        snprintf(r->row.why, sizeof r->row.why, "%s", x < 0 ? ck_err_msg(&err) : why);
+        if (x == 1)
+            kd_log(k->s, "drain of %s: nothing to do: %s", r->row.name, why);
+    }
+    trim(k);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void *drainer(void *arg)
+{
+    struct kd_drainer *k = arg;
+    pthread_mutex_lock(&k->mu);
+    while (!k->stop) {
+        drec *r = k->recs;
+        while (r && r->row.state != KD_DRAIN_QUEUED)
+            r = r->next;
+        if (!r) {
+            pthread_cond_wait(&k->cv, &k->mu);
+            continue;
+        }
+        r->row.state = KD_DRAIN_RUNNING;
+        pthread_mutex_unlock(&k->mu);
+        owe(k);
+        run(k, r);
+        owe(k);
+        pthread_mutex_lock(&k->mu);
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+static void free_recs(struct kd_drainer *k)
+{
+    while (k->recs) {
+        drec *next = k->recs->next;
+        free(k->recs);
+        k->recs = next;
+    }
+}
+
+int kd_drain_start(kd_server *s, ck_err *err)
+{
+    if (!s->local_root[0])
+        return 0;
+    struct kd_drainer *k = calloc(1, sizeof *k);
+    if (!k)
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    k->s = s;
+    k->every = s->o.drain_every;
+    k->bucket.rate = s->o.drain_rate;
+    k->o = (kd_tiers_opts){ .local = s->local_root, .durable = s->root, .id = s->o.id,
+                            .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
+    ck__name_engine(s->o.id, CK_ENGINE_DRAIN, k->file, sizeof k->file);
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    owed(k);
+    int r = pthread_create(&k->th, NULL, drainer, k);
+    if (r) {
+        free_recs(k);
+        free(k);
+        return ck_err_set(err, -r, "starting the drainer thread: %s", strerror(r));
+    }
+    s->drainer = k;
+    return 0;
+}
+
+void kd_drain_stop(kd_server *s)
+{
+    struct kd_drainer *k = s->drainer;
+    if (!k)
+        return;
+    pthread_mutex_lock(&k->mu);
+    k->stop = true;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    pthread_join(k->th, NULL);
+    free_recs(k);
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    free(k);
+    s->drainer = NULL;
+}
+
+/* Queues a drain of name (under nothing); false when it cannot be. */
+static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offer)
+{
+    pthread_mutex_lock(&k->mu);
+    bool keep = !offer || (k->every && ++k->offers % k->every == 0);
+    bool ok = !keep || queue(k, name, step, offer);
+    pthread_mutex_unlock(&k->mu);
+    if (!ok)
+        kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
+               name, DRAIN_QUEUED);
+    return ok;
+}
+
+void kd_drain_offer(kd_server *s, const char *name, uint64_t step)
+{
+    if (s->drainer)
+        ask(s->drainer, name, step, true);
+}
+
+void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
+{
+    struct kd_drainer *k = s->drainer;
+    if (!k) {
+        kd_send_error(s, c, name, -ENOTSUP, "this ckptd has no local tier to drain from "
+                      "(--local-root)");
+        return;
+    }
+    if (name[0] && !ask(k, name, 0, offer)) {
+        kd_send_error(s, c, name, -EAGAIN, "the drain queue is full; ask again later");
+        return;
+    }
+    pthread_mutex_lock(&k->mu);
+    unsigned n = 0;
+    for (drec *r = k->recs; r; r = r->next)
+        n++;
+    kd_drain_row *rows = calloc(n ? n : 1, sizeof *rows);
+    n = 0;
+    for (drec *r = k->recs; rows && r; r = r->next) {
+        rows[n] = r->row;
+        if (r->row.state == KD_DRAIN_RUNNING && k->cur) {
+            rows[n].done = k->cur->done;
+            rows[n].total = k->cur->total;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&k->mu);
+    if (!rows) {
+        kd_send_error(s, c, name, -ENOMEM, "out of memory");
+        return;
+    }
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_DRAIN_OK);
+    kd_pw_drains(&w, &(kd_drain_rows){ .rows = rows, .n = n, .every = k->every,
+                                        .rate = k->bucket.rate });
+    kd_send(s, c, &w);
+    ck__wbuf_free(&w);
+    free(rows);
+}

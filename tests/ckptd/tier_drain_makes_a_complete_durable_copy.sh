@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The drain (issue 31, part 3): step-12 lies only in the local tiers (tier_lib.sh's
+# cluster: each node's part as its own partial copy, a replica on its clique peer).
+#   - an offer goes by the policy (--drain-every 2): the first is not drained, the
+#     second is, and only by the node whose own copy holds the first data file: n1,
+#     offered it, leaves it to n0;
+#   - n0 drains it: its own part and n1's replica read in place, n2's and n3's parts
+#     fetched from them, every block checked; the durable copy is complete, equal to
+#     what was saved, and committed in the catalog (ckptctl tiers sees it);
+#   - ckptctl drain says done, with its bytes; a drain of it again has nothing to do;
+#   - the drains owed (n0.local/.ckptd.n0.drain) list none once done.
+. "$(dirname "$0")/replica_lib.sh"
+. "$(dirname "$0")/tier_lib.sh"
+
+TIER_ARGS=(--drain-every 2)
+cluster
+for id in n0 n1; do
+    run "$CKPTCTL" drain --socket "$WORK/$id.sock" step-12 --offer
+    expect 0 "the first offer to $id"
+    said "^policy: --drain-every 2 " "the policy"
+    ! grep -q "^step-12:" "$OUT" || fail "the first of two offers was drained"
+done
+drain n1 step-12 --offer
+said "^step-12: done, 0 of 0 bytes: left to the node whose own copy holds rank-00000.dat$" \
+    "n1 leaves it to n0"
+drain n0 step-12 --offer
+said "^step-12: done, 12615680 of 12615680 bytes$" "n0 drained it"
+logged n0 "drain of step-12: committed in the durable root, 12615680 bytes" "the commit"
+same_as_truth step-12
+no_pending "$SHARED"
+[ "$(cat "$WORK/n0.local/.ckptd.n0.drain")" = "ckptd drain 1" ] ||
+    fail "drains still owed: $(cat "$WORK/n0.local/.ckptd.n0.drain")"
+run "$CKPTCTL" tiers --socket "$WORK/n2.sock" step-12
+expect 0 "ckptctl tiers"
+said "^  durable - +complete$" "the durable copy, seen from n2"
+drain n0 step-12
+said "^step-12: done, 0 of 12615680 bytes: the durable root holds it already$" \
+    "a second drain has nothing to do"
+stop_cluster

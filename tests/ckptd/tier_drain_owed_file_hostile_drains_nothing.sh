@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The drains owed, LOCAL/.ckptd.ID.drain, are read at start (issue 31, part 3); one
+# planted or damaged is said in the log and drains nothing it should not, never hangs
+# the start, never follows a link (tier_lib.sh's cluster, n0 restarted each time):
+#   - garbage: "not a 'ckptd drain 1' file", nothing drained;
+#   - a symbolic link (to a valid drain file outside): refused as a link, its target
+#     untouched;
+#   - a FIFO: refused as not a regular file, at once;
+#   - a valid header with a path, a hidden name and step-12: the two are skipped,
+#     named; step-12 is drained, complete.
+. "$(dirname "$0")/replica_lib.sh"
+. "$(dirname "$0")/tier_lib.sh"
+
+cluster
+F=$WORK/n0.local/.ckptd.n0.drain
+# restart_n0 WHAT: n0 again, with F as planted; its log then says it (or not).
+restart_n0() {
+    stop n0
+    : >"$WORK/n0.log"
+    daemon n0 --peer-timeout 5
+    run "$CKPTCTL" drain --socket "$WORK/n0.sock"
+    expect 0 "ckptctl drain after $1"
+}
+
+printf 'garbage\n' >"$F"
+restart_n0 "a garbage file"
+logged n0 "\.ckptd\.n0\.drain: not a 'ckptd drain 1' file; no drain resumes" "the garbage, said"
+said "^no drains$" "nothing queued from garbage"
+
+rm -f "$F"
+printf 'ckptd drain 1\nstep-12\n' >"$WORK/outside"
+ln -s "$WORK/outside" "$F"
+restart_n0 "a symbolic link"
+logged n0 "\.ckptd\.n0\.drain: a symbolic link .*; no drain resumes" "the link, refused"
+said "^no drains$" "nothing queued through a link"
+[ "$(cat "$WORK/outside")" = "$(printf 'ckptd drain 1\nstep-12')" ] || fail "the link's target changed"
+
+rm -f "$F"
+mkfifo "$F"
+restart_n0 "a FIFO"
+logged n0 "\.ckptd\.n0\.drain: not a regular file .*; no drain resumes" "the FIFO, refused"
+said "^no drains$" "nothing queued from a FIFO"
+
+rm -f "$F"
+printf 'ckptd drain 1\n../x\n.pending\nstep-12\n' >"$F"
+restart_n0 "a path and a hidden name"
+logged n0 "\.ckptd\.n0\.drain: .*'\.\./x'.*; skipped" "the path, skipped"
+logged n0 "\.ckptd\.n0\.drain: .*'\.pending'.*; skipped" "the hidden name, skipped"
+drained n0 step-12
+said "^step-12: done, 12615680 of 12615680 bytes$" "step-12 drained"
+same_as_truth step-12
+[ ! -e "$WORK/x" ] && [ ! -e "$SHARED/../x" ] || fail "a drain reached outside the roots"
+stop_cluster
