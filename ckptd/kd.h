@@ -19,6 +19,9 @@
  *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
  *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ *   kd_retain.c   retention per tier: the K newest local, the M newest durable, pins;
+ *                 its passes run on the restorer's thread, which it wakes through the
+ *                 callback the restorer gave it
  * The peer service (--local-root, --peer-listen; docs/PROTOCOL.md, "Peer protocol"): a
  * UCX worker on a thread of its own, and the client calls the rest of the daemon (and
  * ckptctl) make to other nodes' services. Only these files know UCX, and only
@@ -74,6 +77,8 @@ typedef struct kd_opts {
     const char *local_root;    /* this node's local tier (--local-root); NULL: none */
     const char *peer_listen;   /* ADDR[:PORT] of the peer service (--peer-listen) */
     unsigned peer_timeout;     /* seconds a peer may stay silent in a transfer */
+    unsigned keep_local;       /* --keep-local: checkpoints the local tier keeps; 0: all */
+    unsigned keep_durable;     /* --keep-durable: of each run in the root; 0: all */
 } kd_opts;
 
 typedef struct kd_client {
@@ -193,6 +198,7 @@ typedef struct kd_server {
     int local_lock_fd;         /* LOCAL/.ckptd.ID.lock, held for the daemon's life */
     struct kd_peers *peers;    /* the peer service; NULL without --peer-listen */
     struct kd_restorer *restorer; /* RESOLVE, FETCH and TIERS (kd_restore.c); NULL: none */
+    struct kd_retain *retain;  /* retention's pins and runs (kd_retain.c) */
 } kd_server;
 
 /* kd_server.c */
@@ -267,6 +273,24 @@ void kd_staging_release(kd_server *s, kd_part *p);
 /* Maps the first waiting part if it now fits and returns it (its client may copy), or
  * NULL. Call it until NULL after every release: room is given in queue order. */
 kd_part *kd_staging_admit_waiting(kd_server *s);
+
+/* kd_retain.c: retention per tier (--keep-local, --keep-durable; decision 0182) */
+/* Owners of pins from this value up are the daemon's own (the drain's); below, client
+ * ids. */
+#define KD_PIN_DAEMON (1ull << 63)
+int kd_retain_init(kd_server *s, ck_err *err);
+void kd_retain_free(kd_server *s);
+/* The thread that runs the passes (the restorer's) says how to ask it for one: wake(arg),
+ * called under retention's lock, must only flag and signal. */
+void kd_retain_runs_on(kd_server *s, void (*wake)(void *arg), void *arg);
+/* After a commit of name (NULL: none): learns its run, and asks for a pass. From the
+ * event loop or any thread: the pass runs on the restorer's. */
+void kd_retain_after_commit(kd_server *s, const char *name);
+/* While pinned by some owner, no copy of name in any tier is removed. */
+void kd_retain_pin(kd_server *s, uint64_t owner, const char *name);
+void kd_retain_unpin(kd_server *s, uint64_t owner);
+/* A pass (the restorer's thread only). */
+void kd_retain_run(kd_server *s);
 
 /* ---- the peer service ---- */
 

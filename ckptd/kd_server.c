@@ -216,6 +216,7 @@ static void drop(kd_server *s, kd_client *c)
         }
     s->nclients--;
     kd_ckpt_client_gone(s, c);
+    kd_retain_unpin(s, c->id);
     epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     for (unsigned i = 0; i < c->nfds; i++)
