@@ -275,8 +275,9 @@ void kd_staging_release(kd_server *s, kd_part *p);
 kd_part *kd_staging_admit_waiting(kd_server *s);
 
 /* kd_retain.c: retention per tier (--keep-local, --keep-durable; decision 0182) */
-/* Owners of pins from this value up are the daemon's own (the drain's); below, client
- * ids. */
+/* Owners of pins from this value up are the daemon's own (the drain's); below, the
+ * pids of client processes (a loader's RESOLVE and FETCH come on connections of their
+ * own: its pins stay until the last connection of its process closes). */
 #define KD_PIN_DAEMON (1ull << 63)
 int kd_retain_init(kd_server *s, ck_err *err);
 void kd_retain_free(kd_server *s);

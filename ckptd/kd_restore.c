@@ -27,6 +27,7 @@
 typedef struct rreq {
     struct rreq *next;
     uint64_t client;
+    pid_t pid;                         /* the client's process: owner of its pins */
     uint16_t type;
     ck__restore_req q;
     uint64_t bytes;
@@ -93,7 +94,7 @@ static void resolve(struct kd_restorer *k, rreq *r)
         fail(r, x, &err);
         return;
     }
-    kd_retain_pin(k->s, r->client, pick.name);      /* its client reads it next */
+    kd_retain_pin(k->s, (uint64_t)r->pid, pick.name);  /* its process reads it next */
     kd_log(k->s, "RESOLVE of %s%s: %s%s%s", r->q.name, r->q.newest ? "<step>" : "", pick.name,
            pick.why[0] ? ": " : " (the newest saved)", pick.why);
     ck__wbuf w = { 0 };
@@ -144,7 +145,7 @@ static void fetch(struct kd_restorer *k, rreq *batch)
             memcpy(all[u++], all[i], sizeof all[0]);
     uint64_t time = 0;
     for (rreq *r = batch; r; r = r->next)
-        kd_retain_pin(k->s, r->client, r->q.name);
+        kd_retain_pin(k->s, (uint64_t)r->pid, r->q.name);
     if (x == 0)
         x = kd_tiers_fetch(&k->o, batch->q.name, all, (uint32_t)u, &time, &err);
     kd_log(k->s, "FETCH of %s for %zu request(s): %zu data file(s)%s%s", batch->q.name, asks, u,
@@ -300,7 +301,7 @@ void kd_restore_submit(kd_server *s, kd_client *c, uint16_t type, ck__restore_re
         ck__restore_req_free(q);
         return;
     }
-    *r = (rreq){ .client = c->id, .type = type, .q = *q, .bytes = bytes };
+    *r = (rreq){ .client = c->id, .pid = c->pid, .type = type, .q = *q, .bytes = bytes };
     *q = (ck__restore_req){ 0 };
     pthread_mutex_lock(&k->mu);
     bool full = k->queued >= KD_RESTORE_QUEUED || k->bytes + bytes > KD_RESTORE_BYTES;

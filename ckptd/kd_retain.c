@@ -19,7 +19,8 @@
  *     (decision 0148: a run owns its step names; nothing else in the root is counted or
  *     touched). M is at least 1, so the newest durable checkpoint of a run never goes.
  *   - never a checkpoint being read: a name that a RESOLVE or FETCH answered stays
- *     pinned while the client that asked is connected; the drain pins what it reads.
+ *     pinned while the process that asked has a connection to the daemon (a loader
+ *     keeps its client open while it reads); the drain pins what it reads.
  * Every removal is the core's (ck_root_remove: under the name's lock, crash-safe), in
  * the root the copy lies in; a name that a save or another removal holds is skipped
  * for the next pass. Nothing here unlinks a file itself.

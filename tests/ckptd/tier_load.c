@@ -1,7 +1,7 @@
 /* tier_load - test machinery: restores a checkpoint through ckptd's tiers as a loader
  * does (ck/client.h), and checks every byte against a complete copy of it:
  *
- *   tier_load SOCKET ROOT TRUTH WHAT [--newest] [--mesh N] [--rank R]
+ *   tier_load SOCKET ROOT TRUTH WHAT [--newest] [--mesh N] [--rank R] [--hold FILE]
  *
  * Rank R (default 0) of a 1-D mesh of N ranks (default: the checkpoint's rank count)
  * wants, of each tensor, its chunk of the rows (torch.chunk over N). It resolves WHAT
@@ -13,11 +13,14 @@
  * needs is read from ("reads rank-00002.dat from DIR"), and "rank R: N tensors equal
  * to the saved data", and what the restore took before the comparison ("restored NAME:
  * B bytes; resolve, fetch, load (verified), total seconds, GB/s": bench/restore-tiers.sh
- * times the tiers with it). Exit 0 equal, 1 a failure (the error on stdout), 2 usage. */
+ * times the tiers with it). With --hold it then keeps its connection to the daemon open
+ * ("holding") until FILE exists (60 s at most), as a loader still reading would. Exit 0
+ * equal, 1 a failure (the error on stdout), 2 usage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ck/client.h"
 #include "ck/load.h"
@@ -129,11 +132,12 @@ int main(int argc, char **argv)
 {
     if (argc < 5) {
         fprintf(stderr, "usage: tier_load SOCKET ROOT TRUTH WHAT [--newest] [--mesh N] "
-                "[--rank R]\n");
+                "[--rank R] [--hold FILE]\n");
         return 2;
     }
     bool newest = false;
     uint64_t mesh = 0, rank = 0;
+    const char *hold = NULL;
     for (int i = 5; i < argc; i++) {
         if (!strcmp(argv[i], "--newest"))
             newest = true;
@@ -141,6 +145,8 @@ int main(int argc, char **argv)
             mesh = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc)
             rank = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--hold") && i + 1 < argc)
+            hold = argv[++i];
         else
             return fprintf(stderr, "tier_load: %s?\n", argv[i]), 2;
     }
@@ -150,6 +156,12 @@ int main(int argc, char **argv)
         return fail("ck_client_open", &err);
     items it = { .mesh = mesh, .rank = rank };
     int bad = restore(cl, argv[3], argv[4], newest, &it);
+    if (hold) {
+        printf("holding\n");
+        fflush(stdout);
+        for (int i = 0; i < 3000 && access(hold, F_OK) != 0; i++)
+            usleep(20000);
+    }
     for (size_t i = 0; i < it.n; i++) {
         free((void *)it.v[i].tensor);
         free(it.v[i].dst);
