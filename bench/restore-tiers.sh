@@ -25,7 +25,8 @@
 #     durable:  step-8, read in place from the throttled durable tier.
 # Beside them: the link's raw bandwidth (one TCP stream across the veth, Python sockets,
 # 4 MiB sends), the raw local read (dd iflag=direct of the replica's file on the local
-# disk) and the throttled durable tier's raw read (dd iflag=direct in the cgroup). Every
+# disk), the raw local write as a fetch makes it (dd, then fsync; and O_DIRECT) and the
+# throttled durable tier's raw read (dd iflag=direct in the cgroup). Every
 # file is dropped from the page cache before it is read (dd iflag=nocache count=0; the
 # durable file system is mounted again), so that reads reach the disk or the throttle.
 # And SHA-256 on one core (openssl speed): a fetch checks every block as it arrives, and
@@ -101,6 +102,13 @@ local_read=$(rate)
 remount
 run "$WORK/throttled" dd if="$SHARED/step-8/rank-00001.dat" of=/dev/null bs=4M iflag=direct
 durable_read=$(rate)
+# A fetch commits its copy durably in the local tier: written, then fsynced.
+count=$(( $(stat -c %s "$replica") >> 22 ))
+run dd if=/dev/zero of="$WORK/n1.local/raw" bs=4M count="$count" conv=fsync
+local_write=$(rate)
+run dd if=/dev/zero of="$WORK/n1.local/raw" bs=4M count="$count" oflag=direct
+local_direct=$(rate)
+rm -f "$WORK/n1.local/raw"
 link_bytes=$(stat -c %s "$replica")
 "$WORK/on-$A" python3 -c '
 import socket, sys
@@ -133,4 +141,5 @@ echo "== Issue 31: restore of rank 1 ($(numfmt --to=iec "$link_bytes")) after th
 echo "from the replica (veth, UCX over TCP): $from_replica"
 echo "from the durable tier (throttled to $RATE B/s): $from_durable"
 echo "raw: link $link; local read $local_read; throttled durable read $durable_read;"
+echo "     local write then fsync $local_write; local write O_DIRECT $local_direct;"
 echo "     SHA-256 on one core $sha (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
