@@ -72,24 +72,33 @@ def newest_through(client, root, prefixes=("step-",)):
     """The newest checkpoint that ckptd's tiers (this node's local tier, its peers', the
     durable root) can assemble whole, by RESOLVE: among the runs' step names PREFIX<digits>
     for each of prefixes and each prefix of a step name committed in root, the highest
-    step. None when the daemon knows no such step. Why a newer one could not be taken
-    (a part with no live copy) is logged."""
+    step; the root's own newest (any name, newest() of the package) when its step is
+    higher still. None when neither has one. Why a newer step could not be taken (a
+    part with no live copy) is logged."""
     runs = set(prefixes)
     try:
-        runs |= {p for _s, _t, n in committed(root) if (p := _run_prefix(n)) is not None}
+        cks = committed(root)
     except _ck.CkptError:              # no root yet: the tiers may still hold steps
-        pass
-    best = None
+        cks = []
+    runs |= {p for _s, _t, n in cks if (p := _run_prefix(n)) is not None}
+    best = failed = None
     for prefix in sorted(runs):
         try:
             name, why = client.resolve(prefix, True)
         except _ck.CkptError as e:
-            if e.errno == errno.ENOENT:   # the tiers hold no step of this run
+            # ENOENT: the tiers hold no step of this run; ENODATA: none of its steps
+            # has a live copy of every file (said if no other run has one either).
+            if e.errno in (errno.ENOENT, errno.ENODATA):
+                failed = failed if e.errno == errno.ENOENT else e
                 continue
             raise
         step = int(name[len(prefix):])
         if best is None or step > best[0]:
             best = (step, name, why)
+    if cks and (best is None or cks[-1][0] > best[0]):
+        return cks[-1][2]
+    if best is None and failed is not None:
+        raise failed
     if best is None:
         return None
     if best[2]:
@@ -158,10 +167,9 @@ class CkptReader(StorageReader):
             if e.errno != errno.EXDEV:     # a daemon of another root: not this reader's
                 raise
         name = self.name
-        if name is None and self._client is not None:
-            name = newest_through(self._client, self.root)
         if name is None:
-            name = newest(self.root)
+            name = newest_through(self._client, self.root) if self._client is not None \
+                else newest(self.root)
         if name is None:
             raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
         self._ck = _ck.Checkpoint(self.root, name, verify=self.verify, client=self._client)
