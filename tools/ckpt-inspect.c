@@ -58,7 +58,8 @@ static void usage(FILE *f)
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 ok, 1 the checkpoint is bad (without NAME: the catalog holds keys\n"
-"that are no name), 2 usage or I/O error.\n");
+"that are no name; with --local: a copy that does not open, or something planted\n"
+"among a tier's roots), 2 usage or I/O error (with --local: no copy of NAME).\n");
 }
 
 static json_t *mesh_json(const ck_mesh *m)
