@@ -10,7 +10,8 @@
 #     checkpoint there stays;
 #   - a save committed through n0 (step-20) runs a pass: step-20 is kept, step-8 goes;
 #   - n1 without --keep-local removes only a fetched copy older than the newest
-#     durable checkpoint (step-4), keeping the newer one (step-12) and its own copies.
+#     durable checkpoint (step-4), keeping the newer one (step-12) and its own copies;
+#   - --keep-local without a local tier, or a count that is no number, is refused.
 . "$(dirname "$0")/replica_lib.sh"
 SHARED=$WORK/durable
 TRUTH=$WORK/truth
@@ -58,6 +59,12 @@ only() {
     [ "$got" = "$* " ] || fail "$dir holds '$got', expected '$* '"
 }
 
+run "$CKPTD" --root "$SHARED" --keep-local 2 --foreground
+expect 2 "--keep-local without --local-root"
+said "--keep-local keeps a local tier's copies: it needs --local-root" "why"
+run "$CKPTD" --root "$SHARED" --keep-durable -1 --foreground
+expect 2 "--keep-durable -1"
+said "--keep-durable -1: not a number" "why"
 daemon n0 --keep-local 2 --keep-durable 1
 daemon n1
 passes n0 1
