@@ -287,7 +287,8 @@ void kd_retain_runs_on(kd_server *s, void (*wake)(void *arg), void *arg);
 /* After a commit of name (NULL: none): learns its run, and asks for a pass. From the
  * event loop or any thread: the pass runs on the restorer's. */
 void kd_retain_after_commit(kd_server *s, const char *name);
-/* While pinned by some owner, no copy of name in any tier is removed. */
+/* While pinned by some owner (until kd_retain_unpin of the owner, or for 30 minutes
+ * after the last pin of the name by it), no copy of name in any tier is removed. */
 void kd_retain_pin(kd_server *s, uint64_t owner, const char *name);
 void kd_retain_unpin(kd_server *s, uint64_t owner);
 /* A pass (the restorer's thread only). */

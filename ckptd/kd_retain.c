@@ -20,7 +20,8 @@
  *     touched). M is at least 1, so the newest durable checkpoint of a run never goes.
  *   - never a checkpoint being read: a name that a RESOLVE or FETCH answered stays
  *     pinned while the process that asked has a connection to the daemon (a loader
- *     keeps its client open while it reads); the drain pins what it reads.
+ *     keeps its client open while it reads), for at most PIN_LEASE after the last
+ *     request naming it; the drain pins what it reads.
  * Every removal is the core's (ck_root_remove: under the name's lock, crash-safe), in
  * the root the copy lies in; a name that a save or another removal holds is skipped
  * for the next pass. Nothing here unlinks a file itself.
@@ -40,9 +41,16 @@
 #include "ck/steps.h"
 #include "format/steps.h"
 
+/* A loader reads what it fetched right after the FETCH; a process that restored once
+ * and then trains for days keeps its connection, and must not hold its checkpoint
+ * from retention all that time: a pin lasts until its owner's last connection closes,
+ * or this long after the last request that named it. */
+#define PIN_LEASE 1800.0
+
 typedef struct pin {
     struct pin *next;
     uint64_t owner;
+    double until;                  /* kd_now() past which it no longer holds */
     char name[CK_NAME_MAX];
 } pin;
 
@@ -147,18 +155,24 @@ void kd_retain_after_commit(kd_server *s, const char *name)
 void kd_retain_pin(kd_server *s, uint64_t owner, const char *name)
 {
     struct kd_retain *k = s->retain;
-    pin *p = k ? calloc(1, sizeof *p) : NULL;
-    if (!p) {
-        if (k)
-            kd_log(s, "retention: out of memory pinning %s: the next pass may remove it", name);
+    if (!k)
         return;
-    }
-    p->owner = owner;
-    snprintf(p->name, sizeof p->name, "%s", name);
+    double until = kd_now() + PIN_LEASE;
     pthread_mutex_lock(&k->mu);
-    p->next = k->pins;
-    k->pins = p;
+    pin *p = k->pins;
+    while (p && (p->owner != owner || strcmp(p->name, name)))
+        p = p->next;
+    if (!p && (p = calloc(1, sizeof *p))) {
+        p->owner = owner;
+        snprintf(p->name, sizeof p->name, "%s", name);
+        p->next = k->pins;
+        k->pins = p;
+    }
+    if (p)
+        p->until = until;
     pthread_mutex_unlock(&k->mu);
+    if (!p)
+        kd_log(s, "retention: out of memory pinning %s: the next pass may remove it", name);
 }
 
 void kd_retain_unpin(kd_server *s, uint64_t owner)
@@ -182,9 +196,18 @@ void kd_retain_unpin(kd_server *s, uint64_t owner)
 static bool pinned(struct kd_retain *k, const char *name)
 {
     bool yes = false;
+    double now = kd_now();
     pthread_mutex_lock(&k->mu);
-    for (pin *p = k->pins; p && !yes; p = p->next)
-        yes = !strcmp(p->name, name);
+    for (pin **pp = &k->pins; *pp;) {
+        pin *p = *pp;
+        if (p->until < now) {          /* its lease ran out */
+            *pp = p->next;
+            free(p);
+            continue;
+        }
+        yes |= !strcmp(p->name, name);
+        pp = &p->next;
+    }
     pthread_mutex_unlock(&k->mu);
     return yes;
 }
