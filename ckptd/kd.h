@@ -23,6 +23,9 @@
  *                 save path that calls it), the policy, the drains owed
  *   kd_drain_copy.c one drain: local copies to a durable one, paced, every block checked
  *                 (its declarations come after the tiers' types it holds)
+ *   kd_retain.c   retention per tier: the K newest local, the M newest durable, pins;
+ *                 its passes run on the restorer's thread, which it wakes through the
+ *                 callback the restorer gave it
  * The peer service (--local-root, --peer-listen; docs/PROTOCOL.md, "Peer protocol"): a
  * UCX worker on a thread of its own, and the client calls the rest of the daemon (and
  * ckptctl) make to other nodes' services. Only these files know UCX, and only
@@ -80,6 +83,8 @@ typedef struct kd_opts {
     unsigned peer_timeout;     /* seconds a peer may stay silent in a transfer */
     unsigned drain_every;      /* drain every K'th replicated save (--drain-every); 0: none */
     uint64_t drain_rate;       /* bytes/s of a drain's reads (--drain-rate); 0: unpaced */
+    unsigned keep_local;       /* --keep-local: checkpoints the local tier keeps; 0: all */
+    unsigned keep_durable;     /* --keep-durable: of each run in the root; 0: all */
 } kd_opts;
 
 typedef struct kd_client {
@@ -200,6 +205,7 @@ typedef struct kd_server {
     struct kd_peers *peers;    /* the peer service; NULL without --peer-listen */
     struct kd_restorer *restorer; /* RESOLVE, FETCH and TIERS (kd_restore.c); NULL: none */
     struct kd_drainer *drainer;   /* drains to the durable tier (kd_drain.c); NULL: none */
+    struct kd_retain *retain;  /* retention's pins and runs (kd_retain.c) */
 } kd_server;
 
 /* kd_server.c */
@@ -274,6 +280,26 @@ void kd_staging_release(kd_server *s, kd_part *p);
 /* Maps the first waiting part if it now fits and returns it (its client may copy), or
  * NULL. Call it until NULL after every release: room is given in queue order. */
 kd_part *kd_staging_admit_waiting(kd_server *s);
+
+/* kd_retain.c: retention per tier (--keep-local, --keep-durable; decision 0182) */
+/* Owners of pins from this value up are the daemon's own (the drain's); below, the
+ * pids of client processes (a loader's RESOLVE and FETCH come on connections of their
+ * own: its pins stay until the last connection of its process closes). */
+#define KD_PIN_DAEMON (1ull << 63)
+int kd_retain_init(kd_server *s, ck_err *err);
+void kd_retain_free(kd_server *s);
+/* The thread that runs the passes (the restorer's) says how to ask it for one: wake(arg),
+ * called under retention's lock, must only flag and signal. */
+void kd_retain_runs_on(kd_server *s, void (*wake)(void *arg), void *arg);
+/* After a commit of name (NULL: none): learns its run, and asks for a pass. From the
+ * event loop or any thread: the pass runs on the restorer's. */
+void kd_retain_after_commit(kd_server *s, const char *name);
+/* While pinned by some owner (until kd_retain_unpin of the owner, or for 30 minutes
+ * after the last pin of the name by it), no copy of name in any tier is removed. */
+void kd_retain_pin(kd_server *s, uint64_t owner, const char *name);
+void kd_retain_unpin(kd_server *s, uint64_t owner);
+/* A pass (the restorer's thread only). */
+void kd_retain_run(kd_server *s);
 
 /* ---- the peer service ---- */
 

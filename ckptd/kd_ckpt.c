@@ -488,6 +488,8 @@ void kd_ckpt_events(kd_server *s)
             if (e->kind == CK_SAVER_FAILED) {
                 kd_log(s, "checkpoint %s failed: %s", k->name, e->msg);
                 remember_failed(s, k);
+            } else if (e->kind == CK_SAVER_COMMITTED) {
+                kd_retain_after_commit(s, k->name);
             }
             broadcast(s, k, e);
             ckpt_free(s, k);

@@ -207,9 +207,14 @@ static void run(struct kd_drainer *k, drec *r)
         k->cur = &d;
         pthread_mutex_unlock(&k->mu);
         kd_log(k->s, "drain of %s to the durable root: started", r->row.name);
+        /* Retention leaves the copies a drain reads alone, and counts what it commits. */
+        kd_retain_pin(k->s, KD_PIN_DAEMON, r->row.name);
         double t0 = kd_now();
         x = kd_drain_copy(&d, &step, &err);
         double dt = kd_now() - t0;
+        kd_retain_unpin(k->s, KD_PIN_DAEMON);
+        if (x == 0)
+            kd_retain_after_commit(k->s, r->row.name);
         if (x == 0)
             kd_log(k->s, "drain of %s: committed in the durable root, %llu bytes in %.2f s "
                    "(%.1f MB/s, --drain-rate %llu B/s)", r->row.name,

@@ -27,6 +27,7 @@
 typedef struct rreq {
     struct rreq *next;
     uint64_t client;
+    pid_t pid;                         /* the client's process: owner of its pins */
     uint16_t type;
     ck__restore_req q;
     uint64_t bytes;
@@ -44,6 +45,7 @@ struct kd_restorer {
     rreq *todo, *done;                 /* todo in arrival order */
     unsigned queued;
     uint64_t bytes;
+    bool retain;                       /* a retention pass is due (kd_retain.c) */
     bool stop;
 };
 
@@ -92,6 +94,7 @@ static void resolve(struct kd_restorer *k, rreq *r)
         fail(r, x, &err);
         return;
     }
+    kd_retain_pin(k->s, (uint64_t)r->pid, pick.name);  /* its process reads it next */
     kd_log(k->s, "RESOLVE of %s%s: %s%s%s", r->q.name, r->q.newest ? "<step>" : "", pick.name,
            pick.why[0] ? ": " : " (the newest saved)", pick.why);
     ck__wbuf w = { 0 };
@@ -141,6 +144,8 @@ static void fetch(struct kd_restorer *k, rreq *batch)
         if (u == 0 || strcmp(all[u - 1], all[i]))
             memcpy(all[u++], all[i], sizeof all[0]);
     uint64_t time = 0;
+    for (rreq *r = batch; r; r = r->next)
+        kd_retain_pin(k->s, (uint64_t)r->pid, r->q.name);
     if (x == 0)
         x = kd_tiers_fetch(&k->o, batch->q.name, all, (uint32_t)u, &time, &err);
     kd_log(k->s, "FETCH of %s for %zu request(s): %zu data file(s)%s%s", batch->q.name, asks, u,
@@ -191,10 +196,17 @@ static void *restorer(void *arg)
     struct kd_restorer *k = arg;
     pthread_mutex_lock(&k->mu);
     for (;;) {
-        while (!k->todo && !k->stop)
+        while (!k->todo && !k->stop && !k->retain)
             pthread_cond_wait(&k->cv, &k->mu);
         if (k->stop)
             break;
+        if (k->retain) {
+            k->retain = false;
+            pthread_mutex_unlock(&k->mu);
+            kd_retain_run(k->s);
+            pthread_mutex_lock(&k->mu);
+            continue;
+        }
         rreq *batch = take(k);
         pthread_mutex_unlock(&k->mu);
         if (batch->type == CK_MSG_RESOLVE)
@@ -217,6 +229,16 @@ static void *restorer(void *arg)
     return NULL;
 }
 
+/* Retention's wake (kd_retain_runs_on): a pass is due. */
+static void retain_due(void *arg)
+{
+    struct kd_restorer *k = arg;
+    pthread_mutex_lock(&k->mu);
+    k->retain = true;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
 int kd_restore_start(kd_server *s, ck_err *err)
 {
     struct kd_restorer *k = calloc(1, sizeof *k);
@@ -228,12 +250,14 @@ int kd_restore_start(kd_server *s, ck_err *err)
                             .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
     pthread_mutex_init(&k->mu, NULL);
     pthread_cond_init(&k->cv, NULL);
+    k->retain = true;                  /* a retention pass at start */
     int r = pthread_create(&k->th, NULL, restorer, k);
     if (r) {
         free(k);
         return ck_err_set(err, -r, "starting the restorer thread: %s", strerror(r));
     }
     s->restorer = k;
+    kd_retain_runs_on(s, retain_due, k);
     return 0;
 }
 
@@ -251,6 +275,7 @@ void kd_restore_stop(kd_server *s)
     struct kd_restorer *k = s->restorer;
     if (!k)
         return;
+    kd_retain_runs_on(s, NULL, NULL);
     pthread_mutex_lock(&k->mu);
     k->stop = true;
     pthread_cond_signal(&k->cv);
@@ -276,7 +301,7 @@ void kd_restore_submit(kd_server *s, kd_client *c, uint16_t type, ck__restore_re
         ck__restore_req_free(q);
         return;
     }
-    *r = (rreq){ .client = c->id, .type = type, .q = *q, .bytes = bytes };
+    *r = (rreq){ .client = c->id, .pid = c->pid, .type = type, .q = *q, .bytes = bytes };
     *q = (ck__restore_req){ 0 };
     pthread_mutex_lock(&k->mu);
     bool full = k->queued >= KD_RESTORE_QUEUED || k->bytes + bytes > KD_RESTORE_BYTES;

@@ -216,6 +216,13 @@ static void drop(kd_server *s, kd_client *c)
         }
     s->nclients--;
     kd_ckpt_client_gone(s, c);
+    /* A loader's restore requests come on connections of their own: what they pinned
+     * is its process's until its last connection goes. */
+    bool last = true;
+    for (kd_client *o = s->clients; o && last; o = o->next)
+        last = o->pid != c->pid;
+    if (last)
+        kd_retain_unpin(s, (uint64_t)c->pid);
     epoll_ctl(s->ep_fd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     for (unsigned i = 0; i < c->nfds; i++)

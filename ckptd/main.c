@@ -127,7 +127,7 @@ static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
            O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER, O_LOCAL, O_PEER,
-           O_PEER_TIMEOUT, O_DRAIN_EVERY, O_DRAIN_RATE };
+           O_PEER_TIMEOUT, O_DRAIN_EVERY, O_DRAIN_RATE, O_KEEP_LOCAL, O_KEEP_DURABLE };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
@@ -141,6 +141,7 @@ static int parse(int argc, char **argv, kd_opts *o)
         { "local-root", 1, 0, O_LOCAL }, { "peer-listen", 1, 0, O_PEER },
         { "peer-timeout", 1, 0, O_PEER_TIMEOUT },
         { "drain-every", 1, 0, O_DRAIN_EVERY }, { "drain-rate", 1, 0, O_DRAIN_RATE },
+        { "keep-local", 1, 0, O_KEEP_LOCAL }, { "keep-durable", 1, 0, O_KEEP_DURABLE },
         { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
@@ -190,6 +191,12 @@ static int parse(int argc, char **argv, kd_opts *o)
             if ((r = ck_size_parse(optarg, &o->drain_rate, &err)) < 0)
                 fprintf(stderr, "ckptd: --drain-rate: %s\n", ck_err_msg(&err)), r = -EINVAL;
             break;
+        case O_KEEP_LOCAL:
+            r = number("--keep-local", optarg, 0, 1u << 20, &o->keep_local);
+            break;
+        case O_KEEP_DURABLE:
+            r = number("--keep-durable", optarg, 0, 1u << 20, &o->keep_durable);
+            break;
         case O_ID:
             if ((r = ck__node_id_check(optarg, &err)) < 0)
                 fprintf(stderr, "ckptd: --id: %s\n", ck_err_msg(&err));
@@ -214,6 +221,10 @@ static int parse(int argc, char **argv, kd_opts *o)
     }
     if (r == 0 && o->drain_every && !o->local_root) {
         fprintf(stderr, "ckptd: --drain-every drains the local tiers: it needs --local-root\n");
+        r = -EINVAL;
+    }
+    if (r == 0 && o->keep_local && !o->local_root) {
+        fprintf(stderr, "ckptd: --keep-local keeps a local tier's copies: it needs --local-root\n");
         r = -EINVAL;
     }
     if (r == 0 && !o->socket[0] &&
@@ -344,6 +355,8 @@ int main(int argc, char **argv)
     if (r == 0)
         r = peers_start(&s, &err);
     if (r == 0)
+        r = kd_retain_init(&s, &err);
+    if (r == 0)
         r = kd_restore_start(&s, &err);
     if (r == 0)
         r = kd_drain_start(&s, &err);
@@ -360,6 +373,7 @@ int main(int argc, char **argv)
     r = kd_server_run(&s);
     kd_drain_stop(&s);
     kd_restore_stop(&s);
+    kd_retain_free(&s);
     kd_peers_stop(s.peers);
     kd_plan_stop(&s);
     ck__saver_free(s.saver);

@@ -6,6 +6,8 @@
  *   ckpt-inspect ROOT NAME --tensor T     and T's shards with their extents
  *   ckpt-inspect ROOT NAME --blobs        and the blobs
  *   ckpt-inspect ROOT --rebuild-catalog   make the catalog match the directories
+ *   ckpt-inspect ROOT --local DIR...      each checkpoint's copies across the tiers
+ *                                         (inspect_tiers.c)
  *
  * It only reads, except --rebuild-catalog, which writes ROOT/catalog.mdb only.
  */
@@ -18,6 +20,7 @@
 
 #include "ck/catalog.h"
 #include "ck/ckpt.h"
+#include "inspect_tiers.h"
 #include "tool.h"
 
 static const char *prog = "ckpt-inspect";
@@ -27,6 +30,7 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: ckpt-inspect ROOT [NAME] [--tensor T] [--blobs] [--json]\n"
 "       ckpt-inspect ROOT --rebuild-catalog\n"
+"       ckpt-inspect ROOT --local DIR [--local DIR...] [NAME] [--json]\n"
 "\n"
 "Without NAME, lists the checkpoints of ROOT with step, time, bytes and mesh, and\n"
 "reports incomplete saves under ROOT/.pending, directories the catalog misses and\n"
@@ -41,11 +45,21 @@ static void usage(FILE *f)
 "                       offset, bytes)\n"
 "  --blobs              also list the blobs (name, bytes)\n"
 "  --rebuild-catalog    rewrite ROOT/catalog.mdb from the checkpoint directories\n"
+"  --local DIR          (repeatable) a node's local tier (ckptd --local-root): instead\n"
+"                       show, for each checkpoint (or NAME), where its copies are in\n"
+"                       DIR and the durable tier ROOT: a node's own copy (local),\n"
+"                       replicas kept for other daemons (replica, DIR/.replicas/ID),\n"
+"                       fetched copies (fetched, DIR/.fetched/N), and ROOT's (durable),\n"
+"                       each complete or partial with the data files it holds; and\n"
+"                       whether the checkpoint is complete across them (every data\n"
+"                       file has a copy) or which files none holds. Links or FIFOs\n"
+"                       planted among DIR's roots are named and never followed (exit 1)\n"
 "  --json               machine-readable output\n"
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 ok, 1 the checkpoint is bad (without NAME: the catalog holds keys\n"
-"that are no name), 2 usage or I/O error.\n");
+"that are no name; with --local: a copy that does not open, or something planted\n"
+"among a tier's roots), 2 usage or I/O error (with --local: no copy of NAME).\n");
 }
 
 static json_t *mesh_json(const ck_mesh *m)
@@ -424,9 +438,16 @@ int main(int argc, char **argv)
 {
     static const struct option lo[] = {
         { "tensor", 1, 0, 't' }, { "blobs", 0, 0, 'b' }, { "json", 0, 0, 'j' },
-        { "rebuild-catalog", 0, 0, 'r' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "rebuild-catalog", 0, 0, 'r' }, { "help", 0, 0, 'h' }, { "local", 1, 0, 'l' },
+        { 0, 0, 0, 0 },
     };
     const char *tensor = NULL;
+    const char **locals = calloc((size_t)argc, sizeof *locals);
+    size_t nlocal = 0;
+    if (!locals) {
+        tool_error(prog, "out of memory");
+        return EXIT_USAGE;
+    }
     bool blobs = false, json = false, rebuild_cat = false;
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -435,16 +456,29 @@ int main(int argc, char **argv)
         case 'b': blobs = true; break;
         case 'j': json = true; break;
         case 'r': rebuild_cat = true; break;
-        case 'h': usage(stdout); return EXIT_OK;
-        default: usage(stderr); return EXIT_USAGE;
+        case 'l': locals[nlocal++] = optarg; break;
+        case 'h': usage(stdout); free(locals); return EXIT_OK;
+        default: usage(stderr); free(locals); return EXIT_USAGE;
         }
     }
     int nargs = argc - optind;
     if (nargs < 1 || nargs > 2) {
         tool_error(prog, nargs < 1 ? "missing ROOT (see --help)" : "too many arguments");
+        free(locals);
         return EXIT_USAGE;
     }
     const char *root = argv[optind], *name = nargs == 2 ? argv[optind + 1] : NULL;
+    if (nlocal) {
+        int code = EXIT_USAGE;
+        if (rebuild_cat || tensor || blobs)
+            tool_error(prog, "--local shows copies across the tiers: it takes no "
+                       "--rebuild-catalog, --tensor or --blobs");
+        else
+            code = inspect_tiers(prog, root, locals, nlocal, name, json);
+        free(locals);
+        return code;
+    }
+    free(locals);
     if (rebuild_cat) {
         if (name || tensor || blobs) {
             tool_error(prog, "--rebuild-catalog takes only ROOT");

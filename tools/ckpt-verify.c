@@ -35,7 +35,9 @@ static void usage(FILE *f)
 "save's lock) and the debris of saves whose writer died; and when ROOT is a node's\n"
 "local tier, the roots below it are checked the same way, each named: the replicas\n"
 "kept for other daemons (ROOT/.replicas/ID) and the copies fetched to restore from\n"
-"(ROOT/.fetched/N).\n"
+"(ROOT/.fetched/N); anything else planted there (a link, a FIFO, a file) is refused,\n"
+"named, and never opened. Any tier can be checked: a local tier, one replica root\n"
+"(ROOT/.replicas/ID), one fetched root, or the durable root.\n"
 "\n"
 "  --deep        also re-read every data block and compare its SHA-256 with the\n"
 "                manifest (in parallel); a mismatch names the tensors it holds\n"
@@ -52,8 +54,8 @@ static void usage(FILE *f)
 "  -h, --help    this text\n"
 "\n"
 "Exit status: 0 every checkpoint is good (saves in progress are no problem), 1 a\n"
-"problem was found (or debris of a dead writer's save lies under .pending), 2 usage\n"
-"or I/O error.\n");
+"problem was found (or debris of a dead writer's save lies under .pending, or\n"
+"something planted among a local tier's roots), 2 usage or I/O error.\n");
 }
 
 typedef struct ctx {
@@ -213,6 +215,21 @@ static int verify_root(const char *root, bool deep, unsigned threads, ctx *c, js
     return code;
 }
 
+typedef struct strays {
+    bool json;
+    json_t *out;
+} strays;
+
+static void on_stray(void *arg, const char *path, const char *what)
+{
+    strays *st = arg;
+    if (st->json)
+        json_array_append_new(st->out, json_pack("{s:s, s:s}", "path", path, "is", what));
+    else
+        printf("%s: %s, where only a root ckptd made belongs: refused, never followed\n",
+               path, what);
+}
+
 static void on_diff(void *arg, const char *msg)
 {
     ctx *c = arg;
@@ -341,7 +358,7 @@ int main(int argc, char **argv)
     }
     json_t *out = json_array();
     int code = EXIT_OK;
-    json_t *pending = json_array();
+    json_t *pending = json_array(), *refused = json_array();
     if (nargs == 2) {
         code = verify_one(root, argv[optind + 1], deep, threads, &c, out);
     } else {
@@ -349,7 +366,8 @@ int main(int argc, char **argv)
         ck_err err = { 0 };
         ck_tier_root *sub;
         size_t n;
-        if (ck_tier_roots(root, &sub, &n, &err) < 0) {
+        bool listed = ck_tier_roots(root, &sub, &n, &err) == 0;
+        if (!listed) {
             tool_error(prog, "%s", ck_err_msg(&err));
             n = 0;
             code = EXIT_USAGE;
@@ -364,16 +382,27 @@ int main(int argc, char **argv)
                 code = rc;
         }
         free(sub);
+        /* A link, FIFO or file planted among the tier's roots: named, never opened (a
+         * tier whose roots could not be listed was refused above, for the same cause). */
+        strays st = { .json = c.json, .out = refused };
+        int k = listed ? ck_tier_strays(root, on_stray, &st, &err) : 0;
+        if (k < 0) {
+            tool_error(prog, "%s", ck_err_msg(&err));
+            code = EXIT_USAGE;
+        } else if (k > 0 && code < EXIT_BAD) {
+            code = EXIT_BAD;
+        }
     }
     if (c.json) {
-        json_t *j = json_pack("{s:s, s:b, s:o, s:o}", "root", root, "ok", code == EXIT_OK,
-                              "checkpoints", out, "pending", pending);
+        json_t *j = json_pack("{s:s, s:b, s:o, s:o, s:o}", "root", root, "ok", code == EXIT_OK,
+                              "checkpoints", out, "pending", pending, "refused", refused);
         json_dumpf(j, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
         json_decref(j);
     } else {
         json_decref(out);
         json_decref(pending);
+        json_decref(refused);
     }
     return code;
 }

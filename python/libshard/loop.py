@@ -467,6 +467,12 @@ class CheckpointManager:
         elif name is None and step is None and (tiers := self._resolve_tiers(partial)):
             return tiers
         steps = _ck.steps(self.root, self.prefix)
+        if engine.socket_of(self.socket) is not None and (step is not None or name is not None):
+            want = name if name is not None else \
+                next((n for s, n in reversed(steps) if s == step), step_name(step, self.prefix))
+            if _ck.name_state(self.root, want)[0] != "committed" and \
+                    (tiers := self._resolve_tiers(partial, want)):
+                return tiers
         if name is not None:
             if _ck.name_state(self.root, name)[0] != "committed":
                 raise FileNotFoundError(f"CheckpointManager: {self.root} holds no committed "
@@ -501,13 +507,14 @@ class CheckpointManager:
                  if model_only else "")
         return ("ckpt", self.root, name, model_only)
 
-    def _resolve_tiers(self, partial):
+    def _resolve_tiers(self, partial, want=None):
         """Through ckptd: the run's newest step whose every data file has a live copy in
         its tiers (this node's local tier, its peers', the durable root), which may be
-        newer than the root's; None when the daemon knows no step of the run."""
+        newer than the root's; or (want) that checkpoint, which the root itself may lack.
+        None when the daemon knows no such checkpoint."""
         cl = _ck.Client(self.root, engine.socket_of(self.socket))
         try:
-            name, why = cl.resolve(self.prefix, True)
+            name, why = cl.resolve(want, False) if want else cl.resolve(self.prefix, True)
         except _ck.CkptError as e:
             if e.errno == errno.ENOENT:
                 return None

@@ -21,12 +21,15 @@ tensor.
 Through ckptd (socket, else $CKPTD_SOCKET, a daemon of this root) the checkpoint is
 opened from the copies its tiers hold nearest this node (a node's local tier, a peer's
 replica, the durable root), and read_data first has the daemon bring the data files the
-rank's boxes touch to this node (ck/client.h, ck_client_restore_*).
+rank's boxes touch to this node (ck/client.h, ck_client_restore_*). name=None then asks
+the daemon (RESOLVE) for the newest checkpoint its tiers can assemble whole, which may
+be newer than any in the root itself.
 """
 import dataclasses
 import errno
 import io
 import json
+import logging
 import os
 
 import torch
@@ -37,13 +40,14 @@ from torch.distributed.checkpoint.planner import LoadItemType
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from . import _ck, engine, names, newest
+from . import _ck, committed, engine, names, newest
 from .torchio import addr, dtype_code, torch_dtype
 
 # Blobs the writer keeps for itself (not state-dict entries): names.encode never gives
 # a key a name that begins with names.RESERVED_PREFIX, so no key can collide.
 PLANNER_DATA_BLOB = names.RESERVED_PREFIX + "planner_data"
 RESERVED_BLOBS = frozenset({PLANNER_DATA_BLOB})
+log = logging.getLogger("libshard")
 
 
 def split_checkpoint_id(checkpoint_id):
@@ -58,12 +62,57 @@ def split_checkpoint_id(checkpoint_id):
     return os.path.dirname(path) or ".", os.path.basename(path)
 
 
+def _run_prefix(name):
+    """PREFIX of a step name PREFIX<digits>, or None."""
+    stem = name.rstrip("0123456789")
+    return stem if stem != name else None
+
+
+def newest_through(client, root, prefixes=("step-",)):
+    """The newest checkpoint that ckptd's tiers (this node's local tier, its peers', the
+    durable root) can assemble whole, by RESOLVE: among the runs' step names PREFIX<digits>
+    for each of prefixes and each prefix of a step name committed in root, the highest
+    step; the root's own newest (any name, newest() of the package) when its step is
+    higher still. None when neither has one. Why a newer step could not be taken (a
+    part with no live copy) is logged."""
+    runs = set(prefixes)
+    try:
+        cks = committed(root)
+    except _ck.CkptError:              # no root yet: the tiers may still hold steps
+        cks = []
+    runs |= {p for _s, _t, n in cks if (p := _run_prefix(n)) is not None}
+    best = failed = None
+    for prefix in sorted(runs):
+        try:
+            name, why = client.resolve(prefix, True)
+        except _ck.CkptError as e:
+            # ENOENT: the tiers hold no step of this run; ENODATA: none of its steps
+            # has a live copy of every file (said if no other run has one either).
+            if e.errno in (errno.ENOENT, errno.ENODATA):
+                failed = failed if e.errno == errno.ENOENT else e
+                continue
+            raise
+        step = int(name[len(prefix):])
+        if best is None or step > best[0]:
+            best = (step, name, why)
+    if cks and (best is None or cks[-1][0] > best[0]):
+        return cks[-1][2]
+    if best is None and failed is not None:
+        raise failed
+    if best is None:
+        return None
+    if best[2]:
+        log.warning("libshard: %s", best[2])
+    return best[1]
+
+
 class CkptReader(StorageReader):
     """``dcp.load(sd, storage_reader=CkptReader("/ckpt", "step-100"))``.
 
-    name=None loads the newest committed checkpoint of root; every rank must resolve
-    the same one (checked in prepare_global_plan: a commit between two ranks' look-ups
-    fails the load with a message rather than mixing checkpoints).
+    name=None loads the newest committed checkpoint of root (through ckptd: the newest
+    its tiers can assemble whole, see newest_through); every rank must resolve the same
+    one (checked in prepare_global_plan: a commit between two ranks' look-ups fails the
+    load with a message rather than mixing checkpoints).
 
     verify=False reads without checking the blocks' SHA-256 against the manifest: for
     raw speed, trusting the storage."""
@@ -111,15 +160,18 @@ class CkptReader(StorageReader):
             return self._ck
         if self.root is None:
             raise ValueError("CkptReader: no checkpoint root (give root or checkpoint_id)")
-        name = self.name if self.name is not None else newest(self.root)
-        if name is None:
-            raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
         sock = engine.socket_of(self.socket)
         try:
             self._client = _ck.Client(self.root, sock) if sock else None
         except _ck.CkptError as e:
             if e.errno != errno.EXDEV:     # a daemon of another root: not this reader's
                 raise
+        name = self.name
+        if name is None:
+            name = newest_through(self._client, self.root) if self._client is not None \
+                else newest(self.root)
+        if name is None:
+            raise FileNotFoundError(f"{self.root}: no committed checkpoint to load")
         self._ck = _ck.Checkpoint(self.root, name, verify=self.verify, client=self._client)
         self._opened = name
         self.loaded_step = self._ck.info()["step"]

@@ -8,29 +8,12 @@
 # data. Skipped (77) where network namespaces cannot be made.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/replica_lib.sh"
+. "$here/tier_lib.sh"
 . "$here/../launch/netns_lib.sh"
 netns_hosts_up
-A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
-SHARED=$WORK/durable
-TRUTH=$WORK/truth
 synth "$TRUTH" step-12 --mesh 2 --placements 'S(0)' --step 12 --seed 12
-mkdir -p "$SHARED"
-for i in 0 1; do
-    mkdir -p "$WORK/n$i.local"
-    run "$COPY_PARTIAL" "$TRUTH" step-12 "$WORK/n$i.local" "n$i" "rank-0000$i.dat"
-    expect 0 "n$i's own part"
-done
-WRAP=("$WORK/on-$A")
-LISTEN=${NETNS_ADDRS[0]} daemon n0 --peer-timeout 5
-WRAP=("$WORK/on-$B")
-LISTEN=${NETNS_ADDRS[1]} daemon n1 --peer-timeout 5
-run "$WORK/on-$B" "$CKPTCTL" peer put --to n0 --root "$SHARED" --id n1 --from "$WORK/n1.local" \
-    step-12
-expect 0 "n1's part kept by n0, across the veth"
-
-crash n1
-rm -rf "$WORK/n1.local"
-LISTEN=${NETNS_ADDRS[1]} daemon n1 --peer-timeout 5
+two_hosts 5
+LISTEN=${NETNS_ADDRS[1]} lose n1
 run "$WORK/on-$B" "$TIER_LOAD" "$WORK/n1.sock" "$SHARED" "$TRUTH" step- --newest --rank 1
 expect 0 "rank 1 restored on host B"
 said "^resolved: step-12$" "the newest checkpoint"

@@ -47,12 +47,35 @@ stop_cluster() {
     echo "PASS [$TEST_NAME]"
 }
 
-# lose ID: node ID is lost with its disk (its daemon killed, its local tier deleted),
-# and a replacement of the same id starts with an empty local tier.
+# two_hosts TIMEOUT: the pair of network-namespace hosts (after netns_hosts_up; TRUTH
+# holds step-12 on 2 ranks): n0 on host A holds rank 0's file and, put across the veth,
+# a replica of n1's part; n1 on host B holds rank 1's. Daemons with --peer-timeout
+# TIMEOUT; WRAP is left on host B. Sets A and B.
+two_hosts() {
+    A=${NETNS_HOSTS[0]} B=${NETNS_HOSTS[1]}
+    mkdir -p "$SHARED"
+    local i
+    for i in 0 1; do
+        mkdir -p "$WORK/n$i.local"
+        run "$COPY_PARTIAL" "$TRUTH" step-12 "$WORK/n$i.local" "n$i" "rank-0000$i.dat"
+        expect 0 "n$i's own part"
+    done
+    WRAP=("$WORK/on-$A")
+    LISTEN=${NETNS_ADDRS[0]} daemon n0 --peer-timeout "$1"
+    WRAP=("$WORK/on-$B")
+    LISTEN=${NETNS_ADDRS[1]} daemon n1 --peer-timeout "$1"
+    run "$WORK/on-$B" "$CKPTCTL" peer put --to n0 --root "$SHARED" --id n1 \
+        --from "$WORK/n1.local" step-12
+    expect 0 "n1's part kept by n0, across the veth"
+}
+
+# lose ID [TIMEOUT]: node ID is lost with its disk (its daemon killed, its local tier
+# deleted), and a replacement of the same id starts with an empty local tier (on the
+# host WRAP names, listening on LISTEN; --peer-timeout TIMEOUT, default 5).
 lose() {
     crash "$1"
     rm -rf "$WORK/$1.local"
-    daemon "$1" --peer-timeout 5
+    daemon "$1" --peer-timeout "${2:-5}"
 }
 
 # load NODE WHAT [tier_load options]: restores through NODE's daemon.

@@ -130,6 +130,17 @@ typedef struct ck_tier_root {
     char path[4096];           /* LOCAL/.replicas/SRC, LOCAL/.fetched/N */
 } ck_tier_root;
 CK_API int ck_tier_roots(const char *local, ck_tier_root **out, size_t *n, ck_err *err);
+/* What lies in LOCAL/.replicas and LOCAL/.fetched and is no root of the tier (a link, a
+ * FIFO, a device, a file, a directory whose name is no daemon id): fn(arg, path, what)
+ * for each ("a symbolic link", "a FIFO", ...), nothing opened or followed. Returns how
+ * many, or -errno. ck_tier_roots leaves them out; ckpt-verify refuses each by name. */
+typedef void (*ck_tier_stray_fn)(void *arg, const char *path, const char *what);
+CK_API int ck_tier_strays(const char *local, ck_tier_stray_fn fn, void *arg, ck_err *err);
+/* Removes root t of the local tier LOCAL once it holds no checkpoint and nothing
+ * pending (retention, after it removed a root's last copy through ck_root_remove):
+ * only the names an empty root has (its catalog, the catalog's lock, .pending), then
+ * the directory; anything else there keeps it. 1 removed, 0 kept, or -errno. */
+CK_API int ck_tier_root_drop(const char *local, const ck_tier_root *t, ck_err *err);
 
 /* What a path is: a committed checkpoint (it holds a manifest), a checkpoint root
  * (it holds a catalog or saves' leftovers), or neither. Never fails. */
