@@ -74,6 +74,7 @@ typedef struct kd_opts {
     const char *local_root;    /* this node's local tier (--local-root); NULL: none */
     const char *peer_listen;   /* ADDR[:PORT] of the peer service (--peer-listen) */
     unsigned peer_timeout;     /* seconds a peer may stay silent in a transfer */
+    unsigned replicas, jump;   /* tiered saves' cliques (--replicas F, --jump J) */
 } kd_opts;
 
 typedef struct kd_client {
@@ -157,6 +158,7 @@ typedef struct kd_event {
     uint64_t rank;
     int code;
     char msg[CK_ERR_MSG_MAX];
+    uint8_t level;                 /* COMMITTED, SETTLED: the level reached */
 } kd_event;
 
 typedef struct kd_server {
@@ -440,6 +442,11 @@ int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
 /* Whether every data file of the save of name committed at time has a copy in t. */
 bool kd_tiers_whole(const kd_tview *t, const char *name, uint64_t time);
 
+/* kd_tiersave.c: tiered saves (the saver's replicate hook; where a save settled) */
+int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
+                          ck_err *err);
+void kd_tiersave_settled(kd_server *s, const char *name, uint8_t level, const char *note);
+
 /* kd_peer_client.c */
 int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);
 /* Sends the copy ROOT/NAME (every data file it holds) to be kept as a replica;
@@ -604,6 +611,9 @@ kd_client *kd_client_find(kd_server *s, uint64_t id);
 void kd_send(kd_server *s, kd_client *c, ck__wbuf *w);
 void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
 /* ADMIT, DURABLE, COMMITTED: the checkpoint's name, then a and b where not NULL. */
+/* COMMITTED: the name, the level reached, why it is lower than asked ("" if not). */
+void kd_send_committed(kd_server *s, kd_client *c, const char *name, uint8_t level,
+                       const char *note);
 void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
                    const uint64_t *a, const uint64_t *b);
 

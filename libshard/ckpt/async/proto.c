@@ -171,6 +171,7 @@ void ck__proto_put_begin(ck__wbuf *w, const ck__begin *b)
     }
     ck__put_u32(w, b->nodes);
     ck__put_bytes(w, b->job.bytes, CK_JOB_ID_LEN);
+    ck__put_u8(w, b->level);
 }
 
 /* A box list: its count is checked against the limits and against the bytes left
@@ -278,12 +279,15 @@ int ck__proto_get_begin(const void *p, size_t len, ck__begin *b, ck_err *err)
     const void *job = ck__get_bytes(&r, CK_JOB_ID_LEN);
     if (job)
         memcpy(b->job.bytes, job, CK_JOB_ID_LEN);
+    b->level = ck__get_u8(&r);
+    if (b->level > CK_LEVEL_DURABLE)
+        goto bad;
     if (ck__rbuf_done(&r))
         return 0;
 bad:
     ck__begin_free(b);
     return ck_err_set(err, -EBADMSG, "malformed BEGIN message (truncated, trailing bytes, "
-                      "or more than %u tensors / %u blobs / %u boxes)", CK_PROTO_MAX_TENSORS,
+                      "or more than %u tensors / %u blobs / %u boxes, or an unknown commit level)", CK_PROTO_MAX_TENSORS,
                       CK_PROTO_MAX_BLOBS, CK_PROTO_MAX_BOXES);
 }
 

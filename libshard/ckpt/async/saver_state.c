@@ -28,8 +28,10 @@ void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64
 {
     if (!sv->o.event)
         return;
+    bool level = kind == CK_SAVER_COMMITTED || kind == CK_SAVER_SETTLED;
     ck__saver_event ev = { .kind = kind, .name = c->name, .job = &c->job, .rank = rank,
-                           .code = c->fail_code, .msg = c->fail_msg };
+                           .code = c->fail_code, .msg = level ? c->note : c->fail_msg,
+                           .level = c->reached };
     sv->o.event(sv->o.arg, &ev);
 }
 
@@ -62,6 +64,8 @@ void ck__sv_free_parts(sv_ckpt *c, bool all)
     if (all) {
         free(c->peers);
         free(c->stale);
+        free(c->tier);
+        free(c->clique);
         free(c->parts);
         ck_decl_free(c->decl);
         free(c);
