@@ -485,7 +485,9 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
             tell(sv, c, CK_LEVEL_LOCAL, "");
         else if (local && x.ok >= c->nodes)
             tell(sv, c, CK_LEVEL_REPLICATED, "");
-        else if (local && (x.repl >= c->nodes || x.failed || late)) {
+        else if (local && (x.repl > x.ok || x.failed || late)) {
+            /* One replication failed: REPLICATED cannot hold any more, and the caller
+             * hears it now rather than at the deadline. */
             char note[CK_ERR_MSG_MAX + 32];
             snprintf(note, sizeof note, "not replicated: %s", x.why[0] ? x.why
                      : "not every engine replicated within --part-timeout");
