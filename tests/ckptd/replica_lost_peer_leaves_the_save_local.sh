@@ -3,7 +3,7 @@
 # level "local", said to the callers that asked for "replicated", never FAILED, never a
 # hang, and never a replica that is not whole. Four ckptd on loopback, one durable root,
 # --replicas 2 (cliques {n0, n1} and {n2, n3}), every wait bounded (--peer-timeout 2,
-# --part-timeout 8).
+# --part-timeout 5).
 #   1. n1 serves no peers (no --peer-listen): n0's copy cannot reach its clique. Every
 #      rank hears level local, and why (n0's replica at ckptd n1); n1's part, whose peer
 #      n0 is up, is replicated; n2 and n3 replicate each other.
@@ -14,7 +14,7 @@
 . "$(dirname "$0")/replica_lib.sh"
 SHARED=$WORK/durable
 mkdir -p "$SHARED"
-opts=(--replicas 2 --peer-timeout 2 --part-timeout 8)
+opts=(--replicas 2 --peer-timeout 2 --part-timeout 5)
 # plain ID: a daemon with a local tier and no peer service.
 plain() {
     mkdir -p "$WORK/$1.local"
