@@ -38,22 +38,34 @@ done
 sleep 1      # the veth's carrier (UCX leaves out a device that is not running)
 export UCX_TLS=tcp
 mkdir -p "$work/durable"
-for i in 0 1 2 3; do
-    h=$([ $i -lt 2 ] && echo "$A" || echo "$B")
-    addr=10.231.9.$([ $i -lt 2 ] && echo 1 || echo 2)
-    mkdir -p "$work/n$i.local"
-    ip netns exec "$h" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" \
-        --local-root "$work/n$i.local" --peer-listen "$addr:0" --socket "$work/n$i.sock" \
-        --replicas 2 --jump 2 --staging "$((mib * 3 / 2 + 64))MiB" --foreground \
-        --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
-    pids+=($!)
-done
-for i in 0 1 2 3; do
-    for _ in $(seq 200); do [ -s "$work/durable/.ckptd.n$i.peer" ] && break; sleep 0.05; done
-done
+# daemons tiered|plain: four ckptd, with local tiers and replicas or (plain) today's.
+daemons() {
+    local i h addr
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    pids=()
+    for i in 0 1 2 3; do
+        h=$([ $i -lt 2 ] && echo "$A" || echo "$B")
+        addr=10.231.9.$([ $i -lt 2 ] && echo 1 || echo 2)
+        mkdir -p "$work/n$i.local"
+        rm -f "$work/n$i.sock"
+        local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas 2 --jump 2)
+        [ "$1" = tiered ] || tiers=()
+        ip netns exec "$h" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
+            --socket "$work/n$i.sock" --staging "$((mib * 3 / 2 + 64))MiB" --foreground \
+            --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
+        pids+=($!)
+    done
+    for i in 0 1 2 3; do
+        for _ in $(seq 200); do
+            [ -S "$work/n$i.sock" ] && { [ "$1" != tiered ] || [ -s "$work/durable/.ckptd.n$i.peer" ]; } && break
+            sleep 0.05
+        done
+    done
+}
 socks=$work/n0.sock,$work/n1.sock,$work/n2.sock,$work/n3.sock
 
-# save NAME LEVEL: seconds from the save's start to every rank's COMMITTED.
+# save NAME LEVEL: seconds from the save's start to every rank's COMMITTED (and the
+# longest submit stall of its ranks appended to $work/stall.LEVEL).
 save() {
     local t0 t1
     t0=$(date +%s.%N)
@@ -62,11 +74,16 @@ save() {
         { cat "$work/out"; exit 1; }
     t1=$(date +%s.%N)
     grep -q "committed at level $2\$" "$work/out" || { cat "$work/out"; exit 1; }
+    sed -n 's/.*the submit stalled \([0-9.]*\) s.*/\1/p' "$work/out" | sort -g | tail -1 \
+        >>"$work/stall.$2"
     echo "$t1 - $t0" | bc -l
 }
 best() { sort -g | head -1; }
 
 declare -A T
+daemons plain
+T[durable]=$(for r in $(seq "$runs"); do save "durable-$r" durable; done | best)
+daemons tiered
 for level in local replicated; do
     T[$level]=$(for r in $(seq "$runs"); do save "$level-$r" "$level"; done | best)
 done
@@ -107,9 +124,14 @@ gb() { echo "$1 / $2 / 1000" | bc -l; }
 total=$((mib * 4))
 printf 'tiered-save: 4 nodes on 2 netns hosts, %d MiB per node (%d MiB a save), F=2 J=2, best of %d\n' \
     "$mib" "$total" "$runs"
-printf '%-28s %10s %10s\n' "" "seconds" "GB/s"
-printf '%-28s %10.3f %10.2f\n' "save to level local" "${T[local]}" "$(gb $((total * 1048576 / 1000000)) "${T[local]}")"
-printf '%-28s %10.3f %10.2f\n' "save to level replicated" "${T[replicated]}" "$(gb $((total * 1048576 / 1000000)) "${T[replicated]}")"
+printf '%-28s %10s %10s %14s\n' "" "seconds" "GB/s" "stall s (best)"
+stall() { sort -g "$work/stall.$1" | head -1; }
+for level in durable local replicated; do
+    what="save to level $level"
+    [ $level = durable ] && what="save, no tiers (durable)"
+    printf '%-28s %10.3f %10.2f %14.3f\n' "$what" "${T[$level]}" \
+        "$(gb $((total * 1048576 / 1000000)) "${T[$level]}")" "$(stall $level)"
+done
 printf '%-28s %10.3f %10.2f\n' "raw O_DIRECT write, 4 files" "$raw" "$(gb $((total * 1048576 / 1000000)) "$raw")"
 printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, A->B" "$link" "$(gb $((mib * 1048576 / 1000000)) "$link")"
 printf 'replicated / local: %.2fx (goal 1.2x)\n' "$(echo "${T[replicated]} / ${T[local]}" | bc -l)"
