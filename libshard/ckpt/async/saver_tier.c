@@ -470,7 +470,12 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
         r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_fail, &x, &err);
     if (r == 0)
         r = ck__meet_each(sv->root, c->meet, CK_MEET_REPL, on_repl, &x, &err);
-    bool local = x.copies >= c->nodes, late = t > c->deadline;
+    /* A closing engine waits for its own replication (its worker's job), not for the
+     * others': its clients hear what holds now. */
+    bool local = x.copies >= c->nodes, late = t > c->deadline || sv->closing;
+    if (sv->closing && !x.why[0])
+        snprintf(x.why, sizeof x.why, "ckptd %s is shutting down before every replication "
+                 "ended", sv->o.node_id);
     if (r < 0) {
         /* The meeting is gone: the coordinator ended it, which it does once every
          * record was in (or the deadline passed); what this engine saw last stands. */
