@@ -38,8 +38,8 @@ static const char usage[] =
     "                       save of the run (default 1800)\n"
     "  --resume             continue from the newest committed checkpoint in DIR\n"
     "  --daemon SOCKET      save through ckptd\n"
-    "  --commit-level L     with --daemon: the level each save waits for (local,\n"
-    "                       replicated, durable; default: the daemon's)\n"
+    "  --commit-level L     the level each save waits for (local, replicated, durable;\n"
+    "                       default: the daemon's; without ckptd every save is durable)\n"
     "  --log-every N        log every N steps (default 1)\n"
     "  --kill-at-step N     test hook: after step N and its saves, SIGKILL every rank\n"
     "  --eval               print the loss of the first --batch samples of the data\n"
@@ -172,9 +172,6 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
     ck_level level;
     if (a->commit_level && ck_level_parse(a->commit_level, &level, err) < 0)
         return ck_err_set(err, -EINVAL, "--commit-level");
-    if (a->commit_level && !a->daemon)
-        return ck_err_set(err, -EINVAL, "--commit-level needs --daemon (the levels are ckptd's "
-                          "tiers)");
     if ((a->ckpt_every || a->keep_last || a->resume || a->daemon || a->ckpt_timeout ||
          a->max_failed_saves) && !a->ckpt_root)
         return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --max-failed-saves, "
