@@ -4,22 +4,8 @@
  * in exactly one, and no two members lie in one failure domain of J consecutive nodes
  * (their indices differ by a multiple of J, within one block of F x J). A count that F x J
  * does not divide is refused with a message naming the rule. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "async/saver.h"
-
-static int fails;
-#define CHECK(c, ...)                                                                    \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #c);         \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            fails++;                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "ckpt_testlib.h"
 
 /* The clique of i, sorted, itself included, into c (f entries). */
 static int clique(uint32_t i, uint32_t n, uint32_t f, uint32_t j, uint32_t *c)
@@ -76,7 +62,7 @@ int main(void)
     CHECK(ck__clique(0, 4, 2, 3, NULL, &err) == -EINVAL && strstr(ck_err_msg(&err), "multiple"),
           "4 nodes, F 2, J 3 accepted (or unclear: %s)", ck_err_msg(&err));
     CHECK(ck__clique(0, 3, 2, 1, NULL, &err) == -EINVAL, "3 nodes in cliques of 2 accepted");
-    if (!fails)
+    if (!tl_failures)
         printf("ok: cliques of 10 shapes keep their members a multiple of J apart\n");
-    return fails ? 1 : 0;
+    return tl_failures ? 1 : 0;
 }
