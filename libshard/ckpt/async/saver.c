@@ -295,6 +295,7 @@ static int begin_save(ck__saver *sv, const ck__begin *b, sv_ckpt **out, ck_err *
     c->job = b->job;
     ck__job_hex(&b->job, c->job_hex);
     c->state = C_PLANNING;
+    c->meet_lock = c->meet_rootfd = -1;
     c->step = b->step;
     c->world = ck__begin_world(b);
     c->decl = ck_decl_ref(b->decl);

@@ -161,6 +161,10 @@ struct sv_ckpt {
     size_t tier_len;
     char (*clique)[CK_NODE_ID_MAX];/* the others of this engine's clique */
     uint32_t nclique;
+    /* Coordinator: NAME's lock in the durable root, held while the meeting is there
+     * (the save's own lock is in the local tier): a daemon starting on the durable root
+     * keeps the meeting, and another job's save of NAME is refused as ever. -1: none. */
+    int meet_lock, meet_rootfd;
 };
 
 enum { JOB_WRITE, JOB_COMMIT, JOB_ABORT, JOB_REPLICATE };
@@ -221,6 +225,11 @@ int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err);
 
 /* ---- saver_tier.c ---- */
 
+/* The coordinator of a tiered save of several engines takes NAME's lock in the durable
+ * root (c->meet_lock) before it makes the meeting: -EBUSY naming the holder while
+ * another writer (another job) saves NAME there. Let go when c is freed. */
+int ck__sv_tier_lock(ck__saver *sv, sv_ckpt *c, ck_err *err);
+void ck__sv_tier_unlock(sv_ckpt *c);
 /* The data root of the engine's saves: the local tier of a tiered engine, else root. */
 const char *ck__sv_data_root(const ck__saver *sv);
 /* Whether a tiered engine can take a save of b (the clique rule, the level asked):

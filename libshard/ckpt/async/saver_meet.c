@@ -599,7 +599,9 @@ static int coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
                           "engine serves one node only (run ckptd on each node)", c->name,
                           c->nodes);
     c->role = &ck__sv_coordinator;
-    int r = ck__save_share(c->s, c->token, err);
+    int r = sv->o.local_root ? ck__sv_tier_lock(sv, c, err) : 0;
+    if (r == 0)
+        r = ck__save_share(c->s, c->token, err);
     ck__meet_plan plan = { .step = c->step, .world = c->world, .nodes = c->nodes,
                            .instance = sv->o.instance };
     snprintf(plan.coord, sizeof plan.coord, "%s", sv->o.node_id);

@@ -62,6 +62,7 @@ void ck__sv_free_parts(sv_ckpt *c, bool all)
         c->parts[r].rec = NULL;
     }
     if (all) {
+        ck__sv_tier_unlock(c);
         free(c->peers);
         free(c->stale);
         free(c->tier);

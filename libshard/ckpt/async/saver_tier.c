@@ -21,7 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "async/saver_int.h"
+#include "format/owner.h"
+#include "io/rootfs.h"
 
 #define TIER_MAGIC "libshard tier 1\n"
 
@@ -33,6 +37,38 @@ static uint32_t factor(const ck__saver *sv)
 static uint32_t jump(const ck__saver *sv)
 {
     return sv->o.jump ? sv->o.jump : 1;
+}
+
+int ck__sv_tier_lock(ck__saver *sv, sv_ckpt *c, ck_err *err)
+{
+    char rel[PATH_MAX], what[CK_NAME_MAX + 64], who[CK_LOCK_WHO_MAX], theirs[CK_JOB_HEX_MAX];
+    int r = ck__save_lock_rel(c->name, rel, err);
+    if (r == 0 && (c->meet_rootfd = ck__root_open(sv->root, err)) < 0)
+        r = c->meet_rootfd;
+    /* The durable root's .pending holds only meetings of tiered saves: made here when
+     * missing (a link there is refused by the lock's open, which follows none). */
+    if (r == 0 && (r = ck__mkdirat(c->meet_rootfd, CK_PENDING, 0755)) == -EEXIST)
+        r = 0;
+    if (r < 0 && !err->code)
+        ck_err_set(err, r, "%s/%s: %s", sv->root, CK_PENDING, ck__why(r));
+    snprintf(what, sizeof what, "checkpoint %s is being saved by another writer", c->name);
+    if (r == 0)
+        r = ck__lock_take(c->meet_rootfd, sv->root, rel, what, c->job_hex, who, &c->meet_lock,
+                          err);
+    if (r == -EBUSY && ck__lock_job(who, theirs) && strcmp(theirs, c->job_hex))
+        ck_err_set(err, r, "checkpoint %s is being saved by another job (held by %s, lock "
+                   "%s/%s); this job's save of it fails", c->name, who, sv->root, rel);
+    return r;
+}
+
+void ck__sv_tier_unlock(sv_ckpt *c)
+{
+    char rel[PATH_MAX];
+    if (c->meet_lock >= 0 && ck__save_lock_rel(c->name, rel, NULL) == 0)
+        ck__lock_drop(c->meet_rootfd, rel, &c->meet_lock);
+    if (c->meet_rootfd >= 0)
+        close(c->meet_rootfd);
+    c->meet_rootfd = -1;
 }
 
 const char *ck__sv_data_root(const ck__saver *sv)
