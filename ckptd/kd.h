@@ -19,6 +19,8 @@
  *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
  *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ *   kd_tiersave.c tiered saves: a node's copy sent to its clique (the saver's
+ *                 replicate hook, over kd_peer_client.c), where each save settled
  * The peer service (--local-root, --peer-listen; docs/PROTOCOL.md, "Peer protocol"): a
  * UCX worker on a thread of its own, and the client calls the rest of the daemon (and
  * ckptctl) make to other nodes' services. Only these files know UCX, and only

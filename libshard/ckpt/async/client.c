@@ -248,27 +248,6 @@ ck_level ck_client_level_reached(const ck_client_save *sv, char *why, size_t cap
     return done ? (ck_level)sv->reached : CK_LEVEL_DEFAULT;
 }
 
-static const char *const level_names[] = {
-    [CK_LEVEL_DEFAULT] = "default", [CK_LEVEL_LOCAL] = "local",
-    [CK_LEVEL_REPLICATED] = "replicated", [CK_LEVEL_DURABLE] = "durable",
-};
-
-const char *ck_level_name(ck_level level)
-{
-    return (unsigned)level <= CK_LEVEL_DURABLE ? level_names[level] : "?";
-}
-
-int ck_level_parse(const char *name, ck_level *out, ck_err *err)
-{
-    for (unsigned i = 0; i <= CK_LEVEL_DURABLE; i++)
-        if (name && !strcmp(name, level_names[i])) {
-            *out = (ck_level)i;
-            return 0;
-        }
-    return ck_err_set(err, -EINVAL, "commit level '%s': one of local, replicated, durable, "
-                      "default", name ? name : "");
-}
-
 static int building(const ck_client_save *sv, ck_err *err)
 {
     if (sv->state == CK_CLIENT_FAILED)

@@ -348,3 +348,26 @@ int ck__proto_get_status(const void *p, size_t len, ck__proto_status *s, ck_err 
     s->ckpts = NULL;
     return ck_err_set(err, -EBADMSG, "malformed STATUS reply");
 }
+
+/* The commit levels' names (ck/client.h): here, below both the client and the save
+ * engine, which name them in messages. */
+static const char *const level_names[] = {
+    [CK_LEVEL_DEFAULT] = "default", [CK_LEVEL_LOCAL] = "local",
+    [CK_LEVEL_REPLICATED] = "replicated", [CK_LEVEL_DURABLE] = "durable",
+};
+
+const char *ck_level_name(ck_level level)
+{
+    return (unsigned)level <= CK_LEVEL_DURABLE ? level_names[level] : "?";
+}
+
+int ck_level_parse(const char *name, ck_level *out, ck_err *err)
+{
+    for (unsigned i = 0; i <= CK_LEVEL_DURABLE; i++)
+        if (name && !strcmp(name, level_names[i])) {
+            *out = (ck_level)i;
+            return 0;
+        }
+    return ck_err_set(err, -EINVAL, "commit level '%s': one of local, replicated, durable, "
+                      "default", name ? name : "");
+}

@@ -1,4 +1,4 @@
-/* async/saver_int.h - the save engine's own state, shared by its three files (private
+/* async/saver_int.h - the save engine's own state, shared by its four files (private
  * to async/):
  *
  *   saver.c        the engine: its threads and jobs, and the calls of async/saver.h
@@ -8,9 +8,12 @@
  *                  member, and the finder that looks for its meeting), and the
  *                  meeting thread's rounds (joins, part records, heartbeats, timeouts;
  *                  save/meet.h's files)
+ *   saver_tier.c   tiered saves: each engine's copy in its local tier, the manifest
+ *                  handed round, the replication, the commit levels (SETTLING)
  *
- * The calls point one way: saver.c uses both others, saver_meet.c uses saver_state.c,
- * and saver_state.c neither (it reaches a save's role through its table). Everything
+ * The calls point one way: saver.c uses all the others, saver_meet.c uses saver_tier.c
+ * and saver_state.c, saver_tier.c uses saver_state.c, and saver_state.c none (it
+ * reaches a save's role through its table). Everything
  * here is used with the engine's lock held unless a function says otherwise.
  */
 #ifndef CK_ASYNC_SAVER_INT_H
@@ -97,6 +100,9 @@ typedef struct sv_role {
     int (*blobs)(sv_ckpt *c, struct part *p, const uint8_t *blob, uint64_t len, ck_err *err);
     /* Whether a staged part waits for the save's directory (the finder has none). */
     bool waits;
+    /* The coordinator's: it builds the manifest (saver_tier.c asks, without naming
+     * the table). */
+    bool coordinates;
     /* A rank's file is written (r 0) or its write failed (r < 0, err): a member proves
      * the rank with its part record, or tells the reason the meeting gives. The new r. */
     int (*written)(ck__saver *sv, sv_ckpt *c, uint64_t rank, int r, ck_err *err);
@@ -227,9 +233,9 @@ int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err);
 
 /* The coordinator of a tiered save of several engines takes NAME's lock in the durable
  * root (c->meet_lock) before it makes the meeting: -EBUSY naming the holder while
- * another writer (another job) saves NAME there. Let go when c is freed. */
+ * another writer (another job) saves NAME there. Let go when c is freed
+ * (ck__sv_free_parts). */
 int ck__sv_tier_lock(ck__saver *sv, sv_ckpt *c, ck_err *err);
-void ck__sv_tier_unlock(sv_ckpt *c);
 /* The data root of the engine's saves: the local tier of a tiered engine, else root. */
 const char *ck__sv_data_root(const ck__saver *sv);
 /* Whether a tiered engine can take a save of b (the clique rule, the level asked):

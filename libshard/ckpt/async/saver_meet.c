@@ -780,6 +780,7 @@ static void coord_tick(ck__saver *sv, sv_ckpt *c, double t)
 
 const sv_role ck__sv_coordinator = {
     .open = coord_open, .rank0 = coord_rank0, .blobs = coord_blobs, .waits = false,
+    .coordinates = true,
     .written = coord_written, .committable = coord_committable, .commit = coord_commit,
     .failed = coord_failed, .abort = ck__save_discard, .tick = coord_tick,
 };

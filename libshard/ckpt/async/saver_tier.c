@@ -61,16 +61,6 @@ int ck__sv_tier_lock(ck__saver *sv, sv_ckpt *c, ck_err *err)
     return r;
 }
 
-void ck__sv_tier_unlock(sv_ckpt *c)
-{
-    char rel[PATH_MAX];
-    if (c->meet_lock >= 0 && ck__save_lock_rel(c->name, rel, NULL) == 0)
-        ck__lock_drop(c->meet_rootfd, rel, &c->meet_lock);
-    if (c->meet_rootfd >= 0)
-        close(c->meet_rootfd);
-    c->meet_rootfd = -1;
-}
-
 const char *ck__sv_data_root(const ck__saver *sv)
 {
     return sv->o.local_root ? sv->o.local_root : sv->root;
@@ -286,7 +276,7 @@ static int commit_copy(ck__saver *sv, sv_ckpt *c, ck_save *s, const bool *mine, 
 void ck__sv_tier_commit(ck__saver *sv, sv_ckpt *c)
 {
     ck_err err = { 0 };
-    bool coord = c->role == &ck__sv_coordinator;
+    bool coord = c->role->coordinates;
     bool *mine = calloc(c->world, sizeof *mine);
     uint32_t n = 0;
     char (*ids)[CK_NODE_ID_MAX] = coord && c->nodes > 1 ? node_order(sv, c, &n) : NULL;
@@ -483,7 +473,7 @@ static void settle_end(ck__saver *sv, sv_ckpt *c, const settle *x, bool local)
                c->reached ? ck_level_name((ck_level)c->reached) : "none",
                c->note[0] ? ": " : "", c->note);
     ck__sv_emit(sv, CK_SAVER_SETTLED, c, 0);
-    if (c->role == &ck__sv_coordinator && c->meet[0]) {
+    if (c->role->coordinates && c->meet[0]) {
         /* The members read the last records within a poll; the grace covers them. */
         grave *g = calloc(1, sizeof *g);
         if (g) {
