@@ -66,8 +66,11 @@ static void usage(FILE *f)
 
 static const char *state_name(const ck__proto_ckpt *c)
 {
-    return c->state == 1 ? "committing" : c->state == 3 ? "planning" : c->commit_requested ? "collecting, commit asked"
-                                                               : "collecting";
+    return c->state == 1   ? "committing"
+         : c->state == 3   ? "planning"
+         : c->state == 4   ? "settling (committed here, waiting for the commit levels)"
+         : c->commit_requested ? "collecting, commit asked"
+                               : "collecting";
 }
 
 /* Seconds in (0, 86400]; false for anything else. */

@@ -19,6 +19,8 @@
  *   kd_plan.c     the planner thread: checks big box lists and joins ranks to saves,
  *                 off the event loop
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
+ *   kd_tiersave.c tiered saves: a node's copy sent to its clique (the saver's
+ *                 replicate hook, over kd_peer_client.c), where each save settled
  *   kd_drain.c    the drainer thread: the drains asked for (kd_drain_offer, below the
  *                 save path that calls it), the policy, the drains owed
  *   kd_drain_copy.c one drain: local copies to a durable one, paced, every block checked
@@ -85,6 +87,7 @@ typedef struct kd_opts {
     uint64_t drain_rate;       /* bytes/s of a drain's reads (--drain-rate); 0: unpaced */
     unsigned keep_local;       /* --keep-local: checkpoints the local tier keeps; 0: all */
     unsigned keep_durable;     /* --keep-durable: of each run in the root; 0: all */
+    unsigned replicas, jump;   /* tiered saves' cliques (--replicas F, --jump J) */
 } kd_opts;
 
 typedef struct kd_client {
@@ -168,6 +171,7 @@ typedef struct kd_event {
     uint64_t rank;
     int code;
     char msg[CK_ERR_MSG_MAX];
+    uint8_t level;                 /* COMMITTED, SETTLED: the level reached */
 } kd_event;
 
 typedef struct kd_server {
@@ -540,6 +544,10 @@ void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer);
  * committed by rename. 0 committed; 1 the durable root held it already; else -errno
  * and nothing of it in the durable root. *step gets its step. */
 int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err);
+/* kd_tiersave.c: tiered saves (the saver's replicate hook; where a save settled) */
+int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
+                          ck_err *err);
+void kd_tiersave_settled(kd_server *s, const char *name, uint8_t level, const char *note);
 
 /* kd_peer_client.c */
 int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);
@@ -709,6 +717,9 @@ kd_client *kd_client_find(kd_server *s, uint64_t id);
 void kd_send(kd_server *s, kd_client *c, ck__wbuf *w);
 void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const char *msg);
 /* ADMIT, DURABLE, COMMITTED: the checkpoint's name, then a and b where not NULL. */
+/* COMMITTED: the name, the level reached, why it is lower than asked ("" if not). */
+void kd_send_committed(kd_server *s, kd_client *c, const char *name, uint8_t level,
+                       const char *note);
 void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
                    const uint64_t *a, const uint64_t *b);
 

@@ -436,6 +436,7 @@ void kd_saver_event(void *arg, const ck__saver_event *ev)
     e->job = *ev->job;
     e->rank = ev->rank;
     e->code = ev->code;
+    e->level = ev->level;
     if (ev->msg)
         snprintf(e->msg, sizeof e->msg, "%s", ev->msg);
     pthread_mutex_lock(&s->ev_mu);
@@ -459,7 +460,7 @@ static void broadcast(kd_server *s, kd_ckpt *k, const kd_event *e)
         if (!holds_part(k, ids, n, oom, c->id))
             continue;
         if (e->kind == CK_SAVER_COMMITTED)
-            kd_send_named(s, c, CK_MSG_COMMITTED, k->name, NULL, NULL);
+            kd_send_committed(s, c, k->name, e->level, e->msg);
         else
             kd_send_error(s, c, k->name, e->code, e->msg);
     }
@@ -477,7 +478,9 @@ void kd_ckpt_events(kd_server *s)
     while (e) {
         kd_event *next = e->next;
         kd_ckpt *k = find(s, e->name, &e->job);
-        if (k && e->kind == CK_SAVER_DURABLE) {
+        if (e->kind == CK_SAVER_SETTLED) {
+            kd_tiersave_settled(s, e->name, e->level, e->msg);
+        } else if (k && e->kind == CK_SAVER_DURABLE) {
             kd_part *p = part_of(k, e->rank);
             kd_client *c = p ? kd_client_find(s, p->client) : NULL;
             if (c)

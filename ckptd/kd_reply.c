@@ -43,6 +43,18 @@ void kd_send_error(kd_server *s, kd_client *c, const char *name, int code, const
     ck__wbuf_free(&w);
 }
 
+void kd_send_committed(kd_server *s, kd_client *c, const char *name, uint8_t level,
+                       const char *note)
+{
+    ck__wbuf w = { 0 };
+    ck__proto_start(&w, CK_MSG_COMMITTED);
+    ck__put_str(&w, name);
+    ck__put_u8(&w, level);
+    ck__put_str(&w, note);
+    kd_send(s, c, &w);
+    ck__wbuf_free(&w);
+}
+
 void kd_send_named(kd_server *s, kd_client *c, uint16_t type, const char *name,
                    const uint64_t *a, const uint64_t *b)
 {

@@ -131,7 +131,10 @@ int kd_server_engine(kd_server *s, ck_err *err)
                          .log = kd_log_cb,
                          .event = kd_saver_event, .arg = s,
                          .node_id = s->o.id[0] ? s->o.id : NULL, .instance = s->instance,
-                         .part_timeout = s->o.part_timeout, .dead_after = s->o.dead_after };
+                         .part_timeout = s->o.part_timeout, .dead_after = s->o.dead_after,
+                         .local_root = s->local_root[0] ? s->local_root : NULL,
+                         .replicas = s->o.replicas, .jump = s->o.jump,
+                         .replicate = kd_tiersave_replicate };
     if ((r = ck__saver_new(&so, &s->saver, err)) < 0 || (r = kd_plan_start(s, err)) < 0)
         return r;
     kd_log(s, "daemon %s serving %s on %s (staging %llu bytes, plan memory %llu bytes, %u "

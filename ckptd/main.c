@@ -58,6 +58,11 @@ static void usage(FILE *f)
 "                       address (default port %d; 0: any free one), published in\n"
 "                       DIR/.ckptd.ID.peer (docs/PROTOCOL.md, \"Peer protocol\")\n"
 "  --peer-timeout SECS  a peer silent this long in a transfer fails it (default 30)\n"
+"  --replicas F         with --local-root: each node's copy of a save is kept on F\n"
+"                       nodes, its own and F-1 peers of its clique (default 1)\n"
+"  --jump J             clique members are J nodes apart, outside a failure domain\n"
+"                       of J consecutive nodes; a save's node count must be a\n"
+"                       multiple of F x J (default 1; docs/decisions/0174)\n"
 "  --drain-every K      with --local-root: every K'th checkpoint the save path says is\n"
 "                       replicated is copied to DIR (the durable tier) in the\n"
 "                       background, by the node whose own copy holds its first data\n"
@@ -127,7 +132,8 @@ static int parse(int argc, char **argv, kd_opts *o)
 {
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
            O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER, O_LOCAL, O_PEER,
-           O_PEER_TIMEOUT, O_DRAIN_EVERY, O_DRAIN_RATE, O_KEEP_LOCAL, O_KEEP_DURABLE };
+           O_PEER_TIMEOUT, O_DRAIN_EVERY, O_DRAIN_RATE, O_KEEP_LOCAL, O_KEEP_DURABLE,
+           O_REPLICAS, O_JUMP };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
@@ -140,13 +146,14 @@ static int parse(int argc, char **argv, kd_opts *o)
         { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
         { "local-root", 1, 0, O_LOCAL }, { "peer-listen", 1, 0, O_PEER },
         { "peer-timeout", 1, 0, O_PEER_TIMEOUT },
+        { "replicas", 1, 0, O_REPLICAS }, { "jump", 1, 0, O_JUMP },
         { "drain-every", 1, 0, O_DRAIN_EVERY }, { "drain-rate", 1, 0, O_DRAIN_RATE },
         { "keep-local", 1, 0, O_KEEP_LOCAL }, { "keep-durable", 1, 0, O_KEEP_DURABLE },
         { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
     };
     *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
                  .plan_memory = 1ull << 30, .rank_timeout = 300, .part_timeout = 600,
-                 .dead_after = 10, .peer_timeout = 30 };
+                 .dead_after = 10, .peer_timeout = 30, .replicas = 1, .jump = 1 };
     default_id(o->id, sizeof o->id);
     ck_err err = { 0 };
     int c, r = 0;
@@ -197,6 +204,12 @@ static int parse(int argc, char **argv, kd_opts *o)
         case O_KEEP_DURABLE:
             r = number("--keep-durable", optarg, 0, 1u << 20, &o->keep_durable);
             break;
+        case O_REPLICAS:
+            r = number("--replicas", optarg, 1, 64, &o->replicas);
+            break;
+        case O_JUMP:
+            r = number("--jump", optarg, 1, 4096, &o->jump);
+            break;
         case O_ID:
             if ((r = ck__node_id_check(optarg, &err)) < 0)
                 fprintf(stderr, "ckptd: --id: %s\n", ck_err_msg(&err));
@@ -213,6 +226,11 @@ static int parse(int argc, char **argv, kd_opts *o)
     }
     if (r == 0 && (optind != argc || !o->root)) {
         fprintf(stderr, "ckptd: %s\n", o->root ? "unexpected argument" : "--root is required");
+        r = -EINVAL;
+    }
+    if (r == 0 && (o->replicas > 1 || o->jump > 1) && !o->local_root) {
+        fprintf(stderr, "ckptd: --replicas and --jump place the copies of a local tier: "
+                "they need --local-root\n");
         r = -EINVAL;
     }
     if (r == 0 && o->peer_listen && !o->local_root) {

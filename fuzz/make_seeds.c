@@ -261,7 +261,9 @@ static void client_seeds(void)
     uint64_t rank = 0, image = 4096;
     named(&r, &run, CK_MSG_ADMIT, "fz", &rank, &image);
     named(&r, &run, CK_MSG_DURABLE, "fz", &rank, NULL);
-    named(&r, &run, CK_MSG_COMMITTED, "fz", NULL, NULL);
+    kd_send_committed(&r.s, &r.c, "fz", CK_LEVEL_LOCAL, "not replicated: engine n1: peer "
+                      "10.0.0.2:7471 (ckptd n1): silent for 30 s");
+    replies_take(&r, &run);
     put("client_reply", "committed", run.p, run.len);
     ck__wbuf fail = { 0 };
     ck__put_bytes(&fail, ok.p, ok.len);

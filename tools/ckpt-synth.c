@@ -57,6 +57,9 @@ static void usage(FILE *f)
 "                       with --world: one process per rank, through ckptd at SOCKET;\n"
 "                       several sockets: one ckptd per simulated node on the same\n"
 "                       root, the ranks split in equal consecutive blocks\n"
+"  --level L            with --world: the commit level to wait for (local,\n"
+"                       replicated, durable; default: the daemon's); each rank says\n"
+"                       the level its save reached\n"
 "  --json               print the result as JSON\n"
 "  --progress           progress lines on stderr even when it is no terminal (a\n"
 "                       log): one every 2 s and one at the end\n"
@@ -72,13 +75,14 @@ typedef struct opts {
     bool uneven, no_hash, json, boxes, progress;
     uint32_t block_size;
     unsigned hash_threads;
+    ck_level level;
 } opts;
 
 static int parse(int argc, char **argv, opts *o)
 {
     enum { O_NAME = 256, O_MESH, O_DIMS, O_PL, O_TENSORS, O_BYTES, O_DTYPE, O_UNEVEN, O_SEED,
            O_STEP, O_NOHASH, O_BLOCK, O_HT, O_JSON, O_WORLD, O_DAEMON, O_BOXES,
-           O_PROGRESS };
+           O_PROGRESS, O_LEVEL };
     static const struct option lo[] = {
         { "name", 1, 0, O_NAME }, { "mesh", 1, 0, O_MESH }, { "dims", 1, 0, O_DIMS },
         { "placements", 1, 0, O_PL }, { "tensors", 1, 0, O_TENSORS }, { "bytes", 1, 0, O_BYTES },
@@ -86,7 +90,7 @@ static int parse(int argc, char **argv, opts *o)
         { "step", 1, 0, O_STEP }, { "no-hash", 0, 0, O_NOHASH }, { "block-size", 1, 0, O_BLOCK },
         { "hash-threads", 1, 0, O_HT }, { "json", 0, 0, O_JSON }, { "world", 1, 0, O_WORLD },
         { "daemon", 1, 0, O_DAEMON }, { "boxes", 0, 0, O_BOXES }, { "progress", 0, 0, O_PROGRESS },
-        { "help", 0, 0, 'h' },
+        { "level", 1, 0, O_LEVEL }, { "help", 0, 0, 'h' },
         { 0, 0, 0, 0 },
     };
     *o = (opts){ .dtype = CK_F32 };
@@ -106,6 +110,12 @@ static int parse(int argc, char **argv, opts *o)
         case O_DAEMON: o->daemon = optarg; break;
         case O_BOXES: o->boxes = true; break;
         case O_PROGRESS: o->progress = true; break;
+        case O_LEVEL:
+            if (ck_level_parse(optarg, &o->level, &err) < 0) {
+                tool_error(prog, "--level: %s", ck_err_msg(&err));
+                return -EINVAL;
+            }
+            break;
         case O_WORLD:
         case O_TENSORS:
         case O_SEED:
@@ -315,6 +325,8 @@ typedef struct rank_job {
     ck_client *cl;
     uint64_t rank;
     double stall;             /* seconds in ck_client_submit */
+    ck_level reached;         /* the commit level its save reached, and why not higher */
+    char why[CK_ERR_MSG_MAX];
     int rc;
     ck_err err;
 } rank_job;
@@ -364,6 +376,7 @@ static int synth_rank(rank_job *j)
     }
     if (o->no_hash)
         ck_client_no_hash(sv);
+    ck_client_level(sv, o->level);
     char name[32];
     uint32_t coord[CK_MAX_MESH_DIMS];
     ck_mesh_coord(j->mesh, j->rank, coord);
@@ -388,6 +401,8 @@ static int synth_rank(rank_job *j)
         r = ck_client_commit(sv, &j->err);
     if (r == 0)
         r = ck_client_wait(sv, CK_CLIENT_COMMITTED, &j->err);
+    if (r == 0)
+        j->reached = ck_client_level_reached(sv, j->why, sizeof j->why);
     ck_client_save_free(sv);
     free(srcs);
     box_srcs_free(j->box_srcs);
@@ -488,8 +503,9 @@ static int synth_world(const opts *o, ck_decl *decl, const ck_mesh *mesh,
             if (j->rc < 0)
                 tool_error(prog, "rank %llu: %s", (unsigned long long)r, ck_err_msg(&j->err));
             else if (!o->json)
-                printf("%s: rank %llu: the submit stalled %.3f s\n", prog,
-                       (unsigned long long)r, j->stall);
+                printf("%s: rank %llu: the submit stalled %.3f s; committed at level %s%s%s\n",
+                       prog, (unsigned long long)r, j->stall, ck_level_name(j->reached),
+                       j->why[0] ? ": " : "", j->why);
             ck_client_close(j->cl);
             fflush(stdout);
             _exit(j->rc < 0 ? tool_exit_code(j->rc) : EXIT_OK);

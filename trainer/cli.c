@@ -38,6 +38,8 @@ static const char usage[] =
     "                       save of the run (default 1800)\n"
     "  --resume             continue from the newest committed checkpoint in DIR\n"
     "  --daemon SOCKET      save through ckptd\n"
+    "  --commit-level L     the level each save waits for (local, replicated, durable;\n"
+    "                       default: the daemon's; without ckptd every save is durable)\n"
     "  --log-every N        log every N steps (default 1)\n"
     "  --kill-at-step N     test hook: after step N and its saves, SIGKILL every rank\n"
     "  --eval               print the loss of the first --batch samples of the data\n"
@@ -64,6 +66,7 @@ static const struct {
     {"--mesh", offsetof(tr_args, mesh), O_STR, 0, 0},
     {"--ckpt-root", offsetof(tr_args, ckpt_root), O_STR, 0, 0},
     {"--daemon", offsetof(tr_args, daemon), O_STR, 0, 0},
+    {"--commit-level", offsetof(tr_args, commit_level), O_STR, 0, 0},
     {"--ckpt-mode", offsetof(tr_args, ckpt_mode), O_STR, 0, 0},
     {"--safetensors", offsetof(tr_args, safetensors), O_STR, 0, 0},
     {"--device", offsetof(tr_args, device), O_STR, 0, 0},
@@ -166,6 +169,9 @@ int tr_args_parse(int argc, char **argv, tr_args *a, ck_err *err)
                           "with --device cpu");
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
+    ck_level level;
+    if (a->commit_level && ck_level_parse(a->commit_level, &level, err) < 0)
+        return ck_err_set(err, -EINVAL, "--commit-level");
     if ((a->ckpt_every || a->keep_last || a->resume || a->daemon || a->ckpt_timeout ||
          a->max_failed_saves) && !a->ckpt_root)
         return ck_err_set(err, -EINVAL, "--ckpt-every, --keep-last, --max-failed-saves, "

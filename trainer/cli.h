@@ -8,6 +8,7 @@
 
 typedef struct tr_args {
     const char *data, *mesh, *ckpt_root, *daemon;
+    const char *commit_level;  /* --commit-level: local, replicated, durable; NULL: ckptd's */
     const char *safetensors;  /* --eval: the model's weights from this file */
     tr_config model;
     int batch;            /* sequences per step, all ranks together */

@@ -406,11 +406,14 @@ static int setup(trainer *t, ck_err *err)
     t->sched = (tr_lr){a->lr, a->min_lr, a->warmup,
                        a->schedule_steps ? a->schedule_steps : a->steps};
     format_config(t);
+    ck_level level = CK_LEVEL_DEFAULT;
+    if (a->commit_level)
+        ck_level_parse(a->commit_level, &level, NULL);      /* checked by tr_parse */
     if (!rc && a->resume)
         rc = resume(t, err);
     if (!rc && a->ckpt_root && !a->eval)
         rc = sh_checkpoint_new(t->w, &(sh_checkpoint_opts){a->ckpt_root, a->daemon, t->opt,
-                                                       a->ckpt_timeout},
+                                                       a->ckpt_timeout, level},
                                &t->ckpt, err);
     if (!rc && t->ckpt) {
         /* The saves' staging, faulted in now rather than in the first saves. */

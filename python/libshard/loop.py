@@ -131,6 +131,9 @@ class CheckpointManager:
         model's own keys mapped by hf_key_map (default hf_folder: ROOT-hf beside the
         root), streaming: no rank gathers the model.
     enable_checkpoint: False makes save and load do nothing.
+    commit_level: where each save must be before it counts as saved, through a ckptd
+        with a local tier (CkptWriter's commit_level: "local", "replicated",
+        "durable"; None: the daemon's default).
 
     A failed save does not stop training: it is logged and counted (stats.failed,
     stats.failed_in_a_row), and the next save goes on. max_failed_saves=K raises instead
@@ -148,8 +151,10 @@ class CheckpointManager:
                  load_step=-1, exclude_from_loading=(), load_only=False,
                  initial_load_path=None, initial_load_model_only=True,
                  last_save_model_only=False, export_dtype="float32", last_save_in_hf=False,
-                 hf_key_map=None, hf_folder=None, model_key="model", enable_checkpoint=True):
+                 hf_key_map=None, hf_folder=None, model_key="model", enable_checkpoint=True,
+                 commit_level=None):
         self.root = os.fspath(root)
+        self.commit_level = commit_level
         self.enable = enable_checkpoint
         if async_mode is not None:
             if async_mode not in ASYNC_MODES:
@@ -238,7 +243,8 @@ class CheckpointManager:
             return self._save_model_only(step, name, state_dict)
         self._writer = CkptWriter(self.root, name, socket=self.socket, hash=self.hash,
                                   step=step, process_group=self.process_group,
-                                  async_staging=self.async_staging and not last_step)
+                                  async_staging=self.async_staging and not last_step,
+                                  commit_level=self.commit_level)
         try:
             if self.async_save and not last_step:
                 self._future = dcp.async_save(state_dict, storage_writer=self._writer,
@@ -272,7 +278,8 @@ class CheckpointManager:
                 for k, v in msd.items()}
         try:
             self._writer = CkptWriter(self.root, name, socket=self.socket, hash=self.hash,
-                                      step=step, process_group=self.process_group)
+                                      step=step, process_group=self.process_group,
+                                      commit_level=self.commit_level)
             dcp.save({self.model_key: cast}, storage_writer=self._writer,
                      process_group=self.process_group)
         except _SAVE_ERRORS as e:
@@ -368,10 +375,18 @@ class CheckpointManager:
         s.saves += 1
         s.failed_in_a_row = 0
         s.last_step = step
+        level, note = None, ""
         if self._writer is not None:
+            level, note = self._writer.committed_level, self._writer.level_note
             self._writer.close()
             self._writer = None
         if self._rank() != 0:
+            return
+        if level in ("local", "replicated"):
+            # In the daemons' local tiers, not under root: what it holds and its
+            # retention are the tiers' (ckpt-inspect, --keep-local).
+            log.info("libshard: committed %s in the local tiers at level %s%s%s: step %d",
+                     name, level, ": " if note else "", note, step)
             return
         ck = _ck.Checkpoint(self.root, name)
         info = ck.info()

@@ -420,6 +420,11 @@ class _Part:
         self.close()
 
 
+# The commit levels a save can wait for (ck/client.h, ck_level).
+COMMIT_LEVELS = {"local": 1, "replicated": 2, "durable": 3}
+_LEVEL_NAMES = {v: k for k, v in COMMIT_LEVELS.items()}
+
+
 class CkptWriter(StorageWriter, AsyncStager):
     """``dcp.save(sd, storage_writer=CkptWriter("/ckpt", "step-100"))``, or
     ``dcp.save(sd, checkpoint_id="/ckpt/step-100", storage_writer=CkptWriter())``.
@@ -430,13 +435,24 @@ class CkptWriter(StorageWriter, AsyncStager):
     process_group: the group of the save, for async staging (default: the world).
     async_staging: async_save returns once the copies are queued; call
         maybe_wait_for_staging() before the state changes (module docstring).
+    commit_level: where the checkpoint must be before the save returns (ckptd with
+        --local-root; docs/decisions/0175-commit-levels.md): "local", "replicated" or
+        "durable"; None: the daemon's default. After the save, committed_level says
+        the level reached and level_note why it is lower than asked (a replica's peer
+        lost: the save is committed, not failed).
     """
 
     should_synchronize_after_execute = False
 
     def __init__(self, root=None, name=None, *, socket=None, hash=True, step=None,
-                 process_group=None, async_staging=False):
+                 process_group=None, async_staging=False, commit_level=None):
         super().__init__()
+        if commit_level is not None and commit_level not in COMMIT_LEVELS:
+            raise ValueError(f"CkptWriter: commit_level {commit_level!r}: one of "
+                             f"{', '.join(COMMIT_LEVELS)} (or None)")
+        self.commit_level = commit_level
+        self.committed_level = None
+        self.level_note = ""
         self.root = os.fspath(root) if root is not None else None
         self.name = name
         self.socket = socket
@@ -562,7 +578,7 @@ class CkptWriter(StorageWriter, AsyncStager):
         step = self.step if self.step is not None else _step_of(self.name)
         with eng.lock:
             save = eng.client.begin(self.name, step, self.rank, recipe.job, recipe.decl,
-                                    self.hash)
+                                    self.hash, COMMIT_LEVELS.get(self.commit_level, 0))
             try:
                 for name, data in blobs:
                     save.blob(name, data)
@@ -602,6 +618,8 @@ class CkptWriter(StorageWriter, AsyncStager):
                 self._wait_committed_elsewhere(self._elsewhere)
             elif self.is_coordinator:
                 self._part.engine.wait(self._part.save)
+                level, self.level_note = self._part.engine.call(self._part.save.level)
+                self.committed_level = _LEVEL_NAMES.get(level)
         finally:
             self._release()
 

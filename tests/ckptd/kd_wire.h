@@ -29,6 +29,7 @@ typedef struct kc_wire {
     uint64_t staging_size;
     uint32_t nodes;
     ck_job_id job;
+    uint8_t level;             /* the commit level asked (protocol 7) */
 } kc_wire;
 
 static inline void kc_put_wire(ck__wbuf *w, const kc_wire *d)
@@ -73,6 +74,7 @@ static inline void kc_put_wire(ck__wbuf *w, const kc_wire *d)
     }
     ck__put_u32(w, d->nodes);
     ck__put_bytes(w, d->job.bytes, CK_JOB_ID_LEN);
+    ck__put_u8(w, d->level);
 }
 
 #endif

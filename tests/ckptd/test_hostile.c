@@ -226,6 +226,9 @@ int main(void)
     b.job = (ck_job_id){ 0 };
     CHECK(begin_refused(d.sock, &b, 16384, true), "a BEGIN without a job id accepted");
     b = good_decl();
+    b.level = 9;
+    CHECK(begin_refused(d.sock, &b, 16384, true), "a BEGIN asking commit level 9 accepted");
+    b = good_decl();
     CHECK(begin_refused(d.sock, &b, 4096, true), "staging smaller than declared accepted");
     CHECK(begin_refused(d.sock, &b, 16384, false), "unsealed staging accepted");
 

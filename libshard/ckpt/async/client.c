@@ -235,6 +235,19 @@ void ck_client_no_hash(ck_client_save *sv)
     sv->b.no_hash = true;
 }
 
+void ck_client_level(ck_client_save *sv, ck_level level)
+{
+    sv->b.level = (uint8_t)level;
+}
+
+ck_level ck_client_level_reached(const ck_client_save *sv, char *why, size_t cap)
+{
+    bool done = sv->state == CK_CLIENT_COMMITTED;
+    if (why && cap)
+        snprintf(why, cap, "%s", done ? sv->note : "");
+    return done ? (ck_level)sv->reached : CK_LEVEL_DEFAULT;
+}
+
 static int building(const ck_client_save *sv, ck_err *err)
 {
     if (sv->state == CK_CLIENT_FAILED)

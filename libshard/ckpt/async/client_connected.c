@@ -57,6 +57,7 @@ static void dispatch(ck_client *cl, const ck__msg *m)
         ck__get_str(&r, name, sizeof name);
     uint64_t rank = 0, bytes = 0;
     int32_t code = 0;
+    uint8_t level = 0;
     char msg[CK_ERR_MSG_MAX] = "";
     switch (m->type) {
     case CK_MSG_ADMIT:
@@ -71,11 +72,14 @@ static void dispatch(ck_client *cl, const ck__msg *m)
         ck__get_str(&r, msg, sizeof msg);
         break;
     case CK_MSG_COMMITTED:
+        level = ck__get_u8(&r);
+        ck__get_str(&r, msg, sizeof msg);
         break;
     default:
         r.bad = true;
     }
-    if (!ck__rbuf_done(&r) || (m->type == CK_MSG_ERROR && code >= 0)) {
+    if (!ck__rbuf_done(&r) || (m->type == CK_MSG_ERROR && code >= 0) ||
+        level > CK_LEVEL_DURABLE) {
         conn_broken(cl, -EPROTO, "ckptd sent a malformed reply");
         return;
     }
@@ -94,7 +98,7 @@ static void dispatch(ck_client *cl, const ck__msg *m)
         } else if (m->type == CK_MSG_DURABLE && sv->b.rank == rank) {
             ck__client_set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
         } else if (m->type == CK_MSG_COMMITTED) {
-            ck__client_set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
+            ck__client_committed(sv, level, msg);
         } else if (m->type == CK_MSG_ERROR) {
             ck__client_set_state(sv, CK_CLIENT_FAILED, code, msg);
         }

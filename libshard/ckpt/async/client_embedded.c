@@ -74,7 +74,7 @@ static void hub_event(void *arg, const ck__saver_event *ev)
         if (ev->kind == CK_SAVER_DURABLE && sv->b.rank == ev->rank)
             ck__client_set_state(sv, CK_CLIENT_DURABLE, 0, NULL);
         else if (ev->kind == CK_SAVER_COMMITTED)
-            ck__client_set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
+            ck__client_committed(sv, ev->level, ev->msg);
         else if (ev->kind == CK_SAVER_FAILED)
             ck__client_set_state(sv, CK_CLIENT_FAILED, ev->code, ev->msg);
         else if (ev->kind == CK_SAVER_STUCK)

@@ -134,6 +134,8 @@ struct ck_client_save {
     int lazy_rc;                /* the copier's outcome */
     ck_err lazy_err;
     ck__client_direct *direct;  /* a synchronous part's sources, or NULL */
+    uint8_t reached;            /* COMMITTED: the level reached (ck_level) */
+    char note[CK_ERR_MSG_MAX];  /* and why it is lower than asked, or "" */
     bool listed;
     ck_client_save *next;       /* in the transport's list of saves */
 };
@@ -179,6 +181,8 @@ enum { CK__LAZY_RUNNING = 0, CK__LAZY_COMMIT_ASKED, CK__LAZY_DONE };
 
 /* ---- client_state.c: what a transport may do to a client ---- */
 
+/* COMMITTED at level (ck_level), with the engine's note (NULL: none). */
+void ck__client_committed(ck_client_save *sv, uint8_t level, const char *note);
 /* Moves sv forward to st (or to FAILED with code and msg); states never go back. */
 void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, const char *msg);
 /* Blocks until done(cl, arg) holds, taking in the engine's news meanwhile. Connected,

@@ -25,6 +25,15 @@ void ck__client_set_state(ck_client_save *sv, ck_client_state st, int code, cons
     sv->state = st;
 }
 
+void ck__client_committed(ck_client_save *sv, uint8_t level, const char *note)
+{
+    if (sv->state == CK_CLIENT_COMMITTED || sv->state == CK_CLIENT_FAILED)
+        return;
+    sv->reached = level;
+    snprintf(sv->note, sizeof sv->note, "%s", note ? note : "");
+    ck__client_set_state(sv, CK_CLIENT_COMMITTED, 0, NULL);
+}
+
 void ck__client_wait_for(ck_client *cl, bool (*done)(ck_client *, const void *),
                          const void *arg, double limit, const char *what)
 {

@@ -171,6 +171,7 @@ void ck__proto_put_begin(ck__wbuf *w, const ck__begin *b)
     }
     ck__put_u32(w, b->nodes);
     ck__put_bytes(w, b->job.bytes, CK_JOB_ID_LEN);
+    ck__put_u8(w, b->level);
 }
 
 /* A box list: its count is checked against the limits and against the bytes left
@@ -278,12 +279,15 @@ int ck__proto_get_begin(const void *p, size_t len, ck__begin *b, ck_err *err)
     const void *job = ck__get_bytes(&r, CK_JOB_ID_LEN);
     if (job)
         memcpy(b->job.bytes, job, CK_JOB_ID_LEN);
+    b->level = ck__get_u8(&r);
+    if (b->level > CK_LEVEL_DURABLE)
+        goto bad;
     if (ck__rbuf_done(&r))
         return 0;
 bad:
     ck__begin_free(b);
     return ck_err_set(err, -EBADMSG, "malformed BEGIN message (truncated, trailing bytes, "
-                      "or more than %u tensors / %u blobs / %u boxes)", CK_PROTO_MAX_TENSORS,
+                      "or more than %u tensors / %u blobs / %u boxes, or an unknown commit level)", CK_PROTO_MAX_TENSORS,
                       CK_PROTO_MAX_BLOBS, CK_PROTO_MAX_BOXES);
 }
 
@@ -343,4 +347,27 @@ int ck__proto_get_status(const void *p, size_t len, ck__proto_status *s, ck_err 
     free(s->ckpts);
     s->ckpts = NULL;
     return ck_err_set(err, -EBADMSG, "malformed STATUS reply");
+}
+
+/* The commit levels' names (ck/client.h): here, below both the client and the save
+ * engine, which name them in messages. */
+static const char *const level_names[] = {
+    [CK_LEVEL_DEFAULT] = "default", [CK_LEVEL_LOCAL] = "local",
+    [CK_LEVEL_REPLICATED] = "replicated", [CK_LEVEL_DURABLE] = "durable",
+};
+
+const char *ck_level_name(ck_level level)
+{
+    return (unsigned)level <= CK_LEVEL_DURABLE ? level_names[level] : "?";
+}
+
+int ck_level_parse(const char *name, ck_level *out, ck_err *err)
+{
+    for (unsigned i = 0; i <= CK_LEVEL_DURABLE; i++)
+        if (name && !strcmp(name, level_names[i])) {
+            *out = (ck_level)i;
+            return 0;
+        }
+    return ck_err_set(err, -EINVAL, "commit level '%s': one of local, replicated, durable, "
+                      "default", name ? name : "");
 }

@@ -46,7 +46,7 @@ enum ck__msg_type {
     CK_MSG_HELLO_OK = 64, /* str root, u64 staging limit */
     CK_MSG_ADMIT = 65,    /* str name, u64 rank, u64 image bytes: copy now */
     CK_MSG_DURABLE = 66,  /* str name, u64 rank: the part is on disk, staging free */
-    CK_MSG_COMMITTED = 67,/* str name */
+    CK_MSG_COMMITTED = 67,/* str name, u8 level reached, str note (why not the asked) */
     CK_MSG_ERROR = 68,    /* str name ("" : the connection), i32 -errno, str message */
     CK_MSG_STATUS_OK = 69,/* ck__proto_status */
     CK_MSG_RESOLVE_OK = 70, /* str name, u64 step, u64 time, str why ("": the newest saved) */
@@ -79,6 +79,9 @@ typedef struct ck__begin {
     /* The job whose save this is (ck/client.h): with the name, what ranks must share to
      * be parts of one save. */
     ck_job_id job;
+    /* The commit level the rank waits for (ck_level, ck/client.h; 0: the engine's
+     * default). Every rank of a save asks for the same. */
+    uint8_t level;
 } ck__begin;
 
 /* The world of the save b is a part of: its declaration's mesh. */

@@ -53,6 +53,10 @@ static void run_commit(ck__saver *sv, sv_ckpt *c)
 {
     ck_err err = { 0 };
     ck_save_stats st;
+    if (sv->o.local_root) {
+        ck__sv_tier_commit(sv, c);
+        return;
+    }
     pthread_mutex_unlock(&sv->mu);
     int r = ck_save_commit(c->s, &st, &err);
     pthread_mutex_lock(&sv->mu);
@@ -102,6 +106,8 @@ static void *worker(void *arg)
             run_commit(sv, j->c);
         else if (j->kind == JOB_ABORT)
             run_abort(sv, j->c);
+        else if (j->kind == JOB_REPLICATE)
+            ck__sv_tier_replicate(sv, j->c);
         else
             run_write(sv, j->c, j->rank);
         free(j);
@@ -175,7 +181,8 @@ unsigned ck__saver_active(ck__saver *sv)
  * collects). */
 static bool committable(const sv_ckpt *c)
 {
-    return c->state == C_COMMITTING || (c->state == C_COLLECTING && c->role->committable(c));
+    return c->state == C_COMMITTING || c->state == C_SETTLING ||
+           (c->state == C_COLLECTING && c->role->committable(c));
 }
 
 bool ck__saver_free(ck__saver *sv)
@@ -288,12 +295,16 @@ static int begin_save(ck__saver *sv, const ck__begin *b, sv_ckpt **out, ck_err *
     c->job = b->job;
     ck__job_hex(&b->job, c->job_hex);
     c->state = C_PLANNING;
+    c->meet_lock = c->meet_rootfd = -1;
     c->step = b->step;
     c->world = ck__begin_world(b);
     c->decl = ck_decl_ref(b->decl);
     c->no_hash = b->no_hash;
     c->t0 = ck__sv_now();
     c->nodes = b->nodes > 1 ? b->nodes : 1;
+    /* Without a local tier every save commits to the durable root: every level. */
+    c->level = b->level ? b->level : sv->o.local_root ? CK_LEVEL_LOCAL : CK_LEVEL_DURABLE;
+    c->reached = sv->o.local_root ? 0 : CK_LEVEL_DURABLE;
     /* The engine that has rank 0 (or every rank) coordinates; the others look for it. */
     c->role = c->nodes == 1 || b->rank == 0 ? &ck__sv_coordinator : &ck__sv_finder;
     c->deadline = c->t0 + sv->o.part_timeout;
@@ -312,7 +323,7 @@ static int begin_save(ck__saver *sv, const ck__begin *b, sv_ckpt **out, ck_err *
                         .no_hash = b->no_hash, .fill_threadsafe = true, .log = sv->o.log,
                         .cb_arg = sv->o.arg };
     if (r == 0)
-        r = ck_save_begin(&c->s, sv->root, b->name, b->step, b->decl, &so, err);
+        r = ck_save_begin(&c->s, ck__sv_data_root(sv), b->name, b->step, b->decl, &so, err);
     if (r == 0)
         ck__save_job(c->s, c->job_hex);
     if (r == 0)
@@ -346,6 +357,8 @@ int ck__saver_join(ck__saver *sv, const ck__begin *d, uint64_t *image_bytes, ck_
         return ck_err_set(err, -EINVAL, "checkpoint %s: declared for %u daemons, but this "
                           "engine serves one node only (run ckptd on each node)", d->name,
                           d->nodes);
+    if (ck__sv_tier_check(sv, d, err) < 0)
+        return err->code;
     if (!ck__job_set(&d->job))
         return ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu declares no job id (all "
                           "zero; ck_job_id_new makes one)", d->name,

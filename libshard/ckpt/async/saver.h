@@ -46,6 +46,10 @@ typedef enum ck__saver_ev_kind {
      * not returned dead_after seconds later (storage that hangs). Their staging areas
      * must stay mapped and unused for good; FAILED follows only if they ever return. */
     CK_SAVER_STUCK,
+    /* A tiered save's levels are final (after COMMITTED): level is the highest reached
+     * (REPLICATED, LOCAL, 0 for none), msg why it is not REPLICATED. What a drain to
+     * the durable tier starts from (docs/decisions/0175-commit-levels.md). */
+    CK_SAVER_SETTLED,
 } ck__saver_ev_kind;
 
 typedef struct ck__saver_event {
@@ -54,7 +58,8 @@ typedef struct ck__saver_event {
     const ck_job_id *job;
     uint64_t rank;          /* DURABLE */
     int code;               /* FAILED: -errno */
-    const char *msg;        /* FAILED */
+    const char *msg;        /* FAILED; COMMITTED: why level is lower than asked, or "" */
+    uint8_t level;          /* COMMITTED: the level reached (ck_level) */
 } ck__saver_event;
 
 typedef struct ck__saver_opts {
@@ -84,7 +89,23 @@ typedef struct ck__saver_opts {
     /* Report CK_SAVER_STUCK (the embedded engine; ckptd keeps its own mappings and bounds
      * its clients' waits itself). */
     bool report_stuck;
+    /* Tiered saves (docs/FORMAT.md, "Local copies of a save"; ckptd --local-root): the
+     * ranks' files are written into local_root (this node's local tier) instead of
+     * root, which keeps the meeting; each engine commits its own copy there, then
+     * replicate sends it to the other members of its clique (ck__clique, replicas F and
+     * jump J; 0: 1), on a worker thread, without the engine's lock: 0 once every peer
+     * committed it, or the error naming the peer. NULL local_root: today's saves. */
+    const char *local_root;
+    uint32_t replicas, jump;
+    int (*replicate)(void *arg, const char *name, const char *const *peers, uint32_t n,
+                     ck_err *err);
 } ck__saver_opts;
+
+/* The clique rule (docs/decisions/0174-clique-rule.md): of n nodes ordered by the
+ * first rank each serves, node i's clique is the f nodes of its block of f * j
+ * consecutive ones whose index has its offset modulo j. The others (f - 1, ascending)
+ * go to out; -EINVAL with a message when n is not a multiple of f * j. */
+int ck__clique(uint32_t i, uint32_t n, uint32_t f, uint32_t j, uint32_t *out, ck_err *err);
 
 typedef struct ck__saver ck__saver;
 

@@ -1,4 +1,4 @@
-/* async/saver_int.h - the save engine's own state, shared by its three files (private
+/* async/saver_int.h - the save engine's own state, shared by its four files (private
  * to async/):
  *
  *   saver.c        the engine: its threads and jobs, and the calls of async/saver.h
@@ -8,9 +8,12 @@
  *                  member, and the finder that looks for its meeting), and the
  *                  meeting thread's rounds (joins, part records, heartbeats, timeouts;
  *                  save/meet.h's files)
+ *   saver_tier.c   tiered saves: each engine's copy in its local tier, the manifest
+ *                  handed round, the replication, the commit levels (SETTLING)
  *
- * The calls point one way: saver.c uses both others, saver_meet.c uses saver_state.c,
- * and saver_state.c neither (it reaches a save's role through its table). Everything
+ * The calls point one way: saver.c uses all the others, saver_meet.c uses saver_tier.c
+ * and saver_state.c, saver_tier.c uses saver_state.c, and saver_state.c none (it
+ * reaches a save's role through its table). Everything
  * here is used with the engine's lock held unless a function says otherwise.
  */
 #ifndef CK_ASYNC_SAVER_INT_H
@@ -37,7 +40,9 @@
 enum { P_NONE, P_JOINED, P_STAGED, P_DURABLE, P_REMOTE };
 /* PLANNING: the first rank's join computes the plan without the saver's lock, so
  * that a large plan stalls neither the writers nor STATUS; joins of that name wait. */
-enum { C_COLLECTING, C_COMMITTING, C_FAILED, C_PLANNING };
+/* SETTLING: a tiered save whose copy here is committed, waiting for the levels (the
+ * other engines' copies, the replicas) within its deadline (saver_tier.c). */
+enum { C_COLLECTING, C_COMMITTING, C_FAILED, C_PLANNING, C_SETTLING };
 
 typedef struct part {
     uint8_t state;
@@ -60,6 +65,7 @@ typedef struct peer {
     char id[CK_NODE_ID_MAX];
     uint64_t instance, counter;
     uint64_t rank;                 /* the first rank it serves, from its join; or none */
+    uint64_t first;                /* coordinator: the least rank of its part records */
     double changed;                /* CLOCK_MONOTONIC, this host's: when it last beat */
 } peer;
 
@@ -94,6 +100,9 @@ typedef struct sv_role {
     int (*blobs)(sv_ckpt *c, struct part *p, const uint8_t *blob, uint64_t len, ck_err *err);
     /* Whether a staged part waits for the save's directory (the finder has none). */
     bool waits;
+    /* The coordinator's: it builds the manifest (saver_tier.c asks, without naming
+     * the table). */
+    bool coordinates;
     /* A rank's file is written (r 0) or its write failed (r < 0, err): a member proves
      * the rank with its part record, or tells the reason the meeting gives. The new r. */
     int (*written)(ck__saver *sv, sv_ckpt *c, uint64_t rank, int r, ck_err *err);
@@ -149,9 +158,22 @@ struct sv_ckpt {
     bool heard;                    /* the failure came from the meeting: not announced */
     double failed_at;              /* C_FAILED: when */
     bool stuck_reported;           /* CK_SAVER_STUCK sent: its writes never returned */
+    /* Tiered saves (saver_tier.c): */
+    uint8_t level;                 /* asked (ck_level, never DEFAULT) */
+    uint8_t reached;               /* told in COMMITTED */
+    bool told;                     /* COMMITTED sent */
+    char note[CK_ERR_MSG_MAX];     /* why the level reached is lower than asked */
+    uint8_t *tier;                 /* member: the coordinator's tier file, until committed */
+    size_t tier_len;
+    char (*clique)[CK_NODE_ID_MAX];/* the others of this engine's clique */
+    uint32_t nclique;
+    /* Coordinator: NAME's lock in the durable root, held while the meeting is there
+     * (the save's own lock is in the local tier): a daemon starting on the durable root
+     * keeps the meeting, and another job's save of NAME is refused as ever. -1: none. */
+    int meet_lock, meet_rootfd;
 };
 
-enum { JOB_WRITE, JOB_COMMIT, JOB_ABORT };
+enum { JOB_WRITE, JOB_COMMIT, JOB_ABORT, JOB_REPLICATE };
 
 typedef struct sv_job {
     struct sv_job *next;
@@ -206,6 +228,30 @@ int ck__sv_resolve(ck__saver *sv, sv_ckpt *c, ck_err *err);
 /* Binds rank's staged part (its image or its sources) to c's save and queues its
  * write. */
 int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err);
+
+/* ---- saver_tier.c ---- */
+
+/* The coordinator of a tiered save of several engines takes NAME's lock in the durable
+ * root (c->meet_lock) before it makes the meeting: -EBUSY naming the holder while
+ * another writer (another job) saves NAME there. Let go when c is freed
+ * (ck__sv_free_parts). */
+int ck__sv_tier_lock(ck__saver *sv, sv_ckpt *c, ck_err *err);
+/* The data root of the engine's saves: the local tier of a tiered engine, else root. */
+const char *ck__sv_data_root(const ck__saver *sv);
+/* Whether a tiered engine can take a save of b (the clique rule, the level asked):
+ * 0, or the error. Sets nothing. */
+int ck__sv_tier_check(const ck__saver *sv, const ck__begin *b, ck_err *err);
+/* JOB_COMMIT of a tiered save: commits this engine's copy (the coordinator publishes
+ * the manifest), then replicates. */
+void ck__sv_tier_commit(ck__saver *sv, sv_ckpt *c);
+/* JOB_REPLICATE: sends this engine's copy to its clique and records the outcome. */
+void ck__sv_tier_replicate(ck__saver *sv, sv_ckpt *c);
+/* A member's round, once its records are out: true when the coordinator's tier file
+ * is there and this engine's commit is queued. */
+bool ck__sv_tier_member(ck__saver *sv, sv_ckpt *c);
+/* A SETTLING save's round: the levels reached, COMMITTED once the asked one is (or
+ * cannot be), the end once every engine's replication ended or the deadline passed. */
+void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t);
 
 /* ---- saver_meet.c ---- */
 

@@ -36,7 +36,8 @@ static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t ra
         return NULL;
     c->peers = n;
     peer *q = &n[c->npeers++];
-    *q = (peer){ .instance = instance, .rank = rank, .changed = ck__sv_now() };
+    *q = (peer){ .instance = instance, .rank = rank, .first = UINT64_MAX,
+                 .changed = ck__sv_now() };
     snprintf(q->id, sizeof q->id, "%s", id);
     return q;
 }
@@ -102,8 +103,13 @@ static int on_record(void *arg, const void *rec, size_t len, const ck__meet_blob
                        "and %s)", (unsigned long long)pr.rank, x->from);
     if (r == 0)
         r = ck__save_adopt(c->s, rec, len, &x->err);
+    peer *q = r == 0 ? peer_add(c, x->from, 0, UINT64_MAX) : NULL;
+    if (r == 0 && !q)
+        r = ck_err_set(&x->err, -ENOMEM, "out of memory");
     if (r < 0)
         return r;
+    if (pr.rank < q->first)
+        q->first = pr.rank;     /* the node order of a tiered save (saver_tier.c) */
     c->parts[pr.rank].state = P_REMOTE;
     c->remote++;
     return 0;
@@ -212,15 +218,27 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
     c->role->commit(sv, c);
 }
 
-/* lstat of rel beneath the root, never through a link (io/rootfs.h): 0 or -errno. */
-static int root_stat(const ck__saver *sv, const char *rel, struct stat *st)
+/* lstat of rel beneath root, never through a link (io/rootfs.h): 0 or -errno. */
+static int stat_in(const char *root, const char *rel, struct stat *st)
 {
-    int rootfd = ck__root_open(sv->root, NULL);
+    int rootfd = ck__root_open(root, NULL);
     if (rootfd < 0)
         return rootfd;
     int r = rel ? ck__statat(rootfd, rel, st) : -EINVAL;
     close(rootfd);
     return r;
+}
+
+/* Beneath the durable root, where the meetings are. */
+static int root_stat(const ck__saver *sv, const char *rel, struct stat *st)
+{
+    return stat_in(sv->root, rel, st);
+}
+
+/* Beneath the root the save's files go to: its checkpoint, its pending directory. */
+static int data_stat(const ck__saver *sv, const char *rel, struct stat *st)
+{
+    return stat_in(ck__sv_data_root(sv), rel, st);
 }
 
 /* What a member's look for its meeting found: its own job's meeting, or else the first
@@ -300,9 +318,9 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         return;
     }
     /* The one refusal of rank 0 that leaves a trace here: no meeting will come. */
-    if (r == 0 && root_stat(sv, c->name, &st) == 0) {
+    if (r == 0 && data_stat(sv, c->name, &st) == 0) {
         snprintf(msg, sizeof msg, "checkpoint %s: %s: a checkpoint named %s already exists",
-                 c->name, sv->root, c->name);
+                 c->name, ck__sv_data_root(sv), c->name);
         ck__sv_fail(sv, c, -EEXIST, msg);
         return;
     }
@@ -336,8 +354,8 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
     /* The directory's identity, which the commit's rename keeps: reached beneath the
      * root, never through a link, and a directory. */
     if (r > 0 && (r = ck__save_join(c->s, c->token, any, &err)) == 0 &&
-        ((r = root_stat(sv, pend, &st)) < 0 || !S_ISDIR(st.st_mode)))
-        r = ck_err_set(&err, r < 0 ? r : -ENOTDIR, "%s/%s: %s", sv->root, pend,
+        ((r = data_stat(sv, pend, &st)) < 0 || !S_ISDIR(st.st_mode)))
+        r = ck_err_set(&err, r < 0 ? r : -ENOTDIR, "%s/%s: %s", ck__sv_data_root(sv), pend,
                        r < 0 ? ck__why(r) : "not a directory");
     if (r >= 0) {
         c->dev = st.st_dev;
@@ -435,7 +453,7 @@ static void put_records(ck__saver *sv, sv_ckpt *c)
 static bool committed_as(ck__saver *sv, const sv_ckpt *c)
 {
     struct stat st;
-    return root_stat(sv, c->name, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == c->dev &&
+    return !sv->o.local_root && root_stat(sv, c->name, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == c->dev &&
            st.st_ino == c->ino;
 }
 
@@ -461,6 +479,8 @@ static void tick_member(ck__saver *sv, sv_ckpt *c, double t)
 {
     put_records(sv, c);
     if (c->state != C_COLLECTING)
+        return;
+    if (sv->o.local_root && ck__sv_tier_member(sv, c))
         return;
     char msg[CK_ERR_MSG_MAX + 512];
     if (!c->writes && committed_as(sv, c)) {
@@ -531,14 +551,18 @@ void *ck__sv_meet_thread(void *arg)
             next_beat = t + every;
         }
         for (sv_ckpt *c = sv->list; c; c = c->next) {
-            if (c->state != C_COLLECTING)
+            int state = c->state;
+            if (state != C_COLLECTING && state != C_SETTLING)
                 continue;
             sv_ckpt *before = sv->list;
-            c->role->tick(sv, c, t);
+            if (state == C_SETTLING)
+                ck__sv_tier_tick(sv, c, t);
+            else
+                c->role->tick(sv, c, t);
             /* A save that ended may have freed c, or taken others out of the list (and
              * the lock was let go): the rest wait for the next round. c is looked up by
              * address, since reading its name could read freed memory. */
-            if (sv->list != before || !ck__sv_listed(sv, c) || c->state != C_COLLECTING)
+            if (sv->list != before || !ck__sv_listed(sv, c) || c->state != state)
                 break;
         }
         report_stuck(sv, t);
@@ -575,7 +599,9 @@ static int coordinate(ck__saver *sv, sv_ckpt *c, ck_err *err)
                           "engine serves one node only (run ckptd on each node)", c->name,
                           c->nodes);
     c->role = &ck__sv_coordinator;
-    int r = ck__save_share(c->s, c->token, err);
+    int r = sv->o.local_root ? ck__sv_tier_lock(sv, c, err) : 0;
+    if (r == 0)
+        r = ck__save_share(c->s, c->token, err);
     ck__meet_plan plan = { .step = c->step, .world = c->world, .nodes = c->nodes,
                            .instance = sv->o.instance };
     snprintf(plan.coord, sizeof plan.coord, "%s", sv->o.node_id);
@@ -612,9 +638,9 @@ static int coord_open(ck__saver *sv, sv_ckpt *c, ck_err *err)
 static int finder_open(ck__saver *sv, sv_ckpt *c, ck_err *err)
 {
     struct stat st;
-    return root_stat(sv, c->name, &st) == 0
+    return data_stat(sv, c->name, &st) == 0
          ? ck_err_set(err, -EEXIST, "checkpoint %s: %s: a checkpoint named %s already exists",
-                      c->name, sv->root, c->name)
+                      c->name, ck__sv_data_root(sv), c->name)
          : 0;
 }
 
@@ -754,6 +780,7 @@ static void coord_tick(ck__saver *sv, sv_ckpt *c, double t)
 
 const sv_role ck__sv_coordinator = {
     .open = coord_open, .rank0 = coord_rank0, .blobs = coord_blobs, .waits = false,
+    .coordinates = true,
     .written = coord_written, .committable = coord_committable, .commit = coord_commit,
     .failed = coord_failed, .abort = ck__save_discard, .tick = coord_tick,
 };

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "async/saver_int.h"
+#include "format/owner.h"
 #include "model/say.h"
 
 double ck__sv_now(void)
@@ -28,8 +30,10 @@ void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64
 {
     if (!sv->o.event)
         return;
+    bool level = kind == CK_SAVER_COMMITTED || kind == CK_SAVER_SETTLED;
     ck__saver_event ev = { .kind = kind, .name = c->name, .job = &c->job, .rank = rank,
-                           .code = c->fail_code, .msg = c->fail_msg };
+                           .code = c->fail_code, .msg = level ? c->note : c->fail_msg,
+                           .level = c->reached };
     sv->o.event(sv->o.arg, &ev);
 }
 
@@ -49,6 +53,17 @@ bool ck__sv_listed(const ck__saver *sv, const sv_ckpt *c)
     return false;
 }
 
+/* A tiered coordinator's lock in the durable root (saver_tier.c took it). */
+static void tier_unlock(sv_ckpt *c)
+{
+    char rel[PATH_MAX];
+    if (c->meet_lock >= 0 && ck__save_lock_rel(c->name, rel, NULL) == 0)
+        ck__lock_drop(c->meet_rootfd, rel, &c->meet_lock);
+    if (c->meet_rootfd >= 0)
+        close(c->meet_rootfd);
+    c->meet_rootfd = -1;
+}
+
 void ck__sv_free_parts(sv_ckpt *c, bool all)
 {
     for (uint64_t r = 0; c->parts && r < c->world; r++) {
@@ -60,8 +75,11 @@ void ck__sv_free_parts(sv_ckpt *c, bool all)
         c->parts[r].rec = NULL;
     }
     if (all) {
+        tier_unlock(c);
         free(c->peers);
         free(c->stale);
+        free(c->tier);
+        free(c->clique);
         free(c->parts);
         ck_decl_free(c->decl);
         free(c);

@@ -76,7 +76,8 @@ int ck__name_engine(const char *id, ck__engine_file kind, char *out, size_t len)
 
 static const char *const meet_prefix[] = {
     [CK_MEET_PLAN] = "plan", [CK_MEET_JOIN] = "join.", [CK_MEET_PART] = "part.",
-    [CK_MEET_FAILED] = "failed.",
+    [CK_MEET_FAILED] = "failed.", [CK_MEET_TIER] = "tier", [CK_MEET_COPY] = "copy.",
+    [CK_MEET_REPL] = "repl.",
 };
 
 const char *ck__meet_prefix(ck__meet_file kind)
@@ -86,7 +87,7 @@ const char *ck__meet_prefix(ck__meet_file kind)
 
 int ck__name_meet_file(ck__meet_file kind, const char *id, uint32_t seq, char *out, size_t len)
 {
-    if (kind == CK_MEET_PLAN)
+    if (kind == CK_MEET_PLAN || kind == CK_MEET_TIER)
         return make(out, len, "%s", meet_prefix[kind]);
     if (kind == CK_MEET_PART)
         return make(out, len, "%s%s.%u", meet_prefix[kind], id, seq);
@@ -108,9 +109,11 @@ ck__meet_file ck__meet_file_of(const char *file, char *id)
 {
     if (!strcmp(file, meet_prefix[CK_MEET_PLAN]))
         return CK_MEET_PLAN;
+    if (!strcmp(file, meet_prefix[CK_MEET_TIER]))
+        return CK_MEET_TIER;
     for (int k = CK_MEET_JOIN; k < CK_MEET_OTHER; k++) {
         size_t p = strlen(meet_prefix[k]);
-        if (strncmp(file, meet_prefix[k], p) || !file[p])
+        if (k == CK_MEET_TIER || strncmp(file, meet_prefix[k], p) || !file[p])
             continue;
         const char *rest = file + p, *dot = k == CK_MEET_PART ? strrchr(rest, '.') : NULL;
         size_t n = dot ? (size_t)(dot - rest) : strlen(rest);

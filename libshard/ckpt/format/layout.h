@@ -76,6 +76,10 @@ typedef enum ck__meet_file {
     CK_MEET_JOIN,              /* join.ID: an engine taking part */
     CK_MEET_PART,              /* part.ID.SEQ: part records of durable ranks */
     CK_MEET_FAILED,            /* failed.ID: why that engine gave the save up */
+    /* A tiered save's (docs/FORMAT.md, "Local copies of a save"): */
+    CK_MEET_TIER,              /* tier: the coordinator's manifest and node order */
+    CK_MEET_COPY,              /* copy.ID: that engine's local copy is committed */
+    CK_MEET_REPL,              /* repl.ID: how that engine's replication ended */
     CK_MEET_OTHER,             /* no file a meeting holds */
 } ck__meet_file;
 /* A meeting's file of that kind, for engine id (and seq, for CK_MEET_PART). */

@@ -254,7 +254,12 @@ int ck__meet_create(const char *root, const char *name, const char *token,
     int rootfd = ck__root_open(root, err);
     if (rootfd < 0)
         return rootfd;
-    int r = ck__mkdirat(rootfd, ck__rel(root, dir), 0755);
+    /* A tiered save's pending directory is in a local tier: the durable root may have
+     * no .pending yet (never followed if it is a link: the mkdir below refuses). */
+    int r = ck__mkdirat(rootfd, CK_PENDING, 0755);
+    r = r == -EEXIST ? 0 : r;
+    if (r == 0)
+        r = ck__mkdirat(rootfd, ck__rel(root, dir), 0755);
     close(rootfd);
     if (r < 0)
         return ck_err_set(err, r, "%s: %s", dir, ck__why(r));

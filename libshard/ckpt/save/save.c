@@ -31,6 +31,7 @@
 #include "save/image.h"
 #include "save/part.h"
 #include "save/rankfiles.h"
+#include "format/copy.h"
 #include "format/manifest.h"
 #include "format/decl.h"
 #include "model/grow.h"
@@ -665,41 +666,57 @@ void ck__save_discard(ck_save *s)
     save_free(s);
 }
 
-int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
+/* The manifest of s, every file durable and every blob in: what ck__publish writes. */
+static ck_info save_info(ck_save *s)
 {
-    double t0 = now_s();
-    bool committed = false;
-    int r = ck__save_prepare(s, err);
-    uint32_t *todo = NULL, n = 0;
-    if (r == 0 && !(todo = malloc((s->L.F.n ? s->L.F.n : 1) * sizeof *todo)))
-        r = -ENOMEM;
-    for (uint32_t f = 0; r == 0 && f < s->L.F.n; f++)
+    ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
+                     .mesh = *ck__plan_mesh(s->plan), .block_size = s->block,
+                     .hashed = !s->o.no_hash, .n_tensors = ck__decl_ntensors(s->decl),
+                     .n_shards = ck__plan_nshards(s->plan), .n_files = s->L.F.n,
+                     .n_blobs = s->nblobs };
+    snprintf(info.name, sizeof info.name, "%s", s->name);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    info.time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    for (uint32_t f = 0; f < s->L.F.n; f++)
+        info.data_bytes += s->L.F.files[f].size;
+    for (uint32_t i = 0; i < info.n_shards; i++)
+        info.tensor_bytes += ck__plan_shard_at(s->plan, i)->bytes;
+    s->st.tensor_bytes = info.tensor_bytes;
+    return info;
+}
+
+/* The ranks not yet durable, or adopted, refused by name; the others written. */
+static int write_rest(ck_save *s, ck_err *err)
+{
+    uint32_t *todo = malloc((s->L.F.n ? s->L.F.n : 1) * sizeof *todo), n = 0;
+    if (!todo)
+        return ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", s->name);
+    for (uint32_t f = 0; f < s->L.F.n; f++)
         if (!s->written[f])
             todo[n++] = f;
     /* A shared save's other files are other processes': only their records say that
      * they are durable. */
-    if (r == 0 && s->shared && n)
+    int r = 0;
+    if (s->shared && n)
         r = ck_err_set(err, -EINVAL, "checkpoint %s: rank %u's part was never adopted (its "
                        "file is not known to be durable); nothing was published", s->name,
                        s->L.F.files[todo[0]].rank);
     if (r == 0)
         r = write_files(s, todo, n, err);
     free(todo);
+    return r;
+}
+
+int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
+{
+    double t0 = now_s();
+    bool committed = false;
+    int r = ck__save_prepare(s, err);
+    if (r == 0)
+        r = write_rest(s, err);
     if (r == 0) {
-        ck_info info = { .major = CK_FORMAT_MAJOR, .minor = CK_FORMAT_MINOR, .step = s->step,
-                         .mesh = *ck__plan_mesh(s->plan), .block_size = s->block,
-                         .hashed = !s->o.no_hash, .n_tensors = ck__decl_ntensors(s->decl),
-                         .n_shards = ck__plan_nshards(s->plan), .n_files = s->L.F.n,
-                         .n_blobs = s->nblobs };
-        snprintf(info.name, sizeof info.name, "%s", s->name);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        info.time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-        for (uint32_t f = 0; f < s->L.F.n; f++)
-            info.data_bytes += s->L.F.files[f].size;
-        for (uint32_t i = 0; i < info.n_shards; i++)
-            info.tensor_bytes += ck__plan_shard_at(s->plan, i)->bytes;
-        s->st.tensor_bytes = info.tensor_bytes;
+        ck_info info = save_info(s);
         ck__manifest m = { .info = info, .tensors = ck__decl_tensors(s->decl), .shards = s->L.shards,
                           .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
                           .blobs = s->blobs };
@@ -711,6 +728,109 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
     s->st.total_seconds = now_s() - t0;
     if (stats)
         *stats = s->st;
+    save_free(s);
+    return r;
+}
+
+/* The manifest file of the pending directory (dirfd) read whole into *out, or written
+ * from in (len bytes) and fsynced: the manifest one copy of a tiered save gives the
+ * others, byte for byte. */
+static int manifest_bytes(const ck_save *s, int dirfd, void **out, size_t *len, ck_err *err)
+{
+    int fd = ck__openat_reg(dirfd, CK_MANIFEST, O_RDONLY, 0);
+    struct stat st;
+    if (fd < 0)
+        return ck_err_set(err, fd, "%s/%s: %s", s->pending, CK_MANIFEST, ck__why(fd));
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && (st.st_size <= 0 || (uint64_t)st.st_size > CK__MANIFEST_MAX))
+        r = -EFBIG;
+    uint8_t *b = r == 0 ? malloc((size_t)st.st_size) : NULL;
+    if (r == 0 && !b)
+        r = -ENOMEM;
+    for (size_t got = 0; r == 0 && got < (size_t)st.st_size;) {
+        ssize_t k = pread(fd, b + got, (size_t)st.st_size - got, (off_t)got);
+        r = k < 0 ? -errno : k == 0 ? -EIO : 0;
+        got += k > 0 ? (size_t)k : 0;
+    }
+    close(fd);
+    if (r < 0) {
+        free(b);
+        return ck_err_set(err, r, "%s/%s: reading it back: %s", s->pending, CK_MANIFEST,
+                          ck__why(r));
+    }
+    *out = b;
+    *len = (size_t)st.st_size;
+    return 0;
+}
+
+static int manifest_put(const ck_save *s, int dirfd, const void *in, size_t len, ck_err *err)
+{
+    int fd = ck__openat(dirfd, CK_MANIFEST, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return ck_err_set(err, fd, "%s/%s: %s", s->pending, CK_MANIFEST, ck__why(fd));
+    int r = 0;
+    for (size_t put = 0; r == 0 && put < len;) {
+        ssize_t k = write(fd, (const uint8_t *)in + put, len - put);
+        r = k < 0 ? -errno : k == 0 ? -EIO : 0;
+        put += k > 0 ? (size_t)k : 0;
+    }
+    if (r == 0 && fsync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r < 0 ? ck_err_set(err, r, "%s/%s: %s", s->pending, CK_MANIFEST, ck__why(r)) : 0;
+}
+
+int ck__save_commit_copy(ck_save *s, const char *source, const bool *mine, const void *in,
+                         size_t in_len, void **out, size_t *out_len, ck_err *err)
+{
+    bool committed = false;
+    int dirfd = -1;
+    uint8_t *held = NULL;
+    int r = ck__save_prepare(s, err);
+    if (r == 0 && !in)
+        r = write_rest(s, err);
+    if (r == 0 && !(held = calloc(s->L.F.n ? s->L.F.n : 1, 1)))
+        r = ck_err_set(err, -ENOMEM, "checkpoint %s: out of memory", s->name);
+    uint32_t n = 0;
+    for (uint32_t f = 0; r == 0 && f < s->L.F.n; f++)
+        n += held[f] = mine[s->L.F.files[f].rank] && s->written[f];
+    if (r == 0 && (dirfd = ck__openat(s->rootfd, ck__rel(s->root, s->pending),
+                                      O_RDONLY | O_DIRECTORY, 0)) < 0)
+        r = ck_err_set(err, dirfd, "%s: %s", s->pending, ck__why(dirfd));
+    ck_info info = { 0 };
+    if (r == 0 && !in) {
+        info = save_info(s);
+        char path[PATH_MAX + CK_NAME_MAX], mrel[PATH_MAX];
+        ck__manifest m = { .info = info, .tensors = ck__decl_tensors(s->decl), .shards = s->L.shards,
+                          .files = s->L.F.files, .hashes = (const uint8_t *const *)s->L.F.hashes,
+                          .blobs = s->blobs };
+        if (ck__name_manifest(s->pending, path, sizeof path) < 0 ||
+            ck__name_manifest(ck__rel(s->root, s->pending), mrel, sizeof mrel) < 0)
+            r = ck_err_set(err, -ENAMETOOLONG, "%s: path too long", s->pending);
+        if (r == 0)
+            r = ck__manifest_write(s->e, s->rootfd, mrel, path, &m, err);
+        if (r == 0)
+            r = manifest_bytes(s, dirfd, out, out_len, err);
+    } else if (r == 0) {
+        snprintf(info.name, sizeof info.name, "%s", s->name);
+        info.step = s->step;
+        r = manifest_put(s, dirfd, in, in_len, err);
+    }
+    /* Of a node that holds every file (a save of one engine), a complete copy. */
+    if (r == 0 && n < s->L.F.n)
+        r = ck__copy_write(dirfd, s->pending, source, s->L.F.files, held, s->L.F.n, err);
+    if (r == 0)
+        r = ck__commit_dir(s->e, s->rootfd, s->root, s->pending, &info, false, &committed,
+                           s->o.log, s->o.cb_arg, err);
+    if (!committed && out && *out) {
+        free(*out);
+        *out = NULL;
+    }
+    if (dirfd >= 0)
+        close(dirfd);
+    free(held);
+    if (!committed)
+        ck__pending_remove(s->e, s->rootfd, s->root, s->pending, s->L.F.files, s->L.F.n);
     save_free(s);
     return r;
 }

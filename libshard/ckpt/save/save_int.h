@@ -93,6 +93,17 @@ int ck__save_part(ck_save *s, uint64_t rank, const ck_err *outcome, void **rec, 
  * (its file is written by this process). */
 int ck__save_adopt(ck_save *s, const void *rec, size_t len, ck_err *err);
 
+/* A tiered save (docs/FORMAT.md, "Local copies of a save"): each engine commits, in its
+ * own root (its node's local tier), a copy holding the files of the ranks it wrote
+ * (mine, per rank) and the whole manifest, marked by NAME/copy naming source when it
+ * holds fewer than all. The coordinator (in NULL) builds the manifest from every rank's
+ * adopted record, as ck_save_commit does, and gets its bytes in *out (malloc'd, *out_len)
+ * to hand to the others; the others pass those bytes as in (in_len), written byte for
+ * byte. 0 once the rename happened; frees s in every case; nothing is visible on an
+ * error (the pending directory is removed). */
+int ck__save_commit_copy(ck_save *s, const char *source, const bool *mine, const void *in,
+                         size_t in_len, void **out, size_t *out_len, ck_err *err);
+
 /* The plan fixed by ck__save_prepare, ck__save_share or ck__save_join; NULL before. */
 const ck__plan *ck__save_plan(const ck_save *s);
 

@@ -138,6 +138,34 @@ CK_API int ck_job_id_new(ck_job_id *out, ck_err *err);
  * the world is its mesh's. The part holds its own reference to decl. */
 CK_API int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name, uint64_t step,
                            ck_decl *decl, uint64_t rank, const ck_job_id *job, ck_err *err);
+/* The commit level a save waits for (docs/decisions/0175-commit-levels.md): where the
+ * checkpoint must be before ck_client_wait(sv, CK_CLIENT_COMMITTED) returns. Without
+ * a local tier (ckptd without --local-root, or embedded) every save commits to the
+ * root as it always did, which is durable and satisfies every level. With one:
+ *   LOCAL       every node committed its own copy (its ranks' files and the whole
+ *               manifest) in its local tier;
+ *   REPLICATED  and every node's copy has F copies on F distinct nodes (ckptd
+ *               --replicas F, placed by the clique rule, decision 0174);
+ *   DURABLE     and a complete copy is committed in the durable root (the drain).
+ * A level that cannot be reached (a replica's peer died) never fails a save that is
+ * committed: the wait returns 0 with the level reached lower than asked, and
+ * ck_client_level_reached says why. */
+typedef enum ck_level {
+    CK_LEVEL_DEFAULT = 0,      /* the daemon's: LOCAL with a local tier, else DURABLE */
+    CK_LEVEL_LOCAL = 1,
+    CK_LEVEL_REPLICATED = 2,
+    CK_LEVEL_DURABLE = 3,
+} ck_level;
+/* Before the submit; every rank of the save asks for the same level. */
+CK_API void ck_client_level(ck_client_save *sv, ck_level level);
+/* Once COMMITTED: the level the checkpoint reached (0 before), and, when it is lower
+ * than the one asked, why (into why, cap bytes; "" otherwise). */
+CK_API ck_level ck_client_level_reached(const ck_client_save *sv, char *why, size_t cap);
+/* "local", "replicated", "durable" ("default" for 0), and back: -EINVAL for a name
+ * that is none of them. */
+CK_API const char *ck_level_name(ck_level level);
+CK_API int ck_level_parse(const char *name, ck_level *out, ck_err *err);
+
 /* Records without SHA-256 block hashes (benchmarks). Every rank must agree. */
 CK_API void ck_client_no_hash(ck_client_save *sv);
 /* This rank's shard of a placed tensor: the row-major bytes of its box, read during

@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "ck/ckpt.h"
+#include "ck/client.h"
 #include "sh/optim.h"
 #include "sh/state_dict.h"
 #include "sh/world.h"
@@ -67,6 +68,9 @@ typedef struct sh_checkpoint_opts {
     /* Embedded: seconds from a save's start by which every rank's part must have
      * reached rank 0's engine (timed by that engine). 0: 1800. */
     double part_timeout_s;
+    /* The commit level each save waits for (ck/client.h, ck_level; ckptd with
+     * --local-root): 0 the daemon's default. */
+    ck_level level;
 } sh_checkpoint_opts;
 
 /* A named byte string saved beside the tensors (step, data position, RNG state). */
@@ -80,7 +84,8 @@ typedef struct sh_blob {
 typedef struct sh_checkpoint_done {
     char name[CK_NAME_MAX];
     int rc;                    /* 0: committed; else the error, in msg */
-    char msg[CK_ERR_MSG_MAX];
+    char msg[CK_ERR_MSG_MAX];  /* committed: why level is lower than asked, or "" */
+    ck_level level;            /* committed: the level it reached */
     uint64_t bytes;            /* tensor bytes handed over by all ranks */
     double seconds;            /* from save_async to the commit */
 } sh_checkpoint_done;

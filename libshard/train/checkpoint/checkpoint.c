@@ -41,6 +41,9 @@ struct sh_checkpoint {
     sh_adamw *optim;               /* its step fences lazy saves */
     ck_client *cl;                 /* ckptd, or this process's embedded engine */
     ck_job_id job;                 /* rank 0's, given to every rank: every save's job */
+    ck_level level;                /* asked of every save; and rank 0's last one reached */
+    ck_level reached;
+    char note[CK_ERR_MSG_MAX];
     ck_decl *decl;                 /* the last save's: kept while the state keeps its shape */
     ck_client_save *sv;            /* this rank's part of the save in flight */
     bool agreed;                   /* every rank staged it, commit asked */
@@ -134,6 +137,7 @@ int sh_checkpoint_new(sh_world *w, const sh_checkpoint_opts *o, sh_checkpoint **
     /* Embedded, each rank is a process with an engine of its own, and the world's
      * engines meet through the root; through ckptd, $CKPTD_NODES counts the daemons. */
     double pt = o->part_timeout_s > 0 ? o->part_timeout_s : 1800.0;
+    c->level = o->level;
     if (!rc)
         rc = ck_client_open(&c->cl, o->root, &(ck_client_opts){
                                 .socket = o->daemon,
@@ -162,7 +166,8 @@ static int over(sh_checkpoint *c, int code, const char *why, ck_err *err)
         sh_checkpoint_done d = { .rc = code, .bytes = c->bytes,
                                  .seconds = since_ms(&c->t0) / 1e3 };
         snprintf(d.name, sizeof d.name, "%s", c->name);
-        snprintf(d.msg, sizeof d.msg, "%s", code ? why : "");
+        snprintf(d.msg, sizeof d.msg, "%s", code ? why : c->note);
+        d.level = code ? CK_LEVEL_DEFAULT : c->reached;
         sh_checkpoint_done *r = realloc(c->report, sizeof *r * (size_t)(c->nreport + 1));
         if (r) {
             c->report = r;
@@ -288,6 +293,8 @@ static int retire(sh_checkpoint *c, ck_err *err)
     }
     ck_err why = { 0 };
     int code = c->rank == 0 && c->sv ? ck_client_wait(c->sv, CK_CLIENT_COMMITTED, &why) : 0;
+    c->reached = code || !c->sv ? CK_LEVEL_DEFAULT
+                                : ck_client_level_reached(c->sv, c->note, sizeof c->note);
     drop(c);
     return over(c, code, ck_err_msg(&why), err);
 }
@@ -350,6 +357,8 @@ static int declare(sh_checkpoint *c, ck_client_save **sv, const char *name, uint
     int rc = decl_of(c, sd, nsd, err);
     if (!rc)
         rc = ck_client_begin(c->cl, sv, name, step, c->decl, c->rank, &c->job, err);
+    if (!rc)
+        ck_client_level(*sv, c->level);
     if (!rc)
         rc = reserve_sources(c, sd, nsd, err);
     for (int d = 0; !rc && d < nsd; d++)

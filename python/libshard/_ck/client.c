@@ -178,19 +178,24 @@ PyObject *ckpy_job_id_new(PyObject *self, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)job.bytes, CK_JOB_ID_LEN);
 }
 
-/* begin(name, step, rank, job, decl, hash=True) -> ClientSave: this rank's part of the
- * save of what decl (a Decl) declares. job: the bytes of job_id_new(), the same on
- * every rank of the save. */
+/* begin(name, step, rank, job, decl, hash=True, level=0) -> ClientSave: this rank's
+ * part of the save of what decl (a Decl) declares. job: the bytes of job_id_new(), the
+ * same on every rank of the save. level: the commit level to wait for (ck_level: 0 the
+ * daemon's, 1 local, 2 replicated, 3 durable). */
 static PyObject *client_begin(client_obj *self, PyObject *args)
 {
     const char *name, *jb;
     Py_ssize_t jlen;
     unsigned long long step, rank;
     PyObject *dobj;
-    int hash = 1;
-    if (!PyArg_ParseTuple(args, "sKKy#O|p", &name, &step, &rank, &jb, &jlen, &dobj, &hash) ||
-        client_live(self) < 0)
+    int hash = 1, level = 0;
+    if (!PyArg_ParseTuple(args, "sKKy#O|pi", &name, &step, &rank, &jb, &jlen, &dobj, &hash,
+                          &level) || client_live(self) < 0)
         return NULL;
+    if (level < CK_LEVEL_DEFAULT || level > CK_LEVEL_DURABLE) {
+        PyErr_Format(PyExc_ValueError, "begin: commit level %d (0 to 3)", level);
+        return NULL;
+    }
     ck_decl *decl = ckpy_decl_of(dobj);
     if (!decl)
         return NULL;
@@ -222,6 +227,7 @@ static PyObject *client_begin(client_obj *self, PyObject *args)
     }
     if (!hash)
         ck_client_no_hash(sv->sv);
+    ck_client_level(sv->sv, (ck_level)level);
     sv->next = self->open;
     if (self->open)
         self->open->prev = sv;
@@ -469,6 +475,17 @@ static PyObject *csave_wait(csave_obj *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* level() -> (level, note): once committed, the level the checkpoint reached (1 local,
+ * 2 replicated, 3 durable; 0 before) and why it is lower than asked ("" if not). */
+static PyObject *csave_level(csave_obj *self, PyObject *unused)
+{
+    if (csave_live(self) < 0)
+        return NULL;
+    char why[CK_ERR_MSG_MAX];
+    ck_level l = ck_client_level_reached(self->sv, why, sizeof why);
+    return Py_BuildValue("(is)", (int)l, why);
+}
+
 /* poll() -> state (0 building, 1 staged, 2 durable, 3 committed); raises on failure. */
 static PyObject *csave_poll(csave_obj *self, PyObject *unused)
 {
@@ -499,6 +516,8 @@ static PyMethodDef csave_methods[] = {
     {"commit", (PyCFunction)csave_commit, METH_NOARGS,
      "Rank 0: commit once every rank's part is durable."},
     {"poll", (PyCFunction)csave_poll, METH_NOARGS, "poll() -> state, without blocking."},
+    {"level", (PyCFunction)csave_level, METH_NOARGS,
+     "level() -> (level, note): the commit level reached, and why not the one asked."},
     {"wait", (PyCFunction)csave_wait, METH_VARARGS,
      "wait(state=3): until staged (1: the fence), durable (2) or committed (3); or raises."},
     {"close", (PyCFunction)csave_close, METH_NOARGS,

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# tiered-save - what saving into the tiers costs (issue 31, part 2): four ckptd with
+# local tiers on two network-namespace hosts joined by a veth (n0, n1 on host A; n2,
+# n3 on host B), one durable root, --replicas 2 --jump 2 (each node's copy goes to the
+# node two apart, on the other host: every replica crosses the veth). Four ranks, one
+# per node, save MiB each through ckpt-synth --world 4 (hashing on), and the time from
+# the start of the save to every rank's COMMITTED is taken at level local and at level
+# replicated, best of RUNS. Beside them, in the same run:
+#   raw write   four files of MiB each written at once with O_DIRECT and fsync (dd),
+#               on the same file system as the local tiers: the floor of a local commit
+#   link        one TCP stream of MiB across the veth from A to B (python sockets):
+#               what a replica's bytes can cross the link at
+# Root only (network namespaces); UCX on TCP (UCX_TLS=tcp), as on a cluster's network.
+#   bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
+set -uo pipefail
+b=$(realpath "${1:-build}")
+mib=${2:-256}
+runs=${3:-3}
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/tiered-save.XXXXXX")
+id=$(( $$ % 100000 ))
+A=tsb${id}a B=tsb${id}b
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    ip netns del "$A" 2>/dev/null
+    ip netns del "$B" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$A" && ip netns add "$B" || { echo "tiered-save: needs network namespaces (root)"; exit 77; }
+ip link add "v${id}a" netns "$A" type veth peer name "v${id}b" netns "$B"
+ip -n "$A" addr add 10.231.9.1/24 dev "v${id}a"
+ip -n "$B" addr add 10.231.9.2/24 dev "v${id}b"
+for h in "$A" "$B"; do
+    ip -n "$h" link set lo up
+    ip -n "$h" link set "v${id}$([ "$h" = "$A" ] && echo a || echo b)" up
+done
+sleep 1      # the veth's carrier (UCX leaves out a device that is not running)
+export UCX_TLS=tcp
+mkdir -p "$work/durable"
+# daemons tiered|plain: four ckptd, with local tiers and replicas or (plain) today's.
+daemons() {
+    local i h addr
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    pids=()
+    for i in 0 1 2 3; do
+        h=$([ $i -lt 2 ] && echo "$A" || echo "$B")
+        addr=10.231.9.$([ $i -lt 2 ] && echo 1 || echo 2)
+        mkdir -p "$work/n$i.local"
+        rm -f "$work/n$i.sock"
+        local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas 2 --jump 2)
+        [ "$1" = tiered ] || tiers=()
+        ip netns exec "$h" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
+            --socket "$work/n$i.sock" --staging "$((mib * 3 / 2 + 64))MiB" --foreground \
+            --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
+        pids+=($!)
+    done
+    for i in 0 1 2 3; do
+        for _ in $(seq 200); do
+            [ -S "$work/n$i.sock" ] && { [ "$1" != tiered ] || [ -s "$work/durable/.ckptd.n$i.peer" ]; } && break
+            sleep 0.05
+        done
+    done
+}
+socks=$work/n0.sock,$work/n1.sock,$work/n2.sock,$work/n3.sock
+
+# save NAME LEVEL: seconds from the save's start to every rank's COMMITTED (and the
+# longest submit stall of its ranks appended to $work/stall.LEVEL).
+save() {
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$b/tools/ckpt-synth" "$work/durable" --name "$1" --mesh 4 --tensors 4 \
+        --bytes "$((mib * 4))MiB" --world 4 --daemon "$socks" --level "$2" >"$work/out" 2>&1 ||
+        { cat "$work/out"; exit 1; }
+    t1=$(date +%s.%N)
+    grep -q "committed at level $2\$" "$work/out" || { cat "$work/out"; exit 1; }
+    sed -n 's/.*the submit stalled \([0-9.]*\) s.*/\1/p' "$work/out" | sort -g | tail -1 \
+        >>"$work/stall.$2"
+    echo "$t1 - $t0" | bc -l
+}
+best() { sort -g | head -1; }
+
+declare -A T
+daemons plain
+T[durable]=$(for r in $(seq "$runs"); do save "durable-$r" durable; done | best)
+daemons tiered
+for level in local replicated; do
+    T[$level]=$(for r in $(seq "$runs"); do save "$level-$r" "$level"; done | best)
+done
+raw=$(for r in $(seq "$runs"); do
+    t0=$(date +%s.%N)
+    for i in 0 1 2 3; do
+        dd if=/dev/zero of="$work/n$i.local/raw" bs=1M count="$mib" oflag=direct conv=fsync \
+            status=none &
+    done
+    wait
+    t1=$(date +%s.%N)
+    rm -f "$work"/n*.local/raw
+    echo "$t1 - $t0" | bc -l
+done | best)
+cat >"$work/link.py" <<'PY'
+import socket, sys, time
+n = int(sys.argv[2]) << 20
+if sys.argv[1] == "recv":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("10.231.9.2", 29555)); s.listen(1); c, _ = s.accept(); got = 0
+    while got < n:
+        k = len(c.recv(1 << 20)); got += k
+        if not k: break
+    c.sendall(b"k"); c.close()
+else:
+    c = socket.create_connection(("10.231.9.2", 29555)); buf = b"\0" * (1 << 20)
+    t0 = time.monotonic()
+    for _ in range(n >> 20): c.sendall(buf)
+    c.recv(1); print(time.monotonic() - t0)
+PY
+link=$(for r in $(seq "$runs"); do
+    ip netns exec "$B" python3 "$work/link.py" recv "$mib" &
+    sleep 0.3
+    ip netns exec "$A" python3 "$work/link.py" send "$mib"
+    wait
+done | best)
+gb() { echo "$1 / $2 / 1000" | bc -l; }
+total=$((mib * 4))
+printf 'tiered-save: 4 nodes on 2 netns hosts, %d MiB per node (%d MiB a save), F=2 J=2, best of %d\n' \
+    "$mib" "$total" "$runs"
+printf '%-28s %10s %10s %14s\n' "" "seconds" "GB/s" "stall s (best)"
+stall() { sort -g "$work/stall.$1" | head -1; }
+for level in durable local replicated; do
+    what="save to level $level"
+    [ $level = durable ] && what="save, no tiers (durable)"
+    printf '%-28s %10.3f %10.2f %14.3f\n' "$what" "${T[$level]}" \
+        "$(gb $((total * 1048576 / 1000000)) "${T[$level]}")" "$(stall $level)"
+done
+printf '%-28s %10.3f %10.2f\n' "raw O_DIRECT write, 4 files" "$raw" "$(gb $((total * 1048576 / 1000000)) "$raw")"
+printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, A->B" "$link" "$(gb $((mib * 1048576 / 1000000)) "$link")"
+printf 'replicated / local: %.2fx (goal 1.2x)\n' "$(echo "${T[replicated]} / ${T[local]}" | bc -l)"
+grep -h "replicated to\|copy committed" "$work"/n*.log | grep "replicated-$runs\b\|replicated-$runs:" | sed 's/^/  log| /'

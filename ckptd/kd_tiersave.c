@@ -1,0 +1,49 @@
+/* kd_tiersave.c - the daemon's side of tiered saves (issue 31; docs/decisions/0174 and
+ * 0175): the saver (async/saver_tier.c) commits each node's copy in its local tier and
+ * calls kd_tiersave_replicate, on one of its worker threads, to send that copy to the
+ * other members of the node's clique over the peer service (kd_peer_put: the peer
+ * checks every block's SHA-256 as it arrives and commits under LOCAL/.replicas/ID/);
+ * kd_tiersave_settled hears where a save ended up once its levels are final: a
+ * replicated save is offered to the drain to the durable tier (kd_drain.c), and
+ * retention counts the new copies (kd_retain.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "kd.h"
+
+int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
+                          ck_err *err)
+{
+    kd_server *s = arg;
+    for (uint32_t i = 0; i < n; i++) {
+        char addr[KD_PEER_ADDR_MAX];
+        uint64_t instance;
+        ck_err why = { 0 };
+        int r = kd_addr_lookup(s->root, peers[i], addr, sizeof addr, &instance, &why);
+        if (r < 0)
+            return ck_err_set(err, r, "replica of %s for ckptd %s: its peer address: %s", name,
+                              peers[i], ck_err_msg(&why));
+        kd_peer_call c = { .addr = addr, .id = s->o.id, .timeout = s->o.peer_timeout };
+        double t0 = kd_now();
+        if ((r = kd_peer_put(&c, s->local_root, name, &why)) < 0)
+            return ck_err_set(err, r, "replica of %s at ckptd %s: %s", name, peers[i],
+                              ck_err_msg(&why));
+        kd_log(s, "checkpoint %s: replica committed by ckptd %s at %s, %.3f s", name, peers[i],
+               addr, kd_now() - t0);
+    }
+    return 0;
+}
+
+void kd_tiersave_settled(kd_server *s, const char *name, uint8_t level, const char *note)
+{
+    kd_log(s, "checkpoint %s: final level %s%s%s", name,
+           level ? ck_level_name((ck_level)level) : "none", note && note[0] ? ": " : "",
+           note ? note : "");
+    /* Every node hears it and offers it alike: the drain's policy keeps every
+     * --drain-every'th, and the node whose copy holds the first data file drains it
+     * (decision 0178). Its step is read from the copy when it drains. */
+    if (level == CK_LEVEL_REPLICATED)
+        kd_drain_offer(s, name, 0);
+    /* The replicas are in: a retention pass counts them. */
+    kd_retain_after_commit(s, name);
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# A tiered save (issue 31, part 2) on two network-namespace hosts joined by a veth
+# (tests/launch/netns_lib.sh), two ckptd on each: n0 and n1 on host A, n2 and n3 on
+# host B, one durable root, a local tier each, --replicas 2 --jump 2. Four ranks save
+# step-7 through their nodes' daemons (ckpt-synth --world 4, rank i on node ni) and wait
+# for the level "replicated". Then, checked against the clique rule computed here
+# (decision 0174: blocks of F x J nodes, a clique the nodes of a block with the same
+# offset modulo J), not against a list written by hand:
+#   - every node's local tier holds its own partial copy of step-7: the whole manifest
+#     and its rank's file, NAME/copy naming it (ckpt-verify says partial, not corrupt);
+#   - each node's copy is kept as a replica by exactly the other members of its clique,
+#     here the node J = 2 apart, on the other host: outside a failure domain of 2;
+#   - nothing of step-7 is in the durable root (the tiers' level is not durable);
+#   - rank r restored through its node's daemon (tier_load) equals the data saved.
+# Skipped (77) where network namespaces cannot be made.
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/replica_lib.sh"
+. "$here/../launch/netns_lib.sh"
+netns_hosts_up
+F=2 J=2 N=4
+SHARED=$WORK/durable
+TRUTH=$WORK/truth
+mkdir -p "$SHARED"
+synth "$TRUTH" step-7 --mesh 4 --placements 'S(0)' --step 7 --seed 7
+for i in 0 1 2 3; do
+    h=$((i / 2))
+    WRAP=("$WORK/on-${NETNS_HOSTS[$h]}")
+    LISTEN=${NETNS_ADDRS[$h]} daemon "n$i" --replicas $F --jump $J --peer-timeout 5 \
+        --part-timeout 30
+done
+socks=$WORK/n0.sock,$WORK/n1.sock,$WORK/n2.sock,$WORK/n3.sock
+run "$CKPT_SYNTH" "$SHARED" --name step-7 --mesh 4 --placements 'S(0)' --tensors 3 \
+    --bytes 12MiB --step 7 --seed 7 --world 4 --daemon "$socks" --level replicated
+expect 0 "the save through four daemons"
+for r in 0 1 2 3; do
+    said "rank $r: .*committed at level replicated$" "rank $r's level"
+done
+[ ! -e "$SHARED/step-7" ] || fail "a tiered save committed step-7 in the durable root"
+
+# clique I: the other members of node I's clique, by the rule.
+clique() {
+    local i=$1 b=$((F * J)) m out=()
+    for m in $(seq 0 $((F - 1))); do
+        local x=$(( i / b * b + i % J + m * J ))
+        [ "$x" -eq "$i" ] || out+=("$x")
+    done
+    echo "${out[@]}"
+}
+for i in 0 1 2 3; do
+    own=$WORK/n$i.local/step-7
+    [ -f "$own/manifest.mdb" ] || fail "n$i has no committed copy of step-7"
+    [ "$(sed -n 2p "$own/copy")" = "source n$i" ] && grep -qx "rank-0000$i.dat" "$own/copy" ||
+        fail "n$i's copy file does not name its own part: $(cat "$own/copy")"
+    [ "$(ls "$own" | grep -c '\.dat$')" -eq 1 ] || fail "n$i's copy holds other ranks' files"
+    run "$CKPT_VERIFY" "$WORK/n$i.local" step-7
+    said "partial copy from ckptd n$i: 1 of 4 data files" "ckpt-verify of n$i's copy"
+    peers=$(clique "$i")
+    for p in 0 1 2 3; do
+        rep=$WORK/n$p.local/.replicas/n$i/step-7
+        if [[ " $peers " == *" $p "* ]]; then
+            [ -f "$rep/rank-0000$i.dat" ] || fail "n$p keeps no replica of n$i's part (clique of n$i: $peers)"
+            cmp -s "$rep/rank-0000$i.dat" "$own/rank-0000$i.dat" ||
+                fail "n$p's replica of n$i's part differs from it"
+        else
+            [ ! -e "$rep" ] || fail "n$p keeps a replica of n$i's part, outside n$i's clique ($peers)"
+        fi
+    done
+    for p in $peers; do
+        [ $((p / 2)) -ne $((i / 2)) ] ||
+            fail "n$i's replica is on n$p, its own host (J = 2 keeps it out of the failure domain)"
+    done
+done
+for r in 0 1 2 3; do
+    run "$TIER_LOAD" "$WORK/n$r.sock" "$SHARED" "$TRUTH" step-7 --rank "$r"
+    expect 0 "rank $r restored through n$r"
+    said "^rank $r: 3 tensors equal to the saved data" "rank $r's load"
+done
+for i in 0 1 2 3; do stop "n$i"; done
+echo "PASS [$TEST_NAME]"
