@@ -190,18 +190,24 @@ def check(cmd, expect=0):
 
 
 class Ckptd:
-    """A real ckptd process on root, in the foreground, ended with SIGTERM."""
+    """A real ckptd process on root, in the foreground, ended with SIGTERM (stop) or
+    SIGKILL (kill); socket: its own, for several daemons on one root."""
 
-    def __init__(self, root, *args):
-        self.socket = os.path.join(root, ".ckptd.sock")
+    def __init__(self, root, *args, socket=None):
+        self.socket = socket or os.path.join(root, ".ckptd.sock")
         self.proc = subprocess.Popen(
-            [tool("ckptd"), "--root", root, "--foreground", "--staging", "256MiB", *args],
+            [tool("ckptd"), "--root", root, "--foreground", "--staging", "256MiB",
+             "--socket", self.socket, *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ckptd did not start: {self.proc.stderr.read()}")
             time.sleep(0.05)
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(60)
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
