@@ -8,7 +8,9 @@
 #     ones, and never touches what no run of its made (best-model, ft-3);
 #   - a link planted in .replicas, leading to a root outside, is never followed: the
 #     checkpoint there stays;
-#   - a save committed through n0 (step-20) runs a pass: step-20 is kept, step-8 goes;
+#   - a save committed through n0 (step-20, into its local tier) runs a pass: the local
+#     tier keeps step-16 and step-20; drained to the durable root, step-20 is kept
+#     there by the pass after the drain's commit, and step-8 goes;
 #   - n1 without --keep-local removes only a fetched copy older than the newest
 #     durable checkpoint (step-4), keeping the newer one (step-12) and its own copies;
 #   - --keep-local without a local tier, or a count that is no number, is refused.
@@ -87,9 +89,16 @@ run "$CKPT_SYNTH" "$SHARED" --name step-20 --mesh 2 --placements 'S(0)' --tensor
     --bytes 4MiB --step 20 --world 2 --daemon "$WORK/n0.sock"
 expect 0 "step-20 saved through n0"
 passes n0 2
+only "$WORK/n0.local" step-16 step-20
+only "$SHARED" best-model ft-3 step-8
+# A save through a daemon with a local tier commits there; the drain takes it to the
+# durable root, and the pass after the drain's commit keeps it and removes step-8.
+run "$CKPTCTL" drain --socket "$WORK/n0.sock" step-20
+expect 0 "ckptctl drain step-20"
+passes n0 3
 only "$SHARED" best-model ft-3 step-20
 logged n0 "retention: removed step-8 \(step 8\) from $SHARED: the durable tier keeps the 1 newest" \
-    "the durable removal after the commit"
+    "the durable removal after the drain's commit"
 run "$CKPT_VERIFY" "$SHARED"
 expect 0 "what the durable tier keeps verifies"
 stop n0

@@ -29,7 +29,8 @@ passes() {
     done
     fail "ckptd n0 did only $(grep -c 'retention: pass done' "$WORK/n0.log") of $1 retention passes"
 }
-# commit NAME: a save committed through n0 (into the durable root), which runs a pass.
+# commit NAME: a save committed through n0 (into its local tier, at step 0, older than
+# the steps it keeps), which runs a pass.
 commit() {
     run "$CKPT_SYNTH" "$SHARED" --name "$1" --mesh 2 --tensors 2 --bytes 1MiB --world 2 \
         --daemon "$WORK/n0.sock"
