@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 0:
     case 1:
     case 2:
-        if (ck__proto_get_restore(req[data[0] % 6], p, n, &q, NULL) == 0) {
+        if (ck__proto_get_restore(req[data[0] % 7], p, n, &q, NULL) == 0) {
             sink += strlen(q.name) + q.newest;
             for (uint32_t i = 0; i < q.n; i++)
                 sink += strlen(q.files[i]);
