@@ -58,6 +58,7 @@ struct kd_drainer {
     drec *recs;                    /* in the order asked */
     kd_drain_ctx *cur;             /* the drain running, for its bytes */
     bool stop;
+    bool dirty;                    /* offers changed since the file was written */
     char file[CK_NODE_ID_MAX + 16];/* .ckptd.ID.drain in the local tier */
 };
 
@@ -114,7 +115,8 @@ static void trim(struct kd_drainer *k)
     }
 }
 
-/* LOCAL/.ckptd.ID.drain: "ckptd drain 1\n", then a line per drain owed (queued or
+/* LOCAL/.ckptd.ID.drain: "ckptd drain 2\noffers N\n" (the policy's count, so that a
+ * restart keeps --drain-every's rhythm), then a line per drain owed (queued or
  * running), written whole by rename (after the lock is let go: it fsyncs). */
 static void owe(struct kd_drainer *k)
 {
@@ -122,7 +124,9 @@ static void owe(struct kd_drainer *k)
     if (!buf)
         return;
     pthread_mutex_lock(&k->mu);
-    size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 1\n");
+    k->dirty = false;
+    size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 2\noffers %llu\n",
+                                 (unsigned long long)k->offers);
     for (drec *r = k->recs; r; r = r->next)
         if (r->row.state <= KD_DRAIN_RUNNING && at < DRAIN_FILE_MAX)
             at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "%s\n", r->row.name);
@@ -153,15 +157,28 @@ static void owed(struct kd_drainer *k)
     ssize_t n = read(fd, buf, sizeof buf - 1);
     int e = errno;
     close(fd);
-    const char *head = "ckptd drain 1\n";
-    if (n <= 0 || n > DRAIN_FILE_MAX || strncmp(buf, head, strlen(head)) || buf[n - 1] != '\n') {
-        kd_log(k->s, "%s/%s: not a 'ckptd drain 1' file%s%s; no drain resumes", k->o.local,
+    /* Version 1 (revision 6) had no count: the policy counts from 0 again. */
+    unsigned long long offers = 0;
+    int head = 0;
+    if (n > 0 && n <= DRAIN_FILE_MAX && buf[n - 1] == '\n') {
+        buf[n] = '\0';
+        const char *v2 = "ckptd drain 2\noffers ";
+        char *end = NULL;
+        if (!strncmp(buf, "ckptd drain 1\n", 14))
+            head = 14;
+        else if (!strncmp(buf, v2, strlen(v2)) && buf[strlen(v2)] >= '0' &&
+                 buf[strlen(v2)] <= '9' &&
+                 (offers = strtoull(buf + strlen(v2), &end, 10), *end == '\n'))
+            head = (int)(end + 1 - buf);
+    }
+    if (!head) {
+        kd_log(k->s, "%s/%s: not a 'ckptd drain' file%s%s; no drain resumes", k->o.local,
                k->file, n < 0 ? ": " : "", n < 0 ? strerror(e) : "");
         return;
     }
-    buf[n] = '\0';
     pthread_mutex_lock(&k->mu);
-    for (char *line = buf + strlen(head), *end; *line; line = end + 1) {
+    k->offers = offers;
+    for (char *line = buf + head, *end; *line; line = end + 1) {
         end = strchr(line, '\n');
         *end = '\0';
         ck_err err = { 0 };
@@ -267,6 +284,12 @@ static void *drainer(void *arg)
         drec *r = k->recs;
         while (r && r->row.state != KD_DRAIN_QUEUED)
             r = r->next;
+        if (!r && k->dirty) {
+            pthread_mutex_unlock(&k->mu);
+            owe(k);
+            pthread_mutex_lock(&k->mu);
+            continue;
+        }
         if (!r) {
             pthread_cond_wait(&k->cv, &k->mu);
             continue;
@@ -327,6 +350,8 @@ void kd_drain_stop(kd_server *s)
     pthread_cond_signal(&k->cv);
     pthread_mutex_unlock(&k->mu);
     pthread_join(k->th, NULL);
+    if (k->dirty)
+        owe(k);                    /* the last offers' count */
     free_recs(k);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
@@ -339,7 +364,13 @@ static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offe
                 bool waited)
 {
     pthread_mutex_lock(&k->mu);
-    bool keep = !offer || waited || (k->every && ++k->offers % k->every == 0);
+    bool counted = offer && !waited && k->every;
+    bool keep = !offer || waited || (counted && ++k->offers % k->every == 0);
+    /* The drainer thread writes the count down (the loop never waits on a disk). */
+    if (counted) {
+        k->dirty = true;
+        pthread_cond_signal(&k->cv);
+    }
     bool ok = !keep || queue(k, name, step, offer, waited);
     pthread_mutex_unlock(&k->mu);
     if (!ok)
