@@ -10,9 +10,14 @@
 # durable one, step 8; nothing of step 10 is in the durable root), rank 1's part
 # fetched from n0's replica, and steps 11-14 have exactly the losses of an
 # uninterrupted run.
-#   tier_node_lost.sh SHARDRUN SHARD_TRAIN CKPTD
+# With "clique", both nodes of the clique {n0, n1} are lost instead (daemons killed,
+# local tiers deleted, replacements empty): rank 0's and rank 1's parts of step 10 have
+# no copy left, so the run falls back to step 8, the newest durable checkpoint, saying
+# how many of step 10's files were lost, and steps 9-14 have exactly the losses of an
+# uninterrupted run.
+#   tier_node_lost.sh SHARDRUN SHARD_TRAIN CKPTD [clique]
 set -euo pipefail
-shardrun=$1 train=$2 ckptd=$3
+shardrun=$1 train=$2 ckptd=$3 mode=${4:-node}
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tier-node-lost.XXXXXX")
@@ -60,21 +65,44 @@ for s in 00000002 00000004 00000006 00000010; do
 done
 [ -d "$work/n0.local/.replicas/n1/step-00000010" ] || fail "n1's part of step 10 is not on n0"
 
-kill -9 "${pid[n1]}"
-wait "${pid[n1]}" 2>/dev/null || true
-unset "pid[n1]"
-rm -rf "$work/n1.local"
-daemon 1
+lose() {     # lose I: node nI lost with its disk, an empty replacement started
+    kill -9 "${pid[n$1]}"
+    wait "${pid[n$1]}" 2>/dev/null || true
+    unset "pid[n$1]"
+    rm -rf "$work/n$1.local"
+    daemon "$1"
+}
+# compare FROM: the resumed run's losses after step FROM are the straight run's.
+compare() {
+    losses "$work/straight.log" | awk -v s="$1" '$1 > s' >"$work/want"
+    losses "$work/resumed.log" >"$work/got"
+    [ "$(wc -l <"$work/want")" -eq $((14 - $1)) ] || fail "the straight run's log"
+    diff -u "$work/want" "$work/got" || fail "steps $(($1 + 1))-14 after the loss differ from the straight run"
+}
+resume() {
+    "$shardrun" --nproc-per-node 4 "$work/node-socket" "$train" "${model[@]}" --mesh 2x2 \
+        --steps 14 --ckpt-root "$work/ck" --ckpt-every 2 --commit-level replicated --resume \
+        >"$work/resumed.log" 2>&1 || fail "the resume after $1"
+}
 
-"$shardrun" --nproc-per-node 4 "$work/node-socket" "$train" "${model[@]}" --mesh 2x2 \
-    --steps 14 --ckpt-root "$work/ck" --ckpt-every 2 --commit-level replicated --resume \
-    >"$work/resumed.log" 2>&1 || fail "the resume after n1 was lost"
+if [ "$mode" = clique ]; then
+    lose 0
+    lose 1
+    resume "n0 and n1 were lost"
+    grep -q "resumed from step-00000008" "$work/resumed.log" || fail "did not fall back to step 8"
+    # The replacements hold no copy of step 10 to read its file names from: the count.
+    grep -qE "restore: step-00000010 \(step 10\): 2 of its 4 data files have no live copy; restoring step-00000008 \(step 8\) from .*the durable tier" \
+        "$work/resumed.log" || fail "the fallback does not say what was lost"
+    compare 8
+    echo "ok: the clique {n0, n1} lost with its disks after step 10; fell back to the" \
+         "durable step 8, saying why; steps 9-14 identical"
+    exit 0
+fi
+lose 1
+resume "n1 was lost"
 grep -q "resumed from step-00000010" "$work/resumed.log" || fail "did not resume from step 10"
 grep -q "FETCH of step-00000010: .*from the copy of ckptd n1 at ckptd n0" "$work/ckptd-n1.log" ||
     fail "the replacement n1 did not fetch its part from n0's replica"
-losses "$work/straight.log" | awk '$1 > 10' >"$work/want"
-losses "$work/resumed.log" >"$work/got"
-[ "$(wc -l <"$work/want")" -eq 4 ] || fail "the straight run's log"
-diff -u "$work/want" "$work/got" || fail "steps 11-14 after the node loss differ from the straight run"
+compare 10
 echo "ok: step 8 drained; n1 lost with its disk after step 10; resumed from the replicas," \
      "steps 11-14 identical"
