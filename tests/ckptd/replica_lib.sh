@@ -81,8 +81,9 @@ daemon() {
     fail "ckptd $id did not publish its peer address"
 }
 
-# netns_hosts_up: makes the hosts of tests/launch/netns_lib.sh (sourced; they go at
-# exit, with the daemons), waits for each host's veth to carry (UCX picks its network devices when it starts, among those that are
+# netns_hosts_up: makes the hosts of tests/launch/netns_lib.sh (sourced; NETNS_N of
+# them, default 2; they go at exit, with the daemons), waits for each host's veth to
+# carry (UCX picks its network devices when it starts, among those that are
 # running: a veth whose carrier is not yet on, "NO-CARRIER ... state DOWN" for a moment
 # after it is set up, is left out, and a daemon started then never takes a connection
 # on it), keeps UCX on TCP (UCX_TLS=tcp: the bytes cross the veth, as they would cross
