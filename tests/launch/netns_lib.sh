@@ -13,8 +13,10 @@
 # if_include), so nothing goes through the machine's own interfaces.
 #
 #   netns_setup WORK     makes NETNS_HOSTS=(A B ...) (NETNS_N of them, default 2) with
-#                        NETNS_ADDRS=(10.231.7.1 .2 ...), the agent WORK/rsh-agent, and
-#                        exports the OMPI_MCA_* settings; exits 77 with a message
+#                        NETNS_ADDRS=(10.231.7.1 .2 ...), waits until each host's device
+#                        is up, writes WORK/on-HOST for each host (below) and the agent
+#                        WORK/rsh-agent, and exports the OMPI_MCA_* settings; exits 77
+#                        with a message
 #                        without the privilege; netns_cleanup (call it from the test's
 #                        EXIT trap) kills what runs in them and removes them and the
 #                        switch. A guard, out of the test's session and process group,
@@ -23,6 +25,9 @@
 #   netns_start TAG      a test's usual start: work=$(mktemp -d TMPDIR/netns-TAG.XXXXXX),
 #                        an EXIT trap that runs netns_cleanup and removes $work, then
 #                        netns_setup $work; sets work, and A and B (the first two hosts)
+#   WORK/on-HOST CMD...  runs CMD on HOST, with no time bound, as the same process
+#                        (exec all the way): started in the background, its $! is CMD's
+#                        pid, which a test can kill as it would kill CMD on loopback
 #   netns_on HOST CMD... runs CMD on HOST, for at most NETNS_TIMEOUT seconds (300)
 #   netns_alive HOST     prints the pids still running on HOST
 #   netns_ckptd I CKPTD ROOT WORK [ARGS...]
@@ -39,6 +44,7 @@ NETNS_SUBNET=10.231.7
 NETNS_HOSTS=()
 NETNS_ADDRS=()
 NETNS_SWITCH=
+NETNS_WORK=
 NETNS_LETTERS=abcdefghijklmnopqrstuvwxyz
 
 netns_skip() { echo "skip: $*"; exit 77; }
@@ -108,6 +114,23 @@ netns_setup() {
             ip -n "$h" link set "$dev" up ||
             { netns_cleanup; echo "FAILED: configuring $dev in $h"; exit 1; }
     done
+    # A veth says "NO-CARRIER ... state DOWN" for a moment after it is set up, and a
+    # program that picks its network devices when it starts (UCX) leaves out one that
+    # is not running: a daemon started then never takes a connection on it.
+    for ((i = 0; i < n; i++)); do
+        local h=${NETNS_HOSTS[i]} dev=v$id${NETNS_LETTERS:i:1}
+        for _ in $(seq 200); do
+            ip -n "$h" -o link show dev "$dev" | grep -q 'state UP' && break
+            sleep 0.05
+        done
+        ip -n "$h" -o link show dev "$dev" | grep -q 'state UP' ||
+            { echo "FAILED: $dev in $h never came up: $(ip -n "$h" -o link show dev "$dev")"
+              netns_cleanup; exit 1; }
+        printf '#!/bin/sh\nexec ip netns exec %s unshare --uts sh -c '"'"'hostname "$0" && exec "$@"'"'"' %s "$@"\n' \
+            "$h" "$h" >"$work/on-$h" && chmod +x "$work/on-$h" ||
+            { netns_cleanup; echo "FAILED: writing $work/on-$h"; exit 1; }
+    done
+    NETNS_WORK=$work
     cat >"$work/rsh-agent" <<'EOF'
 #!/bin/sh
 # OpenMPI's rsh agent for namespace hosts: "rsh-agent HOST COMMAND..." runs COMMAND
@@ -135,8 +158,7 @@ netns_start() {
 netns_on() {
     local host=$1
     shift
-    timeout "${NETNS_TIMEOUT:-300}" ip netns exec "$host" unshare --uts \
-        sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+    timeout "${NETNS_TIMEOUT:-300}" "$NETNS_WORK/on-$host" "$@"
 }
 
 NETNS_DAEMONS=()
