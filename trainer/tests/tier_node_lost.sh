@@ -10,9 +10,15 @@
 # durable one, step 6; nothing of step 8 is in the durable root), rank 1's part
 # fetched from n0's replica, and steps 9-12 have exactly the losses of an
 # uninterrupted run.
-#   tier_node_lost.sh SHARDRUN SHARD_TRAIN CKPTD
+# MODE hosts does it all on four real hosts (network namespaces joined by a bridge,
+# tests/launch/netns_lib.sh; skipped, 77, without the privilege): node ni's daemon on
+# host i, its peer service on that host's address, and every run started by
+# rendezvous, one rank per host, saving through its own host's daemon; n0 then serves
+# n1's part to host 1's address.
+#   tier_node_lost.sh SHARDRUN SHARD_TRAIN CKPTD [loopback|hosts]
 set -euo pipefail
-shardrun=$1 train=$2 ckptd=$3
+shardrun=$1 train=$2 ckptd=$3 mode=${4:-loopback}
+here=$(cd "$(dirname "$0")" && pwd)
 data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tier-node-lost.XXXXXX")
@@ -23,15 +29,32 @@ cleanup() {
 }
 trap cleanup EXIT
 export OPENBLAS_NUM_THREADS=1 UCX_TLS=tcp
+listen=(127.0.0.1 127.0.0.1 127.0.0.1 127.0.0.1)
+case $mode in
+loopback) ;;
+hosts)
+    . "$here/../../tests/launch/netns_lib.sh"
+    export NETNS_TIMEOUT=120
+    NETNS_N=4
+    netns_setup "$work"
+    # The daemons first, by SIGTERM as on loopback (each exits 0: set -e holds in the
+    # trap), then whatever is left on the hosts, and the hosts.
+    trap 'cleanup; netns_cleanup' EXIT
+    listen=("${NETNS_ADDRS[@]}")
+    port=29470 ;;
+*) echo "usage: tier_node_lost.sh SHARDRUN SHARD_TRAIN CKPTD [loopback|hosts]"; exit 2 ;;
+esac
 model=(--data "$data" --layers 2 --dim 32 --heads 2 --seq 32 --batch 12 --lr 3e-3 --warmup 4)
 losses() { awk '$1 == "step" && $3 == "loss" { print $2, $4 }' "$@"; }
 fail() { echo "FAILED: $*"; for f in "$work"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
 
-daemon() {   # daemon I: ckptd nI, its local tier, its peer service
+daemon() {   # daemon I: ckptd nI, its local tier, its peer service (on host I)
+    local at=()
+    [ "$mode" = loopback ] || at=("$work/on-${NETNS_HOSTS[$1]}")
     rm -f "$work/ck/.ckptd.n$1.peer"
     mkdir -p "$work/n$1.local"
-    "$ckptd" --root "$work/ck" --id "n$1" --local-root "$work/n$1.local" \
-        --peer-listen 127.0.0.1:0 --socket "$work/n$1.sock" --replicas 2 --peer-timeout 10 \
+    "${at[@]}" "$ckptd" --root "$work/ck" --id "n$1" --local-root "$work/n$1.local" \
+        --peer-listen "${listen[$1]}:0" --socket "$work/n$1.sock" --replicas 2 --peer-timeout 10 \
         --drain-every 3 --part-timeout 60 --foreground --log "$work/ckptd-n$1.log" &
     pid[n$1]=$!
     for _ in $(seq 200); do [ -s "$work/ck/.ckptd.n$1.peer" ] && return 0; sleep 0.05; done
@@ -44,11 +67,28 @@ printf '%s\n' '#!/bin/sh' \
     >"$work/node-socket"
 chmod +x "$work/node-socket"
 
-"$shardrun" --nproc-per-node 4 "$train" "${model[@]}" --mesh 2x2 --steps 12 \
-    >"$work/straight.log" 2>&1 || fail "the straight run"
-"$shardrun" --nproc-per-node 4 "$work/node-socket" "$train" "${model[@]}" --mesh 2x2 \
-    --steps 12 --ckpt-root "$work/ck" --ckpt-every 2 --commit-level replicated \
-    --kill-at-step 8 >"$work/killed.log" 2>&1 && fail "the run was not killed"
+# job LOG DAEMONS [shard-train options...]: the 2x2 run of 12 steps, its output in LOG;
+# with DAEMONS = yes, rank r saves through node nr's daemon (on host r: shardrun
+# expands %n to the node's rank).
+job() {
+    local log=$1 d=$2 st=0 wrap=()
+    shift 2
+    if [ "$mode" = hosts ]; then
+        port=$((port + 1))
+        [ "$d" = no ] || export CKPTD_SOCKET="$work/n%n.sock"
+        netns_launch "$shardrun" "$port" 1 "$log" "$train" "${model[@]}" --mesh 2x2 --steps 12 "$@"
+        netns_wait || st=$?
+        unset CKPTD_SOCKET
+        cat "$log".* >"$log"
+        return "$st"
+    fi
+    [ "$d" = no ] || wrap=("$work/node-socket")
+    "$shardrun" --nproc-per-node 4 "${wrap[@]}" "$train" "${model[@]}" --mesh 2x2 --steps 12 \
+        "$@" >"$log" 2>&1
+}
+job "$work/straight.log" no || fail "the straight run"
+job "$work/killed.log" yes --ckpt-root "$work/ck" --ckpt-every 2 --commit-level replicated \
+    --kill-at-step 8 && fail "the run was not killed"
 grep -q "kill-at-step 8: saved step-00000008" "$work/killed.log" || fail "no step 8 before the kill"
 # The drain runs in the background, on the node whose copy holds the first data file.
 for _ in $(seq 300); do [ -e "$work/ck/step-00000006" ] && break; sleep 0.1; done
@@ -66,15 +106,17 @@ unset "pid[n1]"
 rm -rf "$work/n1.local"
 daemon 1
 
-"$shardrun" --nproc-per-node 4 "$work/node-socket" "$train" "${model[@]}" --mesh 2x2 \
-    --steps 12 --ckpt-root "$work/ck" --ckpt-every 2 --commit-level replicated --resume \
-    >"$work/resumed.log" 2>&1 || fail "the resume after n1 was lost"
+job "$work/resumed.log" yes --ckpt-root "$work/ck" --ckpt-every 2 --commit-level replicated \
+    --resume || fail "the resume after n1 was lost"
 grep -q "resumed from step-00000008" "$work/resumed.log" || fail "did not resume from step 8"
 grep -q "FETCH of step-00000008: .*from the copy of ckptd n1 at ckptd n0" "$work/ckptd-n1.log" ||
     fail "the replacement n1 did not fetch its part from n0's replica"
+[ "$mode" = loopback ] ||
+    grep -qE "peer ${listen[1]//./\\.}:[0-9]+ \(ckptd n1\): GET of step-00000008: sent" \
+        "$work/ckptd-n0.log" || fail "n0 on host 0 did not serve step 8 to host 1's address"
 losses "$work/straight.log" | awk '$1 > 8' >"$work/want"
 losses "$work/resumed.log" >"$work/got"
 [ "$(wc -l <"$work/want")" -eq 4 ] || fail "the straight run's log"
 diff -u "$work/want" "$work/got" || fail "steps 9-12 after the node loss differ from the straight run"
-echo "ok: step 6 drained; n1 lost with its disk after step 8; resumed from the replicas," \
+echo "ok ($mode): step 6 drained; n1 lost with its disk after step 8; resumed from the replicas," \
      "steps 9-12 identical"
