@@ -16,12 +16,12 @@
 #                        NETNS_ADDRS=(10.231.7.1 .2 ...), waits until each host's device
 #                        is up, writes WORK/on-HOST for each host (below) and the agent
 #                        WORK/rsh-agent, and exports the OMPI_MCA_* settings; exits 77
-#                        with a message
-#                        without the privilege; netns_cleanup (call it from the test's
-#                        EXIT trap) kills what runs in them and removes them and the
-#                        switch. A guard, out of the test's session and process group,
-#                        does the same once the test's shell is gone, so a test killed
-#                        before its trap ran (SIGKILL, a meson timeout) leaves nothing
+#                        with a message without the privilege; netns_cleanup (call it
+#                        from the test's EXIT trap) kills what runs in them and removes
+#                        them and the switch. A guard, out of the test's session and
+#                        process group, does the same once the test's shell is gone, so
+#                        a test killed before its trap ran (SIGKILL, a meson timeout)
+#                        leaves nothing
 #   netns_start TAG      a test's usual start: work=$(mktemp -d TMPDIR/netns-TAG.XXXXXX),
 #                        an EXIT trap that runs netns_cleanup and removes $work, then
 #                        netns_setup $work; sets work, and A and B (the first two hosts)
