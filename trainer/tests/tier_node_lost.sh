@@ -55,7 +55,7 @@ fail() { echo "FAILED: $*"; for f in "$work"/*.log; do echo "== $f"; tail -20 "$
 
 daemon() {   # daemon I: ckptd nI, its local tier, its peer service (on host I)
     local at=()
-    [ "$mode" = loopback ] || at=("$work/on-${NETNS_HOSTS[$1]}")
+    [ "$mode" != hosts ] || at=("$work/on-${NETNS_HOSTS[$1]}")
     rm -f "$work/ck/.ckptd.n$1.peer"
     mkdir -p "$work/n$1.local"
     "${at[@]}" "$ckptd" --root "$work/ck" --id "n$1" --local-root "$work/n$1.local" \
@@ -142,7 +142,7 @@ resume "n1 was lost"
 grep -q "resumed from step-00000010" "$work/resumed.log" || fail "did not resume from step 10"
 grep -q "FETCH of step-00000010: .*from the copy of ckptd n1 at ckptd n0" "$work/ckptd-n1.log" ||
     fail "the replacement n1 did not fetch its part from n0's replica"
-[ "$mode" = loopback ] ||
+[ "$mode" != hosts ] ||
     grep -qE "peer ${listen[1]//./\\.}:[0-9]+ \(ckptd n1\): GET of step-00000010: sent" \
         "$work/ckptd-n0.log" || fail "n0 on host 0 did not serve step 10 to host 1's address"
 compare 10
