@@ -12,8 +12,11 @@
  *
  * Every engine watches the meeting (SETTLING) and tells its clients COMMITTED once the
  * level they asked for holds: LOCAL when every engine's copy is committed, REPLICATED
- * when also every replication ended well; a replication that fails or outlives the
- * deadline leaves the save committed at LOCAL, said in the note, never FAILED. A save
+ * when also every replication ended well, DURABLE when the drain of the save, which
+ * every engine asks its daemon for once any engine's ranks want durable and the
+ * replication ended, committed it in the durable root (drain.ID, decision 0176); a
+ * replication or drain that fails or outlives the deadline leaves the save committed
+ * at the level reached, said in the note, never FAILED. A save
  * of one engine has no meeting: its copy is complete, and the clique rule allows no
  * replica (F = 1). The training stall is untouched: all of this runs after the part is
  * durable, on the engine's threads. */
