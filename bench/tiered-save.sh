@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # tiered-save - what saving into the tiers costs (issue 31, part 2): four ckptd with
-# local tiers on two network-namespace hosts joined by a veth (n0, n1 on host A; n2,
-# n3 on host B), one durable root, --replicas 2 --jump 2 (each node's copy goes to the
-# node two apart, on the other host: every replica crosses the veth). Four ranks, one
+# local tiers, one on each of four network-namespace hosts joined by a bridge
+# (tests/launch/netns_lib.sh), one durable root, --replicas 2 --jump 2 (each node's
+# copy goes to the node two apart: every replica crosses the bridge). Four ranks, one
 # per node, save MiB each through ckpt-synth --world 4 (hashing on), and the time from
 # the start of the save to every rank's COMMITTED is taken at level local, replicated
 # and durable (drained to the durable root as the save's last step, decision 0176), best
 # of RUNS. Beside them, in the same run:
 #   raw write   four files of MiB each written at once with O_DIRECT and fsync (dd),
 #               on the same file system as the local tiers: the floor of a local commit
-#   link        one TCP stream of MiB across the veth from A to B (python sockets):
+#   link        one TCP stream of MiB from host 0 to host 1 (python sockets):
 #               what a replica's bytes can cross the link at
 # Root only (network namespaces); UCX on TCP (UCX_TLS=tcp), as on a cluster's network.
 #   bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
@@ -18,40 +18,30 @@ b=$(realpath "${1:-build}")
 mib=${2:-256}
 runs=${3:-3}
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tiered-save.XXXXXX")
-id=$(( $$ % 100000 ))
-A=tsb${id}a B=tsb${id}b
 pids=()
+. "$(dirname "$0")/../tests/launch/netns_lib.sh"
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-    ip netns del "$A" 2>/dev/null
-    ip netns del "$B" 2>/dev/null
+    netns_cleanup
     rm -rf "$work"
 }
 trap cleanup EXIT
-ip netns add "$A" && ip netns add "$B" || { echo "tiered-save: needs network namespaces (root)"; exit 77; }
-ip link add "v${id}a" netns "$A" type veth peer name "v${id}b" netns "$B"
-ip -n "$A" addr add 10.231.9.1/24 dev "v${id}a"
-ip -n "$B" addr add 10.231.9.2/24 dev "v${id}b"
-for h in "$A" "$B"; do
-    ip -n "$h" link set lo up
-    ip -n "$h" link set "v${id}$([ "$h" = "$A" ] && echo a || echo b)" up
-done
-sleep 1      # the veth's carrier (UCX leaves out a device that is not running)
+NETNS_N=4
+netns_setup "$work" || exit $?
 export UCX_TLS=tcp
 mkdir -p "$work/durable"
 # daemons tiered|plain: four ckptd, with local tiers and replicas or (plain) today's.
 daemons() {
-    local i h addr
+    local i addr
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     pids=()
     for i in 0 1 2 3; do
-        h=$([ $i -lt 2 ] && echo "$A" || echo "$B")
-        addr=10.231.9.$([ $i -lt 2 ] && echo 1 || echo 2)
+        addr=${NETNS_ADDRS[$i]}
         mkdir -p "$work/n$i.local"
         rm -f "$work/n$i.sock"
         local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas 2 --jump 2)
         [ "$1" = tiered ] || tiers=()
-        ip netns exec "$h" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
+        "$work/on-${NETNS_HOSTS[$i]}" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
             --socket "$work/n$i.sock" --staging "$((mib * 3 / 2 + 64))MiB" --foreground \
             --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
         pids+=($!)
@@ -106,26 +96,26 @@ import socket, sys, time
 n = int(sys.argv[2]) << 20
 if sys.argv[1] == "recv":
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("10.231.9.2", 29555)); s.listen(1); c, _ = s.accept(); got = 0
+    s.bind((sys.argv[3], 29555)); s.listen(1); c, _ = s.accept(); got = 0
     while got < n:
         k = len(c.recv(1 << 20)); got += k
         if not k: break
     c.sendall(b"k"); c.close()
 else:
-    c = socket.create_connection(("10.231.9.2", 29555)); buf = b"\0" * (1 << 20)
+    c = socket.create_connection((sys.argv[3], 29555)); buf = b"\0" * (1 << 20)
     t0 = time.monotonic()
     for _ in range(n >> 20): c.sendall(buf)
     c.recv(1); print(time.monotonic() - t0)
 PY
 link=$(for r in $(seq "$runs"); do
-    ip netns exec "$B" python3 "$work/link.py" recv "$mib" &
+    "$work/on-${NETNS_HOSTS[1]}" python3 "$work/link.py" recv "$mib" "${NETNS_ADDRS[1]}" &
     sleep 0.3
-    ip netns exec "$A" python3 "$work/link.py" send "$mib"
+    "$work/on-${NETNS_HOSTS[0]}" python3 "$work/link.py" send "$mib" "${NETNS_ADDRS[1]}"
     wait
 done | best)
 gb() { echo "$1 / $2 / 1000" | bc -l; }
 total=$((mib * 4))
-printf 'tiered-save: 4 nodes on 2 netns hosts, %d MiB per node (%d MiB a save), F=2 J=2, best of %d\n' \
+printf 'tiered-save: 4 nodes on 4 netns hosts, %d MiB per node (%d MiB a save), F=2 J=2, best of %d\n' \
     "$mib" "$total" "$runs"
 printf '%-28s %10s %10s %14s\n' "" "seconds" "GB/s" "stall s (best)"
 stall() { sort -g "$work/stall.$1" | head -1; }
@@ -137,7 +127,7 @@ for level in durable local replicated tiered; do
         "$(gb $((total * 1048576 / 1000000)) "${T[$level]}")" "$(stall $level)"
 done
 printf '%-28s %10.3f %10.2f\n' "raw O_DIRECT write, 4 files" "$raw" "$(gb $((total * 1048576 / 1000000)) "$raw")"
-printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, A->B" "$link" "$(gb $((mib * 1048576 / 1000000)) "$link")"
+printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, 0->1" "$link" "$(gb $((mib * 1048576 / 1000000)) "$link")"
 printf 'replicated / local: %.2fx (goal 1.2x); durable / local: %.2fx\n' \
     "$(echo "${T[replicated]} / ${T[local]}" | bc -l)" "$(echo "${T[tiered]} / ${T[local]}" | bc -l)"
 grep -h "replicated to\|copy committed" "$work"/n*.log | grep "replicated-$runs\b\|replicated-$runs:" | sed 's/^/  log| /'
