@@ -645,6 +645,10 @@ kd_pmsg *kd_pconn_next(kd_pconn *c);
 void kd_pmsg_free(kd_pmsg *m);
 /* Sends a message; takes payload (malloc'd, or NULL with len 0) whatever happens. */
 int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len);
+/* As kd_pconn_send, but payload is handed to release(ctx, payload) once UCX is done with
+ * it (sent, or failed), on the worker's thread, instead of freed. */
+int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len,
+                      void (*release)(void *ctx, void *payload), void *ctx);
 /* Sends the encoded message w (taken). */
 int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w);
 /* 0 while usable; else -errno, and why: nothing more is taken from it (the messages

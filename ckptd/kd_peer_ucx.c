@@ -64,7 +64,17 @@ typedef struct tx {
     uint8_t hdr[KD_PEER_HDR];
     void *payload;
     size_t len;
+    void (*release)(void *ctx, void *payload);   /* NULL: free(payload) */
+    void *ctx;
 } tx;
+
+static void tx_release(tx *t)
+{
+    if (t->release)
+        t->release(t->ctx, t->payload);
+    else
+        free(t->payload);
+}
 
 /* A rendezvous receive in flight, into m. */
 typedef struct rx {
@@ -412,25 +422,24 @@ static void on_send_done(void *req, ucs_status_t status, void *arg)
         kd_pconn_fail(t->c, -ECONNRESET, why);
         t->c->broken = true;
     }
-    free(t->payload);
+    tx_release(t);
     free(t);
     if (req)
         ucp_request_free(req);
 }
 
-int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len)
+int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len,
+                      void (*release)(void *ctx, void *payload), void *ctx)
 {
-    if (c->broken || c->closed) {
-        free(payload);
-        return c->failed ? c->failed : -ENOTCONN;
-    }
-    tx *t = malloc(sizeof *t);
-    if (!t) {
-        free(payload);
+    tx *t = NULL;
+    if (c->broken || c->closed || !(t = malloc(sizeof *t))) {
+        tx_release(&(tx){ .payload = payload, .release = release, .ctx = ctx });
+        if (c->broken || c->closed)
+            return c->failed ? c->failed : -ENOTCONN;
         kd_pconn_fail(c, -ENOMEM, "out of memory for a send");
         return -ENOMEM;
     }
-    *t = (tx){ .c = c, .payload = payload, .len = len };
+    *t = (tx){ .c = c, .payload = payload, .len = len, .release = release, .ctx = ctx };
     uint8_t *h = t->hdr;
     uint32_t magic = KD_PEER_MAGIC;
     for (int i = 0; i < 4; i++)
@@ -455,6 +464,11 @@ int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_
     if (r == NULL)
         on_send_done(NULL, UCS_OK, t);
     return 0;
+}
+
+int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len)
+{
+    return kd_pconn_send_buf(c, type, arg, payload, len, NULL, NULL);
 }
 
 int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w)

@@ -1,8 +1,9 @@
 /* kd_peer_xfer.c - a copy's stream over a peer connection, both ways (docs/PROTOCOL.md,
  * "Peer protocol", "A transfer").
  *
- * The sender reads the copy (ops/copy.h, ck__copy_out) in chunks of KD_PEER_CHUNK and
- * sends each as a DATA carrying its stream offset, never more than KD_PEER_WINDOW bytes
+ * The sender reads the copy (ops/copy.h, ck__copy_out_chunk) in chunks of at most
+ * KD_PEER_CHUNK, none across the end of a file, and sends each as a DATA carrying its
+ * stream offset, never more than KD_PEER_WINDOW bytes
  * ahead of what the receiver acknowledged. The receiver takes DATA in any order within
  * that window (UCX may complete a rendezvous out of order), holds what came early,
  * writes what is in order into the new copy (ck__copy_in: every block checked against
@@ -17,10 +18,57 @@
 
 #include "ops/copy.h"
 
+/* The sender's chunk buffers: aligned (so that a data file is read with O_DIRECT, see
+ * ops/copy_out.c) and used again rather than allocated per chunk (a fresh megabyte
+ * is a megabyte of page faults). A buffer is UCX's until its send completes, which
+ * may be after the transfer ended: the pool lives until the last one came back. */
+typedef struct pool {
+    unsigned out;                  /* buffers UCX holds */
+    bool orphan;                   /* its transfer is gone: buffers coming back are freed */
+    void *free[KD_PEER_WINDOW / KD_PEER_CHUNK + 1];
+    unsigned nfree;
+} pool;
+
 struct kd_xsend {
     ck__copy_out *out;
     uint64_t sent, acked;
+    pool *bufs;
 };
+
+static void pool_release(void *ctx, void *p)
+{
+    pool *b = ctx;
+    b->out--;
+    if (!b->orphan && b->nfree < sizeof b->free / sizeof b->free[0])
+        b->free[b->nfree++] = p;
+    else
+        free(p);
+    if (b->orphan && !b->out)
+        free(b);
+}
+
+static void *pool_get(pool *b)
+{
+    void *p = NULL;
+    if (b->nfree)
+        p = b->free[--b->nfree];
+    else if (posix_memalign(&p, CK_COPY_OUT_ALIGN, KD_PEER_CHUNK) != 0)
+        p = NULL;
+    if (p)
+        b->out++;
+    return p;
+}
+
+static void pool_drop(pool *b)
+{
+    if (!b)
+        return;
+    while (b->nfree)
+        free(b->free[--b->nfree]);
+    b->orphan = true;
+    if (!b->out)
+        free(b);
+}
 
 struct kd_xrecv {
     ck__copy_in *in;
@@ -36,8 +84,13 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     memset(q, 0, sizeof *q);
     kd_xsend *x = calloc(1, sizeof *x);
     const char **names = ask && !ask->all && ask->n ? malloc(ask->n * sizeof *names) : NULL;
-    if (!x || (ask && !ask->all && ask->n && !names)) {
+    if (x)
+        x->bufs = calloc(1, sizeof *x->bufs);
+    if (!x || !x->bufs || (ask && !ask->all && ask->n && !names)) {
+        if (x)
+            free(x->bufs);
         free(x);
+        free(names);
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
     for (uint32_t i = 0; names && i < ask->n; i++)
@@ -48,6 +101,7 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
                               ask && !ask->all ? ask->n : 0, &x->out, err);
     free(names);
     if (r < 0) {
+        pool_drop(x->bufs);
         free(x);
         return r;
     }
@@ -70,25 +124,26 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
 {
     uint64_t total = x->out->total;
     while (x->sent < total && x->sent - x->acked < KD_PEER_WINDOW) {
-        size_t n = total - x->sent < KD_PEER_CHUNK ? (size_t)(total - x->sent) : KD_PEER_CHUNK;
         size_t got;
-        void *buf = malloc(n);
+        void *buf = pool_get(x->bufs);
         if (!buf)
             return ck_err_set(err, -ENOMEM, "out of memory");
-        int r = ck__copy_out_read(x->out, buf, n, &got, err);
-        if (r == 0 && got != n)
+        /* A chunk ends where a file ends, so that the next file's reads stay aligned. */
+        int r = ck__copy_out_chunk(x->out, buf, KD_PEER_CHUNK, &got, err);
+        if (r == 0 && !got)
             r = ck_err_set(err, -EIO, "%s: the copy ended %llu bytes early", x->out->info.name,
-                           (unsigned long long)(total - x->sent - got));
+                           (unsigned long long)(total - x->sent));
         if (r < 0) {
-            free(buf);
+            pool_release(x->bufs, buf);
             return r;
         }
-        if ((r = kd_pconn_send(c, KD_P_DATA, x->sent, buf, n)) < 0) {
+        if ((r = kd_pconn_send_buf(c, KD_P_DATA, x->sent, buf, got, pool_release,
+                                   x->bufs)) < 0) {
             const char *why;
             kd_pconn_failed(c, &why);
             return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
         }
-        x->sent += n;
+        x->sent += got;
     }
     return x->acked == total;
 }
@@ -119,6 +174,7 @@ void kd_xsend_free(kd_xsend *x)
 {
     if (x) {
         ck__copy_out_close(x->out);
+        pool_drop(x->bufs);
         free(x);
     }
 }
