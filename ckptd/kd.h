@@ -561,6 +561,7 @@ int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_er
 int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err);
 
 /* kd_peer_xfer.c */
+struct kd_ucx;
 typedef struct kd_xsend kd_xsend;
 typedef struct kd_xrecv kd_xrecv;
 struct kd_pconn;
@@ -578,13 +579,21 @@ int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err);
 uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total);
 bool kd_xsend_all_sent(const kd_xsend *x);
 void kd_xsend_free(kd_xsend *x);
-/* Receiving into ROOT/q->name, a copy of q->source. */
-int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, const char *msg),
-                  void *log_arg, kd_xrecv **out, ck_err *err);
-/* Takes a DATA (m freed), writes what is now in order and ACKs it; 1 once the whole
- * stream is in (then kd_xrecv_commit). */
-int kd_xrecv_data(kd_xrecv *x, struct kd_pconn *c, struct kd_pmsg *m, ck_err *err);
+/* Receiving into ROOT/q->name, a copy of q->source, through a writer thread of its own
+ * that wakes u (kd_ucx_signal) whenever it took a message. */
+int kd_xrecv_open(const char *root, const kd_preq *q, struct kd_ucx *u,
+                  void (*log)(void *arg, const char *msg), void *log_arg, kd_xrecv **out,
+                  ck_err *err);
+/* Takes a DATA (m is x's, whatever happens): held until what comes before it came,
+ * then queued for the writer. -EPROTO for one outside the window or overlapping. */
+int kd_xrecv_data(kd_xrecv *x, struct kd_pmsg *m, ck_err *err);
+/* What the writer did since the last call: ACKs it (on c). 0: nothing new; 2: new bytes
+ * acknowledged; 1: the whole stream is written and checked (then kd_xrecv_commit);
+ * < 0: the writer failed (a block's hash, the disk), or the ACK could not be sent. */
+int kd_xrecv_poll(kd_xrecv *x, struct kd_pconn *c, ck_err *err);
+/* Stream bytes written, checked and acknowledged (and the stream's, in total). */
 uint64_t kd_xrecv_done(const kd_xrecv *x, uint64_t *total);
+/* Commits the copy, once kd_xrecv_poll said 1. */
 int kd_xrecv_commit(kd_xrecv *x, ck_err *err);
 /* Frees x; an uncommitted copy leaves nothing. */
 void kd_xrecv_free(kd_xrecv *x);
@@ -631,6 +640,8 @@ int kd_ucx_open(const char *listen, kd_ucx **out, char *bound, size_t len, ck_er
 void kd_ucx_close(kd_ucx *u);
 /* Progresses the worker until it has nothing to do, and frees closed connections. */
 void kd_ucx_progress(kd_ucx *u);
+/* Wakes whoever sleeps on u's descriptor (or in kd_ucx_wait); from any thread. */
+void kd_ucx_signal(kd_ucx *u);
 /* Arms the worker's event descriptor (kd_ucx_fd): true when it is safe to sleep on it
  * now, false when there is work to progress first. */
 bool kd_ucx_arm(kd_ucx *u);

@@ -554,6 +554,12 @@ void kd_ucx_progress(kd_ucx *u)
     reap(u);
 }
 
+void kd_ucx_signal(kd_ucx *u)
+{
+    /* UCX: safe from any thread, whatever the worker's thread mode. */
+    ucp_worker_signal(u->worker);
+}
+
 bool kd_ucx_arm(kd_ucx *u)
 {
     return ucp_worker_arm(u->worker) == UCS_OK;

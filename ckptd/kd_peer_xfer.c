@@ -11,6 +11,7 @@
  * window of the stream in memory, whatever the size of the copy, and a sender that
  * runs ahead of the window, overlaps, or goes past the end is refused.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,11 +71,28 @@ static void pool_drop(pool *b)
         free(b);
 }
 
+/* The receiver: the connection's thread takes DATA, puts what is in order on a queue,
+ * and sends the ACKs; a writer thread of the transfer's own takes the queue, hashing and
+ * writing each message into the copy (ck__copy_in_write). So the connection's thread
+ * keeps receiving while a block is hashed and written, and the queue holds at most a
+ * window: nothing is taken past the last ACK plus KD_PEER_WINDOW. */
 struct kd_xrecv {
     ck__copy_in *in;
-    uint64_t total, cursor;
-    kd_pmsg *held;                 /* early DATA, by offset */
+    kd_ucx *u;                     /* woken when the writer took a message */
+    uint64_t total;
+    uint64_t cursor;               /* the connection's: stream bytes queued */
+    uint64_t acked;                /* the connection's: the last ACK sent */
+    kd_pmsg *held;                 /* the connection's: early DATA, by offset */
     unsigned nheld;
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;            /* guards what follows */
+    pthread_cond_t cv;
+    kd_pmsg *q_head, *q_tail;      /* in order, for the writer */
+    uint64_t done;                 /* stream bytes written and checked */
+    bool stop;
+    int failed;                    /* the writer's error, in ferr */
+    ck_err ferr;
 };
 
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
@@ -123,13 +141,22 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
 int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
 {
     uint64_t total = x->out->total;
-    while (x->sent < total && x->sent - x->acked < KD_PEER_WINDOW) {
+    for (;;) {
+        /* Never past the window, and in whole alignment units (a file's chunks stay
+         * aligned for O_DIRECT; there are bytes in flight until room is made). */
+        uint64_t room = x->acked + KD_PEER_WINDOW - x->sent;
+        size_t n = room < KD_PEER_CHUNK ? (size_t)room : KD_PEER_CHUNK;
+        n -= n % CK_COPY_OUT_ALIGN;
+        if (x->sent == total || (!n && room < total - x->sent))
+            break;
+        if (!n)
+            n = (size_t)room;
         size_t got;
         void *buf = pool_get(x->bufs);
         if (!buf)
             return ck_err_set(err, -ENOMEM, "out of memory");
         /* A chunk ends where a file ends, so that the next file's reads stay aligned. */
-        int r = ck__copy_out_chunk(x->out, buf, KD_PEER_CHUNK, &got, err);
+        int r = ck__copy_out_chunk(x->out, buf, n, &got, err);
         if (r == 0 && !got)
             r = ck_err_set(err, -EIO, "%s: the copy ended %llu bytes early", x->out->info.name,
                            (unsigned long long)(total - x->sent));
@@ -179,17 +206,67 @@ void kd_xsend_free(kd_xsend *x)
     }
 }
 
-int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, const char *msg),
-                  void *log_arg, kd_xrecv **out, ck_err *err)
+/* The writer: each message of the queue into the copy, in order, until stopped. After
+ * a failure it takes nothing more: the connection's thread reports it. */
+static void *writer(void *arg)
+{
+    kd_xrecv *x = arg;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        while (!x->stop && !x->q_head)
+            pthread_cond_wait(&x->cv, &x->mu);
+        if (x->stop)
+            break;
+        kd_pmsg *m = x->q_head;
+        x->q_head = m->next;
+        if (!x->q_head)
+            x->q_tail = NULL;
+        pthread_mutex_unlock(&x->mu);
+        ck_err e = { 0 };
+        int r = x->failed ? 0 : ck__copy_in_write(x->in, m->data, m->len, &e);
+        size_t len = m->len;
+        kd_pmsg_free(m);
+        pthread_mutex_lock(&x->mu);
+        if (r < 0 && !x->failed) {
+            x->failed = r;
+            x->ferr = e;
+        } else if (r == 0) {
+            x->done += len;
+        }
+        kd_ucx_signal(x->u);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+/* Stops the writer (what it is writing, it finishes) and waits for it. */
+static void writer_stop(kd_xrecv *x)
+{
+    if (!x->started)
+        return;
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->th, NULL);
+    x->started = false;
+}
+
+int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
+                  void (*log)(void *arg, const char *msg), void *log_arg, kd_xrecv **out,
+                  ck_err *err)
 {
     *out = NULL;
     kd_xrecv *x = calloc(1, sizeof *x);
     if (!x)
         return ck_err_set(err, -ENOMEM, "out of memory");
+    x->u = u;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
     x->total = q->manifest_size;
     for (uint32_t i = 0; i < q->n; i++) {
         if (q->files[i].size > UINT64_MAX - x->total) {
-            free(x);
+            kd_xrecv_free(x);
             return ck_err_set(err, -EINVAL, "copy of %s: its files add up to more than 2^64 "
                               "bytes", q->name);
         }
@@ -199,25 +276,29 @@ int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, con
                            .manifest_size = q->manifest_size, .files = q->files,
                            .n_files = q->n, .log = log, .log_arg = log_arg };
     int r = ck__copy_in_begin(&o, &x->in, err);
+    if (r == 0 && (r = -pthread_create(&x->th, NULL, writer, x)) < 0)
+        ck_err_set(err, r, "copy of %s: starting its writer: %s", q->name, strerror(-r));
     if (r < 0) {
         kd_xrecv_free(x);
         return r;
     }
+    x->started = true;
     *out = x;
     return 0;
 }
 
-/* Holds m by offset: it lies in the window, past the cursor, and overlaps nothing held. */
+/* Holds m by offset: it lies in the window the sender was given (past the last ACK),
+ * past what was queued, and overlaps nothing held. */
 static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
     uint64_t off = m->arg;
     if (m->len == 0 || off < x->cursor || off > x->total || m->len > x->total - off ||
-        off + m->len > x->cursor + KD_PEER_WINDOW)
+        off + m->len > x->acked + KD_PEER_WINDOW)
         return ck_err_set(err, -EPROTO, "a DATA of %zu bytes at stream offset %llu, outside "
                           "[%llu, %llu) (the bytes not yet taken, within the window, of a "
                           "stream of %llu)", m->len, (unsigned long long)off,
                           (unsigned long long)x->cursor,
-                          (unsigned long long)(x->cursor + KD_PEER_WINDOW),
+                          (unsigned long long)(x->acked + KD_PEER_WINDOW),
                           (unsigned long long)x->total);
     if (x->nheld >= KD_PEER_HELD_MAX)
         return ck_err_set(err, -EPROTO, "more than %u DATA ahead of the stream's offset %llu",
@@ -239,38 +320,70 @@ static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
     return 0;
 }
 
-int kd_xrecv_data(kd_xrecv *x, kd_pconn *c, kd_pmsg *m, ck_err *err)
+int kd_xrecv_data(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
     int r = hold(x, m, err);
     if (r < 0) {
         kd_pmsg_free(m);
         return r;
     }
-    uint64_t was = x->cursor;
-    while (r == 0 && x->held && x->held->arg == x->cursor) {
+    kd_pmsg *first = NULL, *last = NULL;
+    while (x->held && x->held->arg == x->cursor) {
         kd_pmsg *h = x->held;
         x->held = h->next;
         x->nheld--;
-        r = ck__copy_in_write(x->in, h->data, h->len, err);
+        h->next = NULL;
+        if (last)
+            last->next = h;
+        else
+            first = h;
+        last = h;
         x->cursor += h->len;
-        kd_pmsg_free(h);
     }
-    if (r == 0 && x->cursor != was && (r = kd_pconn_send(c, KD_P_ACK, x->cursor, NULL, 0)) < 0) {
+    if (first) {
+        pthread_mutex_lock(&x->mu);
+        if (x->q_tail)
+            x->q_tail->next = first;
+        else
+            x->q_head = first;
+        x->q_tail = last;
+        pthread_cond_signal(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+    }
+    return 0;
+}
+
+int kd_xrecv_poll(kd_xrecv *x, kd_pconn *c, ck_err *err)
+{
+    pthread_mutex_lock(&x->mu);
+    uint64_t done = x->done;
+    int r = x->failed;
+    if (r < 0)
+        *err = x->ferr;
+    pthread_mutex_unlock(&x->mu);
+    if (r < 0)
+        return r;
+    if (done == x->acked)
+        return done == x->total;
+    x->acked = done;
+    if ((r = kd_pconn_send(c, KD_P_ACK, done, NULL, 0)) < 0) {
         const char *why;
         kd_pconn_failed(c, &why);
         return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
     }
-    return r < 0 ? r : x->cursor == x->total;
+    return done == x->total ? 1 : 2;
 }
 
 uint64_t kd_xrecv_done(const kd_xrecv *x, uint64_t *total)
 {
     *total = x->total;
-    return x->cursor;
+    return x->acked;
 }
 
 int kd_xrecv_commit(kd_xrecv *x, ck_err *err)
 {
+    /* Every byte is written (kd_xrecv_poll said so): the copy is this thread's again. */
+    writer_stop(x);
     return ck__copy_in_commit(x->in, err);
 }
 
@@ -278,11 +391,15 @@ void kd_xrecv_free(kd_xrecv *x)
 {
     if (!x)
         return;
+    writer_stop(x);
     ck__copy_in_free(x->in);
-    while (x->held) {
-        kd_pmsg *h = x->held;
-        x->held = h->next;
-        kd_pmsg_free(h);
-    }
+    for (kd_pmsg *lists[2] = { x->held, x->q_head }, **l = lists; l < lists + 2; l++)
+        while (*l) {
+            kd_pmsg *h = *l;
+            *l = h->next;
+            kd_pmsg_free(h);
+        }
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv);
     free(x);
 }
