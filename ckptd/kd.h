@@ -319,6 +319,7 @@ void kd_retain_run(kd_server *s);
 #define KD_PEER_CHUNK (1u << 20)            /* the bytes a sender puts in one DATA */
 #define KD_PEER_CHUNK_MAX (4u << 20)        /* the most a receiver takes in one DATA */
 #define KD_PEER_WINDOW (8u << 20)           /* stream bytes sent and not yet acknowledged */
+#define KD_PEER_DATA_ALIGN 4096u            /* a received DATA's buffer */
 #define KD_PEER_HELD_MAX 64u                /* DATA held ahead of the receiver's cursor */
 #define KD_PEER_CONNS_MAX 32u               /* connections the service keeps */
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */

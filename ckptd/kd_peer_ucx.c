@@ -271,8 +271,11 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     if (!admissible(c, type, length))
         return UCS_OK;
     kd_pmsg *m = calloc(1, sizeof *m);
-    if (m)
-        m->data = malloc(length ? length : 1);
+    /* A DATA's bytes aligned as O_DIRECT wants them: the copy writes them from here
+     * (ops/copy_in.c) rather than through a buffer of its own. */
+    if (m && (type != KD_P_DATA || posix_memalign((void **)&m->data, KD_PEER_DATA_ALIGN,
+                                                  length ? length : 1) != 0))
+        m->data = type != KD_P_DATA ? malloc(length ? length : 1) : NULL;
     if (!m || !m->data) {
         kd_pmsg_free(m);
         kd_pconn_fail(c, -ENOMEM, "out of memory for a message");
