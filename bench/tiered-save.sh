@@ -4,8 +4,9 @@
 # n3 on host B), one durable root, --replicas 2 --jump 2 (each node's copy goes to the
 # node two apart, on the other host: every replica crosses the veth). Four ranks, one
 # per node, save MiB each through ckpt-synth --world 4 (hashing on), and the time from
-# the start of the save to every rank's COMMITTED is taken at level local and at level
-# replicated, best of RUNS. Beside them, in the same run:
+# the start of the save to every rank's COMMITTED is taken at level local, replicated
+# and durable (drained to the durable root as the save's last step, decision 0176), best
+# of RUNS. Beside them, in the same run:
 #   raw write   four files of MiB each written at once with O_DIRECT and fsync (dd),
 #               on the same file system as the local tiers: the floor of a local commit
 #   link        one TCP stream of MiB across the veth from A to B (python sockets):
@@ -64,8 +65,9 @@ daemons() {
 }
 socks=$work/n0.sock,$work/n1.sock,$work/n2.sock,$work/n3.sock
 
-# save NAME LEVEL: seconds from the save's start to every rank's COMMITTED (and the
-# longest submit stall of its ranks appended to $work/stall.LEVEL).
+# save NAME LEVEL [KEY]: seconds from the save's start to every rank's COMMITTED (and
+# the longest submit stall of its ranks appended to $work/stall.KEY, KEY LEVEL's
+# default).
 save() {
     local t0 t1
     t0=$(date +%s.%N)
@@ -75,7 +77,7 @@ save() {
     t1=$(date +%s.%N)
     grep -q "committed at level $2\$" "$work/out" || { cat "$work/out"; exit 1; }
     sed -n 's/.*the submit stalled \([0-9.]*\) s.*/\1/p' "$work/out" | sort -g | tail -1 \
-        >>"$work/stall.$2"
+        >>"$work/stall.${3:-$2}"
     echo "$t1 - $t0" | bc -l
 }
 best() { sort -g | head -1; }
@@ -87,6 +89,7 @@ daemons tiered
 for level in local replicated; do
     T[$level]=$(for r in $(seq "$runs"); do save "$level-$r" "$level"; done | best)
 done
+T[tiered]=$(for r in $(seq "$runs"); do save "tiered-$r" durable tiered; done | best)
 raw=$(for r in $(seq "$runs"); do
     t0=$(date +%s.%N)
     for i in 0 1 2 3; do
@@ -126,13 +129,15 @@ printf 'tiered-save: 4 nodes on 2 netns hosts, %d MiB per node (%d MiB a save), 
     "$mib" "$total" "$runs"
 printf '%-28s %10s %10s %14s\n' "" "seconds" "GB/s" "stall s (best)"
 stall() { sort -g "$work/stall.$1" | head -1; }
-for level in durable local replicated; do
+for level in durable local replicated tiered; do
     what="save to level $level"
     [ $level = durable ] && what="save, no tiers (durable)"
+    [ $level = tiered ] && what="save to level durable"
     printf '%-28s %10.3f %10.2f %14.3f\n' "$what" "${T[$level]}" \
         "$(gb $((total * 1048576 / 1000000)) "${T[$level]}")" "$(stall $level)"
 done
 printf '%-28s %10.3f %10.2f\n' "raw O_DIRECT write, 4 files" "$raw" "$(gb $((total * 1048576 / 1000000)) "$raw")"
 printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, A->B" "$link" "$(gb $((mib * 1048576 / 1000000)) "$link")"
-printf 'replicated / local: %.2fx (goal 1.2x)\n' "$(echo "${T[replicated]} / ${T[local]}" | bc -l)"
+printf 'replicated / local: %.2fx (goal 1.2x); durable / local: %.2fx\n' \
+    "$(echo "${T[replicated]} / ${T[local]}" | bc -l)" "$(echo "${T[tiered]} / ${T[local]}" | bc -l)"
 grep -h "replicated to\|copy committed" "$work"/n*.log | grep "replicated-$runs\b\|replicated-$runs:" | sed 's/^/  log| /'

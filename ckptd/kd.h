@@ -536,6 +536,10 @@ void kd_drain_stop(kd_server *s);
  * --drain-every'th is drained, by the daemon whose own copy holds its first data
  * file. Returns at once (never waits on the drain or on storage); any thread. */
 void kd_drain_offer(kd_server *s, const char *name, uint64_t step);
+/* A save that asked for level durable: name is drained ahead of the policy's drains,
+ * by the daemon whose own copy holds its first data file, which then tells its saver
+ * how it ended (ck__saver_drained). -EAGAIN when the queue is full. */
+int kd_drain_wait(kd_server *s, const char *name);
 /* DRAIN: queues name ("": nothing; offer: as kd_drain_offer), replies DRAIN_OK. */
 void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer);
 
@@ -545,10 +549,14 @@ void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer);
  * committed by rename. 0 committed; 1 the durable root held it already; else -errno
  * and nothing of it in the durable root. *step gets its step. */
 int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err);
-/* kd_tiersave.c: tiered saves (the saver's replicate hook; where a save settled) */
+/* kd_tiersave.c: tiered saves (the saver's replicate hook; where a save settled; the
+ * drain of a save asked durable) */
 int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
                           ck_err *err);
 void kd_tiersave_settled(kd_server *s, const char *name, uint8_t level, const char *note);
+/* The saver's CK_SAVER_DRAIN: drains name now (kd_drain_wait), or tells the saver why
+ * it cannot. */
+void kd_tiersave_durable(kd_server *s, const char *name);
 
 /* kd_peer_client.c */
 int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);

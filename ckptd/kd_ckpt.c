@@ -480,6 +480,8 @@ void kd_ckpt_events(kd_server *s)
         kd_ckpt *k = find(s, e->name, &e->job);
         if (e->kind == CK_SAVER_SETTLED) {
             kd_tiersave_settled(s, e->name, e->level, e->msg);
+        } else if (e->kind == CK_SAVER_DRAIN) {
+            kd_tiersave_durable(s, e->name);
         } else if (k && e->kind == CK_SAVER_DURABLE) {
             kd_part *p = part_of(k, e->rank);
             kd_client *c = p ? kd_client_find(s, p->client) : NULL;

@@ -8,7 +8,10 @@
  * checkpoint's first data file (every node is offered the save, and this rule, which
  * each applies to its own copy alone, picks the same one everywhere). A DRAIN message
  * (ckptctl drain NAME) drains a checkpoint here at once; with its offer flag it is an
- * offer, as the save path's.
+ * offer, as the save path's. A save that asked for level durable is drained whatever
+ * the policy (kd_drain_wait), ahead of the drains queued for the policy, by the same
+ * one node, which tells its save engine how the drain ended: the save's engines wait
+ * for that, and learn it through the meeting (decision 0176).
  *
  * Drains run one at a time, in the order asked, each paced by the --drain-rate token
  * bucket (kd_drain_copy.c). The drains owed are written to LOCAL/.ckptd.ID.drain
@@ -19,6 +22,7 @@
  * The state of the last drains (queued, running with its bytes, done, failed and why)
  * is the DRAIN reply, which ckptctl drain prints.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +43,7 @@ typedef struct drec {
     struct drec *next;
     kd_drain_row row;
     bool offer;                    /* the policy's: drained only by its first file's node */
+    bool waited;                   /* a save asked for level durable: its engine waits */
 } drec;
 
 struct kd_drainer {
@@ -53,6 +58,7 @@ struct kd_drainer {
     drec *recs;                    /* in the order asked */
     kd_drain_ctx *cur;             /* the drain running, for its bytes */
     bool stop;
+    bool dirty;                    /* offers changed since the file was written */
     char file[CK_NODE_ID_MAX + 16];/* .ckptd.ID.drain in the local tier */
 };
 
@@ -65,12 +71,14 @@ static unsigned count(const struct kd_drainer *k, int state)
 }
 
 /* Adds a queued drain of name (under mu), or finds the one already queued; NULL when
- * the queue is full. */
-static drec *queue(struct kd_drainer *k, const char *name, uint64_t step, bool offer)
+ * the queue is full. A waited drain goes before the queued drains no one waits for. */
+static drec *queue(struct kd_drainer *k, const char *name, uint64_t step, bool offer,
+                   bool waited)
 {
     for (drec *q = k->recs; q; q = q->next)
         if (q->row.state == KD_DRAIN_QUEUED && !strcmp(q->row.name, name)) {
             q->offer &= offer;
+            q->waited |= waited;
             return q;
         }
     if (count(k, KD_DRAIN_QUEUED) >= DRAIN_QUEUED)
@@ -82,8 +90,10 @@ static drec *queue(struct kd_drainer *k, const char *name, uint64_t step, bool o
     r->row.step = step;
     r->row.state = KD_DRAIN_QUEUED;
     r->offer = offer;
-    while (*pp)
+    r->waited = waited;
+    while (*pp && !(waited && (*pp)->row.state == KD_DRAIN_QUEUED && !(*pp)->waited))
         pp = &(*pp)->next;
+    r->next = *pp;
     *pp = r;
     pthread_cond_signal(&k->cv);
     return r;
@@ -105,7 +115,8 @@ static void trim(struct kd_drainer *k)
     }
 }
 
-/* LOCAL/.ckptd.ID.drain: "ckptd drain 1\n", then a line per drain owed (queued or
+/* LOCAL/.ckptd.ID.drain: "ckptd drain 2\noffers N\n" (the policy's count, so that a
+ * restart keeps --drain-every's rhythm), then a line per drain owed (queued or
  * running), written whole by rename (after the lock is let go: it fsyncs). */
 static void owe(struct kd_drainer *k)
 {
@@ -113,7 +124,9 @@ static void owe(struct kd_drainer *k)
     if (!buf)
         return;
     pthread_mutex_lock(&k->mu);
-    size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 1\n");
+    k->dirty = false;
+    size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 2\noffers %llu\n",
+                                 (unsigned long long)k->offers);
     for (drec *r = k->recs; r; r = r->next)
         if (r->row.state <= KD_DRAIN_RUNNING && at < DRAIN_FILE_MAX)
             at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "%s\n", r->row.name);
@@ -144,21 +157,34 @@ static void owed(struct kd_drainer *k)
     ssize_t n = read(fd, buf, sizeof buf - 1);
     int e = errno;
     close(fd);
-    const char *head = "ckptd drain 1\n";
-    if (n <= 0 || n > DRAIN_FILE_MAX || strncmp(buf, head, strlen(head)) || buf[n - 1] != '\n') {
-        kd_log(k->s, "%s/%s: not a 'ckptd drain 1' file%s%s; no drain resumes", k->o.local,
+    /* Version 1 (revision 6) had no count: the policy counts from 0 again. */
+    unsigned long long offers = 0;
+    int head = 0;
+    if (n > 0 && n <= DRAIN_FILE_MAX && buf[n - 1] == '\n') {
+        buf[n] = '\0';
+        const char *v2 = "ckptd drain 2\noffers ";
+        char *end = NULL;
+        if (!strncmp(buf, "ckptd drain 1\n", 14))
+            head = 14;
+        else if (!strncmp(buf, v2, strlen(v2)) && buf[strlen(v2)] >= '0' &&
+                 buf[strlen(v2)] <= '9' &&
+                 (offers = strtoull(buf + strlen(v2), &end, 10), *end == '\n'))
+            head = (int)(end + 1 - buf);
+    }
+    if (!head) {
+        kd_log(k->s, "%s/%s: not a 'ckptd drain' file%s%s; no drain resumes", k->o.local,
                k->file, n < 0 ? ": " : "", n < 0 ? strerror(e) : "");
         return;
     }
-    buf[n] = '\0';
     pthread_mutex_lock(&k->mu);
-    for (char *line = buf + strlen(head), *end; *line; line = end + 1) {
+    k->offers = offers;
+    for (char *line = buf + head, *end; *line; line = end + 1) {
         end = strchr(line, '\n');
         *end = '\0';
         ck_err err = { 0 };
         if (ck_name_check("checkpoint", line, &err) < 0)
             kd_log(k->s, "%s/%s: %s; skipped", k->o.local, k->file, ck_err_msg(&err));
-        else if (queue(k, line, 0, false))
+        else if (queue(k, line, 0, false, false))
             kd_log(k->s, "drain of %s: owed since before the daemon started; from the start",
                    line);
     }
@@ -200,7 +226,8 @@ static void run(struct kd_drainer *k, drec *r)
     ck_err err = { 0 };
     uint64_t step = r->row.step;
     int x;
-    if (r->offer && !ours(k, r->row.name, why, sizeof why)) {
+    bool theirs = r->offer && !ours(k, r->row.name, why, sizeof why);
+    if (theirs) {
         x = 1;
     } else {
         pthread_mutex_lock(&k->mu);
@@ -239,8 +266,14 @@ static void run(struct kd_drainer *k, drec *r)
         if (x == 1)
             kd_log(k->s, "drain of %s: nothing to do: %s", r->row.name, why);
     }
+    /* The node that drained it tells the save engine waiting (trim may free r). */
+    char name[CK_NAME_MAX + 1];
+    bool tell = r->waited && !theirs;
+    snprintf(name, sizeof name, "%s", r->row.name);
     trim(k);
     pthread_mutex_unlock(&k->mu);
+    if (tell)
+        ck__saver_drained(k->s->saver, name, x < 0 ? x : 0, ck_err_msg(&err));
 }
 
 static void *drainer(void *arg)
@@ -251,6 +284,12 @@ static void *drainer(void *arg)
         drec *r = k->recs;
         while (r && r->row.state != KD_DRAIN_QUEUED)
             r = r->next;
+        if (!r && k->dirty) {
+            pthread_mutex_unlock(&k->mu);
+            owe(k);
+            pthread_mutex_lock(&k->mu);
+            continue;
+        }
         if (!r) {
             pthread_cond_wait(&k->cv, &k->mu);
             continue;
@@ -311,6 +350,8 @@ void kd_drain_stop(kd_server *s)
     pthread_cond_signal(&k->cv);
     pthread_mutex_unlock(&k->mu);
     pthread_join(k->th, NULL);
+    if (k->dirty)
+        owe(k);                    /* the last offers' count */
     free_recs(k);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
@@ -319,11 +360,18 @@ void kd_drain_stop(kd_server *s)
 }
 
 /* Queues a drain of name (under nothing); false when it cannot be. */
-static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offer)
+static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offer,
+                bool waited)
 {
     pthread_mutex_lock(&k->mu);
-    bool keep = !offer || (k->every && ++k->offers % k->every == 0);
-    bool ok = !keep || queue(k, name, step, offer);
+    bool counted = offer && !waited && k->every;
+    bool keep = !offer || waited || (counted && ++k->offers % k->every == 0);
+    /* The drainer thread writes the count down (the loop never waits on a disk). */
+    if (counted) {
+        k->dirty = true;
+        pthread_cond_signal(&k->cv);
+    }
+    bool ok = !keep || queue(k, name, step, offer, waited);
     pthread_mutex_unlock(&k->mu);
     if (!ok)
         kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
@@ -334,7 +382,12 @@ static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offe
 void kd_drain_offer(kd_server *s, const char *name, uint64_t step)
 {
     if (s->drainer)
-        ask(s->drainer, name, step, true);
+        ask(s->drainer, name, step, true, false);
+}
+
+int kd_drain_wait(kd_server *s, const char *name)
+{
+    return s->drainer && ask(s->drainer, name, 0, true, true) ? 0 : -EAGAIN;
 }
 
 void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
@@ -345,7 +398,7 @@ void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
                       "(--local-root)");
         return;
     }
-    if (name[0] && !ask(k, name, 0, offer)) {
+    if (name[0] && !ask(k, name, 0, offer, false)) {
         kd_send_error(s, c, name, -EAGAIN, "the drain queue is full; ask again later");
         return;
     }

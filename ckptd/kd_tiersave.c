@@ -5,7 +5,10 @@
  * checks every block's SHA-256 as it arrives and commits under LOCAL/.replicas/ID/);
  * kd_tiersave_settled hears where a save ended up once its levels are final: a
  * replicated save is offered to the drain to the durable tier (kd_drain.c), and
- * retention counts the new copies (kd_retain.c). */
+ * retention counts the new copies (kd_retain.c); kd_tiersave_durable drains a save that
+ * asked for level durable at once, its engine waiting to hear how that ends (decision
+ * 0176). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,4 +49,10 @@ void kd_tiersave_settled(kd_server *s, const char *name, uint8_t level, const ch
         kd_drain_offer(s, name, 0);
     /* The replicas are in: a retention pass counts them. */
     kd_retain_after_commit(s, name);
+}
+
+void kd_tiersave_durable(kd_server *s, const char *name)
+{
+    if (kd_drain_wait(s, name) < 0)
+        ck__saver_drained(s->saver, name, -EAGAIN, "the drain queue of this daemon is full");
 }

@@ -3,7 +3,8 @@
 # cluster: each node's part as its own partial copy, a replica on its clique peer).
 #   - an offer goes by the policy (--drain-every 2): the first is not drained, the
 #     second is, and only by the node whose own copy holds the first data file: n1,
-#     offered it, leaves it to n0;
+#     offered it, leaves it to n0; n0 is restarted between its two offers, and its
+#     count goes on (kept in .ckptd.n0.drain), so the second is still the second;
 #   - n0 drains it: its own part and n1's replica read in place, n2's and n3's parts
 #     fetched from them, every block checked; the durable copy is complete, equal to
 #     what was saved, and committed in the catalog (ckptctl tiers sees it);
@@ -20,6 +21,8 @@ for id in n0 n1; do
     said "^policy: --drain-every 2 " "the policy"
     ! grep -q "^step-12:" "$OUT" || fail "the first of two offers was drained"
 done
+stop n0
+daemon n0 --peer-timeout 5 "${TIER_ARGS[@]}"
 drain n1 step-12 --offer
 said "^step-12: done, 0 of 0 bytes: left to the node whose own copy holds rank-00000.dat$" \
     "n1 leaves it to n0"
@@ -28,7 +31,7 @@ said "^step-12: done, 12615680 of 12615680 bytes$" "n0 drained it"
 logged n0 "drain of step-12: committed in the durable root, 12615680 bytes" "the commit"
 same_as_truth step-12
 no_pending "$SHARED"
-[ "$(cat "$WORK/n0.local/.ckptd.n0.drain")" = "ckptd drain 1" ] ||
+[ "$(cat "$WORK/n0.local/.ckptd.n0.drain")" = "$(printf 'ckptd drain 2\noffers 2')" ] ||
     fail "drains still owed: $(cat "$WORK/n0.local/.ckptd.n0.drain")"
 run "$CKPTCTL" tiers --socket "$WORK/n2.sock" step-12
 expect 0 "ckptctl tiers"

@@ -2,7 +2,8 @@
 # The drains owed, LOCAL/.ckptd.ID.drain, are read at start (issue 31, part 3); one
 # planted or damaged is said in the log and drains nothing it should not, never hangs
 # the start, never follows a link (tier_lib.sh's cluster, n0 restarted each time):
-#   - garbage: "not a 'ckptd drain 1' file", nothing drained;
+#   - garbage, and a version-2 header whose count is no number: "not a 'ckptd drain'
+#     file", nothing drained;
 #   - a symbolic link (to a valid drain file outside): refused as a link, its target
 #     untouched;
 #   - a FIFO: refused as not a regular file, at once;
@@ -24,8 +25,12 @@ restart_n0() {
 
 printf 'garbage\n' >"$F"
 restart_n0 "a garbage file"
-logged n0 "\.ckptd\.n0\.drain: not a 'ckptd drain 1' file; no drain resumes" "the garbage, said"
+logged n0 "\.ckptd\.n0\.drain: not a 'ckptd drain' file; no drain resumes" "the garbage, said"
 said "^no drains$" "nothing queued from garbage"
+printf 'ckptd drain 2\noffers -1\nstep-12\n' >"$F"
+restart_n0 "a count that is no number"
+logged n0 "\.ckptd\.n0\.drain: not a 'ckptd drain' file; no drain resumes" "the bad count, said"
+said "^no drains$" "nothing queued under a bad count"
 
 rm -f "$F"
 printf 'ckptd drain 1\nstep-12\n' >"$WORK/outside"
@@ -42,7 +47,7 @@ logged n0 "\.ckptd\.n0\.drain: not a regular file .*; no drain resumes" "the FIF
 said "^no drains$" "nothing queued from a FIFO"
 
 rm -f "$F"
-printf 'ckptd drain 1\n../x\n.pending\nstep-12\n' >"$F"
+printf 'ckptd drain 2\noffers 7\n../x\n.pending\nstep-12\n' >"$F"
 restart_n0 "a path and a hidden name"
 logged n0 "\.ckptd\.n0\.drain: .*'\.\./x'.*; skipped" "the path, skipped"
 logged n0 "\.ckptd\.n0\.drain: .*'\.pending'.*; skipped" "the hidden name, skipped"

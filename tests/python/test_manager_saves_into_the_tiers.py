@@ -2,8 +2,9 @@
 and CkptWriter(commit_level=) save into the tiers: the save commits a copy in the
 daemon's local tier, not in the durable root, and says the level it reached; the
 manager loads it back through the daemon bit for bit. A commit level that is none of
-local, replicated, durable is refused by name before anything is saved, and "durable"
-with a local tier and no drain is a failed save that names why, never a hang."""
+local, replicated, durable is refused by name before anything is saved; "durable" with a
+local tier returns once the daemon drained the save to the durable root (decision
+0176), and the manager loads that durable copy with no daemon at all."""
 import os
 
 import torch
@@ -48,13 +49,17 @@ def main():
         except ValueError as e:
             said = str(e)
         assert said and "everywhere" in said, f"an unknown level was taken: {said}"
-        said = None
-        try:
-            dcp.save(state(7), storage_writer=CkptWriter(root, "step-7", socket=d.socket,
-                                                         commit_level="durable"), no_dist=True)
-        except BaseException as e:     # DCP wraps the writer's error
-            said = str(getattr(e, "failures", e))
-        assert said and "drain commits" in said, f"durable with a local tier: {said}"
+        w = CkptWriter(root, "step-7", socket=d.socket, commit_level="durable")
+        dcp.save(state(7), storage_writer=w, no_dist=True)
+        assert w.committed_level == "durable", f"level reached: {w.committed_level!r}"
+        assert os.path.isfile(os.path.join(root, "step-7", "manifest.mdb")) and \
+            not os.path.exists(os.path.join(root, "step-7", "copy")), \
+            "step-7 is not a complete checkpoint in the durable root when the save returned"
+        m = CheckpointManager(root, load_only=True)
+        sd = state(0)
+        assert m.load(sd, step=7) == 7, "the durable copy of step-7 did not load"
+        common.assert_same(sd, state(7), "step-7 loaded from the durable root")
+        m.close()
     finally:
         d.stop()
 

@@ -50,6 +50,11 @@ typedef enum ck__saver_ev_kind {
      * (REPLICATED, LOCAL, 0 for none), msg why it is not REPLICATED. What a drain to
      * the durable tier starts from (docs/decisions/0175-commit-levels.md). */
     CK_SAVER_SETTLED,
+    /* A tiered save asked for level durable: every local copy is committed and the
+     * replication ended, so the daemon drains it to the durable root now and tells the
+     * engine how that ended (ck__saver_drained); COMMITTED waits for it, within the
+     * part timeout. Every engine of the save hears it; one drains (decision 0176). */
+    CK_SAVER_DRAIN,
 } ck__saver_ev_kind;
 
 typedef struct ck__saver_event {
@@ -134,6 +139,10 @@ int ck__saver_stage(ck__saver *sv, const char *name, const ck_job_id *job, uint6
 int ck__saver_stage_sources(ck__saver *sv, const char *name, const ck_job_id *job,
                             uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
                             const void *blobs, ck_err *err);
+/* The drain of name, asked by CK_SAVER_DRAIN, ended: code 0 once the durable root
+ * holds the checkpoint, else -errno and msg (naming what failed). The engines of the
+ * save hear it through the meeting; a save no longer waiting is not an error. */
+void ck__saver_drained(ck__saver *sv, const char *name, int code, const char *msg);
 /* Rank 0's request: commit as soon as every part is durable. */
 int ck__saver_commit(ck__saver *sv, const char *name, const ck_job_id *job, ck_err *err);
 /* Gives up a save that cannot complete (its ranks went away); why goes to FAILED. */

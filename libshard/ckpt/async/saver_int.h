@@ -167,6 +167,11 @@ struct sv_ckpt {
     size_t tier_len;
     char (*clique)[CK_NODE_ID_MAX];/* the others of this engine's clique */
     uint32_t nclique;
+    /* Level durable: the drain asked (CK_SAVER_DRAIN), its outcome when this engine's
+     * daemon drained it (ck__saver_drained), and whether drain.ID holds that outcome. */
+    bool drain_asked, drain_known, drain_put;
+    int drain_code;
+    char drain_msg[CK_ERR_MSG_MAX];
     /* Coordinator: NAME's lock in the durable root, held while the meeting is there
      * (the save's own lock is in the local tier): a daemon starting on the durable root
      * keeps the meeting, and another job's save of NAME is refused as ever. -1: none. */
@@ -236,6 +241,8 @@ int ck__sv_bind_part(ck__saver *sv, sv_ckpt *c, uint64_t rank, ck_err *err);
  * another writer (another job) saves NAME there. Let go when c is freed
  * (ck__sv_free_parts). */
 int ck__sv_tier_lock(ck__saver *sv, sv_ckpt *c, ck_err *err);
+/* Lets that lock go (none held: nothing); saver_state.c, for ck__sv_free_parts. */
+void ck__sv_tier_unlock(sv_ckpt *c);
 /* The data root of the engine's saves: the local tier of a tiered engine, else root. */
 const char *ck__sv_data_root(const ck__saver *sv);
 /* Whether a tiered engine can take a save of b (the clique rule, the level asked):

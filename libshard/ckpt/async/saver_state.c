@@ -53,8 +53,7 @@ bool ck__sv_listed(const ck__saver *sv, const sv_ckpt *c)
     return false;
 }
 
-/* A tiered coordinator's lock in the durable root (saver_tier.c took it). */
-static void tier_unlock(sv_ckpt *c)
+void ck__sv_tier_unlock(sv_ckpt *c)
 {
     char rel[PATH_MAX];
     if (c->meet_lock >= 0 && ck__save_lock_rel(c->name, rel, NULL) == 0)
@@ -75,7 +74,7 @@ void ck__sv_free_parts(sv_ckpt *c, bool all)
         c->parts[r].rec = NULL;
     }
     if (all) {
-        tier_unlock(c);
+        ck__sv_tier_unlock(c);
         free(c->peers);
         free(c->stale);
         free(c->tier);

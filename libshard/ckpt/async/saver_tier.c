@@ -90,12 +90,6 @@ int ck__sv_tier_check(const ck__saver *sv, const ck__begin *b, ck_err *err)
 {
     if (!sv->o.local_root)
         return 0;
-    if (b->level == CK_LEVEL_DURABLE)
-        return ck_err_set(err, -EOPNOTSUPP, "checkpoint %s: commit level durable with a local "
-                          "tier (--local-root) is not one a save waits for: the drain commits "
-                          "replicated saves to the durable root in the background "
-                          "(--drain-every; ckptctl drain NAME says when); ask for local or "
-                          "replicated", b->name);
     ck_err why = { 0 };
     int r = ck__clique(0, b->nodes > 1 ? b->nodes : 1, factor(sv), jump(sv), NULL, &why);
     return r < 0 ? ck_err_set(err, r, "checkpoint %s: %s", b->name, ck_err_msg(&why)) : 0;
@@ -312,7 +306,7 @@ void ck__sv_tier_commit(ck__saver *sv, sv_ckpt *c)
     ck__sv_log(sv, "checkpoint %s: copy committed in the local tier %s (%llu ranks written "
                "here), %.3f s", c->name, sv->o.local_root, (unsigned long long)c->durable,
                ck__sv_now() - c->t0);
-    if (c->nodes == 1) {
+    if (c->nodes == 1 && c->level < CK_LEVEL_DURABLE) {
         /* One engine: its copy is complete, and the only clique is itself (F = 1). */
         c->reached = c->level;
         ck__sv_emit(sv, CK_SAVER_COMMITTED, c, 0);
@@ -323,6 +317,11 @@ void ck__sv_tier_commit(ck__saver *sv, sv_ckpt *c)
     }
     c->state = C_SETTLING;
     c->deadline = ck__sv_now() + sv->o.part_timeout;
+    if (c->nodes == 1) {
+        /* One engine asked for durable: no meeting and no replica; the drain is next. */
+        pthread_cond_signal(&sv->meet_cv);
+        return;
+    }
     c->writes++;
     if (ck__sv_push(sv, c, 0, JOB_REPLICATE) < 0) {
         c->writes--;
@@ -331,17 +330,20 @@ void ck__sv_tier_commit(ck__saver *sv, sv_ckpt *c)
     pthread_cond_signal(&sv->meet_cv);
 }
 
-/* repl.ID: "code C\nMESSAGE\n", C 0 for a replication that ended well. */
-static void put_repl(ck__saver *sv, const sv_ckpt *c, int code, const char *msg)
+/* repl.ID and drain.ID: "code C\nMESSAGE\n", C 0 for a replication or drain that ended
+ * well. */
+static void put_outcome(ck__saver *sv, const sv_ckpt *c, ck__meet_file kind, int code,
+                        const char *msg)
 {
     char name[CK_NODE_ID_MAX + 8], buf[CK_ERR_MSG_MAX + 32];
-    ck__name_meet_file(CK_MEET_REPL, sv->o.node_id, 0, name, sizeof name);
+    ck__name_meet_file(kind, sv->o.node_id, 0, name, sizeof name);
     int n = snprintf(buf, sizeof buf, "code %d\n%s\n", code, msg);
     if (n >= (int)sizeof buf)
         n = (int)sizeof buf - 1;
     ck_err err = { 0 };
     if (ck__meet_put(sv->root, c->meet, name, buf, (size_t)n, true, &err) < 0)
-        ck__sv_log(sv, "checkpoint %s: recording its replication: %s", c->name, ck_err_msg(&err));
+        ck__sv_log(sv, "checkpoint %s: recording its %s: %s", c->name,
+                   kind == CK_MEET_DRAIN ? "drain" : "replication", ck_err_msg(&err));
 }
 
 void ck__sv_tier_replicate(ck__saver *sv, sv_ckpt *c)
@@ -355,7 +357,7 @@ void ck__sv_tier_replicate(ck__saver *sv, sv_ckpt *c)
     ck_err err = { 0 };
     int r = !peers ? ck_err_set(&err, -ENOMEM, "out of memory")
           : n && sv->o.replicate ? sv->o.replicate(sv->o.arg, c->name, peers, n, &err) : 0;
-    put_repl(sv, c, r, r < 0 ? ck_err_msg(&err) : "");
+    put_outcome(sv, c, CK_MEET_REPL, r, r < 0 ? ck_err_msg(&err) : "");
     pthread_mutex_lock(&sv->mu);
     free(peers);
     c->writes--;
@@ -395,8 +397,16 @@ bool ck__sv_tier_member(ck__saver *sv, sv_ckpt *c)
 
 /* ---- settling ---- */
 
+/* What the meeting says of a settling save: the copies committed, the replications
+ * and drains that ended (ok of them well), the engines that failed. */
+typedef struct outcome {
+    unsigned n, ok;
+    char why[CK_ERR_MSG_MAX];      /* the first that did not end well */
+} outcome;
+
 typedef struct settle {
-    unsigned copies, repl, ok, failed;
+    unsigned copies, failed;
+    outcome repl, drain;
     char why[CK_ERR_MSG_MAX];
 } settle;
 
@@ -407,14 +417,15 @@ static int on_copy(void *arg, const char *file, const uint8_t *buf, size_t len)
     return 0;
 }
 
-static int on_repl(void *arg, const char *file, const uint8_t *buf, size_t len)
+/* A repl.ID or drain.ID record. */
+static int on_outcome(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
-    settle *x = arg;
+    outcome *x = arg;
     char id[CK_NODE_ID_MAX];
     int code = -EIO;
     const char *nl = memchr(buf, '\n', len);
     ck__meet_file_of(file, id);
-    x->repl++;
+    x->n++;
     if (nl && sscanf((const char *)buf, "code %d", &code) == 1 && code == 0) {
         x->ok++;
         return 0;
@@ -440,6 +451,49 @@ static int on_fail(void *arg, const char *file, const uint8_t *buf, size_t len)
     return 0;
 }
 
+/* The records of c's meeting into x; a save of one engine has none, and its own state
+ * is the whole of it. */
+static int read_meeting(ck__saver *sv, sv_ckpt *c, settle *x, ck_err *err)
+{
+    if (c->nodes == 1) {
+        x->copies = x->repl.n = x->repl.ok = 1;
+        if (c->drain_known) {
+            x->drain.n = 1;
+            x->drain.ok = c->drain_code == 0;
+            snprintf(x->drain.why, sizeof x->drain.why, "%s", c->drain_msg);
+        }
+        return 0;
+    }
+    /* This engine's daemon drained it: the others hear it through drain.ID. */
+    if (c->drain_known && !c->drain_put) {
+        put_outcome(sv, c, CK_MEET_DRAIN, c->drain_code, c->drain_msg);
+        c->drain_put = true;
+    }
+    int r = ck__meet_each(sv->root, c->meet, CK_MEET_COPY, on_copy, x, err);
+    if (r == 0)
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_fail, x, err);
+    if (r == 0)
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_REPL, on_outcome, &x->repl, err);
+    if (r == 0)
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_DRAIN, on_outcome, &x->drain, err);
+    return r;
+}
+
+void ck__saver_drained(ck__saver *sv, const char *name, int code, const char *msg)
+{
+    pthread_mutex_lock(&sv->mu);
+    for (sv_ckpt *c = sv->list; c; c = c->next)
+        if (c->state == C_SETTLING && c->drain_asked && !c->drain_known &&
+            !strcmp(c->name, name)) {
+            c->drain_known = true;
+            c->drain_code = code;
+            snprintf(c->drain_msg, sizeof c->drain_msg, "%s", code ? msg : "");
+            pthread_cond_signal(&sv->meet_cv);
+            break;
+        }
+    pthread_mutex_unlock(&sv->mu);
+}
+
 static void tell(ck__saver *sv, sv_ckpt *c, uint8_t level, const char *note)
 {
     c->told = true;
@@ -463,14 +517,26 @@ static void fail_settling(ck__saver *sv, sv_ckpt *c, int code, const char *why)
     ck__sv_emit(sv, CK_SAVER_FAILED, c, 0);
 }
 
+/* The highest level x shows (local copies all committed: local), and in note why it is
+ * below the level c asked. */
+static uint8_t level_of(const sv_ckpt *c, const settle *x, bool local, char *note, size_t len)
+{
+    uint8_t level = !local ? 0 : x->drain.ok ? CK_LEVEL_DURABLE
+                  : x->repl.ok >= c->nodes ? CK_LEVEL_REPLICATED : CK_LEVEL_LOCAL;
+    note[0] = 0;
+    if (level && level < c->level && c->level == CK_LEVEL_DURABLE)
+        snprintf(note, len, "not durable: %s", x->drain.why[0] ? x->drain.why
+                 : "the drain to the durable root did not commit within --part-timeout (it "
+                   "goes on: ckptctl drain NAME says how it ends)");
+    else if (level && level < c->level)
+        snprintf(note, len, "not replicated: %s", x->repl.why[0] ? x->repl.why : x->why[0]
+                 ? x->why : "not every engine replicated within --part-timeout");
+    return level;
+}
+
 static void settle_end(ck__saver *sv, sv_ckpt *c, const settle *x, bool local)
 {
-    c->reached = local && x->ok >= c->nodes ? CK_LEVEL_REPLICATED : local ? CK_LEVEL_LOCAL : 0;
-    if (local && x->ok < c->nodes)
-        snprintf(c->note, sizeof c->note, "not replicated: %s", x->why[0] ? x->why
-                 : "not every engine replicated within --part-timeout");
-    else
-        c->note[0] = 0;
+    c->reached = level_of(c, x, local, c->note, sizeof c->note);
     ck__sv_log(sv, "checkpoint %s settled at level %s%s%s", c->name,
                c->reached ? ck_level_name((ck_level)c->reached) : "none",
                c->note[0] ? ": " : "", c->note);
@@ -493,11 +559,7 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
 {
     settle x = { 0 };
     ck_err err = { 0 };
-    int r = ck__meet_each(sv->root, c->meet, CK_MEET_COPY, on_copy, &x, &err);
-    if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_fail, &x, &err);
-    if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, CK_MEET_REPL, on_repl, &x, &err);
+    int r = read_meeting(sv, c, &x, &err);
     /* A closing engine waits for its own replication (its worker's job), not for the
      * others': its clients hear what holds now. */
     bool local = x.copies >= c->nodes, late = t > c->deadline || sv->closing;
@@ -513,22 +575,32 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
     }
     if (local && c->reached < CK_LEVEL_LOCAL)
         c->reached = CK_LEVEL_LOCAL;
+    bool durable = c->level == CK_LEVEL_DURABLE;
+    bool replicated = x.repl.n >= c->nodes || x.failed || late;   /* its replication ended */
+    bool drained = !durable || x.drain.n || late;                  /* its drain ended */
+    /* Level durable: the drain starts once the replicas are in (they are sources), or
+     * once they cannot all be, from what there is. */
+    if (durable && local && replicated && !late && !c->drain_asked) {
+        c->drain_asked = true;
+        /* The drain commits NAME in the durable root under NAME's lock there: the
+         * coordinator's passes to it. Another job's save of NAME still meets a lock,
+         * the drain's, or, once committed, the checkpoint. */
+        ck__sv_tier_unlock(c);
+        ck__sv_emit(sv, CK_SAVER_DRAIN, c, 0);
+    }
+    char note[CK_ERR_MSG_MAX];
+    uint8_t level = level_of(c, &x, local, note, sizeof note);
     if (!c->told) {
-        if (local && c->level == CK_LEVEL_LOCAL)
-            tell(sv, c, CK_LEVEL_LOCAL, "");
-        else if (local && x.ok >= c->nodes)
-            tell(sv, c, CK_LEVEL_REPLICATED, "");
-        else if (local && (x.repl > x.ok || x.failed || late)) {
-            /* One replication failed: REPLICATED cannot hold any more, and the caller
-             * hears it now rather than at the deadline. */
-            char note[CK_ERR_MSG_MAX + 32];
-            snprintf(note, sizeof note, "not replicated: %s", x.why[0] ? x.why
-                     : "not every engine replicated within --part-timeout");
-            tell(sv, c, CK_LEVEL_LOCAL, note);
-        } else if (!local && (x.failed || late))
+        /* The caller hears as soon as its level holds, or as soon as it cannot: a
+         * replication or drain that ended badly, rather than the deadline. */
+        bool final = level >= c->level || late ||
+                     (durable ? replicated && drained : x.repl.n > x.repl.ok || x.failed);
+        if (local && final)
+            tell(sv, c, level < c->level ? level : c->level, note);
+        else if (!local && (x.failed || late))
             fail_settling(sv, c, x.failed ? -EIO : -ETIMEDOUT, x.why[0] ? x.why
                           : "the copies were not all committed within --part-timeout");
     }
-    if (c->told && !c->writes && (x.repl >= c->nodes || x.failed || late))
+    if (c->told && !c->writes && replicated && drained)
         settle_end(sv, c, &x, local);
 }

@@ -80,6 +80,7 @@ typedef enum ck__meet_file {
     CK_MEET_TIER,              /* tier: the coordinator's manifest and node order */
     CK_MEET_COPY,              /* copy.ID: that engine's local copy is committed */
     CK_MEET_REPL,              /* repl.ID: how that engine's replication ended */
+    CK_MEET_DRAIN,             /* drain.ID: how the drain of a save asked durable ended */
     CK_MEET_OTHER,             /* no file a meeting holds */
 } ck__meet_file;
 /* A meeting's file of that kind, for engine id (and seq, for CK_MEET_PART). */

@@ -146,7 +146,8 @@ CK_API int ck_client_begin(ck_client *cl, ck_client_save **out, const char *name
  *               manifest) in its local tier;
  *   REPLICATED  and every node's copy has F copies on F distinct nodes (ckptd
  *               --replicas F, placed by the clique rule, decision 0174);
- *   DURABLE     and a complete copy is committed in the durable root (the drain).
+ *   DURABLE     a complete copy is committed in the durable root: the daemons drain
+ *               the save at once and the wait ends with the drain (decision 0176).
  * A level that cannot be reached (a replica's peer died) never fails a save that is
  * committed: the wait returns 0 with the level reached lower than asked, and
  * ck_client_level_reached says why. */
