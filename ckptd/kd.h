@@ -36,7 +36,7 @@
  *   kd_tiers.c       where the copies are (the local tier, live peers, the durable
  *                    root), which checkpoint can be restored, fetching the nearest
  *   kd_peer_client.c INVENTORY, PUT and GET, synchronous, from any thread but the loop
- *   kd_peer_xfer.c   a copy's stream both ways: chunks under the receiver's acks
+ *   kd_peer_xfer.c   a copy's stream both ways: chunks under acks; the receiver's writer
  *   kd_peer_inv.c    the copies a local tier holds, and finding one to send
  *   kd_peer_ucx.c    UCX: the worker, the listener, endpoints, whole messages
  *   kd_peer_addr.c   ADDR[:PORT], and the address file ROOT/.ckptd.ID.peer
