@@ -320,6 +320,7 @@ void kd_retain_run(kd_server *s);
 #define KD_PEER_CHUNK_MAX (4u << 20)        /* the most a receiver takes in one DATA */
 #define KD_PEER_WINDOW (8u << 20)           /* stream bytes sent and not yet acknowledged */
 #define KD_PEER_DATA_ALIGN 4096u            /* a received DATA's buffer */
+#define KD_PEER_BUFS_KEEP (KD_PEER_WINDOW / KD_PEER_CHUNK + 2) /* idle chunk buffers kept */
 #define KD_PEER_HELD_MAX 64u                /* DATA held ahead of the receiver's cursor */
 #define KD_PEER_CONNS_MAX 32u               /* connections the service keeps */
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
@@ -631,6 +632,19 @@ int kd_inv_fetch_root(const char *local, char *root, ck_err *err);
 /* Removes the fetch root made for name if a failed fetch left it empty. */
 void kd_inv_fetch_drop(const char *root, const char *name);
 
+/* kd_peer_bufs.c */
+/* Buffers of size bytes, aligned to KD_PEER_DATA_ALIGN, used again (at most keep of
+ * them kept idle); safe from several threads. */
+typedef struct kd_bufs kd_bufs;
+kd_bufs *kd_bufs_new(size_t size, unsigned keep);
+/* A buffer of b's, or NULL (out of memory). */
+void *kd_bufs_get(kd_bufs *b);
+size_t kd_bufs_size(const kd_bufs *b);
+/* Gives p back to pool (a kd_bufs; the signature of kd_pconn_send_buf's release). */
+void kd_bufs_put(void *pool, void *p);
+/* The owner lets go of b: it is freed once every buffer taken came back. */
+void kd_bufs_drop(kd_bufs *b);
+
 /* kd_peer_ucx.c */
 typedef struct kd_ucx kd_ucx;
 typedef struct kd_pconn kd_pconn;
@@ -641,6 +655,7 @@ typedef struct kd_pmsg {
     uint64_t arg;
     uint8_t *data;
     size_t len;
+    kd_bufs *bufs;                 /* data is a buffer of this pool's, else malloc'd */
 } kd_pmsg;
 /* A UCX context and worker for one thread; listening on addr when not NULL (*bound
  * gets the address it listens on, its port chosen by the kernel when 0). */

@@ -52,6 +52,7 @@ struct kd_pconn {
 struct kd_ucx {
     ucp_context_h ctx;
     ucp_worker_h worker;
+    kd_bufs *bufs;                 /* DATA's buffers (kd_peer_bufs.c) */
     ucp_listener_h listener;
     int efd;
     kd_pconn *conns;
@@ -130,7 +131,10 @@ void kd_pconn_set_user(kd_pconn *c, void *user)
 void kd_pmsg_free(kd_pmsg *m)
 {
     if (m) {
-        free(m->data);
+        if (m->bufs)
+            kd_bufs_put(m->bufs, m->data);
+        else
+            free(m->data);
         free(m);
     }
 }
@@ -271,11 +275,13 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     if (!admissible(c, type, length))
         return UCS_OK;
     kd_pmsg *m = calloc(1, sizeof *m);
-    /* A DATA's bytes aligned as O_DIRECT wants them: the copy writes them from here
-     * (ops/copy_in.c) rather than through a buffer of its own. */
-    if (m && (type != KD_P_DATA || posix_memalign((void **)&m->data, KD_PEER_DATA_ALIGN,
-                                                  length ? length : 1) != 0))
-        m->data = type != KD_P_DATA ? malloc(length ? length : 1) : NULL;
+    /* A DATA's bytes go into a buffer of the pool, aligned as O_DIRECT wants them: the
+     * copy writes them from there (ops/copy_in.c) rather than through its own. */
+    if (m && type == KD_P_DATA && length <= kd_bufs_size(u->bufs) &&
+        (m->data = kd_bufs_get(u->bufs)))
+        m->bufs = u->bufs;
+    else if (m)
+        m->data = malloc(length ? length : 1);
     if (!m || !m->data) {
         kd_pmsg_free(m);
         kd_pconn_fail(c, -ENOMEM, "out of memory for a message");
@@ -342,6 +348,8 @@ int kd_ucx_open(const char *listen, kd_ucx **out, char *bound, size_t len, ck_er
         st = ucp_worker_set_am_recv_handler(u->worker, &hp);
     if (st == UCS_OK)
         st = ucp_worker_get_efd(u->worker, &u->efd);
+    if (st == UCS_OK && !(u->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_BUFS_KEEP)))
+        st = UCS_ERR_NO_MEMORY;
     if (st != UCS_OK) {
         kd_ucx_close(u);
         return ck_err_set(err, -EIO, "UCX: cannot start a worker: %s (UCX_TLS and "
@@ -612,5 +620,6 @@ void kd_ucx_close(kd_ucx *u)
         }
         free(c);
     }
+    kd_bufs_drop(u->bufs);
     free(u);
 }

@@ -19,57 +19,14 @@
 
 #include "ops/copy.h"
 
-/* The sender's chunk buffers: aligned (so that a data file is read with O_DIRECT, see
- * ops/copy_out.c) and used again rather than allocated per chunk (a fresh megabyte
- * is a megabyte of page faults). A buffer is UCX's until its send completes, which
- * may be after the transfer ended: the pool lives until the last one came back. */
-typedef struct pool {
-    unsigned out;                  /* buffers UCX holds */
-    bool orphan;                   /* its transfer is gone: buffers coming back are freed */
-    void *free[KD_PEER_WINDOW / KD_PEER_CHUNK + 1];
-    unsigned nfree;
-} pool;
+_Static_assert(KD_PEER_DATA_ALIGN % CK_COPY_OUT_ALIGN == 0,
+               "the chunk buffers are aligned for the sender's O_DIRECT reads");
 
 struct kd_xsend {
     ck__copy_out *out;
     uint64_t sent, acked;
-    pool *bufs;
+    kd_bufs *bufs;                 /* the chunks' buffers, aligned for O_DIRECT reads */
 };
-
-static void pool_release(void *ctx, void *p)
-{
-    pool *b = ctx;
-    b->out--;
-    if (!b->orphan && b->nfree < sizeof b->free / sizeof b->free[0])
-        b->free[b->nfree++] = p;
-    else
-        free(p);
-    if (b->orphan && !b->out)
-        free(b);
-}
-
-static void *pool_get(pool *b)
-{
-    void *p = NULL;
-    if (b->nfree)
-        p = b->free[--b->nfree];
-    else if (posix_memalign(&p, CK_COPY_OUT_ALIGN, KD_PEER_CHUNK) != 0)
-        p = NULL;
-    if (p)
-        b->out++;
-    return p;
-}
-
-static void pool_drop(pool *b)
-{
-    if (!b)
-        return;
-    while (b->nfree)
-        free(b->free[--b->nfree]);
-    b->orphan = true;
-    if (!b->out)
-        free(b);
-}
 
 /* The receiver: the connection's thread takes DATA, puts what is in order on a queue,
  * and sends the ACKs; a writer thread of the transfer's own takes the queue, hashing and
@@ -103,10 +60,10 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     kd_xsend *x = calloc(1, sizeof *x);
     const char **names = ask && !ask->all && ask->n ? malloc(ask->n * sizeof *names) : NULL;
     if (x)
-        x->bufs = calloc(1, sizeof *x->bufs);
+        x->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_WINDOW / KD_PEER_CHUNK + 1);
     if (!x || !x->bufs || (ask && !ask->all && ask->n && !names)) {
         if (x)
-            free(x->bufs);
+            kd_bufs_drop(x->bufs);
         free(x);
         free(names);
         return ck_err_set(err, -ENOMEM, "out of memory");
@@ -119,7 +76,7 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
                               ask && !ask->all ? ask->n : 0, &x->out, err);
     free(names);
     if (r < 0) {
-        pool_drop(x->bufs);
+        kd_bufs_drop(x->bufs);
         free(x);
         return r;
     }
@@ -152,7 +109,7 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
         if (!n)
             n = (size_t)room;
         size_t got;
-        void *buf = pool_get(x->bufs);
+        void *buf = kd_bufs_get(x->bufs);
         if (!buf)
             return ck_err_set(err, -ENOMEM, "out of memory");
         /* A chunk ends where a file ends, so that the next file's reads stay aligned. */
@@ -161,10 +118,10 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
             r = ck_err_set(err, -EIO, "%s: the copy ended %llu bytes early", x->out->info.name,
                            (unsigned long long)(total - x->sent));
         if (r < 0) {
-            pool_release(x->bufs, buf);
+            kd_bufs_put(x->bufs, buf);
             return r;
         }
-        if ((r = kd_pconn_send_buf(c, KD_P_DATA, x->sent, buf, got, pool_release,
+        if ((r = kd_pconn_send_buf(c, KD_P_DATA, x->sent, buf, got, kd_bufs_put,
                                    x->bufs)) < 0) {
             const char *why;
             kd_pconn_failed(c, &why);
@@ -201,7 +158,7 @@ void kd_xsend_free(kd_xsend *x)
 {
     if (x) {
         ck__copy_out_close(x->out);
-        pool_drop(x->bufs);
+        kd_bufs_drop(x->bufs);
         free(x);
     }
 }
