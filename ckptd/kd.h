@@ -39,6 +39,7 @@
  *   kd_peer_xfer.c   a copy's stream both ways: chunks under acks; the receiver's writer
  *   kd_peer_inv.c    the copies a local tier holds, and finding one to send
  *   kd_peer_ucx.c    UCX: the worker, the listener, endpoints, whole messages
+ *   kd_peer_bufs.c   the transfers' chunk buffers, used again
  *   kd_peer_addr.c   ADDR[:PORT], and the address file ROOT/.ckptd.ID.peer
  *   kd_peer_wire.c   the peer messages: encoding, and decoding with every field checked
  *   kd_reply.c    finding a client by id, sending replies
