@@ -7,21 +7,9 @@
  * use after free or a leak. */
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 
+#include "ckpt_testlib.h"
 #include "kd.h"
-
-static int failures;
-#define CHECK(c, ...)                                                                      \
-    do {                                                                                   \
-        if (!(c)) {                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            failures++;                                                                    \
-        }                                                                                  \
-    } while (0)
 
 typedef struct back {
     kd_bufs *b;
@@ -66,7 +54,7 @@ int main(void)
     CHECK(idle != NULL, "a second pool");
     kd_bufs_put(idle, kd_bufs_get(idle));
     kd_bufs_drop(idle);
-    if (failures)
+    if (tl_failures)
         return 1;
     printf("PASS test_peer_bufs_live_until_the_last_buffer_comes_back\n");
     return 0;
