@@ -81,28 +81,14 @@ daemon() {
     fail "ckptd $id did not publish its peer address"
 }
 
-# netns_hosts_up: makes the hosts of tests/launch/netns_lib.sh (sourced; they go at
-# exit, with the daemons), waits for each host's veth to carry (UCX picks its network devices when it starts, among those that are
-# running: a veth whose carrier is not yet on, "NO-CARRIER ... state DOWN" for a moment
-# after it is set up, is left out, and a daemon started then never takes a connection
-# on it), keeps UCX on TCP (UCX_TLS=tcp: the bytes cross the veth, as they would cross
-# a cluster's network, rather than shared memory of the one machine), and writes
-# WORK/on-HOST, which runs a command on that host under its own host name.
+# netns_hosts_up: makes the hosts of tests/launch/netns_lib.sh (sourced; NETNS_N of
+# them, default 2; they go at exit, with the daemons; each host's device is up, and
+# WORK/on-HOST runs a command there as the same process, for WRAP) and keeps UCX on
+# TCP (UCX_TLS=tcp: the bytes cross the veth, as they would cross a cluster's
+# network, rather than shared memory of the one machine).
 netns_hosts_up() {
-    local h
     netns_setup "$WORK"
     trap 'netns_cleanup; cleanup' EXIT
-    for h in "${NETNS_HOSTS[@]}"; do
-        for _ in $(seq 200); do
-            ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' && break
-            sleep 0.05
-        done
-        ip -n "$h" -o link show | grep -v ' lo:' | grep -q 'state UP' ||
-            fail "the veth of $h never came up: $(ip -n "$h" -o link show)"
-        printf '#!/bin/sh\nexec ip netns exec %s unshare --uts sh -c '"'"'hostname "$0" && exec "$@"'"'"' %s "$@"\n' \
-            "$h" "$h" >"$WORK/on-$h"
-        chmod +x "$WORK/on-$h"
-    done
     export UCX_TLS=tcp
 }
 

@@ -283,6 +283,13 @@ static int same_save(const sv_ckpt *c, const ck__begin *b, ck_err *err)
     return 0;
 }
 
+/* The commit level b asks for, its default resolved. */
+static uint8_t asked_level(const ck__saver *sv, const ck__begin *b)
+{
+    /* Without a local tier every save commits to the durable root: every level. */
+    return b->level ? b->level : sv->o.local_root ? CK_LEVEL_LOCAL : CK_LEVEL_DURABLE;
+}
+
 /* Called and returns with the lock held, which it lets go while planning: the first
  * part's declaration is sealed here (ckptd's planner thread, for a declaration it
  * decoded) unless it was already (a client's, planned once for all its saves). */
@@ -302,8 +309,7 @@ static int begin_save(ck__saver *sv, const ck__begin *b, sv_ckpt **out, ck_err *
     c->no_hash = b->no_hash;
     c->t0 = ck__sv_now();
     c->nodes = b->nodes > 1 ? b->nodes : 1;
-    /* Without a local tier every save commits to the durable root: every level. */
-    c->level = b->level ? b->level : sv->o.local_root ? CK_LEVEL_LOCAL : CK_LEVEL_DURABLE;
+    c->level = asked_level(sv, b);
     c->reached = sv->o.local_root ? 0 : CK_LEVEL_DURABLE;
     /* The engine that has rank 0 (or every rank) coordinates; the others look for it. */
     c->role = c->nodes == 1 || b->rank == 0 ? &ck__sv_coordinator : &ck__sv_finder;
@@ -386,6 +392,13 @@ int ck__saver_join(ck__saver *sv, const ck__begin *d, uint64_t *image_bytes, ck_
     else if (c && (r = same_save(c, d, err)) == 0 && c->parts[d->rank].state != P_NONE)
         r = ck_err_set(err, -EALREADY, "checkpoint %s: rank %llu joined already", c->name,
                        (unsigned long long)d->rank);
+    else if (c && sv->o.local_root && asked_level(sv, d) != c->level)
+        /* Into the tiers, where the level decides what the save waits for. */
+        r = ck_err_set(err, -EINVAL, "checkpoint %s: rank %llu asks for commit level %s, the "
+                       "ranks before it on this daemon for %s: every rank of a save asks for "
+                       "the same level", c->name, (unsigned long long)d->rank,
+                       ck_level_name((ck_level)asked_level(sv, d)),
+                       ck_level_name((ck_level)c->level));
     bool fresh = r == 0 && !c;
     if (fresh && (r = begin_save(sv, d, &c, err)) < 0)
         fresh = false;

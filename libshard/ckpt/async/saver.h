@@ -47,7 +47,7 @@ typedef enum ck__saver_ev_kind {
      * must stay mapped and unused for good; FAILED follows only if they ever return. */
     CK_SAVER_STUCK,
     /* A tiered save's levels are final (after COMMITTED): level is the highest reached
-     * (REPLICATED, LOCAL, 0 for none), msg why it is not REPLICATED. What a drain to
+     * (DURABLE, REPLICATED, LOCAL, 0 for none), msg why it is lower than asked. What a drain to
      * the durable tier starts from (docs/decisions/0175-commit-levels.md). */
     CK_SAVER_SETTLED,
     /* A tiered save asked for level durable: every local copy is committed and the

@@ -245,7 +245,7 @@ int ck__sv_tier_lock(ck__saver *sv, sv_ckpt *c, ck_err *err);
 void ck__sv_tier_unlock(sv_ckpt *c);
 /* The data root of the engine's saves: the local tier of a tiered engine, else root. */
 const char *ck__sv_data_root(const ck__saver *sv);
-/* Whether a tiered engine can take a save of b (the clique rule, the level asked):
+/* Whether a tiered engine can take a save of b (the clique rule for its node count):
  * 0, or the error. Sets nothing. */
 int ck__sv_tier_check(const ck__saver *sv, const ck__begin *b, ck_err *err);
 /* JOB_COMMIT of a tiered save: commits this engine's copy (the coordinator publishes

@@ -12,8 +12,11 @@
  *
  * Every engine watches the meeting (SETTLING) and tells its clients COMMITTED once the
  * level they asked for holds: LOCAL when every engine's copy is committed, REPLICATED
- * when also every replication ended well; a replication that fails or outlives the
- * deadline leaves the save committed at LOCAL, said in the note, never FAILED. A save
+ * when also every replication ended well, DURABLE when the drain of the save, which
+ * every engine asks its daemon for once any engine's ranks want durable and the
+ * replication ended, committed it in the durable root (drain.ID, decision 0176); a
+ * replication or drain that fails or outlives the deadline leaves the save committed
+ * at the level reached, said in the note, never FAILED. A save
  * of one engine has no meeting: its copy is complete, and the clique rule allows no
  * replica (F = 1). The training stall is untouched: all of this runs after the part is
  * durable, on the engine's threads. */
@@ -260,10 +263,13 @@ static int commit_copy(ck__saver *sv, sv_ckpt *c, ck_save *s, const bool *mine, 
     }
     if (r == 0 && c->nodes > 1)
         r = clique_of(sv, c, &t, err);
-    char name[CK_NODE_ID_MAX + 8];
+    /* copy.ID names the level this engine's ranks ask for: a save some daemon's ranks
+     * want durable is drained whatever the others ask (ck__sv_tier_tick). */
+    char name[CK_NODE_ID_MAX + 8], rec[32];
+    int len = snprintf(rec, sizeof rec, "committed\nlevel %u\n", (unsigned)c->level);
     ck__name_meet_file(CK_MEET_COPY, sv->o.node_id, 0, name, sizeof name);
     if (r == 0 && c->nodes > 1)
-        r = ck__meet_put(sv->root, c->meet, name, "committed\n", 10, true, err);
+        r = ck__meet_put(sv->root, c->meet, name, rec, (size_t)len, true, err);
     free(t.ids);
     free(man);
     return r;
@@ -406,14 +412,24 @@ typedef struct outcome {
 
 typedef struct settle {
     unsigned copies, failed;
+    uint8_t want;                  /* the highest level an engine's ranks ask for */
     outcome repl, drain;
     char why[CK_ERR_MSG_MAX];
 } settle;
 
+/* copy.ID: "committed\nlevel L\n" (no level line: revision 6's, asking for no drain). */
 static int on_copy(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
-    (void)file, (void)buf, (void)len;
-    ((settle *)arg)->copies++;
+    settle *x = arg;
+    char rec[32];
+    unsigned level = 0;
+    (void)file;
+    snprintf(rec, sizeof rec, "%.*s", (int)(len < sizeof rec ? len : sizeof rec - 1),
+             (const char *)buf);
+    if (sscanf(rec, "committed\nlevel %u", &level) == 1 && level <= CK_LEVEL_DURABLE &&
+        level > x->want)
+        x->want = (uint8_t)level;
+    x->copies++;
     return 0;
 }
 
@@ -457,6 +473,7 @@ static int read_meeting(ck__saver *sv, sv_ckpt *c, settle *x, ck_err *err)
 {
     if (c->nodes == 1) {
         x->copies = x->repl.n = x->repl.ok = 1;
+        x->want = c->level;
         if (c->drain_known) {
             x->drain.n = 1;
             x->drain.ok = c->drain_code == 0;
@@ -577,10 +594,12 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
         c->reached = CK_LEVEL_LOCAL;
     bool durable = c->level == CK_LEVEL_DURABLE;
     bool replicated = x.repl.n >= c->nodes || x.failed || late;   /* its replication ended */
-    bool drained = !durable || x.drain.n || late;                  /* its drain ended */
-    /* Level durable: the drain starts once the replicas are in (they are sources), or
-     * once they cannot all be, from what there is. */
-    if (durable && local && replicated && !late && !c->drain_asked) {
+    /* Level durable (asked by any engine's ranks): the drain starts once the replicas
+     * are in (they are sources), or once they cannot all be, from what there is. Every
+     * engine asks its daemon, since the one that drains may serve other ranks, and
+     * stays until the drain's outcome is in the meeting for the others to read. */
+    if ((durable || x.want == CK_LEVEL_DURABLE) && local && replicated && !late &&
+        !c->drain_asked) {
         c->drain_asked = true;
         /* The drain commits NAME in the durable root under NAME's lock there: the
          * coordinator's passes to it. Another job's save of NAME still meets a lock,
@@ -588,6 +607,7 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
         ck__sv_tier_unlock(c);
         ck__sv_emit(sv, CK_SAVER_DRAIN, c, 0);
     }
+    bool drained = !(durable || c->drain_asked) || x.drain.n || late;   /* its drain ended */
     char note[CK_ERR_MSG_MAX];
     uint8_t level = level_of(c, &x, local, note, sizeof note);
     if (!c->told) {
