@@ -36,9 +36,10 @@
  *   kd_tiers.c       where the copies are (the local tier, live peers, the durable
  *                    root), which checkpoint can be restored, fetching the nearest
  *   kd_peer_client.c INVENTORY, PUT and GET, synchronous, from any thread but the loop
- *   kd_peer_xfer.c   a copy's stream both ways: chunks under the receiver's acks
+ *   kd_peer_xfer.c   a copy's stream both ways: chunks under acks; the receiver's writer
  *   kd_peer_inv.c    the copies a local tier holds, and finding one to send
  *   kd_peer_ucx.c    UCX: the worker, the listener, endpoints, whole messages
+ *   kd_peer_bufs.c   the transfers' chunk buffers, used again
  *   kd_peer_addr.c   ADDR[:PORT], and the address file ROOT/.ckptd.ID.peer
  *   kd_peer_wire.c   the peer messages: encoding, and decoding with every field checked
  *   kd_reply.c    finding a client by id, sending replies
@@ -319,6 +320,8 @@ void kd_retain_run(kd_server *s);
 #define KD_PEER_CHUNK (1u << 20)            /* the bytes a sender puts in one DATA */
 #define KD_PEER_CHUNK_MAX (4u << 20)        /* the most a receiver takes in one DATA */
 #define KD_PEER_WINDOW (8u << 20)           /* stream bytes sent and not yet acknowledged */
+#define KD_PEER_DATA_ALIGN 4096u            /* a received DATA's buffer */
+#define KD_PEER_BUFS_KEEP (KD_PEER_WINDOW / KD_PEER_CHUNK + 2) /* idle chunk buffers kept */
 #define KD_PEER_HELD_MAX 64u                /* DATA held ahead of the receiver's cursor */
 #define KD_PEER_CONNS_MAX 32u               /* connections the service keeps */
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
@@ -569,6 +572,7 @@ int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_er
 int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err);
 
 /* kd_peer_xfer.c */
+struct kd_ucx;
 typedef struct kd_xsend kd_xsend;
 typedef struct kd_xrecv kd_xrecv;
 struct kd_pconn;
@@ -586,13 +590,21 @@ int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err);
 uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total);
 bool kd_xsend_all_sent(const kd_xsend *x);
 void kd_xsend_free(kd_xsend *x);
-/* Receiving into ROOT/q->name, a copy of q->source. */
-int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, const char *msg),
-                  void *log_arg, kd_xrecv **out, ck_err *err);
-/* Takes a DATA (m freed), writes what is now in order and ACKs it; 1 once the whole
- * stream is in (then kd_xrecv_commit). */
-int kd_xrecv_data(kd_xrecv *x, struct kd_pconn *c, struct kd_pmsg *m, ck_err *err);
+/* Receiving into ROOT/q->name, a copy of q->source, through a writer thread of its own
+ * that wakes u (kd_ucx_signal) whenever it took a message. */
+int kd_xrecv_open(const char *root, const kd_preq *q, struct kd_ucx *u,
+                  void (*log)(void *arg, const char *msg), void *log_arg, kd_xrecv **out,
+                  ck_err *err);
+/* Takes a DATA (m is x's, whatever happens): held until what comes before it came,
+ * then queued for the writer. -EPROTO for one outside the window or overlapping. */
+int kd_xrecv_data(kd_xrecv *x, struct kd_pmsg *m, ck_err *err);
+/* What the writer did since the last call: ACKs it (on c). 0: nothing new; 2: new bytes
+ * acknowledged; 1: the whole stream is written and checked (then kd_xrecv_commit);
+ * < 0: the writer failed (a block's hash, the disk), or the ACK could not be sent. */
+int kd_xrecv_poll(kd_xrecv *x, struct kd_pconn *c, ck_err *err);
+/* Stream bytes written, checked and acknowledged (and the stream's, in total). */
 uint64_t kd_xrecv_done(const kd_xrecv *x, uint64_t *total);
+/* Commits the copy, once kd_xrecv_poll said 1. */
 int kd_xrecv_commit(kd_xrecv *x, ck_err *err);
 /* Frees x; an uncommitted copy leaves nothing. */
 void kd_xrecv_free(kd_xrecv *x);
@@ -621,6 +633,19 @@ int kd_inv_fetch_root(const char *local, char *root, ck_err *err);
 /* Removes the fetch root made for name if a failed fetch left it empty. */
 void kd_inv_fetch_drop(const char *root, const char *name);
 
+/* kd_peer_bufs.c */
+/* Buffers of size bytes, aligned to KD_PEER_DATA_ALIGN, used again (at most keep of
+ * them kept idle); safe from several threads. */
+typedef struct kd_bufs kd_bufs;
+kd_bufs *kd_bufs_new(size_t size, unsigned keep);
+/* A buffer of b's, or NULL (out of memory). */
+void *kd_bufs_get(kd_bufs *b);
+size_t kd_bufs_size(const kd_bufs *b);
+/* Gives p back to pool (a kd_bufs; the signature of kd_pconn_send_buf's release). */
+void kd_bufs_put(void *pool, void *p);
+/* The owner lets go of b: it is freed once every buffer taken came back. */
+void kd_bufs_drop(kd_bufs *b);
+
 /* kd_peer_ucx.c */
 typedef struct kd_ucx kd_ucx;
 typedef struct kd_pconn kd_pconn;
@@ -631,6 +656,7 @@ typedef struct kd_pmsg {
     uint64_t arg;
     uint8_t *data;
     size_t len;
+    kd_bufs *bufs;                 /* data is a buffer of this pool's, else malloc'd */
 } kd_pmsg;
 /* A UCX context and worker for one thread; listening on addr when not NULL (*bound
  * gets the address it listens on, its port chosen by the kernel when 0). */
@@ -639,6 +665,8 @@ int kd_ucx_open(const char *listen, kd_ucx **out, char *bound, size_t len, ck_er
 void kd_ucx_close(kd_ucx *u);
 /* Progresses the worker until it has nothing to do, and frees closed connections. */
 void kd_ucx_progress(kd_ucx *u);
+/* Wakes whoever sleeps on u's descriptor (or in kd_ucx_wait); from any thread. */
+void kd_ucx_signal(kd_ucx *u);
 /* Arms the worker's event descriptor (kd_ucx_fd): true when it is safe to sleep on it
  * now, false when there is work to progress first. */
 bool kd_ucx_arm(kd_ucx *u);
@@ -653,6 +681,10 @@ kd_pmsg *kd_pconn_next(kd_pconn *c);
 void kd_pmsg_free(kd_pmsg *m);
 /* Sends a message; takes payload (malloc'd, or NULL with len 0) whatever happens. */
 int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len);
+/* As kd_pconn_send, but payload is handed to release(ctx, payload) once UCX is done with
+ * it (sent, or failed), on the worker's thread, instead of freed. */
+int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len,
+                      void (*release)(void *ctx, void *payload), void *ctx);
 /* Sends the encoded message w (taken). */
 int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w);
 /* 0 while usable; else -errno, and why: nothing more is taken from it (the messages

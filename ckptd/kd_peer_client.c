@@ -35,13 +35,29 @@ static int failed(call *k, int r, ck_err *err)
                       f ? why : strerror(-r));
 }
 
+static void progress(const kd_peer_call *c, uint64_t done, uint64_t total)
+{
+    if (c->progress)
+        c->progress(c->arg, done, total);
+}
+
 /* The next message, within the timeout: one of the peer's version, an ERROR made an
- * error. what says what is awaited. */
-static int wait_msg(call *k, const char *what, kd_pmsg **out, ck_err *err)
+ * error. what says what is awaited. With x, a stream being received, its writer's
+ * progress is acknowledged meanwhile (and counts as the peer's: it awaits the ACKs),
+ * and 1 with no message says the stream is all written. */
+static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_err *err)
 {
     double last = kd_now();
     *out = NULL;
     for (;;) {
+        int w = x ? kd_xrecv_poll(x, k->pc, err) : 0;
+        if (w < 0 || w == 1)
+            return w;
+        if (w == 2) {
+            uint64_t total, done = kd_xrecv_done(x, &total);
+            progress(k->c, done, total);
+            last = kd_now();
+        }
         kd_pmsg *m = kd_pconn_next(k->pc);
         if (m && m->version != KD_PEER_VERSION) {
             int r = ck_err_set(err, -EPROTONOSUPPORT, "peer %s speaks ckptd peer protocol "
@@ -73,10 +89,10 @@ static int wait_msg(call *k, const char *what, kd_pmsg **out, ck_err *err)
     }
 }
 
-/* A message of type, or an error naming what came instead. */
-static int expect(call *k, uint16_t type, kd_pmsg **out, ck_err *err)
+/* A message of type, or an error naming what came instead; with x, as wait_msg. */
+static int expect_in(call *k, uint16_t type, kd_xrecv *x, kd_pmsg **out, ck_err *err)
 {
-    int r = wait_msg(k, kd_pw_type_name(type), out, err);
+    int r = wait_msg(k, kd_pw_type_name(type), x, out, err);
     if (r == 0 && (*out)->type != type) {
         r = ck_err_set(err, -EPROTO, "peer %s answered %s where %s was due", k->c->addr,
                        kd_pw_type_name((*out)->type), kd_pw_type_name(type));
@@ -84,6 +100,11 @@ static int expect(call *k, uint16_t type, kd_pmsg **out, ck_err *err)
         *out = NULL;
     }
     return r;
+}
+
+static int expect(call *k, uint16_t type, kd_pmsg **out, ck_err *err)
+{
+    return expect_in(k, type, NULL, out, err);
 }
 
 static int call_open(call *k, const kd_peer_call *c, ck_err *err)
@@ -132,12 +153,6 @@ int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_e
     kd_pmsg_free(m);
     call_close(&k, r == 0);
     return r;
-}
-
-static void progress(const kd_peer_call *c, uint64_t done, uint64_t total)
-{
-    if (c->progress)
-        c->progress(c->arg, done, total);
 }
 
 /* Sends the stream under the peer's acks, then awaits its COMMITTED. */
@@ -215,18 +230,14 @@ static int check_offer(call *k, const kd_preq *ask, const kd_preq *q, ck_err *er
                                  "were asked for", k->c->addr, ask->name);
 }
 
-/* Takes the stream into x until it is whole. */
+/* Takes the stream into x until it is whole: written and checked. */
 static int stream_in(call *k, kd_xrecv *x, ck_err *err)
 {
     kd_pmsg *m;
-    uint64_t total;
-    int r = 0;
-    while (r == 0) {
-        if ((r = expect(k, KD_P_DATA, &m, err)) < 0)
+    int r;
+    while ((r = expect_in(k, KD_P_DATA, x, &m, err)) == 0)
+        if ((r = kd_xrecv_data(x, m, err)) < 0)
             return r;
-        r = kd_xrecv_data(x, k->pc, m, err);
-        progress(k->c, kd_xrecv_done(x, &total), total);
-    }
     return r < 0 ? r : 0;
 }
 
@@ -257,7 +268,7 @@ int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_
     }
     if (r == 0 && (r = expect(&k, KD_P_GET_OK, &m, err)) == 0 &&
         (r = kd_pw_get_stream(m, &q, err)) == 0 && (r = check_offer(&k, ask, &q, err)) == 0)
-        r = kd_xrecv_open(into, &q, NULL, NULL, &x, err);
+        r = kd_xrecv_open(into, &q, k.u, NULL, NULL, &x, err);
     kd_pmsg_free(m);
     if (r == 0 && (r = stream_in(&k, x, err)) == 0)
         r = kd_xrecv_commit(x, err);

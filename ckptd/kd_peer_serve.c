@@ -191,7 +191,7 @@ static void on_put(struct kd_peers *p, sconn *c, kd_pmsg *m)
         return;
     }
     if ((r = kd_inv_replica_root(p->local, q.source, root, &err)) == 0)
-        r = kd_xrecv_open(root, &q, p->log, p->log_arg, &c->rx, &err);
+        r = kd_xrecv_open(root, &q, p->u, p->log, p->log_arg, &c->rx, &err);
     if (r < 0) {
         say(p, "peer %s (ckptd %s): PUT of %s refused: %s", kd_pconn_peer(c->pc), who(c),
             q.name, ck_err_msg(&err));
@@ -208,16 +208,38 @@ static void on_put(struct kd_peers *p, sconn *c, kd_pmsg *m)
     kd_pconn_send(c->pc, KD_P_PUT_READY, 0, NULL, 0);
 }
 
+/* A PUT's receiving failed (r, err): nothing of it is kept, the sender is told. */
+static void put_failed(struct kd_peers *p, sconn *c, int r, const ck_err *err)
+{
+    end_transfer(p, c);
+    say(p, "peer %s (ckptd %s): PUT of %s failed: %s; nothing of it is kept",
+        kd_pconn_peer(c->pc), who(c), c->name, ck_err_msg(err));
+    send_error(c, c->name, r, ck_err_msg(err));
+    c->drop = true;          /* what it still sends is of the failed stream */
+}
+
 static void on_data(struct kd_peers *p, sconn *c, kd_pmsg *m)
 {
     ck_err err = { 0 };
-    uint64_t total;
     if (!c->rx) {
         kd_pmsg_free(m);
         refuse(p, c, -EPROTO, "a DATA outside a PUT");
         return;
     }
-    int r = kd_xrecv_data(c->rx, c->pc, m, &err);
+    int r = kd_xrecv_data(c->rx, m, &err);
+    if (r < 0)
+        put_failed(p, c, r, &err);
+}
+
+/* What a PUT's writer did: ACKed; once the stream is all written, the copy committed.
+ * The writer's progress counts as the peer's: it waits for the ACKs. */
+static void put_poll(struct kd_peers *p, sconn *c, double now)
+{
+    ck_err err = { 0 };
+    uint64_t total;
+    int r = kd_xrecv_poll(c->rx, c->pc, &err);
+    if (r == 2)
+        c->last = now;
     if (r == 1 && (r = kd_xrecv_commit(c->rx, &err)) == 0) {
         say(p, "peer %s (ckptd %s): replica %s of ckptd %s committed (%llu bytes)",
             kd_pconn_peer(c->pc), who(c), c->name, c->src,
@@ -228,13 +250,8 @@ static void on_data(struct kd_peers *p, sconn *c, kd_pmsg *m)
         end_transfer(p, c);
         return;
     }
-    if (r < 0) {
-        end_transfer(p, c);
-        say(p, "peer %s (ckptd %s): PUT of %s failed: %s; nothing of it is kept",
-            kd_pconn_peer(c->pc), who(c), c->name, ck_err_msg(&err));
-        send_error(c, c->name, r, ck_err_msg(&err));
-        c->drop = true;      /* what it still sends is of the failed stream */
-    }
+    if (r < 0)
+        put_failed(p, c, r, &err);
 }
 
 static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
@@ -360,6 +377,8 @@ static void serve(struct kd_peers *p, sconn *c, double now)
                 kd_pconn_peer(c->pc), who(c), what, c->name, why);
         c->drop = true;
     }
+    if (!c->drop && c->rx)
+        put_poll(p, c, now);
     if (!c->drop && c->tx && (r = kd_xsend_pump(c->tx, c->pc, &err)) != 0) {
         uint64_t total, done = kd_xsend_done(c->tx, &total);
         if (r > 0) {

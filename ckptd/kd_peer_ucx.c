@@ -52,6 +52,7 @@ struct kd_pconn {
 struct kd_ucx {
     ucp_context_h ctx;
     ucp_worker_h worker;
+    kd_bufs *bufs;                 /* DATA's buffers (kd_peer_bufs.c) */
     ucp_listener_h listener;
     int efd;
     kd_pconn *conns;
@@ -64,7 +65,17 @@ typedef struct tx {
     uint8_t hdr[KD_PEER_HDR];
     void *payload;
     size_t len;
+    void (*release)(void *ctx, void *payload);   /* NULL: free(payload) */
+    void *ctx;
 } tx;
+
+static void tx_release(tx *t)
+{
+    if (t->release)
+        t->release(t->ctx, t->payload);
+    else
+        free(t->payload);
+}
 
 /* A rendezvous receive in flight, into m. */
 typedef struct rx {
@@ -120,7 +131,10 @@ void kd_pconn_set_user(kd_pconn *c, void *user)
 void kd_pmsg_free(kd_pmsg *m)
 {
     if (m) {
-        free(m->data);
+        if (m->bufs)
+            kd_bufs_put(m->bufs, m->data);
+        else
+            free(m->data);
         free(m);
     }
 }
@@ -261,7 +275,12 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     if (!admissible(c, type, length))
         return UCS_OK;
     kd_pmsg *m = calloc(1, sizeof *m);
-    if (m)
+    /* A DATA's bytes go into a buffer of the pool, aligned as O_DIRECT wants them: the
+     * copy writes them from there (ops/copy_in.c) rather than through its own. */
+    if (m && type == KD_P_DATA && length <= kd_bufs_size(u->bufs) &&
+        (m->data = kd_bufs_get(u->bufs)))
+        m->bufs = u->bufs;
+    else if (m)
         m->data = malloc(length ? length : 1);
     if (!m || !m->data) {
         kd_pmsg_free(m);
@@ -329,6 +348,8 @@ int kd_ucx_open(const char *listen, kd_ucx **out, char *bound, size_t len, ck_er
         st = ucp_worker_set_am_recv_handler(u->worker, &hp);
     if (st == UCS_OK)
         st = ucp_worker_get_efd(u->worker, &u->efd);
+    if (st == UCS_OK && !(u->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_BUFS_KEEP)))
+        st = UCS_ERR_NO_MEMORY;
     if (st != UCS_OK) {
         kd_ucx_close(u);
         return ck_err_set(err, -EIO, "UCX: cannot start a worker: %s (UCX_TLS and "
@@ -412,25 +433,24 @@ static void on_send_done(void *req, ucs_status_t status, void *arg)
         kd_pconn_fail(t->c, -ECONNRESET, why);
         t->c->broken = true;
     }
-    free(t->payload);
+    tx_release(t);
     free(t);
     if (req)
         ucp_request_free(req);
 }
 
-int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len)
+int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len,
+                      void (*release)(void *ctx, void *payload), void *ctx)
 {
-    if (c->broken || c->closed) {
-        free(payload);
-        return c->failed ? c->failed : -ENOTCONN;
-    }
-    tx *t = malloc(sizeof *t);
-    if (!t) {
-        free(payload);
+    tx *t = NULL;
+    if (c->broken || c->closed || !(t = malloc(sizeof *t))) {
+        tx_release(&(tx){ .payload = payload, .release = release, .ctx = ctx });
+        if (c->broken || c->closed)
+            return c->failed ? c->failed : -ENOTCONN;
         kd_pconn_fail(c, -ENOMEM, "out of memory for a send");
         return -ENOMEM;
     }
-    *t = (tx){ .c = c, .payload = payload, .len = len };
+    *t = (tx){ .c = c, .payload = payload, .len = len, .release = release, .ctx = ctx };
     uint8_t *h = t->hdr;
     uint32_t magic = KD_PEER_MAGIC;
     for (int i = 0; i < 4; i++)
@@ -455,6 +475,11 @@ int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_
     if (r == NULL)
         on_send_done(NULL, UCS_OK, t);
     return 0;
+}
+
+int kd_pconn_send(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, size_t len)
+{
+    return kd_pconn_send_buf(c, type, arg, payload, len, NULL, NULL);
 }
 
 int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w)
@@ -540,6 +565,12 @@ void kd_ucx_progress(kd_ucx *u)
     reap(u);
 }
 
+void kd_ucx_signal(kd_ucx *u)
+{
+    /* UCX: safe from any thread, whatever the worker's thread mode. */
+    ucp_worker_signal(u->worker);
+}
+
 bool kd_ucx_arm(kd_ucx *u)
 {
     return ucp_worker_arm(u->worker) == UCS_OK;
@@ -589,5 +620,6 @@ void kd_ucx_close(kd_ucx *u)
         }
         free(c);
     }
+    kd_bufs_drop(u->bufs);
     free(u);
 }

@@ -1,8 +1,9 @@
 /* kd_peer_xfer.c - a copy's stream over a peer connection, both ways (docs/PROTOCOL.md,
  * "Peer protocol", "A transfer").
  *
- * The sender reads the copy (ops/copy.h, ck__copy_out) in chunks of KD_PEER_CHUNK and
- * sends each as a DATA carrying its stream offset, never more than KD_PEER_WINDOW bytes
+ * The sender reads the copy (ops/copy.h, ck__copy_out_chunk) in chunks of at most
+ * KD_PEER_CHUNK, none across the end of a file, and sends each as a DATA carrying its
+ * stream offset, never more than KD_PEER_WINDOW bytes
  * ahead of what the receiver acknowledged. The receiver takes DATA in any order within
  * that window (UCX may complete a rendezvous out of order), holds what came early,
  * writes what is in order into the new copy (ck__copy_in: every block checked against
@@ -10,6 +11,7 @@
  * window of the stream in memory, whatever the size of the copy, and a sender that
  * runs ahead of the window, overlaps, or goes past the end is refused.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,16 +19,37 @@
 
 #include "ops/copy.h"
 
+_Static_assert(KD_PEER_DATA_ALIGN % CK_COPY_OUT_ALIGN == 0,
+               "the chunk buffers are aligned for the sender's O_DIRECT reads");
+
 struct kd_xsend {
     ck__copy_out *out;
     uint64_t sent, acked;
+    kd_bufs *bufs;                 /* the chunks' buffers, aligned for O_DIRECT reads */
 };
 
+/* The receiver: the connection's thread takes DATA, puts what is in order on a queue,
+ * and sends the ACKs; a writer thread of the transfer's own takes the queue, hashing and
+ * writing each message into the copy (ck__copy_in_write). So the connection's thread
+ * keeps receiving while a block is hashed and written, and the queue holds at most a
+ * window: nothing is taken past the last ACK plus KD_PEER_WINDOW. */
 struct kd_xrecv {
     ck__copy_in *in;
-    uint64_t total, cursor;
-    kd_pmsg *held;                 /* early DATA, by offset */
+    kd_ucx *u;                     /* woken when the writer took a message */
+    uint64_t total;
+    uint64_t cursor;               /* the connection's: stream bytes queued */
+    uint64_t acked;                /* the connection's: the last ACK sent */
+    kd_pmsg *held;                 /* the connection's: early DATA, by offset */
     unsigned nheld;
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;            /* guards what follows */
+    pthread_cond_t cv;
+    kd_pmsg *q_head, *q_tail;      /* in order, for the writer */
+    uint64_t done;                 /* stream bytes written and checked */
+    bool stop;
+    int failed;                    /* the writer's error, in ferr */
+    ck_err ferr;
 };
 
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
@@ -36,8 +59,13 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     memset(q, 0, sizeof *q);
     kd_xsend *x = calloc(1, sizeof *x);
     const char **names = ask && !ask->all && ask->n ? malloc(ask->n * sizeof *names) : NULL;
-    if (!x || (ask && !ask->all && ask->n && !names)) {
+    if (x)
+        x->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_WINDOW / KD_PEER_CHUNK + 1);
+    if (!x || !x->bufs || (ask && !ask->all && ask->n && !names)) {
+        if (x)
+            kd_bufs_drop(x->bufs);
         free(x);
+        free(names);
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
     for (uint32_t i = 0; names && i < ask->n; i++)
@@ -48,6 +76,7 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
                               ask && !ask->all ? ask->n : 0, &x->out, err);
     free(names);
     if (r < 0) {
+        kd_bufs_drop(x->bufs);
         free(x);
         return r;
     }
@@ -69,26 +98,36 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
 int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
 {
     uint64_t total = x->out->total;
-    while (x->sent < total && x->sent - x->acked < KD_PEER_WINDOW) {
-        size_t n = total - x->sent < KD_PEER_CHUNK ? (size_t)(total - x->sent) : KD_PEER_CHUNK;
+    for (;;) {
+        /* Never past the window, and in whole alignment units (a file's chunks stay
+         * aligned for O_DIRECT; there are bytes in flight until room is made). */
+        uint64_t room = x->acked + KD_PEER_WINDOW - x->sent;
+        size_t n = room < KD_PEER_CHUNK ? (size_t)room : KD_PEER_CHUNK;
+        n -= n % CK_COPY_OUT_ALIGN;
+        if (x->sent == total || (!n && room < total - x->sent))
+            break;
+        if (!n)
+            n = (size_t)room;
         size_t got;
-        void *buf = malloc(n);
+        void *buf = kd_bufs_get(x->bufs);
         if (!buf)
             return ck_err_set(err, -ENOMEM, "out of memory");
-        int r = ck__copy_out_read(x->out, buf, n, &got, err);
-        if (r == 0 && got != n)
+        /* A chunk ends where a file ends, so that the next file's reads stay aligned. */
+        int r = ck__copy_out_chunk(x->out, buf, n, &got, err);
+        if (r == 0 && !got)
             r = ck_err_set(err, -EIO, "%s: the copy ended %llu bytes early", x->out->info.name,
-                           (unsigned long long)(total - x->sent - got));
+                           (unsigned long long)(total - x->sent));
         if (r < 0) {
-            free(buf);
+            kd_bufs_put(x->bufs, buf);
             return r;
         }
-        if ((r = kd_pconn_send(c, KD_P_DATA, x->sent, buf, n)) < 0) {
+        if ((r = kd_pconn_send_buf(c, KD_P_DATA, x->sent, buf, got, kd_bufs_put,
+                                   x->bufs)) < 0) {
             const char *why;
             kd_pconn_failed(c, &why);
             return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
         }
-        x->sent += n;
+        x->sent += got;
     }
     return x->acked == total;
 }
@@ -119,21 +158,72 @@ void kd_xsend_free(kd_xsend *x)
 {
     if (x) {
         ck__copy_out_close(x->out);
+        kd_bufs_drop(x->bufs);
         free(x);
     }
 }
 
-int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, const char *msg),
-                  void *log_arg, kd_xrecv **out, ck_err *err)
+/* The writer: each message of the queue into the copy, in order, until stopped. After
+ * a failure it takes nothing more: the connection's thread reports it. */
+static void *writer(void *arg)
+{
+    kd_xrecv *x = arg;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        while (!x->stop && !x->q_head)
+            pthread_cond_wait(&x->cv, &x->mu);
+        if (x->stop)
+            break;
+        kd_pmsg *m = x->q_head;
+        x->q_head = m->next;
+        if (!x->q_head)
+            x->q_tail = NULL;
+        pthread_mutex_unlock(&x->mu);
+        ck_err e = { 0 };
+        int r = x->failed ? 0 : ck__copy_in_write(x->in, m->data, m->len, &e);
+        size_t len = m->len;
+        kd_pmsg_free(m);
+        pthread_mutex_lock(&x->mu);
+        if (r < 0 && !x->failed) {
+            x->failed = r;
+            x->ferr = e;
+        } else if (r == 0) {
+            x->done += len;
+        }
+        kd_ucx_signal(x->u);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+/* Stops the writer (what it is writing, it finishes) and waits for it. */
+static void writer_stop(kd_xrecv *x)
+{
+    if (!x->started)
+        return;
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->th, NULL);
+    x->started = false;
+}
+
+int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
+                  void (*log)(void *arg, const char *msg), void *log_arg, kd_xrecv **out,
+                  ck_err *err)
 {
     *out = NULL;
     kd_xrecv *x = calloc(1, sizeof *x);
     if (!x)
         return ck_err_set(err, -ENOMEM, "out of memory");
+    x->u = u;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
     x->total = q->manifest_size;
     for (uint32_t i = 0; i < q->n; i++) {
         if (q->files[i].size > UINT64_MAX - x->total) {
-            free(x);
+            kd_xrecv_free(x);
             return ck_err_set(err, -EINVAL, "copy of %s: its files add up to more than 2^64 "
                               "bytes", q->name);
         }
@@ -143,25 +233,29 @@ int kd_xrecv_open(const char *root, const kd_preq *q, void (*log)(void *arg, con
                            .manifest_size = q->manifest_size, .files = q->files,
                            .n_files = q->n, .log = log, .log_arg = log_arg };
     int r = ck__copy_in_begin(&o, &x->in, err);
+    if (r == 0 && (r = -pthread_create(&x->th, NULL, writer, x)) < 0)
+        ck_err_set(err, r, "copy of %s: starting its writer: %s", q->name, strerror(-r));
     if (r < 0) {
         kd_xrecv_free(x);
         return r;
     }
+    x->started = true;
     *out = x;
     return 0;
 }
 
-/* Holds m by offset: it lies in the window, past the cursor, and overlaps nothing held. */
+/* Holds m by offset: it lies in the window the sender was given (past the last ACK),
+ * past what was queued, and overlaps nothing held. */
 static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
     uint64_t off = m->arg;
     if (m->len == 0 || off < x->cursor || off > x->total || m->len > x->total - off ||
-        off + m->len > x->cursor + KD_PEER_WINDOW)
+        off + m->len > x->acked + KD_PEER_WINDOW)
         return ck_err_set(err, -EPROTO, "a DATA of %zu bytes at stream offset %llu, outside "
                           "[%llu, %llu) (the bytes not yet taken, within the window, of a "
                           "stream of %llu)", m->len, (unsigned long long)off,
                           (unsigned long long)x->cursor,
-                          (unsigned long long)(x->cursor + KD_PEER_WINDOW),
+                          (unsigned long long)(x->acked + KD_PEER_WINDOW),
                           (unsigned long long)x->total);
     if (x->nheld >= KD_PEER_HELD_MAX)
         return ck_err_set(err, -EPROTO, "more than %u DATA ahead of the stream's offset %llu",
@@ -183,38 +277,70 @@ static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
     return 0;
 }
 
-int kd_xrecv_data(kd_xrecv *x, kd_pconn *c, kd_pmsg *m, ck_err *err)
+int kd_xrecv_data(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
     int r = hold(x, m, err);
     if (r < 0) {
         kd_pmsg_free(m);
         return r;
     }
-    uint64_t was = x->cursor;
-    while (r == 0 && x->held && x->held->arg == x->cursor) {
+    kd_pmsg *first = NULL, *last = NULL;
+    while (x->held && x->held->arg == x->cursor) {
         kd_pmsg *h = x->held;
         x->held = h->next;
         x->nheld--;
-        r = ck__copy_in_write(x->in, h->data, h->len, err);
+        h->next = NULL;
+        if (last)
+            last->next = h;
+        else
+            first = h;
+        last = h;
         x->cursor += h->len;
-        kd_pmsg_free(h);
     }
-    if (r == 0 && x->cursor != was && (r = kd_pconn_send(c, KD_P_ACK, x->cursor, NULL, 0)) < 0) {
+    if (first) {
+        pthread_mutex_lock(&x->mu);
+        if (x->q_tail)
+            x->q_tail->next = first;
+        else
+            x->q_head = first;
+        x->q_tail = last;
+        pthread_cond_signal(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+    }
+    return 0;
+}
+
+int kd_xrecv_poll(kd_xrecv *x, kd_pconn *c, ck_err *err)
+{
+    pthread_mutex_lock(&x->mu);
+    uint64_t done = x->done;
+    int r = x->failed;
+    if (r < 0)
+        *err = x->ferr;
+    pthread_mutex_unlock(&x->mu);
+    if (r < 0)
+        return r;
+    if (done == x->acked)
+        return done == x->total;
+    x->acked = done;
+    if ((r = kd_pconn_send(c, KD_P_ACK, done, NULL, 0)) < 0) {
         const char *why;
         kd_pconn_failed(c, &why);
         return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
     }
-    return r < 0 ? r : x->cursor == x->total;
+    return done == x->total ? 1 : 2;
 }
 
 uint64_t kd_xrecv_done(const kd_xrecv *x, uint64_t *total)
 {
     *total = x->total;
-    return x->cursor;
+    return x->acked;
 }
 
 int kd_xrecv_commit(kd_xrecv *x, ck_err *err)
 {
+    /* Every byte is written (kd_xrecv_poll said so): the copy is this thread's again. */
+    writer_stop(x);
     return ck__copy_in_commit(x->in, err);
 }
 
@@ -222,11 +348,15 @@ void kd_xrecv_free(kd_xrecv *x)
 {
     if (!x)
         return;
+    writer_stop(x);
     ck__copy_in_free(x->in);
-    while (x->held) {
-        kd_pmsg *h = x->held;
-        x->held = h->next;
-        kd_pmsg_free(h);
-    }
+    for (kd_pmsg *lists[2] = { x->held, x->q_head }, **l = lists; l < lists + 2; l++)
+        while (*l) {
+            kd_pmsg *h = *l;
+            *l = h->next;
+            kd_pmsg_free(h);
+        }
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv);
     free(x);
 }

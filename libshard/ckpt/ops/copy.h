@@ -79,6 +79,14 @@ int ck__copy_out_open(const char *root, const char *name, const char *const *nam
                       uint32_t n, ck__copy_out **out, ck_err *err);
 /* The next bytes of the stream into buf: *got == len but at its end. */
 int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err);
+/* The alignment of a buffer (and of len) that lets ck__copy_out_chunk read data files
+ * with O_DIRECT. */
+#define CK_COPY_OUT_ALIGN 4096u
+/* The next bytes of the stream into buf, at most len, never past the end of a file:
+ * *got < len at each file's end, 0 at the stream's end. With buf and len aligned to
+ * CK_COPY_OUT_ALIGN, a data file's bytes are read with O_DIRECT (not through the page
+ * cache) where its file system takes it. */
+int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err);
 void ck__copy_out_close(ck__copy_out *c);
 
 #endif

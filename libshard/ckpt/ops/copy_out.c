@@ -1,7 +1,14 @@
 /* copy_out.c - reading a committed copy as its stream: the manifest file, then the data
  * files asked for, whole (see ops/copy.h). Nothing is checked against the hashes
  * here: the receiver checks every block, and a copy whose bytes went bad on this disk
- * fails there, naming the block. */
+ * fails there, naming the block.
+ *
+ * Data files are read with O_DIRECT where the file system takes it and the caller's
+ * buffer allows it (ck__copy_out_chunk): a copy was written with O_DIRECT, so its bytes
+ * are not in the page cache, and a buffered read pays for filling it (a copy into the
+ * cache, another out, the pages charged and reclaimed) - half of a peer sender's CPU
+ * time, which on a node that saves, replicates and serves at once is time taken from
+ * the others (docs/decisions/0186-peer-transfer-pipeline.md). */
 #include "ops/copy.h"
 
 #include <fcntl.h>
@@ -22,6 +29,7 @@ struct ck__copy_out_state {
     uint32_t item;                 /* 0: the manifest; i + 1: file i */
     uint64_t off;
     int fd;
+    bool direct;                   /* fd is O_DIRECT (a data file, where the fs takes it) */
 };
 
 /* Opens item (0: the manifest) and checks it is the size it should be. */
@@ -45,6 +53,10 @@ static int open_item(ck__copy_out *c, ck_err *err)
         return ck_err_set(err, -EBADMSG, "%s/%s: %llu bytes, its manifest records %llu",
                           st->ck->dir, name, (unsigned long long)s.st_size,
                           (unsigned long long)c->files[st->item - 1].size);
+    /* Set after the open, which checked the file is a regular one reached without
+     * links; a file system that refuses the flag is read through the cache. */
+    int fl = fcntl(st->fd, F_GETFL);
+    st->direct = fl >= 0 && fcntl(st->fd, F_SETFL, fl | O_DIRECT) == 0;
     return 0;
 }
 
@@ -113,26 +125,39 @@ int ck__copy_out_open(const char *root, const char *name, const char *const *nam
     return 0;
 }
 
-int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
+int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
 {
     struct ck__copy_out_state *st = c->st;
-    uint8_t *p = buf;
     *got = 0;
-    while (*got < len && st->item <= c->n_files) {
+    for (;;) {
+        if (st->item > c->n_files || !len)
+            return 0;
         uint64_t size = st->item ? c->files[st->item - 1].size : c->manifest_size;
-        if (st->off == size) {
-            close(st->fd);
-            st->fd = -1;
-            st->off = 0;
-            int r = ++st->item <= c->n_files ? open_item(c, err) : 0;
-            if (r < 0)
-                return r;
-            continue;
-        }
-        size_t want = len - *got;
-        if (want > size - st->off)
-            want = (size_t)(size - st->off);
-        ssize_t k = pread(st->fd, p + *got, want, (off_t)st->off);
+        if (st->off < size)
+            break;
+        close(st->fd);
+        st->fd = -1;
+        st->off = 0;
+        st->direct = false;
+        int r = ++st->item <= c->n_files ? open_item(c, err) : 0;
+        if (r < 0)
+            return r;
+    }
+    uint64_t size = st->item ? c->files[st->item - 1].size : c->manifest_size;
+    size_t want = len < size - st->off ? len : (size_t)(size - st->off);
+    /* O_DIRECT takes aligned buffers, offsets and lengths: data files are multiples of
+     * the alignment, so a buffer of the caller's that is aligned stays aligned. */
+    bool direct = st->direct && (uintptr_t)buf % CK_COPY_OUT_ALIGN == 0 &&
+                  want % CK_COPY_OUT_ALIGN == 0 && st->off % CK_COPY_OUT_ALIGN == 0;
+    if (st->direct && !direct) {
+        int fl = fcntl(st->fd, F_GETFL);
+        st->direct = !(fl >= 0 && fcntl(st->fd, F_SETFL, fl & ~O_DIRECT) == 0);
+        if (st->direct)
+            return ck_err_set(err, -errno, "%s/%s: %s", st->ck->dir,
+                              c->files[st->item - 1].name, strerror(errno));
+    }
+    while (*got < want) {
+        ssize_t k = pread(st->fd, (uint8_t *)buf + *got, want - *got, (off_t)st->off);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
@@ -142,6 +167,22 @@ int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_er
         }
         st->off += (uint64_t)k;
         *got += (size_t)k;
+    }
+    return 0;
+}
+
+int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
+{
+    uint8_t *p = buf;
+    *got = 0;
+    while (*got < len) {
+        size_t k;
+        int r = ck__copy_out_chunk(c, p + *got, len - *got, &k, err);
+        if (r < 0)
+            return r;
+        if (!k)
+            return 0;
+        *got += k;
     }
     return 0;
 }
