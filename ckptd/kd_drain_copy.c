@@ -259,6 +259,10 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     d->total = s.total;
     if (r == 0 && (r = durable_has(d, s.time, err)) == 1)
         goto out;
+    /* NAME's lock in the durable root may still be held by the save itself: its
+     * coordinator lets it go once every daemon settled, a poll after this one heard
+     * (decision 0189). A lock held past the peer timeout is another writer's. */
+    double lock_until = kd_now() + d->o.timeout;
     while (r == 0) {
         int64_t bad;
         ck_err why = { 0 };
@@ -267,6 +271,12 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
         if (r == -EEXIST) {
             r = durable_has(d, s.time, err);
             break;
+        }
+        if (r == -EBUSY && kd_now() < lock_until && !d->stop(d->stop_arg)) {
+            struct timespec ts = { 0, 50 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+            r = 0;
+            continue;
         }
         if (bad < 0 || s.refetched[bad]) {
             ck_err_set(err, r, "%s", ck_err_msg(&why));

@@ -161,6 +161,7 @@ struct sv_ckpt {
     /* Tiered saves (saver_tier.c): */
     uint8_t level;                 /* asked (ck_level, never DEFAULT) */
     uint8_t reached;               /* told in COMMITTED */
+    uint8_t seen;                  /* the highest level its meeting showed, while there */
     bool told;                     /* COMMITTED sent */
     char note[CK_ERR_MSG_MAX];     /* why the level reached is lower than asked */
     uint8_t *tier;                 /* member: the coordinator's tier file, until committed */

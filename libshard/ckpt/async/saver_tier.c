@@ -411,7 +411,7 @@ typedef struct outcome {
 } outcome;
 
 typedef struct settle {
-    unsigned copies, failed;
+    unsigned copies, failed, settled;
     uint8_t want;                  /* the highest level an engine's ranks ask for */
     outcome repl, drain;
     char why[CK_ERR_MSG_MAX];
@@ -467,6 +467,13 @@ static int on_fail(void *arg, const char *file, const uint8_t *buf, size_t len)
     return 0;
 }
 
+static int on_settled(void *arg, const char *file, const uint8_t *buf, size_t len)
+{
+    (void)file, (void)buf, (void)len;
+    ++*(unsigned *)arg;
+    return 0;
+}
+
 /* The records of c's meeting into x; a save of one engine has none, and its own state
  * is the whole of it. */
 static int read_meeting(ck__saver *sv, sv_ckpt *c, settle *x, ck_err *err)
@@ -493,6 +500,8 @@ static int read_meeting(ck__saver *sv, sv_ckpt *c, settle *x, ck_err *err)
         r = ck__meet_each(sv->root, c->meet, CK_MEET_REPL, on_outcome, &x->repl, err);
     if (r == 0)
         r = ck__meet_each(sv->root, c->meet, CK_MEET_DRAIN, on_outcome, &x->drain, err);
+    if (r == 0 && c->role->coordinates)
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_SETTLED, on_settled, &x->settled, err);
     return r;
 }
 
@@ -551,15 +560,31 @@ static uint8_t level_of(const sv_ckpt *c, const settle *x, bool local, char *not
     return level;
 }
 
-static void settle_end(ck__saver *sv, sv_ckpt *c, const settle *x, bool local)
+/* The save's levels are final here. A member says so in the meeting (settled.ID)
+ * before its daemon hears it; the coordinator, which settles last, removes the meeting
+ * and lets NAME's lock in the durable root go before its daemon hears it, so that a
+ * drain the daemon starts never meets the lock of the save it drains. */
+static void settle_end(ck__saver *sv, sv_ckpt *c, uint8_t level, const char *note, bool gone,
+                       bool all)
 {
-    c->reached = level_of(c, x, local, c->note, sizeof c->note);
+    ck_err err = { 0 };
+    char file[CK_NAME_MAX];
+    c->reached = level;
+    snprintf(c->note, sizeof c->note, "%s", note);
     ck__sv_log(sv, "checkpoint %s settled at level %s%s%s", c->name,
                c->reached ? ck_level_name((ck_level)c->reached) : "none",
                c->note[0] ? ": " : "", c->note);
-    ck__sv_emit(sv, CK_SAVER_SETTLED, c, 0);
-    if (c->role->coordinates && c->meet[0]) {
-        /* The members read the last records within a poll; the grace covers them. */
+    if (c->nodes > 1 && c->meet[0] && !gone && !c->role->coordinates &&
+        ck__name_meet_file(CK_MEET_SETTLED, sv->o.node_id, 0, file, sizeof file) == 0 &&
+        ck__meet_put(sv->root, c->meet, file, "", 0, false, &err) < 0)
+        /* The coordinator then waits for it until its deadline: said, not fatal. */
+        ck__sv_log(sv, "checkpoint %s: telling the coordinator this engine settled: %s",
+                   c->name, ck_err_msg(&err));
+    if (c->role->coordinates && c->meet[0] && all) {
+        ck__meet_remove(sv->root, c->meet);     /* every member is done with it */
+    } else if (c->role->coordinates && c->meet[0]) {
+        /* Its deadline passed first: the members still there read the last records
+         * within a poll; the grace covers them. */
         grave *g = calloc(1, sizeof *g);
         if (g) {
             snprintf(g->dir, sizeof g->dir, "%s", c->meet);
@@ -568,6 +593,8 @@ static void settle_end(ck__saver *sv, sv_ckpt *c, const settle *x, bool local)
             sv->graves = g;
         }
     }
+    ck__sv_tier_unlock(c);
+    ck__sv_emit(sv, CK_SAVER_SETTLED, c, 0);
     ck__sv_unlink(sv, c);
     ck__sv_free_parts(c, true);
 }
@@ -610,6 +637,17 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
     bool drained = !(durable || c->drain_asked) || x.drain.n || late;   /* its drain ended */
     char note[CK_ERR_MSG_MAX];
     uint8_t level = level_of(c, &x, local, note, sizeof note);
+    /* A member that reads the meeting only after the coordinator removed it (its
+     * grace passed while this engine was held up) keeps the level it saw there: the
+     * level its daemon acts on (the drain policy counts replicated saves on every
+     * node alike) must not fall because the records are gone. */
+    if (r == 0 && level > c->seen)
+        c->seen = level;
+    else if (r < 0 && c->seen > level) {
+        level = c->seen;
+        if (level >= c->level)
+            note[0] = 0;
+    }
     if (!c->told) {
         /* The caller hears as soon as its level holds, or as soon as it cannot: a
          * replication or drain that ended badly, rather than the deadline. */
@@ -621,6 +659,10 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
             fail_settling(sv, c, x.failed ? -EIO : -ETIMEDOUT, x.why[0] ? x.why
                           : "the copies were not all committed within --part-timeout");
     }
-    if (c->told && !c->writes && replicated && drained)
-        settle_end(sv, c, &x, local);
+    /* The coordinator settles last, once every member said it settled (decision
+     * 0189): a member held up past the coordinator's end (a slow disk, a stopped
+     * process) would find the meeting gone and could not tell the level it reached. */
+    bool all = x.settled + 1 >= c->nodes;
+    if (c->told && !c->writes && replicated && drained && (!c->role->coordinates || all || late))
+        settle_end(sv, c, level, note, r < 0, all);
 }

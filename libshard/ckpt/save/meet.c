@@ -315,8 +315,10 @@ int ck__meet_each_open(const char *root, const char *name,
         ck__meet_plan plan;
         int r = plan_parse((const char *)buf, &plan);
         free(buf);
-        /* A meeting that failed is an earlier attempt of the name, not ours. */
-        if (r == 0 && each_at(m, dir, CK_MEET_FAILED, any_file, NULL, NULL) == 0)
+        /* A meeting that failed, or that a member settled, is an earlier save of the
+         * name, not one to join. */
+        if (r == 0 && each_at(m, dir, CK_MEET_FAILED, any_file, NULL, NULL) == 0 &&
+            each_at(m, dir, CK_MEET_SETTLED, any_file, NULL, NULL) == 0)
             found = fn(arg, token, &plan);
         close(m);
     }

@@ -11,6 +11,8 @@
  *     join.ID                            a daemon taking part, with its instance
  *     part.ID.SEQ                        part records of durable ranks, and their blobs
  *     failed.ID                          why daemon ID gave the save up
+ *     tier, copy.ID, repl.ID, drain.ID,  a tiered save's (docs/FORMAT.md, "Local copies
+ *     settled.ID                         of a save")
  *
  * Every file is written under a temporary name and renamed into place, so a reader
  * sees a whole file or none; part records and failures are also fsynced with their
@@ -50,7 +52,7 @@ void ck__meet_dir(const char *root, const char *name, const char *token, char *o
 int ck__meet_create(const char *root, const char *name, const char *token,
                     const ck__meet_plan *plan, ck_err *err);
 /* A member: calls fn for each open meeting of NAME (a plan of this version, no failed.*
- * record), whatever its job, with its token and plan, until fn returns nonzero, which
+ * or settled.* record), whatever its job, with its token and plan, until fn returns nonzero, which
  * it returns; 0 when fn never did (or there is no meeting yet). */
 int ck__meet_each_open(const char *root, const char *name,
                        int (*fn)(void *arg, const char *token, const ck__meet_plan *plan),
