@@ -393,9 +393,15 @@ static void lost(const kd_tview *t, char *out, size_t len)
                                    t->peers[i].why);
 }
 
-/* Why g cannot be restored: the data files no copy in the view holds (named when a
- * copy of g here says what they are), and the daemons the view lost. */
-static void why_not(const kd_tview *t, const group *g, char *why, size_t len)
+static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
+                      char (*files)[CK_FILE_NAME_MAX], uint32_t n, uint8_t *need,
+                      bool manifest, char *said, size_t len, char *into, ck_err *err);
+
+/* Why g cannot be restored: the data files no copy in the view holds, and the daemons
+ * the view lost. The files are named from a copy of g's manifest: one here, else one
+ * fetched from a live peer's copy (every copy holds the whole manifest), else counted. */
+static void why_not(const kd_tiers_opts *o, const kd_tview *t, const group *g, char *why,
+                    size_t len)
 {
     size_t n, at = 0, named = 0, missing = 0;
     bool all;
@@ -411,6 +417,13 @@ static void why_not(const kd_tview *t, const group *g, char *why, size_t len)
             ck = NULL;
         }
     }
+    char fetched[PATH_MAX] = "", said[CK_ERR_MSG_MAX] = "";
+    uint8_t none = 0;
+    ck_err e = { 0 };
+    if (!ck && o->local &&
+        from_peers(o, t, g, NULL, 0, &none, true, said, sizeof said, fetched, &e) == 0 &&
+        fetched[0] && ck_open(fetched, g->name, &ck, NULL) < 0)
+        ck = NULL;
     for (uint32_t f = 0; ck && set && f < ck_get_info(ck)->n_files; f++) {
         const char *fn = ck_file_get(ck, f)->name;
         if (has(set, n, fn))
@@ -424,6 +437,8 @@ static void why_not(const kd_tview *t, const group *g, char *why, size_t len)
     if (!ck)
         snprintf(files, sizeof files, "%zu of its %u data files", of_all - n, of_all);
     ck_close(ck);
+    if (fetched[0])
+        kd_inv_fetch_drop(fetched, g->name);
     free(set);
     lost(t, gone, sizeof gone);
     snprintf(why, len, "%s (step %llu): %s %s no live copy%s", g->name,
@@ -474,14 +489,14 @@ int kd_tiers_resolve(const kd_tiers_opts *o, const char *what, bool newest,
                        "durable root %s, %zu peer(s)%s)", what, newest ? "<step>" : "",
                        o->local ? o->local : "(none)", o->durable, t.npeers, gone);
     } else if (at == n) {
-        why_not(&t, &g[0], why, sizeof why);
+        why_not(o, &t, &g[0], why, sizeof why);
         r = ck_err_set(err, -ENODATA, "%s%s", why, !newest ? "" : n > 1 ? "; no older "
                        "checkpoint can be restored either" : "; nothing older to restore");
     } else {
         *pick = (ck__restore_pick){ .step = g[at].step, .time_ns = g[at].time };
         snprintf(pick->name, sizeof pick->name, "%s", g[at].name);
         if (at > 0) {
-            why_not(&t, &g[0], why, sizeof why);
+            why_not(o, &t, &g[0], why, sizeof why);
             where_from(&t, &g[at], from, sizeof from);
             snprintf(pick->why, sizeof pick->why, "%s; restoring %s (step %llu) from %s", why,
                      g[at].name, (unsigned long long)g[at].step, from);

@@ -18,7 +18,7 @@
 # MODE clique (on loopback) loses both nodes of the clique {n0, n1} instead (daemons
 # killed, local tiers deleted, replacements empty): rank 0's and rank 1's parts of step
 # 10 have no copy left, so the run falls back to step 8, the newest durable checkpoint,
-# saying how many of step 10's files were lost, and steps 9-14 have exactly the losses
+# naming step 10's files that were lost, and steps 9-14 have exactly the losses
 # of an uninterrupted run.
 #   tier_node_lost.sh SHARDRUN SHARD_TRAIN CKPTD [loopback|hosts|clique]
 set -euo pipefail
@@ -129,8 +129,8 @@ if [ "$mode" = clique ]; then
     lose 1
     resume "n0 and n1 were lost"
     grep -q "resumed from step-00000008" "$work/resumed.log" || fail "did not fall back to step 8"
-    # The replacements hold no copy of step 10 to read its file names from: the count.
-    grep -qE "restore: step-00000010 \(step 10\): 2 of its 4 data files have no live copy; restoring step-00000008 \(step 8\) from .*the durable tier" \
+    # The replacements hold no copy of step 10: the names come from a live peer's copy.
+    grep -qE "restore: step-00000010 \(step 10\): rank-00000\.dat, rank-00001\.dat have no live copy; restoring step-00000008 \(step 8\) from .*the durable tier" \
         "$work/resumed.log" || fail "the fallback does not say what was lost"
     compare 8
     echo "ok: the clique {n0, n1} lost with its disks after step 10; fell back to the" \
