@@ -323,6 +323,10 @@ void kd_retain_run(kd_server *s);
 #define KD_PEER_DATA_ALIGN 4096u            /* a received DATA's buffer */
 #define KD_PEER_BUFS_KEEP (KD_PEER_WINDOW / KD_PEER_CHUNK + 2) /* idle chunk buffers kept */
 #define KD_PEER_HELD_MAX 64u                /* DATA held ahead of the receiver's cursor */
+/* Threads of a receiver that check the blocks of the stream, beside the one that writes
+ * it: one per block the window holds (two 4 MiB blocks in 8 MiB), at most one per CPU,
+ * none on one CPU (the writer checks) (decision 0190). */
+#define KD_PEER_CHECKERS 2u
 #define KD_PEER_CONNS_MAX 32u               /* connections the service keeps */
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
 #define KD_PEER_PORT 7471                   /* --peer-listen without a port */
@@ -657,6 +661,7 @@ typedef struct kd_pmsg {
     uint8_t *data;
     size_t len;
     kd_bufs *bufs;                 /* data is a buffer of this pool's, else malloc'd */
+    unsigned refs;                 /* a received DATA: checkers yet to take it */
 } kd_pmsg;
 /* A UCX context and worker for one thread; listening on addr when not NULL (*bound
  * gets the address it listens on, its port chosen by the kernel when 0). */

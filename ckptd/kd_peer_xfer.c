@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kd.h"
 
@@ -29,10 +30,14 @@ struct kd_xsend {
 };
 
 /* The receiver: the connection's thread takes DATA, puts what is in order on a queue,
- * and sends the ACKs; a writer thread of the transfer's own takes the queue, hashing and
- * writing each message into the copy (ck__copy_in_write). So the connection's thread
- * keeps receiving while a block is hashed and written, and the queue holds at most a
- * window: nothing is taken past the last ACK plus KD_PEER_WINDOW. */
+ * and sends the ACKs; a writer thread of the transfer's own takes the queue, writing
+ * each message into the copy (ck__copy_in_write), and checker threads take each message
+ * the writer wrote, checker k hashing the blocks whose index is k modulo their number
+ * (ck__copy_in_check; decision 0190): the blocks the window holds are hashed at once,
+ * and beside their write. A message is done, and acknowledged, once written and taken
+ * by every checker, in stream order. So the connection's thread keeps receiving while
+ * blocks are hashed and written, and the messages held, queued and being checked are
+ * at most a window: nothing is taken past the last ACK plus KD_PEER_WINDOW. */
 struct kd_xrecv {
     ck__copy_in *in;
     kd_ucx *u;                     /* woken when the writer took a message */
@@ -41,16 +46,42 @@ struct kd_xrecv {
     uint64_t acked;                /* the connection's: the last ACK sent */
     kd_pmsg *held;                 /* the connection's: early DATA, by offset */
     unsigned nheld;
-    pthread_t th;
-    bool started;
+    pthread_t th, chk_th[KD_PEER_CHECKERS];
+    unsigned nchk, started;        /* threads started: the writer, then the checkers */
     pthread_mutex_t mu;            /* guards what follows */
-    pthread_cond_t cv;
+    pthread_cond_t cv, chk_cv;
     kd_pmsg *q_head, *q_tail;      /* in order, for the writer */
+    kd_pmsg *w_head, *w_tail;      /* written, in order, for the checkers */
+    uint64_t written;              /* stream bytes written */
+    uint64_t at[KD_PEER_CHECKERS]; /* stream bytes each checker took */
     uint64_t done;                 /* stream bytes written and checked */
     bool stop;
-    int failed;                    /* the writer's error, in ferr */
+    int failed;                    /* the first error of a writer or checker, in ferr */
     ck_err ferr;
 };
+
+/* Under mu: the messages at the head that every checker took are done. */
+static void retire(kd_xrecv *x)
+{
+    while (x->w_head && x->w_head->refs == 0) {
+        kd_pmsg *m = x->w_head;
+        x->w_head = m->next;
+        if (!x->w_head)
+            x->w_tail = NULL;
+        x->done += m->len;
+        kd_pmsg_free(m);
+    }
+}
+
+/* Under mu: the first error stays. */
+static void fail(kd_xrecv *x, int r, const ck_err *e)
+{
+    if (!x->failed) {
+        x->failed = r;
+        x->ferr = *e;
+        pthread_cond_broadcast(&x->chk_cv);
+    }
+}
 
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
                   kd_preq *q, kd_xsend **out, ck_err *err)
@@ -181,14 +212,23 @@ static void *writer(void *arg)
         pthread_mutex_unlock(&x->mu);
         ck_err e = { 0 };
         int r = x->failed ? 0 : ck__copy_in_write(x->in, m->data, m->len, &e);
-        size_t len = m->len;
-        kd_pmsg_free(m);
         pthread_mutex_lock(&x->mu);
-        if (r < 0 && !x->failed) {
-            x->failed = r;
-            x->ferr = e;
-        } else if (r == 0) {
-            x->done += len;
+        if (r < 0)
+            fail(x, r, &e);
+        if (r < 0 || x->failed) {
+            kd_pmsg_free(m);
+        } else {
+            /* Written: the checkers' now (the manifest is open once its bytes are). */
+            m->next = NULL;
+            m->refs = x->nchk;
+            if (x->w_tail)
+                x->w_tail->next = m;
+            else
+                x->w_head = m;
+            x->w_tail = m;
+            x->written += m->len;
+            retire(x);
+            pthread_cond_broadcast(&x->chk_cv);
         }
         kd_ucx_signal(x->u);
     }
@@ -196,7 +236,49 @@ static void *writer(void *arg)
     return NULL;
 }
 
-/* Stops the writer (what it is writing, it finishes) and waits for it. */
+typedef struct checker_arg {
+    kd_xrecv *x;
+    unsigned k;
+} checker_arg;
+
+/* Checker k: each written message in turn, found by its stream offset (the list is at
+ * most a window long), hashed without the lock; the message stays until every checker
+ * took it. */
+static void *checker(void *arg)
+{
+    checker_arg *a = arg;
+    kd_xrecv *x = a->x;
+    unsigned k = a->k;
+    free(a);
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        kd_pmsg *m = x->w_head;
+        while (m && m->arg != x->at[k])
+            m = m->next;
+        if (x->stop || x->failed) {
+            break;
+        } else if (!m) {
+            pthread_cond_wait(&x->chk_cv, &x->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&x->mu);
+        ck_err e = { 0 };
+        int r = ck__copy_in_check(x->in, k, m->data, m->len, &e);
+        pthread_mutex_lock(&x->mu);
+        if (r < 0) {
+            fail(x, r, &e);
+        } else {
+            x->at[k] += m->len;
+            m->refs--;
+            retire(x);
+        }
+        kd_ucx_signal(x->u);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+/* Stops the writer and the checkers (what each is on, it finishes) and waits for them. */
 static void writer_stop(kd_xrecv *x)
 {
     if (!x->started)
@@ -204,9 +286,20 @@ static void writer_stop(kd_xrecv *x)
     pthread_mutex_lock(&x->mu);
     x->stop = true;
     pthread_cond_signal(&x->cv);
+    pthread_cond_broadcast(&x->chk_cv);
     pthread_mutex_unlock(&x->mu);
     pthread_join(x->th, NULL);
-    x->started = false;
+    for (unsigned k = 0; k + 1 < x->started; k++)
+        pthread_join(x->chk_th[k], NULL);
+    x->started = 0;
+}
+
+/* Checkers beside the writer: one per CPU but the writer's, at most KD_PEER_CHECKERS. */
+static unsigned checkers(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus <= 1 ? 0 : cpus - 1 < (long)KD_PEER_CHECKERS ? (unsigned)(cpus - 1)
+                                                              : KD_PEER_CHECKERS;
 }
 
 int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
@@ -218,8 +311,10 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
     if (!x)
         return ck_err_set(err, -ENOMEM, "out of memory");
     x->u = u;
+    x->nchk = checkers();
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv, NULL);
+    pthread_cond_init(&x->chk_cv, NULL);
     x->total = q->manifest_size;
     for (uint32_t i = 0; i < q->n; i++) {
         if (q->files[i].size > UINT64_MAX - x->total) {
@@ -231,15 +326,30 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
     }
     ck__copy_in_opts o = { .root = root, .name = q->name, .source = q->source,
                            .manifest_size = q->manifest_size, .files = q->files,
-                           .n_files = q->n, .log = log, .log_arg = log_arg };
+                           .n_files = q->n, .log = log, .log_arg = log_arg,
+                           .checkers = x->nchk };
     int r = ck__copy_in_begin(&o, &x->in, err);
     if (r == 0 && (r = -pthread_create(&x->th, NULL, writer, x)) < 0)
         ck_err_set(err, r, "copy of %s: starting its writer: %s", q->name, strerror(-r));
+    if (r == 0)
+        x->started = 1;
+    for (unsigned k = 0; r == 0 && k < x->nchk; k++) {
+        checker_arg *a = malloc(sizeof *a);
+        if (a)
+            *a = (checker_arg){ .x = x, .k = k };
+        if (!a)
+            r = ck_err_set(err, -ENOMEM, "out of memory");
+        else if ((r = -pthread_create(&x->chk_th[k], NULL, checker, a)) < 0)
+            ck_err_set(err, r, "copy of %s: starting its checker: %s", q->name, strerror(-r));
+        if (r == 0)
+            x->started++;
+        else
+            free(a);
+    }
     if (r < 0) {
         kd_xrecv_free(x);
         return r;
     }
-    x->started = true;
     *out = x;
     return 0;
 }
@@ -350,7 +460,8 @@ void kd_xrecv_free(kd_xrecv *x)
         return;
     writer_stop(x);
     ck__copy_in_free(x->in);
-    for (kd_pmsg *lists[2] = { x->held, x->q_head }, **l = lists; l < lists + 2; l++)
+    for (kd_pmsg *lists[3] = { x->held, x->q_head, x->w_head }, **l = lists; l < lists + 3;
+         l++)
         while (*l) {
             kd_pmsg *h = *l;
             *l = h->next;
@@ -358,5 +469,6 @@ void kd_xrecv_free(kd_xrecv *x)
         }
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->cv);
+    pthread_cond_destroy(&x->chk_cv);
     free(x);
 }

@@ -123,11 +123,12 @@ typedef struct tl_content {
 /* Saves checkpoint name under root on mesh (with dim names names, or NULL): n 2-D
  * tensors "t0".."t<n-1>" of shapes[i] and dtypes[i], tensor i placed as pl[i] (a
  * placement string, one entry per mesh dim), every rank's shard filled with the
- * formula of seed. Fails the test on any error. */
-static inline void tl_save_formula(const char *root, const char *name, const char *mesh_s,
-                                   const char *names, const uint64_t (*shapes)[2],
-                                   const ck_dtype *dtypes, const char *const *pl, uint32_t n,
-                                   uint64_t seed)
+ * formula of seed, with the save options so (NULL: the defaults). Fails the test on
+ * any error. */
+static inline void tl_save_formula_opts(const char *root, const char *name, const char *mesh_s,
+                                        const char *names, const uint64_t (*shapes)[2],
+                                        const ck_dtype *dtypes, const char *const *pl,
+                                        uint32_t n, uint64_t seed, const ck_save_opts *so)
 {
     ck_err err = { 0 };
     ck_mesh mesh;
@@ -146,7 +147,7 @@ static inline void tl_save_formula(const char *root, const char *name, const cha
         REQUIRE(ck_decl_tensor(d, tn, dtypes[t], 2, shapes[t], p, &err) == 0, "%s",
                 ck_err_msg(&err));
     }
-    REQUIRE(ck_save_begin(&s, root, name, 1, d, NULL, &err) == 0, "%s", ck_err_msg(&err));
+    REQUIRE(ck_save_begin(&s, root, name, 1, d, so, &err) == 0, "%s", ck_err_msg(&err));
     ck_decl_free(d);
     for (uint32_t t = 0; t < n; t++) {
         snprintf(tn, sizeof tn, "t%u", t);
@@ -164,6 +165,14 @@ static inline void tl_save_formula(const char *root, const char *name, const cha
     }
     REQUIRE(ck_save_commit(s, NULL, &err) == 0, "%s", ck_err_msg(&err));
     free(src);
+}
+
+static inline void tl_save_formula(const char *root, const char *name, const char *mesh_s,
+                                   const char *names, const uint64_t (*shapes)[2],
+                                   const ck_dtype *dtypes, const char *const *pl, uint32_t n,
+                                   uint64_t seed)
+{
+    tl_save_formula_opts(root, name, mesh_s, names, shapes, dtypes, pl, n, seed, NULL);
 }
 
 static inline int tl_check_tensor(const ck_tensor *t, void *arg)

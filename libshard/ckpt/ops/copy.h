@@ -38,6 +38,10 @@ typedef struct ck__copy_in_opts {
     uint32_t n_files;
     void (*log)(void *arg, const char *msg);   /* warnings after the commit; may be NULL */
     void *log_arg;
+    /* 0: ck__copy_in_write checks each block as it writes it. K > 0: it only writes,
+     * and K checkers (threads of the caller's) check the blocks, checker k those whose
+     * index in their file is k modulo K (ck__copy_in_check). */
+    unsigned checkers;
 } ck__copy_in_opts;
 
 /* Checks what is declared (names of files, each once; sizes; the manifest no larger
@@ -49,9 +53,15 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
  * the checkpoint hashed and named NAME); each data block is checked when its last byte
  * arrives. An error fails the copy: ck__copy_in_free is all that is left to call. */
 int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
+/* Checker k (< opts.checkers) takes the stream's next len bytes: each data block of its
+ * share is checked against the manifest's SHA-256 as its last byte comes. Every checker
+ * takes the whole stream, in order, on a thread of its own, and each message only once
+ * ck__copy_in_write returned for it (the manifest is then open). Independent of the
+ * other checkers and of the writer: no lock is taken. */
+int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err);
 /* Bytes of the stream still expected. */
 uint64_t ck__copy_in_left(const ck__copy_in *c);
-/* The whole stream arrived: fsyncs, writes NAME/copy when the copy holds fewer files
+/* The whole stream arrived (and was checked by every checker): fsyncs, writes NAME/copy when the copy holds fewer files
  * than the manifest, verifies the structure, commits by rename. 0 once the rename
  * happened (a failed fsync of ROOT or catalog entry after it is logged, as a save's). */
 int ck__copy_in_commit(ck__copy_in *c, ck_err *err);

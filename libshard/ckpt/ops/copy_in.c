@@ -52,6 +52,13 @@ struct ck__copy_in {
     uint64_t wpos;
     ck_ckpt *ck;                   /* the manifest, once whole */
     EVP_MD_CTX *md;                /* the block being hashed */
+    /* With checkers (opts.checkers): the manifest's hashes of the declared files' blocks,
+     * file i's from want[at[i]], read once the manifest is whole; and each checker's
+     * place in the stream. */
+    unsigned nchk;
+    struct ck__copy_check *chk;
+    uint8_t (*want)[CK_HASH_LEN];
+    uint64_t *at;
     bool committed;
     void (*log)(void *arg, const char *msg);
     void *log_arg;
@@ -59,6 +66,12 @@ struct ck__copy_in {
 
 #define COPY_BUF (4u << 20)
 #define COPY_ALIGN 4096u
+
+typedef struct ck__copy_check {
+    uint32_t item;                 /* as ck__copy_in's, for this checker */
+    uint64_t off, left;
+    EVP_MD_CTX *md;
+} ck__copy_check;
 
 static uint64_t item_size(const ck__copy_in *c, uint32_t item)
 {
@@ -130,6 +143,15 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     c->log = o->log;
     c->log_arg = o->log_arg;
     *out = c;
+    if (o->checkers && !(c->chk = calloc(o->checkers, sizeof *c->chk)))
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    c->nchk = o->checkers;
+    for (unsigned k = 0; k < c->nchk; k++) {
+        c->chk[k].left = c->left;
+        if (!(c->chk[k].md = EVP_MD_CTX_new()) ||
+            EVP_DigestInit_ex(c->chk[k].md, EVP_sha256(), NULL) != 1)
+            return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    }
     if ((c->rootfd = ck__root_open_engine(c->e, c->root, err)) < 0)
         return c->rootfd;
     /* A copy is no job's save: its lock names none. */
@@ -142,6 +164,34 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     c->fd = ck__openat(c->dirfd, CK_MANIFEST, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (c->fd < 0)
         return ck_err_set(err, c->fd, "%s/%s: %s", c->pending, CK_MANIFEST, ck__why(c->fd));
+    return 0;
+}
+
+/* The checkers' hashes: every block of the declared files, from the manifest (no more
+ * bytes than the manifest holds for them, which CK_COPY_MANIFEST_MAX bounds). */
+static int load_wants(ck__copy_in *c, ck_err *err)
+{
+    uint32_t bs = ck_get_info(c->ck)->block_size;
+    uint64_t n = 0;
+    if (!(c->at = malloc((c->n ? c->n : 1) * sizeof *c->at)))
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    for (uint32_t i = 0; i < c->n; i++) {
+        c->at[i] = n;
+        n += (c->files[i].size + bs - 1) / bs;
+    }
+    if (n > CK_COPY_MANIFEST_MAX / CK_HASH_LEN)
+        return ck_err_set(err, -EBADMSG, "copy of %s: %llu blocks, more hashes than its "
+                          "manifest can hold", c->name, (unsigned long long)n);
+    if (!(c->want = malloc((n ? n : 1) * sizeof *c->want)))
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    for (uint32_t i = 0; i < c->n; i++)
+        for (uint64_t b = 0; c->at[i] + b < (i + 1 < c->n ? c->at[i + 1] : n); b++) {
+            ck_err e2 = { 0 };
+            int r = ck_hash_get(c->ck, c->ids[i], b, c->want[c->at[i] + b], &e2);
+            if (r < 0)
+                return ck_err_set(err, r == -ENOENT ? -EBADMSG : r, "copy of %s: %s", c->name,
+                                  ck_err_msg(&e2));
+        }
     return 0;
 }
 
@@ -178,7 +228,7 @@ static int manifest_done(ck__copy_in *c, ck_err *err)
             c->ids[i] = (uint32_t)id;
     }
     free(idx);
-    return r;
+    return r == 0 && c->nchk ? load_wants(c, err) : r;
 }
 
 /* Writes len bytes at offset at, whole. */
@@ -329,7 +379,7 @@ static int put(ck__copy_in *c, const uint8_t *p, size_t len, ck_err *err)
         /* A data file's bytes go to the hash block by block. */
         if (bs && take > bs - c->off % bs)
             take = (size_t)(bs - c->off % bs);
-        if (c->item && EVP_DigestUpdate(c->md, p, take) != 1)
+        if (c->item && !c->nchk && EVP_DigestUpdate(c->md, p, take) != 1)
             return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
         int r = emit(c, p, take, err);
         if (r < 0)
@@ -338,7 +388,7 @@ static int put(ck__copy_in *c, const uint8_t *p, size_t len, ck_err *err)
         c->left -= take;
         p += take;
         len -= take;
-        if (bs && (c->off % bs == 0 || c->off == item_size(c, c->item)) &&
+        if (bs && !c->nchk && (c->off % bs == 0 || c->off == item_size(c, c->item)) &&
             (r = block_done(c, err)) < 0)
             return r;
     }
@@ -368,6 +418,50 @@ uint64_t ck__copy_in_left(const ck__copy_in *c)
     return c->left;
 }
 
+int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err)
+{
+    ck__copy_check *h = &c->chk[k];
+    const uint8_t *p = buf;
+    if (len > h->left)
+        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
+                          len - (size_t)h->left);
+    h->left -= len;
+    uint32_t bs = c->ck ? ck_get_info(c->ck)->block_size : 0;
+    while (len) {
+        /* The manifest's bytes, and files ended: nothing to hash. */
+        uint64_t room = item_size(c, h->item) - h->off;
+        if (!room) {
+            h->item++;
+            h->off = 0;
+            continue;
+        }
+        size_t take = len < room ? len : (size_t)room;
+        if (h->item && take > bs - h->off % bs)
+            take = (size_t)(bs - h->off % bs);
+        uint64_t block = h->item ? h->off / bs : 0;
+        bool mine = h->item && block % c->nchk == k;
+        if (mine && EVP_DigestUpdate(h->md, p, take) != 1)
+            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
+        h->off += take;
+        p += take;
+        len -= take;
+        if (!mine || (h->off % bs && h->off != item_size(c, h->item)))
+            continue;
+        const ck_file *f = &c->files[h->item - 1];
+        uint8_t got[EVP_MAX_MD_SIZE];
+        unsigned n = 0;
+        if (EVP_DigestFinal_ex(h->md, got, &n) != 1 || n != CK_HASH_LEN ||
+            EVP_DigestInit_ex(h->md, EVP_sha256(), NULL) != 1)
+            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
+        if (memcmp(got, c->want[c->at[h->item - 1] + block], CK_HASH_LEN) != 0)
+            return ck_err_set(err, -EBADMSG, "copy of %s: data file %s, block %llu (bytes "
+                              "%llu-%llu): its SHA-256 is not the manifest's", c->name,
+                              f->name, (unsigned long long)block,
+                              (unsigned long long)(block * bs), (unsigned long long)h->off);
+    }
+    return 0;
+}
+
 typedef struct first_problem {
     char msg[CK_ERR_MSG_MAX];
     uint64_t n;
@@ -388,6 +482,12 @@ int ck__copy_in_commit(ck__copy_in *c, ck_err *err)
     int r = settle(c, err);
     if (r < 0)
         return r;
+    /* Never a block unchecked: every checker saw the whole stream. */
+    for (unsigned k = 0; k < c->nchk; k++)
+        if (c->chk[k].left)
+            return ck_err_set(err, -EPROTO, "copy of %s: checker %u of %u has %llu bytes of "
+                              "it still to check", c->name, k, c->nchk,
+                              (unsigned long long)c->chk[k].left);
     const ck_info *in = ck_get_info(c->ck);
     if (c->n < in->n_files) {
         uint8_t *held = calloc(in->n_files, 1);
@@ -442,6 +542,11 @@ void ck__copy_in_free(ck__copy_in *c)
         close(c->rootfd);
     ck_close(c->ck);
     EVP_MD_CTX_free(c->md);
+    for (unsigned k = 0; k < c->nchk; k++)
+        EVP_MD_CTX_free(c->chk[k].md);
+    free(c->chk);
+    free(c->want);
+    free(c->at);
     free(c->buf);
     free(c->ids);
     free(c->files);

@@ -1,0 +1,138 @@
+/* A copy received with checkers apart from its writer (ops/copy.h, opts.checkers; the
+ * peer receiver's threads, decision 0190) is checked block for block as one written
+ * and checked in line: with 1, 2 or 3 checkers, fed in chunks that cut blocks and files
+ * anywhere, it commits and deep-verifies with the saved content. A byte flipped
+ * anywhere in a data file fails the check of its block, naming the file and the block,
+ * whichever checker owns it, and nothing is committed. A copy whose every byte was
+ * written but not taken by every checker is never committed: its commit names the
+ * checker and the bytes it did not check. */
+#include "ck/save.h"
+#include "ckpt_testlib.h"
+#include "ops/copy.h"
+
+static const uint64_t seed = 23;
+static const uint64_t shapes[3][2] = { { 3000, 100 }, { 77, 1023 }, { 64, 64 } };
+static const ck_dtype dt[3] = { CK_F32, CK_BF16, CK_F64 };
+static const char *const pls[3] = { "S(0)", "S(1)", "R" };
+#define BLOCK (64u << 10)
+
+typedef struct stream {
+    uint8_t *bytes;
+    uint64_t total, msize;
+    ck_file *files;
+    uint32_t n;
+} stream;
+
+static void read_stream(const char *root, stream *s)
+{
+    ck__copy_out *o;
+    ck_err err = { 0 };
+    REQUIRE(ck__copy_out_open(root, "src", NULL, 0, &o, &err) == 0, "%s", ck_err_msg(&err));
+    s->total = o->total;
+    s->msize = o->manifest_size;
+    s->n = o->n_files;
+    s->files = malloc(s->n * sizeof *s->files);
+    s->bytes = malloc(s->total);
+    REQUIRE(s->files && s->bytes, "out of memory");
+    memcpy(s->files, o->files, s->n * sizeof *s->files);
+    size_t got;
+    REQUIRE(ck__copy_out_read(o, s->bytes, s->total, &got, &err) == 0 && got == s->total,
+            "reading the stream: %s", ck_err_msg(&err));
+    ck__copy_out_close(o);
+}
+
+/* Feeds bytes[0, total) into a copy in root with k checkers, in chunks of step bytes,
+ * checker skip (if < k) missing the last chunk; returns the first error, into err. */
+static int receive(const stream *s, const uint8_t *bytes, const char *root, unsigned k,
+                   size_t step, unsigned skip, ck_err *err)
+{
+    ck__copy_in_opts o = { .root = root, .name = "src", .source = "n1",
+                           .manifest_size = s->msize, .files = s->files, .n_files = s->n,
+                           .checkers = k };
+    ck__copy_in *c;
+    int r = ck__copy_in_begin(&o, &c, err);
+    for (uint64_t at = 0; r == 0 && at < s->total; at += step) {
+        size_t len = s->total - at < step ? (size_t)(s->total - at) : step;
+        bool last = at + len == s->total;
+        r = ck__copy_in_write(c, bytes + at, len, err);
+        for (unsigned i = 0; r == 0 && i < k; i++)
+            if (!(last && i == skip))
+                r = ck__copy_in_check(c, i, bytes + at, len, err);
+    }
+    if (r == 0)
+        r = ck__copy_in_commit(c, err);
+    ck__copy_in_free(c);
+    return r;
+}
+
+static bool committed(const char *root)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/src", root);
+    return access(p, F_OK) == 0;
+}
+
+int main(void)
+{
+    char dir[PATH_MAX], src[PATH_MAX + 8], dst[PATH_MAX + 16];
+    tl_tmpdir(dir, sizeof dir, "copy-checkers");
+    snprintf(src, sizeof src, "%s/src", dir);
+    REQUIRE(mkdir(src, 0755) == 0, "mkdir %s", src);
+    ck_save_opts so = { .block_size = BLOCK };
+    tl_save_formula_opts(src, "src", "3", NULL, shapes, dt, pls, 3, seed, &so);
+    stream s = { 0 };
+    read_stream(src, &s);
+    ck_err err = { 0 };
+
+    /* Whole copies: every checker count, chunks that cut blocks and files anywhere. */
+    const size_t steps[3] = { 100003, 4096, 1u << 20 };
+    for (unsigned k = 1; k <= 3; k++) {
+        snprintf(dst, sizeof dst, "%s/ok%u", dir, k);
+        REQUIRE(mkdir(dst, 0755) == 0, "mkdir %s", dst);
+        int r = receive(&s, s.bytes, dst, k, steps[k - 1], k, &err);
+        CHECK(r == 0, "%u checkers: %s", k, ck_err_msg(&err));
+        CHECK(r < 0 || tl_verify_deep(dst, "src", seed) == 0, "%u checkers: the copy does "
+              "not verify as saved", k);
+    }
+
+    /* A flipped byte: first byte, a middle block's, the last byte of the last file. */
+    uint8_t *bad = malloc(s.total);
+    REQUIRE(bad, "out of memory");
+    uint64_t data = s.total - s.msize;
+    const uint64_t at[3] = { s.msize, s.msize + data / 2 + 17, s.total - 1 };
+    for (int i = 0; i < 3; i++) {
+        uint64_t off = at[i] - s.msize;
+        uint32_t f = 0;
+        while (off >= s.files[f].size)
+            off -= s.files[f++].size;
+        char want[CK_FILE_NAME_MAX + 64];
+        snprintf(want, sizeof want, "data file %s, block %llu ", s.files[f].name,
+                 (unsigned long long)(off / BLOCK));
+        memcpy(bad, s.bytes, s.total);
+        bad[at[i]] ^= 0x10;
+        snprintf(dst, sizeof dst, "%s/bad%d", dir, i);
+        REQUIRE(mkdir(dst, 0755) == 0, "mkdir %s", dst);
+        int r = receive(&s, bad, dst, 2, 65536 + 4096, 2, &err);
+        CHECK(r == -EBADMSG && strstr(ck_err_msg(&err), want) &&
+              strstr(ck_err_msg(&err), "its SHA-256 is not the manifest's"),
+              "byte %llu flipped: want -EBADMSG naming '%s'; got %d: %s",
+              (unsigned long long)at[i], want, r, ck_err_msg(&err));
+        CHECK(!committed(dst), "byte %llu flipped: the copy was committed",
+              (unsigned long long)at[i]);
+    }
+
+    /* Written whole, not checked whole. */
+    snprintf(dst, sizeof dst, "%s/unchecked", dir);
+    REQUIRE(mkdir(dst, 0755) == 0, "mkdir %s", dst);
+    int r = receive(&s, s.bytes, dst, 2, 100003, 1, &err);
+    CHECK(r == -EPROTO && strstr(ck_err_msg(&err), "checker 1 of 2 has") &&
+          strstr(ck_err_msg(&err), "still to check"),
+          "a checker short of the stream: got %d: %s", r, ck_err_msg(&err));
+    CHECK(!committed(dst), "a copy not checked whole was committed");
+
+    free(bad);
+    free(s.bytes);
+    free(s.files);
+    tl_rmtree(dir);
+    return tl_failures ? 1 : 0;
+}
