@@ -171,6 +171,7 @@ struct sv_ckpt {
     /* Level durable: the drain asked (CK_SAVER_DRAIN), its outcome when this engine's
      * daemon drained it (ck__saver_drained), and whether drain.ID holds that outcome. */
     bool drain_asked, drain_known, drain_put;
+    double next_look;              /* the meeting gone: when to look at ROOT/NAME next */
     int drain_code;
     char drain_msg[CK_ERR_MSG_MAX];
     /* Coordinator: NAME's lock in the durable root, held while the meeting is there

@@ -599,6 +599,27 @@ static void settle_end(ck__saver *sv, sv_ckpt *c, uint8_t level, const char *not
     ck__sv_free_parts(c, true);
 }
 
+/* Whether the durable root holds c whole: ROOT/NAME, complete, of the commit time of
+ * this engine's own copy (a drain copies the manifest byte for byte). 1 yes, 0 not (yet),
+ * or 0 without a look when the last was less than a second ago. */
+static int drained_here(ck__saver *sv, sv_ckpt *c, double t)
+{
+    if (t < c->next_look)
+        return 0;
+    c->next_look = t + 1.0;
+    ck_ckpt *mine, *there;
+    int same = 0;
+    if (ck_open(sv->o.local_root, c->name, &mine, NULL) < 0)
+        return 0;
+    if (ck_open(sv->root, c->name, &there, NULL) == 0) {
+        same = ck_get_info(there)->time_ns == ck_get_info(mine)->time_ns &&
+               !ck_get_copy(there)->partial;
+        ck_close(there);
+    }
+    ck_close(mine);
+    return same;
+}
+
 void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
 {
     settle x = { 0 };
@@ -614,8 +635,17 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
         /* The meeting is gone: the coordinator ended it, which it does once every
          * record was in (or the deadline passed); what this engine saw last stands. */
         snprintf(x.why, sizeof x.why, "the meeting %s ended (%s)", c->meet, ck_err_msg(&err));
-        late = true;
         local = c->reached >= CK_LEVEL_LOCAL || c->told;
+        /* Or, once a drain was asked, a daemon that started took it for debris: NAME's
+         * lock in the durable root was the drain's to take, and a drain queued behind
+         * another holds none yet. The drain goes on; the durable root says how it ends,
+         * and the deadline bounds the wait for it. */
+        int d = !c->drain_asked || c->drain_known ? 0 : drained_here(sv, c, t);
+        if (d == 0 && c->drain_asked && !c->drain_known && t <= c->deadline && !sv->closing)
+            return;
+        if (d == 1 || (c->drain_known && c->drain_code == 0))
+            x.drain.n = x.drain.ok = 1;
+        late = true;
     }
     if (local && c->reached < CK_LEVEL_LOCAL)
         c->reached = CK_LEVEL_LOCAL;
