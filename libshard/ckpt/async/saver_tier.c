@@ -667,10 +667,10 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
     bool drained = !(durable || c->drain_asked) || x.drain.n || late;   /* its drain ended */
     char note[CK_ERR_MSG_MAX];
     uint8_t level = level_of(c, &x, local, note, sizeof note);
-    /* A member that reads the meeting only after the coordinator removed it (its
-     * grace passed while this engine was held up) keeps the level it saw there: the
-     * level its daemon acts on (the drain policy counts replicated saves on every
-     * node alike) must not fall because the records are gone. */
+    /* An engine that finds the meeting gone (the coordinator's deadline passed while
+     * this engine was held up, or a daemon that started removed it) keeps the level
+     * it saw there: the level its daemon acts on (the drain policy counts replicated
+     * saves on every node alike) must not fall because the records are gone. */
     if (r == 0 && level > c->seen)
         c->seen = level;
     else if (r < 0 && c->seen > level) {
