@@ -194,6 +194,10 @@ typedef struct kd_server {
     uint64_t staging_used;
     kd_part *wait_head, *wait_tail;
     pthread_mutex_t ev_mu;     /* the event queue, filled by saver threads */
+    /* Held shared by each fetch while it makes and fills a root LOCAL/.fetched/N (the
+     * drainer's and the restorer's threads); retention drops empty fetched roots only
+     * when it can take it whole, so never a root a fetch is about to fill. */
+    pthread_rwlock_t fetching;
     kd_event *ev_head, *ev_tail;
     uint64_t plan_used;        /* of --plan-memory: saves in flight and queued joins */
     pthread_t plan_th;
@@ -461,6 +465,7 @@ typedef struct kd_tiers_opts {
     /* bytes of each fetch from a peer taken so far (kd_peer_call's); may be NULL */
     void (*progress)(void *arg, uint64_t done, uint64_t total);
     void *progress_arg;
+    pthread_rwlock_t *fetching;    /* the server's (kd_server.fetching); may be NULL */
 } kd_tiers_opts;
 
 /* Every copy of name ("": of every checkpoint) this node can reach: its local tier's,

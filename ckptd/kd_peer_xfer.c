@@ -209,9 +209,10 @@ static void *writer(void *arg)
         x->q_head = m->next;
         if (!x->q_head)
             x->q_tail = NULL;
+        bool failed = x->failed;   /* a checker's, maybe: read under the lock */
         pthread_mutex_unlock(&x->mu);
         ck_err e = { 0 };
-        int r = x->failed ? 0 : ck__copy_in_write(x->in, m->data, m->len, &e);
+        int r = failed ? 0 : ck__copy_in_write(x->in, m->data, m->len, &e);
         pthread_mutex_lock(&x->mu);
         if (r < 0)
             fail(x, r, &e);

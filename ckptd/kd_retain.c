@@ -27,7 +27,10 @@
  * for the next pass. Nothing here unlinks a file itself.
  *
  * A pass runs on the restorer's thread (kd_restore.c) between its requests: never on
- * the event loop, and never beside a FETCH that is filling a fetched root.
+ * the event loop, and never beside a FETCH that is filling a fetched root. The drain's
+ * fetches run on the drainer's thread: each holds kd_server.fetching shared from the
+ * moment it makes its root, and empty fetched roots go only in a pass that can take it
+ * whole (else in the next), so that a root is never taken from a fetch about to fill it.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -336,18 +339,21 @@ static size_t local(kd_server *s)
     kd_peer_copies_free(v, n);
     free(roots);
 
-    /* Fetched roots left empty. Replica roots stay: a peer's PUT may be making one. */
-    ck_tier_root *t = NULL;
-    if (ck_tier_roots(s->local_root, &t, &n, &err) < 0) {
-        kd_log(s, "retention: %s", ck_err_msg(&err));
+    /* Fetched roots left empty. Replica roots stay: a peer's PUT may be making one. A
+     * fetch in progress (the drainer's: this thread's own never overlap) may have made
+     * a root it has not begun to fill: then the next pass. */
+    if (pthread_rwlock_trywrlock(&s->fetching) != 0)
         return gone;
-    }
-    for (size_t i = 0; i < n; i++) {
+    ck_tier_root *t = NULL;
+    if (ck_tier_roots(s->local_root, &t, &n, &err) < 0)
+        kd_log(s, "retention: %s", ck_err_msg(&err));
+    for (size_t i = 0; t && i < n; i++) {
         int r = t[i].kind == CK_TIER_FETCHED ? ck_tier_root_drop(s->local_root, &t[i], &err) : 0;
         if (r < 0)
             kd_log(s, "retention: %s", ck_err_msg(&err));
     }
     free(t);
+    pthread_rwlock_unlock(&s->fetching);
     return gone;
 }
 

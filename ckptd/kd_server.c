@@ -75,6 +75,7 @@ int kd_server_start(kd_server *s, ck_err *err)
     s->listen_fd = s->ep_fd = s->sig_fd = s->ev_fd = s->lock_fd = -1;
     s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pthread_mutex_init(&s->ev_mu, NULL);
+    pthread_rwlock_init(&s->fetching, NULL);
     /* A file, a FIFO or a link to nothing is refused as not a directory, naming it. */
     int r = ck__root_open(s->o.root, err);
     if (r < 0)

@@ -573,9 +573,15 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         kd_peer_call call = { .addr = t->peers[c->peer].addr, .id = o->id,
                               .timeout = o->timeout, .progress = o->progress,
                               .arg = o->progress_arg };
+        /* The root is empty until the GET's copy begins: retention must not take it
+         * for one left empty meanwhile. */
+        if (o->fetching)
+            pthread_rwlock_rdlock(o->fetching);
         int x = kd_inv_fetch_root(o->local, root, &why);
         if (x == 0 && (x = kd_peer_get(&call, &ask, root, &why)) < 0)
             kd_inv_fetch_drop(root, g->name);
+        if (o->fetching)
+            pthread_rwlock_unlock(o->fetching);
         if (x < 0) {
             kd_log_to(o->log, o->log_arg, "FETCH of %s: the copy of ckptd %s at ckptd %s "
                       "failed: %s; trying the next holder", g->name, c->c.source, c->holder,

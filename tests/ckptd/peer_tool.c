@@ -16,6 +16,9 @@
  *       service does, serves a GET of a manifest alone whole, and to a GET of data
  *       files sends GET_OK and the stream's first window, then exits (status 9) at the
  *       first ACK: a holder that dies mid-transfer. It serves for 60 s at most.
+ *   peer_tool serve-slow DURABLE ID LOCAL SECS
+ *       the same service, but a GET of data files is answered SECS seconds late, then
+ *       served whole: a holder slow to start a transfer.
  *   peer_tool hostile ADDR CASE
  *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
  *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
@@ -495,9 +498,10 @@ static int hostile(const char *addr, const char *cs)
 }
 
 /* One message to a connection of serve_dying: as the real service answers it, but a
- * GET of data files dies once its receiver took the first bytes. */
+ * GET of data files dies once its receiver took the first bytes; or, with slow > 0,
+ * is answered slow seconds late and served whole. */
 static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *local,
-                        kd_xsend **tx, bool *files)
+                        double slow, kd_xsend **tx, bool *files)
 {
     ck_err err = { 0 };
     ck__wbuf w = { 0 };
@@ -519,6 +523,10 @@ static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *lo
         if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
             (r = kd_inv_find(local, id, &ask, root, sizeof root, source, &err)) == 0 &&
             (r = kd_xsend_open(root, ask.name, source, &ask, &q, tx, &err)) == 0) {
+            if (slow > 0 && q.n > 0) {
+                printf("answering a GET of %u data file(s) in %.1f s\n", q.n, slow);
+                usleep((useconds_t)(slow * 1e6));
+            }
             kd_pw_stream(&w, &q);
             kd_pconn_send_w(pc, KD_P_GET_OK, &w);
             kd_pconn_set_budget(pc, KD_PEER_MSG_MAX);
@@ -527,7 +535,7 @@ static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *lo
         }
         kd_preq_free(&ask);
         kd_preq_free(&q);
-    } else if (m->type == KD_P_ACK && *tx && *files) {
+    } else if (m->type == KD_P_ACK && *tx && *files && slow <= 0) {
         printf("dying at the first ACK of a GET, %llu bytes taken\n", (unsigned long long)m->arg);
         _exit(9);
     } else if (m->type == KD_P_ACK && *tx) {
@@ -539,7 +547,7 @@ static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *lo
     return r;
 }
 
-static int serve_dying(const char *durable, const char *id, const char *local)
+static int serve_dying(const char *durable, const char *id, const char *local, double slow)
 {
     ck_err err = { 0 };
     kd_ucx *u;
@@ -571,7 +579,7 @@ static int serve_dying(const char *durable, const char *id, const char *local)
             if (!conns[i] && (conns[i] = kd_ucx_accepted(u)))
                 kd_pconn_set_budget(conns[i], KD_PEER_REQ_MAX + KD_PEER_HDR);
             for (kd_pmsg *m; conns[i] && (m = kd_pconn_next(conns[i]));) {
-                dying_answer(conns[i], m, id, local, &tx[i], &files[i]);
+                dying_answer(conns[i], m, id, local, slow, &tx[i], &files[i]);
                 kd_pmsg_free(m);
             }
         }
@@ -591,7 +599,9 @@ int main(int argc, char **argv)
     if (argc >= 5 && !strcmp(argv[1], "serve-version"))
         return raw_serve(argv[2], (uint16_t)atoi(argv[3]), atof(argv[4]));
     if (argc >= 5 && !strcmp(argv[1], "serve-dying"))
-        return serve_dying(argv[2], argv[3], argv[4]);
+        return serve_dying(argv[2], argv[3], argv[4], 0);
+    if (argc >= 6 && !strcmp(argv[1], "serve-slow"))
+        return serve_dying(argv[2], argv[3], argv[4], atof(argv[5]));
     if (argc >= 6 && !strcmp(argv[1], "put")) {
         action = argc > 6 ? argv[6] : "none";
         kd_peer_call c = { .addr = argv[2], .id = argv[5], .timeout = timeout(),
