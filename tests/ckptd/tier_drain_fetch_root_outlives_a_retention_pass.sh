@@ -6,7 +6,7 @@
 # after every commit, on another thread. So a commit during that window took the root
 # away, and the drain failed ("LOCAL/.fetched/N: the checkpoint root: No such file or
 # directory"). Here the window is made long: the holder of the other part (peer_tool
-# serve-slow, as daemon n1) answers the drain's GET 4 s late, and meanwhile a save
+# serve-slow, as daemon n1) answers the drain's GET 8 s late, and meanwhile a save
 # through n0 commits and its retention pass runs. The root must still be there, and
 # the drain must commit a whole copy in the durable root.
 . "$(dirname "$0")/replica_lib.sh"
@@ -20,7 +20,7 @@ for i in 0 1; do
     run "$COPY_PARTIAL" "$TRUTH" s1 "$WORK/n$i.local" "n$i" "rank-0000$i.dat"
     expect 0 "n$i's own part of s1"
 done
-"$PEER_TOOL" serve-slow "$SHARED" n1 "$WORK/n1.local" 4 >"$WORK/slow.out" 2>&1 &
+"$PEER_TOOL" serve-slow "$SHARED" n1 "$WORK/n1.local" 8 >"$WORK/slow.out" 2>&1 &
 PID[slow]=$!
 for _ in $(seq 200); do grep -q "^serving" "$WORK/slow.out" && break; sleep 0.05; done
 grep -q "^serving" "$WORK/slow.out" || fail "the slow holder did not start: $(cat "$WORK/slow.out")"

@@ -2,7 +2,7 @@
 # A save that asks for level durable hears durable even when its meeting is gone before
 # its drain ends (decisions 0176, 0189). Once the drain is asked, NAME's lock in the
 # durable root is the drain's to take; a drain queued behind another (a paced drain of
-# an earlier checkpoint, 16 MiB at 4 MiB/s) holds none yet, and a daemon that starts
+# an earlier checkpoint, 32 MiB at 4 MiB/s) holds none yet, and a daemon that starts
 # meanwhile takes the save's meeting for debris and removes it, as recovery does with
 # every unlocked pending entry. The drain still commits; every rank must then be told
 # "committed at level durable" (the durable root holds this save whole), not "not
@@ -14,7 +14,7 @@ for i in 0 1; do
     daemon "n$i" --replicas 2 --peer-timeout 5 --part-timeout 60 --drain-rate 4MiB
 done
 socks="$WORK/n0.sock,$WORK/n1.sock"
-run "$CKPT_SYNTH" "$SHARED" --name s0 --mesh 2 --tensors 2 --bytes 16MiB --world 2 \
+run "$CKPT_SYNTH" "$SHARED" --name s0 --mesh 2 --tensors 2 --bytes 32MiB --world 2 \
     --daemon "$socks" --level replicated
 expect 0 "s0 at level replicated"
 run "$CKPTCTL" drain --socket "$WORK/n0.sock" s0
