@@ -437,8 +437,11 @@ static void why_not(const kd_tiers_opts *o, const kd_tview *t, const group *g, c
     if (!ck)
         snprintf(files, sizeof files, "%zu of its %u data files", of_all - n, of_all);
     ck_close(ck);
-    if (fetched[0])
-        kd_inv_fetch_drop(fetched, g->name);
+    /* The manifest's copy served its one purpose: removed as retention removes, its
+     * root left empty for the next pass to drop. */
+    if (fetched[0] && ck_root_remove(fetched, g->name, NULL, &e) < 0)
+        kd_log_to(o->log, o->log_arg, "RESOLVE of %s: removing the manifest fetched to name "
+                  "what was lost: %s", g->name, ck_err_msg(&e));
     free(set);
     lost(t, gone, sizeof gone);
     snprintf(why, len, "%s (step %llu): %s %s no live copy%s", g->name,

@@ -132,6 +132,9 @@ if [ "$mode" = clique ]; then
     # The replacements hold no copy of step 10: the names come from a live peer's copy.
     grep -qE "restore: step-00000010 \(step 10\): rank-00000\.dat, rank-00001\.dat have no live copy; restoring step-00000008 \(step 8\) from .*the durable tier" \
         "$work/resumed.log" || fail "the fallback does not say what was lost"
+    for d in "$work"/n0.local/.fetched/* "$work"/n1.local/.fetched/*; do
+        [ ! -e "$d/step-00000010" ] || fail "the manifest fetched to name the lost files is left in $d"
+    done
     compare 8
     echo "ok: the clique {n0, n1} lost with its disks after step 10; fell back to the" \
          "durable step 8, saying why; steps 9-14 identical"
