@@ -52,7 +52,6 @@ struct kd_xrecv {
     pthread_cond_t cv, chk_cv;
     kd_pmsg *q_head, *q_tail;      /* in order, for the writer */
     kd_pmsg *w_head, *w_tail;      /* written, in order, for the checkers */
-    uint64_t written;              /* stream bytes written */
     uint64_t at[KD_PEER_CHECKERS]; /* stream bytes each checker took */
     uint64_t done;                 /* stream bytes written and checked */
     bool stop;
@@ -227,7 +226,6 @@ static void *writer(void *arg)
             else
                 x->w_head = m;
             x->w_tail = m;
-            x->written += m->len;
             retire(x);
             pthread_cond_broadcast(&x->chk_cv);
         }
