@@ -1,9 +1,10 @@
-/* A copy received with checkers apart from its writer (ops/copy.h, opts.checkers; the
- * peer receiver's threads, decision 0190) is checked block for block as one written
- * and checked in line: with 1, 2 or 3 checkers, fed in chunks that cut blocks and files
- * anywhere, it commits and deep-verifies with the saved content. A byte flipped
- * anywhere in a data file fails the check of its block, naming the file and the block,
- * whichever checker owns it, and nothing is committed. A copy whose every byte was
+/* A copy is checked block for block through one check path (ops/copy.h), whether the
+ * writer checks what it wrote (0 checkers: the drain, copy_partial) or 1, 2 or 3
+ * checkers apart from it do (opts.checkers; the peer receiver's threads, decision
+ * 0190): fed in chunks that cut blocks and files anywhere, it commits and deep-verifies
+ * with the saved content. A byte flipped anywhere in a data file fails the check of its
+ * block, naming the file and the block, whichever checker owns it (with 0 and with 2),
+ * and nothing is committed. A copy whose every byte was
  * written but not taken by every checker is never committed: its commit names the
  * checker and the bytes it did not check. */
 #include "ck/save.h"
@@ -84,12 +85,13 @@ int main(void)
     read_stream(src, &s);
     ck_err err = { 0 };
 
-    /* Whole copies: every checker count, chunks that cut blocks and files anywhere. */
-    const size_t steps[3] = { 100003, 4096, 1u << 20 };
-    for (unsigned k = 1; k <= 3; k++) {
+    /* Whole copies: every checker count (0: the writer checks what it wrote), chunks
+     * that cut blocks and files anywhere. */
+    const size_t steps[4] = { 65536 + 17, 100003, 4096, 1u << 20 };
+    for (unsigned k = 0; k <= 3; k++) {
         snprintf(dst, sizeof dst, "%s/ok%u", dir, k);
         REQUIRE(mkdir(dst, 0755) == 0, "mkdir %s", dst);
-        int r = receive(&s, s.bytes, dst, k, steps[k - 1], k, &err);
+        int r = receive(&s, s.bytes, dst, k, steps[k], k, &err);
         CHECK(r == 0, "%u checkers: %s", k, ck_err_msg(&err));
         CHECK(r < 0 || tl_verify_deep(dst, "src", seed) == 0, "%u checkers: the copy does "
               "not verify as saved", k);
@@ -100,8 +102,9 @@ int main(void)
     REQUIRE(bad, "out of memory");
     uint64_t data = s.total - s.msize;
     const uint64_t at[3] = { s.msize, s.msize + data / 2 + 17, s.total - 1 };
-    for (int i = 0; i < 3; i++) {
-        uint64_t off = at[i] - s.msize;
+    for (int i = 0; i < 6; i++) {
+        unsigned k = i < 3 ? 2 : 0;
+        uint64_t off = at[i % 3] - s.msize;
         uint32_t f = 0;
         while (off >= s.files[f].size)
             off -= s.files[f++].size;
@@ -109,16 +112,16 @@ int main(void)
         snprintf(want, sizeof want, "data file %s, block %llu ", s.files[f].name,
                  (unsigned long long)(off / BLOCK));
         memcpy(bad, s.bytes, s.total);
-        bad[at[i]] ^= 0x10;
+        bad[at[i % 3]] ^= 0x10;
         snprintf(dst, sizeof dst, "%s/bad%d", dir, i);
         REQUIRE(mkdir(dst, 0755) == 0, "mkdir %s", dst);
-        int r = receive(&s, bad, dst, 2, 65536 + 4096, 2, &err);
+        int r = receive(&s, bad, dst, k, 65536 + 4096, k, &err);
         CHECK(r == -EBADMSG && strstr(ck_err_msg(&err), want) &&
               strstr(ck_err_msg(&err), "its SHA-256 is not the manifest's"),
-              "byte %llu flipped: want -EBADMSG naming '%s'; got %d: %s",
-              (unsigned long long)at[i], want, r, ck_err_msg(&err));
-        CHECK(!committed(dst), "byte %llu flipped: the copy was committed",
-              (unsigned long long)at[i]);
+              "%u checkers, byte %llu flipped: want -EBADMSG naming '%s'; got %d: %s", k,
+              (unsigned long long)at[i % 3], want, r, ck_err_msg(&err));
+        CHECK(!committed(dst), "%u checkers, byte %llu flipped: the copy was committed", k,
+              (unsigned long long)at[i % 3]);
     }
 
     /* Written whole, not checked whole. */

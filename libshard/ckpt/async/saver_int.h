@@ -67,7 +67,12 @@ typedef struct peer {
     uint64_t rank;                 /* the first rank it serves, from its join; or none */
     uint64_t first;                /* coordinator: the least rank of its part records */
     double changed;                /* CLOCK_MONOTONIC, this host's: when it last beat */
+    const char *dead;              /* settling: why it is taken for dead (sticky), or NULL */
+    uint8_t seen;                  /* settling: the records of it read this round (SEEN_*) */
 } peer;
+
+/* A settling save's records of one engine (saver_tier.c). */
+enum { SEEN_COPY = 1, SEEN_REPL = 2, SEEN_SETTLED = 4 };
 
 /* A failed meeting the coordinator removes once the others had time to read why. */
 typedef struct grave {
@@ -261,6 +266,12 @@ bool ck__sv_tier_member(ck__saver *sv, sv_ckpt *c);
 /* A SETTLING save's round: the levels reached, COMMITTED once the asked one is (or
  * cannot be), the end once every engine's replication ended or the deadline passed. */
 void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t);
+/* A settling save's watch of the other engines (saver_meet.c), once per beat: a member
+ * learns the others from their joins; an engine whose heartbeat stood still for
+ * --dead-after, or that restarted, is marked dead for good (peer.dead), and logged. */
+void ck__sv_settle_watch(ck__saver *sv, sv_ckpt *c, double t);
+/* The engine of c named id (one of the others), or NULL. */
+peer *ck__sv_peer(sv_ckpt *c, const char *id);
 
 /* ---- saver_meet.c ---- */
 

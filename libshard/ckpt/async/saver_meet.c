@@ -26,16 +26,24 @@ typedef struct scan {
     ck_err err;
 } scan;
 
-static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t rank)
+peer *ck__sv_peer(sv_ckpt *c, const char *id)
 {
     for (unsigned i = 0; i < c->npeers; i++)
         if (!strcmp(c->peers[i].id, id))
             return &c->peers[i];
+    return NULL;
+}
+
+static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t rank)
+{
+    peer *q = ck__sv_peer(c, id);
+    if (q)
+        return q;
     peer *n = realloc(c->peers, (c->npeers + 1) * sizeof *n);
     if (!n)
         return NULL;
     c->peers = n;
-    peer *q = &n[c->npeers++];
+    q = &n[c->npeers++];
     *q = (peer){ .instance = instance, .rank = rank, .first = UINT64_MAX,
                  .changed = ck__sv_now() };
     snprintf(q->id, sizeof q->id, "%s", id);
@@ -65,10 +73,34 @@ static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
     uint64_t inst, rank;
     char id[CK_NODE_ID_MAX];
     ck__meet_file_of(file, id);
-    if (ck__node_id_check(id, NULL) == 0 && ck__meet_join_decode(buf, len, &inst, &rank) == 0 &&
-        !peer_add(x->c, id, inst, rank))
+    /* A settling member reads the joins too (ck__sv_settle_watch): not its own. */
+    if (strcmp(id, x->sv->o.node_id) && ck__node_id_check(id, NULL) == 0 &&
+        ck__meet_join_decode(buf, len, &inst, &rank) == 0 && !peer_add(x->c, id, inst, rank))
         return ck_err_set(&x->err, -ENOMEM, "out of memory");
     return 0;
+}
+
+void ck__sv_settle_watch(ck__saver *sv, sv_ckpt *c, double t)
+{
+    if (c->nodes < 2 || !c->meet[0] || t < c->next_watch)
+        return;
+    c->next_watch = t + sv->beat_every;
+    scan x = { .sv = sv, .c = c };
+    /* The meeting gone, the others are whoever was known: the records they owe are
+     * gone with it, and nothing waits for them but a drain (ck__sv_tier_tick). */
+    if (!c->role->coordinates && ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x,
+                                               &x.err) < 0)
+        return;
+    for (unsigned i = 0; i < c->npeers; i++) {
+        peer *q = &c->peers[i];
+        if (q->dead || !(q->dead = peer_dead(sv, q, t)))
+            continue;
+        char beat[CK_NODE_ID_MAX + 16];
+        ck__name_engine(q->id, CK_ENGINE_BEAT, beat, sizeof beat);
+        ck__sv_log(sv, "checkpoint %s: engine %s %s (heartbeat %s/%s, --dead-after %u s): "
+                   "what it owes the save's settling is taken as never coming", c->name, q->id,
+                   q->dead, sv->root, beat, sv->o.dead_after);
+    }
 }
 
 static int on_failed(void *arg, const char *file, const uint8_t *buf, size_t len)

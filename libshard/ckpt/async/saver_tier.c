@@ -411,11 +411,22 @@ typedef struct outcome {
 } outcome;
 
 typedef struct settle {
+    sv_ckpt *c;
     unsigned copies, failed, settled;
     uint8_t want;                  /* the highest level an engine's ranks ask for */
     outcome repl, drain;
     char why[CK_ERR_MSG_MAX];
 } settle;
+
+/* Engine ID's record of a kind (a SEEN_*) is in: its own engine's is not watched. */
+static void seen(sv_ckpt *c, const char *file, uint8_t kind)
+{
+    char id[CK_NODE_ID_MAX];
+    ck__meet_file_of(file, id);
+    peer *q = ck__sv_peer(c, id);
+    if (q)
+        q->seen |= kind;
+}
 
 /* copy.ID: "committed\nlevel L\n" (no level line: revision 6's, asking for no drain). */
 static int on_copy(void *arg, const char *file, const uint8_t *buf, size_t len)
@@ -423,7 +434,7 @@ static int on_copy(void *arg, const char *file, const uint8_t *buf, size_t len)
     settle *x = arg;
     char rec[32];
     unsigned level = 0;
-    (void)file;
+    seen(x->c, file, SEEN_COPY);
     snprintf(rec, sizeof rec, "%.*s", (int)(len < sizeof rec ? len : sizeof rec - 1),
              (const char *)buf);
     if (sscanf(rec, "committed\nlevel %u", &level) == 1 && level <= CK_LEVEL_DURABLE &&
@@ -434,9 +445,8 @@ static int on_copy(void *arg, const char *file, const uint8_t *buf, size_t len)
 }
 
 /* A repl.ID or drain.ID record. */
-static int on_outcome(void *arg, const char *file, const uint8_t *buf, size_t len)
+static int outcome_of(outcome *x, const char *file, const uint8_t *buf, size_t len)
 {
-    outcome *x = arg;
     char id[CK_NODE_ID_MAX];
     int code = -EIO;
     const char *nl = memchr(buf, '\n', len);
@@ -454,6 +464,18 @@ static int on_outcome(void *arg, const char *file, const uint8_t *buf, size_t le
     return 0;
 }
 
+static int on_repl(void *arg, const char *file, const uint8_t *buf, size_t len)
+{
+    settle *x = arg;
+    seen(x->c, file, SEEN_REPL);
+    return outcome_of(&x->repl, file, buf, len);
+}
+
+static int on_drain(void *arg, const char *file, const uint8_t *buf, size_t len)
+{
+    return outcome_of(&((settle *)arg)->drain, file, buf, len);
+}
+
 static int on_fail(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
     settle *x = arg;
@@ -469,9 +491,39 @@ static int on_fail(void *arg, const char *file, const uint8_t *buf, size_t len)
 
 static int on_settled(void *arg, const char *file, const uint8_t *buf, size_t len)
 {
-    (void)file, (void)buf, (void)len;
-    ++*(unsigned *)arg;
+    settle *x = arg;
+    (void)buf, (void)len;
+    seen(x->c, file, SEEN_SETTLED);
+    x->settled++;
     return 0;
+}
+
+/* What an engine taken for dead owes is never coming: no copy (the save fails), a
+ * replication that ended badly, and its settling. Without this a member lost mid-save
+ * would hold the others' final level, the drain offer and NAME's lock in the durable
+ * root until --part-timeout (600 s by default). */
+static void settle_dead(const ck__saver *sv, sv_ckpt *c, settle *x)
+{
+    for (unsigned i = 0; i < c->npeers; i++) {
+        const peer *q = &c->peers[i];
+        char why[CK_ERR_MSG_MAX];
+        if (!q->dead)
+            continue;
+        snprintf(why, sizeof why, "engine %s %s (--dead-after %u s)", q->id, q->dead,
+                 sv->o.dead_after);
+        if (!(q->seen & SEEN_COPY)) {
+            x->failed++;
+            snprintf(x->why, sizeof x->why, "%s before its copy was committed", why);
+        }
+        if (!(q->seen & SEEN_REPL)) {
+            x->repl.n++;
+            if (!x->repl.why[0])
+                snprintf(x->repl.why, sizeof x->repl.why, "%s before its replication ended",
+                         why);
+        }
+        if (c->role->coordinates && !(q->seen & SEEN_SETTLED))
+            x->settled++;
+    }
 }
 
 /* The records of c's meeting into x; a save of one engine has none, and its own state
@@ -493,15 +545,19 @@ static int read_meeting(ck__saver *sv, sv_ckpt *c, settle *x, ck_err *err)
         put_outcome(sv, c, CK_MEET_DRAIN, c->drain_code, c->drain_msg);
         c->drain_put = true;
     }
+    for (unsigned i = 0; i < c->npeers; i++)
+        c->peers[i].seen = 0;
     int r = ck__meet_each(sv->root, c->meet, CK_MEET_COPY, on_copy, x, err);
     if (r == 0)
         r = ck__meet_each(sv->root, c->meet, CK_MEET_FAILED, on_fail, x, err);
     if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, CK_MEET_REPL, on_outcome, &x->repl, err);
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_REPL, on_repl, x, err);
     if (r == 0)
-        r = ck__meet_each(sv->root, c->meet, CK_MEET_DRAIN, on_outcome, &x->drain, err);
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_DRAIN, on_drain, x, err);
     if (r == 0 && c->role->coordinates)
-        r = ck__meet_each(sv->root, c->meet, CK_MEET_SETTLED, on_settled, &x->settled, err);
+        r = ck__meet_each(sv->root, c->meet, CK_MEET_SETTLED, on_settled, x, err);
+    if (r == 0)
+        settle_dead(sv, c, x);
     return r;
 }
 
@@ -622,8 +678,9 @@ static int drained_here(ck__saver *sv, sv_ckpt *c, double t)
 
 void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
 {
-    settle x = { 0 };
+    settle x = { .c = c };
     ck_err err = { 0 };
+    ck__sv_settle_watch(sv, c, t);
     int r = read_meeting(sv, c, &x, &err);
     /* A closing engine waits for its own replication (its worker's job), not for the
      * others': its clients hear what holds now. */

@@ -38,7 +38,7 @@ typedef struct ck__copy_in_opts {
     uint32_t n_files;
     void (*log)(void *arg, const char *msg);   /* warnings after the commit; may be NULL */
     void *log_arg;
-    /* 0: ck__copy_in_write checks each block as it writes it. K > 0: it only writes,
+    /* 0: ck__copy_in_write checks each block once it wrote it. K > 0: it only writes,
      * and K checkers (threads of the caller's) check the blocks, checker k those whose
      * index in their file is k modulo K (ck__copy_in_check). */
     unsigned checkers;
@@ -50,8 +50,9 @@ typedef struct ck__copy_in_opts {
 int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err);
 /* The next len bytes of the stream. Once the manifest is whole it is opened and every
  * declared file is checked against it (a file of the checkpoint, of its recorded size;
- * the checkpoint hashed and named NAME); each data block is checked when its last byte
- * arrives. An error fails the copy: ck__copy_in_free is all that is left to call. */
+ * the checkpoint hashed and named NAME); without checkers each data block is checked
+ * by the call that wrote its last byte. An error fails the copy: ck__copy_in_free is
+ * all that is left to call. */
 int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
 /* Checker k (< opts.checkers) takes the stream's next len bytes: each data block of its
  * share is checked against the manifest's SHA-256 as its last byte comes. Every checker

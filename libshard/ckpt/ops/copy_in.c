@@ -3,8 +3,11 @@
  *
  * The manifest arrives first and is the truth for what follows: the declared data files
  * must be its files with its sizes, and each block of each file must have the SHA-256
- * it records. So a copy is checked as it is written, with memory for one block's hash
- * state whatever the file sizes, and never needs a second pass over its bytes.
+ * it records. So a copy is checked as it is written, against the manifest's hashes read
+ * once when it is whole (32 bytes a block), and never needs a second pass over its
+ * bytes. One check path serves both ways of receiving: K checkers on the caller's
+ * threads (ck__copy_in_check), or, without them, one checker that ck__copy_in_write
+ * runs itself on the bytes it wrote.
  *
  * Data files are written with O_DIRECT, as a save writes them, through one aligned
  * buffer of COPY_BUF bytes. A copy's bytes are read again by a load, which reads with
@@ -51,11 +54,11 @@ struct ck__copy_in {
     size_t fill;                   /* bytes in buf, which go at file offset wpos */
     uint64_t wpos;
     ck_ckpt *ck;                   /* the manifest, once whole */
-    EVP_MD_CTX *md;                /* the block being hashed */
-    /* With checkers (opts.checkers): the manifest's hashes of the declared files' blocks,
-     * file i's from want[at[i]], read once the manifest is whole; and each checker's
-     * place in the stream. */
+    /* The manifest's hashes of the declared files' blocks, file i's from want[at[i]],
+     * read once the manifest is whole; and each checker's place in the stream: the
+     * caller's opts.checkers, or one that ck__copy_in_write runs (own). */
     unsigned nchk;
+    bool own;
     struct ck__copy_check *chk;
     uint8_t (*want)[CK_HASH_LEN];
     uint64_t *at;
@@ -122,8 +125,7 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     if (r < 0)
         return r;
     ck__copy_in *c = calloc(1, sizeof *c);
-    if (!c || !(c->files = malloc((o->n_files ? o->n_files : 1) * sizeof *c->files)) ||
-        !(c->md = EVP_MD_CTX_new())) {
+    if (!c || !(c->files = malloc((o->n_files ? o->n_files : 1) * sizeof *c->files))) {
         if (c) {
             free(c->files);
             free(c);
@@ -143,9 +145,10 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     c->log = o->log;
     c->log_arg = o->log_arg;
     *out = c;
-    if (o->checkers && !(c->chk = calloc(o->checkers, sizeof *c->chk)))
+    c->own = !o->checkers;
+    c->nchk = c->own ? 1 : o->checkers;
+    if (!(c->chk = calloc(c->nchk, sizeof *c->chk)))
         return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
-    c->nchk = o->checkers;
     for (unsigned k = 0; k < c->nchk; k++) {
         c->chk[k].left = c->left;
         if (!(c->chk[k].md = EVP_MD_CTX_new()) ||
@@ -167,8 +170,9 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     return 0;
 }
 
-/* The checkers' hashes: every block of the declared files, from the manifest (no more
- * bytes than the manifest holds for them, which CK_COPY_MANIFEST_MAX bounds). */
+/* The hashes the checkers compare with: every block of the declared files, from the
+ * manifest (no more bytes than the manifest holds for them, which CK_COPY_MANIFEST_MAX
+ * bounds). */
 static int load_wants(ck__copy_in *c, ck_err *err)
 {
     uint32_t bs = ck_get_info(c->ck)->block_size;
@@ -228,7 +232,7 @@ static int manifest_done(ck__copy_in *c, ck_err *err)
             c->ids[i] = (uint32_t)id;
     }
     free(idx);
-    return r == 0 && c->nchk ? load_wants(c, err) : r;
+    return r == 0 ? load_wants(c, err) : r;
 }
 
 /* Writes len bytes at offset at, whole. */
@@ -332,8 +336,7 @@ static int next_item(ck__copy_in *c, ck_err *err)
     if (size && fallocate(c->fd, 0, 0, (off_t)size) < 0 && errno != EOPNOTSUPP)
         return ck_err_set(err, -errno, "%s/%s: fallocate %llu bytes: %s", c->pending, name,
                           (unsigned long long)size, strerror(errno));
-    return EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) == 1 ? 0
-           : ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 init failed", c->name);
+    return 0;
 }
 
 /* Moves past every item whose bytes are all written (empty files included). */
@@ -345,59 +348,10 @@ static int settle(ck__copy_in *c, ck_err *err)
     return r;
 }
 
-/* The block of data file item that ends at c->off is whole: its hash must be the
- * manifest's. */
-static int block_done(ck__copy_in *c, ck_err *err)
-{
-    const ck_file *f = &c->files[c->item - 1];
-    uint32_t bs = ck_get_info(c->ck)->block_size;
-    uint64_t block = (c->off - 1) / bs, a = block * bs;
-    uint8_t got[EVP_MAX_MD_SIZE], want[CK_HASH_LEN];
-    unsigned len = 0;
-    ck_err e2 = { 0 };
-    if (EVP_DigestFinal_ex(c->md, got, &len) != 1 || len != CK_HASH_LEN ||
-        EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) != 1)
-        return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
-    int r = ck_hash_get(c->ck, c->ids[c->item - 1], block, want, &e2);
-    if (r < 0)
-        return ck_err_set(err, r == -ENOENT ? -EBADMSG : r, "copy of %s: %s", c->name,
-                          ck_err_msg(&e2));
-    if (memcmp(got, want, CK_HASH_LEN) != 0)
-        return ck_err_set(err, -EBADMSG, "copy of %s: data file %s, block %llu (bytes %llu-%llu): "
-                          "its SHA-256 is not the manifest's",
-                          c->name, f->name, (unsigned long long)block, (unsigned long long)a,
-                          (unsigned long long)c->off);
-    return 0;
-}
-
-/* Writes len bytes into the current item, hashing a data file's blocks. */
-static int put(ck__copy_in *c, const uint8_t *p, size_t len, ck_err *err)
-{
-    uint32_t bs = c->item ? ck_get_info(c->ck)->block_size : 0;
-    while (len) {
-        size_t take = len;
-        /* A data file's bytes go to the hash block by block. */
-        if (bs && take > bs - c->off % bs)
-            take = (size_t)(bs - c->off % bs);
-        if (c->item && !c->nchk && EVP_DigestUpdate(c->md, p, take) != 1)
-            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
-        int r = emit(c, p, take, err);
-        if (r < 0)
-            return r;
-        c->off += take;
-        c->left -= take;
-        p += take;
-        len -= take;
-        if (bs && !c->nchk && (c->off % bs == 0 || c->off == item_size(c, c->item)) &&
-            (r = block_done(c, err)) < 0)
-            return r;
-    }
-    return 0;
-}
-
 int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
 {
     const uint8_t *p = buf;
+    size_t all = len;
     if (len > c->left)
         return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
                           len - (size_t)c->left);
@@ -405,12 +359,17 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
     while (r == 0 && len) {
         uint64_t room = item_size(c, c->item) - c->off;
         size_t take = len < room ? len : (size_t)room;
-        if ((r = put(c, p, take, err)) == 0)
+        if ((r = emit(c, p, take, err)) == 0) {
+            c->off += take;
+            c->left -= take;
             r = settle(c, err);
+        }
         p += take;
         len -= take;
     }
-    return r;
+    /* Without the caller's checkers the writer checks what it wrote: the manifest, if
+     * these bytes ended it, is open by now. */
+    return r == 0 && c->own ? ck__copy_in_check(c, 0, buf, all, err) : r;
 }
 
 uint64_t ck__copy_in_left(const ck__copy_in *c)
@@ -541,7 +500,6 @@ void ck__copy_in_free(ck__copy_in *c)
     if (c->rootfd >= 0)
         close(c->rootfd);
     ck_close(c->ck);
-    EVP_MD_CTX_free(c->md);
     for (unsigned k = 0; k < c->nchk; k++)
         EVP_MD_CTX_free(c->chk[k].md);
     free(c->chk);
