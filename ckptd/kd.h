@@ -22,7 +22,8 @@
  *   kd_tiersave.c tiered saves: a node's copy sent to its clique (the saver's
  *                 replicate hook, over kd_peer_client.c), where each save settled
  *   kd_drain.c    the drainer thread: the drains asked for (kd_drain_offer, below the
- *                 save path that calls it), the policy, the drains owed
+ *                 save path that calls it), the policy, the drains owed, the drains
+ *                 another node makes, stood by for
  *   kd_drain_copy.c one drain: local copies to a durable one, paced, every block checked
  *                 (its declarations come after the tiers' types it holds)
  *   kd_retain.c   retention per tier: the K newest local, the M newest durable, pins;
@@ -173,6 +174,8 @@ typedef struct kd_event {
     int code;
     char msg[CK_ERR_MSG_MAX];
     uint8_t level;                 /* COMMITTED, SETTLED: the level reached */
+    char (*nodes)[CK_NODE_ID_MAX]; /* SETTLED: the save's daemons in order (after e) */
+    uint32_t n_nodes;
 } kd_event;
 
 typedef struct kd_server {
@@ -544,11 +547,16 @@ int kd_drain_start(kd_server *s, ck_err *err);
 /* Gives up the drain in progress (still owed: the next start resumes it), stops. */
 void kd_drain_stop(kd_server *s);
 /* The save path's call once checkpoint name (of step) is replicated: every
- * --drain-every'th is drained, by the daemon whose own copy holds its first data
- * file. Returns at once (never waits on the drain or on storage); any thread. */
-void kd_drain_offer(kd_server *s, const char *name, uint64_t step);
+ * --drain-every'th is drained, by nodes[0], the first of the save's daemons, while the
+ * others stand by in their order and take the drain over from one whose heartbeat
+ * stops before the durable root holds the checkpoint (decision 0192). With no nodes
+ * (ckptctl drain --offer), by the daemon whose own copy holds its first data file.
+ * Returns at once (never waits on the drain or on storage); any thread. */
+void kd_drain_offer(kd_server *s, const char *name, uint64_t step,
+                    const char (*nodes)[CK_NODE_ID_MAX], uint32_t n_nodes);
 /* A save that asked for level durable: name is drained ahead of the policy's drains,
- * by the daemon whose own copy holds its first data file, which then tells its saver
+ * by the daemon whose own copy holds its first data file (no standing by: its engines
+ * wait with a deadline), which then tells its saver
  * how it ended (ck__saver_drained). -EAGAIN when the queue is full. */
 int kd_drain_wait(kd_server *s, const char *name);
 /* DRAIN: queues name ("": nothing; offer: as kd_drain_offer), replies DRAIN_OK. */
@@ -564,7 +572,7 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err);
  * drain of a save asked durable) */
 int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
                           ck_err *err);
-void kd_tiersave_settled(kd_server *s, const char *name, uint8_t level, const char *note);
+void kd_tiersave_settled(kd_server *s, const kd_event *e);
 /* The saver's CK_SAVER_DRAIN: drains name now (kd_drain_wait), or tells the saver why
  * it cannot. */
 void kd_tiersave_durable(kd_server *s, const char *name);

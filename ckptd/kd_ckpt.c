@@ -426,7 +426,7 @@ void kd_ckpt_client_gone(kd_server *s, kd_client *c)
 void kd_saver_event(void *arg, const ck__saver_event *ev)
 {
     kd_server *s = arg;
-    kd_event *e = calloc(1, sizeof *e);
+    kd_event *e = calloc(1, sizeof *e + (size_t)ev->n_nodes * CK_NODE_ID_MAX);
     if (!e) {
         kd_log(s, "out of memory queueing an event of checkpoint %s", ev->name);
         return;
@@ -437,6 +437,11 @@ void kd_saver_event(void *arg, const ck__saver_event *ev)
     e->rank = ev->rank;
     e->code = ev->code;
     e->level = ev->level;
+    if (ev->n_nodes) {
+        e->nodes = (char (*)[CK_NODE_ID_MAX])(e + 1);
+        e->n_nodes = ev->n_nodes;
+        memcpy(e->nodes, ev->nodes, (size_t)ev->n_nodes * CK_NODE_ID_MAX);
+    }
     if (ev->msg)
         snprintf(e->msg, sizeof e->msg, "%s", ev->msg);
     pthread_mutex_lock(&s->ev_mu);
@@ -479,7 +484,7 @@ void kd_ckpt_events(kd_server *s)
         kd_event *next = e->next;
         kd_ckpt *k = find(s, e->name, &e->job);
         if (e->kind == CK_SAVER_SETTLED) {
-            kd_tiersave_settled(s, e->name, e->level, e->msg);
+            kd_tiersave_settled(s, e);
         } else if (e->kind == CK_SAVER_DRAIN) {
             kd_tiersave_durable(s, e->name);
         } else if (k && e->kind == CK_SAVER_DURABLE) {

@@ -4,11 +4,16 @@
  *
  * A drain is asked for in two ways. kd_drain_offer is the policy's: the save path
  * offers each checkpoint once it is replicated, and every --drain-every'th offer is
- * kept; it is drained by one daemon only, the one whose own copy holds the
- * checkpoint's first data file (every node is offered the save, and this rule, which
- * each applies to its own copy alone, picks the same one everywhere). A DRAIN message
+ * kept; it is drained by one daemon only, the first of the save's daemons in the
+ * order its meeting gave them (every node is offered the save with that order, so
+ * each knows which). The others stand by, in that order (decision 0192): each reads
+ * the drainer's heartbeat once a second, and when it stops, or names another instance
+ * (a replacement that lost the drains owed with its disk), before the durable root
+ * holds the checkpoint, the next in the order takes the drain over; a drain of a lost
+ * node's checkpoint reads the lost part from the replicas. A DRAIN message
  * (ckptctl drain NAME) drains a checkpoint here at once; with its offer flag it is an
- * offer, as the save path's. A save that asked for level durable is drained whatever
+ * offer without an order: drained by the daemon whose own copy holds the checkpoint's
+ * first data file (a rule each applies to its own copy alone). A save that asked for level durable is drained whatever
  * the policy (kd_drain_wait), ahead of the drains queued for the policy, by the same
  * one node, which tells its save engine how the drain ended: the save's engines wait
  * for that, and learn it through the meeting (decision 0176).
@@ -31,6 +36,7 @@
 
 #include "kd.h"
 
+#include "ck/catalog.h"
 #include "format/layout.h"
 #include "io/rootfs.h"
 #include "save/meet.h"
@@ -46,6 +52,18 @@ typedef struct drec {
     bool waited;                   /* a save asked for level durable: its engine waits */
 } drec;
 
+/* A kept offer that another daemon drains: this one stands by (decision 0192). */
+typedef struct watch {
+    struct watch *next;
+    char name[CK_NAME_MAX];
+    uint64_t step;
+    uint32_t n, at;                /* nodes[at] is the daemon expected to drain it */
+    uint64_t instance, counter;    /* its heartbeat, as last read */
+    bool read;                     /* instance and counter hold what was read */
+    double changed;                /* when its counter last moved (this host's clock) */
+    char nodes[][CK_NODE_ID_MAX];
+} watch;
+
 struct kd_drainer {
     kd_server *s;
     kd_tiers_opts o;
@@ -56,6 +74,8 @@ struct kd_drainer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     drec *recs;                    /* in the order asked */
+    watch *watches;                /* the drains this daemon stands by for, newest first */
+    unsigned nwatch;
     kd_drain_ctx *cur;             /* the drain running, for its bytes */
     bool stop;
     bool dirty;                    /* offers changed since the file was written */
@@ -276,11 +296,168 @@ static void run(struct kd_drainer *k, drec *r)
         ck__saver_drained(k->s->saver, name, x < 0 ? x : 0, ck_err_msg(&err));
 }
 
+/* ---- standing by ---- */
+
+/* Whether the durable root holds name whole, of the commit time of this node's own
+ * copy (a drain copies the manifest byte for byte); -1 when this node has no copy of
+ * it any more (retention took it: newer saves exist, nothing to stand by for). */
+static int drained(const struct kd_drainer *k, const char *name)
+{
+    ck_ckpt *mine, *there;
+    if (ck_open(k->o.local, name, &mine, NULL) < 0)
+        return -1;
+    int same = 0;
+    if (ck_open(k->o.durable, name, &there, NULL) == 0) {
+        same = ck_get_info(there)->time_ns == ck_get_info(mine)->time_ns &&
+               !ck_get_copy(there)->partial;
+        ck_close(there);
+    }
+    ck_close(mine);
+    return same;
+}
+
+/* Why nodes[at] of w is taken for lost (its heartbeat stood still for --dead-after, or
+ * another instance beats: a replacement, whose disk may not hold the drains owed), or
+ * NULL. */
+static const char *lost(const struct kd_drainer *k, watch *w, double t)
+{
+    uint64_t inst, cnt;
+    int r = ck__beat_read(k->o.durable, w->nodes[w->at], &inst, &cnt);
+    if (r == 0 && w->read && inst != w->instance)
+        return "was restarted (another instance beats; the drains it owed may be lost "
+               "with its disk)";
+    if (r == 0 && (!w->read || cnt != w->counter)) {
+        w->read = true;
+        w->instance = inst;
+        w->counter = cnt;
+        w->changed = t;
+        return NULL;
+    }
+    return t - w->changed > k->s->o.dead_after ? "stopped beating" : NULL;
+}
+
+/* One look at w: false when it ends (the durable root holds the checkpoint, this node
+ * has no copy of it any more, or this node takes the drain over: queued). */
+static bool stand_by(struct kd_drainer *k, watch *w, double t)
+{
+    int d = drained(k, w->name);
+    if (d != 0)
+        return false;
+    const char *why = lost(k, w, t);
+    if (!why)
+        return true;
+    char from[CK_NODE_ID_MAX];
+    snprintf(from, sizeof from, "%s", w->nodes[w->at]);
+    w->at++;
+    w->read = false;
+    w->changed = t;
+    bool mine = w->at < w->n && !strcmp(w->nodes[w->at], k->s->o.id);
+    kd_log(k->s, "drain of %s: ckptd %s, which was to drain it, %s (heartbeat %s/.ckptd.%s.beat, "
+           "--dead-after %u s); %s%s", w->name, from, why, k->o.durable, from,
+           k->s->o.dead_after, w->at >= w->n ? "no daemon of the save is left to take it over"
+           : mine ? "this daemon takes it over" : "next to take it over: ckptd ",
+           w->at < w->n && !mine ? w->nodes[w->at] : "");
+    if (!mine)
+        return w->at < w->n;
+    /* What the lost drain left in the durable root is a dead writer's: removed now, as
+     * a daemon's start would (a writer that lives keeps its directory: it holds its
+     * lock), rather than a checkpoint's worth of debris until one starts. */
+    size_t removed = 0;
+    ck_err err = { 0 };
+    if (ck_root_recover(k->o.durable, &removed, kd_log_cb, k->s, &err) < 0)
+        kd_log(k->s, "drain of %s: recovering the durable root first: %s", w->name,
+               ck_err_msg(&err));
+    else if (removed)
+        kd_log(k->s, "drain of %s: removed %zu incomplete save(s) of dead writers from %s",
+               w->name, removed, k->o.durable);
+    pthread_mutex_lock(&k->mu);
+    bool ok = queue(k, w->name, w->step, false, false) != NULL;
+    pthread_mutex_unlock(&k->mu);
+    if (!ok)
+        kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
+               w->name, DRAIN_QUEUED);
+    return false;
+}
+
+/* A look at every drain stood by for (I/O: without the lock; a watch added meanwhile
+ * waits for the next round). */
+static void stand_by_all(struct kd_drainer *k)
+{
+    pthread_mutex_lock(&k->mu);
+    watch *list = k->watches;
+    k->watches = NULL;
+    pthread_mutex_unlock(&k->mu);
+    double t = kd_now();
+    watch *keep = NULL, **tail = &keep;
+    unsigned ended = 0;
+    while (list) {
+        watch *w = list;
+        list = w->next;
+        w->next = NULL;
+        if (stand_by(k, w, t)) {
+            *tail = w;
+            tail = &w->next;
+        } else {
+            free(w);
+            ended++;
+        }
+    }
+    /* Those added meanwhile are newer: they go first, as the list is kept. */
+    pthread_mutex_lock(&k->mu);
+    watch **end = &k->watches;
+    while (*end)
+        end = &(*end)->next;
+    *end = keep;
+    k->nwatch -= ended;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Stands by for name (under mu), whose drain nodes[0] is to make; the oldest watch
+ * goes when DRAIN_QUEUED are kept. */
+static void watch_add(struct kd_drainer *k, const char *name, uint64_t step,
+                      const char (*nodes)[CK_NODE_ID_MAX], uint32_t n)
+{
+    for (watch *w = k->watches; w; w = w->next)
+        if (!strcmp(w->name, name))
+            return;
+    watch *w = calloc(1, sizeof *w + (size_t)n * CK_NODE_ID_MAX);
+    if (!w) {
+        kd_log(k->s, "drain of %s: out of memory standing by for ckptd %s", name, nodes[0]);
+        return;
+    }
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->step = step;
+    w->n = n;
+    w->changed = kd_now();
+    memcpy(w->nodes, nodes, (size_t)n * CK_NODE_ID_MAX);
+    w->next = k->watches;
+    k->watches = w;
+    if (++k->nwatch > DRAIN_QUEUED) {
+        watch **pp = &k->watches;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        kd_log(k->s, "drain of %s: no longer stood by for (%u drains stood by for)",
+               (*pp)->name, DRAIN_QUEUED);
+        free(*pp);
+        *pp = NULL;
+        k->nwatch--;
+    }
+    pthread_cond_signal(&k->cv);
+}
+
 static void *drainer(void *arg)
 {
     struct kd_drainer *k = arg;
+    double next_look = 0;
     pthread_mutex_lock(&k->mu);
     while (!k->stop) {
+        if (k->watches && kd_now() >= next_look) {
+            pthread_mutex_unlock(&k->mu);
+            stand_by_all(k);
+            next_look = kd_now() + 1.0;
+            pthread_mutex_lock(&k->mu);
+            continue;
+        }
         drec *r = k->recs;
         while (r && r->row.state != KD_DRAIN_QUEUED)
             r = r->next;
@@ -288,6 +465,13 @@ static void *drainer(void *arg)
             pthread_mutex_unlock(&k->mu);
             owe(k);
             pthread_mutex_lock(&k->mu);
+            continue;
+        }
+        if (!r && k->watches) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&k->cv, &k->mu, &ts);
             continue;
         }
         if (!r) {
@@ -312,6 +496,11 @@ static void free_recs(struct kd_drainer *k)
         free(k->recs);
         k->recs = next;
     }
+    while (k->watches) {
+        watch *next = k->watches->next;
+        free(k->watches);
+        k->watches = next;
+    }
 }
 
 int kd_drain_start(kd_server *s, ck_err *err)
@@ -329,7 +518,11 @@ int kd_drain_start(kd_server *s, ck_err *err)
                             .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
     ck__name_engine(s->o.id, CK_ENGINE_DRAIN, k->file, sizeof k->file);
     pthread_mutex_init(&k->mu, NULL);
-    pthread_cond_init(&k->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the clock of the standing by */
+    pthread_cond_init(&k->cv, &ca);
+    pthread_condattr_destroy(&ca);
     owed(k);
     int r = pthread_create(&k->th, NULL, drainer, k);
     if (r) {
@@ -360,9 +553,11 @@ void kd_drain_stop(kd_server *s)
     s->drainer = NULL;
 }
 
-/* Queues a drain of name (under nothing); false when it cannot be. */
+/* Queues a drain of name (under nothing), or for a kept offer that names the save's
+ * daemons (nodes, n), drains it here when this daemon is the first of them and else
+ * stands by; false when it cannot be queued. */
 static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offer,
-                bool waited)
+                bool waited, const char (*nodes)[CK_NODE_ID_MAX], uint32_t n)
 {
     pthread_mutex_lock(&k->mu);
     bool counted = offer && !waited && k->every;
@@ -372,7 +567,14 @@ static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offe
         k->dirty = true;
         pthread_cond_signal(&k->cv);
     }
-    bool ok = !keep || queue(k, name, step, offer, waited);
+    bool first = n && !strcmp(nodes[0], k->s->o.id), ok = true;
+    bool member = false;
+    for (uint32_t i = 1; i < n && !member; i++)
+        member = !strcmp(nodes[i], k->s->o.id);
+    if (keep && offer && !waited && member)
+        watch_add(k, name, step, nodes, n);
+    else if (keep)
+        ok = queue(k, name, step, offer && !first, waited) != NULL;
     pthread_mutex_unlock(&k->mu);
     if (!ok)
         kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
@@ -380,15 +582,16 @@ static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offe
     return ok;
 }
 
-void kd_drain_offer(kd_server *s, const char *name, uint64_t step)
+void kd_drain_offer(kd_server *s, const char *name, uint64_t step,
+                    const char (*nodes)[CK_NODE_ID_MAX], uint32_t n_nodes)
 {
     if (s->drainer)
-        ask(s->drainer, name, step, true, false);
+        ask(s->drainer, name, step, true, false, nodes, n_nodes);
 }
 
 int kd_drain_wait(kd_server *s, const char *name)
 {
-    return s->drainer && ask(s->drainer, name, 0, true, true) ? 0 : -EAGAIN;
+    return s->drainer && ask(s->drainer, name, 0, true, true, NULL, 0) ? 0 : -EAGAIN;
 }
 
 void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
@@ -399,7 +602,7 @@ void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
                       "(--local-root)");
         return;
     }
-    if (name[0] && !ask(k, name, 0, offer, false)) {
+    if (name[0] && !ask(k, name, 0, offer, false, NULL, 0)) {
         kd_send_error(s, c, name, -EAGAIN, "the drain queue is full; ask again later");
         return;
     }

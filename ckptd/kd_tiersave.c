@@ -37,18 +37,18 @@ int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers,
     return 0;
 }
 
-void kd_tiersave_settled(kd_server *s, const char *name, uint8_t level, const char *note)
+void kd_tiersave_settled(kd_server *s, const kd_event *e)
 {
-    kd_log(s, "checkpoint %s: final level %s%s%s", name,
-           level ? ck_level_name((ck_level)level) : "none", note && note[0] ? ": " : "",
-           note ? note : "");
+    kd_log(s, "checkpoint %s: final level %s%s%s", e->name,
+           e->level ? ck_level_name((ck_level)e->level) : "none", e->msg[0] ? ": " : "",
+           e->msg);
     /* Every node hears it and offers it alike: the drain's policy keeps every
-     * --drain-every'th, and the node whose copy holds the first data file drains it
-     * (decision 0178). Its step is read from the copy when it drains. */
-    if (level == CK_LEVEL_REPLICATED)
-        kd_drain_offer(s, name, 0);
+     * --drain-every'th, the first node of the save drains it and the others stand by
+     * (decisions 0178 and 0192). Its step is read from the copy when it drains. */
+    if (e->level == CK_LEVEL_REPLICATED)
+        kd_drain_offer(s, e->name, 0, (const char (*)[CK_NODE_ID_MAX])e->nodes, e->n_nodes);
     /* The replicas are in: a retention pass counts them. */
-    kd_retain_after_commit(s, name);
+    kd_retain_after_commit(s, e->name);
 }
 
 void kd_tiersave_durable(kd_server *s, const char *name)

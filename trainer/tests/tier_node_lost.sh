@@ -95,7 +95,7 @@ job "$work/straight.log" no || fail "the straight run"
 job "$work/killed.log" yes --ckpt-root "$work/ck" --ckpt-every 2 --commit-level replicated \
     --kill-at-step 10 && fail "the run was not killed"
 grep -q "kill-at-step 10: saved step-00000010" "$work/killed.log" || fail "no step 10 before the kill"
-# The drain runs in the background, on the node whose copy holds the first data file.
+# The drain runs in the background, on the save's first node (rank 0's).
 for _ in $(seq 300); do [ -e "$work/ck/step-00000008" ] && break; sleep 0.1; done
 [ -e "$work/ck/step-00000008" ] || fail "step 8, the 4th replicated save, was not drained"
 grep -q "drain of step-00000008: committed in the durable root" "$work"/ckptd-n*.log ||

@@ -173,6 +173,8 @@ struct sv_ckpt {
     size_t tier_len;
     char (*clique)[CK_NODE_ID_MAX];/* the others of this engine's clique */
     uint32_t nclique;
+    char (*order)[CK_NODE_ID_MAX]; /* every engine of the save, in the tier file's order */
+    uint32_t norder;
     /* Level durable: the drain asked (CK_SAVER_DRAIN), its outcome when this engine's
      * daemon drained it (ck__saver_drained), and whether drain.ID holds that outcome. */
     bool drain_asked, drain_known, drain_put;

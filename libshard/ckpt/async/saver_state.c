@@ -34,6 +34,10 @@ void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64
     ck__saver_event ev = { .kind = kind, .name = c->name, .job = &c->job, .rank = rank,
                            .code = c->fail_code, .msg = level ? c->note : c->fail_msg,
                            .level = c->reached };
+    if (kind == CK_SAVER_SETTLED) {
+        ev.nodes = (const char (*)[CK_NODE_ID_MAX])c->order;
+        ev.n_nodes = c->norder;
+    }
     sv->o.event(sv->o.arg, &ev);
 }
 
@@ -79,6 +83,7 @@ void ck__sv_free_parts(sv_ckpt *c, bool all)
         free(c->stale);
         free(c->tier);
         free(c->clique);
+        free(c->order);
         free(c->parts);
         ck_decl_free(c->decl);
         free(c);

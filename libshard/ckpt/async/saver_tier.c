@@ -263,6 +263,13 @@ static int commit_copy(ck__saver *sv, sv_ckpt *c, ck_save *s, const bool *mine, 
     }
     if (r == 0 && c->nodes > 1)
         r = clique_of(sv, c, &t, err);
+    if (r == 0 && c->nodes > 1) {
+        /* Kept for the drain: the first of the order drains the save, and the others
+         * stand by in turn (decision 0192). */
+        c->order = t.ids;
+        c->norder = t.n;
+        t.ids = NULL;
+    }
     /* copy.ID names the level this engine's ranks ask for: a save some daemon's ranks
      * want durable is drained whatever the others ask (ck__sv_tier_tick). */
     char name[CK_NODE_ID_MAX + 8], rec[32];
