@@ -20,16 +20,6 @@ expect 0 "making A's part of c1 (24 MiB)"
 daemon B --peer-timeout 2
 replicas=$WORK/B.local/.replicas/A
 
-# wait_log ID REGEX WHAT: up to 30 s for daemon ID's log to say it.
-wait_log() {
-    for _ in $(seq 300); do
-        grep -qE -- "$2" "$WORK/$1.log" && return 0
-        sleep 0.1
-    done
-    sed 's/^/  log| /' "$WORK/$1.log"
-    fail "$3: the log of ckptd $1 never said /$2/"
-}
-
 echo "--- 1. the sender of a PUT killed"
 run "$PEER_TOOL" put "$(addr B)" "$WORK/A.local" c1 A kill
 expect 137 "the sender killed itself"

@@ -116,6 +116,17 @@ no_pending() {
     [ -z "$left" ] || fail "$1/.pending holds: $left"
 }
 
+# wait_log ID REGEX WHAT [SECS]: daemon ID's log says it within SECS (default 30) s.
+wait_log() {
+    local i
+    for i in $(seq $((${4:-30} * 10))); do
+        grep -qE -- "$2" "$WORK/$1.log" && return 0
+        sleep 0.1
+    done
+    sed 's/^/  log| /' "$WORK/$1.log"
+    fail "$3: the log of ckptd $1 never said /$2/ within ${4:-30} s"
+}
+
 # logged ID REGEX WHAT: daemon ID's log says it.
 logged() {
     grep -qE -- "$2" "$WORK/$1.log" || { sed 's/^/  log| /' "$WORK/$1.log"; fail "$3: the log of ckptd $1 does not say /$2/"; }

@@ -17,16 +17,6 @@ mkdir -p "$SHARED"
 opts=(--replicas 2 --drain-every 1 --drain-rate 4MiB --dead-after 2 --peer-timeout 2)
 socks=$WORK/n0.sock,$WORK/n1.sock
 
-# waitlog ID REGEX WHAT: daemon ID's log says it within 60 s.
-waitlog() {
-    for _ in $(seq 600); do
-        grep -qE -- "$2" "$WORK/$1.log" && return 0
-        sleep 0.1
-    done
-    sed 's/^/  log| /' "$WORK/$1.log"
-    fail "$3: the log of ckptd $1 does not say /$2/ within 60 s"
-}
-
 # lost_mid_drain NAME: a save of NAME through n0 and n1, replicated; n0 is lost with its
 # local tier once its drain of NAME started.
 lost_mid_drain() {
@@ -34,7 +24,7 @@ lost_mid_drain() {
         --daemon "$socks" --level replicated
     expect 0 "the save of $1"
     said "rank 1: .*committed at level replicated" "$1 is replicated"
-    waitlog n0 "drain of $1 to the durable root: started" "n0 drains $1"
+    wait_log n0 "drain of $1 to the durable root: started" "n0 drains $1" 60
     ! grep -q "drain of $1 to the durable root: started" "$WORK/n1.log" ||
         fail "n1 drains $1 beside n0"
     crash n0
@@ -53,9 +43,9 @@ echo "--- 1. the draining node lost"
 daemon n0 "${opts[@]}"
 daemon n1 "${opts[@]}"
 lost_mid_drain step-1
-waitlog n1 "drain of step-1: ckptd n0, which was to drain it, stopped beating .*this daemon takes it over" \
-    "n1 takes the drain over"
-waitlog n1 "drain of step-1: committed in the durable root" "n1 drains step-1"
+wait_log n1 "drain of step-1: ckptd n0, which was to drain it, stopped beating .*this daemon takes it over" \
+    "n1 takes the drain over" 60
+wait_log n1 "drain of step-1: committed in the durable root" "n1 drains step-1" 60
 whole step-1
 left=$(ls "$SHARED/.pending" | grep -v '\.lock$')
 [ -z "$left" ] || fail "the lost drain left $left in the durable root's .pending"
@@ -64,9 +54,9 @@ echo "--- 2. the draining node replaced at once"
 daemon n0 "${opts[@]}"
 lost_mid_drain step-2
 daemon n0 "${opts[@]}"
-waitlog n1 "drain of step-2: ckptd n0, which was to drain it, was restarted .*this daemon takes it over" \
-    "n1 takes the drain over from the replacement"
-waitlog n1 "drain of step-2: committed in the durable root" "n1 drains step-2"
+wait_log n1 "drain of step-2: ckptd n0, which was to drain it, was restarted .*this daemon takes it over" \
+    "n1 takes the drain over from the replacement" 60
+wait_log n1 "drain of step-2: committed in the durable root" "n1 drains step-2" 60
 whole step-2
 stop n0
 stop n1

@@ -37,15 +37,8 @@ lost_mid_save() {
     wait "$saver" 2>/dev/null
 }
 
-# settles ID NAME: daemon ID logs NAME's final level within 60 s.
-settles() {
-    for _ in $(seq 600); do
-        grep -q "checkpoint $2: final level" "$WORK/$1.log" && return 0
-        sleep 0.1
-    done
-    sed 's/^/  log| /' "$WORK/$1.log"
-    fail "ckptd $1 did not settle $2 within 60 s (--part-timeout 300 s)"
-}
+# settles ID NAME: daemon ID logs NAME's final level within 60 s (--part-timeout 300).
+settles() { wait_log "$1" "checkpoint $2: final level" "ckptd $1 settles $2" 60; }
 
 echo "--- 1. the member lost"
 daemon n0 "${opts[@]}"
