@@ -174,7 +174,7 @@ typedef struct kd_event {
     int code;
     char msg[CK_ERR_MSG_MAX];
     uint8_t level;                 /* COMMITTED, SETTLED: the level reached */
-    char (*nodes)[CK_NODE_ID_MAX]; /* SETTLED: the save's daemons in order (after e) */
+    char (*nodes)[CK_NODE_ID_MAX]; /* SETTLED, DRAIN: the save's daemons in order */
     uint32_t n_nodes;
 } kd_event;
 
@@ -555,10 +555,11 @@ void kd_drain_stop(kd_server *s);
 void kd_drain_offer(kd_server *s, const char *name, uint64_t step,
                     const char (*nodes)[CK_NODE_ID_MAX], uint32_t n_nodes);
 /* A save that asked for level durable: name is drained ahead of the policy's drains,
- * by the daemon whose own copy holds its first data file (no standing by: its engines
- * wait with a deadline), which then tells its saver
+ * by nodes[0] while the others stand by as for an offer (without nodes, by the daemon
+ * whose own copy holds its first data file); the daemon that drains it tells its saver
  * how it ended (ck__saver_drained). -EAGAIN when the queue is full. */
-int kd_drain_wait(kd_server *s, const char *name);
+int kd_drain_wait(kd_server *s, const char *name, const char (*nodes)[CK_NODE_ID_MAX],
+                  uint32_t n_nodes);
 /* DRAIN: queues name ("": nothing; offer: as kd_drain_offer), replies DRAIN_OK. */
 void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer);
 
@@ -573,9 +574,9 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err);
 int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
                           ck_err *err);
 void kd_tiersave_settled(kd_server *s, const kd_event *e);
-/* The saver's CK_SAVER_DRAIN: drains name now (kd_drain_wait), or tells the saver why
- * it cannot. */
-void kd_tiersave_durable(kd_server *s, const char *name);
+/* The saver's CK_SAVER_DRAIN: drains e->name now (kd_drain_wait), or tells the saver
+ * why it cannot. */
+void kd_tiersave_durable(kd_server *s, const kd_event *e);
 
 /* kd_peer_client.c */
 int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);

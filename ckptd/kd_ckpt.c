@@ -486,7 +486,7 @@ void kd_ckpt_events(kd_server *s)
         if (e->kind == CK_SAVER_SETTLED) {
             kd_tiersave_settled(s, e);
         } else if (e->kind == CK_SAVER_DRAIN) {
-            kd_tiersave_durable(s, e->name);
+            kd_tiersave_durable(s, e);
         } else if (k && e->kind == CK_SAVER_DURABLE) {
             kd_part *p = part_of(k, e->rank);
             kd_client *c = p ? kd_client_find(s, p->client) : NULL;

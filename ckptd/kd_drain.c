@@ -13,10 +13,11 @@
  * node's checkpoint reads the lost part from the replicas. A DRAIN message
  * (ckptctl drain NAME) drains a checkpoint here at once; with its offer flag it is an
  * offer without an order: drained by the daemon whose own copy holds the checkpoint's
- * first data file (a rule each applies to its own copy alone). A save that asked for level durable is drained whatever
- * the policy (kd_drain_wait), ahead of the drains queued for the policy, by the same
- * one node, which tells its save engine how the drain ended: the save's engines wait
- * for that, and learn it through the meeting (decision 0176).
+ * first data file (a rule each applies to its own copy alone). A save that asked for
+ * level durable is drained whatever the policy (kd_drain_wait), ahead of the drains
+ * queued for the policy, by the same first node, the others standing by alike; the
+ * node that drains it tells its save engine how the drain ended: the save's engines
+ * wait for that, and learn it through the meeting (decision 0176).
  *
  * Drains run one at a time, in the order asked, each paced by the --drain-rate token
  * bucket (kd_drain_copy.c). The drains owed are written to LOCAL/.ckptd.ID.drain
@@ -57,6 +58,7 @@ typedef struct watch {
     struct watch *next;
     char name[CK_NAME_MAX];
     uint64_t step;
+    bool waited;                   /* a save asked for level durable: its engine waits */
     uint32_t n, at;                /* nodes[at] is the daemon expected to drain it */
     uint64_t instance, counter;    /* its heartbeat, as last read */
     bool read;                     /* instance and counter hold what was read */
@@ -371,7 +373,7 @@ static bool stand_by(struct kd_drainer *k, watch *w, double t)
         kd_log(k->s, "drain of %s: removed %zu incomplete save(s) of dead writers from %s",
                w->name, removed, k->o.durable);
     pthread_mutex_lock(&k->mu);
-    bool ok = queue(k, w->name, w->step, false, false) != NULL;
+    bool ok = queue(k, w->name, w->step, false, w->waited) != NULL;
     pthread_mutex_unlock(&k->mu);
     if (!ok)
         kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
@@ -414,7 +416,7 @@ static void stand_by_all(struct kd_drainer *k)
 
 /* Stands by for name (under mu), whose drain nodes[0] is to make; the oldest watch
  * goes when DRAIN_QUEUED are kept. */
-static void watch_add(struct kd_drainer *k, const char *name, uint64_t step,
+static void watch_add(struct kd_drainer *k, const char *name, uint64_t step, bool waited,
                       const char (*nodes)[CK_NODE_ID_MAX], uint32_t n)
 {
     for (watch *w = k->watches; w; w = w->next)
@@ -427,6 +429,7 @@ static void watch_add(struct kd_drainer *k, const char *name, uint64_t step,
     }
     snprintf(w->name, sizeof w->name, "%s", name);
     w->step = step;
+    w->waited = waited;
     w->n = n;
     w->changed = kd_now();
     memcpy(w->nodes, nodes, (size_t)n * CK_NODE_ID_MAX);
@@ -553,9 +556,9 @@ void kd_drain_stop(kd_server *s)
     s->drainer = NULL;
 }
 
-/* Queues a drain of name (under nothing), or for a kept offer that names the save's
- * daemons (nodes, n), drains it here when this daemon is the first of them and else
- * stands by; false when it cannot be queued. */
+/* Queues a drain of name (under nothing); a kept offer or a save asked durable that
+ * names the save's daemons (nodes, n) is drained here when this daemon is the first of
+ * them, and else stood by for; false when it cannot be queued. */
 static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offer,
                 bool waited, const char (*nodes)[CK_NODE_ID_MAX], uint32_t n)
 {
@@ -571,8 +574,8 @@ static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offe
     bool member = false;
     for (uint32_t i = 1; i < n && !member; i++)
         member = !strcmp(nodes[i], k->s->o.id);
-    if (keep && offer && !waited && member)
-        watch_add(k, name, step, nodes, n);
+    if (keep && offer && member)
+        watch_add(k, name, step, waited, nodes, n);
     else if (keep)
         ok = queue(k, name, step, offer && !first, waited) != NULL;
     pthread_mutex_unlock(&k->mu);
@@ -589,9 +592,10 @@ void kd_drain_offer(kd_server *s, const char *name, uint64_t step,
         ask(s->drainer, name, step, true, false, nodes, n_nodes);
 }
 
-int kd_drain_wait(kd_server *s, const char *name)
+int kd_drain_wait(kd_server *s, const char *name, const char (*nodes)[CK_NODE_ID_MAX],
+                  uint32_t n_nodes)
 {
-    return s->drainer && ask(s->drainer, name, 0, true, true, NULL, 0) ? 0 : -EAGAIN;
+    return s->drainer && ask(s->drainer, name, 0, true, true, nodes, n_nodes) ? 0 : -EAGAIN;
 }
 
 void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)

@@ -51,8 +51,8 @@ void kd_tiersave_settled(kd_server *s, const kd_event *e)
     kd_retain_after_commit(s, e->name);
 }
 
-void kd_tiersave_durable(kd_server *s, const char *name)
+void kd_tiersave_durable(kd_server *s, const kd_event *e)
 {
-    if (kd_drain_wait(s, name) < 0)
-        ck__saver_drained(s->saver, name, -EAGAIN, "the drain queue of this daemon is full");
+    if (kd_drain_wait(s, e->name, (const char (*)[CK_NODE_ID_MAX])e->nodes, e->n_nodes) < 0)
+        ck__saver_drained(s->saver, e->name, -EAGAIN, "the drain queue of this daemon is full");
 }

@@ -11,6 +11,8 @@
 #   2. n0 is lost mid-drain of step-2 and replaced at once, under the same id with an
 #      empty disk (its heartbeat names another instance before it could stand still):
 #      n1 takes the drain over all the same, and step-2 is whole in the durable root.
+#   3. a save that asks for level durable (drained at once, whatever the policy): n0 is
+#      lost mid-drain; n1 takes the drain over and tells its rank level durable.
 . "$(dirname "$0")/replica_lib.sh"
 SHARED=$WORK/durable
 mkdir -p "$SHARED"
@@ -58,6 +60,25 @@ wait_log n1 "drain of step-2: ckptd n0, which was to drain it, was restarted .*t
     "n1 takes the drain over from the replacement" 60
 wait_log n1 "drain of step-2: committed in the durable root" "n1 drains step-2" 60
 whole step-2
-stop n0
+
+echo "--- 3. a save asked durable, its drainer lost"
+"$CKPT_SYNTH" "$SHARED" --name step-3 --mesh 2 --tensors 2 --bytes 16MiB --world 2 \
+    --daemon "$socks" --level durable >"$WORK/save3.out" 2>&1 &
+saver=$!
+wait_log n0 "drain of step-3 to the durable root: started" "n0 drains step-3" 60
+crash n0
+rm -rf "$WORK/n0.local"
+wait_log n1 "drain of step-3: ckptd n0, which was to drain it, stopped beating .*this daemon takes it over" \
+    "n1 takes the drain of a save asked durable over" 60
+for _ in $(seq 600); do
+    grep -q "rank 1: .*committed at level" "$WORK/save3.out" && break
+    sleep 0.1
+done
+kill "$saver" 2>/dev/null
+wait "$saver" 2>/dev/null
+sed "s|$WORK|\$WORK|g; s/^/  | /" "$WORK/save3.out"
+grep -qE "rank 1: .*committed at level durable$" "$WORK/save3.out" ||
+    fail "rank 1 was not told level durable"
+whole step-3
 stop n1
 echo "PASS [$TEST_NAME]"

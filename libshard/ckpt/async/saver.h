@@ -66,8 +66,8 @@ typedef struct ck__saver_event {
     int code;               /* FAILED: -errno */
     const char *msg;        /* FAILED; COMMITTED: why level is lower than asked, or "" */
     uint8_t level;          /* COMMITTED: the level reached (ck_level) */
-    /* SETTLED: the save's engines in the order of the first rank each serves, the
-     * first being the one that drains it (decision 0192); none for a save of one. */
+    /* SETTLED, DRAIN: the save's engines in the order of the first rank each serves,
+     * the first being the one that drains it (decision 0192); none for a save of one. */
     const char (*nodes)[CK_NODE_ID_MAX];
     uint32_t n_nodes;
 } ck__saver_event;

@@ -34,7 +34,7 @@ void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64
     ck__saver_event ev = { .kind = kind, .name = c->name, .job = &c->job, .rank = rank,
                            .code = c->fail_code, .msg = level ? c->note : c->fail_msg,
                            .level = c->reached };
-    if (kind == CK_SAVER_SETTLED) {
+    if (kind == CK_SAVER_SETTLED || kind == CK_SAVER_DRAIN) {
         ev.nodes = (const char (*)[CK_NODE_ID_MAX])c->order;
         ev.n_nodes = c->norder;
     }
