@@ -86,14 +86,18 @@ void ck__sv_settle_watch(ck__saver *sv, sv_ckpt *c, double t)
         return;
     c->next_watch = t + sv->beat_every;
     scan x = { .sv = sv, .c = c };
-    /* The meeting gone, the others are whoever was known: the records they owe are
-     * gone with it, and nothing waits for them but a drain (ck__sv_tier_tick). */
-    if (!c->role->coordinates && ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x,
-                                               &x.err) < 0)
+    /* A member knows the coordinator; the others' joins are all in once the tier file
+     * is (it follows every part), so they are read until every engine is known. The
+     * meeting gone, nothing waits for their records any more (ck__sv_tier_tick). */
+    if (!c->role->coordinates && c->npeers + 1 < c->nodes &&
+        ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x, &x.err) < 0)
         return;
+    /* Only an engine that still owes a record is watched: a heartbeat read per engine
+     * and beat while the records come, none once they are in. */
+    uint8_t owed = SEEN_COPY | SEEN_REPL | (c->role->coordinates ? SEEN_SETTLED : 0);
     for (unsigned i = 0; i < c->npeers; i++) {
         peer *q = &c->peers[i];
-        if (q->dead || !(q->dead = peer_dead(sv, q, t)))
+        if (q->dead || (q->seen & owed) == owed || !(q->dead = peer_dead(sv, q, t)))
             continue;
         char beat[CK_NODE_ID_MAX + 16];
         ck__name_engine(q->id, CK_ENGINE_BEAT, beat, sizeof beat);
