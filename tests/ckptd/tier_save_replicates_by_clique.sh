@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A tiered save (issue 31, part 2) on four network-namespace hosts joined by a bridge
-# (tests/launch/netns_lib.sh, NETNS_N=4), one ckptd on each: node ni on host i, one
-# durable root, a local tier each, --replicas 2 --jump 2. Four ranks save step-7
-# through their nodes' daemons (ckpt-synth --world 4, rank i on node ni) and wait for
-# the level "replicated". Then, checked against the clique rule computed here
+# A tiered save (issue 31, part 2) on N network-namespace hosts joined by a bridge
+# (tests/launch/netns_lib.sh, NETNS_N=N), one ckptd on each: node ni on host i, one
+# durable root, a local tier each, --replicas F --jump J (env; default N=4 F=2 J=2,
+# and a clique of three: N=3 F=3 J=1, each part sent to two peers). N ranks save
+# step-7 through their nodes' daemons (ckpt-synth --world N, rank i on node ni) and
+# wait for the level "replicated". Then, checked against the clique rule computed here
 # (decision 0174: blocks of F x J nodes, a clique the nodes of a block with the same
 # offset modulo J), not against a list written by hand:
 #   - every node's local tier holds its own partial copy of step-7: the whole manifest
@@ -17,23 +18,25 @@
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/replica_lib.sh"
 . "$here/../launch/netns_lib.sh"
-NETNS_N=4
+F=${F:-2} J=${J:-2} N=${N:-4}
+NETNS_N=$N
 netns_hosts_up
-F=2 J=2 N=4
 SHARED=$WORK/durable
 TRUTH=$WORK/truth
 mkdir -p "$SHARED"
-synth "$TRUTH" step-7 --mesh 4 --placements 'S(0)' --step 7 --seed 7
-for i in 0 1 2 3; do
+nodes=$(seq 0 $((N - 1)))
+synth "$TRUTH" step-7 --mesh "$N" --placements 'S(0)' --step 7 --seed 7
+socks=
+for i in $nodes; do
     WRAP=("$WORK/on-${NETNS_HOSTS[$i]}")
     LISTEN=${NETNS_ADDRS[$i]} daemon "n$i" --replicas $F --jump $J --peer-timeout 5 \
         --part-timeout 30
+    socks=$socks${socks:+,}$WORK/n$i.sock
 done
-socks=$WORK/n0.sock,$WORK/n1.sock,$WORK/n2.sock,$WORK/n3.sock
-run "$CKPT_SYNTH" "$SHARED" --name step-7 --mesh 4 --placements 'S(0)' --tensors 3 \
-    --bytes 12MiB --step 7 --seed 7 --world 4 --daemon "$socks" --level replicated
-expect 0 "the save through four daemons"
-for r in 0 1 2 3; do
+run "$CKPT_SYNTH" "$SHARED" --name step-7 --mesh "$N" --placements 'S(0)' --tensors 3 \
+    --bytes 12MiB --step 7 --seed 7 --world "$N" --daemon "$socks" --level replicated
+expect 0 "the save through $N daemons"
+for r in $nodes; do
     said "rank $r: .*committed at level replicated$" "rank $r's level"
 done
 [ ! -e "$SHARED/step-7" ] || fail "a tiered save committed step-7 in the durable root"
@@ -47,16 +50,16 @@ clique() {
     done
     echo "${out[@]}"
 }
-for i in 0 1 2 3; do
+for i in $nodes; do
     own=$WORK/n$i.local/step-7
     [ -f "$own/manifest.mdb" ] || fail "n$i has no committed copy of step-7"
     [ "$(sed -n 2p "$own/copy")" = "source n$i" ] && grep -qx "rank-0000$i.dat" "$own/copy" ||
         fail "n$i's copy file does not name its own part: $(cat "$own/copy")"
     [ "$(ls "$own" | grep -c '\.dat$')" -eq 1 ] || fail "n$i's copy holds other ranks' files"
     run "$CKPT_VERIFY" "$WORK/n$i.local" step-7
-    said "partial copy from ckptd n$i: 1 of 4 data files" "ckpt-verify of n$i's copy"
+    said "partial copy from ckptd n$i: 1 of $N data files" "ckpt-verify of n$i's copy"
     peers=$(clique "$i")
-    for p in 0 1 2 3; do
+    for p in $nodes; do
         rep=$WORK/n$p.local/.replicas/n$i/step-7
         if [[ " $peers " == *" $p "* ]]; then
             [ -f "$rep/rank-0000$i.dat" ] || fail "n$p keeps no replica of n$i's part (clique of n$i: $peers)"
@@ -71,10 +74,10 @@ for i in 0 1 2 3; do
             "n$i's part sent from host $i to n$p on host $p"
     done
 done
-for r in 0 1 2 3; do
+for r in $nodes; do
     run "$TIER_LOAD" "$WORK/n$r.sock" "$SHARED" "$TRUTH" step-7 --rank "$r"
     expect 0 "rank $r restored through n$r"
     said "^rank $r: 3 tensors equal to the saved data" "rank $r's load"
 done
-for i in 0 1 2 3; do stop "n$i"; done
+for i in $nodes; do stop "n$i"; done
 echo "PASS [$TEST_NAME]"

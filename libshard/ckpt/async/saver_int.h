@@ -268,11 +268,12 @@ bool ck__sv_tier_member(ck__saver *sv, sv_ckpt *c);
 /* A SETTLING save's round: the levels reached, COMMITTED once the asked one is (or
  * cannot be), the end once every engine's replication ended or the deadline passed. */
 void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t);
-/* A settling save's watch of the other engines (saver_meet.c), once per beat: a member
- * learns the others from their joins; an engine whose heartbeat stood still for
- * --dead-after, or that restarted, is marked dead for good (peer.dead), and logged. */
+/* A settling save's watch of the other engines (saver_meet.c, before each round of
+ * ck__sv_tier_tick), once per beat: a member learns the others from their joins; an
+ * engine that still owes a record and whose heartbeat stood still for --dead-after, or
+ * that restarted, is marked dead for good (peer.dead), and logged. */
 void ck__sv_settle_watch(ck__saver *sv, sv_ckpt *c, double t);
-/* The engine of c named id (one of the others), or NULL. */
+/* The engine of c named id (one of the others), or NULL (saver_state.c). */
 peer *ck__sv_peer(sv_ckpt *c, const char *id);
 
 /* ---- saver_meet.c ---- */

@@ -26,14 +26,6 @@ typedef struct scan {
     ck_err err;
 } scan;
 
-peer *ck__sv_peer(sv_ckpt *c, const char *id)
-{
-    for (unsigned i = 0; i < c->npeers; i++)
-        if (!strcmp(c->peers[i].id, id))
-            return &c->peers[i];
-    return NULL;
-}
-
 static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t rank)
 {
     peer *q = ck__sv_peer(c, id);
@@ -591,10 +583,12 @@ void *ck__sv_meet_thread(void *arg)
             if (state != C_COLLECTING && state != C_SETTLING)
                 continue;
             sv_ckpt *before = sv->list;
-            if (state == C_SETTLING)
+            if (state == C_SETTLING) {
+                ck__sv_settle_watch(sv, c, t);
                 ck__sv_tier_tick(sv, c, t);
-            else
+            } else {
                 c->role->tick(sv, c, t);
+            }
             /* A save that ended may have freed c, or taken others out of the list (and
              * the lock was let go): the rest wait for the next round. c is looked up by
              * address, since reading its name could read freed memory. */

@@ -41,6 +41,14 @@ void ck__sv_emit(ck__saver *sv, ck__saver_ev_kind kind, const sv_ckpt *c, uint64
     sv->o.event(sv->o.arg, &ev);
 }
 
+peer *ck__sv_peer(sv_ckpt *c, const char *id)
+{
+    for (unsigned i = 0; i < c->npeers; i++)
+        if (!strcmp(c->peers[i].id, id))
+            return &c->peers[i];
+    return NULL;
+}
+
 sv_ckpt *ck__sv_find(ck__saver *sv, const char *name, const ck_job_id *job)
 {
     for (sv_ckpt *c = sv->list; c; c = c->next)

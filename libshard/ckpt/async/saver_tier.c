@@ -687,7 +687,6 @@ void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)
 {
     settle x = { .c = c };
     ck_err err = { 0 };
-    ck__sv_settle_watch(sv, c, t);
     int r = read_meeting(sv, c, &x, &err);
     /* A closing engine waits for its own replication (its worker's job), not for the
      * others': its clients hear what holds now. */
