@@ -25,6 +25,8 @@ typedef struct put_job {
     double secs;
     char addr[KD_PEER_ADDR_MAX];
     ck_err err;
+    pthread_t th;
+    bool apart;                    /* runs on th (else on the caller's thread) */
 } put_job;
 
 static void *put_one(void *arg)
@@ -52,28 +54,22 @@ int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers,
 {
     kd_server *s = arg;
     put_job *jobs = calloc(n ? n : 1, sizeof *jobs);
-    pthread_t *th = calloc(n ? n : 1, sizeof *th);
-    bool *apart = calloc(n ? n : 1, sizeof *apart);
-    if (!jobs || !th || !apart) {
-        free(jobs);
-        free(th);
-        free(apart);
+    if (!jobs)
         return ck_err_set(err, -ENOMEM, "replica of %s: out of memory", name);
-    }
     /* The F-1 peers of a clique are sent to at once: the replicated level then costs the
      * slowest transfer, not their sum. The first runs here, and so does one whose thread
      * cannot be made. */
     for (uint32_t i = 0; i < n; i++) {
         jobs[i] = (put_job){ .s = s, .name = name, .peer = peers[i] };
-        apart[i] = i > 0 && pthread_create(&th[i], NULL, put_one, &jobs[i]) == 0;
+        jobs[i].apart = i > 0 && pthread_create(&jobs[i].th, NULL, put_one, &jobs[i]) == 0;
     }
     for (uint32_t i = 0; i < n; i++)
-        if (!apart[i])
+        if (!jobs[i].apart)
             put_one(&jobs[i]);
     int r = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (apart[i])
-            pthread_join(th[i], NULL);
+        if (jobs[i].apart)
+            pthread_join(jobs[i].th, NULL);
         if (jobs[i].r < 0 && r == 0)
             r = ck_err_set(err, jobs[i].r, "%s", ck_err_msg(&jobs[i].err));
         else if (jobs[i].r == 0)
@@ -81,8 +77,6 @@ int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers,
                    peers[i], jobs[i].addr, jobs[i].secs);
     }
     free(jobs);
-    free(th);
-    free(apart);
     return r;
 }
 
