@@ -40,6 +40,7 @@
 #include "ck/catalog.h"
 #include "format/layout.h"
 #include "io/rootfs.h"
+#include "ops/copy.h"
 #include "save/meet.h"
 
 #define DRAIN_QUEUED 64u           /* drains waiting; an offer past it is dropped, logged */
@@ -300,24 +301,6 @@ static void run(struct kd_drainer *k, drec *r)
 
 /* ---- standing by ---- */
 
-/* Whether the durable root holds name whole, of the commit time of this node's own
- * copy (a drain copies the manifest byte for byte); -1 when this node has no copy of
- * it any more (retention took it: newer saves exist, nothing to stand by for). */
-static int drained(const struct kd_drainer *k, const char *name)
-{
-    ck_ckpt *mine, *there;
-    if (ck_open(k->o.local, name, &mine, NULL) < 0)
-        return -1;
-    int same = 0;
-    if (ck_open(k->o.durable, name, &there, NULL) == 0) {
-        same = ck_get_info(there)->time_ns == ck_get_info(mine)->time_ns &&
-               !ck_get_copy(there)->partial;
-        ck_close(there);
-    }
-    ck_close(mine);
-    return same;
-}
-
 /* Why nodes[at] of w is taken for lost (its heartbeat stood still for --dead-after, or
  * another instance beats: a replacement, whose disk may not hold the drains owed), or
  * NULL. */
@@ -342,8 +325,9 @@ static const char *lost(const struct kd_drainer *k, watch *w, double t)
  * has no copy of it any more, or this node takes the drain over: queued). */
 static bool stand_by(struct kd_drainer *k, watch *w, double t)
 {
-    int d = drained(k, w->name);
-    if (d != 0)
+    /* Drained meanwhile, or this node has no copy of it any more (retention took it:
+     * newer saves exist, nothing to stand by for). */
+    if (ck__copy_whole_in(k->o.local, k->o.durable, w->name) != 0)
         return false;
     const char *why = lost(k, w, t);
     if (!why)

@@ -29,6 +29,7 @@
 #include "async/saver_int.h"
 #include "format/owner.h"
 #include "io/rootfs.h"
+#include "ops/copy.h"
 
 #define TIER_MAGIC "libshard tier 1\n"
 
@@ -662,25 +663,15 @@ static void settle_end(ck__saver *sv, sv_ckpt *c, uint8_t level, const char *not
     ck__sv_free_parts(c, true);
 }
 
-/* Whether the durable root holds c whole: ROOT/NAME, complete, of the commit time of
- * this engine's own copy (a drain copies the manifest byte for byte). 1 yes, 0 not (yet),
- * or 0 without a look when the last was less than a second ago. */
+/* Whether the durable root holds c whole, of this engine's own copy's save
+ * (ck__copy_whole_in): 1 yes, 0 not (yet), or 0 without a look when the last was less
+ * than a second ago. */
 static int drained_here(ck__saver *sv, sv_ckpt *c, double t)
 {
     if (t < c->next_look)
         return 0;
     c->next_look = t + 1.0;
-    ck_ckpt *mine, *there;
-    int same = 0;
-    if (ck_open(sv->o.local_root, c->name, &mine, NULL) < 0)
-        return 0;
-    if (ck_open(sv->root, c->name, &there, NULL) == 0) {
-        same = ck_get_info(there)->time_ns == ck_get_info(mine)->time_ns &&
-               !ck_get_copy(there)->partial;
-        ck_close(there);
-    }
-    ck_close(mine);
-    return same;
+    return ck__copy_whole_in(sv->o.local_root, sv->root, c->name) == 1;
 }
 
 void ck__sv_tier_tick(ck__saver *sv, sv_ckpt *c, double t)

@@ -100,4 +100,13 @@ int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_er
 int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err);
 void ck__copy_out_close(ck__copy_out *c);
 
+/* ---- the same save elsewhere ---- */
+
+/* Whether ROOT THERE holds NAME whole (not a partial copy) and of the save of HERE's
+ * copy of it (its commit time: a drain copies the manifest byte for byte): 1 yes, 0 no
+ * (nothing readable there), -1 when HERE holds no copy of NAME (retention took it).
+ * What a tiered save's engine and a daemon standing by for a drain ask of the durable
+ * root. */
+int ck__copy_whole_in(const char *here, const char *there, const char *name);
+
 #endif

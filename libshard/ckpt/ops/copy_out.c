@@ -8,7 +8,10 @@
  * are not in the page cache, and a buffered read pays for filling it (a copy into the
  * cache, another out, the pages charged and reclaimed) - half of a peer sender's CPU
  * time, which on a node that saves, replicates and serves at once is time taken from
- * the others (docs/decisions/0186-peer-transfer-pipeline.md). */
+ * the others (docs/decisions/0186-peer-transfer-pipeline.md).
+ *
+ * ck__copy_whole_in asks whether another root holds a copy's save whole: what a
+ * tiered save and a daemon standing by for its drain ask of the durable root. */
 #include "ops/copy.h"
 
 #include <fcntl.h>
@@ -199,4 +202,19 @@ void ck__copy_out_close(ck__copy_out *c)
     }
     free(c->files);
     free(c);
+}
+
+int ck__copy_whole_in(const char *here, const char *there, const char *name)
+{
+    ck_ckpt *mine, *theirs;
+    if (ck_open(here, name, &mine, NULL) < 0)
+        return -1;
+    int same = 0;
+    if (ck_open(there, name, &theirs, NULL) == 0) {
+        same = ck_get_info(theirs)->time_ns == ck_get_info(mine)->time_ns &&
+               !ck_get_copy(theirs)->partial;
+        ck_close(theirs);
+    }
+    ck_close(mine);
+    return same;
 }
