@@ -104,7 +104,8 @@ static void print_copy(const kd_peer_copy *c, bool named)
 
 static void print_drains(const kd_drain_rows *d)
 {
-    static const char *const state[] = { "queued", "running", "done", "failed" };
+    static const char *const state[] = { "queued", "running", "done", "failed",
+                                         "standing by" };
     printf("policy: --drain-every %u (0: by hand only), --drain-rate ", d->every);
     if (d->rate)
         printf("%llu B/s\n", (unsigned long long)d->rate);

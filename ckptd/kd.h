@@ -504,6 +504,7 @@ bool kd_tiers_whole(const kd_tview *t, const char *name, uint64_t time);
 
 enum kd_drain_state {
     KD_DRAIN_QUEUED = 0, KD_DRAIN_RUNNING = 1, KD_DRAIN_DONE = 2, KD_DRAIN_FAILED = 3,
+    KD_DRAIN_STANDBY = 4,          /* another daemon drains it; this one stands by */
 };
 
 /* One drain, as the DRAIN reply says it. */
@@ -512,7 +513,8 @@ typedef struct kd_drain_row {
     uint64_t step;                 /* 0 until its manifest is read */
     uint8_t state;                 /* enum kd_drain_state */
     uint64_t done, total;          /* bytes streamed to the durable root, of total */
-    char why[CK_ERR_MSG_MAX];      /* failed: why; done with nothing to do: why not */
+    char why[CK_ERR_MSG_MAX];      /* failed: why; done with nothing to do: why not;
+                                    * standing by: who drains it */
 } kd_drain_row;
 
 typedef struct kd_drain_rows {

@@ -45,7 +45,10 @@
 
 #define DRAIN_QUEUED 64u           /* drains waiting; an offer past it is dropped, logged */
 #define DRAIN_KEPT 16u             /* finished drains the status still shows */
-#define DRAIN_FILE_MAX (DRAIN_QUEUED * (CK_NAME_MAX + 1) + 64)
+#define AHEAD_KEPT 1024u           /* daemons ahead of this one a stand-by's line keeps */
+/* The drains owed: DRAIN_QUEUED drains and as many stand-bys, each of AHEAD_KEPT ids. */
+#define DRAIN_FILE_MAX (2 * DRAIN_QUEUED * (CK_NAME_MAX + 16) + \
+                        DRAIN_QUEUED * AHEAD_KEPT * CK_NODE_ID_MAX + 64)
 
 typedef struct drec {
     struct drec *next;
@@ -61,8 +64,10 @@ typedef struct watch {
     uint64_t step;
     bool waited;                   /* a save asked for level durable: its engine waits */
     uint32_t n, at;                /* nodes[at] is the daemon expected to drain it */
+    uint32_t me;                   /* nodes[me] is this daemon (n: not among them) */
     uint64_t instance, counter;    /* its heartbeat, as last read */
-    bool read;                     /* instance and counter hold what was read */
+    bool read;                     /* instance holds its drainer's (read, or kept on disk) */
+    bool counted;                  /* counter holds what was read since this start */
     double changed;                /* when its counter last moved (this host's clock) */
     char nodes[][CK_NODE_ID_MAX];
 } watch;
@@ -73,15 +78,20 @@ struct kd_drainer {
     kd_drain_bucket bucket;
     unsigned every;
     uint64_t offers;               /* kd_drain_offer calls, for --drain-every */
-    pthread_t th;
+    pthread_t th, sb_th;           /* the drainer; the stand-by, which looks once a second */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv, sb_cv;      /* the drainer's work; a watch for the stand-by */
+    /* Held while the drains owed are written, and while a round of the stand-by has the
+     * watches off the list: a write never misses them. Taken before mu, never under. */
+    pthread_mutex_t owe_mu;
+    bool sb_started;
     drec *recs;                    /* in the order asked */
     watch *watches;                /* the drains this daemon stands by for, newest first */
     unsigned nwatch;
+    bool fresh;                    /* a watch came: the stand-by looks at once */
     kd_drain_ctx *cur;             /* the drain running, for its bytes */
     bool stop;
-    bool dirty;                    /* offers changed since the file was written */
+    bool dirty;                    /* offers or watches changed since the file was written */
     char file[CK_NODE_ID_MAX + 16];/* .ckptd.ID.drain in the local tier */
 };
 
@@ -138,80 +148,44 @@ static void trim(struct kd_drainer *k)
     }
 }
 
-/* LOCAL/.ckptd.ID.drain: "ckptd drain 2\noffers N\n" (the policy's count, so that a
- * restart keeps --drain-every's rhythm), then a line per drain owed (queued or
- * running), written whole by rename (after the lock is let go: it fsyncs). */
+/* LOCAL/.ckptd.ID.drain (docs/FORMAT.md, "The drains a daemon owes"): "ckptd drain
+ * 3\noffers N\n" (the policy's count, so that a restart keeps --drain-every's rhythm),
+ * then "drain NAME" per drain owed (queued or running) and "standby NAME W I ID..." per
+ * drain stood by for (W 1 when a save's engine waits for it; the ids: the daemons
+ * ahead of this one in the save's order, the first the one expected to drain it, whose
+ * heartbeat's instance is I, hex, 0 until read: a restart then still sees it replaced),
+ * written whole by rename (after mu is let go: it fsyncs). */
 static void owe(struct kd_drainer *k)
 {
     char *buf = malloc(DRAIN_FILE_MAX);
     if (!buf)
         return;
+    pthread_mutex_lock(&k->owe_mu);
     pthread_mutex_lock(&k->mu);
     k->dirty = false;
-    size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 2\noffers %llu\n",
+    size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 3\noffers %llu\n",
                                  (unsigned long long)k->offers);
     for (drec *r = k->recs; r; r = r->next)
         if (r->row.state <= KD_DRAIN_RUNNING && at < DRAIN_FILE_MAX)
-            at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "%s\n", r->row.name);
+            at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "drain %s\n", r->row.name);
+    for (watch *w = k->watches; w && at < DRAIN_FILE_MAX; w = w->next) {
+        uint32_t from = w->me - w->at > AHEAD_KEPT ? w->me - AHEAD_KEPT : w->at;
+        at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "standby %s %d %llx", w->name,
+                               w->waited, from == w->at && w->read
+                               ? (unsigned long long)w->instance : 0ull);
+        for (uint32_t i = from; i < w->me && at < DRAIN_FILE_MAX; i++)
+            at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, " %s", w->nodes[i]);
+        if (at < DRAIN_FILE_MAX)
+            at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "\n");
+    }
     pthread_mutex_unlock(&k->mu);
     ck_err err = { 0 };
     if (at < DRAIN_FILE_MAX &&
         ck__meet_put(k->o.local, k->o.local, k->file, buf, at, true, &err) < 0)
         kd_log(k->s, "the drains owed (%s/%s) could not be written: %s; a restart forgets "
                "them", k->o.local, k->file, ck_err_msg(&err));
+    pthread_mutex_unlock(&k->owe_mu);
     free(buf);
-}
-
-/* The drains a daemon of this id owed when it stopped or died. A file that is not
- * one is said, and left for the operator: nothing in it is drained. */
-static void owed(struct kd_drainer *k)
-{
-    char buf[DRAIN_FILE_MAX + 1];
-    int rootfd = ck__root_open(k->o.local, NULL);
-    int fd = rootfd < 0 ? rootfd : ck__openat_reg(rootfd, k->file, O_RDONLY, 0);
-    if (rootfd >= 0)
-        close(rootfd);
-    if (fd == -ENOENT)
-        return;
-    if (fd < 0) {
-        kd_log(k->s, "%s/%s: %s; no drain resumes", k->o.local, k->file, ck__why(fd));
-        return;
-    }
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    int e = errno;
-    close(fd);
-    /* Version 1 (revision 6) had no count: the policy counts from 0 again. */
-    unsigned long long offers = 0;
-    int head = 0;
-    if (n > 0 && n <= DRAIN_FILE_MAX && buf[n - 1] == '\n') {
-        buf[n] = '\0';
-        const char *v2 = "ckptd drain 2\noffers ";
-        char *end = NULL;
-        if (!strncmp(buf, "ckptd drain 1\n", 14))
-            head = 14;
-        else if (!strncmp(buf, v2, strlen(v2)) && buf[strlen(v2)] >= '0' &&
-                 buf[strlen(v2)] <= '9' &&
-                 (offers = strtoull(buf + strlen(v2), &end, 10), *end == '\n'))
-            head = (int)(end + 1 - buf);
-    }
-    if (!head) {
-        kd_log(k->s, "%s/%s: not a 'ckptd drain' file%s%s; no drain resumes", k->o.local,
-               k->file, n < 0 ? ": " : "", n < 0 ? strerror(e) : "");
-        return;
-    }
-    pthread_mutex_lock(&k->mu);
-    k->offers = offers;
-    for (char *line = buf + head, *end; *line; line = end + 1) {
-        end = strchr(line, '\n');
-        *end = '\0';
-        ck_err err = { 0 };
-        if (ck_name_check("checkpoint", line, &err) < 0)
-            kd_log(k->s, "%s/%s: %s; skipped", k->o.local, k->file, ck_err_msg(&err));
-        else if (queue(k, line, 0, false, false))
-            kd_log(k->s, "drain of %s: owed since before the daemon started; from the start",
-                   line);
-    }
-    pthread_mutex_unlock(&k->mu);
 }
 
 /* The policy's offers are drained by the daemon whose own copy holds the checkpoint's
@@ -311,8 +285,8 @@ static const char *lost(const struct kd_drainer *k, watch *w, double t)
     if (r == 0 && w->read && inst != w->instance)
         return "was restarted (another instance beats; the drains it owed may be lost "
                "with its disk)";
-    if (r == 0 && (!w->read || cnt != w->counter)) {
-        w->read = true;
+    if (r == 0 && (!w->counted || cnt != w->counter)) {
+        w->read = w->counted = true;
         w->instance = inst;
         w->counter = cnt;
         w->changed = t;
@@ -335,7 +309,7 @@ static bool stand_by(struct kd_drainer *k, watch *w, double t)
     char from[CK_NODE_ID_MAX];
     snprintf(from, sizeof from, "%s", w->nodes[w->at]);
     w->at++;
-    w->read = false;
+    w->read = w->counted = false;
     w->changed = t;
     bool mine = w->at < w->n && !strcmp(w->nodes[w->at], k->s->o.id);
     kd_log(k->s, "drain of %s: ckptd %s, which was to drain it, %s (heartbeat %s/.ckptd.%s.beat, "
@@ -365,22 +339,25 @@ static bool stand_by(struct kd_drainer *k, watch *w, double t)
     return false;
 }
 
-/* A look at every drain stood by for (I/O: without the lock; a watch added meanwhile
- * waits for the next round). */
+/* A look at every drain stood by for (I/O: without mu; a watch added meanwhile waits
+ * for the next round; owe_mu held, so the drains owed are not written meanwhile). */
 static void stand_by_all(struct kd_drainer *k)
 {
+    pthread_mutex_lock(&k->owe_mu);
     pthread_mutex_lock(&k->mu);
     watch *list = k->watches;
     k->watches = NULL;
     pthread_mutex_unlock(&k->mu);
     double t = kd_now();
     watch *keep = NULL, **tail = &keep;
-    unsigned ended = 0;
+    unsigned ended = 0, learned = 0;
     while (list) {
         watch *w = list;
         list = w->next;
         w->next = NULL;
+        bool knew = w->read;
         if (stand_by(k, w, t)) {
+            learned += !knew && w->read;
             *tail = w;
             tail = &w->next;
         } else {
@@ -395,21 +372,60 @@ static void stand_by_all(struct kd_drainer *k)
         end = &(*end)->next;
     *end = keep;
     k->nwatch -= ended;
+    k->dirty |= ended > 0 || learned > 0;      /* the file says which instance drains */
     pthread_mutex_unlock(&k->mu);
+    pthread_mutex_unlock(&k->owe_mu);
+}
+
+/* The stand-by: a thread of its own, so that a daemon busy with a long drain (paced by
+ * --drain-rate, minutes) still sees within a second that a drain it stands by for lost
+ * its node. It writes the drains owed when a watch came or went. */
+static void *stand_by_thread(void *arg)
+{
+    struct kd_drainer *k = arg;
+    pthread_mutex_lock(&k->mu);
+    while (!k->stop) {
+        if (!k->watches) {
+            pthread_cond_wait(&k->sb_cv, &k->mu);
+            continue;
+        }
+        /* A new watch is looked at at once: its drainer's instance is then known before
+         * a replacement could beat in its place. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += 1;
+        while (!k->stop && !k->fresh &&
+               pthread_cond_timedwait(&k->sb_cv, &k->mu, &ts) != ETIMEDOUT)
+            ;
+        if (k->stop)
+            break;
+        k->fresh = false;
+        pthread_mutex_unlock(&k->mu);
+        stand_by_all(k);
+        pthread_mutex_lock(&k->mu);
+        if (k->dirty) {
+            pthread_mutex_unlock(&k->mu);
+            owe(k);
+            pthread_mutex_lock(&k->mu);
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
 }
 
 /* Stands by for name (under mu), whose drain nodes[0] is to make; the oldest watch
- * goes when DRAIN_QUEUED are kept. */
-static void watch_add(struct kd_drainer *k, const char *name, uint64_t step, bool waited,
+ * goes when DRAIN_QUEUED are kept. The watch, or NULL (one of name was kept already, or
+ * out of memory). */
+static watch *watch_add(struct kd_drainer *k, const char *name, uint64_t step, bool waited,
                       const char (*nodes)[CK_NODE_ID_MAX], uint32_t n)
 {
     for (watch *w = k->watches; w; w = w->next)
         if (!strcmp(w->name, name))
-            return;
+            return NULL;
     watch *w = calloc(1, sizeof *w + (size_t)n * CK_NODE_ID_MAX);
     if (!w) {
         kd_log(k->s, "drain of %s: out of memory standing by for ckptd %s", name, nodes[0]);
-        return;
+        return NULL;
     }
     snprintf(w->name, sizeof w->name, "%s", name);
     w->step = step;
@@ -417,6 +433,8 @@ static void watch_add(struct kd_drainer *k, const char *name, uint64_t step, boo
     w->n = n;
     w->changed = kd_now();
     memcpy(w->nodes, nodes, (size_t)n * CK_NODE_ID_MAX);
+    for (w->me = 1; w->me < n && strcmp(nodes[w->me], k->s->o.id); w->me++)
+        ;
     w->next = k->watches;
     k->watches = w;
     if (++k->nwatch > DRAIN_QUEUED) {
@@ -429,22 +447,131 @@ static void watch_add(struct kd_drainer *k, const char *name, uint64_t step, boo
         *pp = NULL;
         k->nwatch--;
     }
+    k->dirty = k->fresh = true;    /* written by the drainer when idle, else the stand-by */
     pthread_cond_signal(&k->cv);
+    pthread_cond_signal(&k->sb_cv);
+    return w;
+}
+
+/* One line of a version-3 file (owed, under mu): "drain NAME" or "standby NAME W I
+ * ID...". A line that is not one is said, and skipped. */
+static void owed_line(struct kd_drainer *k, char *line)
+{
+    ck_err err = { 0 };
+    char *save = NULL, *word = strtok_r(line, " ", &save);
+    char *name = word ? strtok_r(NULL, " ", &save) : NULL;
+    if (!word || !name || ck_name_check("checkpoint", name, &err) < 0) {
+        kd_log(k->s, "%s/%s: a line that names no checkpoint%s%s; skipped", k->o.local,
+               k->file, err.code ? ": " : "", err.code ? ck_err_msg(&err) : "");
+        return;
+    }
+    if (!strcmp(word, "drain") && !strtok_r(NULL, " ", &save)) {
+        if (queue(k, name, 0, false, false))
+            kd_log(k->s, "drain of %s: owed since before the daemon started; from the start",
+                   name);
+        return;
+    }
+    char *waited = strtok_r(NULL, " ", &save), *inst = strtok_r(NULL, " ", &save), *end;
+    char (*ids)[CK_NODE_ID_MAX] = calloc(AHEAD_KEPT + 1, CK_NODE_ID_MAX);
+    uint32_t n = 0;
+    unsigned long long instance = 0;
+    bool ok = ids && !strcmp(word, "standby") && waited && (!strcmp(waited, "0") ||
+                                                            !strcmp(waited, "1")) &&
+              inst && strspn(inst, "0123456789abcdef") == strlen(inst) && strlen(inst) <= 16 &&
+              (instance = strtoull(inst, &end, 16), !*end);
+    for (char *id; ok && (id = strtok_r(NULL, " ", &save));)
+        ok = n < AHEAD_KEPT && ck__node_id_check(id, NULL) == 0 && strcmp(id, k->s->o.id) &&
+             snprintf(ids[n++], CK_NODE_ID_MAX, "%s", id) > 0;
+    if (ok && n) {
+        snprintf(ids[n++], CK_NODE_ID_MAX, "%s", k->s->o.id);
+        watch *w = watch_add(k, name, 0, waited[0] == '1',
+                             (const char (*)[CK_NODE_ID_MAX])ids, n);
+        if (w && instance) {       /* a replacement beating now is seen as one */
+            w->instance = instance;
+            w->read = true;
+        }
+        kd_log(k->s, "drain of %s: stood by for since before the daemon started: ckptd %s "
+               "is to drain it", name, ids[0]);
+    } else {
+        kd_log(k->s, "%s/%s: the line of %s is neither 'drain NAME' nor 'standby NAME 0|1 "
+               "INSTANCE ID...' (a hex instance, the ids of 1 to %u other daemons); skipped",
+               k->o.local, k->file, name, AHEAD_KEPT);
+    }
+    free(ids);
+}
+
+/* The drains a daemon of this id owed, and stood by for, when it stopped or died. A
+ * file that is not one is said, and left for the operator: nothing in it is drained. */
+static void owed(struct kd_drainer *k)
+{
+    char *buf = malloc(DRAIN_FILE_MAX + 1);
+    int rootfd = ck__root_open(k->o.local, NULL);
+    int fd = rootfd < 0 ? rootfd : ck__openat_reg(rootfd, k->file, O_RDONLY, 0);
+    if (rootfd >= 0)
+        close(rootfd);
+    if (fd == -ENOENT) {
+        free(buf);
+        return;
+    }
+    if (fd < 0 || !buf) {
+        kd_log(k->s, "%s/%s: %s; no drain resumes", k->o.local, k->file,
+               fd < 0 ? ck__why(fd) : "out of memory");
+        if (fd >= 0)
+            close(fd);
+        free(buf);
+        return;
+    }
+    ssize_t n = 0, got;
+    while ((got = read(fd, buf + n, DRAIN_FILE_MAX + 1 - (size_t)n)) > 0)
+        n += got;
+    int e = errno;
+    close(fd);
+    /* Version 1 (revision 6) had no count: the policy counts from 0 again. Versions 1
+     * and 2 name a drain owed a line; 3 says what each line is. */
+    unsigned long long offers = 0;
+    int head = 0, version = 0;
+    if (got == 0 && n > 0 && n <= (ssize_t)DRAIN_FILE_MAX && buf[n - 1] == '\n' &&
+        !memchr(buf, '\0', (size_t)n)) {
+        buf[n] = '\0';
+        char *end = NULL;
+        if (!strncmp(buf, "ckptd drain 1\n", 14))
+            head = 14, version = 1;
+        else if ((!strncmp(buf, "ckptd drain 2\noffers ", 21) ||
+                  !strncmp(buf, "ckptd drain 3\noffers ", 21)) &&
+                 buf[21] >= '0' && buf[21] <= '9' &&
+                 (offers = strtoull(buf + 21, &end, 10), *end == '\n'))
+            head = (int)(end + 1 - buf), version = buf[12] - '0';
+    }
+    if (!head) {
+        kd_log(k->s, "%s/%s: not a 'ckptd drain' file%s%s; no drain resumes", k->o.local,
+               k->file, got < 0 ? ": " : n > (ssize_t)DRAIN_FILE_MAX ? " (too large)" : "",
+               got < 0 ? strerror(e) : "");
+        free(buf);
+        return;
+    }
+    pthread_mutex_lock(&k->mu);
+    k->offers = offers;
+    for (char *line = buf + head, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        *end = '\0';
+        ck_err err = { 0 };
+        if (version == 3)
+            owed_line(k, line);
+        else if (ck_name_check("checkpoint", line, &err) < 0)
+            kd_log(k->s, "%s/%s: %s; skipped", k->o.local, k->file, ck_err_msg(&err));
+        else if (queue(k, line, 0, false, false))
+            kd_log(k->s, "drain of %s: owed since before the daemon started; from the start",
+                   line);
+    }
+    pthread_mutex_unlock(&k->mu);
+    free(buf);
 }
 
 static void *drainer(void *arg)
 {
     struct kd_drainer *k = arg;
-    double next_look = 0;
     pthread_mutex_lock(&k->mu);
     while (!k->stop) {
-        if (k->watches && kd_now() >= next_look) {
-            pthread_mutex_unlock(&k->mu);
-            stand_by_all(k);
-            next_look = kd_now() + 1.0;
-            pthread_mutex_lock(&k->mu);
-            continue;
-        }
         drec *r = k->recs;
         while (r && r->row.state != KD_DRAIN_QUEUED)
             r = r->next;
@@ -452,13 +579,6 @@ static void *drainer(void *arg)
             pthread_mutex_unlock(&k->mu);
             owe(k);
             pthread_mutex_lock(&k->mu);
-            continue;
-        }
-        if (!r && k->watches) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&k->cv, &k->mu, &ts);
             continue;
         }
         if (!r) {
@@ -505,19 +625,27 @@ int kd_drain_start(kd_server *s, ck_err *err)
                             .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
     ck__name_engine(s->o.id, CK_ENGINE_DRAIN, k->file, sizeof k->file);
     pthread_mutex_init(&k->mu, NULL);
+    pthread_mutex_init(&k->owe_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the clock of the standing by */
     pthread_cond_init(&k->cv, &ca);
+    pthread_cond_init(&k->sb_cv, &ca);
     pthread_condattr_destroy(&ca);
     owed(k);
+    s->drainer = k;
     int r = pthread_create(&k->th, NULL, drainer, k);
     if (r) {
         free_recs(k);
         free(k);
+        s->drainer = NULL;
         return ck_err_set(err, -r, "starting the drainer thread: %s", strerror(r));
     }
-    s->drainer = k;
+    if ((r = pthread_create(&k->sb_th, NULL, stand_by_thread, k))) {
+        kd_drain_stop(s);
+        return ck_err_set(err, -r, "starting the drain's stand-by thread: %s", strerror(r));
+    }
+    k->sb_started = true;
     return 0;
 }
 
@@ -529,13 +657,18 @@ void kd_drain_stop(kd_server *s)
     pthread_mutex_lock(&k->mu);
     k->stop = true;
     pthread_cond_signal(&k->cv);
+    pthread_cond_signal(&k->sb_cv);
     pthread_mutex_unlock(&k->mu);
     pthread_join(k->th, NULL);
+    if (k->sb_started)
+        pthread_join(k->sb_th, NULL);
     if (k->dirty)
-        owe(k);                    /* the last offers' count */
+        owe(k);                    /* the last offers' count, the last watches */
     free_recs(k);
     pthread_mutex_destroy(&k->mu);
+    pthread_mutex_destroy(&k->owe_mu);
     pthread_cond_destroy(&k->cv);
+    pthread_cond_destroy(&k->sb_cv);
     free(k);
     s->drainer = NULL;
 }
@@ -595,10 +728,11 @@ void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
         return;
     }
     pthread_mutex_lock(&k->mu);
-    unsigned n = 0;
+    unsigned n = k->nwatch, cap;
     for (drec *r = k->recs; r; r = r->next)
         n++;
     kd_drain_row *rows = calloc(n ? n : 1, sizeof *rows);
+    cap = n;
     n = 0;
     for (drec *r = k->recs; rows && r; r = r->next) {
         rows[n] = r->row;
@@ -607,6 +741,21 @@ void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
             rows[n].total = k->cur->total;
         }
         n++;
+    }
+    /* The drains stood by for (those in a round of the stand-by are off the list for
+     * its moment, and left out). */
+    for (watch *w = k->watches; rows && w && n < cap; w = w->next) {
+        kd_drain_row *x = &rows[n++];
+        snprintf(x->name, sizeof x->name, "%s", w->name);
+        x->state = KD_DRAIN_STANDBY;
+        uint32_t after = w->me - w->at - 1;
+        if (after)
+            snprintf(x->why, sizeof x->why, "ckptd %s drains it; this daemon takes the drain "
+                     "over if it and the %u daemon(s) after it in the save's order are lost",
+                     w->nodes[w->at], after);
+        else
+            snprintf(x->why, sizeof x->why, "ckptd %s drains it; this daemon takes the drain "
+                     "over if it is lost", w->nodes[w->at]);
     }
     pthread_mutex_unlock(&k->mu);
     if (!rows) {

@@ -433,7 +433,7 @@ int kd_pw_get_drains(const void *p, size_t len, kd_drain_rows *d, ck_err *err)
         x->total = ck__get_u64(&r);
         ck__get_str(&r, x->why, sizeof x->why);
         if (!r.bad && (ck_name_check("checkpoint", x->name, NULL) < 0 ||
-                       x->state > KD_DRAIN_FAILED))
+                       x->state > KD_DRAIN_STANDBY))
             r.bad = true;
     }
     if (r.bad || !ck__rbuf_done(&r)) {

@@ -31,7 +31,7 @@ said "^step-12: done, 12615680 of 12615680 bytes$" "n0 drained it"
 logged n0 "drain of step-12: committed in the durable root, 12615680 bytes" "the commit"
 same_as_truth step-12
 no_pending "$SHARED"
-[ "$(cat "$WORK/n0.local/.ckptd.n0.drain")" = "$(printf 'ckptd drain 2\noffers 2')" ] ||
+[ "$(cat "$WORK/n0.local/.ckptd.n0.drain")" = "$(printf 'ckptd drain 3\noffers 2')" ] ||
     fail "drains still owed: $(cat "$WORK/n0.local/.ckptd.n0.drain")"
 run "$CKPTCTL" tiers --socket "$WORK/n2.sock" step-12
 expect 0 "ckptctl tiers"

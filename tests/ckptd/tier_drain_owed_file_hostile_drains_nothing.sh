@@ -7,6 +7,12 @@
 #   - a symbolic link (to a valid drain file outside): refused as a link, its target
 #     untouched;
 #   - a FIFO: refused as not a regular file, at once;
+#   - a version-3 file with a NUL in it, and one larger than a daemon writes: "not a
+#     'ckptd drain' file", nothing drained;
+#   - a version-3 file of bad lines (a path for a name, an unknown word, a stand-by
+#     with a bad flag, a bad instance, a path or this daemon's own id among the
+#     daemons, or none) and one good stand-by: each bad line skipped and said, nothing
+#     drained, the good stand-by listed;
 #   - a valid header with a path, a hidden name and step-12: the two are skipped,
 #     named; step-12 is drained, complete.
 . "$(dirname "$0")/replica_lib.sh"
@@ -45,6 +51,36 @@ mkfifo "$F"
 restart_n0 "a FIFO"
 logged n0 "\.ckptd\.n0\.drain: not a regular file .*; no drain resumes" "the FIFO, refused"
 said "^no drains$" "nothing queued from a FIFO"
+
+rm -f "$F"
+printf 'ckptd drain 3\noffers 1\ndrain step\0-12\n' >"$F"
+restart_n0 "a NUL"
+logged n0 "\.ckptd\.n0\.drain: not a 'ckptd drain' file; no drain resumes" "the NUL, said"
+said "^no drains$" "nothing queued from a file with a NUL"
+{ printf 'ckptd drain 3\noffers 1\n'; yes 'drain step-12' | head -c 6000000; } >"$F"
+restart_n0 "a file too large"
+logged n0 "\.ckptd\.n0\.drain: not a 'ckptd drain' file \(too large\); no drain resumes" \
+    "the file too large, said"
+said "^no drains$" "nothing queued from a file too large"
+
+bad=(
+    "drain ../x"                     # a path for a name
+    "drain step-12 extra"            # a word too many
+    "steal step-12 0 0 n1"           # an unknown word
+    "standby step-12 2 0 n1"         # a flag that is not 0 or 1
+    "standby step-12 0 -1 n1"        # an instance that is not hex
+    "standby step-12 0 0 ../n1"      # a path among the daemons
+    "standby step-12 0 0 n0"         # this daemon's own id among them
+    "standby step-12 0 0"            # no daemon ahead
+)
+{ printf 'ckptd drain 3\noffers 2\n'; printf '%s\n' "${bad[@]}"; printf 'standby step-12 0 0 n1\n'; } >"$F"
+restart_n0 "bad version-3 lines"
+logged n0 "\.ckptd\.n0\.drain: a line that names no checkpoint: .*'\.\./x'.*; skipped" "the path, skipped"
+n=$(grep -c "\.ckptd\.n0\.drain: the line of step-12 is neither 'drain NAME' nor 'standby NAME 0|1 INSTANCE ID\.\.\.'" "$WORK/n0.log")
+[ "$n" -eq 7 ] || { sed 's/^/  log| /' "$WORK/n0.log"; fail "$n of the 7 bad lines of step-12 said, not 7"; }
+said "^step-12: standing by: ckptd n1 drains it; this daemon takes the drain over if it is lost$" \
+    "the good stand-by kept"
+[ "$(grep -c "^step-12:" "$OUT")" -eq 1 ] || fail "a bad line queued a drain"
 
 rm -f "$F"
 printf 'ckptd drain 2\noffers 7\n../x\n.pending\nstep-12\n' >"$F"

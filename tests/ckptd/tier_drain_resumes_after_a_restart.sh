@@ -26,7 +26,7 @@ run "$CKPTCTL" status --socket "$WORK/n0.sock" --daemon-timeout 5
 expect 0 "n0's STATUS while it drains (the drain is off the event loop)"
 crash n0
 [ ! -e "$SHARED/step-12" ] || fail "a dead drain left $SHARED/step-12"
-grep -qx "step-12" "$WORK/n0.local/.ckptd.n0.drain" || fail "the drain is not owed: $(cat "$WORK/n0.local/.ckptd.n0.drain")"
+grep -qx "drain step-12" "$WORK/n0.local/.ckptd.n0.drain" || fail "the drain is not owed: $(cat "$WORK/n0.local/.ckptd.n0.drain")"
 run "$CKPT_VERIFY" "$SHARED" --deep
 expect 1 "ckpt-verify of the durable root after the crash (debris found)"
 said "^step-8: ok" "step-8 intact"

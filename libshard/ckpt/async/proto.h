@@ -21,7 +21,7 @@
 #include "format/enc.h"
 
 #define CK_PROTO_MAGIC   0x31444b43u      /* "CKD1" */
-#define CK_PROTO_VERSION 7
+#define CK_PROTO_VERSION 8
 #define CK_PROTO_HDR     16
 #define CK_PROTO_MAX_MSG (16u << 20)      /* payload bytes */
 #define CK_PROTO_MAX_TENSORS (1u << 18)
