@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# tiered-save - what saving into the tiers costs (issue 31, part 2): four ckptd with
-# local tiers, one on each of four network-namespace hosts joined by a bridge
-# (tests/launch/netns_lib.sh), one durable root, --replicas 2 --jump 2 (each node's
-# copy goes to the node two apart: every replica crosses the bridge). Four ranks, one
-# per node, save MiB each through ckpt-synth --world 4 (hashing on), and the time from
+# tiered-save - what saving into the tiers costs (issue 31, part 2): N ckptd with
+# local tiers (N=4 unless set), one on each of N network-namespace hosts joined by a
+# bridge (tests/launch/netns_lib.sh), one durable root, --replicas F --jump J (F=2 J=2
+# unless set: each node's copy goes to the node two apart, every replica crosses the
+# bridge; N=3 F=3 J=1: each node's copy goes to both others at once). N ranks, one
+# per node, save MiB each through ckpt-synth --world N (hashing on), and the time from
 # the start of the save to every rank's COMMITTED is taken at level local, replicated
 # and durable (drained to the durable root as the save's last step, decision 0176), best
 # of RUNS. Beside them, in the same run:
-#   raw write   four files of MiB each written at once with O_DIRECT and fsync (dd),
+#   raw write   N files of MiB each written at once with O_DIRECT and fsync (dd),
 #               on the same file system as the local tiers: the floor of a local commit
 #   link        one TCP stream of MiB from host 0 to host 1 (python sockets):
 #               what a replica's bytes can cross the link at
 # Root only (network namespaces); UCX on TCP (UCX_TLS=tcp), as on a cluster's network.
-#   bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
+#   [N= F= J=] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
 set -uo pipefail
 b=$(realpath "${1:-build}")
 mib=${2:-256}
 runs=${3:-3}
+N=${N:-4} F=${F:-2} J=${J:-2}
+nodes=$(seq 0 $((N - 1)))
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tiered-save.XXXXXX")
 pids=()
 . "$(dirname "$0")/../tests/launch/netns_lib.sh"
@@ -26,34 +29,35 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-NETNS_N=4
+NETNS_N=$N
 netns_setup "$work" || exit $?
 export UCX_TLS=tcp
 mkdir -p "$work/durable"
-# daemons tiered|plain: four ckptd, with local tiers and replicas or (plain) today's.
+# daemons tiered|plain: N ckptd, with local tiers and replicas or (plain) today's.
 daemons() {
     local i addr
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     pids=()
-    for i in 0 1 2 3; do
+    for i in $nodes; do
         addr=${NETNS_ADDRS[$i]}
         mkdir -p "$work/n$i.local"
         rm -f "$work/n$i.sock"
-        local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas 2 --jump 2)
+        local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas "$F" --jump "$J")
         [ "$1" = tiered ] || tiers=()
         "$work/on-${NETNS_HOSTS[$i]}" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
             --socket "$work/n$i.sock" --staging "$((mib * 3 / 2 + 64))MiB" --foreground \
             --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
         pids+=($!)
     done
-    for i in 0 1 2 3; do
+    for i in $nodes; do
         for _ in $(seq 200); do
             [ -S "$work/n$i.sock" ] && { [ "$1" != tiered ] || [ -s "$work/durable/.ckptd.n$i.peer" ]; } && break
             sleep 0.05
         done
     done
 }
-socks=$work/n0.sock,$work/n1.sock,$work/n2.sock,$work/n3.sock
+socks=$(for i in $nodes; do printf '%s,' "$work/n$i.sock"; done)
+socks=${socks%,}
 
 # save NAME LEVEL [KEY]: seconds from the save's start to every rank's COMMITTED (and
 # the longest submit stall of its ranks appended to $work/stall.KEY, KEY LEVEL's
@@ -61,11 +65,11 @@ socks=$work/n0.sock,$work/n1.sock,$work/n2.sock,$work/n3.sock
 save() {
     local t0 t1
     t0=$(date +%s.%N)
-    "$b/tools/ckpt-synth" "$work/durable" --name "$1" --mesh 4 --tensors 4 \
-        --bytes "$((mib * 4))MiB" --world 4 --daemon "$socks" --level "$2" >"$work/out" 2>&1 ||
-        { cat "$work/out"; exit 1; }
+    "$b/tools/ckpt-synth" "$work/durable" --name "$1" --mesh "$N" --tensors 4 \
+        --bytes "$((mib * N))MiB" --world "$N" --daemon "$socks" --level "$2" >"$work/out" 2>&1 ||
+        { cat "$work/out" >&2; exit 1; }
     t1=$(date +%s.%N)
-    grep -q "committed at level $2\$" "$work/out" || { cat "$work/out"; exit 1; }
+    grep -q "committed at level $2\$" "$work/out" || { cat "$work/out" >&2; exit 1; }
     sed -n 's/.*the submit stalled \([0-9.]*\) s.*/\1/p' "$work/out" | sort -g | tail -1 \
         >>"$work/stall.${3:-$2}"
     echo "$t1 - $t0" | bc -l
@@ -82,7 +86,7 @@ done
 T[tiered]=$(for r in $(seq "$runs"); do save "tiered-$r" durable tiered; done | best)
 raw=$(for r in $(seq "$runs"); do
     t0=$(date +%s.%N)
-    for i in 0 1 2 3; do
+    for i in $nodes; do
         dd if=/dev/zero of="$work/n$i.local/raw" bs=1M count="$mib" oflag=direct conv=fsync \
             status=none &
     done
@@ -114,9 +118,9 @@ link=$(for r in $(seq "$runs"); do
     wait
 done | best)
 gb() { echo "$1 / $2 / 1000" | bc -l; }
-total=$((mib * 4))
-printf 'tiered-save: 4 nodes on 4 netns hosts, %d MiB per node (%d MiB a save), F=2 J=2, best of %d\n' \
-    "$mib" "$total" "$runs"
+total=$((mib * N))
+printf 'tiered-save: %d nodes on %d netns hosts, %d MiB per node (%d MiB a save), F=%d J=%d, best of %d\n' \
+    "$N" "$N" "$mib" "$total" "$F" "$J" "$runs"
 printf '%-28s %10s %10s %14s\n' "" "seconds" "GB/s" "stall s (best)"
 stall() { sort -g "$work/stall.$1" | head -1; }
 for level in durable local replicated tiered; do
@@ -126,7 +130,7 @@ for level in durable local replicated tiered; do
     printf '%-28s %10.3f %10.2f %14.3f\n' "$what" "${T[$level]}" \
         "$(gb $((total * 1048576 / 1000000)) "${T[$level]}")" "$(stall $level)"
 done
-printf '%-28s %10.3f %10.2f\n' "raw O_DIRECT write, 4 files" "$raw" "$(gb $((total * 1048576 / 1000000)) "$raw")"
+printf '%-28s %10.3f %10.2f\n' "raw O_DIRECT write, $N files" "$raw" "$(gb $((total * 1048576 / 1000000)) "$raw")"
 printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, 0->1" "$link" "$(gb $((mib * 1048576 / 1000000)) "$link")"
 printf 'replicated / local: %.2fx (goal 1.2x); durable / local: %.2fx\n' \
     "$(echo "${T[replicated]} / ${T[local]}" | bc -l)" "$(echo "${T[tiered]} / ${T[local]}" | bc -l)"

@@ -8,11 +8,15 @@
  * threads of their own and hand the outcome to the loop as the saver's threads do
  * (docs/decisions/0157-peer-calls-synchronous.md). Every wait ends when the peer has
  * said nothing for the call's timeout, naming the peer and what was awaited; a peer
- * that closes or dies fails the call at once.
+ * that closes or dies fails the call at once. A peer that serves as many transfers as
+ * it takes already refuses a PUT or GET with -EBUSY: it is busy, not lost, and the
+ * call is made again, after a pause that grows from 50 ms to 1 s, for at most the
+ * call's timeout in all (the peer is speaking meanwhile).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kd.h"
@@ -182,7 +186,19 @@ static int stream_out(call *k, kd_xsend *x, const char *name, ck_err *err)
     return r;
 }
 
-int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err)
+/* After a busy peer's refusal of a call begun at t0: whether to make it again (within
+ * the call's timeout), having paused *ms, which grows. */
+static bool again(const kd_peer_call *c, double t0, unsigned *ms)
+{
+    *ms = *ms ? (*ms < 500 ? *ms * 2 : 1000) : 50;
+    if (kd_now() + *ms / 1000.0 - t0 > c->timeout)
+        return false;
+    struct timespec ts = { .tv_sec = *ms / 1000, .tv_nsec = (long)(*ms % 1000) * 1000000 };
+    nanosleep(&ts, NULL);
+    return true;
+}
+
+static int put_once(const kd_peer_call *c, const char *root, const char *name, ck_err *err)
 {
     call k = { .c = c };
     kd_preq q;
@@ -241,7 +257,17 @@ static int stream_in(call *k, kd_xrecv *x, ck_err *err)
     return r < 0 ? r : 0;
 }
 
-int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err)
+int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err)
+{
+    double t0 = kd_now();
+    unsigned ms = 0;
+    int r;
+    while ((r = put_once(c, root, name, err)) == -EBUSY && again(c, t0, &ms))
+        *err = (ck_err){ 0 };
+    return r;
+}
+
+static int get_once(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err)
 {
     call k = { .c = c };
     kd_preq q = { 0 };
@@ -275,5 +301,15 @@ int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_
     kd_xrecv_free(x);
     kd_preq_free(&q);
     call_close(&k, r == 0);
+    return r;
+}
+
+int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err)
+{
+    double t0 = kd_now();
+    unsigned ms = 0;
+    int r;
+    while ((r = get_once(c, ask, into, err)) == -EBUSY && again(c, t0, &ms))
+        *err = (ck_err){ 0 };
     return r;
 }
