@@ -213,11 +213,15 @@ static int put_once(const kd_peer_call *c, const char *root, const char *name, c
         if ((r = kd_pconn_send_w(k.pc, KD_P_PUT, &w)) < 0)
             r = failed(&k, r, err);
     }
+    bool streaming = false;
     if (r == 0 && (r = expect(&k, KD_P_PUT_READY, &m, err)) == 0) {
         kd_pmsg_free(m);
+        streaming = true;
         r = stream_out(&k, x, name, err);
     }
-    bool aborted = r < 0 && r != -ETIMEDOUT && k.pc && !kd_pconn_failed(k.pc, NULL);
+    /* A PUT refused before its stream (busy, a replica there already) has nothing to
+     * give up. */
+    bool aborted = streaming && r < 0 && r != -ETIMEDOUT && !kd_pconn_failed(k.pc, NULL);
     if (aborted) {
         /* The peer may be mid-stream: it drops the copy rather than wait it out. */
         ck__wbuf w = { 0 };

@@ -7,7 +7,8 @@
 #      --timeout 30, is refused as busy, waits, and commits once B dropped the four;
 #      the replica deep-verifies;
 #   2. the same four again, and a fifth with --timeout 1: it gives up within its bound,
-#      saying the peer is busy, and B keeps nothing of it.
+#      saying the peer is busy, and B keeps nothing of it. No refused PUT is followed
+#      by an ABORT (it had no stream to give up).
 # Each sender sends its own source's copy of c1 (A1..A5), so the PUTs never meet on a
 # name. No wall-clock time is asserted: which bound ended each wait is in the messages.
 . "$(dirname "$0")/replica_lib.sh"
@@ -64,5 +65,8 @@ expect 1 "a PUT to a peer busy for longer than its timeout"
 said "ckptd B serves 4 transfers already \(at most 4 at once\)" "the refusal names the busy peer"
 release
 [ ! -e "$WORK/B.local/.replicas/A5/c1" ] || fail "B kept a replica of a PUT it refused"
+# A PUT refused before its stream has nothing to give up: no ABORT follows a refusal.
+! grep -q "an ABORT outside a PUT" "$WORK/B.log" ||
+    fail "a PUT refused as busy was given up with an ABORT, which B refused"
 stop B
 echo "PASS [$TEST_NAME]"
