@@ -26,11 +26,20 @@ typedef struct scan {
     ck_err err;
 } scan;
 
+/* The engine id of c, added when new; instance 0 and rank UINT64_MAX: not known yet. */
 static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t rank)
 {
     peer *q = ck__sv_peer(c, id);
-    if (q)
+    if (q) {
+        /* A coordinator's round lists the joins, then the parts: a member that wrote
+         * both in between (a small save) is met first by its part record, which says no
+         * instance. Its join, read in the next round, says it. */
+        if (!q->instance)
+            q->instance = instance;
+        if (q->rank == UINT64_MAX)
+            q->rank = rank;
         return q;
+    }
     peer *n = realloc(c->peers, (c->npeers + 1) * sizeof *n);
     if (!n)
         return NULL;
@@ -42,14 +51,15 @@ static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t ra
     return q;
 }
 
-/* Why a watched daemon is dead, or NULL: its heartbeat names another instance (it
- * restarted and forgot the save), or its counter stood still for --dead-after seconds
- * measured on this host's monotonic clock (no clocks are compared across hosts). */
+/* Why a watched daemon is dead, or NULL: its heartbeat names another instance than its
+ * join did (it restarted and forgot the save; an engine whose join is not read yet is
+ * not judged so), or its counter stood still for --dead-after seconds measured on this
+ * host's monotonic clock (no clocks are compared across hosts). */
 static const char *peer_dead(ck__saver *sv, peer *q, double t)
 {
     uint64_t inst, cnt;
     int r = ck__beat_read(sv->root, q->id, &inst, &cnt);
-    if (r == 0 && inst != q->instance)
+    if (r == 0 && q->instance && inst != q->instance)
         return "was restarted (another instance beats) and lost the save";
     if (r == 0 && cnt != q->counter) {
         q->counter = cnt;
