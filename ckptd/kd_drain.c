@@ -237,14 +237,15 @@ static void run(struct kd_drainer *k, drec *r)
         x = kd_drain_copy(&d, &step, &err);
         double dt = kd_now() - t0;
         kd_retain_unpin(k->s, KD_PIN_DAEMON);
-        if (x == 0)
-            kd_retain_after_commit(k->s, r->row.name);
-        if (x == 0)
+        /* Said before the retention pass it starts, which may take a while: the commit is
+         * visible from the rename on. */
+        if (x == 0) {
             kd_log(k->s, "drain of %s: committed in the durable root, %llu bytes in %.2f s "
                    "(%.1f MB/s, --drain-rate %llu B/s)", r->row.name,
                    (unsigned long long)d.total, dt, dt > 0 ? (double)d.total / dt / 1e6 : 0.0,
                    (unsigned long long)k->bucket.rate);
-        else if (x == 1)
+            kd_retain_after_commit(k->s, r->row.name);
+        } else if (x == 1)
             snprintf(why, sizeof why, "the durable root holds it already");
         else if (x != -ECANCELED)
             kd_log(k->s, "drain of %s failed: %s; the durable root holds nothing of it",

@@ -25,7 +25,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-fail() { echo "FAILED: $*"; cat "$work"/run.log "$work"/status.* 2>/dev/null; exit 1; }
+fail() { echo "FAILED: $*"; cat "$work"/run.log "$work"/status.* 2>/dev/null; echo "FAILED: $*"; exit 1; }
 export OPENBLAS_NUM_THREADS=1 CKPTD_TIMEOUT=2
 mkdir -p "$work/ck"
 staging=512MiB
