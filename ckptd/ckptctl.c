@@ -50,6 +50,8 @@ static void usage(FILE *f)
 "peer talks to the peer service of a ckptd started with --local-root and\n"
 "--peer-listen (docs/PROTOCOL.md, \"Peer protocol\"). PEER is --addr HOST:PORT, or\n"
 "--to ID --root DURABLE (the address daemon ID published in DURABLE/.ckptd.ID.peer).\n"
+"Each side proves that it holds the job's peer key: --peer-key FILE, else\n"
+"$CKPTD_PEER_KEY, else DURABLE/.ckptd.key with --root.\n"
 "  inventory  the copies the node holds: its own and its replicas of others'\n"
 "  put        sends the copy LOCAL/NAME (the data files it holds) to be kept as a\n"
 "             replica of its source (a partial copy's own, else --id); returns once\n"
@@ -171,6 +173,7 @@ static int peer_main(int argc, char **argv)
 {
     const char *verb = argc > 1 ? argv[1] : "", *addr = NULL, *to = NULL, *root = NULL;
     const char *from = NULL, *into = NULL, *name = NULL, *id = "ckptctl";
+    const char *keyfile = getenv("CKPTD_PEER_KEY");
     char found[KD_PEER_ADDR_MAX];
     double timeout = 30;
     kd_preq ask = { 0 };
@@ -184,6 +187,7 @@ static int peer_main(int argc, char **argv)
         if (!strcmp(a, "--addr") && v) addr = v;
         else if (!strcmp(a, "--to") && v) to = v;
         else if (!strcmp(a, "--root") && v) root = v;
+        else if (!strcmp(a, "--peer-key") && v) keyfile = v;
         else if (!strcmp(a, "--from") && v) from = v;
         else if (!strcmp(a, "--into") && v) into = v;
         else if (!strcmp(a, "--id") && v) id = v;
@@ -206,9 +210,17 @@ static int peer_main(int argc, char **argv)
     ck_err err = { 0 };
     int r = 0;
     uint64_t instance;
-    if (!addr && (r = kd_addr_lookup(root, to, found, sizeof found, &instance, &err)) == 0)
+    kd_peer_key key;
+    if (!keyfile && !root)
+        r = ck_err_set(&err, -EINVAL, "no peer key: name the job's with --peer-key FILE (or "
+                       "$CKPTD_PEER_KEY), or its durable root with --root");
+    else
+        r = kd_peer_key_load(keyfile, root, false, &key, &err);
+    if (r == 0 && !addr &&
+        (r = kd_addr_lookup(root, to, found, sizeof found, &instance, &err)) == 0)
         addr = found;
-    kd_peer_call call = { .addr = addr, .id = id, .timeout = (unsigned)(timeout + 0.999),
+    kd_peer_call call = { .addr = addr, .id = id, .key = &key,
+                          .timeout = (unsigned)(timeout + 0.999),
                           .progress = on_progress, .arg = &moved };
     if (r == 0 && !put && !get) {
         kd_peer_copy *v;

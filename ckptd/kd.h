@@ -42,6 +42,7 @@
  *   kd_peer_ucx.c    UCX: the worker, the listener, endpoints, whole messages
  *   kd_peer_bufs.c   the transfers' chunk buffers, used again
  *   kd_peer_addr.c   ADDR[:PORT], and the address file ROOT/.ckptd.ID.peer
+ *   kd_peer_key.c    the job's peer key, and the proofs of it a HELLO exchanges
  *   kd_peer_wire.c   the peer messages: encoding, and decoding with every field checked
  *   kd_reply.c    finding a client by id, sending replies
  *   kd_log.c      the log
@@ -90,7 +91,17 @@ typedef struct kd_opts {
     unsigned keep_local;       /* --keep-local: checkpoints the local tier keeps; 0: all */
     unsigned keep_durable;     /* --keep-durable: of each run in the root; 0: all */
     unsigned replicas, jump;   /* tiered saves' cliques (--replicas F, --jump J) */
+    const char *peer_key;      /* --peer-key; NULL: DIR/.ckptd.key (kd_peer_key.c) */
 } kd_opts;
+
+/* The job's peer key (kd_peer_key.c): who holds it may speak to a peer service. */
+#define KD_PEER_KEY_LEN 32
+#define KD_PEER_NONCE_LEN 32
+#define KD_PEER_PROOF_LEN 32
+typedef struct kd_peer_key {
+    uint8_t b[KD_PEER_KEY_LEN];
+    char file[PATH_MAX];           /* where it was read, for messages */
+} kd_peer_key;
 
 typedef struct kd_client {
     struct kd_client *next;
@@ -215,6 +226,7 @@ typedef struct kd_server {
     char local_root[PATH_MAX]; /* realpath of --local-root; "" without */
     int local_lock_fd;         /* LOCAL/.ckptd.ID.lock, held for the daemon's life */
     struct kd_peers *peers;    /* the peer service; NULL without --peer-listen */
+    kd_peer_key peer_key;      /* with a local tier: every peer call proves it holds it */
     struct kd_restorer *restorer; /* RESOLVE, FETCH and TIERS (kd_restore.c); NULL: none */
     struct kd_drainer *drainer;   /* drains to the durable tier (kd_drain.c); NULL: none */
     struct kd_retain *retain;  /* retention's pins and runs (kd_retain.c) */
@@ -318,7 +330,7 @@ void kd_retain_run(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 2
+#define KD_PEER_VERSION 3
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
 #define KD_PEER_AM_ID 1                     /* the UCX active message id of every message */
@@ -341,19 +353,20 @@ void kd_retain_run(kd_server *s);
 
 enum kd_peer_type {
     /* the side that connects -> the service */
-    KD_P_HELLO = 1,        /* str id, u64 instance */
+    KD_P_HELLO = 1,        /* str id, u64 instance, 32 bytes nonce */
     KD_P_INVENTORY = 2,    /* empty */
     KD_P_PUT = 3,          /* a stream: str name, str source, u64 manifest bytes, u32 n,
                             * n x (str file, u64 size); then DATA after PUT_READY */
     KD_P_GET = 4,          /* str name, str source ("": any copy), u64 time (0: any), u8
                             * all, u32 n, n x str file (all: every file of the copy; n is
                             * then 0) */
+    KD_P_AUTH = 5,         /* 32 bytes: the caller's proof that it holds the peer key */
     /* either way, in a transfer */
     KD_P_DATA = 16,        /* arg: stream offset; the bytes */
     KD_P_ACK = 17,         /* arg: stream bytes the receiver took (written and checked) */
     KD_P_ABORT = 18,       /* as ERROR, name "": the sender gives the stream up */
     /* the service -> the side that connects */
-    KD_P_HELLO_OK = 64,    /* str id, u64 instance */
+    KD_P_HELLO_OK = 64,    /* str id, u64 instance, 32 bytes nonce, 32 bytes proof */
     KD_P_INVENTORY_OK = 65,/* u32 n, n x copy (kd_peer_copy) */
     KD_P_PUT_READY = 66,   /* empty: send the stream */
     KD_P_GET_OK = 67,      /* a stream as PUT's, of the copy chosen; DATA follows */
@@ -394,12 +407,21 @@ typedef struct kd_preq {
     ck_file *files;
 } kd_preq;
 
+/* One side's HELLO (the caller's) or HELLO_OK (the service's, with its proof). */
+typedef struct kd_phello {
+    char id[CK_COPY_ID_MAX];
+    uint64_t instance;
+    uint8_t nonce[KD_PEER_NONCE_LEN];
+    uint8_t proof[KD_PEER_PROOF_LEN];
+} kd_phello;
+
 typedef struct kd_peer_opts {
     const char *local_root;        /* realpath */
     const char *listen;            /* ADDR[:PORT] */
     const char *id;
     const char *durable_root;      /* where ROOT/.ckptd.ID.peer says where it listens */
     uint64_t instance;
+    const kd_peer_key *key;        /* a caller proves it holds it before anything else */
     unsigned timeout;              /* s a peer may stay silent before its transfer fails */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
@@ -410,6 +432,7 @@ typedef struct kd_peer_opts {
 typedef struct kd_peer_call {
     const char *addr;              /* HOST:PORT */
     const char *id;                /* this side's daemon id, in HELLO */
+    const kd_peer_key *key;        /* the job's: each side proves it holds it */
     unsigned timeout;
     /* bytes of the stream sent or taken; may be NULL */
     void (*progress)(void *arg, uint64_t done, uint64_t total);
@@ -462,6 +485,7 @@ typedef struct kd_tiers_opts {
     const char *local;             /* the local tier (realpath); NULL: none, and no peers */
     const char *durable;           /* the durable root (realpath) */
     const char *id;                /* this daemon's */
+    const kd_peer_key *key;        /* the job's peer key, for every call to a peer */
     unsigned timeout;              /* s a peer may stay silent (--peer-timeout) */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
@@ -742,10 +766,37 @@ void kd_addr_unpublish(const char *root, const char *id);
 int kd_addr_lookup(const char *root, const char *id, char *addr, size_t len,
                    uint64_t *instance, ck_err *err);
 
+/* kd_peer_key.c (decision 0194) */
+/* The job's peer key: from file, or DURABLE/.ckptd.key when file is NULL. With make, a
+ * missing one is made (mode 0600; the first daemon on the durable root makes it, the
+ * others read it). A link, FIFO or device in its place, a file others may read or
+ * another user owns, or one that is not a key file is refused, naming it. */
+int kd_peer_key_load(const char *file, const char *durable, bool make, kd_peer_key *key,
+                     ck_err *err);
+/* n bytes from the kernel's random source. */
+int kd_peer_random(void *p, size_t n, ck_err *err);
+/* The caller: its HELLO (a fresh nonce) into w, and what it said into me. */
+int kd_peer_greet(const char *id, kd_phello *me, ck__wbuf *w, ck_err *err);
+/* The service: reads the caller's HELLO into caller, and writes HELLO_OK (a nonce of its
+ * own, and its proof) into w; what it said into me. */
+int kd_peer_answer(const kd_peer_key *key, const char *id, uint64_t instance,
+                   const kd_pmsg *hello, kd_phello *caller, kd_phello *me, ck__wbuf *w,
+                   ck_err *err);
+/* The caller: checks the service's HELLO_OK (read into service): -EACCES when it does
+ * not prove that it holds key; else its own proof, the AUTH, into auth. */
+int kd_peer_check_answer(const kd_peer_key *key, const kd_phello *me, const kd_pmsg *ok,
+                         kd_phello *service, ck__wbuf *auth, ck_err *err);
+/* The service: checks the caller's AUTH; -EACCES when it does not prove that it holds
+ * key. */
+int kd_peer_check_auth(const kd_peer_key *key, const kd_phello *caller,
+                       const kd_phello *me, const kd_pmsg *auth, ck_err *err);
+
 /* kd_peer_wire.c */
-void kd_pw_hello(ck__wbuf *w, const char *id, uint64_t instance);
-int kd_pw_get_hello(const kd_pmsg *m, char id[CK_COPY_ID_MAX], uint64_t *instance,
-                    ck_err *err);
+/* HELLO, or with ok HELLO_OK (which carries the proof); the reader goes by m's type. */
+void kd_pw_hello(ck__wbuf *w, const kd_phello *h, bool ok);
+int kd_pw_get_hello(const kd_pmsg *m, kd_phello *h, ck_err *err);
+void kd_pw_auth(ck__wbuf *w, const uint8_t proof[KD_PEER_PROOF_LEN]);
+int kd_pw_get_auth(const kd_pmsg *m, uint8_t proof[KD_PEER_PROOF_LEN], ck_err *err);
 /* PUT and GET_OK (stream) and GET (ask). */
 void kd_pw_stream(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err);

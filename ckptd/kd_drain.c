@@ -622,6 +622,7 @@ int kd_drain_start(kd_server *s, ck_err *err)
     k->every = s->o.drain_every;
     k->bucket.rate = s->o.drain_rate;
     k->o = (kd_tiers_opts){ .local = s->local_root, .durable = s->root, .id = s->o.id,
+                            .key = &s->peer_key,
                             .fetching = &s->fetching,
                             .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
     ck__name_engine(s->o.id, CK_ENGINE_DRAIN, k->file, sizeof k->file);

@@ -1,5 +1,6 @@
 /* kd_peer_client.c - calls to another node's peer service: INVENTORY, PUT, GET
- * (docs/PROTOCOL.md, "Peer protocol").
+ * (docs/PROTOCOL.md, "Peer protocol"), each after the HELLO in which both sides prove
+ * that they hold the job's peer key (kd_peer_key.c).
  *
  * Each call is synchronous and owns everything it uses: a UCX worker of its own, one
  * connection, the files it reads or writes. So it may run on any thread that may
@@ -121,17 +122,27 @@ static int call_open(call *k, const kd_peer_call *c, ck_err *err)
         return r;
     /* Replies up to a message, and a window of a GET's DATA with it. */
     kd_pconn_set_budget(k->pc, KD_PEER_MSG_MAX + KD_PEER_WINDOW + KD_PEER_CHUNK_MAX);
+    /* Each side proves that it holds the job's peer key before anything is asked. */
     ck__wbuf w = { 0 };
-    kd_pw_hello(&w, c->id, 0);
+    kd_phello me, them;
+    kd_pmsg *m;
+    if ((r = kd_peer_greet(c->id, &me, &w, err)) < 0)
+        return r;
     if ((r = kd_pconn_send_w(k->pc, KD_P_HELLO, &w)) < 0)
         return failed(k, r, err);
-    kd_pmsg *m;
-    uint64_t instance;
     if ((r = expect(k, KD_P_HELLO_OK, &m, err)) < 0)
         return r;
-    r = kd_pw_get_hello(m, k->peer_id, &instance, err);
+    ck_err why = { 0 };
+    r = kd_peer_check_answer(c->key, &me, m, &them, &w, &why);
     kd_pmsg_free(m);
-    return r;
+    if (r < 0) {
+        ck__wbuf_free(&w);
+        return ck_err_set(err, r, "peer %s: %s", c->addr, ck_err_msg(&why));
+    }
+    snprintf(k->peer_id, sizeof k->peer_id, "%s", them.id);
+    if ((r = kd_pconn_send_w(k->pc, KD_P_AUTH, &w)) < 0)
+        return failed(k, r, err);
+    return 0;
 }
 
 /* done: the exchange ended as it should, so the connection closes after what was sent

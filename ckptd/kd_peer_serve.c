@@ -1,7 +1,8 @@
 /* kd_peer_serve.c - the peer service: a thread of its own that owns a UCX worker and its
  * listener, and answers other nodes' daemons (docs/PROTOCOL.md, "Peer protocol"):
- * HELLO, INVENTORY of the copies in the local tier, PUT (a replica, received into
- * LOCAL/.replicas/SRC and committed there) and GET (a copy's files, sent).
+ * HELLO and AUTH (each side proves it holds the job's peer key, kd_peer_key.c; nothing
+ * else is taken before), INVENTORY of the copies in the local tier, PUT (a replica,
+ * received into LOCAL/.replicas/SRC and committed there) and GET (a copy's files, sent).
  *
  * The daemon's event loop never waits on it: the thread does its transfers' file I/O
  * and its own polling, and the loop only starts and stops it. Peers are other nodes:
@@ -33,8 +34,9 @@
 typedef struct sconn {
     struct sconn *next;
     kd_pconn *pc;
-    bool hello;
+    bool hello, authed;           /* it said HELLO; it proved it holds the peer key */
     char id[CK_COPY_ID_MAX];      /* the peer's daemon id, once it said HELLO */
+    kd_phello caller, me;         /* the HELLO and the HELLO_OK: their nonces */
     double last;                  /* kd_now() of its last message */
     kd_xrecv *rx;                 /* a PUT being received */
     kd_xsend *tx;                 /* a GET being sent */
@@ -47,6 +49,7 @@ struct kd_peers {
     char local[PATH_MAX], durable[PATH_MAX], id[CK_COPY_ID_MAX], listen[KD_PEER_ADDR_MAX];
     char addr[KD_PEER_ADDR_MAX];  /* where it listens, as published */
     uint64_t instance;
+    kd_peer_key key;
     unsigned timeout;
     void (*log)(void *arg, const char *msg);
     void *log_arg;
@@ -118,20 +121,37 @@ static void refuse(struct kd_peers *p, sconn *c, int code, const char *msg)
 static void on_hello(struct kd_peers *p, sconn *c, kd_pmsg *m)
 {
     ck_err err = { 0 };
-    uint64_t instance;
     if (c->hello) {
         refuse(p, c, -EPROTO, "a second HELLO");
         return;
     }
-    if (kd_pw_get_hello(m, c->id, &instance, &err) < 0) {
-        c->id[0] = '\0';
-        refuse(p, c, -EBADMSG, ck_err_msg(&err));
+    ck__wbuf w = { 0 };
+    if (kd_peer_answer(&p->key, p->id, p->instance, m, &c->caller, &c->me, &w, &err) < 0) {
+        ck__wbuf_free(&w);
+        refuse(p, c, err.code, ck_err_msg(&err));
         return;
     }
+    snprintf(c->id, sizeof c->id, "%s", c->caller.id);
     c->hello = true;
-    ck__wbuf w = { 0 };
-    kd_pw_hello(&w, p->id, p->instance);
     kd_pconn_send_w(c->pc, KD_P_HELLO_OK, &w);
+}
+
+/* The caller's proof: until it came and holds, nothing but it is taken. */
+static void on_auth(struct kd_peers *p, sconn *c, kd_pmsg *m)
+{
+    ck_err err = { 0 };
+    if (c->authed) {
+        refuse(p, c, -EPROTO, "a second AUTH");
+        return;
+    }
+    if (kd_peer_check_auth(&p->key, &c->caller, &c->me, m, &err) < 0) {
+        if (err.code == -EACCES)
+            say(p, "peer %s (says it is ckptd %s): it does not hold the job's peer key %s",
+                kd_pconn_peer(c->pc), who(c), p->key.file);
+        refuse(p, c, err.code, ck_err_msg(&err));
+        return;
+    }
+    c->authed = true;
 }
 
 static void on_inventory(struct kd_peers *p, sconn *c, kd_pmsg *m)
@@ -323,6 +343,12 @@ static void dispatch(struct kd_peers *p, sconn *c, kd_pmsg *m)
         snprintf(msg, sizeof msg, "a %s (type %u) before HELLO", kd_pw_type_name(m->type),
                  m->type);
         refuse(p, c, -EPROTO, msg);
+    } else if (c->hello && !c->authed && m->type != KD_P_AUTH) {
+        snprintf(msg, sizeof msg, "a %s (type %u) before AUTH: a caller proves that it holds "
+                 "the job's peer key first", kd_pw_type_name(m->type), m->type);
+        refuse(p, c, -EACCES, msg);
+    } else if (m->type == KD_P_AUTH) {
+        on_auth(p, c, m);
     } else if (m->type == KD_P_DATA) {
         on_data(p, c, m);
         return;                  /* m is the transfer's now */
@@ -517,6 +543,7 @@ static void teardown(struct kd_peers *p)
     close(p->stop_fd);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    explicit_bzero(&p->key, sizeof p->key);
     free(p);
 }
 
@@ -543,6 +570,7 @@ int kd_peers_start(const kd_peer_opts *o, struct kd_peers **out, ck_err *err)
     snprintf(p->id, sizeof p->id, "%s", o->id);
     snprintf(p->listen, sizeof p->listen, "%s", o->listen);
     p->instance = o->instance;
+    p->key = *o->key;
     p->timeout = o->timeout;
     p->log = o->log;
     p->log_arg = o->log_arg;

@@ -21,6 +21,7 @@ const char *kd_pw_type_name(unsigned type)
 {
     switch (type) {
     case KD_P_HELLO: return "HELLO";
+    case KD_P_AUTH: return "AUTH";
     case KD_P_INVENTORY: return "INVENTORY";
     case KD_P_PUT: return "PUT";
     case KD_P_GET: return "GET";
@@ -53,22 +54,45 @@ static bool source_ok(const char *s, bool empty_ok)
     return (empty_ok && !s[0]) || ck__copy_source_check(s, NULL) == 0;
 }
 
-void kd_pw_hello(ck__wbuf *w, const char *id, uint64_t instance)
+void kd_pw_hello(ck__wbuf *w, const kd_phello *h, bool ok)
 {
-    ck__put_str(w, id);
-    ck__put_u64(w, instance);
+    ck__put_str(w, h->id);
+    ck__put_u64(w, h->instance);
+    ck__put_bytes(w, h->nonce, sizeof h->nonce);
+    if (ok)
+        ck__put_bytes(w, h->proof, sizeof h->proof);
 }
 
-int kd_pw_get_hello(const kd_pmsg *m, char id[CK_COPY_ID_MAX], uint64_t *instance,
-                    ck_err *err)
+int kd_pw_get_hello(const kd_pmsg *m, kd_phello *h, ck_err *err)
 {
     ck__rbuf r = ck__rbuf_make(m->data, m->len);
-    ck__get_str(&r, id, CK_COPY_ID_MAX);
-    *instance = ck__get_u64(&r);
+    const void *p;
+    memset(h, 0, sizeof *h);
+    ck__get_str(&r, h->id, CK_COPY_ID_MAX);
+    h->instance = ck__get_u64(&r);
+    if ((p = ck__get_bytes(&r, sizeof h->nonce)))
+        memcpy(h->nonce, p, sizeof h->nonce);
+    if (m->type == KD_P_HELLO_OK && (p = ck__get_bytes(&r, sizeof h->proof)))
+        memcpy(h->proof, p, sizeof h->proof);
     if (!ck__rbuf_done(&r))
         return bad(m, "a malformed payload", err);
-    if (!source_ok(id, false))
+    if (!source_ok(h->id, false))
         return bad(m, "a daemon id that is not 1 to 63 bytes of [A-Za-z0-9._-]", err);
+    return 0;
+}
+
+void kd_pw_auth(ck__wbuf *w, const uint8_t proof[KD_PEER_PROOF_LEN])
+{
+    ck__put_bytes(w, proof, KD_PEER_PROOF_LEN);
+}
+
+int kd_pw_get_auth(const kd_pmsg *m, uint8_t proof[KD_PEER_PROOF_LEN], ck_err *err)
+{
+    ck__rbuf r = ck__rbuf_make(m->data, m->len);
+    const void *p = ck__get_bytes(&r, KD_PEER_PROOF_LEN);
+    if (!p || !ck__rbuf_done(&r))
+        return bad(m, "a malformed payload (a proof is 32 bytes)", err);
+    memcpy(proof, p, KD_PEER_PROOF_LEN);
     return 0;
 }
 

@@ -246,7 +246,7 @@ int kd_restore_start(kd_server *s, ck_err *err)
         return ck_err_set(err, -ENOMEM, "out of memory");
     k->s = s;
     k->o = (kd_tiers_opts){ .local = s->local_root[0] ? s->local_root : NULL,
-                            .durable = s->root, .id = s->o.id,
+                            .durable = s->root, .id = s->o.id, .key = &s->peer_key,
                             .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s,
                             .fetching = &s->fetching };
     pthread_mutex_init(&k->mu, NULL);

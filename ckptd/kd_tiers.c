@@ -188,7 +188,8 @@ static void *ask_one(void *arg)
 {
     inv_ask *a = arg;
     ck_err err = { 0 };
-    kd_peer_call c = { .addr = a->p->addr, .id = a->o->id, .timeout = a->o->timeout };
+    kd_peer_call c = { .addr = a->p->addr, .id = a->o->id, .key = a->o->key,
+                       .timeout = a->o->timeout };
     if ((a->p->r = kd_peer_inventory(&c, &a->v, &a->n, &err)) < 0)
         snprintf(a->p->why, sizeof a->p->why, "%s", ck_err_msg(&err));
     return NULL;
@@ -573,7 +574,7 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         snprintf(ask.name, sizeof ask.name, "%s", g->name);
         snprintf(ask.source, sizeof ask.source, "%s", c->c.source);
         ask.time_ns = g->time;
-        kd_peer_call call = { .addr = t->peers[c->peer].addr, .id = o->id,
+        kd_peer_call call = { .addr = t->peers[c->peer].addr, .id = o->id, .key = o->key,
                               .timeout = o->timeout, .progress = o->progress,
                               .arg = o->progress_arg };
         /* The root is empty until the GET's copy begins: retention must not take it

@@ -40,7 +40,8 @@ static void *put_one(void *arg)
                           j->name, j->peer, ck_err_msg(&why));
         return NULL;
     }
-    kd_peer_call c = { .addr = j->addr, .id = j->s->o.id, .timeout = j->s->o.peer_timeout };
+    kd_peer_call c = { .addr = j->addr, .id = j->s->o.id, .key = &j->s->peer_key,
+                       .timeout = j->s->o.peer_timeout };
     double t0 = kd_now();
     if ((r = kd_peer_put(&c, j->s->local_root, j->name, &why)) < 0)
         j->r = ck_err_set(&j->err, r, "replica of %s at ckptd %s: %s", j->name, j->peer,

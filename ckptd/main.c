@@ -58,6 +58,10 @@ static void usage(FILE *f)
 "                       address (default port %d; 0: any free one), published in\n"
 "                       DIR/.ckptd.ID.peer (docs/PROTOCOL.md, \"Peer protocol\")\n"
 "  --peer-timeout SECS  a peer silent this long in a transfer fails it (default 30)\n"
+"  --peer-key FILE      with --local-root: the job's peer key, which every daemon of\n"
+"                       the job holds and proves in each peer connection (default\n"
+"                       $CKPTD_PEER_KEY, else DIR/.ckptd.key, made by the first\n"
+"                       daemon that starts on DIR); mode 0600, this user's\n"
 "  --replicas F         with --local-root: each node's copy of a save is kept on F\n"
 "                       nodes, its own and F-1 peers of its clique (default 1)\n"
 "  --jump J             clique members are J nodes apart, outside a failure domain\n"
@@ -133,7 +137,7 @@ static int parse(int argc, char **argv, kd_opts *o)
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
            O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER, O_LOCAL, O_PEER,
            O_PEER_TIMEOUT, O_DRAIN_EVERY, O_DRAIN_RATE, O_KEEP_LOCAL, O_KEEP_DURABLE,
-           O_REPLICAS, O_JUMP };
+           O_REPLICAS, O_JUMP, O_PEER_KEY };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
@@ -145,7 +149,7 @@ static int parse(int argc, char **argv, kd_opts *o)
         { "plan-memory", 1, 0, O_PLAN }, { "rank-timeout", 1, 0, O_RANK }, { "id", 1, 0, O_ID },
         { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
         { "local-root", 1, 0, O_LOCAL }, { "peer-listen", 1, 0, O_PEER },
-        { "peer-timeout", 1, 0, O_PEER_TIMEOUT },
+        { "peer-timeout", 1, 0, O_PEER_TIMEOUT }, { "peer-key", 1, 0, O_PEER_KEY },
         { "replicas", 1, 0, O_REPLICAS }, { "jump", 1, 0, O_JUMP },
         { "drain-every", 1, 0, O_DRAIN_EVERY }, { "drain-rate", 1, 0, O_DRAIN_RATE },
         { "keep-local", 1, 0, O_KEEP_LOCAL }, { "keep-durable", 1, 0, O_KEEP_DURABLE },
@@ -188,6 +192,7 @@ static int parse(int argc, char **argv, kd_opts *o)
         case O_DEAD_AFTER: r = number("--dead-after", optarg, 1, 3600, &o->dead_after); break;
         case O_LOCAL: o->local_root = optarg; break;
         case O_PEER: o->peer_listen = optarg; break;
+        case O_PEER_KEY: o->peer_key = optarg; break;
         case O_PEER_TIMEOUT:
             r = number("--peer-timeout", optarg, 1, 3600, &o->peer_timeout);
             break;
@@ -241,6 +246,13 @@ static int parse(int argc, char **argv, kd_opts *o)
         fprintf(stderr, "ckptd: --drain-every drains the local tiers: it needs --local-root\n");
         r = -EINVAL;
     }
+    if (r == 0 && o->peer_key && !o->local_root) {
+        fprintf(stderr, "ckptd: --peer-key is for the peer calls of a local tier: it needs "
+                "--local-root\n");
+        r = -EINVAL;
+    }
+    if (r == 0 && !o->peer_key && o->local_root && getenv("CKPTD_PEER_KEY"))
+        o->peer_key = getenv("CKPTD_PEER_KEY");
     if (r == 0 && o->keep_local && !o->local_root) {
         fprintf(stderr, "ckptd: --keep-local keeps a local tier's copies: it needs --local-root\n");
         r = -EINVAL;
@@ -318,7 +330,8 @@ static FILE *open_log(const char *root)
 }
 
 /* The local tier: owned as the root is (LOCAL/.ckptd.ID.lock, one daemon of an id), and
- * recovered with every replica root under it before anything is served. */
+ * recovered with every replica root under it before anything is served; the job's peer
+ * key read (made by the first daemon on the durable root), as every peer call needs it. */
 static int local_tier(kd_server *s, ck_err *err)
 {
     if (!s->o.local_root)
@@ -333,7 +346,9 @@ static int local_tier(kd_server *s, ck_err *err)
     snprintf(what, sizeof what, "local tier %s is served by another ckptd with id %s",
              s->local_root, s->o.id);
     r = ck__engine_lock(s->local_root, s->o.id, what, &s->local_lock_fd, err);
-    return r < 0 ? r : kd_inv_recover(s->local_root, kd_log_cb, s, err);
+    if (r == 0)
+        r = kd_inv_recover(s->local_root, kd_log_cb, s, err);
+    return r < 0 ? r : kd_peer_key_load(s->o.peer_key, s->root, true, &s->peer_key, err);
 }
 
 /* The peer service, on a thread of its own (after any fork). */
@@ -343,6 +358,7 @@ static int peers_start(kd_server *s, ck_err *err)
         return 0;
     kd_peer_opts po = { .local_root = s->local_root, .listen = s->o.peer_listen,
                         .id = s->o.id, .durable_root = s->root, .instance = s->instance,
+                        .key = &s->peer_key,
                         .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
     return kd_peers_start(&po, &s->peers, err);
 }

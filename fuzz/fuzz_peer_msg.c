@@ -2,9 +2,9 @@
  * file's reader (libshard/ckpt/format/copy.c) on any bytes.
  *
  * The input's first byte picks what decodes the rest: a HELLO, a stream declaration
- * (PUT, GET_OK), an ask (GET), an ERROR, a name (COMMITTED), an INVENTORY_OK, or a
- * copy file read against a manifest of four data files (rank-00000.dat to
- * rank-00003.dat). What decodes is used as a caller would (names, sizes, listed files)
+ * (PUT, GET_OK), an ask (GET), an ERROR, a name (COMMITTED), an INVENTORY_OK, a copy
+ * file read against a manifest of four data files (rank-00000.dat to rank-00003.dat),
+ * a HELLO_OK or an AUTH. What decodes is used as a caller would (names, sizes, listed files)
  * and freed; what does not must be refused with an error, never read past its bytes.
  */
 #include <fcntl.h>
@@ -49,21 +49,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0)
         return 0;
     kd_pmsg m = { .data = (uint8_t *)data + 1, .len = size - 1 };
-    char id[CK_COPY_ID_MAX], name[CK_NAME_MAX];
-    uint64_t instance;
+    char name[CK_NAME_MAX];
+    kd_phello h;
+    uint8_t proof[KD_PEER_PROOF_LEN];
     kd_preq q;
     kd_peer_copy *v;
     size_t n;
-    switch (data[0] % 7) {
+    switch (data[0] % 9) {
     case 0:
-        m.type = KD_P_HELLO;
-        if (kd_pw_get_hello(&m, id, &instance, NULL) == 0)
-            sink += strlen(id) + instance;
+    case 7:
+        m.type = data[0] % 9 ? KD_P_HELLO_OK : KD_P_HELLO;
+        if (kd_pw_get_hello(&m, &h, NULL) == 0)
+            sink += strlen(h.id) + h.instance + h.nonce[31] + h.proof[31];
+        break;
+    case 8:
+        m.type = KD_P_AUTH;
+        if (kd_pw_get_auth(&m, proof, NULL) == 0)
+            sink += proof[0];
         break;
     case 1:
     case 2:
-        m.type = data[0] % 7 == 1 ? KD_P_PUT : KD_P_GET;
-        if ((data[0] % 7 == 1 ? kd_pw_get_stream(&m, &q, NULL) : kd_pw_get_ask(&m, &q, NULL)) == 0)
+        m.type = data[0] % 9 == 1 ? KD_P_PUT : KD_P_GET;
+        if ((data[0] % 9 == 1 ? kd_pw_get_stream(&m, &q, NULL) : kd_pw_get_ask(&m, &q, NULL)) == 0)
             for (uint32_t i = 0; i < q.n; i++)
                 sink += strlen(q.files[i].name) + q.files[i].size;
         kd_preq_free(&q);

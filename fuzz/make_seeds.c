@@ -367,8 +367,15 @@ static void peer_seeds(void)
                          { .name = "rank-00002.dat", .size = 2 << 20 } };
     kd_preq q = { .name = "step-100", .source = "nodeA", .manifest_size = 32768, .n = 2,
                   .files = files };
-    kd_pw_hello(&w, "nodeA", 42);
+    kd_phello h = { .id = "nodeA", .instance = 42, .nonce = { 1, 2, 3 }, .proof = { 9, 8, 7 } };
+    kd_pw_hello(&w, &h, false);
     selected("peer_msg", "hello", 0, &w);
+    w.len = 0;
+    kd_pw_hello(&w, &h, true);
+    selected("peer_msg", "hello_ok", 7, &w);
+    w.len = 0;
+    kd_pw_auth(&w, h.proof);
+    selected("peer_msg", "auth", 8, &w);
     w.len = 0;
     kd_pw_stream(&w, &q);
     selected("peer_msg", "put", 1, &w);

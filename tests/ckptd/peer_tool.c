@@ -26,7 +26,7 @@
  *
  * Every call waits at most --timeout-like bounds of its own (TIMEOUT, 5 s unless
  * $PEER_TOOL_TIMEOUT says otherwise). Prints "ok ..." or "error: MESSAGE" and exits
- * 0 or 1. */
+ * 0 or 1. The job's peer key is $CKPTD_PEER_KEY's, else (serve-*) DURABLE/.ckptd.key. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +39,7 @@
 #include "format/owner.h"
 
 static pid_t victim;
+static kd_peer_key key;            /* the job's, as its daemons hold it */
 static const char *action = "none";
 static bool acted;
 
@@ -125,12 +126,94 @@ static int answer(conn *c, uint16_t want)
     return 2;
 }
 
-static int hello(conn *c)
+static void send_raw(conn *c, uint16_t type, uint64_t arg, const void *p, size_t n);
+
+/* Sends the HELLO of me; the service's HELLO_OK (the caller frees it), or NULL when it
+ * refused or said something else (printed). */
+static kd_pmsg *greeted(conn *c, const kd_phello *me)
 {
     ck__wbuf w = { 0 };
-    kd_pw_hello(&w, "hostile", 0);
+    kd_pw_hello(&w, me, false);
     kd_pconn_send_w(c->pc, KD_P_HELLO, &w);
-    return answer(c, KD_P_HELLO_OK) == 1 ? 0 : -1;
+    for (double end = kd_now() + timeout(); kd_now() < end; kd_ucx_wait(c->u, 50)) {
+        kd_pmsg *m = kd_pconn_next(c->pc);
+        if (m && m->type == KD_P_HELLO_OK)
+            return m;
+        if (m || kd_pconn_failed(c->pc, NULL)) {
+            printf("no HELLO_OK: %s\n", m ? kd_pw_type_name(m->type) : "connection closed");
+            kd_pmsg_free(m);
+            return NULL;
+        }
+    }
+    printf("no HELLO_OK within %u s\n", timeout());
+    return NULL;
+}
+
+/* HELLO and AUTH as a daemon of the job says them; out (may be NULL) gets the AUTH. */
+static int hello_auth(conn *c, kd_phello *me, ck__wbuf *out)
+{
+    ck_err err = { 0 };
+    ck__wbuf w = { 0 };
+    kd_phello them;
+    kd_pmsg *m = NULL;
+    if (kd_peer_greet("hostile", me, &w, &err) < 0 || (ck__wbuf_free(&w), !(m = greeted(c, me))))
+        return -1;
+    int r = kd_peer_check_answer(&key, me, m, &them, &w, &err);
+    kd_pmsg_free(m);
+    if (r < 0) {
+        printf("error: %s\n", ck_err_msg(&err));
+        return -1;
+    }
+    if (out)
+        ck__put_bytes(out, w.p, w.len);
+    kd_pconn_send_w(c->pc, KD_P_AUTH, &w);
+    return 0;
+}
+
+static int hello(conn *c)
+{
+    kd_phello me;
+    return hello_auth(c, &me, NULL);
+}
+
+/* The service's answer to the HELLO of a caller that holds no key, then what the AUTH of
+ * case cs (before-auth, forged-auth, auth-short, replayed-auth) brings. */
+static int unproven(const char *addr, conn *c, const char *cs)
+{
+    ck_err err = { 0 };
+    ck__wbuf w = { 0 };
+    kd_phello me;
+    uint8_t junk[KD_PEER_PROOF_LEN];
+    if (!strcmp(cs, "replayed-auth")) {
+        /* A caller that saw a good AUTH on the wire plays it again, with the HELLO it
+         * went with: the service's nonce is a new one. */
+        conn first;
+        ck__wbuf seen = { 0 };
+        if (connect_to(addr, &first) < 0 || hello_auth(&first, &me, &seen) < 0)
+            return 2;
+        kd_pconn_close(first.pc, KD_CLOSE_FLUSH);
+        kd_ucx_close(first.u);
+        kd_pmsg *m = greeted(c, &me);
+        if (!m)
+            return 2;
+        kd_pmsg_free(m);
+        kd_pconn_send_w(c->pc, KD_P_AUTH, &seen);
+        return -1;
+    }
+    if (kd_peer_greet("hostile", &me, &w, &err) < 0 || kd_peer_random(junk, sizeof junk, &err))
+        return 2;
+    ck__wbuf_free(&w);
+    kd_pmsg *m = greeted(c, &me);
+    if (!m)
+        return 2;
+    kd_pmsg_free(m);
+    if (!strcmp(cs, "before-auth"))
+        kd_pconn_send(c->pc, KD_P_INVENTORY, 0, NULL, 0);
+    else if (!strcmp(cs, "forged-auth"))
+        send_raw(c, KD_P_AUTH, 0, junk, sizeof junk);
+    else
+        send_raw(c, KD_P_AUTH, 0, junk, 5);
+    return -1;
 }
 
 /* Sends a raw payload p of n bytes (copied) as type. */
@@ -375,18 +458,24 @@ static int hostile(const char *addr, const char *cs)
         kd_pconn_send(c.pc, KD_P_INVENTORY, 0, NULL, 0);
     } else if (!strcmp(cs, "second-hello")) {
         if (hello(&c) == 0) {
-            kd_pw_hello(&w, "again", 0);
+            kd_pw_hello(&w, &(kd_phello){ .id = "again" }, false);
             kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
         }
     } else if (!strcmp(cs, "bad-id")) {
-        kd_pw_hello(&w, "../../etc", 0);
+        kd_pw_hello(&w, &(kd_phello){ .id = "../../etc" }, false);
         kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
     } else if (!strcmp(cs, "hello-trailing")) {
-        kd_pw_hello(&w, "hostile", 0);
+        kd_pw_hello(&w, &(kd_phello){ .id = "hostile" }, false);
         ck__put_u32(&w, 7);
         kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
+    } else if (!strcmp(cs, "before-auth") || !strcmp(cs, "forged-auth") ||
+               !strcmp(cs, "auth-short") || !strcmp(cs, "replayed-auth")) {
+        r = unproven(addr, &c, cs);
     } else if (hello(&c) < 0) {
         r = 2;
+    } else if (!strcmp(cs, "second-auth")) {
+        uint8_t zero[KD_PEER_PROOF_LEN] = { 0 };
+        send_raw(&c, KD_P_AUTH, 0, zero, sizeof zero);
     } else if (!strcmp(cs, "unknown-type")) {
         kd_pconn_send(c.pc, 200, 0, NULL, 0);
     } else if (!strcmp(cs, "reply-type")) {
@@ -508,9 +597,14 @@ static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *lo
     kd_preq ask = { 0 }, q = { 0 };
     char root[PATH_MAX], source[CK_COPY_ID_MAX];
     int r = 0;
+    kd_phello caller, me;
     if (m->type == KD_P_HELLO) {
-        kd_pw_hello(&w, id, 1);
-        kd_pconn_send_w(pc, KD_P_HELLO_OK, &w);
+        /* It proves that it holds the key, as a holder of the job does; the caller's
+         * AUTH is taken on trust (what is tested here is the dying, not the proof). */
+        if ((r = kd_peer_answer(&key, id, 1, m, &caller, &me, &w, &err)) == 0)
+            kd_pconn_send_w(pc, KD_P_HELLO_OK, &w);
+    } else if (m->type == KD_P_AUTH) {
+        /* taken on trust, as said above */
     } else if (m->type == KD_P_INVENTORY) {
         kd_peer_copy *v;
         size_t n;
@@ -594,6 +688,12 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     ck_err err = { 0 };
+    const char *file = getenv("CKPTD_PEER_KEY");
+    bool serve = argc >= 3 && !strncmp(argv[1], "serve-", 6) && strcmp(argv[1], "serve-version");
+    if ((file || serve) && kd_peer_key_load(file, serve ? argv[2] : NULL, serve, &key, &err) < 0) {
+        printf("error: %s\n", ck_err_msg(&err));
+        return 2;
+    }
     if (argc >= 4 && !strcmp(argv[1], "hostile"))
         return hostile(argv[2], argv[3]);
     if (argc >= 5 && !strcmp(argv[1], "serve-version"))
@@ -604,14 +704,14 @@ int main(int argc, char **argv)
         return serve_dying(argv[2], argv[3], argv[4], atof(argv[5]));
     if (argc >= 6 && !strcmp(argv[1], "put")) {
         action = argc > 6 ? argv[6] : "none";
-        kd_peer_call c = { .addr = argv[2], .id = argv[5], .timeout = timeout(),
+        kd_peer_call c = { .addr = argv[2], .id = argv[5], .key = &key, .timeout = timeout(),
                            .progress = after_first };
         return report(kd_peer_put(&c, argv[3], argv[4], &err), &err);
     }
     if (argc >= 7 && !strcmp(argv[1], "get")) {
         victim = (pid_t)atoi(argv[5]);
         action = argv[6];
-        kd_peer_call c = { .addr = argv[2], .id = "peer-tool", .timeout = timeout(),
+        kd_peer_call c = { .addr = argv[2], .id = "peer-tool", .key = &key, .timeout = timeout(),
                            .progress = after_first };
         kd_preq ask = { .all = argc > 7 && !strcmp(argv[7], "--all") };
         snprintf(ask.name, sizeof ask.name, "%s", argv[4]);

@@ -4,8 +4,11 @@
 # naming a path (`..`, `/`, a NUL, a leading dot) is refused with an ERROR that says
 # why, logged with the peer's address, and its connection closed; a request the
 # service cannot grant (a planted link as a replica root, a missing copy) gets an
-# ERROR naming it. Through all of it the daemon lives, nothing is written outside its
-# roots, and nothing is committed. Versions fail cleanly both ways, naming both.
+# ERROR naming it. A caller that does not prove that it holds the job's peer key (no
+# AUTH, a forged one, one played again from another connection) is refused before
+# anything it asks is taken; a service that does not prove it is refused by the caller.
+# Through all of it the daemon lives, nothing is written outside its roots, and nothing
+# is committed. Versions fail cleanly both ways, naming both.
 . "$(dirname "$0")/replica_lib.sh"
 
 daemon B --peer-timeout 5
@@ -23,11 +26,18 @@ case_() {
     said "$want" "case $name"
 }
 case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
-case_ other-version "answer: service: ckptd B speaks peer protocol version 2; this peer sent version 3"
-logged B "refused: ckptd B speaks peer protocol version 2; this peer sent version 3" \
+case_ other-version "answer: service: ckptd B speaks peer protocol version 3; this peer sent version 4"
+logged B "refused: ckptd B speaks peer protocol version 3; this peer sent version 4" \
     "the version refusal"
 case_ before-hello "refused: .*a INVENTORY \(type 2\) before HELLO"
 case_ second-hello "refused: .*a second HELLO"
+case_ before-auth "refused: .*a INVENTORY \(type 2\) before AUTH: a caller proves that it holds"
+case_ forged-auth "refused: .*the caller does not prove that it holds this job's peer key"
+logged B "peer 127\.0\.0\.1:[0-9]+ \(says it is ckptd hostile\): it does not hold the job's peer key $WORK/peer\.key" \
+    "the forged proof"
+case_ replayed-auth "refused: .*the caller does not prove that it holds this job's peer key"
+case_ auth-short "refused: .*AUTH message with a malformed payload \(a proof is 32 bytes\)"
+case_ second-auth "refused: .*a second AUTH"
 case_ bad-id "refused: .*a daemon id that is not"
 case_ hello-trailing "refused: .*HELLO message with a malformed payload"
 case_ unknown-type "refused: .*a message of type 200"
@@ -63,19 +73,29 @@ case_ get-all-and-files "refused: .*both 'all' and a list of files"
 case_ get-missing "refused: .*no copy of no-such-checkpoint here"
 
 # A service of another version, for this build's client: refused naming both.
-"$PEER_TOOL" serve-version 127.0.0.1:0 3 10 >"$WORK/fake.out" 2>&1 &
+"$PEER_TOOL" serve-version 127.0.0.1:0 4 10 >"$WORK/fake.out" 2>&1 &
 fake=$!
 for _ in $(seq 100); do
     grep -q "^serving" "$WORK/fake.out" && break
     sleep 0.05
 done
-fake_addr=$(sed -n 's/^serving as version 3 at //p' "$WORK/fake.out")
-[ -n "$fake_addr" ] || fail "the fake service of version 3 did not start: $(cat "$WORK/fake.out")"
+fake_addr=$(sed -n 's/^serving as version 4 at //p' "$WORK/fake.out")
+[ -n "$fake_addr" ] || fail "the fake service of version 4 did not start: $(cat "$WORK/fake.out")"
 run "$CKPTCTL" peer inventory --addr "$fake_addr" --timeout 5
 expect 1 "a client of this build and a service of another version"
-said "speaks ckptd peer protocol version 3, this build version 2" "the client's refusal"
+said "speaks ckptd peer protocol version 4, this build version 3" "the client's refusal"
 kill "$fake"
 wait "$fake" 2>/dev/null
+
+# A service that does not hold the caller's key, for this build's client: the caller
+# asks nothing of it, and says which key it holds.
+key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+printf 'ckptd peer key 1 %s\n' "$key" >"$WORK/other.key"
+chmod 600 "$WORK/other.key"
+run "$CKPTCTL" peer inventory --to B --root "$WORK/B.durable" --peer-key "$WORK/other.key"
+expect 1 "a caller of another key"
+said "ckptd B does not prove that it holds this job's peer key \($WORK/other\.key\): it is not a daemon of this job, or its key differs" \
+    "the caller's refusal of a service of another key"
 
 run "$CKPTCTL" peer inventory --to B --root "$WORK/B.durable"
 expect 0 "the daemon lives after every hostile peer"
@@ -84,6 +104,7 @@ said "^0 copies" "nothing was committed"
 new=$(find "$WORK" -mindepth 1 -newer "$WORK/before" ! -path "$WORK/B.local/.replicas/hostile*" \
       ! -path "$WORK/B.local/.replicas" ! -name '*.log' ! -name 'out.txt' ! -name 'fake.out' \
       ! -path "$WORK/B.local" ! -path "$WORK/B.local/catalog.mdb*" ! -path "$WORK/B.durable" \
+      ! -name other.key \
       ! -path "$WORK/B.durable/*" -print)
 [ -z "$new" ] || fail "written outside the replica roots: $new"
 for f in $(ls -A "$WORK/B.local/.replicas/hostile"); do

@@ -18,6 +18,9 @@ for v in CKPTD CKPTCTL CKPT_SYNTH CKPT_VERIFY CKPT_INSPECT COPY_PARTIAL PEER_TOO
 done
 
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/replica.XXXXXX") || fail "mktemp failed"
+# One peer key for every daemon and tool of the test, whatever durable root each has
+# (the first daemon makes it): the daemons of one job, as on a cluster.
+export CKPTD_PEER_KEY=$WORK/peer.key
 declare -A PID
 cleanup() {
     local id
