@@ -434,6 +434,9 @@ typedef struct kd_peer_call {
     const char *id;                /* this side's daemon id, in HELLO */
     const kd_peer_key *key;        /* the job's: each side proves it holds it */
     unsigned timeout;
+    /* A busy refusal fails the call at once (-EBUSY), for a caller with another peer
+     * to ask first; else it is made again within timeout. */
+    bool busy_fails;
     /* bytes of the stream sent or taken; may be NULL */
     void (*progress)(void *arg, uint64_t done, uint64_t total);
     void *arg;

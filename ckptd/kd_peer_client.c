@@ -12,7 +12,8 @@
  * that closes or dies fails the call at once. A peer that serves as many transfers as
  * it takes already refuses a PUT or GET with -EBUSY: it is busy, not lost, and the
  * call is made again, after a pause that grows from 50 ms to 1 s, for at most the
- * call's timeout in all (the peer is speaking meanwhile).
+ * call's timeout in all (the peer is speaking meanwhile); unless the caller, which has
+ * other holders to ask, wants the refusal at once (busy_fails).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,8 @@ static int stream_out(call *k, kd_xsend *x, const char *name, ck_err *err)
  * the call's timeout), having paused *ms, which grows. */
 static bool again(const kd_peer_call *c, double t0, unsigned *ms)
 {
+    if (c->busy_fails)
+        return false;
     *ms = *ms ? (*ms < 500 ? *ms * 2 : 1000) : 50;
     if (kd_now() + *ms / 1000.0 - t0 > c->timeout)
         return false;

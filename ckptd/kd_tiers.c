@@ -541,26 +541,42 @@ static bool holds(const kd_peer_copy *c, const char *file)
 }
 
 /* Fetches files[f] for each need[f] of g from the peers' copies, the copy that holds
- * most of them first; a copy that fails is skipped for the next. Clears need[f] for
- * what came. said collects the failures, for the error if a file cannot be had. */
+ * most of them first; a copy that fails is skipped for the next. A holder busy with
+ * other transfers is passed over while another holder can serve, and asked again,
+ * waiting its turn, only when none can (so that a busy node delays a restore only when
+ * it alone holds what is needed). Clears need[f] for what came. said collects the
+ * failures, for the error if a file cannot be had. */
 static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
                       char (*files)[CK_FILE_NAME_MAX], uint32_t n, uint8_t *need,
                       bool manifest, char *said, size_t len, char *into, ck_err *err)
 {
     bool *failed = calloc(g->n ? g->n : 1, sizeof *failed);
+    bool *busy = calloc(g->n ? g->n : 1, sizeof *busy);
+    bool patient = false;              /* busy holders are waited for */
     kd_preq ask = { .files = calloc(n ? n : 1, sizeof *ask.files) };
     size_t at = strlen(said);
-    int r = failed && ask.files ? 0 : ck_err_set(err, -ENOMEM, "out of memory");
+    int r = failed && busy && ask.files ? 0 : ck_err_set(err, -ENOMEM, "out of memory");
     for (;;) {
         size_t best = SIZE_MAX, most = 0;
+        bool waiting = false;          /* a busy holder passed over could serve */
         for (size_t i = 0; r == 0 && i < g->n; i++) {
             const kd_tcopy *c = &t->v[g->idx[i]];
             bool usable = c->where == KD_AT_PEER && !failed[i];
             size_t k = 0;
             for (uint32_t f = 0; usable && f < n; f++)
                 k += need[f] && holds(&c->c, files[f]);
+            if (usable && busy[i] && !patient) {
+                waiting |= k > 0 || manifest;
+                continue;
+            }
             if (usable && (k > most || (manifest && best == SIZE_MAX)))
                 best = i, most = k;
+        }
+        if (r == 0 && (best == SIZE_MAX || (!most && !manifest)) && waiting) {
+            patient = true;
+            kd_log_to(o->log, o->log_arg, "FETCH of %s: only holders busy with other "
+                      "transfers are left; asking them again, waiting for a turn", g->name);
+            continue;
         }
         if (r < 0 || best == SIZE_MAX || (!most && !manifest))
             break;
@@ -575,8 +591,8 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         snprintf(ask.source, sizeof ask.source, "%s", c->c.source);
         ask.time_ns = g->time;
         kd_peer_call call = { .addr = t->peers[c->peer].addr, .id = o->id, .key = o->key,
-                              .timeout = o->timeout, .progress = o->progress,
-                              .arg = o->progress_arg };
+                              .timeout = o->timeout, .busy_fails = !patient,
+                              .progress = o->progress, .arg = o->progress_arg };
         /* The root is empty until the GET's copy begins: retention must not take it
          * for one left empty meanwhile. */
         if (o->fetching)
@@ -586,6 +602,13 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
             kd_inv_fetch_drop(root, g->name);
         if (o->fetching)
             pthread_rwlock_unlock(o->fetching);
+        if (x == -EBUSY && !patient) {
+            kd_log_to(o->log, o->log_arg, "FETCH of %s: ckptd %s, which holds a copy of "
+                      "ckptd %s, is busy (%s); asking another holder first", g->name,
+                      c->holder, c->c.source, ck_err_msg(&why));
+            busy[best] = true;
+            continue;
+        }
         if (x < 0) {
             kd_log_to(o->log, o->log_arg, "FETCH of %s: the copy of ckptd %s at ckptd %s "
                       "failed: %s; trying the next holder", g->name, c->c.source, c->holder,
@@ -606,6 +629,7 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         manifest = false;
     }
     free(failed);
+    free(busy);
     kd_preq_free(&ask);
     return r;
 }

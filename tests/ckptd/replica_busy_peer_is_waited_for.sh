@@ -21,31 +21,8 @@ for i in 1 2 3 4 5; do
 done
 daemon B --peer-timeout 3
 
-# hold_b: four PUTs stopped mid-transfer at B, in SENDERS.
-SENDERS=()
-hold_b() {
-    local i
-    SENDERS=()
-    for i in 1 2 3 4; do
-        rm -rf "$WORK/B.local/.replicas/A$i"
-        "$PEER_TOOL" put "$(addr B)" "$WORK/A$i.local" c1 "A$i" stop >"$WORK/held$i.out" 2>&1 &
-        SENDERS+=($!)
-    done
-    for i in 1 2 3 4; do
-        for _ in $(seq 300); do
-            grep -q "acting: stop" "$WORK/held$i.out" && break
-            sleep 0.1
-        done
-        grep -q "acting: stop" "$WORK/held$i.out" || fail "sender A$i never got its first ACK"
-    done
-}
-release() {
-    kill -9 "${SENDERS[@]}" 2>/dev/null
-    wait "${SENDERS[@]}" 2>/dev/null
-}
-
 echo "--- 1. busy, then free: the PUT waits and commits"
-hold_b
+hold B
 run "$CKPTCTL" peer put --to B --root "$WORK/B.durable" --id A5 --from "$WORK/A5.local" c1 \
     --timeout 30
 expect 0 "the fifth PUT, made again until B had room"
@@ -58,7 +35,7 @@ expect 0 "the replica that waited deep-verifies"
 
 echo "--- 2. busy past the caller's timeout: it gives up, saying so"
 rm -rf "$WORK/B.local/.replicas/A5"
-hold_b
+hold B
 run "$CKPTCTL" peer put --to B --root "$WORK/B.durable" --id A5 --from "$WORK/A5.local" c1 \
     --timeout 1
 expect 1 "a PUT to a peer busy for longer than its timeout"

@@ -134,3 +134,30 @@ wait_log() {
 logged() {
     grep -qE -- "$2" "$WORK/$1.log" || { sed 's/^/  log| /' "$WORK/$1.log"; fail "$3: the log of ckptd $1 does not say /$2/"; }
 }
+
+# hold ID: the four transfer slots of ckptd ID taken by PUTs stopped after their first
+# acknowledgement (ID keeps each open until its --peer-timeout), each from its own
+# source A1..A4, whose copy of c1 (two data files of src/c1: more than a transfer
+# window) WORK/Ai.local must hold; the senders' pids in SENDERS. release: they are
+# killed, and ID sees each connection fail at once.
+SENDERS=()
+hold() {
+    local i
+    SENDERS=()
+    for i in 1 2 3 4; do
+        rm -rf "$WORK/$1.local/.replicas/A$i"
+        "$PEER_TOOL" put "$(addr "$1")" "$WORK/A$i.local" c1 "A$i" stop >"$WORK/held$i.out" 2>&1 &
+        SENDERS+=($!)
+    done
+    for i in 1 2 3 4; do
+        for _ in $(seq 300); do
+            grep -q "acting: stop" "$WORK/held$i.out" && break
+            sleep 0.1
+        done
+        grep -q "acting: stop" "$WORK/held$i.out" || fail "sender A$i never got its first ACK"
+    done
+}
+release() {
+    kill -9 "${SENDERS[@]}" 2>/dev/null
+    wait "${SENDERS[@]}" 2>/dev/null
+}
