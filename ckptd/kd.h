@@ -305,11 +305,13 @@ void kd_staging_release(kd_server *s, kd_part *p);
  * NULL. Call it until NULL after every release: room is given in queue order. */
 kd_part *kd_staging_admit_waiting(kd_server *s);
 
-/* kd_retain.c: retention per tier (--keep-local, --keep-durable; decision 0182) */
-/* Owners of pins from this value up are the daemon's own (the drain's); below, the
- * pids of client processes (a loader's RESOLVE and FETCH come on connections of their
- * own: its pins stay until the last connection of its process closes). */
-#define KD_PIN_DAEMON (1ull << 63)
+/* kd_retain.c: retention per tier (--keep-local, --keep-durable; decisions 0182, 0195) */
+/* Owners of pins: the pids of client processes (a loader's RESOLVE and FETCH come on
+ * connections of their own: its pins stay until the last connection of its process
+ * closes), and the daemon's drains: those it owes (queued or running), and those it
+ * stands by for. */
+#define KD_PIN_OWED (1ull << 63)
+#define KD_PIN_WATCHED ((1ull << 63) | 1)
 int kd_retain_init(kd_server *s, ck_err *err);
 void kd_retain_free(kd_server *s);
 /* The thread that runs the passes (the restorer's) says how to ask it for one: wake(arg),
@@ -322,6 +324,10 @@ void kd_retain_after_commit(kd_server *s, const char *name);
  * after the last pin of the name by it), no copy of name in any tier is removed. */
 void kd_retain_pin(kd_server *s, uint64_t owner, const char *name);
 void kd_retain_unpin(kd_server *s, uint64_t owner);
+/* A drain's hold (KD_PIN_OWED, KD_PIN_WATCHED): name's copies stay, beyond K, until
+ * kd_retain_release of the same owner and name, however long that takes. */
+void kd_retain_hold(kd_server *s, uint64_t owner, const char *name);
+void kd_retain_release(kd_server *s, uint64_t owner, const char *name);
 /* A pass (the restorer's thread only). */
 void kd_retain_run(kd_server *s);
 

@@ -27,6 +27,15 @@
  * the durable root already holds (the daemon died after the rename) is done at once.
  * The state of the last drains (queued, running with its bytes, done, failed and why)
  * is the DRAIN reply, which ckptctl drain prints.
+ *
+ * Retention keeps the copies a drain needs (decision 0195): a drain owed (queued or
+ * running) holds its checkpoint's copies here, and a watch holds them on the daemons
+ * that stand by, beyond --keep-local, until the drain ends. So that this stays bounded
+ * when saves outrun the drains, a newer policy drain supersedes one still queued (it is
+ * done, not drained, and says so): one runs and one waits. The drainer publishes the
+ * drains it owes in the durable root (ROOT/.ckptd.ID.drains), and a daemon standing by
+ * lets its watch go when the drainer no longer lists it (its drain failed or was
+ * superseded there).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -49,12 +58,17 @@
 /* The drains owed: DRAIN_QUEUED drains and as many stand-bys, each of AHEAD_KEPT ids. */
 #define DRAIN_FILE_MAX (2 * DRAIN_QUEUED * (CK_NAME_MAX + 16) + \
                         DRAIN_QUEUED * AHEAD_KEPT * CK_NODE_ID_MAX + 64)
+/* ROOT/.ckptd.ID.drains: its head and a name per drain owed. */
+#define DRAINS_HEAD "ckptd drains 1\n"
+#define DRAINS_FILE_MAX (DRAIN_QUEUED * CK_NAME_MAX + sizeof DRAINS_HEAD)
 
 typedef struct drec {
     struct drec *next;
     kd_drain_row row;
     bool offer;                    /* the policy's: drained only by its first file's node */
     bool waited;                   /* a save asked for level durable: its engine waits */
+    bool policy;                   /* kept by --drain-every: a newer one supersedes it
+                                    * while it is queued */
 } drec;
 
 /* A kept offer that another daemon drains: this one stands by (decision 0192). */
@@ -69,6 +83,8 @@ typedef struct watch {
     bool read;                     /* instance holds its drainer's (read, or kept on disk) */
     bool counted;                  /* counter holds what was read since this start */
     double changed;                /* when its counter last moved (this host's clock) */
+    double born;                   /* when it was made (this host's clock) */
+    bool listed;                   /* its drainer listed it among the drains it owes */
     char nodes[][CK_NODE_ID_MAX];
 } watch;
 
@@ -93,6 +109,9 @@ struct kd_drainer {
     bool stop;
     bool dirty;                    /* offers or watches changed since the file was written */
     char file[CK_NODE_ID_MAX + 16];/* .ckptd.ID.drain in the local tier */
+    char pub[CK_NODE_ID_MAX + 16]; /* .ckptd.ID.drains in the durable root */
+    char *published;               /* what it holds (owe_mu), not written again */
+    size_t published_len;
 };
 
 static unsigned count(const struct kd_drainer *k, int state)
@@ -103,16 +122,45 @@ static unsigned count(const struct kd_drainer *k, int state)
     return n;
 }
 
+/* Whether a drain of name is still owed here (queued or running; under mu). */
+static bool owes(const struct kd_drainer *k, const char *name)
+{
+    for (const drec *r = k->recs; r; r = r->next)
+        if (r->row.state <= KD_DRAIN_RUNNING && !strcmp(r->row.name, name))
+            return true;
+    return false;
+}
+
+/* r is no longer owed (under mu, its state set): retention may take its copies. */
+static void settled(struct kd_drainer *k, const drec *r)
+{
+    if (!owes(k, r->row.name))
+        kd_retain_release(k->s, KD_PIN_OWED, r->row.name);
+    k->dirty = true;
+    pthread_cond_signal(&k->sb_cv);
+}
+
 /* Adds a queued drain of name (under mu), or finds the one already queued; NULL when
- * the queue is full. A waited drain goes before the queued drains no one waits for. */
+ * the queue is full. A waited drain goes before the queued drains no one waits for; a
+ * policy drain supersedes the policy drains still queued. */
 static drec *queue(struct kd_drainer *k, const char *name, uint64_t step, bool offer,
-                   bool waited)
+                   bool waited, bool policy)
 {
     for (drec *q = k->recs; q; q = q->next)
         if (q->row.state == KD_DRAIN_QUEUED && !strcmp(q->row.name, name)) {
             q->offer &= offer;
             q->waited |= waited;
+            q->policy &= policy;
             return q;
+        }
+    for (drec *q = k->recs; policy && q; q = q->next)
+        if (q->row.state == KD_DRAIN_QUEUED && q->policy) {
+            q->row.state = KD_DRAIN_DONE;
+            snprintf(q->row.why, sizeof q->row.why, "not drained: superseded by %s, a newer "
+                     "save, while it waited (the drains fall behind the saves: --drain-every "
+                     "%u, --drain-rate)", name, k->every);
+            kd_log(k->s, "drain of %s: %s", q->row.name, q->row.why);
+            settled(k, q);
         }
     if (count(k, KD_DRAIN_QUEUED) >= DRAIN_QUEUED)
         return NULL;
@@ -124,11 +172,17 @@ static drec *queue(struct kd_drainer *k, const char *name, uint64_t step, bool o
     r->row.state = KD_DRAIN_QUEUED;
     r->offer = offer;
     r->waited = waited;
+    r->policy = policy;
     while (*pp && !(waited && (*pp)->row.state == KD_DRAIN_QUEUED && !(*pp)->waited))
         pp = &(*pp)->next;
     r->next = *pp;
     *pp = r;
+    /* Its copies stay until it ends, and its watchers hear it is owed (the stand-by
+     * thread publishes it at once, even while a long drain runs). */
+    kd_retain_hold(k->s, KD_PIN_OWED, name);
+    k->dirty = true;
     pthread_cond_signal(&k->cv);
+    pthread_cond_signal(&k->sb_cv);
     return r;
 }
 
@@ -157,17 +211,24 @@ static void trim(struct kd_drainer *k)
  * written whole by rename (after mu is let go: it fsyncs). */
 static void owe(struct kd_drainer *k)
 {
-    char *buf = malloc(DRAIN_FILE_MAX);
-    if (!buf)
+    char *buf = malloc(DRAIN_FILE_MAX), *pub = malloc(DRAINS_FILE_MAX);
+    if (!buf || !pub) {
+        free(buf);
+        free(pub);
         return;
+    }
     pthread_mutex_lock(&k->owe_mu);
     pthread_mutex_lock(&k->mu);
     k->dirty = false;
     size_t at = (size_t)snprintf(buf, DRAIN_FILE_MAX, "ckptd drain 3\noffers %llu\n",
                                  (unsigned long long)k->offers);
+    size_t pat = (size_t)snprintf(pub, DRAINS_FILE_MAX, DRAINS_HEAD);
     for (drec *r = k->recs; r; r = r->next)
-        if (r->row.state <= KD_DRAIN_RUNNING && at < DRAIN_FILE_MAX)
+        if (r->row.state <= KD_DRAIN_RUNNING && at < DRAIN_FILE_MAX) {
             at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "drain %s\n", r->row.name);
+            if (pat < DRAINS_FILE_MAX)
+                pat += (size_t)snprintf(pub + pat, DRAINS_FILE_MAX - pat, "%s\n", r->row.name);
+        }
     for (watch *w = k->watches; w && at < DRAIN_FILE_MAX; w = w->next) {
         uint32_t from = w->me - w->at > AHEAD_KEPT ? w->me - AHEAD_KEPT : w->at;
         at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "standby %s %d %llx", w->name,
@@ -184,8 +245,65 @@ static void owe(struct kd_drainer *k)
         ck__meet_put(k->o.local, k->o.local, k->file, buf, at, true, &err) < 0)
         kd_log(k->s, "the drains owed (%s/%s) could not be written: %s; a restart forgets "
                "them", k->o.local, k->file, ck_err_msg(&err));
+    /* The daemons standing by read the names; written only when they changed (a file of
+     * the shared root, fsynced). */
+    if (pat < DRAINS_FILE_MAX && (pat != k->published_len || memcmp(pub, k->published, pat))) {
+        if (ck__meet_put(k->o.durable, k->o.durable, k->pub, pub, pat, true, &err) < 0) {
+            kd_log(k->s, "the drains owed, for the daemons that stand by (%s/%s), could not "
+                   "be written: %s", k->o.durable, k->pub, ck_err_msg(&err));
+        } else {
+            free(k->published);
+            k->published = pub;
+            k->published_len = pat;
+            pub = NULL;
+        }
+    }
     pthread_mutex_unlock(&k->owe_mu);
     free(buf);
+    free(pub);
+}
+
+/* Reads root/file (a regular file beneath root, no link followed) into buf of max + 1
+ * bytes: its length in *n (max + 1 when it is longer), or a negative errno. */
+static int slurp(const char *root, const char *file, char *buf, size_t max, ssize_t *n)
+{
+    int rootfd = ck__root_open(root, NULL);
+    int fd = rootfd < 0 ? rootfd : ck__openat_reg(rootfd, file, O_RDONLY, 0);
+    if (rootfd >= 0)
+        close(rootfd);
+    if (fd < 0)
+        return fd;
+    ssize_t got = 0;
+    *n = 0;
+    while ((size_t)*n <= max && (got = read(fd, buf + *n, max + 1 - (size_t)*n)) > 0)
+        *n += got;
+    int e = errno;
+    close(fd);
+    return got < 0 ? -e : 0;
+}
+
+/* Whether daemon id lists name among the drains it owes (its ROOT/.ckptd.ID.drains): 1
+ * yes, 0 no, negative when that cannot be told (no such file, not one). */
+static int listed_by(const struct kd_drainer *k, const char *id, const char *name)
+{
+    char file[CK_NODE_ID_MAX + 16], buf[DRAINS_FILE_MAX + 1];
+    ssize_t n;
+    size_t len = strlen(name);
+    if (ck__name_engine(id, CK_ENGINE_DRAINS, file, sizeof file) < 0)
+        return -ENAMETOOLONG;
+    int r = slurp(k->o.durable, file, buf, DRAINS_FILE_MAX, &n);
+    if (r < 0)
+        return r;
+    if (n > (ssize_t)DRAINS_FILE_MAX || n < (ssize_t)strlen(DRAINS_HEAD) ||
+        memcmp(buf, DRAINS_HEAD, strlen(DRAINS_HEAD)) || buf[n - 1] != '\n')
+        return -EINVAL;
+    for (const char *line = buf + strlen(DRAINS_HEAD); line < buf + n;) {
+        const char *end = memchr(line, '\n', (size_t)(buf + n - line));
+        if ((size_t)(end - line) == len && !memcmp(line, name, len))
+            return 1;
+        line = end + 1;
+    }
+    return 0;
 }
 
 /* The policy's offers are drained by the daemon whose own copy holds the checkpoint's
@@ -231,21 +349,15 @@ static void run(struct kd_drainer *k, drec *r)
         k->cur = &d;
         pthread_mutex_unlock(&k->mu);
         kd_log(k->s, "drain of %s to the durable root: started", r->row.name);
-        /* Retention leaves the copies a drain reads alone, and counts what it commits. */
-        kd_retain_pin(k->s, KD_PIN_DAEMON, r->row.name);
         double t0 = kd_now();
         x = kd_drain_copy(&d, &step, &err);
         double dt = kd_now() - t0;
-        kd_retain_unpin(k->s, KD_PIN_DAEMON);
-        /* Said before the retention pass it starts, which may take a while: the commit is
-         * visible from the rename on. */
-        if (x == 0) {
+        if (x == 0)
             kd_log(k->s, "drain of %s: committed in the durable root, %llu bytes in %.2f s "
                    "(%.1f MB/s, --drain-rate %llu B/s)", r->row.name,
                    (unsigned long long)d.total, dt, dt > 0 ? (double)d.total / dt / 1e6 : 0.0,
                    (unsigned long long)k->bucket.rate);
-            kd_retain_after_commit(k->s, r->row.name);
-        } else if (x == 1)
+        else if (x == 1)
             snprintf(why, sizeof why, "the durable root holds it already");
         else if (x != -ECANCELED)
             kd_log(k->s, "drain of %s failed: %s; the durable root holds nothing of it",
@@ -263,6 +375,7 @@ static void run(struct kd_drainer *k, drec *r)
         snprintf(r->row.why, sizeof r->row.why, "%s", x < 0 ? ck_err_msg(&err) : why);
         if (x == 1)
             kd_log(k->s, "drain of %s: nothing to do: %s", r->row.name, why);
+        settled(k, r);
     }
     /* The node that drained it tells the save engine waiting (trim may free r). */
     char name[CK_NAME_MAX + 1];
@@ -272,6 +385,10 @@ static void run(struct kd_drainer *k, drec *r)
     pthread_mutex_unlock(&k->mu);
     if (tell)
         ck__saver_drained(k->s->saver, name, x < 0 ? x : 0, ck_err_msg(&err));
+    /* Its hold is let go (settled): the pass sees what the durable root now holds, and
+     * that the local copies are owed nothing. */
+    if (x == 0)
+        kd_retain_after_commit(k->s, name);
 }
 
 /* ---- standing by ---- */
@@ -297,16 +414,29 @@ static const char *lost(const struct kd_drainer *k, watch *w, double t)
 }
 
 /* One look at w: false when it ends (the durable root holds the checkpoint, this node
- * has no copy of it any more, or this node takes the drain over: queued). */
+ * has no copy of it any more, its drainer owes it no longer, or this node takes the
+ * drain over: queued). */
 static bool stand_by(struct kd_drainer *k, watch *w, double t)
 {
-    /* Drained meanwhile, or this node has no copy of it any more (retention took it:
-     * newer saves exist, nothing to stand by for). */
+    /* Drained meanwhile, or this node has no copy of it any more (removed by hand: the
+     * watch holds it from retention). */
     if (ck__copy_whole_in(k->o.local, k->o.durable, w->name) != 0)
         return false;
     const char *why = lost(k, w, t);
-    if (!why)
-        return true;
+    if (!why) {
+        /* A live drainer that listed the drain and lists it no more, or never listed it
+         * while every node of the save heard of it (--part-timeout), owes it no longer:
+         * its drain failed or was superseded there (its log says which), and this
+         * node's copies are let go. Unreadable, the list says nothing. */
+        int listed = listed_by(k, w->nodes[w->at], w->name);
+        if (listed == 1)
+            w->listed = true;
+        if (listed != 0 || (!w->listed && t - w->born <= k->s->o.part_timeout))
+            return true;
+        kd_log(k->s, "drain of %s: ckptd %s owes it no longer (its drain failed or was "
+               "superseded there); no longer stood by for", w->name, w->nodes[w->at]);
+        return false;
+    }
     char from[CK_NODE_ID_MAX];
     snprintf(from, sizeof from, "%s", w->nodes[w->at]);
     w->at++;
@@ -332,7 +462,7 @@ static bool stand_by(struct kd_drainer *k, watch *w, double t)
         kd_log(k->s, "drain of %s: removed %zu incomplete save(s) of dead writers from %s",
                w->name, removed, k->o.durable);
     pthread_mutex_lock(&k->mu);
-    bool ok = queue(k, w->name, w->step, false, w->waited) != NULL;
+    bool ok = queue(k, w->name, w->step, false, w->waited, false) != NULL;
     pthread_mutex_unlock(&k->mu);
     if (!ok)
         kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
@@ -362,6 +492,7 @@ static void stand_by_all(struct kd_drainer *k)
             *tail = w;
             tail = &w->next;
         } else {
+            kd_retain_release(k->s, KD_PIN_WATCHED, w->name);
             free(w);
             ended++;
         }
@@ -380,12 +511,20 @@ static void stand_by_all(struct kd_drainer *k)
 
 /* The stand-by: a thread of its own, so that a daemon busy with a long drain (paced by
  * --drain-rate, minutes) still sees within a second that a drain it stands by for lost
- * its node. It writes the drains owed when a watch came or went. */
+ * its node. It writes the drains owed when a watch came or went, or a drain was queued
+ * or ended: at once, so that the daemons standing by see what is owed even while a
+ * long drain runs. */
 static void *stand_by_thread(void *arg)
 {
     struct kd_drainer *k = arg;
     pthread_mutex_lock(&k->mu);
     while (!k->stop) {
+        if (!k->watches && k->dirty) {
+            pthread_mutex_unlock(&k->mu);
+            owe(k);
+            pthread_mutex_lock(&k->mu);
+            continue;
+        }
         if (!k->watches) {
             pthread_cond_wait(&k->sb_cv, &k->mu);
             continue;
@@ -395,7 +534,7 @@ static void *stand_by_thread(void *arg)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_sec += 1;
-        while (!k->stop && !k->fresh &&
+        while (!k->stop && !k->fresh && !k->dirty &&
                pthread_cond_timedwait(&k->sb_cv, &k->mu, &ts) != ETIMEDOUT)
             ;
         if (k->stop)
@@ -432,18 +571,20 @@ static watch *watch_add(struct kd_drainer *k, const char *name, uint64_t step, b
     w->step = step;
     w->waited = waited;
     w->n = n;
-    w->changed = kd_now();
+    w->changed = w->born = kd_now();
     memcpy(w->nodes, nodes, (size_t)n * CK_NODE_ID_MAX);
     for (w->me = 1; w->me < n && strcmp(nodes[w->me], k->s->o.id); w->me++)
         ;
     w->next = k->watches;
     k->watches = w;
+    kd_retain_hold(k->s, KD_PIN_WATCHED, name);    /* its copies stay while it stands */
     if (++k->nwatch > DRAIN_QUEUED) {
         watch **pp = &k->watches;
         while ((*pp)->next)
             pp = &(*pp)->next;
         kd_log(k->s, "drain of %s: no longer stood by for (%u drains stood by for)",
                (*pp)->name, DRAIN_QUEUED);
+        kd_retain_release(k->s, KD_PIN_WATCHED, (*pp)->name);
         free(*pp);
         *pp = NULL;
         k->nwatch--;
@@ -467,7 +608,7 @@ static void owed_line(struct kd_drainer *k, char *line)
         return;
     }
     if (!strcmp(word, "drain") && !strtok_r(NULL, " ", &save)) {
-        if (queue(k, name, 0, false, false))
+        if (queue(k, name, 0, false, false, false))
             kd_log(k->s, "drain of %s: owed since before the daemon started; from the start",
                    name);
         return;
@@ -506,32 +647,22 @@ static void owed_line(struct kd_drainer *k, char *line)
 static void owed(struct kd_drainer *k)
 {
     char *buf = malloc(DRAIN_FILE_MAX + 1);
-    int rootfd = ck__root_open(k->o.local, NULL);
-    int fd = rootfd < 0 ? rootfd : ck__openat_reg(rootfd, k->file, O_RDONLY, 0);
-    if (rootfd >= 0)
-        close(rootfd);
-    if (fd == -ENOENT) {
+    ssize_t n = 0;
+    int r = buf ? slurp(k->o.local, k->file, buf, DRAIN_FILE_MAX, &n) : -ENOMEM;
+    if (r == -ENOENT) {
         free(buf);
         return;
     }
-    if (fd < 0 || !buf) {
-        kd_log(k->s, "%s/%s: %s; no drain resumes", k->o.local, k->file,
-               fd < 0 ? ck__why(fd) : "out of memory");
-        if (fd >= 0)
-            close(fd);
+    if (r < 0) {
+        kd_log(k->s, "%s/%s: %s; no drain resumes", k->o.local, k->file, ck__why(r));
         free(buf);
         return;
     }
-    ssize_t n = 0, got;
-    while ((got = read(fd, buf + n, DRAIN_FILE_MAX + 1 - (size_t)n)) > 0)
-        n += got;
-    int e = errno;
-    close(fd);
     /* Version 1 (revision 6) had no count: the policy counts from 0 again. Versions 1
      * and 2 name a drain owed a line; 3 says what each line is. */
     unsigned long long offers = 0;
     int head = 0, version = 0;
-    if (got == 0 && n > 0 && n <= (ssize_t)DRAIN_FILE_MAX && buf[n - 1] == '\n' &&
+    if (n > 0 && n <= (ssize_t)DRAIN_FILE_MAX && buf[n - 1] == '\n' &&
         !memchr(buf, '\0', (size_t)n)) {
         buf[n] = '\0';
         char *end = NULL;
@@ -544,9 +675,8 @@ static void owed(struct kd_drainer *k)
             head = (int)(end + 1 - buf), version = buf[12] - '0';
     }
     if (!head) {
-        kd_log(k->s, "%s/%s: not a 'ckptd drain' file%s%s; no drain resumes", k->o.local,
-               k->file, got < 0 ? ": " : n > (ssize_t)DRAIN_FILE_MAX ? " (too large)" : "",
-               got < 0 ? strerror(e) : "");
+        kd_log(k->s, "%s/%s: not a 'ckptd drain' file%s; no drain resumes", k->o.local,
+               k->file, n > (ssize_t)DRAIN_FILE_MAX ? " (too large)" : "");
         free(buf);
         return;
     }
@@ -560,7 +690,7 @@ static void owed(struct kd_drainer *k)
             owed_line(k, line);
         else if (ck_name_check("checkpoint", line, &err) < 0)
             kd_log(k->s, "%s/%s: %s; skipped", k->o.local, k->file, ck_err_msg(&err));
-        else if (queue(k, line, 0, false, false))
+        else if (queue(k, line, 0, false, false, false))
             kd_log(k->s, "drain of %s: owed since before the daemon started; from the start",
                    line);
     }
@@ -626,6 +756,7 @@ int kd_drain_start(kd_server *s, ck_err *err)
                             .fetching = &s->fetching,
                             .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
     ck__name_engine(s->o.id, CK_ENGINE_DRAIN, k->file, sizeof k->file);
+    ck__name_engine(s->o.id, CK_ENGINE_DRAINS, k->pub, sizeof k->pub);
     pthread_mutex_init(&k->mu, NULL);
     pthread_mutex_init(&k->owe_mu, NULL);
     pthread_condattr_t ca;
@@ -667,6 +798,7 @@ void kd_drain_stop(kd_server *s)
     if (k->dirty)
         owe(k);                    /* the last offers' count, the last watches */
     free_recs(k);
+    free(k->published);
     pthread_mutex_destroy(&k->mu);
     pthread_mutex_destroy(&k->owe_mu);
     pthread_cond_destroy(&k->cv);
@@ -696,7 +828,7 @@ static bool ask(struct kd_drainer *k, const char *name, uint64_t step, bool offe
     if (keep && offer && member)
         watch_add(k, name, step, waited, nodes, n);
     else if (keep)
-        ok = queue(k, name, step, offer && !first, waited) != NULL;
+        ok = queue(k, name, step, offer && !first, waited, counted) != NULL;
     pthread_mutex_unlock(&k->mu);
     if (!ok)
         kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",

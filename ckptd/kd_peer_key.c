@@ -28,6 +28,7 @@
 
 #include "kd.h"
 
+#include "format/layout.h"
 #include "io/rootfs.h"
 
 #define KEY_HEAD "ckptd peer key 1 "
@@ -92,19 +93,20 @@ static int key_read(int fd, const char *path, kd_peer_key *key, ck_err *err)
  * is the key). */
 static int key_make(int dirfd, const char *path, const char *base, ck_err *err)
 {
-    uint8_t k[KD_PEER_KEY_LEN], tag[8];
+    uint8_t k[KD_PEER_KEY_LEN];
+    uint64_t tag;
     char tmp[NAME_MAX + 1], text[KEY_FILE_LEN + 1];
     int r = kd_peer_random(k, sizeof k, err);
     if (r == 0)
-        r = kd_peer_random(tag, sizeof tag, err);
+        r = kd_peer_random(&tag, sizeof tag, err);
+    if (r == 0 && ck__name_tmp_unique(base, tag, tmp, sizeof tmp) < 0)
+        r = ck_err_set(err, -ENAMETOOLONG, "making peer key %s: its name is too long", path);
     if (r < 0)
         return r;
     int at = snprintf(text, sizeof text, "%s", KEY_HEAD);
     for (size_t i = 0; i < sizeof k; i++)
         at += snprintf(text + at, sizeof text - (size_t)at, "%02x", k[i]);
     snprintf(text + at, sizeof text - (size_t)at, "\n");
-    snprintf(tmp, sizeof tmp, "%.200s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", base, tag[0],
-             tag[1], tag[2], tag[3], tag[4], tag[5], tag[6], tag[7]);
     int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return ck_err_set(err, -errno, "making peer key %s: %s", path, strerror(errno));
@@ -140,9 +142,9 @@ int kd_peer_key_load(const char *file, const char *durable, bool make, kd_peer_k
         snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - file) + (slash == file) : 1,
                  slash ? file : ".");
     } else {
-        snprintf(key->file, sizeof key->file, "%s/.ckptd.key", durable);
+        snprintf(key->file, sizeof key->file, "%s/%s", durable, CK_PEER_KEY);
         snprintf(dir, sizeof dir, "%s", durable);
-        base = ".ckptd.key";
+        base = CK_PEER_KEY;
     }
     if (!base[0] || strlen(key->file) >= sizeof key->file - 1)
         return ck_err_set(err, -EINVAL, "peer key %s: not a file's path", key->file);

@@ -8,7 +8,10 @@
  *     copies it fetched (LOCAL/.fetched/N/NAME). A checkpoint is its name and commit
  *     time, newest by the step its manifest records, then the commit time. K is the
  *     operator's explicit word: a copy past the K newest goes even when it is the last
- *     copy of a checkpoint newer than the newest durable one. Without --keep-local
+ *     copy of a checkpoint newer than the newest durable one, unless a drain to the
+ *     durable tier is owed it (queued or running here, or stood by for: decision 0195;
+ *     the drainer keeps at most one policy drain queued, so this is at most two
+ *     checkpoints beyond K, and those a save asked durable for). Without --keep-local
  *     nothing of the local tier goes but what the next rule says.
  *   - fetched copies of a run's step (PREFIX<digits>) older than that run's newest
  *     durable checkpoint go whatever K is: they served a restore, and the durable tier
@@ -21,7 +24,7 @@
  *   - never a checkpoint being read: a name that a RESOLVE or FETCH answered stays
  *     pinned while the process that asked has a connection to the daemon (a loader
  *     keeps its client open while it reads), for at most PIN_LEASE after the last
- *     request naming it; the drain pins what it reads.
+ *     request naming it.
  * Every removal is the core's (ck_root_remove: under the name's lock, crash-safe), in
  * the root the copy lies in; a name that a save or another removal holds is skipped
  * for the next pass. Nothing here unlinks a file itself.
@@ -33,6 +36,7 @@
  * whole (else in the next), so that a root is never taken from a fetch about to fill it.
  */
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,12 +159,12 @@ void kd_retain_after_commit(kd_server *s, const char *name)
     pthread_mutex_unlock(&k->mu);
 }
 
-void kd_retain_pin(kd_server *s, uint64_t owner, const char *name)
+/* Adds owner's pin of name, or moves its end to until. */
+static void pin_until(kd_server *s, uint64_t owner, const char *name, double until)
 {
     struct kd_retain *k = s->retain;
     if (!k)
         return;
-    double until = kd_now() + PIN_LEASE;
     pthread_mutex_lock(&k->mu);
     pin *p = k->pins;
     while (p && (p->owner != owner || strcmp(p->name, name)))
@@ -178,27 +182,54 @@ void kd_retain_pin(kd_server *s, uint64_t owner, const char *name)
         kd_log(s, "retention: out of memory pinning %s: the next pass may remove it", name);
 }
 
-void kd_retain_unpin(kd_server *s, uint64_t owner)
+void kd_retain_pin(kd_server *s, uint64_t owner, const char *name)
+{
+    pin_until(s, owner, name, kd_now() + PIN_LEASE);
+}
+
+void kd_retain_hold(kd_server *s, uint64_t owner, const char *name)
+{
+    pin_until(s, owner, name, HUGE_VAL);
+}
+
+/* Drops owner's pins: all of them, or (name) that one; true when one went. */
+static bool unpin(kd_server *s, uint64_t owner, const char *name)
 {
     struct kd_retain *k = s->retain;
+    bool gone = false;
     if (!k)
-        return;
+        return false;
     pthread_mutex_lock(&k->mu);
     for (pin **pp = &k->pins; *pp;) {
         pin *p = *pp;
-        if (p->owner == owner) {
+        if (p->owner == owner && (!name || !strcmp(p->name, name))) {
             *pp = p->next;
             free(p);
+            gone = true;
         } else {
             pp = &p->next;
         }
     }
     pthread_mutex_unlock(&k->mu);
+    return gone;
 }
 
-static bool pinned(struct kd_retain *k, const char *name)
+void kd_retain_unpin(kd_server *s, uint64_t owner)
 {
-    bool yes = false;
+    unpin(s, owner, NULL);
+}
+
+/* What a drain held beyond K goes at once, not at the next commit: a pass is asked. */
+void kd_retain_release(kd_server *s, uint64_t owner, const char *name)
+{
+    if (unpin(s, owner, name))
+        kd_retain_after_commit(s, NULL);
+}
+
+/* Why name's copies stay (a pin holds them), or NULL. */
+static const char *pinned(struct kd_retain *k, const char *name)
+{
+    const char *why = NULL;
     double now = kd_now();
     pthread_mutex_lock(&k->mu);
     for (pin **pp = &k->pins; *pp;) {
@@ -208,19 +239,22 @@ static bool pinned(struct kd_retain *k, const char *name)
             free(p);
             continue;
         }
-        yes |= !strcmp(p->name, name);
+        if (!strcmp(p->name, name) && (!why || p->owner >= KD_PIN_OWED))
+            why = p->owner >= KD_PIN_OWED ? "a drain to the durable tier is owed it, or stood "
+                                            "by for" : "it is being read";
         pp = &p->next;
     }
     pthread_mutex_unlock(&k->mu);
-    return yes;
+    return why;
 }
 
 /* Removes root/name through the core, unless pinned; says why in the log. 1 removed. */
 static int drop(kd_server *s, const char *root, const char *name, uint64_t step,
                 const char *why)
 {
-    if (pinned(s->retain, name)) {
-        kd_log(s, "retention: keeps %s in %s (%s): it is being read", name, root, why);
+    const char *held = pinned(s->retain, name);
+    if (held) {
+        kd_log(s, "retention: keeps %s in %s (%s): %s", name, root, why, held);
         return 0;
     }
     ck_err err = { 0 };

@@ -74,6 +74,10 @@ static void usage(FILE *f)
 "  --drain-rate RATE    bytes per second a drain reads from the local tiers (e.g.\n"
 "                       200MiB; default 0: unpaced), so that it leaves the local disk\n"
 "                       to the saves\n"
+"  --keep-local K       with --local-root: keep the copies of the K newest checkpoints\n"
+"                       in the local tier, and those a drain is owed (default 0: all)\n"
+"  --keep-durable M     keep the M newest checkpoints of each run in DIR (default 0:\n"
+"                       all; the newest always stays)\n"
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 #ifdef KD_TEST_HOOKS

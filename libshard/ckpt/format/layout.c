@@ -14,7 +14,7 @@
 
 static const char *const engine_suffix[] = {
     [CK_ENGINE_LOCK] = LOCK_SUFFIX, [CK_ENGINE_BEAT] = ".beat", [CK_ENGINE_PEER] = ".peer",
-    [CK_ENGINE_DRAIN] = ".drain",
+    [CK_ENGINE_DRAIN] = ".drain", [CK_ENGINE_DRAINS] = ".drains",
 };
 
 /* The longest name made of a checkpoint name, .pending/NAME.TOKEN-meet, fits a file
@@ -97,6 +97,13 @@ int ck__name_meet_file(ck__meet_file kind, const char *id, uint32_t seq, char *o
 int ck__name_tmp(const char *name, char *out, size_t len)
 {
     return make(out, len, ".%s.tmp", name);
+}
+
+int ck__name_tmp_unique(const char *file, uint64_t bits, char *out, size_t len)
+{
+    char token[CK_TOKEN_MAX];
+    ck__name_token(bits, token);
+    return make(out, len, "%s.%s.tmp", file, token);
 }
 
 static bool ends_with(const char *s, size_t n, const char *suffix)

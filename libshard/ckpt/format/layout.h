@@ -17,6 +17,8 @@
  *   ROOT/.pending/NAME.TOKEN-removed           a checkpoint being removed
  *   ROOT/.ckptd.ID.lock, .beat, .peer          an engine's lock, heartbeat and peer
  *                                              address (ckptd's peer service)
+ *   ROOT/.ckptd.ID.drains                      the drains daemon ID owes, for its peers
+ *   ROOT/.ckptd.key                            the job's peer key (ckptd/kd_peer_key.c)
  *   LOCAL/.replicas/SRC, LOCAL/.fetched/N      a local tier's roots (format/tier.c)
  *   .NAME.tmp                                  a file being written, renamed into place
  *
@@ -38,6 +40,7 @@
 #define CK_COPY_FILE   "copy"      /* marks a partial copy (docs/FORMAT.md, "Copies") */
 #define CK_REPLICAS    ".replicas" /* LOCAL/.replicas/SRC: a local tier's replicas (ck/catalog.h) */
 #define CK_FETCHED     ".fetched"  /* LOCAL/.fetched/N: its fetched copies */
+#define CK_PEER_KEY    ".ckptd.key" /* ROOT/.ckptd.key: the job's peer key */
 #define CK_TOKEN_MAX   16          /* a save's token (NAME.TOKEN) with its NUL */
 #define CK_NODE_ID_MAX 64          /* an engine id with its NUL: [A-Za-z0-9._-] */
 
@@ -60,12 +63,16 @@ int ck__name_manifest(const char *dir, char *out, size_t len);
 void ck__name_data_file(bool ref, uint64_t index, char *out);
 
 typedef enum ck__engine_file {
-    CK_ENGINE_LOCK, CK_ENGINE_BEAT, CK_ENGINE_PEER, CK_ENGINE_DRAIN
+    CK_ENGINE_LOCK, CK_ENGINE_BEAT, CK_ENGINE_PEER, CK_ENGINE_DRAIN, CK_ENGINE_DRAINS
 } ck__engine_file;
 /* .ckptd.ID.lock, .ckptd.ID.beat or .ckptd.ID.peer, of the engine (a ckptd, or a
  * process's embedded engine) of that id; .ckptd.ID.drain, in a local tier, the drains
- * daemon ID owes the durable tier (ckptd/kd_drain.c). */
+ * daemon ID owes the durable tier, and .ckptd.ID.drains, in the durable root, the
+ * names of those it makes itself, for the daemons that stand by (ckptd/kd_drain.c). */
 int ck__name_engine(const char *id, ck__engine_file kind, char *out, size_t len);
+/* FILE.TOKEN.tmp: a file made whole under a name no other process takes, then linked
+ * to FILE (a key two daemons may make at once: the first link wins). */
+int ck__name_tmp_unique(const char *file, uint64_t bits, char *out, size_t len);
 
 /* The catalog's lock and its temporary (a dot name: no scan takes it for a save). */
 #define CK_CATALOG_LOCK CK_CATALOG "-lock"
