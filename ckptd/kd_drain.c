@@ -30,7 +30,8 @@
  *
  * Retention keeps the copies a drain needs (decision 0195): a drain owed (queued or
  * running) holds its checkpoint's copies here, and a watch holds them on the daemons
- * that stand by, beyond --keep-local, until the drain ends. So that this stays bounded
+ * that stand by (the oldest and the newest policy drain of each drainer: hold_ends),
+ * beyond --keep-local, until the drain ends. So that this stays bounded
  * when saves outrun the drains, a newer policy drain supersedes one still queued (it is
  * done, not drained, and says so): one runs and one waits. The drainer publishes the
  * drains it owes in the durable root (ROOT/.ckptd.ID.drains), and a daemon standing by
@@ -85,6 +86,7 @@ typedef struct watch {
     double changed;                /* when its counter last moved (this host's clock) */
     double born;                   /* when it was made (this host's clock) */
     bool listed;                   /* its drainer listed it among the drains it owes */
+    bool held;                     /* it holds its checkpoint's copies from retention */
     char nodes[][CK_NODE_ID_MAX];
 } watch;
 
@@ -393,6 +395,31 @@ static void run(struct kd_drainer *k, drec *r)
 
 /* ---- standing by ---- */
 
+/* Which watches hold their checkpoint's copies (under mu): a save's waited drain's
+ * always; of the policy's, for each drainer, the oldest (the one it runs, drains going
+ * in order) and the newest (the one that waits: a newer one supersedes it), so that a
+ * drainer whose list cannot be read (its durable root full or read-only) never makes
+ * this node keep more than two beyond --keep-local for it. The others are let go by
+ * their drainer's list first, normally. */
+static void hold_ends(struct kd_drainer *k)
+{
+    for (watch *w = k->watches; w; w = w->next) {
+        bool newer = false, older = false, after = false;    /* the list: newest first */
+        for (watch *v = k->watches; v; v = v->next) {
+            if (v == w)
+                after = true;
+            else if (!v->waited && !strcmp(v->nodes[v->at], w->nodes[w->at]))
+                *(after ? &older : &newer) = true;
+        }
+        bool hold = w->waited || !newer || !older;
+        if (hold && !w->held)
+            kd_retain_hold(k->s, KD_PIN_WATCHED, w->name);
+        else if (!hold && w->held)
+            kd_retain_release(k->s, KD_PIN_WATCHED, w->name);
+        w->held = hold;
+    }
+}
+
 /* Why nodes[at] of w is taken for lost (its heartbeat stood still for --dead-after, or
  * another instance beats: a replacement, whose disk may not hold the drains owed), or
  * NULL. */
@@ -492,7 +519,8 @@ static void stand_by_all(struct kd_drainer *k)
             *tail = w;
             tail = &w->next;
         } else {
-            kd_retain_release(k->s, KD_PIN_WATCHED, w->name);
+            if (w->held)
+                kd_retain_release(k->s, KD_PIN_WATCHED, w->name);
             free(w);
             ended++;
         }
@@ -504,6 +532,7 @@ static void stand_by_all(struct kd_drainer *k)
         end = &(*end)->next;
     *end = keep;
     k->nwatch -= ended;
+    hold_ends(k);
     k->dirty |= ended > 0 || learned > 0;      /* the file says which instance drains */
     pthread_mutex_unlock(&k->mu);
     pthread_mutex_unlock(&k->owe_mu);
@@ -577,18 +606,19 @@ static watch *watch_add(struct kd_drainer *k, const char *name, uint64_t step, b
         ;
     w->next = k->watches;
     k->watches = w;
-    kd_retain_hold(k->s, KD_PIN_WATCHED, name);    /* its copies stay while it stands */
     if (++k->nwatch > DRAIN_QUEUED) {
         watch **pp = &k->watches;
         while ((*pp)->next)
             pp = &(*pp)->next;
         kd_log(k->s, "drain of %s: no longer stood by for (%u drains stood by for)",
                (*pp)->name, DRAIN_QUEUED);
-        kd_retain_release(k->s, KD_PIN_WATCHED, (*pp)->name);
+        if ((*pp)->held)
+            kd_retain_release(k->s, KD_PIN_WATCHED, (*pp)->name);
         free(*pp);
         *pp = NULL;
         k->nwatch--;
     }
+    hold_ends(k);
     k->dirty = k->fresh = true;    /* written by the drainer when idle, else the stand-by */
     pthread_cond_signal(&k->cv);
     pthread_cond_signal(&k->sb_cv);
