@@ -59,9 +59,9 @@
 /* The drains owed: DRAIN_QUEUED drains and as many stand-bys, each of AHEAD_KEPT ids. */
 #define DRAIN_FILE_MAX (2 * DRAIN_QUEUED * (CK_NAME_MAX + 16) + \
                         DRAIN_QUEUED * AHEAD_KEPT * CK_NODE_ID_MAX + 64)
-/* ROOT/.ckptd.ID.drains: its head and a name per drain owed. */
+/* ROOT/.ckptd.ID.drains: its head and a name per drain owed (queued, and one running). */
 #define DRAINS_HEAD "ckptd drains 1\n"
-#define DRAINS_FILE_MAX (DRAIN_QUEUED * CK_NAME_MAX + sizeof DRAINS_HEAD)
+#define DRAINS_FILE_MAX ((DRAIN_QUEUED + 1) * CK_NAME_MAX + sizeof DRAINS_HEAD)
 
 typedef struct drec {
     struct drec *next;
