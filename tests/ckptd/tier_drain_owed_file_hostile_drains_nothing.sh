@@ -13,6 +13,9 @@
 #     with a bad flag, a bad instance, a path or this daemon's own id among the
 #     daemons, or none) and one good stand-by: each bad line skipped and said, nothing
 #     drained, the good stand-by listed;
+#   - the list n1 publishes of the drains it owes (DURABLE/.ckptd.n1.drains), while n0
+#     stands by for n1's drain: a FIFO, a link or garbage there says nothing (no hang,
+#     the stand-by stays); a list that named the drain and names it no more lets it go;
 #   - a valid header with a path, a hidden name and step-12: the two are skipped,
 #     named; step-12 is drained, complete.
 . "$(dirname "$0")/replica_lib.sh"
@@ -81,6 +84,36 @@ n=$(grep -c "\.ckptd\.n0\.drain: the line of step-12 is neither 'drain NAME' nor
 said "^step-12: standing by: ckptd n1 drains it; this daemon takes the drain over if it is lost$" \
     "the good stand-by kept"
 [ "$(grep -c "^step-12:" "$OUT")" -eq 1 ] || fail "a bad line queued a drain"
+
+# What n1 publishes of the drains it owes (SHARED/.ckptd.n1.drains), planted while n0
+# stands by for its drain of step-12: a FIFO, a link, garbage say nothing (the stand-by
+# neither hangs nor lets go); a list that named step-12 and names it no more lets go.
+D=$SHARED/.ckptd.n1.drains
+# still_standing WHAT: after two of the stand-by's rounds, n0 still stands by.
+still_standing() {
+    sleep 2
+    run "$CKPTCTL" drain --socket "$WORK/n0.sock"
+    expect 0 "ckptctl drain at n0 with $1 as n1's list"
+    said "^step-12: standing by: ckptd n1 drains it" "n0 stands by through $1"
+}
+mkfifo "$D"
+still_standing "a FIFO"
+rm -f "$D"
+printf 'ckptd drains 1\nstep-12\n' >"$WORK/outside-list"
+ln -s "$WORK/outside-list" "$D"
+still_standing "a link"
+[ "$(cat "$WORK/outside-list")" = "$(printf 'ckptd drains 1\nstep-12')" ] || fail "the list's link target changed"
+rm -f "$D"
+printf 'garbage\n' >"$D"
+still_standing "garbage"
+printf 'ckptd drains 1\nstep-12\n' >"$D"
+still_standing "a list naming step-12"
+printf 'ckptd drains 1\nother-1\n' >"$D"
+wait_log n0 "drain of step-12: ckptd n1 owes it no longer \(its drain failed or was superseded there\); no longer stood by for" \
+    "n0 lets go of a drain n1 lists no more" 10
+run "$CKPTCTL" drain --socket "$WORK/n0.sock"
+! grep -q "^step-12: standing by" "$OUT" || fail "n0 still stands by for step-12"
+rm -f "$D"
 
 rm -f "$F"
 printf 'ckptd drain 2\noffers 7\n../x\n.pending\nstep-12\n' >"$F"
