@@ -87,6 +87,7 @@ typedef struct watch {
     double born;                   /* when it was made (this host's clock) */
     bool listed;                   /* its drainer listed it among the drains it owes */
     bool held;                     /* it holds its checkpoint's copies from retention */
+    bool taking;                   /* this daemon takes the drain over (take_overs) */
     char nodes[][CK_NODE_ID_MAX];
 } watch;
 
@@ -232,6 +233,12 @@ static void owe(struct kd_drainer *k)
                 pat += (size_t)snprintf(pub + pat, DRAINS_FILE_MAX - pat, "%s\n", r->row.name);
         }
     for (watch *w = k->watches; w && at < DRAIN_FILE_MAX; w = w->next) {
+        if (w->taking) {           /* owed here now, queued once the root is recovered */
+            at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "drain %s\n", w->name);
+            if (pat < DRAINS_FILE_MAX)
+                pat += (size_t)snprintf(pub + pat, DRAINS_FILE_MAX - pat, "%s\n", w->name);
+            continue;
+        }
         uint32_t from = w->me - w->at > AHEAD_KEPT ? w->me - AHEAD_KEPT : w->at;
         at += (size_t)snprintf(buf + at, DRAIN_FILE_MAX - at, "standby %s %d %llx", w->name,
                                w->waited, from == w->at && w->read
@@ -441,8 +448,8 @@ static const char *lost(const struct kd_drainer *k, watch *w, double t)
 }
 
 /* One look at w: false when it ends (the durable root holds the checkpoint, this node
- * has no copy of it any more, its drainer owes it no longer, or this node takes the
- * drain over: queued). */
+ * has no copy of it any more, or its drainer owes it no longer); when this node is to
+ * take the drain over, w->taking. */
 static bool stand_by(struct kd_drainer *k, watch *w, double t)
 {
     /* Drained meanwhile, or this node has no copy of it any more (removed by hand: the
@@ -475,26 +482,63 @@ static bool stand_by(struct kd_drainer *k, watch *w, double t)
            k->s->o.dead_after, w->at >= w->n ? "no daemon of the save is left to take it over"
            : mine ? "this daemon takes it over" : "next to take it over: ckptd ",
            w->at < w->n && !mine ? w->nodes[w->at] : "");
-    if (!mine)
-        return w->at < w->n;
-    /* What the lost drain left in the durable root is a dead writer's: removed now, as
-     * a daemon's start would (a writer that lives keeps its directory: it holds its
-     * lock), rather than a checkpoint's worth of debris until one starts. */
-    size_t removed = 0;
-    ck_err err = { 0 };
-    if (ck_root_recover(k->o.durable, &removed, kd_log_cb, k->s, &err) < 0)
-        kd_log(k->s, "drain of %s: recovering the durable root first: %s", w->name,
-               ck_err_msg(&err));
-    else if (removed)
-        kd_log(k->s, "drain of %s: removed %zu incomplete save(s) of dead writers from %s",
-               w->name, removed, k->o.durable);
-    pthread_mutex_lock(&k->mu);
-    bool ok = queue(k, w->name, w->step, false, w->waited, false) != NULL;
-    pthread_mutex_unlock(&k->mu);
-    if (!ok)
-        kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
-               w->name, DRAIN_QUEUED);
-    return false;
+    w->taking = mine;
+    return w->at < w->n;
+}
+
+/* The drains this daemon takes over (w->taking), after a round: the durable root
+ * recovered first, without owe_mu (it may take a while: the drains owed are written
+ * meanwhile, the watch still among them), then the watch made a queued drain at once,
+ * under owe_mu, so that the drains owed always hold the one or the other. */
+static void take_overs(struct kd_drainer *k)
+{
+    for (;;) {
+        char name[CK_NAME_MAX];
+        uint64_t step = 0;
+        bool waited = false, found = false;
+        pthread_mutex_lock(&k->mu);
+        for (watch *w = k->watches; w && !found; w = w->next)
+            if (w->taking) {
+                snprintf(name, sizeof name, "%s", w->name);
+                step = w->step;
+                waited = w->waited;
+                found = true;
+            }
+        pthread_mutex_unlock(&k->mu);
+        if (!found)
+            return;
+        /* What the lost drain left in the durable root is a dead writer's: removed now,
+         * as a daemon's start would (a writer that lives keeps its directory: it holds
+         * its lock), rather than a checkpoint's worth of debris until one starts. */
+        size_t removed = 0;
+        ck_err err = { 0 };
+        if (ck_root_recover(k->o.durable, &removed, kd_log_cb, k->s, &err) < 0)
+            kd_log(k->s, "drain of %s: recovering the durable root first: %s", name,
+                   ck_err_msg(&err));
+        else if (removed)
+            kd_log(k->s, "drain of %s: removed %zu incomplete save(s) of dead writers from %s",
+                   name, removed, k->o.durable);
+        pthread_mutex_lock(&k->owe_mu);
+        pthread_mutex_lock(&k->mu);
+        bool ok = queue(k, name, step, false, waited, false) != NULL;
+        for (watch **pp = &k->watches; *pp; pp = &(*pp)->next)
+            if (!strcmp((*pp)->name, name)) {
+                watch *w = *pp;
+                *pp = w->next;
+                if (w->held)
+                    kd_retain_release(k->s, KD_PIN_WATCHED, w->name);
+                free(w);
+                k->nwatch--;
+                break;
+            }
+        hold_ends(k);
+        k->dirty = true;
+        pthread_mutex_unlock(&k->mu);
+        pthread_mutex_unlock(&k->owe_mu);
+        if (!ok)
+            kd_log(k->s, "drain of %s: not queued: %u drains wait already (or out of memory)",
+                   name, DRAIN_QUEUED);
+    }
 }
 
 /* A look at every drain stood by for (I/O: without mu; a watch added meanwhile waits
@@ -571,6 +615,7 @@ static void *stand_by_thread(void *arg)
         k->fresh = false;
         pthread_mutex_unlock(&k->mu);
         stand_by_all(k);
+        take_overs(k);
         pthread_mutex_lock(&k->mu);
         if (k->dirty) {
             pthread_mutex_unlock(&k->mu);
@@ -911,9 +956,11 @@ void kd_drain_request(kd_server *s, kd_client *c, const char *name, bool offer)
     for (watch *w = k->watches; rows && w && n < cap; w = w->next) {
         kd_drain_row *x = &rows[n++];
         snprintf(x->name, sizeof x->name, "%s", w->name);
-        x->state = KD_DRAIN_STANDBY;
-        uint32_t after = w->me - w->at - 1;
-        if (after)
+        x->state = w->taking ? KD_DRAIN_QUEUED : KD_DRAIN_STANDBY;
+        uint32_t after = w->taking ? 0 : w->me - w->at - 1;
+        if (w->taking)
+            snprintf(x->why, sizeof x->why, "taken over: the durable root is recovered first");
+        else if (after)
             snprintf(x->why, sizeof x->why, "ckptd %s drains it; this daemon takes the drain "
                      "over if it and the %u daemon(s) after it in the save's order are lost",
                      w->nodes[w->at], after);
