@@ -464,6 +464,10 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "bad-id")) {
         kd_pw_hello(&w, &(kd_phello){ .id = "../../etc" }, false);
         kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
+    } else if (!strcmp(cs, "hello-no-nonce")) {
+        ck__put_str(&w, "hostile");        /* a version-2 HELLO: no nonce */
+        ck__put_u64(&w, 0);
+        kd_pconn_send_w(c.pc, KD_P_HELLO, &w);
     } else if (!strcmp(cs, "hello-trailing")) {
         kd_pw_hello(&w, &(kd_phello){ .id = "hostile" }, false);
         ck__put_u32(&w, 7);

@@ -40,6 +40,7 @@ case_ auth-short "refused: .*AUTH message with a malformed payload \(a proof is 
 case_ second-auth "refused: .*a second AUTH"
 case_ bad-id "refused: .*a daemon id that is not"
 case_ hello-trailing "refused: .*HELLO message with a malformed payload"
+case_ hello-no-nonce "refused: .*HELLO message with a malformed payload"
 case_ unknown-type "refused: .*a message of type 200"
 case_ reply-type "refused: .*type 68 \(COMMITTED\), which a peer does not send"
 case_ inventory-payload "refused: .*an INVENTORY with a payload"
