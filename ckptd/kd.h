@@ -767,7 +767,8 @@ void kd_pconn_set_user(kd_pconn *c, void *user);
 int kd_addr_parse(const char *s, unsigned default_port, struct sockaddr_storage *sa,
                   socklen_t *len, ck_err *err);
 void kd_addr_format(const struct sockaddr *sa, char *out, size_t len);
-/* ROOT/.ckptd.ID.peer, written atomically: "ckptd peer 1\naddress A\ninstance I\n". */
+/* ROOT/.ckptd.ID.peer, written atomically: "ckptd peer V\naddress A\ninstance I\n", V
+ * KD_PEER_VERSION (a peer of another version is not found). */
 int kd_addr_publish(const char *root, const char *id, const char *addr, uint64_t instance,
                     ck_err *err);
 void kd_addr_unpublish(const char *root, const char *id);

@@ -452,8 +452,8 @@ static const char *lost(const struct kd_drainer *k, watch *w, double t)
  * take the drain over, w->taking. */
 static bool stand_by(struct kd_drainer *k, watch *w, double t)
 {
-    /* Drained meanwhile, or this node has no copy of it any more (removed by hand: the
-     * watch holds it from retention). */
+    /* Drained meanwhile, or this node has no copy of it any more (removed by hand, or by
+     * retention when this watch held nothing: hold_ends). */
     if (ck__copy_whole_in(k->o.local, k->o.durable, w->name) != 0)
         return false;
     const char *why = lost(k, w, t);
