@@ -42,7 +42,8 @@
  *   kd_peer_ucx.c    UCX: the worker, the listener, endpoints, whole messages
  *   kd_peer_bufs.c   the transfers' chunk buffers, used again
  *   kd_peer_addr.c   ADDR[:PORT], and the address file ROOT/.ckptd.ID.peer
- *   kd_peer_key.c    the job's peer key, and the proofs of it a HELLO exchanges
+ *   kd_peer_key.c    the job's peer key, the proofs of it a HELLO exchanges, and the
+ *                    seals of what follows
  *   kd_peer_wire.c   the peer messages: encoding, and decoding with every field checked
  *   kd_reply.c    finding a client by id, sending replies
  *   kd_log.c      the log
@@ -61,6 +62,7 @@
 
 #include "async/saver.h"
 #include "async/proto.h"
+#include "io/hash.h"
 
 #define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
 #define KD_MAX_SHARDS (1u << 24) /* shard records per save (docs/PROTOCOL.md) */
@@ -336,9 +338,14 @@ void kd_retain_run(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 3
+#define KD_PEER_VERSION 4
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
+/* After AUTH every message but DATA ends in a seal of this many bytes: HMAC-SHA256 under
+ * the connection's session key (kd_peer_key.c; decision 0196). DATA needs none: every
+ * byte of a stream is checked against the manifest, whose SHA-256 the sealed PUT or
+ * GET_OK declares. */
+#define KD_PEER_SEAL_LEN 32
 #define KD_PEER_AM_ID 1                     /* the UCX active message id of every message */
 #define KD_PEER_MSG_MAX (16u << 20)         /* payload of a message but DATA */
 #define KD_PEER_REQ_MAX (1u << 20)          /* payload the service takes from a client */
@@ -361,8 +368,9 @@ enum kd_peer_type {
     /* the side that connects -> the service */
     KD_P_HELLO = 1,        /* str id, u64 instance, 32 bytes nonce */
     KD_P_INVENTORY = 2,    /* empty */
-    KD_P_PUT = 3,          /* a stream: str name, str source, u64 manifest bytes, u32 n,
-                            * n x (str file, u64 size); then DATA after PUT_READY */
+    KD_P_PUT = 3,          /* a stream: str name, str source, u64 manifest bytes, 32 bytes
+                            * the manifest's SHA-256, u32 n, n x (str file, u64 size);
+                            * then DATA after PUT_READY */
     KD_P_GET = 4,          /* str name, str source ("": any copy), u64 time (0: any), u8
                             * all, u32 n, n x str file (all: every file of the copy; n is
                             * then 0) */
@@ -408,6 +416,7 @@ typedef struct kd_preq {
     char source[CK_COPY_ID_MAX];
     uint64_t time_ns;              /* GET: a copy of the save committed then; 0: any */
     uint64_t manifest_size;
+    uint8_t manifest_sha256[CK_SHA256_LEN];   /* a stream's: what its manifest must hash to */
     bool all;
     uint32_t n;
     ck_file *files;
@@ -741,6 +750,11 @@ int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, s
                       void (*release)(void *ctx, void *payload), void *ctx);
 /* Sends the encoded message w (taken). */
 int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w);
+/* From now on every message but DATA carries a seal under session (KD_PEER_SEAL_LEN
+ * bytes at the end of its payload), both ways, numbered in each direction: sent ones
+ * get it, and kd_pconn_next hands out only what carries the right one, the seal taken
+ * off (the first that does not fails c). caller: this side connected. */
+void kd_pconn_seal(kd_pconn *c, const uint8_t session[KD_PEER_KEY_LEN], bool caller);
 /* 0 while usable; else -errno, and why: nothing more is taken from it (the messages
  * that came whole before still are). */
 int kd_pconn_failed(const kd_pconn *c, const char **why);
@@ -800,6 +814,15 @@ int kd_peer_check_answer(const kd_peer_key *key, const kd_phello *me, const kd_p
  * key. */
 int kd_peer_check_auth(const kd_peer_key *key, const kd_phello *caller,
                        const kd_phello *me, const kd_pmsg *auth, ck_err *err);
+/* The connection's session key, which both sides derive once the HELLOs are exchanged:
+ * fresh for each connection (its nonces), never on the wire. */
+void kd_peer_session(const kd_peer_key *key, const kd_phello *caller, const kd_phello *service,
+                     uint8_t out[KD_PEER_KEY_LEN]);
+/* The seal of a message: HMAC-SHA256(session, direction, seq, header, payload); -ENOMEM
+ * when OpenSSL cannot compute it. */
+int kd_peer_seal(const uint8_t session[KD_PEER_KEY_LEN], bool from_caller, uint64_t seq,
+                 const uint8_t hdr[KD_PEER_HDR], const void *payload, size_t len,
+                 uint8_t out[KD_PEER_SEAL_LEN]);
 
 /* kd_peer_wire.c */
 /* HELLO, or with ok HELLO_OK (which carries the proof); the reader goes by m's type. */

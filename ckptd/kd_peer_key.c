@@ -11,15 +11,19 @@
  * from being played back as the other's, the nonces keep an old proof from being played
  * again, and the key never crosses the wire.
  *
- * What it does not give: secrecy or integrity of what follows the HELLO (UCX has
- * neither). Someone on the path between two daemons can still read a transfer or change
- * it; a changed byte fails the receiver's hash check, but a changed manifest and data
- * together would not. The decision record says so.
- */
+ * What follows AUTH is bound to it (decision 0196): both sides derive a session key
+ * from the job's key, both nonces and both ids, and every message but DATA carries its
+ * seal (kd_peer_seal: HMAC-SHA256 under the session key over its direction, its number
+ * in that direction, its header and its payload; kd_peer_ucx.c adds and checks it). DATA
+ * needs none: a stream's every block is checked against its manifest, and the manifest
+ * against the SHA-256 that the sealed PUT or GET_OK declares. So someone on the path can
+ * read a transfer (UCX does not encrypt), and can make it fail, but cannot change what
+ * is committed. */
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -195,8 +199,9 @@ static void proof(const kd_peer_key *key, const char *label, const kd_phello *ca
         memset(out, 0, KD_PEER_PROOF_LEN);     /* matches no proof a holder sends */
 }
 
-#define CALLER_LABEL "ckptd peer 3 caller"
-#define SERVICE_LABEL "ckptd peer 3 service"
+#define CALLER_LABEL "ckptd peer 4 caller"
+#define SERVICE_LABEL "ckptd peer 4 service"
+#define SESSION_LABEL "ckptd peer 4 session"
 
 int kd_peer_greet(const char *id, kd_phello *me, ck__wbuf *w, ck_err *err)
 {
@@ -255,4 +260,36 @@ int kd_peer_check_auth(const kd_peer_key *key, const kd_phello *caller,
         return ck_err_set(err, -EACCES, "the caller does not prove that it holds this job's "
                           "peer key: it is not a daemon of this job, or its key differs");
     return 0;
+}
+
+void kd_peer_session(const kd_peer_key *key, const kd_phello *caller, const kd_phello *service,
+                     uint8_t out[KD_PEER_KEY_LEN])
+{
+    proof(key, SESSION_LABEL, caller, service, out);
+}
+
+int kd_peer_seal(const uint8_t session[KD_PEER_KEY_LEN], bool from_caller, uint64_t seq,
+                 const uint8_t hdr[KD_PEER_HDR], const void *payload, size_t len,
+                 uint8_t out[KD_PEER_SEAL_LEN])
+{
+    /* The direction and the number keep a message from passing as one the other side
+     * sent, or as another of the same side's: a replay, a reorder or a drop fails at the
+     * next message. */
+    uint8_t pre[1 + 8 + KD_PEER_HDR];
+    pre[0] = from_caller ? 'c' : 's';
+    for (int i = 0; i < 8; i++)
+        pre[1 + i] = (uint8_t)(seq >> (8 * i));
+    memcpy(pre + 9, hdr, KD_PEER_HDR);
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    OSSL_PARAM params[] = { OSSL_PARAM_construct_utf8_string("digest", (char *)"SHA256", 0),
+                            OSSL_PARAM_construct_end() };
+    size_t n = 0;
+    bool ok = ctx && EVP_MAC_init(ctx, session, KD_PEER_KEY_LEN, params) == 1 &&
+              EVP_MAC_update(ctx, pre, sizeof pre) == 1 &&
+              (!len || EVP_MAC_update(ctx, payload, len) == 1) &&
+              EVP_MAC_final(ctx, out, &n, KD_PEER_SEAL_LEN) == 1 && n == KD_PEER_SEAL_LEN;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return ok ? 0 : -ENOMEM;
 }

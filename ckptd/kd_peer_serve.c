@@ -1,7 +1,8 @@
 /* kd_peer_serve.c - the peer service: a thread of its own that owns a UCX worker and its
  * listener, and answers other nodes' daemons (docs/PROTOCOL.md, "Peer protocol"):
  * HELLO and AUTH (each side proves it holds the job's peer key, kd_peer_key.c; nothing
- * else is taken before), INVENTORY of the copies in the local tier, PUT (a replica,
+ * else is taken before, and everything after is sealed under the connection's key),
+ * INVENTORY of the copies in the local tier, PUT (a replica,
  * received into LOCAL/.replicas/SRC and committed there) and GET (a copy's files, sent).
  *
  * The daemon's event loop never waits on it: the thread does its transfers' file I/O
@@ -152,6 +153,12 @@ static void on_auth(struct kd_peers *p, sconn *c, kd_pmsg *m)
         return;
     }
     c->authed = true;
+    /* From here on, both ways, every message but DATA is sealed under the connection's
+     * key: what the caller asks and what it is told cannot be changed on the way. */
+    uint8_t session[KD_PEER_KEY_LEN];
+    kd_peer_session(&p->key, &c->caller, &c->me, session);
+    kd_pconn_seal(c->pc, session, false);
+    explicit_bzero(session, sizeof session);
 }
 
 static void on_inventory(struct kd_peers *p, sconn *c, kd_pmsg *m)

@@ -8,6 +8,10 @@
  * the handler receives into a buffer of its own (ucp_am_recv_data_nbx). Messages are
  * handed over in the order they arrived, each once its bytes are all here.
  *
+ * Once sealed (kd_pconn_seal, after the HELLO and AUTH), every message but DATA is
+ * sealed on its way out and handed over only with the right seal, which is taken off
+ * (decision 0196): the seal is the transport's, so no message above can forget it.
+ *
  * A connection is failed (and its messages dropped) at the first thing that is not
  * the protocol: a header of another size or magic, a message larger than its type
  * allows, or more bytes waiting to be taken than its budget. The peer's version is
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <openssl/crypto.h>
 #include <ucp/api/ucp.h>
 
 #include "kd.h"
@@ -47,6 +52,11 @@ struct kd_pconn {
     void *close_req;               /* the endpoint's close, in flight */
     bool ep_gone;                  /* the endpoint is closed (or never was) */
     void *user;
+    /* Sealed (kd_pconn_seal): every message but DATA carries a seal, numbered in each
+     * direction. */
+    bool sealed, caller;
+    uint8_t session[KD_PEER_KEY_LEN];
+    uint64_t seq_out, seq_in;
 };
 
 struct kd_ucx {
@@ -75,6 +85,17 @@ static void tx_release(tx *t)
         t->release(t->ctx, t->payload);
     else
         free(t->payload);
+}
+
+static void put_header(uint8_t h[KD_PEER_HDR], uint16_t version, uint16_t type, uint64_t arg)
+{
+    uint32_t magic = KD_PEER_MAGIC;
+    for (int i = 0; i < 4; i++)
+        h[i] = (uint8_t)(magic >> (8 * i));
+    h[4] = (uint8_t)version, h[5] = (uint8_t)(version >> 8);
+    h[6] = (uint8_t)type, h[7] = (uint8_t)(type >> 8);
+    for (int i = 0; i < 8; i++)
+        h[8 + i] = (uint8_t)(arg >> (8 * i));
 }
 
 /* A rendezvous receive in flight, into m. */
@@ -236,7 +257,7 @@ static void on_recv_done(void *req, ucs_status_t status, size_t length, void *ar
 static bool admissible(kd_pconn *c, uint16_t type, size_t len)
 {
     char why[160];
-    size_t max = type == KD_P_DATA ? KD_PEER_CHUNK_MAX : KD_PEER_MSG_MAX;
+    size_t max = type == KD_P_DATA ? KD_PEER_CHUNK_MAX : KD_PEER_MSG_MAX + KD_PEER_SEAL_LEN;
     if (len > max) {
         snprintf(why, sizeof why, "a %s message of %zu bytes (at most %zu)",
                  kd_pw_type_name(type), len, max);
@@ -407,6 +428,41 @@ int kd_ucx_connect(kd_ucx *u, const char *addr, kd_pconn **out, ck_err *err)
     return 0;
 }
 
+/* Whether m carries its seal, which is then taken off; else c fails, and nothing it
+ * still holds is handed out. */
+static bool unseal(kd_pconn *c, kd_pmsg *m)
+{
+    char why[192];
+    uint8_t h[KD_PEER_HDR], want[KD_PEER_SEAL_LEN];
+    const char *type = kd_pw_type_name(m->type);
+    int r = -EBADMSG;
+    if (m->len < KD_PEER_SEAL_LEN) {
+        snprintf(why, sizeof why, "a %s message (type %u) without its seal", type, m->type);
+    } else {
+        put_header(h, m->version, m->type, m->arg);
+        size_t n = m->len - KD_PEER_SEAL_LEN;
+        if ((r = kd_peer_seal(c->session, !c->caller, c->seq_in, h, m->data, n, want)) == 0 &&
+            CRYPTO_memcmp(want, m->data + n, KD_PEER_SEAL_LEN) == 0) {
+            m->len = n;
+            c->seq_in++;
+            return true;
+        }
+        snprintf(why, sizeof why, r < 0 ? "out of memory to check a %s message's seal"
+                 : "a %s message whose seal is not this connection's (changed on the way, "
+                 "played again, or not from the peer that proved it holds the key)", type);
+        r = r < 0 ? r : -EBADMSG;
+    }
+    kd_pconn_fail(c, r, why);
+    while (c->in_head) {
+        kd_pmsg *x = c->in_head;
+        c->in_head = x->next;
+        c->in_bytes -= x->len;
+        kd_pmsg_free(x);
+    }
+    c->in_tail = NULL;
+    return false;
+}
+
 kd_pmsg *kd_pconn_next(kd_pconn *c)
 {
     /* What arrived whole before a failure still counts: an ERROR just before the peer
@@ -419,7 +475,18 @@ kd_pmsg *kd_pconn_next(kd_pconn *c)
         c->in_tail = NULL;
     c->in_bytes -= m->len;
     m->next = NULL;
+    if (c->sealed && m->type != KD_P_DATA && !unseal(c, m)) {
+        kd_pmsg_free(m);
+        return NULL;
+    }
     return m;
+}
+
+void kd_pconn_seal(kd_pconn *c, const uint8_t session[KD_PEER_KEY_LEN], bool caller)
+{
+    memcpy(c->session, session, KD_PEER_KEY_LEN);
+    c->caller = caller;
+    c->sealed = true;
 }
 
 static void on_send_done(void *req, ucs_status_t status, void *arg)
@@ -451,14 +518,24 @@ int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, s
         return -ENOMEM;
     }
     *t = (tx){ .c = c, .payload = payload, .len = len, .release = release, .ctx = ctx };
-    uint8_t *h = t->hdr;
-    uint32_t magic = KD_PEER_MAGIC;
-    for (int i = 0; i < 4; i++)
-        h[i] = (uint8_t)(magic >> (8 * i));
-    h[4] = KD_PEER_VERSION & 0xff, h[5] = KD_PEER_VERSION >> 8;
-    h[6] = (uint8_t)type, h[7] = (uint8_t)(type >> 8);
-    for (int i = 0; i < 8; i++)
-        h[8 + i] = (uint8_t)(arg >> (8 * i));
+    put_header(t->hdr, KD_PEER_VERSION, type, arg);
+    if (c->sealed && type != KD_P_DATA) {
+        /* The seal goes at the payload's end: only a malloc'd payload can grow. */
+        uint8_t *b = release ? NULL : realloc(payload, len + KD_PEER_SEAL_LEN);
+        int r = !b ? -ENOMEM : kd_peer_seal(c->session, c->caller, c->seq_out, t->hdr, b, len,
+                                            b + len);
+        if (r < 0) {
+            t->payload = b ? b : payload;
+            tx_release(t);
+            free(t);
+            kd_pconn_fail(c, r, release ? "a sealed message in a pool's buffer"
+                                        : "out of memory to seal a message");
+            return r;
+        }
+        c->seq_out++;
+        t->payload = payload = b;
+        t->len = len += KD_PEER_SEAL_LEN;
+    }
     ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                               UCP_OP_ATTR_FIELD_USER_DATA |
                                               UCP_OP_ATTR_FIELD_FLAGS,

@@ -154,6 +154,7 @@ void kd_pw_stream(ck__wbuf *w, const kd_preq *q)
 {
     put_head(w, q);
     ck__put_u64(w, q->manifest_size);
+    ck__put_bytes(w, q->manifest_sha256, sizeof q->manifest_sha256);
     ck__put_u32(w, q->n);
     for (uint32_t i = 0; i < q->n; i++) {
         ck__put_str(w, q->files[i].name);
@@ -173,6 +174,9 @@ int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err)
                           "%llu)", kd_pw_type_name(m->type),
                           (unsigned long long)q->manifest_size,
                           (unsigned long long)CK_COPY_MANIFEST_MAX);
+    const void *sha = ck__get_bytes(&r, sizeof q->manifest_sha256);
+    if (sha)
+        memcpy(q->manifest_sha256, sha, sizeof q->manifest_sha256);
     if ((rc = get_count(m, &r, q, 2 + 1 + 8, err)) < 0)
         return rc;
     for (uint32_t i = 0; i < q->n; i++) {

@@ -114,6 +114,7 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     const ck_copy *cp = &x->out->copy;
     snprintf(q->source, sizeof q->source, "%s", cp->partial ? cp->source : source);
     q->manifest_size = x->out->manifest_size;
+    memcpy(q->manifest_sha256, x->out->manifest_sha256, sizeof q->manifest_sha256);
     q->n = x->out->n_files;
     q->files = malloc((q->n ? q->n : 1) * sizeof *q->files);
     if (!q->files) {
@@ -324,7 +325,8 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
         x->total += q->files[i].size;
     }
     ck__copy_in_opts o = { .root = root, .name = q->name, .source = q->source,
-                           .manifest_size = q->manifest_size, .files = q->files,
+                           .manifest_size = q->manifest_size,
+                           .manifest_sha256 = q->manifest_sha256, .files = q->files,
                            .n_files = q->n, .log = log, .log_arg = log_arg,
                            .checkers = x->nchk };
     int r = ck__copy_in_begin(&o, &x->in, err);

@@ -6,7 +6,10 @@
  * block, naming the file and the block, whichever checker owns it (with 0 and with 2),
  * and nothing is committed. A copy whose every byte was
  * written but not taken by every checker is never committed: its commit names the
- * checker and the bytes it did not check. */
+ * checker and the bytes it did not check. The manifest is checked against the SHA-256
+ * its sender declared (ck__copy_out reads it): every copy above declares it, and a
+ * manifest with one byte flipped where the manifest's own checks do not look (its
+ * last byte) is refused before it is opened, and nothing is committed. */
 #include "ck/save.h"
 #include "ckpt_testlib.h"
 #include "ops/copy.h"
@@ -20,6 +23,7 @@ static const char *const pls[3] = { "S(0)", "S(1)", "R" };
 typedef struct stream {
     uint8_t *bytes;
     uint64_t total, msize;
+    uint8_t sha[CK_SHA256_LEN];    /* the manifest's, as the sender declares it */
     ck_file *files;
     uint32_t n;
 } stream;
@@ -31,6 +35,7 @@ static void read_stream(const char *root, stream *s)
     REQUIRE(ck__copy_out_open(root, "src", NULL, 0, &o, &err) == 0, "%s", ck_err_msg(&err));
     s->total = o->total;
     s->msize = o->manifest_size;
+    memcpy(s->sha, o->manifest_sha256, sizeof s->sha);
     s->n = o->n_files;
     s->files = malloc(s->n * sizeof *s->files);
     s->bytes = malloc(s->total);
@@ -48,8 +53,8 @@ static int receive(const stream *s, const uint8_t *bytes, const char *root, unsi
                    size_t step, unsigned skip, ck_err *err)
 {
     ck__copy_in_opts o = { .root = root, .name = "src", .source = "n1",
-                           .manifest_size = s->msize, .files = s->files, .n_files = s->n,
-                           .checkers = k };
+                           .manifest_size = s->msize, .manifest_sha256 = s->sha,
+                           .files = s->files, .n_files = s->n, .checkers = k };
     ck__copy_in *c;
     int r = ck__copy_in_begin(&o, &c, err);
     for (uint64_t at = 0; r == 0 && at < s->total; at += step) {
@@ -124,10 +129,22 @@ int main(void)
               (unsigned long long)at[i % 3]);
     }
 
+    /* The manifest's last byte flipped: not the manifest declared. */
+    memcpy(bad, s.bytes, s.total);
+    bad[s.msize - 1] ^= 0x01;
+    snprintf(dst, sizeof dst, "%s/other-manifest", dir);
+    REQUIRE(mkdir(dst, 0755) == 0, "mkdir %s", dst);
+    int r = receive(&s, bad, dst, 2, 100003, 2, &err);
+    CHECK(r == -EBADMSG && strstr(ck_err_msg(&err), "its manifest's SHA-256 is not the one "
+                                  "declared with it"),
+          "a manifest byte flipped: want -EBADMSG naming the manifest; got %d: %s", r,
+          ck_err_msg(&err));
+    CHECK(!committed(dst), "a copy of another manifest was committed");
+
     /* Written whole, not checked whole. */
     snprintf(dst, sizeof dst, "%s/unchecked", dir);
     REQUIRE(mkdir(dst, 0755) == 0, "mkdir %s", dst);
-    int r = receive(&s, s.bytes, dst, 2, 100003, 1, &err);
+    r = receive(&s, s.bytes, dst, 2, 100003, 1, &err);
     CHECK(r == -EPROTO && strstr(ck_err_msg(&err), "checker 1 of 2 has") &&
           strstr(ck_err_msg(&err), "still to check"),
           "a checker short of the stream: got %d: %s", r, ck_err_msg(&err));

@@ -19,6 +19,12 @@
  *   peer_tool serve-slow DURABLE ID LOCAL SECS
  *       the same service, but a GET of data files is answered SECS seconds late, then
  *       served whole: a holder slow to start a transfer.
+ *   peer_tool serve-unsealed DURABLE ID LOCAL
+ *       the same service, serving whole, but nothing it says after AUTH is sealed: what
+ *       someone on the path who does not hold the key would say in its place.
+ *   peer_tool serve-lying DURABLE ID LOCAL
+ *       the same service, serving whole and sealed, but its GET_OK declares a manifest
+ *       SHA-256 that is not that of the manifest it sends.
  *   peer_tool hostile ADDR CASE
  *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
  *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
@@ -149,8 +155,9 @@ static kd_pmsg *greeted(conn *c, const kd_phello *me)
     return NULL;
 }
 
-/* HELLO and AUTH as a daemon of the job says them; out (may be NULL) gets the AUTH. */
-static int hello_auth(conn *c, kd_phello *me, ck__wbuf *out)
+/* HELLO and AUTH as a daemon of the job says them; out (may be NULL) gets the AUTH,
+ * session the connection's key (which seals what follows; the caller seals, or not). */
+static int hello_auth(conn *c, kd_phello *me, ck__wbuf *out, uint8_t session[KD_PEER_KEY_LEN])
 {
     ck_err err = { 0 };
     ck__wbuf w = { 0 };
@@ -167,13 +174,45 @@ static int hello_auth(conn *c, kd_phello *me, ck__wbuf *out)
     if (out)
         ck__put_bytes(out, w.p, w.len);
     kd_pconn_send_w(c->pc, KD_P_AUTH, &w);
+    kd_peer_session(&key, me, &them, session);
     return 0;
 }
 
+/* HELLO and AUTH, then the connection sealed, as a daemon of the job goes on. */
 static int hello(conn *c)
 {
     kd_phello me;
-    return hello_auth(c, &me, NULL);
+    uint8_t session[KD_PEER_KEY_LEN];
+    int r = hello_auth(c, &me, NULL, session);
+    if (r == 0)
+        kd_pconn_seal(c->pc, session, true);
+    return r;
+}
+
+/* After HELLO and AUTH, one INVENTORY (empty) the way case cs seals it, sent as it is;
+ * then the connection is sealed, to read the service's sealed answer:
+ *   unsealed         no seal at all
+ *   bad-seal         the right seal with one bit flipped
+ *   reflected-seal   the seal the service would put on it: the other direction's
+ *   replayed-seal    the right seal, and the same message again (its number is not the
+ *                    next one); the first is answered, the second refused */
+static int sealed_case(conn *c, const char *cs)
+{
+    kd_phello me;
+    uint8_t session[KD_PEER_KEY_LEN], seal[KD_PEER_SEAL_LEN], h[KD_PEER_HDR] = { 0x43, 0x4b,
+        0x50, 0x31, KD_PEER_VERSION & 0xff, KD_PEER_VERSION >> 8, KD_P_INVENTORY, 0 };
+    if (hello_auth(c, &me, NULL, session) < 0 ||
+        kd_peer_seal(session, strcmp(cs, "reflected-seal") != 0, 0, h, NULL, 0, seal) < 0)
+        return 2;
+    if (!strcmp(cs, "bad-seal"))
+        seal[7] ^= 0x10;
+    send_raw(c, KD_P_INVENTORY, 0, seal, strcmp(cs, "unsealed") ? sizeof seal : 0);
+    if (!strcmp(cs, "replayed-seal"))
+        send_raw(c, KD_P_INVENTORY, 0, seal, sizeof seal);
+    kd_pconn_seal(c->pc, session, true);
+    if (!strcmp(cs, "replayed-seal") && answer(c, KD_P_INVENTORY_OK) != 1)
+        return 1;   /* the good one was not answered: printed */
+    return -1;
 }
 
 /* The service's answer to the HELLO of a caller that holds no key, then what the AUTH of
@@ -189,7 +228,8 @@ static int unproven(const char *addr, conn *c, const char *cs)
          * went with: the service's nonce is a new one. */
         conn first;
         ck__wbuf seen = { 0 };
-        if (connect_to(addr, &first) < 0 || hello_auth(&first, &me, &seen) < 0)
+        uint8_t session[KD_PEER_KEY_LEN];
+        if (connect_to(addr, &first) < 0 || hello_auth(&first, &me, &seen, session) < 0)
             return 2;
         kd_pconn_close(first.pc, KD_CLOSE_FLUSH);
         kd_ucx_close(first.u);
@@ -224,13 +264,20 @@ static void send_raw(conn *c, uint16_t type, uint64_t arg, const void *p, size_t
     kd_pconn_send(c->pc, type, arg, b, n);
 }
 
-/* A PUT of NAME from SOURCE declaring a manifest of msize bytes and one file. */
+/* A PUT of NAME from SOURCE declaring a manifest of msize bytes (whose SHA-256 is that
+ * of msize bytes of fill) and one file. */
 static void put_decl(conn *c, const char *name, const char *source, uint64_t msize,
-                     const char *file, uint64_t fsize)
+                     const char *file, uint64_t fsize, uint8_t fill)
 {
     ck_file f = { .size = fsize };
     snprintf(f.name, sizeof f.name, "%s", file);
     kd_preq q = { .manifest_size = msize, .n = file ? 1 : 0, .files = &f };
+    uint8_t *m = msize <= 4096 ? malloc(msize) : NULL;
+    if (m) {
+        memset(m, fill, msize);
+        ck__sha256(m, msize, q.manifest_sha256);
+        free(m);
+    }
     snprintf(q.name, sizeof q.name, "%s", name);
     snprintf(q.source, sizeof q.source, "%s", source);
     ck__wbuf w = { 0 };
@@ -243,9 +290,11 @@ static void put_decl(conn *c, const char *name, const char *source, uint64_t msi
 static void put_lying(conn *c, uint32_t count, const char *const *files, unsigned n)
 {
     ck__wbuf w = { 0 };
+    static const uint8_t sha[CK_SHA256_LEN];
     ck__put_str(&w, "x");
     ck__put_str(&w, "hostile");
     ck__put_u64(&w, 4096);
+    ck__put_bytes(&w, sha, sizeof sha);
     ck__put_u32(&w, count);
     for (unsigned i = 0; i < n; i++) {
         ck__put_str(&w, files[i]);
@@ -475,6 +524,9 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "before-auth") || !strcmp(cs, "forged-auth") ||
                !strcmp(cs, "auth-short") || !strcmp(cs, "replayed-auth")) {
         r = unproven(addr, &c, cs);
+    } else if (!strcmp(cs, "unsealed") || !strcmp(cs, "bad-seal") ||
+               !strcmp(cs, "reflected-seal") || !strcmp(cs, "replayed-seal")) {
+        r = sealed_case(&c, cs);
     } else if (hello(&c) < 0) {
         r = 2;
     } else if (!strcmp(cs, "second-auth")) {
@@ -487,11 +539,11 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "inventory-payload")) {
         send_raw(&c, KD_P_INVENTORY, 0, "xx", 2);
     } else if (!strcmp(cs, "put-dotdot-name")) {
-        put_decl(&c, "../escape", "hostile", 4096, "rank-00000.dat", 4096);
+        put_decl(&c, "../escape", "hostile", 4096, "rank-00000.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-slash-name")) {
-        put_decl(&c, "a/b", "hostile", 4096, "rank-00000.dat", 4096);
+        put_decl(&c, "a/b", "hostile", 4096, "rank-00000.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-dot-name")) {
-        put_decl(&c, ".pending", "hostile", 4096, "rank-00000.dat", 4096);
+        put_decl(&c, ".pending", "hostile", 4096, "rank-00000.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-nul-name") || !strcmp(cs, "put-long-name")) {
         char name[300];
         memset(name, 'n', sizeof name - 1);
@@ -505,21 +557,21 @@ static int hostile(const char *addr, const char *cs)
         ck__put_u32(&w, 0);
         kd_pconn_send_w(c.pc, KD_P_PUT, &w);
     } else if (!strcmp(cs, "put-dotdot-source")) {
-        put_decl(&c, "x", "..", 4096, "rank-00000.dat", 4096);
+        put_decl(&c, "x", "..", 4096, "rank-00000.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-slash-source")) {
-        put_decl(&c, "x", "a/b", 4096, "rank-00000.dat", 4096);
+        put_decl(&c, "x", "a/b", 4096, "rank-00000.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-link-source")) {
-        put_decl(&c, "x", "planted", 4096, "rank-00000.dat", 4096);
+        put_decl(&c, "x", "planted", 4096, "rank-00000.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-dotdot-file")) {
-        put_decl(&c, "x", "hostile", 4096, "../../../escape.dat", 4096);
+        put_decl(&c, "x", "hostile", 4096, "../../../escape.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-slash-file")) {
-        put_decl(&c, "x", "hostile", 4096, "a/b.dat", 4096);
+        put_decl(&c, "x", "hostile", 4096, "a/b.dat", 4096, 0x5a);
     } else if (!strcmp(cs, "put-unaligned-size")) {
-        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", 4095);
+        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", 4095, 0x5a);
     } else if (!strcmp(cs, "put-absurd-size")) {
-        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", UINT64_C(1) << 63);
+        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", UINT64_C(1) << 63, 0x5a);
     } else if (!strcmp(cs, "put-absurd-manifest")) {
-        put_decl(&c, "x", "hostile", UINT64_C(1) << 40, NULL, 0);
+        put_decl(&c, "x", "hostile", UINT64_C(1) << 40, NULL, 0, 0x5a);
     } else if (!strcmp(cs, "put-more-files")) {
         static const char *const one[] = { "rank-00000.dat" };
         put_lying(&c, 1000, one, 1);
@@ -529,13 +581,15 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "put-twice-file")) {
         static const char *const twice[] = { "rank-00000.dat", "rank-00000.dat" };
         put_lying(&c, 2, twice, 2);
-    } else if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "data-past-window") ||
-               !strcmp(cs, "data-past-end") || !strcmp(cs, "data-overlap") ||
-               !strcmp(cs, "data-too-big")) {
-        put_decl(&c, "hostile-put", "hostile", 4096, NULL, 0);
+    } else if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "put-other-manifest") ||
+               !strcmp(cs, "data-past-window") || !strcmp(cs, "data-past-end") ||
+               !strcmp(cs, "data-overlap") || !strcmp(cs, "data-too-big")) {
+        /* put-other-manifest: the manifest sent is not the one the PUT declared. */
+        put_decl(&c, "hostile-put", "hostile", 4096, NULL, 0,
+                 !strcmp(cs, "put-other-manifest") ? 0x5b : 0x5a);
         if (answer(&c, KD_P_PUT_READY) == 1) {
             memset(junk, 0x5a, sizeof junk);
-            if (!strcmp(cs, "put-garbage-manifest")) {
+            if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "put-other-manifest")) {
                 send_raw(&c, KD_P_DATA, 0, junk, 4096);
             } else if (!strcmp(cs, "data-past-window")) {
                 send_raw(&c, KD_P_DATA, KD_PEER_WINDOW + 4096, junk, 16);
@@ -590,54 +644,80 @@ static int hostile(const char *addr, const char *cs)
     return r;
 }
 
-/* One message to a connection of serve_dying: as the real service answers it, but a
- * GET of data files dies once its receiver took the first bytes; or, with slow > 0,
- * is answered slow seconds late and served whole. */
-static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *local,
-                        double slow, kd_xsend **tx, bool *files)
+/* A fake service (serve-*): how it departs from the real one. */
+typedef enum fake_how {
+    FAKE_DYING,                    /* dies at the first ACK of a GET of data files */
+    FAKE_SLOW,                     /* answers a GET of data files slow seconds late */
+    FAKE_UNSEALED,                 /* seals nothing after AUTH */
+    FAKE_LYING,                    /* declares a manifest SHA-256 that is not its manifest's */
+} fake_how;
+
+typedef struct fake {
+    const char *id, *local;
+    fake_how how;
+    double slow;
+} fake;
+
+/* One connection of a fake service. */
+typedef struct fake_conn {
+    kd_pconn *pc;
+    kd_xsend *tx;
+    bool files;                    /* its GET asked for data files */
+    kd_phello caller, me;
+} fake_conn;
+
+/* One message to a connection of a fake service: as the real service answers it, but
+ * for what f->how says. */
+static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
 {
     ck_err err = { 0 };
     ck__wbuf w = { 0 };
     kd_preq ask = { 0 }, q = { 0 };
     char root[PATH_MAX], source[CK_COPY_ID_MAX];
     int r = 0;
-    kd_phello caller, me;
     if (m->type == KD_P_HELLO) {
-        /* It proves that it holds the key, as a holder of the job does; the caller's
-         * AUTH is taken on trust (what is tested here is the dying, not the proof). */
-        if ((r = kd_peer_answer(&key, id, 1, m, &caller, &me, &w, &err)) == 0)
-            kd_pconn_send_w(pc, KD_P_HELLO_OK, &w);
+        /* It proves that it holds the key, as a holder of the job does. */
+        if ((r = kd_peer_answer(&key, f->id, 1, m, &fc->caller, &fc->me, &w, &err)) == 0)
+            kd_pconn_send_w(fc->pc, KD_P_HELLO_OK, &w);
     } else if (m->type == KD_P_AUTH) {
-        /* taken on trust, as said above */
+        /* The caller's proof is taken on trust (what is tested here is what follows);
+         * the connection is sealed as the real service seals it, but by FAKE_UNSEALED. */
+        uint8_t session[KD_PEER_KEY_LEN];
+        kd_peer_session(&key, &fc->caller, &fc->me, session);
+        if (f->how != FAKE_UNSEALED)
+            kd_pconn_seal(fc->pc, session, false);
     } else if (m->type == KD_P_INVENTORY) {
         kd_peer_copy *v;
         size_t n;
-        if ((r = kd_inv_scan(local, id, &v, NULL, &n, &err)) == 0) {
+        if ((r = kd_inv_scan(f->local, f->id, &v, NULL, &n, &err)) == 0) {
             kd_pw_inventory(&w, v, n);
             kd_peer_copies_free(v, n);
-            kd_pconn_send_w(pc, KD_P_INVENTORY_OK, &w);
+            kd_pconn_send_w(fc->pc, KD_P_INVENTORY_OK, &w);
         }
-    } else if (m->type == KD_P_GET && !*tx) {
+    } else if (m->type == KD_P_GET && !fc->tx) {
         if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
-            (r = kd_inv_find(local, id, &ask, root, sizeof root, source, &err)) == 0 &&
-            (r = kd_xsend_open(root, ask.name, source, &ask, &q, tx, &err)) == 0) {
-            if (slow > 0 && q.n > 0) {
-                printf("answering a GET of %u data file(s) in %.1f s\n", q.n, slow);
-                usleep((useconds_t)(slow * 1e6));
+            (r = kd_inv_find(f->local, f->id, &ask, root, sizeof root, source, &err)) == 0 &&
+            (r = kd_xsend_open(root, ask.name, source, &ask, &q, &fc->tx, &err)) == 0) {
+            if (f->how == FAKE_SLOW && q.n > 0) {
+                printf("answering a GET of %u data file(s) in %.1f s\n", q.n, f->slow);
+                usleep((useconds_t)(f->slow * 1e6));
             }
+            if (f->how == FAKE_LYING)
+                q.manifest_sha256[0] ^= 1;
             kd_pw_stream(&w, &q);
-            kd_pconn_send_w(pc, KD_P_GET_OK, &w);
-            kd_pconn_set_budget(pc, KD_PEER_MSG_MAX);
-            *files = q.n > 0;
-            r = kd_xsend_pump(*tx, pc, &err);
+            kd_pconn_send_w(fc->pc, KD_P_GET_OK, &w);
+            kd_pconn_set_budget(fc->pc, KD_PEER_MSG_MAX);
+            fc->files = q.n > 0;
+            r = kd_xsend_pump(fc->tx, fc->pc, &err);
         }
         kd_preq_free(&ask);
         kd_preq_free(&q);
-    } else if (m->type == KD_P_ACK && *tx && *files && slow <= 0) {
+    } else if (m->type == KD_P_ACK && fc->tx && fc->files && f->how == FAKE_DYING) {
         printf("dying at the first ACK of a GET, %llu bytes taken\n", (unsigned long long)m->arg);
         _exit(9);
-    } else if (m->type == KD_P_ACK && *tx) {
-        if ((r = kd_xsend_ack(*tx, m->arg, &err)) == 0 && (r = kd_xsend_pump(*tx, pc, &err)) == 1)
+    } else if (m->type == KD_P_ACK && fc->tx) {
+        if ((r = kd_xsend_ack(fc->tx, m->arg, &err)) == 0 &&
+            (r = kd_xsend_pump(fc->tx, fc->pc, &err)) == 1)
             r = 0;
     }
     if (r < 0)
@@ -645,7 +725,7 @@ static int dying_answer(kd_pconn *pc, kd_pmsg *m, const char *id, const char *lo
     return r;
 }
 
-static int serve_dying(const char *durable, const char *id, const char *local, double slow)
+static int serve_fake(const char *durable, const fake *f)
 {
     ck_err err = { 0 };
     kd_ucx *u;
@@ -653,37 +733,35 @@ static int serve_dying(const char *durable, const char *id, const char *local, d
     int lock;
     /* Held as a daemon holds it: a ckptd starting on the root meanwhile removes the
      * address file of a daemon whose lock is free. */
-    if (ck__engine_lock(durable, id, "the dying holder", &lock, &err) < 0 ||
+    if (ck__engine_lock(durable, f->id, "the fake holder", &lock, &err) < 0 ||
         kd_ucx_open("127.0.0.1:0", &u, bound, sizeof bound, &err) < 0 ||
-        kd_addr_publish(durable, id, bound, 1, &err) < 0) {
+        kd_addr_publish(durable, f->id, bound, 1, &err) < 0) {
         printf("error: %s\n", ck_err_msg(&err));
         return 2;
     }
-    printf("serving as ckptd %s at %s\n", id, bound);
+    printf("serving as ckptd %s at %s\n", f->id, bound);
     /* Each call of a client is a connection of its own: a slot is free again once
      * its peer hung up. */
-    kd_pconn *conns[16] = { NULL };
-    kd_xsend *tx[16] = { NULL };
-    bool files[16] = { false };
+    fake_conn conns[16] = { 0 };
     for (double end = kd_now() + 60; kd_now() < end;) {
         kd_ucx_wait(u, 100);
         for (unsigned i = 0; i < 16; i++) {
-            if (conns[i] && kd_pconn_failed(conns[i], NULL)) {
-                kd_pconn_close(conns[i], KD_CLOSE_NOW);
-                kd_xsend_free(tx[i]);
-                conns[i] = NULL;
-                tx[i] = NULL;
+            fake_conn *fc = &conns[i];
+            if (fc->pc && kd_pconn_failed(fc->pc, NULL)) {
+                kd_pconn_close(fc->pc, KD_CLOSE_NOW);
+                kd_xsend_free(fc->tx);
+                *fc = (fake_conn){ 0 };
             }
-            if (!conns[i] && (conns[i] = kd_ucx_accepted(u)))
-                kd_pconn_set_budget(conns[i], KD_PEER_REQ_MAX + KD_PEER_HDR);
-            for (kd_pmsg *m; conns[i] && (m = kd_pconn_next(conns[i]));) {
-                dying_answer(conns[i], m, id, local, slow, &tx[i], &files[i]);
+            if (!fc->pc && (fc->pc = kd_ucx_accepted(u)))
+                kd_pconn_set_budget(fc->pc, KD_PEER_REQ_MAX + KD_PEER_HDR);
+            for (kd_pmsg *m; fc->pc && (m = kd_pconn_next(fc->pc));) {
+                fake_answer(f, fc, m);
                 kd_pmsg_free(m);
             }
         }
     }
     for (unsigned i = 0; i < 16; i++)
-        kd_xsend_free(tx[i]);
+        kd_xsend_free(conns[i].tx);
     kd_ucx_close(u);
     return 0;
 }
@@ -702,10 +780,14 @@ int main(int argc, char **argv)
         return hostile(argv[2], argv[3]);
     if (argc >= 5 && !strcmp(argv[1], "serve-version"))
         return raw_serve(argv[2], (uint16_t)atoi(argv[3]), atof(argv[4]));
-    if (argc >= 5 && !strcmp(argv[1], "serve-dying"))
-        return serve_dying(argv[2], argv[3], argv[4], 0);
-    if (argc >= 6 && !strcmp(argv[1], "serve-slow"))
-        return serve_dying(argv[2], argv[3], argv[4], atof(argv[5]));
+    static const char *const fakes[] = { [FAKE_DYING] = "serve-dying",
+                                         [FAKE_SLOW] = "serve-slow",
+                                         [FAKE_UNSEALED] = "serve-unsealed",
+                                         [FAKE_LYING] = "serve-lying" };
+    for (unsigned how = 0; argc >= 5 && how < sizeof fakes / sizeof *fakes; how++)
+        if (!strcmp(argv[1], fakes[how]) && (how != FAKE_SLOW || argc >= 6))
+            return serve_fake(argv[2], &(fake){ .id = argv[3], .local = argv[4], .how = how,
+                                                .slow = how == FAKE_SLOW ? atof(argv[5]) : 0 });
     if (argc >= 6 && !strcmp(argv[1], "put")) {
         action = argc > 6 ? argv[6] : "none";
         kd_peer_call c = { .addr = argv[2], .id = argv[5], .key = &key, .timeout = timeout(),

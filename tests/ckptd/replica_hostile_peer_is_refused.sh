@@ -7,6 +7,9 @@
 # ERROR naming it. A caller that does not prove that it holds the job's peer key (no
 # AUTH, a forged one, one played again from another connection) is refused before
 # anything it asks is taken; a service that does not prove it is refused by the caller.
+# After AUTH every message but DATA is sealed: one without its seal, with a seal
+# changed, of the other direction, or played again is refused both ways, and so is a
+# stream whose manifest is not the one its PUT or GET_OK declared.
 # Through all of it the daemon lives, nothing is written outside its roots, and nothing
 # is committed. Versions fail cleanly both ways, naming both.
 . "$(dirname "$0")/replica_lib.sh"
@@ -26,8 +29,8 @@ case_() {
     said "$want" "case $name"
 }
 case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
-case_ other-version "answer: service: ckptd B speaks peer protocol version 3; this peer sent version 4"
-logged B "refused: ckptd B speaks peer protocol version 3; this peer sent version 4" \
+case_ other-version "answer: service: ckptd B speaks peer protocol version 4; this peer sent version 5"
+logged B "refused: ckptd B speaks peer protocol version 4; this peer sent version 5" \
     "the version refusal"
 case_ before-hello "refused: .*a INVENTORY \(type 2\) before HELLO"
 case_ second-hello "refused: .*a second HELLO"
@@ -38,6 +41,10 @@ logged B "peer 127\.0\.0\.1:[0-9]+ \(says it is ckptd hostile\): it does not hol
 case_ replayed-auth "refused: .*the caller does not prove that it holds this job's peer key"
 case_ auth-short "refused: .*AUTH message with a malformed payload \(a proof is 32 bytes\)"
 case_ second-auth "refused: .*a second AUTH"
+case_ unsealed "refused: .*a INVENTORY message \(type 2\) without its seal"
+case_ bad-seal "refused: .*a INVENTORY message whose seal is not this connection's"
+case_ reflected-seal "refused: .*a INVENTORY message whose seal is not this connection's"
+case_ replayed-seal "refused: .*a INVENTORY message whose seal is not this connection's"
 case_ bad-id "refused: .*a daemon id that is not"
 case_ hello-trailing "refused: .*HELLO message with a malformed payload"
 case_ hello-no-nonce "refused: .*HELLO message with a malformed payload"
@@ -61,30 +68,31 @@ case_ put-more-files "refused: .*a file count larger than its bytes can hold"
 case_ put-files-beyond-count "refused: .*left over after the files it declares"
 case_ put-twice-file "refused: .*rank-00000\.dat is declared twice"
 case_ put-garbage-manifest "refused: .*manifest\.mdb: not an LMDB file"
+case_ put-other-manifest "refused: .*copy of hostile-put: its manifest's SHA-256 is not the one declared with it"
 case_ data-past-window "refused: .*a DATA of 16 bytes at stream offset 8392704, outside"
 case_ data-past-end "refused: .*a DATA of 200 bytes at stream offset 4000, outside"
 case_ data-overlap "refused: .*overlaps one that came before"
 case_ data-too-big "refused: .*a DATA message of 4198400 bytes"
 case_ data-outside-put "refused: .*a DATA outside a PUT"
 case_ ack-outside-get "refused: .*an ACK outside a GET"
-case_ request-too-big "refused: .*a PUT of 2097152 bytes came on top"
+case_ request-too-big "refused: .*a PUT of 2097184 bytes came on top"
 case_ get-dotdot-name "refused: .*names checkpoint '\.\.'"
 case_ get-dotdot-file "refused: .*names data file '\.\./manifest\.mdb'"
 case_ get-all-and-files "refused: .*both 'all' and a list of files"
 case_ get-missing "refused: .*no copy of no-such-checkpoint here"
 
 # A service of another version, for this build's client: refused naming both.
-"$PEER_TOOL" serve-version 127.0.0.1:0 4 10 >"$WORK/fake.out" 2>&1 &
+"$PEER_TOOL" serve-version 127.0.0.1:0 5 10 >"$WORK/fake.out" 2>&1 &
 fake=$!
 for _ in $(seq 100); do
     grep -q "^serving" "$WORK/fake.out" && break
     sleep 0.05
 done
-fake_addr=$(sed -n 's/^serving as version 4 at //p' "$WORK/fake.out")
-[ -n "$fake_addr" ] || fail "the fake service of version 4 did not start: $(cat "$WORK/fake.out")"
+fake_addr=$(sed -n 's/^serving as version 5 at //p' "$WORK/fake.out")
+[ -n "$fake_addr" ] || fail "the fake service of version 5 did not start: $(cat "$WORK/fake.out")"
 run "$CKPTCTL" peer inventory --addr "$fake_addr" --timeout 5
 expect 1 "a client of this build and a service of another version"
-said "speaks ckptd peer protocol version 4, this build version 3" "the client's refusal"
+said "speaks ckptd peer protocol version 5, this build version 4" "the client's refusal"
 kill "$fake"
 wait "$fake" 2>/dev/null
 
@@ -98,6 +106,39 @@ expect 1 "a caller of another key"
 said "ckptd B does not prove that it holds this job's peer key \($WORK/other\.key\): it is not a daemon of this job, or its key differs" \
     "the caller's refusal of a service of another key"
 
+# Services that hold the key but whose word after AUTH cannot be trusted, for this
+# build's client: replies without their seal (what someone on the path who does not
+# hold the key would put in their place), and a GET_OK whose manifest is not the one
+# it declares. Each is refused, and nothing of the GET is kept.
+synth "$WORK/fake.local" f1
+mkdir -p "$WORK/fake.durable" "$WORK/into"
+for how in unsealed lying; do
+    "$PEER_TOOL" serve-$how "$WORK/fake.durable" "F$how" "$WORK/fake.local" \
+        >"$WORK/fake-$how.out" 2>&1 &
+    PID[fake$how]=$!
+    for _ in $(seq 200); do
+        grep -q "^serving" "$WORK/fake-$how.out" && break
+        sleep 0.05
+    done
+    grep -q "^serving" "$WORK/fake-$how.out" || fail "serve-$how did not start: $(cat "$WORK/fake-$how.out")"
+done
+run "$CKPTCTL" peer inventory --to Funsealed --root "$WORK/fake.durable" --timeout 5
+expect 1 "a service whose replies carry no seal"
+said "a INVENTORY_OK message whose seal is not this connection's" \
+    "the caller's refusal of an unsealed reply"
+run "$CKPTCTL" peer get --to Flying --root "$WORK/fake.durable" --into "$WORK/into" f1 --all \
+    --timeout 5
+expect 1 "a GET_OK whose manifest is not the one it declares"
+said "copy of f1: its manifest's SHA-256 is not the one declared with it" \
+    "the caller's refusal of another manifest"
+[ ! -e "$WORK/into/f1" ] || fail "the GET of another manifest left a copy"
+no_pending "$WORK/into"
+for how in unsealed lying; do
+    kill "${PID[fake$how]}"
+    wait "${PID[fake$how]}" 2>/dev/null
+    unset "PID[fake$how]"
+done
+
 run "$CKPTCTL" peer inventory --to B --root "$WORK/B.durable"
 expect 0 "the daemon lives after every hostile peer"
 said "^0 copies" "nothing was committed"
@@ -105,7 +146,8 @@ said "^0 copies" "nothing was committed"
 new=$(find "$WORK" -mindepth 1 -newer "$WORK/before" ! -path "$WORK/B.local/.replicas/hostile*" \
       ! -path "$WORK/B.local/.replicas" ! -name '*.log' ! -name 'out.txt' ! -name 'fake.out' \
       ! -path "$WORK/B.local" ! -path "$WORK/B.local/catalog.mdb*" ! -path "$WORK/B.durable" \
-      ! -name other.key \
+      ! -name other.key ! -name 'fake-*.out' ! -path "$WORK/fake.local*" \
+      ! -path "$WORK/fake.durable*" ! -path "$WORK/into*" \
       ! -path "$WORK/B.durable/*" -print)
 [ -z "$new" ] || fail "written outside the replica roots: $new"
 for f in $(ls -A "$WORK/B.local/.replicas/hostile"); do

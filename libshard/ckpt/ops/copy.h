@@ -7,7 +7,8 @@
  * writes it into a new copy (ck__copy_in) through the commit protocol: a pending
  * directory under the save's lock, every block of every data file checked against the
  * manifest's SHA-256 as it arrives (the manifest is the truth: a block that differs
- * fails the copy, naming the file and the block), the files fsynced, NAME/copy written
+ * fails the copy, naming the file and the block; the manifest itself is checked
+ * against the SHA-256 its sender declared, read at ck__copy_out_open), the files fsynced, NAME/copy written
  * when the copy is partial, the structure verified, and one rename. Nothing of a copy
  * that fails, or whose writer dies, is visible: its pending directory is removed, or
  * is debris that recovery removes.
@@ -21,6 +22,7 @@
 
 #include "ck/ckpt.h"
 #include "format/manifest.h"
+#include "io/hash.h"
 
 /* The largest manifest a copy takes: the largest a reader opens. */
 #define CK_COPY_MANIFEST_MAX CK__MANIFEST_MAX
@@ -34,6 +36,9 @@ typedef struct ck__copy_in_opts {
     const char *name;
     const char *source;            /* the daemon whose data it is: NAME/copy's source */
     uint64_t manifest_size;        /* bytes of the manifest, the stream's first */
+    /* What the manifest's bytes must hash to (SHA-256), as its sender declared it; NULL:
+     * the manifest is taken as it comes (its own checks still hold). */
+    const uint8_t *manifest_sha256;
     const ck_file *files;          /* the data files that follow (name, size), in order */
     uint32_t n_files;
     void (*log)(void *arg, const char *msg);   /* warnings after the commit; may be NULL */
@@ -76,6 +81,7 @@ typedef struct ck__copy_out {
     ck_info info;
     ck_copy copy;                  /* of the copy it reads: complete, or whose */
     uint64_t manifest_size;
+    uint8_t manifest_sha256[CK_SHA256_LEN];    /* of the manifest's bytes, read at open */
     ck_file *files;                /* the data files it sends, in order */
     uint32_t n_files;
     uint64_t total;                /* the stream's bytes */

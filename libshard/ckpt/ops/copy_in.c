@@ -22,6 +22,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -43,6 +44,9 @@ struct ck__copy_in {
     ck_engine *e;
     int rootfd, lock, dirfd;       /* dirfd: the pending directory */
     uint64_t manifest_size, left;
+    EVP_MD_CTX *mf;                /* the manifest's bytes, hashed as they come; NULL:
+                                    * no SHA-256 was declared for them */
+    uint8_t mf_want[CK_SHA256_LEN];
     ck_file *files;                /* as declared */
     uint32_t n;
     uint32_t *ids;                 /* declared file i is the manifest's file ids[i] */
@@ -145,6 +149,11 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     c->log = o->log;
     c->log_arg = o->log_arg;
     *out = c;
+    if (o->manifest_sha256) {
+        memcpy(c->mf_want, o->manifest_sha256, sizeof c->mf_want);
+        if (!(c->mf = EVP_MD_CTX_new()) || EVP_DigestInit_ex(c->mf, EVP_sha256(), NULL) != 1)
+            return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    }
     c->own = !o->checkers;
     c->nchk = c->own ? 1 : o->checkers;
     if (!(c->chk = calloc(c->nchk, sizeof *c->chk)))
@@ -199,9 +208,18 @@ static int load_wants(ck__copy_in *c, ck_err *err)
     return 0;
 }
 
-/* The manifest is whole: what follows must be its files, of its sizes. */
+/* The manifest is whole: its bytes must be those declared, and what follows its files,
+ * of its sizes. */
 static int manifest_done(ck__copy_in *c, ck_err *err)
 {
+    uint8_t got[CK_SHA256_LEN];
+    unsigned n = 0;
+    if (c->mf && (EVP_DigestFinal_ex(c->mf, got, &n) != 1 || n != sizeof got))
+        return ck_err_set(err, -ENOMEM, "copy of %s: hashing its manifest failed", c->name);
+    /* Checked before the manifest is opened: it is the truth for every block after it. */
+    if (c->mf && CRYPTO_memcmp(got, c->mf_want, sizeof got) != 0)
+        return ck_err_set(err, -EBADMSG, "copy of %s: its manifest's SHA-256 is not the one "
+                          "declared with it (changed on the way, or by its sender)", c->name);
     int r = ck_open_dir(c->pending, &c->ck, err);
     if (r < 0)
         return r;
@@ -359,7 +377,9 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
     while (r == 0 && len) {
         uint64_t room = item_size(c, c->item) - c->off;
         size_t take = len < room ? len : (size_t)room;
-        if ((r = emit(c, p, take, err)) == 0) {
+        if (c->item == 0 && c->mf && EVP_DigestUpdate(c->mf, p, take) != 1)
+            r = ck_err_set(err, -ENOMEM, "copy of %s: hashing its manifest failed", c->name);
+        else if ((r = emit(c, p, take, err)) == 0) {
             c->off += take;
             c->left -= take;
             r = settle(c, err);
@@ -502,6 +522,7 @@ void ck__copy_in_free(ck__copy_in *c)
     ck_close(c->ck);
     for (unsigned k = 0; k < c->nchk; k++)
         EVP_MD_CTX_free(c->chk[k].md);
+    EVP_MD_CTX_free(c->mf);
     free(c->chk);
     free(c->want);
     free(c->at);

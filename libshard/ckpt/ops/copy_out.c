@@ -16,6 +16,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,35 @@ struct ck__copy_out_state {
     bool direct;                   /* fd is O_DIRECT (a data file, where the fs takes it) */
 };
 
+/* The SHA-256 of the manifest's bytes, which the stream's declaration carries: a read
+ * of the file ahead of the stream's (a manifest is small beside its data files). */
+static int hash_manifest(ck__copy_out *c, ck_err *err)
+{
+    struct ck__copy_out_state *st = c->st;
+    size_t cap = 1u << 20;
+    uint8_t *buf = malloc(cap);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    int r = buf && md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
+    for (uint64_t off = 0; r == 0 && off < c->manifest_size;) {
+        size_t want = c->manifest_size - off < cap ? (size_t)(c->manifest_size - off) : cap;
+        ssize_t got = pread(st->fd, buf, want, (off_t)off);
+        if (got <= 0)
+            r = got < 0 ? -errno : -EBADMSG;      /* cut short under the reader: torn */
+        else if (EVP_DigestUpdate(md, buf, (size_t)got) != 1)
+            r = -ENOMEM;
+        else
+            off += (uint64_t)got;
+    }
+    unsigned n = 0;
+    if (r == 0 && (EVP_DigestFinal_ex(md, c->manifest_sha256, &n) != 1 || n != CK_SHA256_LEN))
+        r = -ENOMEM;
+    EVP_MD_CTX_free(md);
+    free(buf);
+    return r == 0 ? 0 : ck_err_set(err, r, "%s/%s: hashing it: %s", st->ck->dir, CK_MANIFEST,
+                                   r == -EBADMSG ? "shorter than it was a moment ago"
+                                                 : strerror(-r));
+}
+
 /* Opens item (0: the manifest) and checks it is the size it should be. */
 static int open_item(ck__copy_out *c, ck_err *err)
 {
@@ -50,7 +80,7 @@ static int open_item(ck__copy_out *c, ck_err *err)
         return ck_err_set(err, -errno, "%s/%s: %s", st->ck->dir, name, strerror(errno));
     if (st->item == 0) {
         c->manifest_size = (uint64_t)s.st_size;
-        return 0;
+        return hash_manifest(c, err);
     }
     if ((uint64_t)s.st_size != c->files[st->item - 1].size)
         return ck_err_set(err, -EBADMSG, "%s/%s: %llu bytes, its manifest records %llu",
