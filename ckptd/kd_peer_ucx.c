@@ -98,6 +98,25 @@ static void put_header(uint8_t h[KD_PEER_HDR], uint16_t version, uint16_t type, 
         h[8 + i] = (uint8_t)(arg >> (8 * i));
 }
 
+/* Frees the messages c holds, not yet taken. */
+static void drop_queue(kd_pconn *c)
+{
+    while (c->in_head) {
+        kd_pmsg *m = c->in_head;
+        c->in_head = m->next;
+        c->in_bytes -= m->len;
+        kd_pmsg_free(m);
+    }
+    c->in_tail = NULL;
+}
+
+static void conn_free(kd_pconn *c)
+{
+    drop_queue(c);
+    explicit_bzero(c->session, sizeof c->session);
+    free(c);
+}
+
 /* A rendezvous receive in flight, into m. */
 typedef struct rx {
     kd_pconn *c;
@@ -453,13 +472,7 @@ static bool unseal(kd_pconn *c, kd_pmsg *m)
         r = r < 0 ? r : -EBADMSG;
     }
     kd_pconn_fail(c, r, why);
-    while (c->in_head) {
-        kd_pmsg *x = c->in_head;
-        c->in_head = x->next;
-        c->in_bytes -= x->len;
-        kd_pmsg_free(x);
-    }
-    c->in_tail = NULL;
+    drop_queue(c);
     return false;
 }
 
@@ -522,14 +535,14 @@ int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, s
     if (c->sealed && type != KD_P_DATA) {
         /* The seal goes at the payload's end: only a malloc'd payload can grow. */
         uint8_t *b = release ? NULL : realloc(payload, len + KD_PEER_SEAL_LEN);
-        int r = !b ? -ENOMEM : kd_peer_seal(c->session, c->caller, c->seq_out, t->hdr, b, len,
-                                            b + len);
+        int r = release ? -EINVAL : !b ? -ENOMEM
+                : kd_peer_seal(c->session, c->caller, c->seq_out, t->hdr, b, len, b + len);
         if (r < 0) {
             t->payload = b ? b : payload;
             tx_release(t);
             free(t);
-            kd_pconn_fail(c, r, release ? "a sealed message in a pool's buffer"
-                                        : "out of memory to seal a message");
+            kd_pconn_fail(c, r, release ? "a message to seal in a pool's buffer, which cannot "
+                                          "grow by its seal" : "out of memory to seal a message");
             return r;
         }
         c->seq_out++;
@@ -627,11 +640,7 @@ static void reap(kd_ucx *u)
         }
         *pp = c->next;
         u->nconns--;
-        for (kd_pmsg *m = c->in_head, *next; m; m = next) {
-            next = m->next;
-            kd_pmsg_free(m);
-        }
-        free(c);
+        conn_free(c);
     }
 }
 
@@ -691,11 +700,7 @@ void kd_ucx_close(kd_ucx *u)
     while (u->conns) {
         kd_pconn *c = u->conns;
         u->conns = c->next;
-        for (kd_pmsg *m = c->in_head, *next; m; m = next) {
-            next = m->next;
-            kd_pmsg_free(m);
-        }
-        free(c);
+        conn_free(c);
     }
     kd_bufs_drop(u->bufs);
     free(u);
