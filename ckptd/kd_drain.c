@@ -272,39 +272,30 @@ static void owe(struct kd_drainer *k)
     free(pub);
 }
 
-/* Reads root/file (a regular file beneath root, no link followed) into buf of max + 1
- * bytes: its length in *n (max + 1 when it is longer), or a negative errno. */
-static int slurp(const char *root, const char *file, char *buf, size_t max, ssize_t *n)
+/* A small file beneath root, whole (at most max bytes; -EFBIG for more). */
+static int slurp(const char *root, const char *file, char *buf, size_t max, size_t *n)
 {
     int rootfd = ck__root_open(root, NULL);
-    int fd = rootfd < 0 ? rootfd : ck__openat_reg(rootfd, file, O_RDONLY, 0);
-    if (rootfd >= 0)
-        close(rootfd);
-    if (fd < 0)
-        return fd;
-    ssize_t got = 0;
-    *n = 0;
-    while ((size_t)*n <= max && (got = read(fd, buf + *n, max + 1 - (size_t)*n)) > 0)
-        *n += got;
-    int e = errno;
-    close(fd);
-    return got < 0 ? -e : 0;
+    if (rootfd < 0)
+        return rootfd;
+    int r = ck__read_small(rootfd, file, buf, max, n);
+    close(rootfd);
+    return r;
 }
 
 /* Whether daemon id lists name among the drains it owes (its ROOT/.ckptd.ID.drains): 1
  * yes, 0 no, negative when that cannot be told (no such file, not one). */
 static int listed_by(const struct kd_drainer *k, const char *id, const char *name)
 {
-    char file[CK_NODE_ID_MAX + 16], buf[DRAINS_FILE_MAX + 1];
-    ssize_t n;
-    size_t len = strlen(name);
+    char file[CK_NODE_ID_MAX + 16], buf[DRAINS_FILE_MAX];
+    size_t n, len = strlen(name);
     if (ck__name_engine(id, CK_ENGINE_DRAINS, file, sizeof file) < 0)
         return -ENAMETOOLONG;
-    int r = slurp(k->o.durable, file, buf, DRAINS_FILE_MAX, &n);
+    int r = slurp(k->o.durable, file, buf, sizeof buf, &n);
     if (r < 0)
         return r;
-    if (n > (ssize_t)DRAINS_FILE_MAX || n < (ssize_t)strlen(DRAINS_HEAD) ||
-        memcmp(buf, DRAINS_HEAD, strlen(DRAINS_HEAD)) || buf[n - 1] != '\n')
+    if (n < strlen(DRAINS_HEAD) || memcmp(buf, DRAINS_HEAD, strlen(DRAINS_HEAD)) ||
+        buf[n - 1] != '\n')
         return -EINVAL;
     for (const char *line = buf + strlen(DRAINS_HEAD); line < buf + n;) {
         const char *end = memchr(line, '\n', (size_t)(buf + n - line));
@@ -722,13 +713,14 @@ static void owed_line(struct kd_drainer *k, char *line)
 static void owed(struct kd_drainer *k)
 {
     char *buf = malloc(DRAIN_FILE_MAX + 1);
-    ssize_t n = 0;
+    size_t n = 0;
     int r = buf ? slurp(k->o.local, k->file, buf, DRAIN_FILE_MAX, &n) : -ENOMEM;
+    bool big = r == -EFBIG;
     if (r == -ENOENT) {
         free(buf);
         return;
     }
-    if (r < 0) {
+    if (r < 0 && !big) {
         kd_log(k->s, "%s/%s: %s; no drain resumes", k->o.local, k->file, ck__why(r));
         free(buf);
         return;
@@ -737,8 +729,7 @@ static void owed(struct kd_drainer *k)
      * and 2 name a drain owed a line; 3 says what each line is. */
     unsigned long long offers = 0;
     int head = 0, version = 0;
-    if (n > 0 && n <= (ssize_t)DRAIN_FILE_MAX && buf[n - 1] == '\n' &&
-        !memchr(buf, '\0', (size_t)n)) {
+    if (!big && n > 0 && buf[n - 1] == '\n' && !memchr(buf, '\0', n)) {
         buf[n] = '\0';
         char *end = NULL;
         if (!strncmp(buf, "ckptd drain 1\n", 14))
@@ -751,7 +742,7 @@ static void owed(struct kd_drainer *k)
     }
     if (!head) {
         kd_log(k->s, "%s/%s: not a 'ckptd drain' file%s; no drain resumes", k->o.local,
-               k->file, n > (ssize_t)DRAIN_FILE_MAX ? " (too large)" : "");
+               k->file, big ? " (too large)" : "");
         free(buf);
         return;
     }

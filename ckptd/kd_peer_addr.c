@@ -119,21 +119,19 @@ int kd_addr_lookup(const char *root, const char *id, char *addr, size_t len,
     int rootfd = r < 0 ? r : ck__root_open(root, err);
     if (rootfd < 0)
         return rootfd;
-    int fd = ck__openat_reg(rootfd, name, O_RDONLY, 0);
+    size_t k = 0;
+    r = ck__read_small(rootfd, name, buf, sizeof buf - 1, &k);
     close(rootfd);
-    if (fd < 0)
-        return ck_err_set(err, fd, "%s/%s: %s", root, name,
-                          fd == -ENOENT ? "no such file: no ckptd of that id publishes a peer "
+    if (r < 0 && r != -EFBIG)
+        return ck_err_set(err, r, "%s/%s: %s", root, name,
+                          r == -ENOENT ? "no such file: no ckptd of that id publishes a peer "
                           "address there (not started with --peer-listen, or stopped)"
-                          : ck__why(fd));
-    ssize_t k = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (k < 0)
-        return ck_err_set(err, -errno, "%s/%s: %s", root, name, strerror(errno));
+                          : ck__why(r));
     buf[k] = '\0';
     int v = 0, used = 0;
-    if (sscanf(buf, "ckptd peer %d\naddress %127s\ninstance %" SCNu64 "\n%n", &v, a, instance,
-               &used) != 3 || used != k || v != KD_PEER_VERSION || strlen(a) >= len)
+    if (r < 0 || sscanf(buf, "ckptd peer %d\naddress %127s\ninstance %" SCNu64 "\n%n", &v, a,
+                        instance, &used) != 3 || (size_t)used != k || v != KD_PEER_VERSION ||
+        strlen(a) >= len)
         return ck_err_set(err, -EBADMSG, "%s/%s: not a 'ckptd peer %d' address file", root,
                           name, KD_PEER_VERSION);
     snprintf(addr, len, "%s", a);

@@ -59,7 +59,7 @@ static int hexval(char c)
 static int key_read(int fd, const char *path, kd_peer_key *key, ck_err *err)
 {
     struct stat st;
-    char buf[KEY_FILE_LEN + 1];
+    char buf[KEY_FILE_LEN];
     if (fstat(fd, &st) < 0)
         return ck_err_set(err, -errno, "peer key %s: %s", path, strerror(errno));
     if (st.st_uid != geteuid())
@@ -70,13 +70,11 @@ static int key_read(int fd, const char *path, kd_peer_key *key, ck_err *err)
         return ck_err_set(err, -EPERM, "peer key %s has mode %04o: others may read or change "
                           "it, and speak as a daemon of the job (chmod 600 it)", path,
                           (unsigned)(st.st_mode & 07777));
-    ssize_t n = 0, r;
-    while ((size_t)n < sizeof buf && (r = read(fd, buf + n, sizeof buf - (size_t)n)) != 0) {
-        if (r < 0 && errno != EINTR)
-            return ck_err_set(err, -errno, "peer key %s: %s", path, strerror(errno));
-        n += r > 0 ? r : 0;
-    }
-    bool ok = n == (ssize_t)KEY_FILE_LEN && !memcmp(buf, KEY_HEAD, sizeof KEY_HEAD - 1) &&
+    size_t n = 0;
+    int r = ck__read_upto(fd, buf, KEY_FILE_LEN, &n);
+    if (r < 0 && r != -EFBIG)
+        return ck_err_set(err, r, "peer key %s: %s", path, strerror(-r));
+    bool ok = r == 0 && n == KEY_FILE_LEN && !memcmp(buf, KEY_HEAD, sizeof KEY_HEAD - 1) &&
               buf[KEY_FILE_LEN - 1] == '\n';
     const char *hex = buf + sizeof KEY_HEAD - 1;
     for (size_t i = 0; ok && i < KD_PEER_KEY_LEN; i++) {
@@ -86,9 +84,9 @@ static int key_read(int fd, const char *path, kd_peer_key *key, ck_err *err)
     }
     if (!ok)
         return ck_err_set(err, -EINVAL, "peer key %s is not a key file: one line, '%s' and "
-                          "%d lowercase hex digits (%zu bytes; it has %zd%s)", path, KEY_HEAD,
-                          2 * KD_PEER_KEY_LEN, (size_t)KEY_FILE_LEN,
-                          n, n > (ssize_t)KEY_FILE_LEN ? " or more" : "");
+                          "%d lowercase hex digits (%zu bytes; it has %zu%s)", path, KEY_HEAD,
+                          2 * KD_PEER_KEY_LEN, (size_t)KEY_FILE_LEN, r < 0 ? n + 1 : n,
+                          r < 0 ? " or more" : "");
     return 0;
 }
 

@@ -4,6 +4,8 @@
  *     nothing is created, renamed, removed or linked through one;
  *   - "..", absolute paths and empty components are refused (-EINVAL);
  *   - a FIFO is refused as data (CK_ENOTREG), for reading and for writing, at once;
+ *   - the small-file readers (ck__read_small, ck__read_whole) read a file whole within
+ *     their bound, -EFBIG past it by one byte, and refuse links, FIFOs and directories;
  *   - removing or inspecting a link touches the link, never its target;
  *   - ck__rel finds the part of a path below a root, or says it is not below it.
  * Everything the links point at lies outside the root and stays as it was. */
@@ -83,7 +85,12 @@ int main(void)
         alarm(10);
         int a = ck__openat_reg(rootfd, "d/p", O_RDONLY, 0);
         int b = ck__openat_reg(rootfd, "d/p", O_WRONLY, 0);
-        _exit(a == CK_ENOTREG && b == CK_ENOTREG ? 0 : 1);
+        char small[8];
+        uint8_t *whole;
+        size_t n;
+        int c = ck__read_small(rootfd, "d/p", small, sizeof small, &n);
+        int d = ck__read_whole(rootfd, "d/p", 8, &whole, &n);
+        _exit(a == CK_ENOTREG && b == CK_ENOTREG && c == CK_ENOTREG && d == CK_ENOTREG ? 0 : 1);
     }
     int st;
     waitpid(pid, &st, 0);
@@ -91,6 +98,28 @@ int main(void)
     expect_open(ck__openat_reg(rootfd, "d", O_RDONLY, 0), CK_ENOTREG, "a directory as data", 0);
     expect_open(ck__openat_reg(rootfd, "d/f", O_RDONLY, 0), 0, "a file as data", 0);
     expect_open(ck__openat_reg(rootfd, "d/lf", O_RDONLY, 0), -ELOOP, "a link as data", 0);
+
+    /* "d/f" holds "data\n": read whole within 5 bytes, refused within 4. */
+    char small[16];
+    size_t n = 99;
+    int r = ck__read_small(rootfd, "d/f", small, 5, &n);
+    CHECK(r == 0 && n == 5 && !memcmp(small, "data\n", 5), "read_small of 5 bytes in 5: %d, %zu",
+          r, n);
+    CHECK(ck__read_small(rootfd, "d/f", small, sizeof small, &n) == 0 && n == 5,
+          "read_small with room to spare");
+    CHECK(ck__read_small(rootfd, "d/f", small, 4, &n) == -EFBIG, "read_small of 5 bytes in 4");
+    CHECK(ck__read_small(rootfd, "d/lf", small, sizeof small, &n) == -ELOOP, "read_small of a link");
+    CHECK(ck__read_small(rootfd, "d", small, sizeof small, &n) == CK_ENOTREG,
+          "read_small of a directory");
+    uint8_t *whole = NULL;
+    r = ck__read_whole(rootfd, "d/f", 5, &whole, &n);
+    CHECK(r == 0 && n == 5 && whole && !strcmp((char *)whole, "data\n"),
+          "read_whole of 5 bytes in 5 (NUL after them): %d, %zu", r, n);
+    free(whole);
+    CHECK(ck__read_whole(rootfd, "d/f", 4, &whole, &n) == -EFBIG && !whole,
+          "read_whole of 5 bytes in 4");
+    CHECK(ck__read_whole(rootfd, "d/lf", 64, &whole, &n) == -ELOOP && !whole,
+          "read_whole of a link");
 
     CHECK(ck__mkdirat(rootfd, "l/x", 0755) == -ELOOP, "mkdir through a link");
     CHECK(ck__unlinkat(rootfd, "l/.bashrc", 0) == -ELOOP, "unlink through a link");
@@ -120,7 +149,7 @@ int main(void)
     tl_rmtree(base);
     if (tl_failures)
         return 1;
-    printf("ok: links, '..', absolute paths and FIFOs refused by openat2 and by the walk; "
-           "nothing outside the root touched\n");
+    printf("ok: links, '..', absolute paths and FIFOs refused by openat2, by the walk and by "
+           "the small-file readers; nothing outside the root touched\n");
     return 0;
 }

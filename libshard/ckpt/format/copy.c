@@ -144,38 +144,21 @@ int ck__copy_read(int dirfd, const char *dir, const ck_file *files, uint32_t n,
     snprintf(path, sizeof path, "%s/%s", dir, CK_COPY_FILE);
     *held = NULL;
     *copy = (ck_copy){ .files_held = n };
-    int fd = ck__openat_reg(dirfd, CK_COPY_FILE, O_RDONLY, 0);
-    if (fd == -ENOENT)
-        return 0;
-    if (fd < 0)
-        return ck_err_set(err, fd == -ELOOP || fd == CK_ENOTREG ? -EBADMSG : fd, "%s: %s", path,
-                          ck__why(fd));
-    struct stat st;
     uint64_t max = HEAD_MAX + (uint64_t)n * CK_FILE_NAME_MAX;
-    int r = fstat(fd, &st) < 0 ? ck_err_set(err, -errno, "%s: %s", path, strerror(errno)) : 0;
-    if (r == 0 && (uint64_t)st.st_size > max)
-        r = ck_err_set(err, -EBADMSG, "%s: %lld bytes, more than a copy of %u data files "
-                       "needs (%llu)", path, (long long)st.st_size, n, (unsigned long long)max);
-    char *buf = r == 0 ? malloc((size_t)st.st_size + 1) : NULL;
-    if (r == 0 && !buf)
-        r = ck_err_set(err, -ENOMEM, "%s: out of memory", path);
-    size_t got = 0;
-    while (r == 0 && got < (size_t)st.st_size) {
-        ssize_t k = pread(fd, buf + got, (size_t)st.st_size - got, (off_t)got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            r = ck_err_set(err, k < 0 ? -errno : -EBADMSG, "%s: %s", path,
-                           k < 0 ? strerror(errno) : "cut short while read");
-        else
-            got += (size_t)k;
-    }
-    close(fd);
-    uint8_t *h = r == 0 ? calloc(n ? n : 1, 1) : NULL;
-    if (r == 0 && !h)
-        r = ck_err_set(err, -ENOMEM, "%s: out of memory", path);
-    if (r == 0)
-        r = parse(buf, got, path, files, n, copy, h, err);
+    uint8_t *buf;
+    size_t got;
+    int r = ck__read_whole(dirfd, CK_COPY_FILE, max, &buf, &got);
+    if (r == -ENOENT)
+        return 0;
+    if (r == -EFBIG)
+        return ck_err_set(err, -EBADMSG, "%s: more than a copy of %u data files needs (%llu "
+                          "bytes)", path, n, (unsigned long long)max);
+    if (r < 0)
+        return ck_err_set(err, r == -ELOOP || r == CK_ENOTREG ? -EBADMSG : r, "%s: %s", path,
+                          ck__why(r));
+    uint8_t *h = calloc(n ? n : 1, 1);
+    r = h ? parse((char *)buf, got, path, files, n, copy, h, err)
+          : ck_err_set(err, -ENOMEM, "%s: out of memory", path);
     free(buf);
     if (r < 0) {
         free(h);

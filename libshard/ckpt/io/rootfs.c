@@ -8,7 +8,9 @@
 #include <stdint.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -111,6 +113,64 @@ int ck__openat_reg(int dir, const char *rel, int flags, unsigned mode)
         return r;
     }
     return fd;
+}
+
+int ck__read_upto(int fd, void *buf, size_t max, size_t *len)
+{
+    uint8_t *p = buf, extra;
+    size_t n = 0;
+    for (;;) {
+        /* Past max, one byte more is asked for, into extra: whether the file ends. */
+        ssize_t k = n < max ? read(fd, p + n, max - n) : read(fd, &extra, 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -errno;
+        if (k == 0)
+            break;
+        if (n == max) {
+            *len = n;
+            return -EFBIG;
+        }
+        n += (size_t)k;
+    }
+    *len = n;
+    return 0;
+}
+
+int ck__read_small(int dir, const char *rel, void *buf, size_t max, size_t *len)
+{
+    int fd = ck__openat_reg(dir, rel, O_RDONLY, 0);
+    if (fd < 0)
+        return fd;
+    int r = ck__read_upto(fd, buf, max, len);
+    close(fd);
+    return r;
+}
+
+int ck__read_whole(int dir, const char *rel, size_t max, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int fd = ck__openat_reg(dir, rel, O_RDONLY, 0);
+    if (fd < 0)
+        return fd;
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? -errno : (uint64_t)st.st_size > max ? -EFBIG : 0;
+    uint8_t *buf = r == 0 ? malloc((size_t)st.st_size + 1) : NULL;
+    if (r == 0 && !buf)
+        r = -ENOMEM;
+    if (r == 0)
+        r = ck__read_upto(fd, buf, (size_t)st.st_size, len);
+    close(fd);
+    if (r < 0) {
+        free(buf);
+        *len = 0;
+        return r;
+    }
+    buf[*len] = 0;
+    *out = buf;
+    return 0;
 }
 
 int ck__parent_at(int dir, const char *rel, const char **leaf)

@@ -21,6 +21,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #include "ck/error.h"
@@ -60,6 +62,18 @@ int ck__openat_walk(int dir, const char *rel, int flags, unsigned mode);
  * CK_ENOTREG, found without blocking (the open is O_NONBLOCK, dropped after the check
  * unless flags asked for it). */
 int ck__openat_reg(int dir, const char *rel, int flags, unsigned mode);
+/* Reads fd from its offset into buf until its end, at most max bytes: *len gets how many.
+ * -EFBIG when it holds more (*len is then max; one byte past max is read to tell, never
+ * more). */
+int ck__read_upto(int fd, void *buf, size_t max, size_t *len);
+/* A small file rel beneath dir, whole: opened as ck__openat_reg opens it (no links, a
+ * regular file, never waited on), then ck__read_upto. What every reader of a daemon's
+ * or a meeting's little files under a shared root uses. */
+int ck__read_small(int dir, const char *rel, void *buf, size_t max, size_t *len);
+/* The same into a buffer of the file's size (malloc'd, into *out, with a NUL after its
+ * *len bytes): -EFBIG for a file of more than max bytes, found before anything is
+ * allocated. A file cut short while read gives what it held. */
+int ck__read_whole(int dir, const char *rel, size_t max, uint8_t **out, size_t *len);
 
 /* The directory holding rel (opened beneath dir as above) and rel's last component in
  * *leaf (pointing into rel): for the *at calls on names. The caller closes it. */

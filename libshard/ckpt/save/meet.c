@@ -101,40 +101,12 @@ int ck__meet_put(const char *root, const char *dir, const char *name, const void
     return 0;
 }
 
-/* The regular file name beneath d, whole (at most MEET_FILE_MAX bytes). */
+/* The regular file name beneath d, whole (at most MEET_FILE_MAX bytes). Never through
+ * a link, and never waiting: a FIFO or device planted in the shared directory must not
+ * hang the daemon that polls it. */
 static int read_all(int d, const char *name, uint8_t **out, size_t *len)
 {
-    /* Non-blocking and no links: a FIFO or device planted in the shared directory
-     * must not hang the daemon that polls it. */
-    int fd = ck__openat_reg(d, name, O_RDONLY, 0);
-    if (fd < 0)
-        return fd;
-    struct stat st;
-    int r = fstat(fd, &st) < 0 ? -errno : 0;
-    if (r == 0 && (uint64_t)st.st_size > MEET_FILE_MAX)
-        r = -EFBIG;
-    uint8_t *buf = r == 0 ? malloc((size_t)st.st_size + 1) : NULL;
-    if (r == 0 && !buf)
-        r = -ENOMEM;
-    size_t done = 0;
-    while (r == 0 && done < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
-        if (n < 0 && errno != EINTR)
-            r = -errno;
-        else if (n == 0)
-            break;
-        else if (n > 0)
-            done += (size_t)n;
-    }
-    close(fd);
-    if (r < 0) {
-        free(buf);
-        return r;
-    }
-    buf[done] = 0;
-    *out = buf;
-    *len = done;
-    return 0;
+    return ck__read_whole(d, name, MEET_FILE_MAX, out, len);
 }
 
 /* ck__meet_each on the directory d (kept open; dir names it). */

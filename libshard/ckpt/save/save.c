@@ -737,29 +737,16 @@ int ck_save_commit(ck_save *s, ck_save_stats *stats, ck_err *err)
  * others, byte for byte. */
 static int manifest_bytes(const ck_save *s, int dirfd, void **out, size_t *len, ck_err *err)
 {
-    int fd = ck__openat_reg(dirfd, CK_MANIFEST, O_RDONLY, 0);
-    struct stat st;
-    if (fd < 0)
-        return ck_err_set(err, fd, "%s/%s: %s", s->pending, CK_MANIFEST, ck__why(fd));
-    int r = fstat(fd, &st) < 0 ? -errno : 0;
-    if (r == 0 && (st.st_size <= 0 || (uint64_t)st.st_size > CK__MANIFEST_MAX))
-        r = -EFBIG;
-    uint8_t *b = r == 0 ? malloc((size_t)st.st_size) : NULL;
-    if (r == 0 && !b)
-        r = -ENOMEM;
-    for (size_t got = 0; r == 0 && got < (size_t)st.st_size;) {
-        ssize_t k = pread(fd, b + got, (size_t)st.st_size - got, (off_t)got);
-        r = k < 0 ? -errno : k == 0 ? -EIO : 0;
-        got += k > 0 ? (size_t)k : 0;
-    }
-    close(fd);
-    if (r < 0) {
+    uint8_t *b;
+    int r = ck__read_whole(dirfd, CK_MANIFEST, CK__MANIFEST_MAX, &b, len);
+    if (r == 0 && *len == 0) {
         free(b);
-        return ck_err_set(err, r, "%s/%s: reading it back: %s", s->pending, CK_MANIFEST,
-                          ck__why(r));
+        r = -EIO;
     }
+    if (r < 0)
+        return ck_err_set(err, r, "%s/%s: reading it back: %s", s->pending, CK_MANIFEST,
+                          r == -EIO ? "empty" : ck__why(r));
     *out = b;
-    *len = (size_t)st.st_size;
     return 0;
 }
 
