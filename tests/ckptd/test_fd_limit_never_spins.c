@@ -4,7 +4,10 @@
  *    used, not a clock) stays under 1 s: accept's EMFILE on the level-triggered
  *    listening socket used to make the loop spin at 100% of a core;
  *  - the clients past the limit get ERROR naming the lack of descriptors, and the log
- *    says so once;
+ *    says so once each time the daemon runs short, never once per client refused (the
+ *    daemon's other threads, its heartbeat's among them, open and close descriptors of
+ *    their own, so a client may be taken between two shortages: each new shortage then
+ *    follows a "taking new clients again");
  *  - once the idle clients leave, a save of 2 ranks commits and deep-verifies, and the
  *    log says that clients are taken again. */
 #include <poll.h>
@@ -66,8 +69,11 @@ int main(void)
     CHECK(used < 1.0, "ckptd used %.2f s of CPU in 3 s with its descriptors spent: it spins",
           used);
     CHECK(refused > 0, "no client past the limit was told why it was refused");
-    CHECK(kd_count_in(d.log, "out of file descriptors") == 1, "the lack of descriptors is not "
-          "logged exactly once (see %s)", d.log);
+    int shorts = kd_count_in(d.log, "out of file descriptors"),
+        again = kd_count_in(d.log, "taking new clients again");
+    CHECK(shorts >= 1 && shorts == again + 1 && shorts <= 5, "the lack of descriptors is "
+          "logged %d times, with %d recoveries between: want once per shortage, a few at most "
+          "(see %s)", shorts, again, d.log);
     for (int i = 0; i < IDLE; i++)
         close(fd[i]);
     for (int i = 0; i < 500 && kd_count_fds(d.pid) > held; i++)
