@@ -12,8 +12,13 @@
 #               on the same file system as the local tiers: the floor of a local commit
 #   link        one TCP stream of MiB from host 0 to host 1 (python sockets):
 #               what a replica's bytes can cross the link at
+# With BEHIND=S, then drains that fall behind the saves (decision 0195): S saves at level
+# replicated back to back, first with no drain, then with --drain-every 1 --drain-rate
+# RATE (16MiB unless set) --keep-local 2, the drains far slower than the saves; it
+# prints both medians, what became of each drain (committed, superseded, failed) and the
+# most saves any node's local tier held at once (polled every 0.1 s).
 # Root only (network namespaces); UCX on TCP (UCX_TLS=tcp), as on a cluster's network.
-#   [N= F= J=] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
+#   [N= F= J=] [BEHIND=S RATE=] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
 set -uo pipefail
 b=$(realpath "${1:-build}")
 mib=${2:-256}
@@ -43,7 +48,8 @@ daemons() {
         mkdir -p "$work/n$i.local"
         rm -f "$work/n$i.sock"
         local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas "$F" --jump "$J")
-        [ "$1" = tiered ] || tiers=()
+        [ "$1" = behind ] && tiers+=(--drain-every 1 --drain-rate "${RATE:-16MiB}" --keep-local 2)
+        [ "$1" = plain ] && tiers=()
         "$work/on-${NETNS_HOSTS[$i]}" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
             --socket "$work/n$i.sock" --staging "$((mib * 3 / 2 + 64))MiB" --foreground \
             --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
@@ -51,7 +57,7 @@ daemons() {
     done
     for i in $nodes; do
         for _ in $(seq 200); do
-            [ -S "$work/n$i.sock" ] && { [ "$1" != tiered ] || [ -s "$work/durable/.ckptd.n$i.peer" ]; } && break
+            [ -S "$work/n$i.sock" ] && { [ "$1" = plain ] || [ -s "$work/durable/.ckptd.n$i.peer" ]; } && break
             sleep 0.05
         done
     done
@@ -135,3 +141,51 @@ printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, 0->1" "$link" "$(gb $((mib *
 printf 'replicated / local: %.2fx (goal 1.2x); durable / local: %.2fx\n' \
     "$(echo "${T[replicated]} / ${T[local]}" | bc -l)" "$(echo "${T[tiered]} / ${T[local]}" | bc -l)"
 grep -h "replicated to\|copy committed" "$work"/n*.log | grep "replicated-$runs\b\|replicated-$runs:" | sed 's/^/  log| /'
+
+[ "${BEHIND:-0}" -gt 0 ] || exit 0
+# Drains that fall behind: the same saves without drains, then with them.
+median() { sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# Drains of the phase that ended: committed, superseded or failed.
+ended() { grep -hcE "drain of behind-[0-9]+(: committed in the durable root|: not drained: superseded by| failed: )" "$work"/n*.log | paste -sd+ | bc; }
+# In turn, twice (this machine's speed drifts from minute to minute): S saves without
+# drains, then S with them; each median over both rounds.
+lvl=${BEHIND_LEVEL:-replicated}
+# The most saves of this phase any node's local tier holds at once: its own copies,
+# replicas and fetched copies, by name (committed ones: not a pending NAME.TOKEN).
+( most=0
+  while [ ! -e "$work/behind.done" ]; do
+      for i in $nodes; do
+          k=$(find "$work/n$i.local" -maxdepth 3 -type d -regex '.*/behind-[0-9]+' -printf '%f\n' \
+              2>/dev/null | sort -u | wc -l)
+          [ "$k" -le "$most" ] || most=$k
+      done
+      echo "$most" >"$work/behind.most"
+      sleep 0.1
+  done ) &
+watcher=$!
+for round in 1 2; do
+    daemons tiered
+    for r in $(seq "$BEHIND"); do save "alone-$round-$r" "$lvl" alone; done >>"$work/alone.t"
+    daemons behind
+    for r in $(seq "$BEHIND"); do save "behind-$(((round - 1) * BEHIND + r))" "$lvl" behind; done \
+        >>"$work/behind.t"
+    # The drains of the round end before the next round's saves without them.
+    for _ in $(seq 6000); do
+        [ "$(ended)" -ge "$((round * BEHIND))" ] && break
+        sleep 0.1
+    done
+done
+alone=$(median <"$work/alone.t")
+behind=$(median <"$work/behind.t")
+touch "$work/behind.done"
+wait "$watcher"
+count() { grep -hcE "drain of behind-[0-9]+$1" "$work"/n*.log | paste -sd+ | bc; }
+printf 'drains behind the saves: 2 x %d saves of %d MiB at level %s, --drain-every 1 --drain-rate %s --keep-local 2\n' \
+    "$BEHIND" "$total" "$lvl" "${RATE:-16MiB}"
+printf '%-28s %10.3f\n' "save, no drain (median)" "$alone"
+printf '%-28s %10.3f  %.2fx\n' "save, drains behind (median)" "$behind" "$(echo "$behind / $alone" | bc -l)"
+printf 'drains: %d committed, %d superseded, %d failed; the most saves a local tier held at once: %d\n' \
+    "$(count ': committed in the durable root')" "$(count ': not drained: superseded by')" \
+    "$(count ' failed: ')" "$(cat "$work/behind.most")"
+grep -hE "drain of behind-[0-9]+(: committed in the durable root|: not drained: superseded by| failed: )" \
+    "$work"/n*.log | sed 's/^/  log| /'
