@@ -750,11 +750,13 @@ int kd_pconn_send_buf(kd_pconn *c, uint16_t type, uint64_t arg, void *payload, s
                       void (*release)(void *ctx, void *payload), void *ctx);
 /* Sends the encoded message w (taken). */
 int kd_pconn_send_w(kd_pconn *c, uint16_t type, ck__wbuf *w);
-/* From now on every message but DATA carries a seal under session (KD_PEER_SEAL_LEN
- * bytes at the end of its payload), both ways, numbered in each direction: sent ones
- * get it, and kd_pconn_next hands out only what carries the right one, the seal taken
- * off (the first that does not fails c). caller: this side connected. */
-void kd_pconn_seal(kd_pconn *c, const uint8_t session[KD_PEER_KEY_LEN], bool caller);
+/* From now on every message but DATA carries a seal (KD_PEER_SEAL_LEN bytes at the end
+ * of its payload) under the session key of key and the two HELLOs (kd_peer_session),
+ * both ways, numbered in each direction: sent ones get it, and kd_pconn_next hands out
+ * only what carries the right one, the seal taken off (the first that does not fails
+ * c). is_caller: this side connected. */
+void kd_pconn_seal(kd_pconn *c, const kd_peer_key *key, const kd_phello *caller,
+                   const kd_phello *service, bool is_caller);
 /* 0 while usable; else -errno, and why: nothing more is taken from it (the messages
  * that came whole before still are). */
 int kd_pconn_failed(const kd_pconn *c, const char **why);

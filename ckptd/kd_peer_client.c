@@ -144,10 +144,7 @@ static int call_open(call *k, const kd_peer_call *c, ck_err *err)
     if ((r = kd_pconn_send_w(k->pc, KD_P_AUTH, &w)) < 0)
         return failed(k, r, err);
     /* Everything after AUTH, both ways, is sealed under this connection's key. */
-    uint8_t session[KD_PEER_KEY_LEN];
-    kd_peer_session(c->key, &me, &them, session);
-    kd_pconn_seal(k->pc, session, true);
-    explicit_bzero(session, sizeof session);
+    kd_pconn_seal(k->pc, c->key, &me, &them, true);
     return 0;
 }
 

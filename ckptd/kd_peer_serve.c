@@ -155,10 +155,7 @@ static void on_auth(struct kd_peers *p, sconn *c, kd_pmsg *m)
     c->authed = true;
     /* From here on, both ways, every message but DATA is sealed under the connection's
      * key: what the caller asks and what it is told cannot be changed on the way. */
-    uint8_t session[KD_PEER_KEY_LEN];
-    kd_peer_session(&p->key, &c->caller, &c->me, session);
-    kd_pconn_seal(c->pc, session, false);
-    explicit_bzero(session, sizeof session);
+    kd_pconn_seal(c->pc, &p->key, &c->caller, &c->me, false);
 }
 
 static void on_inventory(struct kd_peers *p, sconn *c, kd_pmsg *m)

@@ -495,10 +495,11 @@ kd_pmsg *kd_pconn_next(kd_pconn *c)
     return m;
 }
 
-void kd_pconn_seal(kd_pconn *c, const uint8_t session[KD_PEER_KEY_LEN], bool caller)
+void kd_pconn_seal(kd_pconn *c, const kd_peer_key *key, const kd_phello *caller,
+                   const kd_phello *service, bool is_caller)
 {
-    memcpy(c->session, session, KD_PEER_KEY_LEN);
-    c->caller = caller;
+    kd_peer_session(key, caller, service, c->session);
+    c->caller = is_caller;
     c->sealed = true;
 }
 

@@ -156,16 +156,15 @@ static kd_pmsg *greeted(conn *c, const kd_phello *me)
 }
 
 /* HELLO and AUTH as a daemon of the job says them; out (may be NULL) gets the AUTH,
- * session the connection's key (which seals what follows; the caller seals, or not). */
-static int hello_auth(conn *c, kd_phello *me, ck__wbuf *out, uint8_t session[KD_PEER_KEY_LEN])
+ * them the service's HELLO_OK (what follows is sealed, or not, by the caller). */
+static int hello_auth(conn *c, kd_phello *me, ck__wbuf *out, kd_phello *them)
 {
     ck_err err = { 0 };
     ck__wbuf w = { 0 };
-    kd_phello them;
     kd_pmsg *m = NULL;
     if (kd_peer_greet("hostile", me, &w, &err) < 0 || (ck__wbuf_free(&w), !(m = greeted(c, me))))
         return -1;
-    int r = kd_peer_check_answer(&key, me, m, &them, &w, &err);
+    int r = kd_peer_check_answer(&key, me, m, them, &w, &err);
     kd_pmsg_free(m);
     if (r < 0) {
         printf("error: %s\n", ck_err_msg(&err));
@@ -174,18 +173,16 @@ static int hello_auth(conn *c, kd_phello *me, ck__wbuf *out, uint8_t session[KD_
     if (out)
         ck__put_bytes(out, w.p, w.len);
     kd_pconn_send_w(c->pc, KD_P_AUTH, &w);
-    kd_peer_session(&key, me, &them, session);
     return 0;
 }
 
 /* HELLO and AUTH, then the connection sealed, as a daemon of the job goes on. */
 static int hello(conn *c)
 {
-    kd_phello me;
-    uint8_t session[KD_PEER_KEY_LEN];
-    int r = hello_auth(c, &me, NULL, session);
+    kd_phello me, them;
+    int r = hello_auth(c, &me, NULL, &them);
     if (r == 0)
-        kd_pconn_seal(c->pc, session, true);
+        kd_pconn_seal(c->pc, &key, &me, &them, true);
     return r;
 }
 
@@ -198,18 +195,20 @@ static int hello(conn *c)
  *                    next one); the first is answered, the second refused */
 static int sealed_case(conn *c, const char *cs)
 {
-    kd_phello me;
+    kd_phello me, them;
     uint8_t session[KD_PEER_KEY_LEN], seal[KD_PEER_SEAL_LEN], h[KD_PEER_HDR] = { 0x43, 0x4b,
         0x50, 0x31, KD_PEER_VERSION & 0xff, KD_PEER_VERSION >> 8, KD_P_INVENTORY, 0 };
-    if (hello_auth(c, &me, NULL, session) < 0 ||
-        kd_peer_seal(session, strcmp(cs, "reflected-seal") != 0, 0, h, NULL, 0, seal) < 0)
+    if (hello_auth(c, &me, NULL, &them) < 0)
+        return 2;
+    kd_peer_session(&key, &me, &them, session);
+    if (kd_peer_seal(session, strcmp(cs, "reflected-seal") != 0, 0, h, NULL, 0, seal) < 0)
         return 2;
     if (!strcmp(cs, "bad-seal"))
         seal[7] ^= 0x10;
     send_raw(c, KD_P_INVENTORY, 0, seal, strcmp(cs, "unsealed") ? sizeof seal : 0);
     if (!strcmp(cs, "replayed-seal"))
         send_raw(c, KD_P_INVENTORY, 0, seal, sizeof seal);
-    kd_pconn_seal(c->pc, session, true);
+    kd_pconn_seal(c->pc, &key, &me, &them, true);
     if (!strcmp(cs, "replayed-seal") && answer(c, KD_P_INVENTORY_OK) != 1)
         return 1;   /* the good one was not answered: printed */
     return -1;
@@ -228,8 +227,8 @@ static int unproven(const char *addr, conn *c, const char *cs)
          * went with: the service's nonce is a new one. */
         conn first;
         ck__wbuf seen = { 0 };
-        uint8_t session[KD_PEER_KEY_LEN];
-        if (connect_to(addr, &first) < 0 || hello_auth(&first, &me, &seen, session) < 0)
+        kd_phello them;
+        if (connect_to(addr, &first) < 0 || hello_auth(&first, &me, &seen, &them) < 0)
             return 2;
         kd_pconn_close(first.pc, KD_CLOSE_FLUSH);
         kd_ucx_close(first.u);
@@ -682,10 +681,8 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
     } else if (m->type == KD_P_AUTH) {
         /* The caller's proof is taken on trust (what is tested here is what follows);
          * the connection is sealed as the real service seals it, but by FAKE_UNSEALED. */
-        uint8_t session[KD_PEER_KEY_LEN];
-        kd_peer_session(&key, &fc->caller, &fc->me, session);
         if (f->how != FAKE_UNSEALED)
-            kd_pconn_seal(fc->pc, session, false);
+            kd_pconn_seal(fc->pc, &key, &fc->caller, &fc->me, false);
     } else if (m->type == KD_P_INVENTORY) {
         kd_peer_copy *v;
         size_t n;
