@@ -154,8 +154,8 @@ int ck__copy_read(int dirfd, const char *dir, const ck_file *files, uint32_t n,
         return ck_err_set(err, -EBADMSG, "%s: more than a copy of %u data files needs (%llu "
                           "bytes)", path, n, (unsigned long long)max);
     if (r < 0)
-        return ck_err_set(err, r == -ELOOP || r == CK_ENOTREG ? -EBADMSG : r, "%s: %s", path,
-                          ck__why(r));
+        return ck_err_set(err, r == -ELOOP || r == CK_ENOTREG || r == -EIO ? -EBADMSG : r,
+                          "%s: %s", path, r == -EIO ? "cut short while read" : ck__why(r));
     uint8_t *h = calloc(n ? n : 1, 1);
     r = h ? parse((char *)buf, got, path, files, n, copy, h, err)
           : ck_err_set(err, -ENOMEM, "%s: out of memory", path);

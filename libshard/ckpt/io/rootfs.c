@@ -162,6 +162,8 @@ int ck__read_whole(int dir, const char *rel, size_t max, uint8_t **out, size_t *
         r = -ENOMEM;
     if (r == 0)
         r = ck__read_upto(fd, buf, (size_t)st.st_size, len);
+    if (r == 0 && *len < (size_t)st.st_size)
+        r = -EIO;
     close(fd);
     if (r < 0) {
         free(buf);

@@ -72,7 +72,8 @@ int ck__read_upto(int fd, void *buf, size_t max, size_t *len);
 int ck__read_small(int dir, const char *rel, void *buf, size_t max, size_t *len);
 /* The same into a buffer of the file's size (malloc'd, into *out, with a NUL after its
  * *len bytes): -EFBIG for a file of more than max bytes, found before anything is
- * allocated. A file cut short while read gives what it held. */
+ * allocated; -EIO for one cut short while read (the files read so are replaced whole,
+ * never changed in place: one that shrinks is not what was written). */
 int ck__read_whole(int dir, const char *rel, size_t max, uint8_t **out, size_t *len);
 
 /* The directory holding rel (opened beneath dir as above) and rel's last component in

@@ -739,13 +739,14 @@ static int manifest_bytes(const ck_save *s, int dirfd, void **out, size_t *len, 
 {
     uint8_t *b;
     int r = ck__read_whole(dirfd, CK_MANIFEST, CK__MANIFEST_MAX, &b, len);
-    if (r == 0 && *len == 0) {
+    bool empty = r == 0 && *len == 0;
+    if (empty) {
         free(b);
         r = -EIO;
     }
     if (r < 0)
         return ck_err_set(err, r, "%s/%s: reading it back: %s", s->pending, CK_MANIFEST,
-                          r == -EIO ? "empty" : ck__why(r));
+                          empty ? "empty" : r == -EIO ? "cut short while read" : ck__why(r));
     *out = b;
     return 0;
 }
