@@ -163,12 +163,29 @@ lvl=${BEHIND_LEVEL:-replicated}
       sleep 0.1
   done ) &
 watcher=$!
+# Where the CPU went while each phase's saves ran: the daemons' own CPU seconds
+# (utime + stime of the N ckptd) and the machine's (all cores, from /proc/stat), summed
+# over the phase's saves, so that a slowdown can be set beside what the drains cost.
+tck=$(getconf CLK_TCK)
+dcpu() { local p t=0; for p in "${pids[@]}"; do
+    t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+    echo "$t / $tck" | bc -l; }
+mcpu() { awk '/^cpu / { print ($2 + $3 + $4 + $7 + $8) / '"$tck"', ($2 + $3 + $4 + $5 + $6 + $7 + $8) / '"$tck"' }' /proc/stat; }
+# phase KEY NAME...: the saves NAME..., with the CPU they took added to $work/cpu.KEY
+# (daemons' seconds, machine busy seconds, machine seconds).
+phase() {
+    local key=$1 d0 m0 d1 m1 n
+    shift
+    d0=$(dcpu); m0=$(mcpu)
+    for n in "$@"; do save "$n" "$lvl" "$key"; done >>"$work/$key.t"
+    d1=$(dcpu); m1=$(mcpu)
+    echo "$d0 $m0 $d1 $m1" | awk '{ print $4 - $1, $5 - $2, $6 - $3 }' >>"$work/cpu.$key"
+}
 for round in 1 2; do
     daemons tiered
-    for r in $(seq "$BEHIND"); do save "alone-$round-$r" "$lvl" alone; done >>"$work/alone.t"
+    phase alone $(for r in $(seq "$BEHIND"); do echo "alone-$round-$r"; done)
     daemons behind
-    for r in $(seq "$BEHIND"); do save "behind-$(((round - 1) * BEHIND + r))" "$lvl" behind; done \
-        >>"$work/behind.t"
+    phase behind $(for r in $(seq "$BEHIND"); do echo "behind-$(((round - 1) * BEHIND + r))"; done)
     # The drains of the round end before the next round's saves without them.
     for _ in $(seq 6000); do
         [ "$(ended)" -ge "$((round * BEHIND))" ] && break
@@ -184,6 +201,11 @@ printf 'drains behind the saves: 2 x %d saves of %d MiB at level %s, --drain-eve
     "$BEHIND" "$total" "$lvl" "${RATE:-16MiB}"
 printf '%-28s %10.3f\n' "save, no drain (median)" "$alone"
 printf '%-28s %10.3f  %.2fx\n' "save, drains behind (median)" "$behind" "$(echo "$behind / $alone" | bc -l)"
+# cpu KEY: the phase's daemons' CPU seconds a save, and the machine's busy share.
+cpu() { awk -v n="$((2 * BEHIND))" '{ d += $1; b += $2; a += $3 } END {
+    printf "%.3f s a save in the daemons, the machine %.0f%% busy", d / n, 100 * b / a }' "$work/cpu.$1"; }
+printf '%-28s %s\n' "  CPU, no drain" "$(cpu alone)"
+printf '%-28s %s\n' "  CPU, drains behind" "$(cpu behind)"
 printf 'drains: %d committed, %d superseded, %d failed; the most saves a local tier held at once: %d\n' \
     "$(count ': committed in the durable root')" "$(count ': not drained: superseded by')" \
     "$(count ' failed: ')" "$(cat "$work/behind.most")"

@@ -47,6 +47,20 @@ typedef struct ck__copy_in_opts {
      * and K checkers (threads of the caller's) check the blocks, checker k those whose
      * index in their file is k modulo K (ck__copy_in_check). */
     unsigned checkers;
+    /* One copy by several writers (a drain, decision 0197). The committer's data files
+     * that other writers put in its pending directory: not in its stream; at its
+     * commit each must be there, a regular file of the manifest's size, and is fsynced
+     * (their writers checked every block). */
+    const ck_file *joined;
+    uint32_t n_joined;
+    /* A writer that joins: the token of the committer's pending directory
+     * (ck__copy_in_token). It takes no lock and makes no directory; its stream is as
+     * any copy's, the manifest first (manifest_sha256 is required, and the pending
+     * directory's manifest must hash to it too, or the writer refuses to write there),
+     * then the declared files, each created there (never over a file that exists) and
+     * every block checked. Its commit fsyncs them and commits nothing; its free
+     * without a commit removes what it created, and only that. */
+    const char *join;
 } ck__copy_in_opts;
 
 /* Checks what is declared (names of files, each once; sizes; the manifest no larger
@@ -65,6 +79,8 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
  * ck__copy_in_write returned for it (the manifest is then open). Independent of the
  * other checkers and of the writer: no lock is taken. */
 int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err);
+/* The token of c's pending directory (ROOT/.pending/NAME.TOKEN), for its joiners. */
+const char *ck__copy_in_token(const ck__copy_in *c);
 /* Bytes of the stream still expected. */
 uint64_t ck__copy_in_left(const ck__copy_in *c);
 /* The whole stream arrived (and was checked by every checker): fsyncs, writes NAME/copy when the copy holds fewer files

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ck/verify.h"
@@ -41,14 +42,17 @@
 struct ck__copy_in {
     char root[PATH_MAX], name[CK_NAME_MAX], source[CK_COPY_ID_MAX];
     char pending[PATH_MAX];        /* ROOT/.pending/NAME.TOKEN */
+    char token[CK_TOKEN_MAX];
+    bool join;                     /* a joiner: writes into another's pending directory */
     ck_engine *e;
     int rootfd, lock, dirfd;       /* dirfd: the pending directory */
     uint64_t manifest_size, left;
     EVP_MD_CTX *mf;                /* the manifest's bytes, hashed as they come; NULL:
                                     * no SHA-256 was declared for them */
     uint8_t mf_want[CK_SHA256_LEN];
-    ck_file *files;                /* as declared */
-    uint32_t n;
+    ck_file *files;                /* as declared: the n streamed, then the nj joined */
+    uint32_t n, nj;
+    uint32_t made;                 /* a joiner's: files[0, made) are the ones it created */
     uint32_t *ids;                 /* declared file i is the manifest's file ids[i] */
     uint32_t item;                 /* 0: the manifest; i + 1: declared file i */
     uint64_t off;                  /* bytes of the item taken (hashed, and written or buffered) */
@@ -90,7 +94,9 @@ static const char *item_name(const ck__copy_in *c, uint32_t item)
     return item == 0 ? CK_MANIFEST : c->files[item - 1].name;
 }
 
-static int check_declared(const ck__copy_in_opts *o, ck_err *err)
+/* files[0, n): the streamed files and the joined ones, each once. */
+static int check_declared(const ck__copy_in_opts *o, const ck_file *files, uint32_t n,
+                          ck_err *err)
 {
     int r = ck_name_check("checkpoint", o->name, err);
     if (r < 0 || (r = ck__copy_source_check(o->source, err)) < 0)
@@ -99,18 +105,24 @@ static int check_declared(const ck__copy_in_opts *o, ck_err *err)
         return ck_err_set(err, -EINVAL, "copy of %s: a manifest of %llu bytes (1 to %llu)",
                           o->name, (unsigned long long)o->manifest_size,
                           (unsigned long long)CK_COPY_MANIFEST_MAX);
-    if (o->n_files > CK_MAX_WORLD)
-        return ck_err_set(err, -EINVAL, "copy of %s: %u data files, more than ranks can write",
-                          o->name, o->n_files);
-    uint32_t *idx = ck__files_by_name(o->files, o->n_files);
+    if (o->join && (o->n_joined || !o->manifest_sha256))
+        return ck_err_set(err, -EINVAL, "copy of %s: a writer that joins another's copy "
+                          "declares its manifest's SHA-256 and no joined files", o->name);
+    /* A token ck__name_token makes: never another kind of directory of the name (a
+     * meeting's, a removal's). */
+    if (o->join && (strlen(o->join) != CK_TOKEN_MAX - 4 ||
+                    strspn(o->join, "0123456789abcdef") != CK_TOKEN_MAX - 4))
+        return ck_err_set(err, -EINVAL, "copy of %s: '%.32s' is no pending directory's token "
+                          "(12 hex digits)", o->name, o->join);
+    uint32_t *idx = ck__files_by_name(files, n);
     if (!idx)
         return -ENOMEM;
-    for (uint32_t i = 0; r == 0 && i < o->n_files; i++) {
-        const ck_file *f = &o->files[idx[i]];
+    for (uint32_t i = 0; r == 0 && i < n; i++) {
+        const ck_file *f = &files[idx[i]];
         if (ck_name_check("data file", f->name, NULL) < 0)
             r = ck_err_set(err, -EINVAL, "copy of %s: '%.64s' is not a plain file name",
                            o->name, f->name);
-        else if (i && !strcmp(f->name, o->files[idx[i - 1]].name))
+        else if (i && !strcmp(f->name, files[idx[i - 1]].name))
             r = ck_err_set(err, -EINVAL, "copy of %s: data file %s is declared twice", o->name,
                            f->name);
         else if (f->size % CK_ALIGN || f->size > (UINT64_C(1) << 62))
@@ -125,24 +137,34 @@ static int check_declared(const ck__copy_in_opts *o, ck_err *err)
 int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
 {
     *out = NULL;
-    int r = check_declared(o, err);
-    if (r < 0)
-        return r;
+    if ((uint64_t)o->n_files + o->n_joined > CK_MAX_WORLD)
+        return ck_err_set(err, -EINVAL, "copy of %s: %llu data files, more than ranks can "
+                          "write", o->name, (unsigned long long)o->n_files + o->n_joined);
     ck__copy_in *c = calloc(1, sizeof *c);
-    if (!c || !(c->files = malloc((o->n_files ? o->n_files : 1) * sizeof *c->files))) {
+    uint32_t all = o->n_files + o->n_joined;
+    if (!c || !(c->files = malloc((all ? all : 1) * sizeof *c->files))) {
         if (c) {
             free(c->files);
             free(c);
         }
         return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", o->name);
     }
+    memcpy(c->files, o->files, o->n_files * sizeof *c->files);
+    memcpy(c->files + o->n_files, o->joined, o->n_joined * sizeof *c->files);
+    int r = check_declared(o, c->files, all, err);
+    if (r < 0) {
+        free(c->files);
+        free(c);
+        return r;
+    }
     c->rootfd = c->lock = c->dirfd = c->fd = -1;
     c->e = ck_engine_default();
     snprintf(c->root, sizeof c->root, "%s", o->root);
     snprintf(c->name, sizeof c->name, "%s", o->name);
     snprintf(c->source, sizeof c->source, "%s", o->source);
-    memcpy(c->files, o->files, o->n_files * sizeof *c->files);
     c->n = o->n_files;
+    c->nj = o->n_joined;
+    c->join = o->join != NULL;
     c->manifest_size = c->left = o->manifest_size;
     for (uint32_t i = 0; i < c->n; i++)
         c->left += c->files[i].size;
@@ -166,10 +188,24 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     }
     if ((c->rootfd = ck__root_open_engine(c->e, c->root, err)) < 0)
         return c->rootfd;
+    if (c->join) {
+        /* Only a directory that is there: one its committer gave up (recovery removed
+         * it) is not made again. */
+        char rel[PATH_MAX];
+        snprintf(c->token, sizeof c->token, "%s", o->join);
+        if (ck__name_save(c->name, c->token, rel, sizeof rel) < 0 ||
+            snprintf(c->pending, sizeof c->pending, "%s/%s", c->root, rel) >= PATH_MAX)
+            return ck_err_set(err, -ENAMETOOLONG, "%s: path too long", c->root);
+        if ((c->dirfd = ck__openat(c->rootfd, rel, O_RDONLY | O_DIRECTORY, 0)) < 0)
+            return ck_err_set(err, c->dirfd, "%s (the copy of %s this writer joins): %s",
+                              c->pending, c->name, ck__why(c->dirfd));
+        return 0;
+    }
     /* A copy is no job's save: its lock names none. */
     if ((r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, NULL,
                                 c->pending, &c->lock, err)) < 0)
         return r;
+    snprintf(c->token, sizeof c->token, "%s", strrchr(c->pending, '/') + 1 + strlen(c->name) + 1);
     if ((c->dirfd = ck__openat(c->rootfd, ck__rel(c->root, c->pending), O_RDONLY | O_DIRECTORY,
                                0)) < 0)
         return ck_err_set(err, c->dirfd, "%s: %s", c->pending, ck__why(c->dirfd));
@@ -208,6 +244,27 @@ static int load_wants(ck__copy_in *c, ck_err *err)
     return 0;
 }
 
+/* A joiner's: the manifest in the directory it joins is the one its own stream carries
+ * (the SHA-256 declared), so the blocks it checks are checked against what is
+ * committed. */
+static int joined_manifest(ck__copy_in *c, ck_err *err)
+{
+    uint8_t *bytes = NULL, got[CK_SHA256_LEN];
+    size_t len = 0;
+    int r = ck__read_whole(c->dirfd, CK_MANIFEST, CK_COPY_MANIFEST_MAX, &bytes, &len);
+    if (r < 0)
+        return ck_err_set(err, r, "%s/%s (the copy this writer joins): %s", c->pending,
+                          CK_MANIFEST, r == -EFBIG ? "larger than any manifest" : ck__why(r));
+    r = ck__sha256(bytes, len, got) < 0 ? -ENOMEM : 0;
+    free(bytes);
+    if (r < 0)
+        return ck_err_set(err, r, "copy of %s: SHA-256 failed", c->name);
+    if (CRYPTO_memcmp(got, c->mf_want, sizeof got) != 0)
+        return ck_err_set(err, -EBADMSG, "%s/%s: not the manifest of the copy this writer "
+                          "joins (its SHA-256 is not the one declared)", c->pending, CK_MANIFEST);
+    return 0;
+}
+
 /* The manifest is whole: its bytes must be those declared, and what follows its files,
  * of its sizes. */
 static int manifest_done(ck__copy_in *c, ck_err *err)
@@ -220,7 +277,9 @@ static int manifest_done(ck__copy_in *c, ck_err *err)
     if (c->mf && CRYPTO_memcmp(got, c->mf_want, sizeof got) != 0)
         return ck_err_set(err, -EBADMSG, "copy of %s: its manifest's SHA-256 is not the one "
                           "declared with it (changed on the way, or by its sender)", c->name);
-    int r = ck_open_dir(c->pending, &c->ck, err);
+    int r = c->join ? joined_manifest(c, err) : 0;
+    if (r == 0)
+        r = ck_open_dir(c->pending, &c->ck, err);
     if (r < 0)
         return r;
     const ck_info *in = ck_get_info(c->ck);
@@ -230,13 +289,13 @@ static int manifest_done(ck__copy_in *c, ck_err *err)
     if (!in->hashed)
         return ck_err_set(err, -EINVAL, "copy of %s: it has no block hashes (saved with "
                           "--no-hash), so no copy of it can be checked", c->name);
-    c->ids = malloc((c->n ? c->n : 1) * sizeof *c->ids);
+    c->ids = malloc((c->n + c->nj ? c->n + c->nj : 1) * sizeof *c->ids);
     uint32_t *idx = ck__files_by_name(c->ck->files, in->n_files);
     if (!c->ids || !idx) {
         free(idx);
         return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
     }
-    for (uint32_t i = 0; r == 0 && i < c->n; i++) {
+    for (uint32_t i = 0; r == 0 && i < c->n + c->nj; i++) {
         int64_t id = ck__file_find(c->ck->files, idx, in->n_files, c->files[i].name);
         if (id < 0)
             r = ck_err_set(err, -EBADMSG, "copy of %s: data file %s is not one of its manifest's",
@@ -318,6 +377,7 @@ static int open_item(ck__copy_in *c, const char *name)
 {
     c->fd = ck__engine_open_data(c->e, c->dirfd, name, O_WRONLY | O_CREAT | O_EXCL, 0644,
                                  &c->direct);
+    c->made += c->fd >= 0;
     if (c->fd >= 0 && c->direct && !c->buf &&
         posix_memalign((void **)&c->buf, COPY_ALIGN, COPY_BUF) != 0) {
         c->buf = NULL;
@@ -331,13 +391,17 @@ static int open_item(ck__copy_in *c, const char *name)
 static int next_item(ck__copy_in *c, ck_err *err)
 {
     const char *name = item_name(c, c->item);
-    int r = c->direct ? flush(c, true, err) : 0;
-    if (r < 0)
-        return r;
-    r = fsync(c->fd) < 0 ? -errno : 0;
-    if (close(c->fd) < 0 && r == 0)
-        r = -errno;
-    c->fd = -1;
+    int r = 0;
+    /* A joiner keeps no manifest of its own: the directory has its committer's. */
+    if (c->fd >= 0) {
+        r = c->direct ? flush(c, true, err) : 0;
+        if (r < 0)
+            return r;
+        r = fsync(c->fd) < 0 ? -errno : 0;
+        if (close(c->fd) < 0 && r == 0)
+            r = -errno;
+        c->fd = -1;
+    }
     if (r < 0)
         return ck_err_set(err, r, "%s/%s: %s", c->pending, name, strerror(-r));
     if (c->item == 0 && (r = manifest_done(c, err)) < 0)
@@ -379,7 +443,7 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
         size_t take = len < room ? len : (size_t)room;
         if (c->item == 0 && c->mf && EVP_DigestUpdate(c->mf, p, take) != 1)
             r = ck_err_set(err, -ENOMEM, "copy of %s: hashing its manifest failed", c->name);
-        else if ((r = emit(c, p, take, err)) == 0) {
+        else if ((c->join && c->item == 0) || (r = emit(c, p, take, err)) == 0) {
             c->off += take;
             c->left -= take;
             r = settle(c, err);
@@ -390,6 +454,11 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
     /* Without the caller's checkers the writer checks what it wrote: the manifest, if
      * these bytes ended it, is open by now. */
     return r == 0 && c->own ? ck__copy_in_check(c, 0, buf, all, err) : r;
+}
+
+const char *ck__copy_in_token(const ck__copy_in *c)
+{
+    return c->token;
 }
 
 uint64_t ck__copy_in_left(const ck__copy_in *c)
@@ -453,6 +522,29 @@ static void on_problem(void *arg, const char *msg)
         snprintf(p->msg, sizeof p->msg, "%s", msg);
 }
 
+/* The committer's: each file its joiners wrote is there, a regular file (no link) of
+ * the manifest's size, and durable. */
+static int joined_here(ck__copy_in *c, ck_err *err)
+{
+    for (uint32_t i = c->n; i < c->n + c->nj; i++) {
+        const ck_file *f = &c->files[i];
+        int fd = ck__openat_reg(c->dirfd, f->name, O_RDONLY, 0);
+        if (fd < 0)
+            return ck_err_set(err, fd, "%s/%s (written by another writer of the copy): %s",
+                              c->pending, f->name, ck__why(fd));
+        struct stat st;
+        int r = fstat(fd, &st) < 0 || fsync(fd) < 0 ? -errno : 0;
+        close(fd);
+        if (r < 0)
+            return ck_err_set(err, r, "%s/%s: %s", c->pending, f->name, strerror(-r));
+        if ((uint64_t)st.st_size != f->size)
+            return ck_err_set(err, -EBADMSG, "%s/%s (written by another writer of the copy): "
+                              "%llu bytes, not the manifest's %llu", c->pending, f->name,
+                              (unsigned long long)st.st_size, (unsigned long long)f->size);
+    }
+    return 0;
+}
+
 int ck__copy_in_commit(ck__copy_in *c, ck_err *err)
 {
     if (c->left)
@@ -467,12 +559,22 @@ int ck__copy_in_commit(ck__copy_in *c, ck_err *err)
             return ck_err_set(err, -EPROTO, "copy of %s: checker %u of %u has %llu bytes of "
                               "it still to check", c->name, k, c->nchk,
                               (unsigned long long)c->chk[k].left);
+    if (c->join) {
+        /* Its files are fsynced; their names in the directory are made durable here,
+         * as the committer may be on another node of a shared file system. */
+        if (fsync(c->dirfd) < 0)
+            return ck_err_set(err, -errno, "%s: fsync: %s", c->pending, strerror(errno));
+        c->committed = true;
+        return 0;
+    }
+    if ((r = joined_here(c, err)) < 0)
+        return r;
     const ck_info *in = ck_get_info(c->ck);
-    if (c->n < in->n_files) {
+    if (c->n + c->nj < in->n_files) {
         uint8_t *held = calloc(in->n_files, 1);
         if (!held)
             return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
-        for (uint32_t i = 0; i < c->n; i++)
+        for (uint32_t i = 0; i < c->n + c->nj; i++)
             held[c->ids[i]] = 1;
         r = ck__copy_write(c->dirfd, c->pending, c->source, c->ck->files, held, in->n_files, err);
         free(held);
@@ -508,10 +610,13 @@ void ck__copy_in_free(ck__copy_in *c)
         return;
     if (c->fd >= 0)
         close(c->fd);
-    if (!c->committed && c->pending[0]) {
+    if (!c->committed && c->join) {
+        for (uint32_t i = 0; i < c->made; i++)
+            unlinkat(c->dirfd, c->files[i].name, 0);
+    } else if (!c->committed && c->pending[0]) {
         if (c->dirfd >= 0)
             unlinkat(c->dirfd, CK_COPY_FILE, 0);
-        ck__pending_remove(c->e, c->rootfd, c->root, c->pending, c->files, c->n);
+        ck__pending_remove(c->e, c->rootfd, c->root, c->pending, c->files, c->n + c->nj);
     }
     if (c->rootfd >= 0)
         ck__pending_unlock(c->rootfd, c->name, &c->lock);
