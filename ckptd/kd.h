@@ -34,6 +34,8 @@
  * ckptctl) make to other nodes' services. Only these files know UCX, and only
  * kd_peer_ucx.c includes it; the daemon's event loop never waits on a peer.
  *   kd_peer_serve.c  the service's thread: connections, requests, timeouts
+ *   kd_drain_part.c  a node's part of a drain (PART): its files into the durable copy a
+ *                    drain's committer began; the drains' pacing
  *   kd_tiers.c       where the copies are (the local tier, live peers, the durable
  *                    root), which checkpoint can be restored, fetching the nearest
  *   kd_peer_client.c INVENTORY, PUT and GET, synchronous, from any thread but the loop
@@ -338,7 +340,7 @@ void kd_retain_run(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 4
+#define KD_PEER_VERSION 5
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
 /* After AUTH every message but DATA ends in a seal of this many bytes: HMAC-SHA256 under
@@ -375,6 +377,10 @@ enum kd_peer_type {
                             * all, u32 n, n x str file (all: every file of the copy; n is
                             * then 0) */
     KD_P_AUTH = 5,         /* 32 bytes: the caller's proof that it holds the peer key */
+    KD_P_PART = 6,         /* str name, str source ("": any copy), u64 time, 32 bytes the
+                            * drain's manifest's SHA-256, str token, u32 n, n x str file:
+                            * write these files of this node's copy into the durable
+                            * copy's pending directory .pending/NAME.TOKEN */
     /* either way, in a transfer */
     KD_P_DATA = 16,        /* arg: stream offset; the bytes */
     KD_P_ACK = 17,         /* arg: stream bytes the receiver took (written and checked) */
@@ -386,6 +392,8 @@ enum kd_peer_type {
     KD_P_GET_OK = 67,      /* a stream as PUT's, of the copy chosen; DATA follows */
     KD_P_COMMITTED = 68,   /* str name: the PUT's copy is committed */
     KD_P_ERROR = 69,       /* str name, i32 -errno, str message */
+    KD_P_PART_DONE = 70,   /* str name: the PART's files are written, checked, fsynced; an
+                            * ACK (arg: bytes written) comes at most once a tick before */
 };
 
 /* What a copy in a local tier is to the node (docs/FORMAT.md, "Copies"). */
@@ -416,7 +424,9 @@ typedef struct kd_preq {
     char source[CK_COPY_ID_MAX];
     uint64_t time_ns;              /* GET: a copy of the save committed then; 0: any */
     uint64_t manifest_size;
-    uint8_t manifest_sha256[CK_SHA256_LEN];   /* a stream's: what its manifest must hash to */
+    uint8_t manifest_sha256[CK_SHA256_LEN];   /* a stream's, a PART's: what its manifest
+                                               * must hash to */
+    char token[CK_TOKEN_MAX];      /* a PART's: the durable copy's pending directory */
     bool all;
     uint32_t n;
     ck_file *files;
@@ -438,6 +448,7 @@ typedef struct kd_peer_opts {
     uint64_t instance;
     const kd_peer_key *key;        /* a caller proves it holds it before anything else */
     unsigned timeout;              /* s a peer may stay silent before its transfer fails */
+    uint64_t drain_rate;           /* bytes/s a PART reads at (--drain-rate); 0: unpaced */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
 } kd_peer_opts;
@@ -541,6 +552,8 @@ int kd_tiers_refetch(const kd_tiers_opts *o, const char *name, uint64_t time,
                      const char *file, char *root, ck_err *err);
 /* Whether every data file of the save of name committed at time has a copy in t. */
 bool kd_tiers_whole(const kd_tview *t, const char *name, uint64_t time);
+/* Whether copy c holds data file file (a complete copy holds every one). */
+bool kd_tiers_holds(const kd_peer_copy *c, const char *file);
 
 /* ---- the drain (kd_drain.c, kd_drain_copy.c) ---- */
 
@@ -567,11 +580,43 @@ typedef struct kd_drain_rows {
 } kd_drain_rows;
 
 /* The pace of the drain's reads: a token bucket of rate bytes/s, without a burst. Used
- * by the drainer's thread alone. */
+ * by one thread alone (the drainer's; a part's). */
 typedef struct kd_drain_bucket {
     uint64_t rate;                 /* 0: unpaced */
     double t;                      /* kd_now() when what was taken is paid for */
 } kd_drain_bucket;
+
+/* kd_drain_part.c: a node's part of a drain (decision 0197) */
+/* Takes n bytes of b's rate: sleeps until they are paid for. b NULL or rate 0:
+ * unpaced. */
+void kd_drain_pace(kd_drain_bucket *b, uint64_t n);
+/* The bytes a paced drain reads at once: a tenth of a second of b's rate (4 KiB to
+ * 1 MiB, a multiple of 4 KiB). */
+size_t kd_drain_chunk(const kd_drain_bucket *b);
+typedef struct kd_dpart_opts {
+    const char *root;              /* the local root of this node's copy: ROOT/NAME */
+    const char *durable;           /* the durable root the drain's copy is committed in */
+    const char *id;                /* this daemon's */
+    /* name, time_ns (the save), manifest_sha256 (the drain's manifest), token (its
+     * pending directory), files (names) */
+    const kd_preq *q;
+    kd_drain_bucket *bucket;
+    bool (*stop)(void *arg);       /* true: give the part up (-ECANCELED); may be NULL */
+    void *stop_arg;
+} kd_dpart_opts;
+/* Writes data files q->files of this node's copy ROOT/NAME of the save of q->time_ns
+ * into the pending directory q->token of the durable copy that a drain's committer
+ * began (ck__copy_in as a writer that joins it: the directory's manifest must be
+ * q->manifest_sha256's, and every block is checked against it), fsynced; *done counts
+ * its data files' bytes written. On failure nothing of the part is left there. */
+int kd_drain_part(const kd_dpart_opts *o, _Atomic uint64_t *done, ck_err *err);
+/* The same on a thread of its own (the peer service's PART): kd_dpart_poll says 0
+ * while it runs, 1 once written, or its error; kd_dpart_free gives it up if it still
+ * runs (within one chunk) and frees it. */
+typedef struct kd_dpart kd_dpart;
+int kd_dpart_start(const kd_dpart_opts *o, kd_dpart **out, ck_err *err);
+int kd_dpart_poll(kd_dpart *p, uint64_t *done, ck_err *err);
+void kd_dpart_free(kd_dpart *p);
 
 /* One drain in progress. */
 typedef struct kd_drain_ctx {
@@ -632,6 +677,10 @@ int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_er
  * the copy of source ("" or NULL: any) the peer holds, into the copy INTO/NAME,
  * checked block by block and committed by rename. */
 int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_err *err);
+/* Asks the peer to write q->files of its copy of the save of q->name at q->time_ns into
+ * the durable copy's pending directory q->token (PART; kd_drain_part); returns once it
+ * says they are written, checked and fsynced. c->progress hears the bytes written. */
+int kd_peer_part(const kd_peer_call *c, const kd_preq *q, ck_err *err);
 
 /* kd_peer_xfer.c */
 struct kd_ucx;
@@ -837,6 +886,9 @@ void kd_pw_stream(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err);
 void kd_pw_ask(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err);
+/* PART: name, source, time_ns, manifest_sha256, token, files (names). */
+void kd_pw_part(ck__wbuf *w, const kd_preq *q);
+int kd_pw_get_part(const kd_pmsg *m, kd_preq *q, ck_err *err);
 void kd_preq_free(kd_preq *q);
 void kd_pw_error(ck__wbuf *w, const char *name, int code, const char *msg);
 /* ERROR and ABORT (name "" for ABORT): what the peer said, into err. */

@@ -17,6 +17,7 @@
  * to the saves.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +31,6 @@
 #include "format/layout.h"
 #include "io/rootfs.h"
 #include "ops/copy.h"
-
-#define DRAIN_CHUNK (1u << 20)     /* bytes read and written at once */
-#define DRAIN_CREDIT 0.1           /* s of the rate a paced drain may catch up */
 
 /* What a drain reads: the manifest's copy, and for each data file the copy it is read
  * from. */
@@ -54,41 +52,14 @@ static void dsrc_free(dsrc *s)
     free(s->refetched);
 }
 
-static void bucket_take(kd_drain_bucket *b, uint64_t n)
-{
-    if (!b || !b->rate)
-        return;
-    double now = kd_now();
-    /* Time spent reading and writing counts, up to one chunk's worth (a tenth of a
-     * second); idle time beyond earns nothing: no burst after a pause. */
-    if (b->t < now - DRAIN_CREDIT)
-        b->t = now - DRAIN_CREDIT;
-    b->t += (double)n / (double)b->rate;
-    double wait = b->t - now;
-    if (wait > 0) {
-        struct timespec ts = { .tv_sec = (time_t)wait,
-                               .tv_nsec = (long)((wait - (double)(time_t)wait) * 1e9) };
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* A fetch from a peer is paced as the local reads are: kd_tiers_opts.progress. */
 static void fetch_paced(void *arg, uint64_t done, uint64_t total)
 {
     kd_drain_ctx *d = arg;
     (void)total;
     if (done > d->fetched_seen)
-        bucket_take(d->bucket, done - d->fetched_seen);
+        kd_drain_pace(d->bucket, done - d->fetched_seen);
     d->fetched_seen = done;
-}
-
-/* The chunk: at most a tenth of a second of the rate, so that pacing is smooth and a
- * stop is seen soon. */
-static size_t chunk_of(const kd_drain_ctx *d)
-{
-    uint64_t c = d->bucket && d->bucket->rate ? d->bucket->rate / 10 : DRAIN_CHUNK;
-    c = c < 4096 ? 4096 : c > DRAIN_CHUNK ? DRAIN_CHUNK : c;
-    return (size_t)(c & ~(uint64_t)4095);
 }
 
 /* Which copy each data file of the save of name at time is read from (the nearest that
@@ -112,9 +83,11 @@ static int assign(const ck__restore_dirs *dirs, dsrc *s, ck_err *err)
     return 0;
 }
 
-/* Finds the checkpoint's copies and makes every data file readable here (fetching what
- * no local copy holds from a live peer). 1: the durable root holds this save already. */
-static int sources(const kd_drain_ctx *d, dsrc *s, ck_err *err)
+/* Finds the checkpoint's copies and, with fetch, makes every data file readable here
+ * (fetching what no local copy holds from a live peer); without, leaves where each
+ * file comes from to the drain in parts (place). 1: the durable root holds this save
+ * already. */
+static int sources(const kd_drain_ctx *d, dsrc *s, bool fetch, ck_err *err)
 {
     const kd_tiers_opts *o = &d->o;
     ck__restore_dirs dirs = { 0 };
@@ -158,8 +131,11 @@ static int sources(const kd_drain_ctx *d, dsrc *s, ck_err *err)
     s->msize = r == 0 ? (uint64_t)st.st_size : 0;
     s->total += s->msize;
     uint64_t time = s->time;
-    if (r == 0)
-        r = kd_tiers_fetch(o, d->name, names, s->n, &time, err);
+    if (r < 0 || !fetch) {
+        free(names);
+        return r;
+    }
+    r = kd_tiers_fetch(o, d->name, names, s->n, &time, err);
     if (r == 0 && time != s->time)
         r = ck_err_set(err, -ESTALE, "checkpoint %s was saved again while it drained",
                        d->name);
@@ -184,7 +160,7 @@ static int stream(kd_drain_ctx *d, ck__copy_in *c, const char *dir, const char *
         *read_bad = true;
         return ck_err_set(err, fd, "%s/%s: %s", dir, rel, ck__why(fd));
     }
-    size_t chunk = chunk_of(d);
+    size_t chunk = kd_drain_chunk(d->bucket);
     int r = 0;
     for (uint64_t off = 0; r == 0 && off < len;) {
         size_t want = len - off < chunk ? (size_t)(len - off) : chunk;
@@ -195,7 +171,7 @@ static int stream(kd_drain_ctx *d, ck__copy_in *c, const char *dir, const char *
                            k < 0 ? strerror(errno) : "the file ends", (unsigned long long)off);
             break;
         }
-        bucket_take(d->bucket, (uint64_t)k);
+        kd_drain_pace(d->bucket, (uint64_t)k);
         if ((r = ck__copy_in_write(c, buf, (size_t)k, err)) < 0)
             break;
         off += (uint64_t)k;
@@ -245,23 +221,303 @@ static int durable_has(const kd_drain_ctx *d, uint64_t time, ck_err *err)
                                  d->o.durable, d->name);
 }
 
+/* Waits a little for NAME's lock in the durable root: the save itself may still hold
+ * it (its coordinator lets it go once every daemon settled, a poll after this one
+ * heard; decision 0189). False once until passed (a lock held past the peer timeout
+ * is another writer's) or the daemon stops. */
+static bool lock_wait(const kd_drain_ctx *d, double until)
+{
+    if (kd_now() >= until || d->stop(d->stop_arg))
+        return false;
+    struct timespec ts = { 0, 50 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    return true;
+}
+
+/* ---- the drain in parts (decision 0197) ---- */
+
+/* A live peer that writes the files of the drain this node's copies lack: its own
+ * copy's, or a replica's. */
+typedef struct dpart {
+    kd_drain_ctx *d;
+    kd_preq q;                     /* name, time, the manifest's SHA-256, token, files */
+    char addr[KD_PEER_ADDR_MAX], holder[CK_COPY_ID_MAX];
+    uint64_t seen;                 /* its bytes written, as last heard */
+    pthread_t th;
+    int r;
+    ck_err err;
+} dpart;
+
+static void parts_free(dpart *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kd_preq_free(&p[i].q);
+    free(p);
+}
+
+/* Where each data file comes from: a copy in this node's tier (s->dir[f]), else a live
+ * peer's copy of the same save, the peer's own copy first (the node whose part the file
+ * is: its write is its own disk's read), then a replica; one PART per peer. -ENODATA
+ * naming a file none holds. */
+static int place(kd_drain_ctx *d, dsrc *s, dpart **out, size_t *np, ck_err *err)
+{
+    kd_tview t;
+    *out = NULL;
+    *np = 0;
+    int r = kd_tiers_gather(&d->o, d->name, true, &t, err);
+    if (r < 0)
+        return r;
+    dpart *p = calloc(t.npeers ? t.npeers : 1, sizeof *p);
+    for (size_t i = 0; p && i < t.npeers; i++)
+        p[i].q.files = calloc(s->n ? s->n : 1, sizeof *p[i].q.files);
+    for (size_t i = 0; p && i < t.npeers; i++)
+        if (!p[i].q.files)
+            r = ck_err_set(err, -ENOMEM, "out of memory");
+    if (!p)
+        r = ck_err_set(err, -ENOMEM, "out of memory");
+    for (uint32_t f = 0; r == 0 && f < s->n; f++) {
+        const char *file = s->files[f].name;
+        int best = -1, score = 0;
+        for (size_t i = 0; i < t.n && !s->dir[f][0]; i++) {
+            const kd_tcopy *c = &t.v[i];
+            if (strcmp(c->c.name, d->name) || c->c.time_ns != s->time ||
+                !kd_tiers_holds(&c->c, file))
+                continue;
+            if (c->where == KD_AT_LOCAL)
+                snprintf(s->dir[f], PATH_MAX, "%.*s/%s", PATH_MAX - CK_NAME_MAX - 2, c->root,
+                         d->name);
+            int sc = c->where != KD_AT_PEER ? 0 : !strcmp(c->c.source, c->holder) ? 2 : 1;
+            if (sc > score)
+                best = (int)i, score = sc;
+        }
+        if (s->dir[f][0])
+            continue;
+        if (best < 0) {
+            r = ck_err_set(err, -ENODATA, "checkpoint %s: %s: neither this node's tier nor a "
+                           "live peer holds it", d->name, file);
+            break;
+        }
+        dpart *q = &p[t.v[best].peer];
+        q->q.files[q->q.n++] = s->files[f];
+        snprintf(q->addr, sizeof q->addr, "%s", t.peers[t.v[best].peer].addr);
+        snprintf(q->holder, sizeof q->holder, "%s", t.v[best].holder);
+    }
+    size_t npeers = t.npeers;
+    kd_tview_free(&t);
+    if (r < 0) {
+        if (p)
+            parts_free(p, npeers);
+        return r;
+    }
+    /* The parts with files, first. */
+    size_t n = 0;
+    for (size_t i = 0; i < npeers; i++) {
+        if (!p[i].q.n)
+            continue;
+        dpart keep = p[i];
+        p[i] = p[n];
+        p[n++] = keep;
+    }
+    *out = p;
+    *np = n;
+    for (size_t i = n; i < npeers; i++)
+        kd_preq_free(&p[i].q);
+    return 0;
+}
+
+/* A part's bytes, as its peer says it wrote them, count as the drain's. */
+static void part_progress(void *arg, uint64_t done, uint64_t total)
+{
+    dpart *p = arg;
+    (void)total;
+    if (done > p->seen)
+        p->d->done += done - p->seen;
+    p->seen = done;
+}
+
+static void *part_run(void *arg)
+{
+    dpart *p = arg;
+    kd_peer_call call = { .addr = p->addr, .id = p->d->o.id, .key = p->d->o.key,
+                          .timeout = p->d->o.timeout, .progress = part_progress, .arg = p };
+    p->r = kd_peer_part(&call, &p->q, &p->err);
+    return NULL;
+}
+
+/* The SHA-256 of the manifest at dir, which the drain streams: its parts' writers check
+ * the durable copy's against it. */
+static int manifest_sha(const char *dir, uint8_t out[CK_SHA256_LEN], ck_err *err)
+{
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int r = dfd < 0 ? -errno : ck__read_whole(dfd, CK_MANIFEST, CK_COPY_MANIFEST_MAX, &bytes,
+                                              &len);
+    if (dfd >= 0)
+        close(dfd);
+    if (r == 0 && ck__sha256(bytes, len, out) < 0)
+        r = -ENOMEM;
+    free(bytes);
+    return r < 0 ? ck_err_set(err, r, "%s/%s: %s", dir, CK_MANIFEST, ck__why(r)) : 0;
+}
+
+/* One attempt in parts: this node streams the manifest and the files its tier holds
+ * into the durable copy, the peers of parts[0, np) write theirs into its pending
+ * directory meanwhile, and it commits them all. *begun: the copy was begun (a -EBUSY
+ * before is NAME's lock). */
+static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np,
+                         const uint8_t sha[CK_SHA256_LEN], uint8_t *buf, bool *begun,
+                         ck_err *err)
+{
+    ck_file *own = calloc(s->n ? s->n : 1, sizeof *own);
+    ck_file *joined = calloc(s->n ? s->n : 1, sizeof *joined);
+    uint32_t n_own = 0, n_joined = 0;
+    const char **dir = calloc(s->n ? s->n : 1, sizeof *dir);
+    if (!own || !joined || !dir) {
+        free(own);
+        free(joined);
+        free(dir);
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    }
+    for (uint32_t f = 0; f < s->n; f++) {
+        if (s->dir[f][0]) {
+            dir[n_own] = s->dir[f];
+            own[n_own++] = s->files[f];
+        } else {
+            joined[n_joined++] = s->files[f];
+        }
+    }
+    ck__copy_in_opts co = { .root = d->o.durable, .name = d->name, .source = d->o.id,
+                            .manifest_size = s->msize, .manifest_sha256 = sha,
+                            .files = own, .n_files = n_own, .joined = joined,
+                            .n_joined = n_joined, .log = d->o.log, .log_arg = d->o.log_arg };
+    ck__copy_in *c = NULL;
+    bool read_bad = false;
+    size_t started = 0;
+    d->done = 0;
+    int r = ck__copy_in_begin(&co, &c, err);
+    *begun = r == 0;
+    /* The manifest first: the parts' writers find it in the directory they join. */
+    if (r == 0)
+        r = stream(d, c, s->mdir, CK_MANIFEST, s->msize, buf, &read_bad, err);
+    for (; r == 0 && started < np; started++) {
+        dpart *p = &parts[started];
+        p->d = d;
+        p->seen = 0;
+        p->err = (ck_err){ 0 };
+        snprintf(p->q.name, sizeof p->q.name, "%s", d->name);
+        p->q.source[0] = '\0';
+        p->q.time_ns = s->time;
+        memcpy(p->q.manifest_sha256, sha, CK_SHA256_LEN);
+        snprintf(p->q.token, sizeof p->q.token, "%s", ck__copy_in_token(c));
+        if ((r = -pthread_create(&p->th, NULL, part_run, p)) < 0)
+            ck_err_set(err, r, "drain of %s: starting a part: %s", d->name, strerror(-r));
+    }
+    for (uint32_t f = 0; r == 0 && f < n_own; f++)
+        r = stream(d, c, dir[f], own[f].name, own[f].size, buf, &read_bad, err);
+    /* Every part ends (written, failed, or its peer silent for the timeout) before the
+     * copy is committed or removed. */
+    for (size_t i = 0; i < started; i++) {
+        pthread_join(parts[i].th, NULL);
+        if (parts[i].r < 0)
+            kd_log_to(d->o.log, d->o.log_arg, "drain of %s: the part of ckptd %s (%u data "
+                      "file(s)) failed: %s", d->name, parts[i].holder, parts[i].q.n,
+                      ck_err_msg(&parts[i].err));
+        if (parts[i].r < 0 && r == 0)
+            r = ck_err_set(err, parts[i].r, "the part of ckptd %s: %s", parts[i].holder,
+                           ck_err_msg(&parts[i].err));
+    }
+    if (r == 0)
+        r = ck__copy_in_commit(c, err);
+    ck__copy_in_free(c);
+    free(own);
+    free(joined);
+    free(dir);
+    return r;
+}
+
+/* The drain in parts: no node reads another's part, or stores it on the way. 0
+ * committed, 1 the durable root held it already; -EEXIST another save of the name is
+ * there; else why it could not be drained so (the caller drains it alone). */
+static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
+{
+    dsrc s = { 0 };
+    dpart *parts = NULL;
+    size_t np = 0;
+    uint8_t sha[CK_SHA256_LEN], *buf = NULL;
+    int r = sources(d, &s, false, err);
+    *step = s.step;
+    d->total = s.total;
+    if (r == 0 && (r = durable_has(d, s.time, err)) == 1)
+        goto out;
+    if (r == 0 && (s.dir = calloc(s.n ? s.n : 1, sizeof *s.dir)) == NULL)
+        r = ck_err_set(err, -ENOMEM, "out of memory");
+    if (r == 0)
+        r = place(d, &s, &parts, &np, err);
+    if (r == 0)
+        r = manifest_sha(s.mdir, sha, err);
+    if (r == 0 && !(buf = malloc(kd_drain_chunk(NULL))))
+        r = ck_err_set(err, -ENOMEM, "out of memory");
+    if (r == 0 && np) {
+        char said[CK_ERR_MSG_MAX / 2];
+        size_t at = 0;
+        for (size_t i = 0; i < np && at < sizeof said; i++)
+            at += (size_t)snprintf(said + at, sizeof said - at, "%sckptd %s %u", i ? ", " : "",
+                                   parts[i].holder, parts[i].q.n);
+        kd_log_to(d->o.log, d->o.log_arg, "drain of %s: in parts: the data files of this "
+                  "node's tier from here, the others written by the nodes that hold them "
+                  "(%s)", d->name, said);
+    }
+    double lock_until = kd_now() + d->o.timeout;
+    bool begun = false;
+    while (r == 0) {
+        ck_err why = { 0 };
+        if ((r = attempt_parts(d, &s, parts, np, sha, buf, &begun, &why)) == 0)
+            break;
+        if (r == -EEXIST) {
+            r = durable_has(d, s.time, err);
+            break;
+        }
+        if (r == -EBUSY && !begun && lock_wait(d, lock_until)) {
+            r = 0;
+            continue;
+        }
+        ck_err_set(err, r, "%s", ck_err_msg(&why));
+    }
+out:
+    free(buf);
+    parts_free(parts, np);
+    dsrc_free(&s);
+    return r;
+}
+
+/* ---- one node's drain (decision 0178) ---- */
+
 int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
 {
+    ck_err not_parts = { 0 };
+    int r = in_parts(d, step, &not_parts);
+    if (r >= 0 || r == -EEXIST || r == -ECANCELED) {
+        if (r < 0)
+            *err = not_parts;
+        return r;
+    }
+    kd_log_to(d->o.log, d->o.log_arg, "drain of %s: not drained in parts (%s); this node "
+              "drains it alone, fetching what its tier lacks", d->name,
+              ck_err_msg(&not_parts));
     dsrc s = { 0 };
     d->o.progress = fetch_paced;
     d->o.progress_arg = d;
     d->fetched_seen = 0;
-    int r = sources(d, &s, err);
-    uint8_t *buf = r == 0 ? malloc(DRAIN_CHUNK) : NULL;
+    r = sources(d, &s, true, err);
+    /* The largest chunk: an unpaced drain's. */
+    uint8_t *buf = r == 0 ? malloc(kd_drain_chunk(NULL)) : NULL;
     if (r == 0 && !buf)
         r = ck_err_set(err, -ENOMEM, "out of memory");
     *step = s.step;
     d->total = s.total;
     if (r == 0 && (r = durable_has(d, s.time, err)) == 1)
         goto out;
-    /* NAME's lock in the durable root may still be held by the save itself: its
-     * coordinator lets it go once every daemon settled, a poll after this one heard
-     * (decision 0189). A lock held past the peer timeout is another writer's. */
     double lock_until = kd_now() + d->o.timeout;
     while (r == 0) {
         int64_t bad;
@@ -272,9 +528,7 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
             r = durable_has(d, s.time, err);
             break;
         }
-        if (r == -EBUSY && kd_now() < lock_until && !d->stop(d->stop_arg)) {
-            struct timespec ts = { 0, 50 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
+        if (r == -EBUSY && lock_wait(d, lock_until)) {
             r = 0;
             continue;
         }

@@ -1,4 +1,4 @@
-/* kd_peer_client.c - calls to another node's peer service: INVENTORY, PUT, GET
+/* kd_peer_client.c - calls to another node's peer service: INVENTORY, PUT, GET, PART
  * (docs/PROTOCOL.md, "Peer protocol"), each after the HELLO in which both sides prove
  * that they hold the job's peer key (kd_peer_key.c).
  *
@@ -10,7 +10,7 @@
  * (docs/decisions/0157-peer-calls-synchronous.md). Every wait ends when the peer has
  * said nothing for the call's timeout, naming the peer and what was awaited; a peer
  * that closes or dies fails the call at once. A peer that serves as many transfers as
- * it takes already refuses a PUT or GET with -EBUSY: it is busy, not lost, and the
+ * it takes already refuses a PUT, GET or PART with -EBUSY: it is busy, not lost, and the
  * call is made again, after a pause that grows from 50 ms to 1 s, for at most the
  * call's timeout in all (the peer is speaking meanwhile); unless the caller, which has
  * other holders to ask, wants the refusal at once (busy_fails).
@@ -330,6 +330,47 @@ int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_
     unsigned ms = 0;
     int r;
     while ((r = get_once(c, ask, into, err)) == -EBUSY && again(c, t0, &ms))
+        *err = (ck_err){ 0 };
+    return r;
+}
+
+/* PART: the peer writes its files; it says how many bytes it wrote (ACK) as it goes,
+ * which keeps the call's timeout from running out while it works. */
+static int part_once(const kd_peer_call *c, const kd_preq *q, ck_err *err)
+{
+    call k;
+    kd_pmsg *m = NULL;
+    int r = call_open(&k, c, err);
+    if (r == 0) {
+        ck__wbuf w = { 0 };
+        kd_pw_part(&w, q);
+        if ((r = kd_pconn_send_w(k.pc, KD_P_PART, &w)) < 0)
+            r = failed(&k, r, err);
+    }
+    while (r == 0 && (r = wait_msg(&k, "PART_DONE", NULL, &m, err)) == 0 &&
+           m->type == KD_P_ACK && !m->len) {
+        progress(c, m->arg, 0);
+        kd_pmsg_free(m);
+        m = NULL;
+    }
+    char got[CK_NAME_MAX];
+    if (r == 0 && m->type != KD_P_PART_DONE)
+        r = ck_err_set(err, -EPROTO, "peer %s answered %s where PART_DONE was due", c->addr,
+                       kd_pw_type_name(m->type));
+    if (r == 0 && (r = kd_pw_get_name(m, got, err)) == 0 && strcmp(got, q->name))
+        r = ck_err_set(err, -EPROTO, "peer %s wrote a part of %s, not of %s", c->addr, got,
+                       q->name);
+    kd_pmsg_free(m);
+    call_close(&k, r == 0);
+    return r;
+}
+
+int kd_peer_part(const kd_peer_call *c, const kd_preq *q, ck_err *err)
+{
+    double t0 = kd_now();
+    unsigned ms = 0;
+    int r;
+    while ((r = part_once(c, q, err)) == -EBUSY && again(c, t0, &ms))
         *err = (ck_err){ 0 };
     return r;
 }

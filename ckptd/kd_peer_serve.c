@@ -3,7 +3,9 @@
  * HELLO and AUTH (each side proves it holds the job's peer key, kd_peer_key.c; nothing
  * else is taken before, and everything after is sealed under the connection's key),
  * INVENTORY of the copies in the local tier, PUT (a replica,
- * received into LOCAL/.replicas/SRC and committed there) and GET (a copy's files, sent).
+ * received into LOCAL/.replicas/SRC and committed there), GET (a copy's files, sent)
+ * and PART (a copy's files written into the durable copy a drain's committer began,
+ * kd_drain_part.c, on a thread of its own, one at a time, paced at --drain-rate).
  *
  * The daemon's event loop never waits on it: the thread does its transfers' file I/O
  * and its own polling, and the loop only starts and stops it. Peers are other nodes:
@@ -41,6 +43,8 @@ typedef struct sconn {
     double last;                  /* kd_now() of its last message */
     kd_xrecv *rx;                 /* a PUT being received */
     kd_xsend *tx;                 /* a GET being sent */
+    kd_dpart *part;               /* a PART being written */
+    uint64_t part_said;           /* its bytes the caller was last told of */
     char name[CK_NAME_MAX];       /* of that transfer */
     char src[CK_COPY_ID_MAX];     /* the source of the PUT's copy */
     bool drop;
@@ -52,11 +56,13 @@ struct kd_peers {
     uint64_t instance;
     kd_peer_key key;
     unsigned timeout;
+    uint64_t drain_rate;          /* a PART's pace: --drain-rate */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
     kd_ucx *u;
     sconn *conns;
-    unsigned xfers;               /* PUTs and GETs in progress */
+    unsigned xfers;               /* PUTs, GETs and PARTs in progress */
+    bool parting;                 /* a PART is (one at a time: each paced at the rate) */
     int stop_fd, ep_fd;
     pthread_t th;
     pthread_mutex_t mu;           /* the start's outcome */
@@ -82,18 +88,23 @@ static const char *who(const sconn *c)
     return c->id[0] ? c->id : "?";
 }
 
-/* Ends what c was doing: a PUT's copy is removed, a GET's reading stops. Returns
- * "PUT" or "GET" when there was one, for the log line said after (so that whoever
+/* Ends what c was doing: a PUT's copy is removed, a GET's reading stops, a PART is
+ * given up (what it wrote removed; the wait is at most its chunk). Returns "PUT",
+ * "GET" or "PART" when there was one, for the log line said after (so that whoever
  * reads the log finds the cleanup done), else NULL. */
 static const char *end_transfer(struct kd_peers *p, sconn *c)
 {
-    const char *what = c->rx ? "PUT" : c->tx ? "GET" : NULL;
+    const char *what = c->rx ? "PUT" : c->tx ? "GET" : c->part ? "PART" : NULL;
     if (what)
         p->xfers--;
+    if (c->part)
+        p->parting = false;
     kd_xrecv_free(c->rx);
     kd_xsend_free(c->tx);
+    kd_dpart_free(c->part);
     c->rx = NULL;
     c->tx = NULL;
+    c->part = NULL;
     kd_pconn_set_budget(c->pc, KD_PEER_REQ_MAX + KD_PEER_HDR);
     return what;
 }
@@ -187,7 +198,7 @@ static void on_inventory(struct kd_peers *p, sconn *c, kd_pmsg *m)
 static bool may_start(struct kd_peers *p, sconn *c, const char *what, const char *name)
 {
     char msg[256];
-    if (c->rx || c->tx) {
+    if (c->rx || c->tx || c->part) {
         refuse(p, c, -EPROTO, "a request during a transfer");
         return false;
     }
@@ -312,6 +323,83 @@ static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
     kd_pconn_send_w(c->pc, KD_P_GET_OK, &w);
 }
 
+/* PART: this node's copy's files into the durable copy a drain's committer began. The
+ * durable root is this daemon's own --root, the directory one a copy's commit makes
+ * (the token), the files those of the copy of that save this node holds. */
+static void on_part(struct kd_peers *p, sconn *c, kd_pmsg *m)
+{
+    ck_err err = { 0 };
+    kd_preq q;
+    char root[PATH_MAX], source[CK_COPY_ID_MAX];
+    int r = kd_pw_get_part(m, &q, &err);
+    if (r < 0) {
+        kd_preq_free(&q);
+        refuse(p, c, r, ck_err_msg(&err));
+        return;
+    }
+    if (!may_start(p, c, "PART", q.name)) {
+        kd_preq_free(&q);
+        return;
+    }
+    if (p->parting) {
+        send_error(c, q.name, -EBUSY, "this node writes another part of a drain (one at a "
+                   "time, each at --drain-rate); try the PART again later");
+        kd_preq_free(&q);
+        return;
+    }
+    r = kd_inv_find(p->local, p->id, &q, root, sizeof root, source, &err);
+    kd_drain_bucket b = { .rate = p->drain_rate };
+    kd_dpart_opts o = { .root = root, .durable = p->durable, .id = p->id, .q = &q,
+                        .bucket = &b };
+    if (r == 0)
+        r = kd_dpart_start(&o, &c->part, &err);
+    if (r < 0) {
+        say(p, "peer %s (ckptd %s): PART of %s refused: %s", kd_pconn_peer(c->pc), who(c),
+            q.name, ck_err_msg(&err));
+        send_error(c, q.name, r, ck_err_msg(&err));
+        kd_preq_free(&q);
+        return;
+    }
+    say(p, "peer %s (ckptd %s): PART of %s: writing %u data file(s) of the copy in %s into "
+        "%s/.pending/%s.%s", kd_pconn_peer(c->pc), who(c), q.name, q.n, root, p->durable,
+        q.name, q.token);
+    p->xfers++;
+    p->parting = true;
+    c->part_said = 0;
+    snprintf(c->name, sizeof c->name, "%s", q.name);
+    kd_preq_free(&q);
+}
+
+/* What a PART's thread did: its progress told (an ACK a tick at most; it counts as
+ * the peer's, which waits for it), its end said. */
+static void part_poll(struct kd_peers *p, sconn *c, double now)
+{
+    ck_err err = { 0 };
+    uint64_t done;
+    int r = kd_dpart_poll(c->part, &done, &err);
+    /* The last bytes too, before PART_DONE: the caller's count ends whole. */
+    if (done != c->part_said) {
+        c->part_said = done;
+        c->last = now;
+        kd_pconn_send(c->pc, KD_P_ACK, done, NULL, 0);
+    }
+    if (r == 0)
+        return;
+    if (r == 1) {
+        say(p, "peer %s (ckptd %s): PART of %s: written (%llu bytes), checked and fsynced in "
+            "the durable root", kd_pconn_peer(c->pc), who(c), c->name,
+            (unsigned long long)done);
+        ck__wbuf w = { 0 };
+        kd_pw_name(&w, c->name);
+        kd_pconn_send_w(c->pc, KD_P_PART_DONE, &w);
+    } else {
+        say(p, "peer %s (ckptd %s): PART of %s failed: %s; nothing of it is kept",
+            kd_pconn_peer(c->pc), who(c), c->name, ck_err_msg(&err));
+        send_error(c, c->name, r, ck_err_msg(&err));
+    }
+    end_transfer(p, c);
+}
+
 static void on_ack(struct kd_peers *p, sconn *c, kd_pmsg *m)
 {
     ck_err err = { 0 };
@@ -364,6 +452,8 @@ static void dispatch(struct kd_peers *p, sconn *c, kd_pmsg *m)
         on_put(p, c, m);
     } else if (m->type == KD_P_GET) {
         on_get(p, c, m);
+    } else if (m->type == KD_P_PART) {
+        on_part(p, c, m);
     } else if (m->type == KD_P_ACK) {
         on_ack(p, c, m);
     } else if (m->type == KD_P_ABORT) {
@@ -409,6 +499,8 @@ static void serve(struct kd_peers *p, sconn *c, double now)
     }
     if (!c->drop && c->rx)
         put_poll(p, c, now);
+    if (!c->drop && c->part)
+        part_poll(p, c, now);
     if (!c->drop && c->tx && (r = kd_xsend_pump(c->tx, c->pc, &err)) != 0) {
         uint64_t total, done = kd_xsend_done(c->tx, &total);
         if (r > 0) {
@@ -576,6 +668,7 @@ int kd_peers_start(const kd_peer_opts *o, struct kd_peers **out, ck_err *err)
     p->instance = o->instance;
     p->key = *o->key;
     p->timeout = o->timeout;
+    p->drain_rate = o->drain_rate;
     p->log = o->log;
     p->log_arg = o->log_arg;
     p->ep_fd = -1;

@@ -14,6 +14,7 @@
 #include "kd.h"
 
 #include "format/copy.h"
+#include "format/layout.h"
 #include "format/reader_int.h"
 #include "ops/copy.h"
 
@@ -22,6 +23,7 @@ const char *kd_pw_type_name(unsigned type)
     switch (type) {
     case KD_P_HELLO: return "HELLO";
     case KD_P_AUTH: return "AUTH";
+    case KD_P_PART: return "PART";
     case KD_P_INVENTORY: return "INVENTORY";
     case KD_P_PUT: return "PUT";
     case KD_P_GET: return "GET";
@@ -34,6 +36,7 @@ const char *kd_pw_type_name(unsigned type)
     case KD_P_GET_OK: return "GET_OK";
     case KD_P_COMMITTED: return "COMMITTED";
     case KD_P_ERROR: return "ERROR";
+    case KD_P_PART_DONE: return "PART_DONE";
     default: return "unknown";
     }
 }
@@ -218,6 +221,48 @@ int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err)
         return rc;
     if (q->all && q->n)
         return bad(m, "both 'all' and a list of files", err);
+    for (uint32_t i = 0; i < q->n; i++)
+        if ((rc = get_file(m, &r, &q->files[i], err)) < 0)
+            return rc;
+    if (!ck__rbuf_done(&r))
+        return bad(m, "bytes missing or left over after the files it names", err);
+    return 0;
+}
+
+void kd_pw_part(ck__wbuf *w, const kd_preq *q)
+{
+    put_head(w, q);
+    ck__put_u64(w, q->time_ns);
+    ck__put_bytes(w, q->manifest_sha256, sizeof q->manifest_sha256);
+    ck__put_str(w, q->token);
+    ck__put_u32(w, q->n);
+    for (uint32_t i = 0; i < q->n; i++)
+        ck__put_str(w, q->files[i].name);
+}
+
+int kd_pw_get_part(const kd_pmsg *m, kd_preq *q, ck_err *err)
+{
+    ck__rbuf r = ck__rbuf_make(m->data, m->len);
+    int rc = get_head(m, &r, q, true, err);
+    if (rc < 0)
+        return rc;
+    q->time_ns = ck__get_u64(&r);
+    const void *sha = ck__get_bytes(&r, sizeof q->manifest_sha256);
+    if (sha)
+        memcpy(q->manifest_sha256, sha, sizeof q->manifest_sha256);
+    ck__get_str(&r, q->token, sizeof q->token);
+    if (r.bad)
+        return bad(m, "a time, manifest digest or token cut short or too long", err);
+    /* A part of one save, into a directory of the kind a copy's commit makes. */
+    if (!q->time_ns)
+        return bad(m, "no commit time (a part is of one save)", err);
+    if (!ck__token_ok(q->token))
+        return ck_err_set(err, -EBADMSG, "a PART message names token '%.32s', which is not a "
+                          "pending directory's (12 hex digits)", q->token);
+    if ((rc = get_count(m, &r, q, 2 + 1, err)) < 0)
+        return rc;
+    if (!q->n)
+        return bad(m, "no data file to write", err);
     for (uint32_t i = 0; i < q->n; i++)
         if ((rc = get_file(m, &r, &q->files[i], err)) < 0)
             return rc;

@@ -532,7 +532,7 @@ static size_t left_near(const kd_tview *t, const group *g, char (*files)[CK_FILE
     return left;
 }
 
-static bool holds(const kd_peer_copy *c, const char *file)
+bool kd_tiers_holds(const kd_peer_copy *c, const char *file)
 {
     for (uint32_t h = 0; !c->complete && h < c->n_held; h++)
         if (!strcmp(c->held[h], file))
@@ -564,7 +564,7 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
             bool usable = c->where == KD_AT_PEER && !failed[i];
             size_t k = 0;
             for (uint32_t f = 0; usable && f < n; f++)
-                k += need[f] && holds(&c->c, files[f]);
+                k += need[f] && kd_tiers_holds(&c->c, files[f]);
             if (usable && busy[i] && !patient) {
                 waiting |= k > 0 || manifest;
                 continue;
@@ -585,7 +585,7 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         ck_err why = { 0 };
         ask.n = 0;
         for (uint32_t f = 0; f < n; f++)
-            if (need[f] && holds(&c->c, files[f]))
+            if (need[f] && kd_tiers_holds(&c->c, files[f]))
                 memcpy(ask.files[ask.n++].name, files[f], sizeof files[f]);
         snprintf(ask.name, sizeof ask.name, "%s", g->name);
         snprintf(ask.source, sizeof ask.source, "%s", c->c.source);
@@ -623,7 +623,7 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
                   "%s at ckptd %s, into %s", g->name, ask.n, ask.n ? "" : " (the manifest)",
                   c->c.source, c->holder, root);
         for (uint32_t f = 0; f < n; f++)
-            need[f] = need[f] && !holds(&c->c, files[f]);
+            need[f] = need[f] && !kd_tiers_holds(&c->c, files[f]);
         if (into)
             memcpy(into, root, PATH_MAX);
         manifest = false;
@@ -806,7 +806,7 @@ int kd_tiers_cover(const kd_tiers_opts *o, const char *name, uint64_t time,
         if (!of(c, name, time))
             continue;
         for (uint32_t f = 0; f < n; f++)
-            if (need[f] && holds(&c->c, files[f]))
+            if (need[f] && kd_tiers_holds(&c->c, files[f]))
                 need[f] = 0, k++;
         if (!k && n)
             continue;

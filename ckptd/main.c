@@ -363,7 +363,8 @@ static int peers_start(kd_server *s, ck_err *err)
     kd_peer_opts po = { .local_root = s->local_root, .listen = s->o.peer_listen,
                         .id = s->o.id, .durable_root = s->root, .instance = s->instance,
                         .key = &s->peer_key,
-                        .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
+                        .timeout = s->o.peer_timeout, .drain_rate = s->o.drain_rate,
+                        .log = kd_log_cb, .log_arg = s };
     return kd_peers_start(&po, &s->peers, err);
 }
 

@@ -4,7 +4,7 @@
  * The input's first byte picks what decodes the rest: a HELLO, a stream declaration
  * (PUT, GET_OK), an ask (GET), an ERROR, a name (COMMITTED), an INVENTORY_OK, a copy
  * file read against a manifest of four data files (rank-00000.dat to rank-00003.dat),
- * a HELLO_OK or an AUTH. What decodes is used as a caller would (names, sizes, listed files)
+ * a HELLO_OK, an AUTH or a PART. What decodes is used as a caller would (names, sizes, listed files)
  * and freed; what does not must be refused with an error, never read past its bytes.
  */
 #include <fcntl.h>
@@ -55,10 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kd_preq q;
     kd_peer_copy *v;
     size_t n;
-    switch (data[0] % 9) {
+    switch (data[0] % 10) {
     case 0:
     case 7:
-        m.type = data[0] % 9 ? KD_P_HELLO_OK : KD_P_HELLO;
+        m.type = data[0] % 10 ? KD_P_HELLO_OK : KD_P_HELLO;
         if (kd_pw_get_hello(&m, &h, NULL) == 0)
             sink += strlen(h.id) + h.instance + h.nonce[31] + h.proof[31];
         break;
@@ -69,8 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 1:
     case 2:
-        m.type = data[0] % 9 == 1 ? KD_P_PUT : KD_P_GET;
-        if ((data[0] % 9 == 1 ? kd_pw_get_stream(&m, &q, NULL) : kd_pw_get_ask(&m, &q, NULL)) == 0)
+        m.type = data[0] % 10 == 1 ? KD_P_PUT : KD_P_GET;
+        if ((data[0] % 10 == 1 ? kd_pw_get_stream(&m, &q, NULL) : kd_pw_get_ask(&m, &q, NULL)) == 0)
             for (uint32_t i = 0; i < q.n; i++)
                 sink += strlen(q.files[i].name) + q.files[i].size;
         kd_preq_free(&q);
@@ -92,6 +92,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     sink += strlen(v[i].held[f]);
             kd_peer_copies_free(v, n);
         }
+        break;
+    case 9:
+        m.type = KD_P_PART;
+        if (kd_pw_get_part(&m, &q, NULL) == 0)
+            for (uint32_t i = 0; i < q.n; i++)
+                sink += strlen(q.files[i].name) + strlen(q.token) + q.manifest_sha256[31];
+        kd_preq_free(&q);
         break;
     default:
         copy_file(data + 1, size - 1);

@@ -389,6 +389,11 @@ static void peer_seeds(void)
     kd_pw_ask(&w, &ask);
     selected("peer_msg", "get_all", 2, &w);
     w.len = 0;
+    ask = (kd_preq){ .name = "step-100", .time_ns = 1700000000000000000ull, .n = 2,
+                     .files = files, .token = "0123456789ab", .manifest_sha256 = { 7, 7 } };
+    kd_pw_part(&w, &ask);
+    selected("peer_msg", "part", 9, &w);
+    w.len = 0;
     kd_pw_error(&w, "step-100", -EBADMSG, "copy of step-100: data file rank-00002.dat, block "
                 "1: its SHA-256 is not the manifest's");
     selected("peer_msg", "error", 3, &w);

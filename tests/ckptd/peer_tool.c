@@ -632,6 +632,30 @@ static int hostile(const char *addr, const char *cs)
         snprintf(q.name, sizeof q.name, "no-such-checkpoint");
         kd_pw_ask(&w, &q);
         kd_pconn_send_w(c.pc, KD_P_GET, &w);
+    } else if (!strncmp(cs, "part-", 5)) {
+        /* part-dotdot-token: a token that is a path; part-meet-token: one of another
+         * kind of directory (too long for a token); part-no-time: of no save;
+         * part-no-files: nothing to write; part-missing: of a copy the node lacks. */
+        ck_file f = { .name = "rank-00000.dat" };
+        kd_preq q = { .n = 1, .files = &f, .time_ns = 1 };
+        snprintf(q.name, sizeof q.name, "no-such-checkpoint");
+        snprintf(q.token, sizeof q.token, "%s", !strcmp(cs, "part-dotdot-token") ?
+                 "../../../../etc" : "0123456789ab");
+        q.time_ns = !strcmp(cs, "part-no-time") ? 0 : 1;
+        q.n = !strcmp(cs, "part-no-files") ? 0 : 1;
+        kd_pw_part(&w, &q);
+        if (!strcmp(cs, "part-meet-token")) {
+            ck__wbuf_free(&w);
+            w = (ck__wbuf){ 0 };
+            ck__put_str(&w, q.name);
+            ck__put_str(&w, "");
+            ck__put_u64(&w, 1);
+            ck__put_bytes(&w, q.manifest_sha256, sizeof q.manifest_sha256);
+            ck__put_str(&w, "0123456789ab-meet");
+            ck__put_u32(&w, 1);
+            ck__put_str(&w, f.name);
+        }
+        kd_pconn_send_w(c.pc, KD_P_PART, &w);
     } else {
         fprintf(stderr, "peer_tool: no case %s\n", cs);
         r = 2;
@@ -709,6 +733,11 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
         }
         kd_preq_free(&ask);
         kd_preq_free(&q);
+    } else if (m->type == KD_P_PART) {
+        /* A fake writes no part of a drain: the drain falls back to fetching (decision
+         * 0197), which is what the fakes are for. */
+        kd_pw_error(&w, "", -EOPNOTSUPP, "a fake service writes no part of a drain");
+        kd_pconn_send_w(fc->pc, KD_P_ERROR, &w);
     } else if (m->type == KD_P_ACK && fc->tx && fc->files && f->how == FAKE_DYING) {
         printf("dying at the first ACK of a GET, %llu bytes taken\n", (unsigned long long)m->arg);
         _exit(9);

@@ -6,7 +6,8 @@
 # after every commit, on another thread. So a commit during that window took the root
 # away, and the drain failed ("LOCAL/.fetched/N: the checkpoint root: No such file or
 # directory"). Here the window is made long: the holder of the other part (peer_tool
-# serve-slow, as daemon n1) answers the drain's GET 8 s late, and meanwhile a save
+# serve-slow, as daemon n1, which refuses to write a part of a drain, so that n0 drains
+# alone and fetches, decision 0197) answers the drain's GET 8 s late, and meanwhile a save
 # through n0 commits and its retention pass runs. The root must still be there, and
 # the drain must commit a whole copy in the durable root.
 . "$(dirname "$0")/replica_lib.sh"

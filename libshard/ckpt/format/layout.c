@@ -53,6 +53,12 @@ void ck__name_token(uint64_t bits, char *token)
     snprintf(token, CK_TOKEN_MAX, "%012llx", (unsigned long long)(bits & 0xffffffffffffull));
 }
 
+bool ck__token_ok(const char *token)
+{
+    return strlen(token) == CK_TOKEN_MAX - 4 &&
+           strspn(token, "0123456789abcdef") == CK_TOKEN_MAX - 4;
+}
+
 int ck__name_save_lock(const char *name, char *out, size_t len)
 {
     return make(out, len, "%s/%s" LOCK_SUFFIX, CK_PENDING, name);

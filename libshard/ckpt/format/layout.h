@@ -54,6 +54,8 @@ int ck__name_meet(const char *name, const char *token, char *out, size_t len);
 int ck__name_removed(const char *name, const char *token, char *out, size_t len);
 /* A fresh token from random bits (12 hex digits): a save's, a removal's. */
 void ck__name_token(uint64_t bits, char *token);
+/* Whether token is one ck__name_token makes (never a meeting's or a removal's name). */
+bool ck__token_ok(const char *token);
 /* .pending/NAME.lock, the save lock of NAME. */
 int ck__name_save_lock(const char *name, char *out, size_t len);
 /* DIR/manifest.mdb, DIR a checkpoint's or a save's directory (relative or not). */

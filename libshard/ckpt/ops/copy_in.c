@@ -110,8 +110,7 @@ static int check_declared(const ck__copy_in_opts *o, const ck_file *files, uint3
                           "declares its manifest's SHA-256 and no joined files", o->name);
     /* A token ck__name_token makes: never another kind of directory of the name (a
      * meeting's, a removal's). */
-    if (o->join && (strlen(o->join) != CK_TOKEN_MAX - 4 ||
-                    strspn(o->join, "0123456789abcdef") != CK_TOKEN_MAX - 4))
+    if (o->join && !ck__token_ok(o->join))
         return ck_err_set(err, -EINVAL, "copy of %s: '%.32s' is no pending directory's token "
                           "(12 hex digits)", o->name, o->join);
     uint32_t *idx = ck__files_by_name(files, n);
