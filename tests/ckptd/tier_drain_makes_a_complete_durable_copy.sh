@@ -5,9 +5,11 @@
 #     second is, and only by the node whose own copy holds the first data file: n1,
 #     offered it, leaves it to n0; n0 is restarted between its two offers, and its
 #     count goes on (kept in .ckptd.n0.drain), so the second is still the second;
-#   - n0 drains it: its own part and n1's replica read in place, n2's and n3's parts
-#     fetched from them, every block checked; the durable copy is complete, equal to
-#     what was saved, and committed in the catalog (ckptctl tiers sees it);
+#   - n0 drains it in parts (decision 0197): its own part and n1's replica read in place,
+#     n2 and n3 each writing their own part into the durable copy's pending directory,
+#     every block checked; n0 fetches nothing (its local tier has no .fetched copy);
+#     the durable copy is complete, equal to what was saved, and committed in the
+#     catalog (ckptctl tiers sees it);
 #   - ckptctl drain says done, with its bytes; a drain of it again has nothing to do;
 #   - the drains owed (n0.local/.ckptd.n0.drain) list none once done.
 . "$(dirname "$0")/replica_lib.sh"
@@ -29,6 +31,13 @@ said "^step-12: done, 0 of 0 bytes: left to the node whose own copy holds rank-0
 drain n0 step-12 --offer
 said "^step-12: done, 12615680 of 12615680 bytes$" "n0 drained it"
 logged n0 "drain of step-12: committed in the durable root, 12615680 bytes" "the commit"
+logged n0 "drain of step-12: in parts: .*\(ckptd n[23] 1, ckptd n[23] 1\)" "the drain in parts"
+for id in n2 n3; do
+    logged "$id" "PART of step-12: written \(3145728 bytes\), checked and fsynced in the durable root" \
+        "$id's part"
+done
+[ -z "$(ls -A "$WORK/n0.local/.fetched" 2>/dev/null)" ] ||
+    fail "n0 fetched a part: $(ls -R "$WORK/n0.local/.fetched")"
 same_as_truth step-12
 no_pending "$SHARED"
 [ "$(cat "$WORK/n0.local/.ckptd.n0.drain")" = "$(printf 'ckptd drain 3\noffers 2')" ] ||

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A node lost while it writes its part of a drain (decision 0197), on tier_lib.sh's
+# cluster (step-12 only in the local tiers, each node's part with a replica on its
+# clique peer), drains paced at 2 MiB/s so that the parts take seconds:
+#   - n0 drains step-12 in parts: n2 and n3 each write their own file into the durable
+#     copy's pending directory;
+#   - n2 dies (SIGKILL) while it writes: its part fails at n0, naming n2, and nothing of
+#     the attempt is committed (n3's file goes with the pending directory);
+#   - n0 then drains it alone, as before parts (decision 0178): n2's file fetched from
+#     its replica on n3, n3's from n3; the durable copy is complete and equal to what
+#     was saved, and no pending directory is left.
+. "$(dirname "$0")/replica_lib.sh"
+. "$(dirname "$0")/tier_lib.sh"
+
+TIER_ARGS=(--drain-rate 2MiB)
+cluster
+run "$CKPTCTL" drain --socket "$WORK/n0.sock" step-12
+expect 0 "the drain asked for"
+for _ in $(seq 200); do
+    grep -q "PART of step-12: writing 1 data file(s)" "$WORK/n2.log" && break
+    sleep 0.05
+done
+logged n2 "PART of step-12: writing 1 data file\(s\) of the copy in $WORK/n2\.local into $SHARED/\.pending/step-12\.[0-9a-f]{12}" \
+    "n2 writes its own part"
+crash n2
+drained n0 step-12
+said "^step-12: done, 12615680 of 12615680 bytes$" "the drain, after the fallback"
+logged n0 "drain of step-12: in parts: .*ckptd n2 1" "the drain in parts"
+logged n0 "drain of step-12: the part of ckptd n2 \(1 data file\(s\)\) failed: " \
+    "n2's part failed, named"
+logged n0 "drain of step-12: not drained in parts \(the part of ckptd n2: .*\); this node drains it alone" \
+    "the fallback, said"
+logged n0 "FETCH of step-12: 1 data file\(s\) from the copy of ckptd n2 at ckptd n3" \
+    "n2's file from its replica"
+logged n0 "drain of step-12: committed in the durable root, 12615680 bytes" "the commit"
+same_as_truth step-12
+no_pending "$SHARED"
+for id in n0 n1 n3; do
+    stop "$id"
+done
+echo "PASS [$TEST_NAME]"
