@@ -1,20 +1,25 @@
 /* kd_drain_copy.c - one drain: a checkpoint whose parts lie in the nodes' local tiers
  * made a complete copy in the durable root (docs/ARCHITECTURE.md, "The drain";
- * decision 0178).
+ * decisions 0178, 0197).
  *
- * The daemon that drains reads each data file from the nearest copy that holds it
- * (kd_tiers.c): its own partial copy, a replica it keeps, or a file fetched from a
- * live peer (GET, checked on arrival, under LOCAL/.fetched/N). The manifest and the
- * files stream, in the manifest's order, into ck__copy_in (ops/copy.h) on the durable
- * root: the commit protocol of every copy, so the durable checkpoint is made by the
- * same pending directory, save lock, fsyncs, structure check and one rename as any
- * other, and nothing of a drain that fails or whose daemon dies is visible there.
- * ck__copy_in checks every block's SHA-256 against the manifest as its last byte
- * arrives: a local copy whose byte flipped on disk fails its block, and that file is
- * fetched from a peer's copy instead (once), the drain started over; a file no copy
- * can give fails the drain, naming it. The reads of local copies and what is fetched
- * are paced by a token bucket at the drain's rate, so the drain leaves the local disk
- * to the saves.
+ * Every way, the durable copy is made by ck__copy_in (ops/copy.h) on the durable root:
+ * the commit protocol of every copy, so the durable checkpoint is made by the same
+ * pending directory, save lock, fsyncs, structure check and one rename as any other,
+ * and nothing of a drain that fails or whose daemon dies is visible there; every block
+ * is checked against the manifest's SHA-256 as its last byte is written.
+ *
+ * In parts first (decision 0197): this daemon, the committer, streams the manifest and
+ * the data files its own tier holds (its partial copy, the replicas it keeps), and each
+ * live peer that holds others writes them into the same pending directory (PART,
+ * kd_drain_part.c on the peer), the node whose own part a file is first. A part that
+ * fails fails the attempt, and the daemon then drains alone (decision 0178): each data
+ * file from the nearest copy that holds it (kd_tiers.c), fetched from a live peer
+ * (GET, checked on arrival, under LOCAL/.fetched/N) where its tier lacks it, the
+ * manifest and the files streamed in the manifest's order. There a local copy whose
+ * byte flipped on disk fails its block, and that file is fetched from a peer's copy
+ * instead (once), the drain started over; a file no copy can give fails the drain,
+ * naming it. Reads of local copies and what is fetched are paced by a token bucket at
+ * the drain's rate, on each node, so the drain leaves the local disks to the saves.
  */
 #include <fcntl.h>
 #include <pthread.h>
