@@ -466,6 +466,10 @@ typedef struct kd_peer_call {
     /* bytes of the stream sent or taken; may be NULL */
     void (*progress)(void *arg, uint64_t done, uint64_t total);
     void *arg;
+    /* true: the caller gives the call up (-ECANCELED) at its next wait (within 100 ms),
+     * closing the connection, so that the peer drops what it was doing; may be NULL */
+    bool (*stop)(void *arg);
+    void *stop_arg;
 } kd_peer_call;
 
 /* kd_peer_serve.c */

@@ -23,6 +23,7 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,7 @@ static bool lock_wait(const kd_drain_ctx *d, double until)
  * copy's, or a replica's. */
 typedef struct dpart {
     kd_drain_ctx *d;
+    _Atomic bool *abandon;         /* the attempt failed here: the part is given up */
     kd_preq q;                     /* name, time, the manifest's SHA-256, token, files */
     char addr[KD_PEER_ADDR_MAX], holder[CK_COPY_ID_MAX];
     uint64_t seen;                 /* its bytes written, as last heard */
@@ -340,12 +342,24 @@ static void part_progress(void *arg, uint64_t done, uint64_t total)
     p->seen = done;
 }
 
+/* A part is given up once the attempt failed here or the daemon stops: its connection
+ * closes, and the peer removes what it wrote. */
+static bool part_stop(void *arg)
+{
+    dpart *p = arg;
+    return atomic_load(p->abandon) || p->d->stop(p->d->stop_arg);
+}
+
 static void *part_run(void *arg)
 {
     dpart *p = arg;
     kd_peer_call call = { .addr = p->addr, .id = p->d->o.id, .key = p->d->o.key,
-                          .timeout = p->d->o.timeout, .progress = part_progress, .arg = p };
+                          .timeout = p->d->o.timeout, .progress = part_progress, .arg = p,
+                          .stop = part_stop, .stop_arg = p };
     p->r = kd_peer_part(&call, &p->q, &p->err);
+    /* One part failed: the attempt has, and the others need not finish. */
+    if (p->r < 0 && p->r != -ECANCELED)
+        atomic_store(p->abandon, true);
     return NULL;
 }
 
@@ -398,6 +412,7 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
                             .n_joined = n_joined, .log = d->o.log, .log_arg = d->o.log_arg };
     ck__copy_in *c = NULL;
     bool read_bad = false;
+    _Atomic bool abandon = false;
     size_t started = 0;
     d->done = 0;
     int r = ck__copy_in_begin(&co, &c, err);
@@ -408,6 +423,7 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
     for (; r == 0 && started < np; started++) {
         dpart *p = &parts[started];
         p->d = d;
+        p->abandon = &abandon;
         p->seen = 0;
         p->err = (ck_err){ 0 };
         snprintf(p->q.name, sizeof p->q.name, "%s", d->name);
@@ -420,18 +436,26 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
     }
     for (uint32_t f = 0; r == 0 && f < n_own; f++)
         r = stream(d, c, dir[f], own[f].name, own[f].size, buf, &read_bad, err);
-    /* Every part ends (written, failed, or its peer silent for the timeout) before the
-     * copy is committed or removed. */
+    /* Every part ends (written, failed, given up with this attempt, or its peer silent
+     * for the timeout) before the copy is committed or removed. */
+    if (r < 0)
+        atomic_store(&abandon, true);
     for (size_t i = 0; i < started; i++) {
         pthread_join(parts[i].th, NULL);
-        if (parts[i].r < 0)
+        if (parts[i].r < 0 && parts[i].r != -ECANCELED)
             kd_log_to(d->o.log, d->o.log_arg, "drain of %s: the part of ckptd %s (%u data "
                       "file(s)) failed: %s", d->name, parts[i].holder, parts[i].q.n,
                       ck_err_msg(&parts[i].err));
-        if (parts[i].r < 0 && r == 0)
+    }
+    /* The first failure is the attempt's: a part given up was given up for it. */
+    for (size_t i = 0; r == 0 && i < started; i++)
+        if (parts[i].r < 0 && parts[i].r != -ECANCELED)
             r = ck_err_set(err, parts[i].r, "the part of ckptd %s: %s", parts[i].holder,
                            ck_err_msg(&parts[i].err));
-    }
+    for (size_t i = 0; r == 0 && i < started; i++)
+        if (parts[i].r < 0)
+            r = ck_err_set(err, parts[i].r, "the part of ckptd %s: %s", parts[i].holder,
+                           ck_err_msg(&parts[i].err));
     if (r == 0)
         r = ck__copy_in_commit(c, err);
     ck__copy_in_free(c);

@@ -86,6 +86,8 @@ static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_er
         }
         if (kd_pconn_failed(k->pc, NULL))
             return failed(k, -ECONNRESET, err);
+        if (k->c->stop && k->c->stop(k->c->stop_arg))
+            return ck_err_set(err, -ECANCELED, "the call to peer %s was given up", k->c->addr);
         if (kd_now() - last > k->c->timeout)
             return ck_err_set(err, -ETIMEDOUT, "peer %s%s%s%s said nothing for %u s while "
                               "this call waited for %s", k->c->addr,

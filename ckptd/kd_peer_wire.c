@@ -153,6 +153,30 @@ static int get_file(const kd_pmsg *m, ck__rbuf *r, ck_file *f, ck_err *err)
     return 0;
 }
 
+/* n data file names (an ask's, a PART's), after their count. */
+static void put_names(ck__wbuf *w, const ck_file *files, uint32_t n)
+{
+    ck__put_u32(w, n);
+    for (uint32_t i = 0; i < n; i++)
+        ck__put_str(w, files[i].name);
+}
+
+static int get_names(const kd_pmsg *m, ck__rbuf *r, kd_preq *q, ck_err *err)
+{
+    int rc = get_count(m, r, q, 2 + 1, err);
+    for (uint32_t i = 0; rc == 0 && i < q->n; i++)
+        rc = get_file(m, r, &q->files[i], err);
+    return rc;
+}
+
+/* The 32 bytes of a manifest's SHA-256 (a stream's, a PART's); r->bad if cut short. */
+static void get_sha(ck__rbuf *r, kd_preq *q)
+{
+    const void *sha = ck__get_bytes(r, sizeof q->manifest_sha256);
+    if (sha)
+        memcpy(q->manifest_sha256, sha, sizeof q->manifest_sha256);
+}
+
 void kd_pw_stream(ck__wbuf *w, const kd_preq *q)
 {
     put_head(w, q);
@@ -177,9 +201,7 @@ int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err)
                           "%llu)", kd_pw_type_name(m->type),
                           (unsigned long long)q->manifest_size,
                           (unsigned long long)CK_COPY_MANIFEST_MAX);
-    const void *sha = ck__get_bytes(&r, sizeof q->manifest_sha256);
-    if (sha)
-        memcpy(q->manifest_sha256, sha, sizeof q->manifest_sha256);
+    get_sha(&r, q);
     if ((rc = get_count(m, &r, q, 2 + 1 + 8, err)) < 0)
         return rc;
     for (uint32_t i = 0; i < q->n; i++) {
@@ -201,9 +223,7 @@ void kd_pw_ask(ck__wbuf *w, const kd_preq *q)
     put_head(w, q);
     ck__put_u64(w, q->time_ns);
     ck__put_u8(w, q->all);
-    ck__put_u32(w, q->all ? 0 : q->n);
-    for (uint32_t i = 0; !q->all && i < q->n; i++)
-        ck__put_str(w, q->files[i].name);
+    put_names(w, q->files, q->all ? 0 : q->n);
 }
 
 int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err)
@@ -217,13 +237,10 @@ int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err)
     if (!r.bad && all > 1)
         return bad(m, "an 'all' flag that is neither 0 nor 1", err);
     q->all = all;
-    if ((rc = get_count(m, &r, q, 2 + 1, err)) < 0)
+    if ((rc = get_names(m, &r, q, err)) < 0)
         return rc;
     if (q->all && q->n)
         return bad(m, "both 'all' and a list of files", err);
-    for (uint32_t i = 0; i < q->n; i++)
-        if ((rc = get_file(m, &r, &q->files[i], err)) < 0)
-            return rc;
     if (!ck__rbuf_done(&r))
         return bad(m, "bytes missing or left over after the files it names", err);
     return 0;
@@ -235,9 +252,7 @@ void kd_pw_part(ck__wbuf *w, const kd_preq *q)
     ck__put_u64(w, q->time_ns);
     ck__put_bytes(w, q->manifest_sha256, sizeof q->manifest_sha256);
     ck__put_str(w, q->token);
-    ck__put_u32(w, q->n);
-    for (uint32_t i = 0; i < q->n; i++)
-        ck__put_str(w, q->files[i].name);
+    put_names(w, q->files, q->n);
 }
 
 int kd_pw_get_part(const kd_pmsg *m, kd_preq *q, ck_err *err)
@@ -247,9 +262,7 @@ int kd_pw_get_part(const kd_pmsg *m, kd_preq *q, ck_err *err)
     if (rc < 0)
         return rc;
     q->time_ns = ck__get_u64(&r);
-    const void *sha = ck__get_bytes(&r, sizeof q->manifest_sha256);
-    if (sha)
-        memcpy(q->manifest_sha256, sha, sizeof q->manifest_sha256);
+    get_sha(&r, q);
     ck__get_str(&r, q->token, sizeof q->token);
     if (r.bad)
         return bad(m, "a time, manifest digest or token cut short or too long", err);
@@ -259,13 +272,10 @@ int kd_pw_get_part(const kd_pmsg *m, kd_preq *q, ck_err *err)
     if (!ck__token_ok(q->token))
         return ck_err_set(err, -EBADMSG, "a PART message names token '%.32s', which is not a "
                           "pending directory's (12 hex digits)", q->token);
-    if ((rc = get_count(m, &r, q, 2 + 1, err)) < 0)
+    if ((rc = get_names(m, &r, q, err)) < 0)
         return rc;
     if (!q->n)
         return bad(m, "no data file to write", err);
-    for (uint32_t i = 0; i < q->n; i++)
-        if ((rc = get_file(m, &r, &q->files[i], err)) < 0)
-            return rc;
     if (!ck__rbuf_done(&r))
         return bad(m, "bytes missing or left over after the files it names", err);
     return 0;

@@ -10,9 +10,8 @@
 #include <sys/stat.h>
 
 #include "ck/save.h"
-#include "ckpt_testlib.h"
+#include "copy_testlib.h"
 #include "format/layout.h"
-#include "ops/copy.h"
 
 static const uint64_t seed = 29;
 static const uint64_t shapes[3][2] = { { 3000, 100 }, { 77, 1023 }, { 64, 64 } };
@@ -20,35 +19,8 @@ static const ck_dtype dt[3] = { CK_F32, CK_BF16, CK_F64 };
 static const char *const pls[3] = { "S(0)", "S(1)", "R" };
 #define BLOCK (64u << 10)
 
-typedef struct stream {
-    uint8_t *bytes;
-    uint64_t total, msize;
-    uint8_t sha[CK_SHA256_LEN];
-    ck_file *files;
-    uint32_t n;
-} stream;
-
-static void read_stream(const char *root, stream *s)
-{
-    ck__copy_out *o;
-    ck_err err = { 0 };
-    REQUIRE(ck__copy_out_open(root, "src", NULL, 0, &o, &err) == 0, "%s", ck_err_msg(&err));
-    s->total = o->total;
-    s->msize = o->manifest_size;
-    memcpy(s->sha, o->manifest_sha256, sizeof s->sha);
-    s->n = o->n_files;
-    s->files = malloc(s->n * sizeof *s->files);
-    s->bytes = malloc(s->total);
-    REQUIRE(s->files && s->bytes, "out of memory");
-    memcpy(s->files, o->files, s->n * sizeof *s->files);
-    size_t got;
-    REQUIRE(ck__copy_out_read(o, s->bytes, s->total, &got, &err) == 0 && got == s->total,
-            "reading the stream: %s", ck_err_msg(&err));
-    ck__copy_out_close(o);
-}
-
 /* Where data file f's bytes start in the stream. */
-static uint64_t file_at(const stream *s, uint32_t f)
+static uint64_t file_at(const ct_stream *s, uint32_t f)
 {
     uint64_t at = s->msize;
     for (uint32_t i = 0; i < f; i++)
@@ -58,7 +30,7 @@ static uint64_t file_at(const stream *s, uint32_t f)
 
 /* The committer of a copy in root: it streams file 0, files 1 and 2 are joined. Begun
  * with its manifest written, so that joiners can join. */
-static ck__copy_in *committer(const stream *s, const char *root)
+static ck__copy_in *committer(const ct_stream *s, const char *root)
 {
     ck__copy_in_opts o = { .root = root, .name = "src", .source = "n0",
                            .manifest_size = s->msize, .manifest_sha256 = s->sha,
@@ -73,7 +45,7 @@ static ck__copy_in *committer(const stream *s, const char *root)
 }
 
 /* The committer's own file and its commit. */
-static int commit(const stream *s, ck__copy_in *c, ck_err *err)
+static int commit(const ct_stream *s, ck__copy_in *c, ck_err *err)
 {
     *err = (ck_err){ 0 };
     int r = ck__copy_in_write(c, s->bytes + file_at(s, 0), s->files[0].size, err);
@@ -85,7 +57,7 @@ static int commit(const stream *s, ck__copy_in *c, ck_err *err)
 
 /* A joiner of token writing data file f: the manifest (man: its bytes, sha: declared),
  * then the file's bytes from data (flip: a byte of it to flip, or -1). */
-static int join(const stream *s, const char *root, const char *token, uint32_t f,
+static int join(const ct_stream *s, const char *root, const char *token, uint32_t f,
                 const uint8_t *man, const uint8_t *sha, int64_t flip, ck_err *err)
 {
     ck__copy_in_opts o = { .root = root, .name = "src", .source = "n1",
@@ -141,8 +113,8 @@ int main(void)
     REQUIRE(mkdir(src, 0755) == 0, "mkdir %s", src);
     ck_save_opts so = { .block_size = BLOCK };
     tl_save_formula_opts(src, "src", "3", NULL, shapes, dt, pls, 3, seed, &so);
-    stream s = { 0 };
-    read_stream(src, &s);
+    ct_stream s = { 0 };
+    ct_read_stream(src, &s);
     REQUIRE(s.n == 3, "the checkpoint has %u data files, not 3", s.n);
     ck_err err = { 0 };
 
@@ -223,8 +195,7 @@ int main(void)
               "token '%s': got %d: %s", tokens[i], r, ck_err_msg(&err));
     }
 
-    free(s.bytes);
-    free(s.files);
+    ct_stream_free(&s);
     tl_rmtree(dir);
     return tl_failures ? 1 : 0;
 }

@@ -11,8 +11,7 @@
  * manifest with one byte flipped where the manifest's own checks do not look (its
  * last byte) is refused before it is opened, and nothing is committed. */
 #include "ck/save.h"
-#include "ckpt_testlib.h"
-#include "ops/copy.h"
+#include "copy_testlib.h"
 
 static const uint64_t seed = 23;
 static const uint64_t shapes[3][2] = { { 3000, 100 }, { 77, 1023 }, { 64, 64 } };
@@ -20,36 +19,9 @@ static const ck_dtype dt[3] = { CK_F32, CK_BF16, CK_F64 };
 static const char *const pls[3] = { "S(0)", "S(1)", "R" };
 #define BLOCK (64u << 10)
 
-typedef struct stream {
-    uint8_t *bytes;
-    uint64_t total, msize;
-    uint8_t sha[CK_SHA256_LEN];    /* the manifest's, as the sender declares it */
-    ck_file *files;
-    uint32_t n;
-} stream;
-
-static void read_stream(const char *root, stream *s)
-{
-    ck__copy_out *o;
-    ck_err err = { 0 };
-    REQUIRE(ck__copy_out_open(root, "src", NULL, 0, &o, &err) == 0, "%s", ck_err_msg(&err));
-    s->total = o->total;
-    s->msize = o->manifest_size;
-    memcpy(s->sha, o->manifest_sha256, sizeof s->sha);
-    s->n = o->n_files;
-    s->files = malloc(s->n * sizeof *s->files);
-    s->bytes = malloc(s->total);
-    REQUIRE(s->files && s->bytes, "out of memory");
-    memcpy(s->files, o->files, s->n * sizeof *s->files);
-    size_t got;
-    REQUIRE(ck__copy_out_read(o, s->bytes, s->total, &got, &err) == 0 && got == s->total,
-            "reading the stream: %s", ck_err_msg(&err));
-    ck__copy_out_close(o);
-}
-
 /* Feeds bytes[0, total) into a copy in root with k checkers, in chunks of step bytes,
  * checker skip (if < k) missing the last chunk; returns the first error, into err. */
-static int receive(const stream *s, const uint8_t *bytes, const char *root, unsigned k,
+static int receive(const ct_stream *s, const uint8_t *bytes, const char *root, unsigned k,
                    size_t step, unsigned skip, ck_err *err)
 {
     ck__copy_in_opts o = { .root = root, .name = "src", .source = "n1",
@@ -86,8 +58,8 @@ int main(void)
     REQUIRE(mkdir(src, 0755) == 0, "mkdir %s", src);
     ck_save_opts so = { .block_size = BLOCK };
     tl_save_formula_opts(src, "src", "3", NULL, shapes, dt, pls, 3, seed, &so);
-    stream s = { 0 };
-    read_stream(src, &s);
+    ct_stream s = { 0 };
+    ct_read_stream(src, &s);
     ck_err err = { 0 };
 
     /* Whole copies: every checker count (0: the writer checks what it wrote), chunks
@@ -151,8 +123,7 @@ int main(void)
     CHECK(!committed(dst), "a copy not checked whole was committed");
 
     free(bad);
-    free(s.bytes);
-    free(s.files);
+    ct_stream_free(&s);
     tl_rmtree(dir);
     return tl_failures ? 1 : 0;
 }
