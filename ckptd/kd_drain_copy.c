@@ -479,8 +479,6 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     d->total = s.total;
     if (r == 0 && (r = durable_has(d, s.time, err)) == 1)
         goto out;
-    if (r == 0 && (s.dir = calloc(s.n ? s.n : 1, sizeof *s.dir)) == NULL)
-        r = ck_err_set(err, -ENOMEM, "out of memory");
     if (r == 0)
         r = place(d, &s, &parts, &np, err);
     if (r == 0)

@@ -29,7 +29,7 @@ cleanup() {
         kill -9 "${PID[$id]}" 2>/dev/null
         wait "${PID[$id]}" 2>/dev/null
     done
-    mkdir -p /var/tmp/keep; cp "$WORK"/*.log /var/tmp/keep/ 2>/dev/null; rm -rf "$WORK"
+    rm -rf "$WORK"
 }
 trap cleanup EXIT
 

@@ -148,8 +148,10 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
         }
         return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", o->name);
     }
-    memcpy(c->files, o->files, o->n_files * sizeof *c->files);
-    memcpy(c->files + o->n_files, o->joined, o->n_joined * sizeof *c->files);
+    if (o->n_files)
+        memcpy(c->files, o->files, o->n_files * sizeof *c->files);
+    if (o->n_joined)
+        memcpy(c->files + o->n_files, o->joined, o->n_joined * sizeof *c->files);
     int r = check_declared(o, c->files, all, err);
     if (r < 0) {
         free(c->files);
