@@ -17,6 +17,14 @@
  * O_DIRECT ones (the whole restore 5.8 s against 4.45 s, medians of three;
  * BENCHMARKS.md, "Issue 31: restore"). A file system that refuses O_DIRECT (tmpfs) gets
  * buffered writes.
+ *
+ * A copy may have several writers (a drain in parts, decision 0197): the committer,
+ * which holds the lock and streams the manifest first, names the files others write
+ * (opts.joined) and checks at its commit that each is there, of its size; a joiner
+ * (opts.join) streams its own files into the committer's directory through the same
+ * write and check paths, but writes no manifest (it checks the one there against the
+ * SHA-256 it was given), takes no lock, and at its end fsyncs rather than commits, or
+ * removes the files it made. The committer's rename stays the only commit.
  */
 #include "ops/copy.h"
 
