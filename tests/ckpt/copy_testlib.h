@@ -1,11 +1,15 @@
 /* copy_testlib.h - a copy's whole stream in memory (ops/copy.h): what a sender would
- * send of the checkpoint "src" in a root, for the tests that feed it to copies in
- * pieces. Header-only, as ckpt_testlib.h. */
+ * send of the checkpoint "src" (three tensors of three dtypes and placements, 64 KiB
+ * blocks, on a mesh of 3) in a root, for the tests that feed it to copies in pieces.
+ * Header-only, as ckpt_testlib.h. */
 #ifndef COPY_TESTLIB_H
 #define COPY_TESTLIB_H
 
+#include "ck/save.h"
 #include "ckpt_testlib.h"
 #include "ops/copy.h"
+
+#define CT_BLOCK (64u << 10)
 
 typedef struct ct_stream {
     uint8_t *bytes;
@@ -32,6 +36,31 @@ static inline void ct_read_stream(const char *root, ct_stream *s)
     REQUIRE(ck__copy_out_read(o, s->bytes, s->total, &got, &err) == 0 && got == s->total,
             "reading the stream: %s", ck_err_msg(&err));
     ck__copy_out_close(o);
+}
+
+/* A fresh directory DIR (tl_tmpdir, tag) whose DIR/src root holds checkpoint "src" saved
+ * with seed, and its stream, into s. */
+static inline void ct_source(char *dir, size_t len, const char *tag, uint64_t seed,
+                             ct_stream *s)
+{
+    static const uint64_t shapes[3][2] = { { 3000, 100 }, { 77, 1023 }, { 64, 64 } };
+    static const ck_dtype dt[3] = { CK_F32, CK_BF16, CK_F64 };
+    static const char *const pls[3] = { "S(0)", "S(1)", "R" };
+    char src[PATH_MAX + 8];
+    tl_tmpdir(dir, len, tag);
+    snprintf(src, sizeof src, "%s/src", dir);
+    REQUIRE(mkdir(src, 0755) == 0, "mkdir %s", src);
+    ck_save_opts so = { .block_size = CT_BLOCK };
+    tl_save_formula_opts(src, "src", "3", NULL, shapes, dt, pls, 3, seed, &so);
+    ct_read_stream(src, s);
+}
+
+/* Whether root holds a committed "src". */
+static inline bool ct_committed(const char *root)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/src", root);
+    return access(p, F_OK) == 0;
 }
 
 static inline void ct_stream_free(ct_stream *s)

@@ -9,15 +9,10 @@
  * there kept. A joined file planted as a link is refused at the commit. */
 #include <sys/stat.h>
 
-#include "ck/save.h"
 #include "copy_testlib.h"
 #include "format/layout.h"
 
 static const uint64_t seed = 29;
-static const uint64_t shapes[3][2] = { { 3000, 100 }, { 77, 1023 }, { 64, 64 } };
-static const ck_dtype dt[3] = { CK_F32, CK_BF16, CK_F64 };
-static const char *const pls[3] = { "S(0)", "S(1)", "R" };
-#define BLOCK (64u << 10)
 
 /* Where data file f's bytes start in the stream. */
 static uint64_t file_at(const ct_stream *s, uint32_t f)
@@ -91,13 +86,6 @@ static bool exists(const char *root, const char *token, const char *file)
     return access(p, F_OK) == 0;
 }
 
-static bool committed(const char *root)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/src", root);
-    return access(p, F_OK) == 0;
-}
-
 static char *mkroot(const char *dir, const char *name, char *out, size_t len)
 {
     snprintf(out, len, "%s/%s", dir, name);
@@ -107,14 +95,9 @@ static char *mkroot(const char *dir, const char *name, char *out, size_t len)
 
 int main(void)
 {
-    char dir[PATH_MAX], src[PATH_MAX + 8], dst[PATH_MAX + 16], tok[CK_TOKEN_MAX];
-    tl_tmpdir(dir, sizeof dir, "copy-writers");
-    snprintf(src, sizeof src, "%s/src", dir);
-    REQUIRE(mkdir(src, 0755) == 0, "mkdir %s", src);
-    ck_save_opts so = { .block_size = BLOCK };
-    tl_save_formula_opts(src, "src", "3", NULL, shapes, dt, pls, 3, seed, &so);
+    char dir[PATH_MAX], dst[PATH_MAX + 16], tok[CK_TOKEN_MAX];
     ct_stream s = { 0 };
-    ct_read_stream(src, &s);
+    ct_source(dir, sizeof dir, "copy-writers", seed, &s);
     REQUIRE(s.n == 3, "the checkpoint has %u data files, not 3", s.n);
     ck_err err = { 0 };
 
@@ -125,7 +108,7 @@ int main(void)
         CHECK(join(&s, dst, tok, f, s.bytes, s.sha, -1, &err) == 0, "joiner of %s: %s",
               s.files[f].name, ck_err_msg(&err));
     CHECK(commit(&s, c, &err) == 0, "the committer: %s", ck_err_msg(&err));
-    CHECK(committed(dst) && tl_verify_deep(dst, "src", seed) == 0,
+    CHECK(ct_committed(dst) && tl_verify_deep(dst, "src", seed) == 0,
           "the copy of three writers does not verify as saved");
 
     /* A flipped byte in a joiner's file. */
@@ -133,7 +116,7 @@ int main(void)
     snprintf(tok, sizeof tok, "%s", ck__copy_in_token(c));
     char want[CK_FILE_NAME_MAX + 64];
     snprintf(want, sizeof want, "data file %s, block 1 ", s.files[1].name);
-    int r = join(&s, dst, tok, 1, s.bytes, s.sha, BLOCK + 5, &err);
+    int r = join(&s, dst, tok, 1, s.bytes, s.sha, CT_BLOCK + 5, &err);
     CHECK(r == -EBADMSG && strstr(ck_err_msg(&err), want),
           "a flipped byte: want -EBADMSG naming '%s'; got %d: %s", want, r, ck_err_msg(&err));
     CHECK(!exists(dst, tok, s.files[1].name), "the failed joiner left %s behind",
@@ -145,7 +128,7 @@ int main(void)
           strstr(ck_err_msg(&err), "written by another writer of the copy"),
           "a joined file missing: want -ENOENT naming %s; got %d: %s", s.files[1].name, r,
           ck_err_msg(&err));
-    CHECK(!committed(dst), "a copy missing a joined file was committed");
+    CHECK(!ct_committed(dst), "a copy missing a joined file was committed");
 
     /* Another checkpoint's manifest: the joiner's stream and declaration agree, the
      * directory's manifest does not. */
@@ -184,7 +167,7 @@ int main(void)
           "a joined file that is a link: want -ELOOP naming it; got %d: %s", r,
           ck_err_msg(&err));
     ck__copy_in_free(c);
-    CHECK(!committed(dst), "a copy with a linked file was committed");
+    CHECK(!ct_committed(dst), "a copy with a linked file was committed");
 
     /* Tokens that name no pending directory of a copy. */
     const char *tokens[3] = { "000000000000", "../../../tmp", "0123456789ab-removed" };

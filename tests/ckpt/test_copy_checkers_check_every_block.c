@@ -10,14 +10,9 @@
  * its sender declared (ck__copy_out reads it): every copy above declares it, and a
  * manifest with one byte flipped where the manifest's own checks do not look (its
  * last byte) is refused before it is opened, and nothing is committed. */
-#include "ck/save.h"
 #include "copy_testlib.h"
 
 static const uint64_t seed = 23;
-static const uint64_t shapes[3][2] = { { 3000, 100 }, { 77, 1023 }, { 64, 64 } };
-static const ck_dtype dt[3] = { CK_F32, CK_BF16, CK_F64 };
-static const char *const pls[3] = { "S(0)", "S(1)", "R" };
-#define BLOCK (64u << 10)
 
 /* Feeds bytes[0, total) into a copy in root with k checkers, in chunks of step bytes,
  * checker skip (if < k) missing the last chunk; returns the first error, into err. */
@@ -43,23 +38,11 @@ static int receive(const ct_stream *s, const uint8_t *bytes, const char *root, u
     return r;
 }
 
-static bool committed(const char *root)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/src", root);
-    return access(p, F_OK) == 0;
-}
-
 int main(void)
 {
-    char dir[PATH_MAX], src[PATH_MAX + 8], dst[PATH_MAX + 16];
-    tl_tmpdir(dir, sizeof dir, "copy-checkers");
-    snprintf(src, sizeof src, "%s/src", dir);
-    REQUIRE(mkdir(src, 0755) == 0, "mkdir %s", src);
-    ck_save_opts so = { .block_size = BLOCK };
-    tl_save_formula_opts(src, "src", "3", NULL, shapes, dt, pls, 3, seed, &so);
+    char dir[PATH_MAX], dst[PATH_MAX + 16];
     ct_stream s = { 0 };
-    ct_read_stream(src, &s);
+    ct_source(dir, sizeof dir, "copy-checkers", seed, &s);
     ck_err err = { 0 };
 
     /* Whole copies: every checker count (0: the writer checks what it wrote), chunks
@@ -87,7 +70,7 @@ int main(void)
             off -= s.files[f++].size;
         char want[CK_FILE_NAME_MAX + 64];
         snprintf(want, sizeof want, "data file %s, block %llu ", s.files[f].name,
-                 (unsigned long long)(off / BLOCK));
+                 (unsigned long long)(off / CT_BLOCK));
         memcpy(bad, s.bytes, s.total);
         bad[at[i % 3]] ^= 0x10;
         snprintf(dst, sizeof dst, "%s/bad%d", dir, i);
@@ -97,7 +80,7 @@ int main(void)
               strstr(ck_err_msg(&err), "its SHA-256 is not the manifest's"),
               "%u checkers, byte %llu flipped: want -EBADMSG naming '%s'; got %d: %s", k,
               (unsigned long long)at[i % 3], want, r, ck_err_msg(&err));
-        CHECK(!committed(dst), "%u checkers, byte %llu flipped: the copy was committed", k,
+        CHECK(!ct_committed(dst), "%u checkers, byte %llu flipped: the copy was committed", k,
               (unsigned long long)at[i % 3]);
     }
 
@@ -111,7 +94,7 @@ int main(void)
                                   "declared with it"),
           "a manifest byte flipped: want -EBADMSG naming the manifest; got %d: %s", r,
           ck_err_msg(&err));
-    CHECK(!committed(dst), "a copy of another manifest was committed");
+    CHECK(!ct_committed(dst), "a copy of another manifest was committed");
 
     /* Written whole, not checked whole. */
     snprintf(dst, sizeof dst, "%s/unchecked", dir);
@@ -120,7 +103,7 @@ int main(void)
     CHECK(r == -EPROTO && strstr(ck_err_msg(&err), "checker 1 of 2 has") &&
           strstr(ck_err_msg(&err), "still to check"),
           "a checker short of the stream: got %d: %s", r, ck_err_msg(&err));
-    CHECK(!committed(dst), "a copy not checked whole was committed");
+    CHECK(!ct_committed(dst), "a copy not checked whole was committed");
 
     free(bad);
     ct_stream_free(&s);
