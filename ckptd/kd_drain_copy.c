@@ -262,11 +262,23 @@ static void parts_free(dpart *p, size_t n)
     free(p);
 }
 
+/* Whether id is one of the n daemons in ids. */
+static bool named(char (*ids)[CK_COPY_ID_MAX], size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(ids[i], id))
+            return true;
+    return false;
+}
+
 /* Where each data file comes from: a copy in this node's tier (s->dir[f]), else a live
  * peer's copy of the same save, the peer's own copy first (the node whose part the file
- * is: its write is its own disk's read), then a replica; one PART per peer. -ENODATA
- * naming a file none holds. */
-static int place(kd_drain_ctx *d, dsrc *s, dpart **out, size_t *np, ck_err *err)
+ * is: its write is its own disk's read), then a replica, never a copy held by one of
+ * the nx daemons in lost (their part failed); one PART per copy (a peer writes the part
+ * of its own copy and that of a replica it keeps one after the other). -ENODATA naming
+ * a file none holds. */
+static int place(kd_drain_ctx *d, dsrc *s, char (*lost)[CK_COPY_ID_MAX], size_t nx,
+                 dpart **out, size_t *np, ck_err *err)
 {
     kd_tview t;
     *out = NULL;
@@ -274,10 +286,10 @@ static int place(kd_drain_ctx *d, dsrc *s, dpart **out, size_t *np, ck_err *err)
     int r = kd_tiers_gather(&d->o, d->name, true, &t, err);
     if (r < 0)
         return r;
-    dpart *p = calloc(t.npeers ? t.npeers : 1, sizeof *p);
-    for (size_t i = 0; p && i < t.npeers; i++)
+    dpart *p = calloc(t.n ? t.n : 1, sizeof *p);
+    for (size_t i = 0; p && i < t.n; i++)
         p[i].q.files = calloc(s->n ? s->n : 1, sizeof *p[i].q.files);
-    for (size_t i = 0; p && i < t.npeers; i++)
+    for (size_t i = 0; p && i < t.n; i++)
         if (!p[i].q.files)
             r = ck_err_set(err, -ENOMEM, "out of memory");
     if (!p)
@@ -288,7 +300,8 @@ static int place(kd_drain_ctx *d, dsrc *s, dpart **out, size_t *np, ck_err *err)
         for (size_t i = 0; i < t.n && !s->dir[f][0]; i++) {
             const kd_tcopy *c = &t.v[i];
             if (strcmp(c->c.name, d->name) || c->c.time_ns != s->time ||
-                !kd_tiers_holds(&c->c, file))
+                !kd_tiers_holds(&c->c, file) ||
+                (c->where == KD_AT_PEER && named(lost, nx, c->holder)))
                 continue;
             if (c->where == KD_AT_LOCAL)
                 snprintf(s->dir[f], PATH_MAX, "%.*s/%s", PATH_MAX - CK_NAME_MAX - 2, c->root,
@@ -301,24 +314,26 @@ static int place(kd_drain_ctx *d, dsrc *s, dpart **out, size_t *np, ck_err *err)
             continue;
         if (best < 0) {
             r = ck_err_set(err, -ENODATA, "checkpoint %s: %s: neither this node's tier nor a "
-                           "live peer holds it", d->name, file);
+                           "live peer holds it%s", d->name, file,
+                           nx ? " (but one whose part failed)" : "");
             break;
         }
-        dpart *q = &p[t.v[best].peer];
+        dpart *q = &p[best];
         q->q.files[q->q.n++] = s->files[f];
+        snprintf(q->q.source, sizeof q->q.source, "%s", t.v[best].c.source);
         snprintf(q->addr, sizeof q->addr, "%s", t.peers[t.v[best].peer].addr);
         snprintf(q->holder, sizeof q->holder, "%s", t.v[best].holder);
     }
-    size_t npeers = t.npeers;
+    size_t ncopies = t.n;
     kd_tview_free(&t);
     if (r < 0) {
         if (p)
-            parts_free(p, npeers);
+            parts_free(p, ncopies);
         return r;
     }
     /* The parts with files, first. */
     size_t n = 0;
-    for (size_t i = 0; i < npeers; i++) {
+    for (size_t i = 0; i < ncopies; i++) {
         if (!p[i].q.n)
             continue;
         dpart keep = p[i];
@@ -327,7 +342,7 @@ static int place(kd_drain_ctx *d, dsrc *s, dpart **out, size_t *np, ck_err *err)
     }
     *out = p;
     *np = n;
-    for (size_t i = n; i < npeers; i++)
+    for (size_t i = n; i < ncopies; i++)
         kd_preq_free(&p[i].q);
     return 0;
 }
@@ -383,10 +398,10 @@ static int manifest_sha(const char *dir, uint8_t out[CK_SHA256_LEN], ck_err *err
 /* One attempt in parts: this node streams the manifest and the files its tier holds
  * into the durable copy, the peers of parts[0, np) write theirs into its pending
  * directory meanwhile, and it commits them all. *begun: the copy was begun (a -EBUSY
- * before is NAME's lock). */
+ * before is NAME's lock); *failed: the part whose failure failed the attempt, else np. */
 static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np,
                          const uint8_t sha[CK_SHA256_LEN], uint8_t *buf, bool *begun,
-                         ck_err *err)
+                         size_t *failed, ck_err *err)
 {
     ck_file *own = calloc(s->n ? s->n : 1, sizeof *own);
     ck_file *joined = calloc(s->n ? s->n : 1, sizeof *joined);
@@ -427,7 +442,6 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
         p->seen = 0;
         p->err = (ck_err){ 0 };
         snprintf(p->q.name, sizeof p->q.name, "%s", d->name);
-        p->q.source[0] = '\0';
         p->q.time_ns = s->time;
         memcpy(p->q.manifest_sha256, sha, CK_SHA256_LEN);
         snprintf(p->q.token, sizeof p->q.token, "%s", ck__copy_in_token(c));
@@ -448,10 +462,13 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
                       ck_err_msg(&parts[i].err));
     }
     /* The first failure is the attempt's: a part given up was given up for it. */
+    *failed = np;
     for (size_t i = 0; r == 0 && i < started; i++)
-        if (parts[i].r < 0 && parts[i].r != -ECANCELED)
+        if (parts[i].r < 0 && parts[i].r != -ECANCELED) {
+            *failed = i;
             r = ck_err_set(err, parts[i].r, "the part of ckptd %s: %s", parts[i].holder,
                            ck_err_msg(&parts[i].err));
+        }
     for (size_t i = 0; r == 0 && i < started; i++)
         if (parts[i].r < 0)
             r = ck_err_set(err, parts[i].r, "the part of ckptd %s: %s", parts[i].holder,
@@ -465,14 +482,43 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
     return r;
 }
 
-/* The drain in parts: no node reads another's part, or stores it on the way. 0
- * committed, 1 the durable root held it already; -EEXIST another save of the name is
- * there; else why it could not be drained so (the caller drains it alone). */
+/* Says where the parts of a drain come from. */
+static void say_parts(const kd_drain_ctx *d, const dpart *parts, size_t np)
+{
+    char said[CK_ERR_MSG_MAX / 2];
+    size_t at = 0;
+    for (size_t i = 0; i < np && at < sizeof said; i++)
+        at += (size_t)snprintf(said + at, sizeof said - at, "%sckptd %s %u%s%s%s",
+                               i ? ", " : "", parts[i].holder, parts[i].q.n,
+                               strcmp(parts[i].q.source, parts[i].holder) ? " (replica of "
+                               : "", strcmp(parts[i].q.source, parts[i].holder)
+                               ? parts[i].q.source : "",
+                               strcmp(parts[i].q.source, parts[i].holder) ? ")" : "");
+    if (np)
+        kd_log_to(d->o.log, d->o.log_arg, "drain of %s: in parts: the data files of this "
+                  "node's tier from here, the others written by the nodes that hold them "
+                  "(%s)", d->name, said);
+}
+
+/* Whether a part that failed with code r may be given to another holder: not when
+ * the durable root refuses writes, which it does to every writer. */
+static bool replaceable(int r)
+{
+    return r != -ENOSPC && r != -EDQUOT && r != -EROFS && r != -ECANCELED;
+}
+
+/* The drain in parts: no node reads another's part, or stores it on the way. A part
+ * that fails is given, in a new attempt, to the other live nodes that hold its files
+ * (a node lost mid-drain leaves its part to its replicas' holders), each failed holder
+ * left out in turn, so at most one attempt per peer. 0 committed, 1 the durable root
+ * held it already; -EEXIST another save of the name is there; else why it could not
+ * be drained so (the caller drains it alone). */
 static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
 {
     dsrc s = { 0 };
     dpart *parts = NULL;
-    size_t np = 0;
+    size_t np = 0, nlost = 0;
+    char (*lost)[CK_COPY_ID_MAX] = NULL;
     uint8_t sha[CK_SHA256_LEN], *buf = NULL;
     int r = sources(d, &s, false, err);
     *step = s.step;
@@ -480,26 +526,19 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     if (r == 0 && (r = durable_has(d, s.time, err)) == 1)
         goto out;
     if (r == 0)
-        r = place(d, &s, &parts, &np, err);
+        r = place(d, &s, NULL, 0, &parts, &np, err);
     if (r == 0)
         r = manifest_sha(s.mdir, sha, err);
     if (r == 0 && !(buf = malloc(kd_drain_chunk(NULL))))
         r = ck_err_set(err, -ENOMEM, "out of memory");
-    if (r == 0 && np) {
-        char said[CK_ERR_MSG_MAX / 2];
-        size_t at = 0;
-        for (size_t i = 0; i < np && at < sizeof said; i++)
-            at += (size_t)snprintf(said + at, sizeof said - at, "%sckptd %s %u", i ? ", " : "",
-                                   parts[i].holder, parts[i].q.n);
-        kd_log_to(d->o.log, d->o.log_arg, "drain of %s: in parts: the data files of this "
-                  "node's tier from here, the others written by the nodes that hold them "
-                  "(%s)", d->name, said);
-    }
+    if (r == 0)
+        say_parts(d, parts, np);
     double lock_until = kd_now() + d->o.timeout;
     bool begun = false;
     while (r == 0) {
         ck_err why = { 0 };
-        if ((r = attempt_parts(d, &s, parts, np, sha, buf, &begun, &why)) == 0)
+        size_t failed = np;
+        if ((r = attempt_parts(d, &s, parts, np, sha, buf, &begun, &failed, &why)) == 0)
             break;
         if (r == -EEXIST) {
             r = durable_has(d, s.time, err);
@@ -510,9 +549,31 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
             continue;
         }
         ck_err_set(err, r, "%s", ck_err_msg(&why));
+        if (failed == np || !replaceable(r) || (d->stop && d->stop(d->stop_arg)))
+            break;
+        /* The failed part's files from the other holders, in a new attempt: the
+         * failed one's pending directory is gone, with what any writer put there. */
+        void *more = realloc(lost, (nlost + 1) * sizeof *lost);
+        if (!more)
+            break;
+        lost = more;
+        snprintf(lost[nlost++], CK_COPY_ID_MAX, "%s", parts[failed].holder);
+        kd_log_to(d->o.log, d->o.log_arg, "drain of %s: ckptd %s's part failed; its data "
+                  "files are asked of the other nodes that hold them", d->name,
+                  parts[failed].holder);
+        parts_free(parts, np);
+        parts = NULL;
+        np = 0;
+        ck_err e2 = { 0 };
+        if ((r = place(d, &s, lost, nlost, &parts, &np, &e2)) < 0) {
+            ck_err_set(err, r, "%s; %s", ck_err_msg(&why), ck_err_msg(&e2));
+            break;
+        }
+        say_parts(d, parts, np);
     }
 out:
     free(buf);
+    free(lost);
     parts_free(parts, np);
     dsrc_free(&s);
     return r;

@@ -51,6 +51,12 @@ static void progress(const kd_peer_call *c, uint64_t done, uint64_t total)
  * error. what says what is awaited. With x, a stream being received, its writer's
  * progress is acknowledged meanwhile (and counts as the peer's: it awaits the ACKs),
  * and 1 with no message says the stream is all written. */
+/* A call its caller stopped (kd_peer_call.stop). */
+static int given_up(const kd_peer_call *c, ck_err *err)
+{
+    return ck_err_set(err, -ECANCELED, "the call to peer %s was given up", c->addr);
+}
+
 static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_err *err)
 {
     double last = kd_now();
@@ -87,7 +93,7 @@ static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_er
         if (kd_pconn_failed(k->pc, NULL))
             return failed(k, -ECONNRESET, err);
         if (k->c->stop && k->c->stop(k->c->stop_arg))
-            return ck_err_set(err, -ECANCELED, "the call to peer %s was given up", k->c->addr);
+            return given_up(k->c, err);
         if (kd_now() - last > k->c->timeout)
             return ck_err_set(err, -ETIMEDOUT, "peer %s%s%s%s said nothing for %u s while "
                               "this call waited for %s", k->c->addr,
@@ -203,16 +209,28 @@ static int stream_out(call *k, kd_xsend *x, const char *name, ck_err *err)
 }
 
 /* After a busy peer's refusal of a call begun at t0: whether to make it again (within
- * the call's timeout), having paused *ms, which grows. */
-static bool again(const kd_peer_call *c, double t0, unsigned *ms)
+ * the call's timeout), having paused *ms, which grows; the refusal's message is then
+ * dropped. The pause ends early when the caller stops the call: *r is then -ECANCELED,
+ * said in err. */
+static bool again(const kd_peer_call *c, double t0, unsigned *ms, int *r, ck_err *err)
 {
     if (c->busy_fails)
         return false;
     *ms = *ms ? (*ms < 500 ? *ms * 2 : 1000) : 50;
     if (kd_now() + *ms / 1000.0 - t0 > c->timeout)
         return false;
-    struct timespec ts = { .tv_sec = *ms / 1000, .tv_nsec = (long)(*ms % 1000) * 1000000 };
-    nanosleep(&ts, NULL);
+    /* In slices of at most 100 ms, the bound on a stop everywhere in a call. */
+    for (unsigned left = *ms; left;) {
+        if (c->stop && c->stop(c->stop_arg)) {
+            *r = given_up(c, err);
+            return false;
+        }
+        unsigned step = left < 100 ? left : 100;
+        struct timespec ts = { 0, (long)step * 1000000 };
+        nanosleep(&ts, NULL);
+        left -= step;
+    }
+    *err = (ck_err){ 0 };
     return true;
 }
 
@@ -284,8 +302,8 @@ int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_er
     double t0 = kd_now();
     unsigned ms = 0;
     int r;
-    while ((r = put_once(c, root, name, err)) == -EBUSY && again(c, t0, &ms))
-        *err = (ck_err){ 0 };
+    while ((r = put_once(c, root, name, err)) == -EBUSY && again(c, t0, &ms, &r, err))
+        ;
     return r;
 }
 
@@ -331,8 +349,8 @@ int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_
     double t0 = kd_now();
     unsigned ms = 0;
     int r;
-    while ((r = get_once(c, ask, into, err)) == -EBUSY && again(c, t0, &ms))
-        *err = (ck_err){ 0 };
+    while ((r = get_once(c, ask, into, err)) == -EBUSY && again(c, t0, &ms, &r, err))
+        ;
     return r;
 }
 
@@ -372,7 +390,7 @@ int kd_peer_part(const kd_peer_call *c, const kd_preq *q, ck_err *err)
     double t0 = kd_now();
     unsigned ms = 0;
     int r;
-    while ((r = part_once(c, q, err)) == -EBUSY && again(c, t0, &ms))
-        *err = (ck_err){ 0 };
+    while ((r = part_once(c, q, err)) == -EBUSY && again(c, t0, &ms, &r, err))
+        ;
     return r;
 }

@@ -5,10 +5,11 @@
 #   - n0 drains step-12 in parts: n2 and n3 each write their own file into the durable
 #     copy's pending directory;
 #   - n2 dies (SIGKILL) while it writes: its part fails at n0, naming n2, and nothing of
-#     the attempt is committed (n3's file goes with the pending directory);
-#   - n0 then drains it alone, as before parts (decision 0178): n2's file fetched from
-#     its replica on n3, n3's from n3; the durable copy is complete and equal to what
-#     was saved, and no pending directory is left.
+#     that attempt is committed (n3's file goes with its pending directory);
+#   - n0 gives n2's file to the node that holds its replica, n3, in a new attempt in
+#     parts: n3 writes both files, n0 fetches nothing and never drains alone; the
+#     durable copy is complete and equal to what was saved, and no pending directory is
+#     left.
 . "$(dirname "$0")/replica_lib.sh"
 . "$(dirname "$0")/tier_lib.sh"
 
@@ -24,14 +25,22 @@ logged n2 "PART of step-12: writing 1 data file\(s\) of the copy in $WORK/n2\.lo
     "n2 writes its own part"
 crash n2
 drained n0 step-12
-said "^step-12: done, 12615680 of 12615680 bytes$" "the drain, after the fallback"
+said "^step-12: done, 12615680 of 12615680 bytes$" "the drain, after n2 was lost"
 logged n0 "drain of step-12: in parts: .*ckptd n2 1" "the drain in parts"
 logged n0 "drain of step-12: the part of ckptd n2 \(1 data file\(s\)\) failed: " \
     "n2's part failed, named"
-logged n0 "drain of step-12: not drained in parts \(the part of ckptd n2: .*\); this node drains it alone" \
-    "the fallback, said"
-logged n0 "FETCH of step-12: 1 data file\(s\) from the copy of ckptd n2 at ckptd n3" \
-    "n2's file from its replica"
+logged n0 "drain of step-12: ckptd n2's part failed; its data files are asked of the other nodes that hold them" \
+    "n2's files given to another holder, said"
+logged n0 "drain of step-12: in parts: .*\((ckptd n3 1, ckptd n3 1 \(replica of n2\)|ckptd n3 1 \(replica of n2\), ckptd n3 1)\)$" \
+    "n3 writes its own file and n2's from its replica"
+logged n3 "PART of step-12: writing 1 data file\(s\) of the copy in $WORK/n3\.local/\.replicas/n2 into" \
+    "n3 writes n2's file from its replica"
+[ "$(grep -c "PART of step-12: written ([0-9]* bytes), checked and fsynced" "$WORK/n3.log")" -ge 2 ] ||
+    fail "n3 did not write both its own part and n2's: $(grep "PART of" "$WORK/n3.log")"
+if grep -q "drains it alone" "$WORK/n0.log"; then
+    fail "n0 drained step-12 alone: n2's file had a live holder"
+fi
+[ -z "$(ls -A "$WORK/n0.local/.fetched" 2>/dev/null)" ] || fail "n0 fetched a file: $(ls -R "$WORK/n0.local/.fetched")"
 logged n0 "drain of step-12: committed in the durable root, 12615680 bytes" "the commit"
 same_as_truth step-12
 no_pending "$SHARED"
