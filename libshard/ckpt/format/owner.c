@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ck/ckpt.h"
@@ -253,7 +254,30 @@ int ck__engine_lock(const char *root, const char *id, const char *what, int *fd,
     int rootfd = ck__root_open(root, err);
     if (rootfd < 0)
         return rootfd;
-    int r = ck__lock_take(rootfd, root, rel, what, NULL, NULL, fd, err);
+    /* Recovery in another engine takes a free engine lock for an instant, to remove
+     * the heartbeat and address of an engine that died (catalog.c, drop_dead_beats):
+     * an engine that starts in that instant, as every daemon of a restarted job does
+     * at once, would take the probe for a live engine of its id. A probe lasts an
+     * unlink; a live engine holds the lock for its whole life: what is still held
+     * after CK_ENGINE_LOCK_WAIT_MS is one. */
+    struct timespec t0, now, pause = { 0, 10 * 1000 * 1000 };
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r;
+    for (;;) {
+        ck_err why = { 0 };
+        if ((r = ck__lock_take(rootfd, root, rel, what, NULL, NULL, fd, &why)) != -EBUSY) {
+            if (r < 0)
+                *err = why;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+            CK_ENGINE_LOCK_WAIT_MS) {
+            *err = why;
+            break;
+        }
+        nanosleep(&pause, NULL);
+    }
     close(rootfd);
     return r;
 }

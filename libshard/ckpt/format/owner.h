@@ -72,10 +72,13 @@ int ck__lock_held(int dir, const char *rel, char *who, size_t len);
 
 /* ROOT/.ckptd.ID.lock, held for its whole life by the save engine of that id: a ckptd,
  * or the embedded engine of a process that shares saves with other processes. A second
- * engine of the id is refused (-EBUSY, what says why), and recovery knows the heartbeat
- * ROOT/.ckptd.ID.beat of an engine whose lock nobody holds as debris. Beneath ROOT,
- * never through a link: a lock planted as a link is refused, naming it. */
+ * engine of the id is refused (-EBUSY, what says why) once the lock stayed held for
+ * CK_ENGINE_LOCK_WAIT_MS (another engine's recovery holds a free one for an instant),
+ * and recovery knows the heartbeat ROOT/.ckptd.ID.beat of an engine whose lock nobody
+ * holds as debris. Beneath ROOT, never through a link: a lock planted as a link is
+ * refused, naming it. */
 #define CK_NODE_ID_LOCK_MAX (64 + 16)   /* ".ckptd." + an engine id + ".lock" + NUL */
+#define CK_ENGINE_LOCK_WAIT_MS 2000
 int ck__engine_lock(const char *root, const char *id, const char *what, int *fd, ck_err *err);
 /* Unlinks the engine's lock and closes it (ck__lock_drop). */
 void ck__engine_unlock(const char *root, const char *id, int *fd);
