@@ -17,8 +17,13 @@
 # RATE (16MiB unless set) --keep-local 2, the drains far slower than the saves; it
 # prints both medians, what became of each drain (committed, superseded, failed) and the
 # most saves any node's local tier held at once (polled every 0.1 s).
+# With LOST=R, only a drain after a node loss (decision 0198), R times in turn: a save at
+# level replicated drained by n0 (ckptctl drain) as it stands, and another whose drain
+# loses n1 (SIGKILL) as soon as n1 writes its part (in parts, decision 0197); each time
+# from the drain's ask to its commit in n0's log. Needs F=2 J=2 on 4 nodes (n1's file
+# then has its replica on n3, and n0 holds none of it).
 # Root only (network namespaces); UCX on TCP (UCX_TLS=tcp), as on a cluster's network.
-#   [N= F= J=] [BEHIND=S RATE=] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
+#   [N= F= J=] [BEHIND=S RATE=] [LOST=R] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
 set -uo pipefail
 b=$(realpath "${1:-build}")
 mib=${2:-256}
@@ -46,7 +51,7 @@ daemons() {
     for i in $nodes; do
         addr=${NETNS_ADDRS[$i]}
         mkdir -p "$work/n$i.local"
-        rm -f "$work/n$i.sock"
+        rm -f "$work/n$i.sock" "$work/durable/.ckptd.n$i.peer"
         local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas "$F" --jump "$J")
         [ "$1" = behind ] && tiers+=(--drain-every 1 --drain-rate "${RATE:-16MiB}" --keep-local 2)
         [ "$1" = plain ] && tiers=()
@@ -55,11 +60,18 @@ daemons() {
             --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
         pids+=($!)
     done
+    # Each up (its socket, and its address once it took its lock), or the bench stops.
     for i in $nodes; do
         for _ in $(seq 200); do
             [ -S "$work/n$i.sock" ] && { [ "$1" = plain ] || [ -s "$work/durable/.ckptd.n$i.peer" ]; } && break
+            kill -0 "${pids[$i]}" 2>/dev/null || break
             sleep 0.05
         done
+        if ! kill -0 "${pids[$i]}" 2>/dev/null || [ ! -S "$work/n$i.sock" ]; then
+            echo "tiered-save: ckptd n$i did not start:" >&2
+            tail -5 "$work/n$i.log" >&2
+            exit 1
+        fi
     done
 }
 socks=$(for i in $nodes; do printf '%s,' "$work/n$i.sock"; done)
@@ -81,6 +93,51 @@ save() {
     echo "$t1 - $t0" | bc -l
 }
 best() { sort -g | head -1; }
+median() { sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+# drained NAME [KILL]: seconds from asking n0 to drain NAME to its commit there; with
+# KILL, node KILL's daemon is killed once it writes its part of the drain.
+drained() {
+    local t0 t1 name=$1 kill=${2:-}
+    t0=$(date +%s.%N)
+    "$b/ckptd/ckptctl" drain --socket "$work/n0.sock" "$name" >/dev/null || exit 1
+    if [ -n "$kill" ]; then
+        for _ in $(seq 3000); do
+            grep -q "PART of $name: writing" "$work/n$kill.log" && break
+            sleep 0.01
+        done
+        kill -9 "${pids[$kill]}"
+        wait "${pids[$kill]}" 2>/dev/null
+    fi
+    for _ in $(seq 12000); do
+        grep -qE "drain of $name: committed in the durable root" "$work/n0.log" && break
+        grep -qE "drain of $name failed" "$work/n0.log" && { grep "drain of $name" "$work/n0.log" >&2; exit 1; }
+        sleep 0.01
+    done
+    t1=$(date +%s.%N)
+    grep -hE "drain of $name: (in parts|not drained in parts|ckptd n[0-9]+'s part failed)" \
+        "$work/n0.log" | sed 's/^/  log| /' >&2
+    echo "$t1 - $t0" | bc -l
+}
+if [ -n "${LOST:-}" ]; then
+    [ "$N" = 4 ] && [ "$F" = 2 ] && [ "$J" = 2 ] || { echo "LOST needs N=4 F=2 J=2" >&2; exit 2; }
+    for r in $(seq "$LOST"); do
+        daemons tiered
+        save "whole-$r" replicated >/dev/null
+        drained "whole-$r" >>"$work/whole.t"
+        save "lost-$r" replicated >/dev/null
+        drained "lost-$r" 1 >>"$work/lost.t"
+    done
+    printf 'drain after a node loss: %d MiB per node (%d MiB a save), F=2 J=2, %d runs (min / median / max)\n' \
+        "$mib" "$((mib * N))" "$LOST"
+    for k in whole lost; do
+        what="drain, no node lost"
+        [ $k = lost ] && what="drain, n1 lost mid-part"
+        printf '%-28s %8.3f %8.3f %8.3f s\n' "$what" "$(best <"$work/$k.t")" \
+            "$(median <"$work/$k.t")" "$(sort -g "$work/$k.t" | tail -1)"
+    done
+    exit 0
+fi
 
 declare -A T
 daemons plain
@@ -144,7 +201,6 @@ grep -h "replicated to\|copy committed" "$work"/n*.log | grep "replicated-$runs\
 
 [ "${BEHIND:-0}" -gt 0 ] || exit 0
 # Drains that fall behind: the same saves without drains, then with them.
-median() { sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 # Drains of the phase that ended: committed, superseded or failed.
 ended() { grep -hcE "drain of behind-[0-9]+(: committed in the durable root|: not drained: superseded by| failed: )" "$work"/n*.log | paste -sd+ | bc; }
 # In turn, twice (this machine's speed drifts from minute to minute): S saves without
