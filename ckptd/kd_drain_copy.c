@@ -487,13 +487,13 @@ static void say_parts(const kd_drain_ctx *d, const dpart *parts, size_t np)
 {
     char said[CK_ERR_MSG_MAX / 2];
     size_t at = 0;
-    for (size_t i = 0; i < np && at < sizeof said; i++)
-        at += (size_t)snprintf(said + at, sizeof said - at, "%sckptd %s %u%s%s%s",
-                               i ? ", " : "", parts[i].holder, parts[i].q.n,
-                               strcmp(parts[i].q.source, parts[i].holder) ? " (replica of "
-                               : "", strcmp(parts[i].q.source, parts[i].holder)
-                               ? parts[i].q.source : "",
-                               strcmp(parts[i].q.source, parts[i].holder) ? ")" : "");
+    for (size_t i = 0; i < np && at < sizeof said; i++) {
+        const dpart *p = &parts[i];
+        bool replica = strcmp(p->q.source, p->holder) != 0;
+        at += (size_t)snprintf(said + at, sizeof said - at, "%sckptd %s %u%s%s%s", i ? ", " : "",
+                               p->holder, p->q.n, replica ? " (replica of " : "",
+                               replica ? p->q.source : "", replica ? ")" : "");
+    }
     if (np)
         kd_log_to(d->o.log, d->o.log_arg, "drain of %s: in parts: the data files of this "
                   "node's tier from here, the others written by the nodes that hold them "

@@ -47,16 +47,16 @@ static void progress(const kd_peer_call *c, uint64_t done, uint64_t total)
         c->progress(c->arg, done, total);
 }
 
-/* The next message, within the timeout: one of the peer's version, an ERROR made an
- * error. what says what is awaited. With x, a stream being received, its writer's
- * progress is acknowledged meanwhile (and counts as the peer's: it awaits the ACKs),
- * and 1 with no message says the stream is all written. */
 /* A call its caller stopped (kd_peer_call.stop). */
 static int given_up(const kd_peer_call *c, ck_err *err)
 {
     return ck_err_set(err, -ECANCELED, "the call to peer %s was given up", c->addr);
 }
 
+/* The next message, within the timeout: one of the peer's version, an ERROR made an
+ * error. what says what is awaited. With x, a stream being received, its writer's
+ * progress is acknowledged meanwhile (and counts as the peer's: it awaits the ACKs),
+ * and 1 with no message says the stream is all written. */
 static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_err *err)
 {
     double last = kd_now();
