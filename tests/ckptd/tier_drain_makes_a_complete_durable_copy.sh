@@ -18,8 +18,7 @@
 TIER_ARGS=(--drain-every 2)
 cluster
 for id in n0 n1; do
-    run "$CKPTCTL" drain --socket "$WORK/$id.sock" step-12 --offer
-    expect 0 "the first offer to $id"
+    ask_drain "$id" step-12 --offer
     said "^policy: --drain-every 2 " "the policy"
     ! grep -q "^step-12:" "$OUT" || fail "the first of two offers was drained"
 done
@@ -36,8 +35,7 @@ for id in n2 n3; do
     logged "$id" "PART of step-12: written \(3145728 bytes\), checked and fsynced in the durable root" \
         "$id's part"
 done
-[ -z "$(ls -A "$WORK/n0.local/.fetched" 2>/dev/null)" ] ||
-    fail "n0 fetched a part: $(ls -R "$WORK/n0.local/.fetched")"
+fetched_nothing n0
 same_as_truth step-12
 no_pending "$SHARED"
 [ "$(cat "$WORK/n0.local/.ckptd.n0.drain")" = "$(printf 'ckptd drain 3\noffers 2')" ] ||

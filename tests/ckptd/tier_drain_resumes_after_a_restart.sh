@@ -14,8 +14,7 @@
 
 TIER_ARGS=(--drain-rate 4MiB)
 cluster
-run "$CKPTCTL" drain --socket "$WORK/n0.sock" step-12
-expect 0 "the drain asked for"
+ask_drain n0 step-12
 for _ in $(seq 300); do
     grep -qE "^step-12: running, [1-9][0-9]* of" "$OUT" && break
     sleep 0.05

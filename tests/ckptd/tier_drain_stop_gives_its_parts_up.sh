@@ -15,8 +15,7 @@
 
 TIER_ARGS=(--drain-rate 512KiB)
 cluster
-run "$CKPTCTL" drain --socket "$WORK/n0.sock" step-12
-expect 0 "the drain asked for"
+ask_drain n0 step-12
 for id in n2 n3; do
     wait_log "$id" "PART of step-12: writing 1 data file" "$id writing its part" 20
 done

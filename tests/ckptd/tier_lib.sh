@@ -85,11 +85,23 @@ load() {
     run "$TIER_LOAD" "$WORK/$node.sock" "$SHARED" "$TRUTH" "$@"
 }
 
-# drain NODE NAME [--offer]: asks NODE's daemon to drain NAME, then drained NODE NAME.
-drain() {
+# ask_drain NODE NAME [--offer]: asks NODE's daemon to drain NAME (ckptctl drain exits 0).
+ask_drain() {
     run "$CKPTCTL" drain --socket "$WORK/$1.sock" "${@:2}"
-    expect 0 "ckptctl drain ${*:2}"
+    expect 0 "ckptctl drain ${*:2} at $1"
+}
+
+# drain NODE NAME [--offer]: ask_drain, then drained NODE NAME.
+drain() {
+    ask_drain "$@"
     drained "$@"
+}
+
+# fetched_nothing NODE: NODE's local tier holds no fetched copy (LOCAL/.fetched is
+# empty or absent): what it drained, it read from its own tier or had written in parts.
+fetched_nothing() {
+    [ -z "$(ls -A "$WORK/$1.local/.fetched" 2>/dev/null)" ] ||
+        fail "$1 fetched a file: $(ls -R "$WORK/$1.local/.fetched")"
 }
 
 # drained NODE NAME: waits (30 s at most) until ckptctl drain says NODE's newest drain
