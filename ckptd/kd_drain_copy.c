@@ -1,6 +1,6 @@
 /* kd_drain_copy.c - one drain: a checkpoint whose parts lie in the nodes' local tiers
  * made a complete copy in the durable root (docs/ARCHITECTURE.md, "The drain";
- * decisions 0178, 0197).
+ * decisions 0178, 0197, 0198, 0199).
  *
  * Every way, the durable copy is made by ck__copy_in (ops/copy.h) on the durable root:
  * the commit protocol of every copy, so the durable checkpoint is made by the same
@@ -12,13 +12,15 @@
  * the data files its own tier holds (its partial copy, the replicas it keeps), and each
  * live peer that holds others writes them into the same pending directory (PART,
  * kd_drain_part.c on the peer), the node whose own part a file is first. A part that
- * fails fails the attempt, and the daemon then drains alone (decision 0178): each data
- * file from the nearest copy that holds it (kd_tiers.c), fetched from a live peer
- * (GET, checked on arrival, under LOCAL/.fetched/N) where its tier lacks it, the
- * manifest and the files streamed in the manifest's order. There a local copy whose
- * byte flipped on disk fails its block, and that file is fetched from a peer's copy
- * instead (once), the drain started over; a file no copy can give fails the drain,
- * naming it. Reads of local copies and what is fetched are paced by a token bucket at
+ * fails fails the attempt; its files go to another live holder in a new attempt, into
+ * which the files written whole are carried (decisions 0198, 0199). Otherwise (no live
+ * holder left for a file, a failure any writer would meet) the daemon drains alone
+ * (decision 0178): each data file from the nearest copy that holds it (kd_tiers.c),
+ * fetched from a live peer (GET, checked on arrival, under LOCAL/.fetched/N) where its
+ * tier lacks it, the manifest and the files streamed in the manifest's order. There a
+ * local copy whose byte flipped on disk fails its block, and that file is fetched from
+ * a peer's copy instead (once), the drain started over; a file no copy can give fails
+ * the drain, naming it. Reads of local copies and what is fetched are paced by a token bucket at
  * the drain's rate, on each node, so the drain leaves the local disks to the saves.
  */
 #include <fcntl.h>
@@ -48,6 +50,8 @@ typedef struct dsrc {
     uint32_t n;
     char (*dir)[PATH_MAX];         /* dir[f]: the copy data file f is read from */
     bool *refetched;               /* dir[f] is a copy fetched after dir[f] was bad */
+    bool *kept;                    /* in parts: file f was written whole in the failed
+                                    * attempt's directory, and is carried into the next */
     uint64_t total;                /* bytes to stream: manifest and data files */
 } dsrc;
 
@@ -56,6 +60,7 @@ static void dsrc_free(dsrc *s)
     free(s->files);
     free(s->dir);
     free(s->refetched);
+    free(s->kept);
 }
 
 /* A fetch from a peer is paced as the local reads are: kd_tiers_opts.progress. */
@@ -121,8 +126,9 @@ static int sources(const kd_drain_ctx *d, dsrc *s, bool fetch, ck_err *err)
     s->files = calloc(s->n ? s->n : 1, sizeof *s->files);
     s->dir = calloc(s->n ? s->n : 1, sizeof *s->dir);
     s->refetched = calloc(s->n ? s->n : 1, sizeof *s->refetched);
+    s->kept = calloc(s->n ? s->n : 1, sizeof *s->kept);
     char (*names)[CK_FILE_NAME_MAX] = calloc(s->n ? s->n : 1, sizeof *names);
-    if (!s->files || !s->dir || !s->refetched || !names)
+    if (!s->files || !s->dir || !s->refetched || !s->kept || !names)
         r = ck_err_set(err, -ENOMEM, "out of memory");
     for (uint32_t f = 0; r == 0 && f < s->n; f++) {
         s->files[f] = *ck_file_get(ck, f);
@@ -248,6 +254,7 @@ typedef struct dpart {
     kd_drain_ctx *d;
     _Atomic bool *abandon;         /* the attempt failed here: the part is given up */
     kd_preq q;                     /* name, time, the manifest's SHA-256, token, files */
+    uint32_t *idx;                 /* idx[i]: the drain's index of q.files[i] */
     char addr[KD_PEER_ADDR_MAX], holder[CK_COPY_ID_MAX];
     uint64_t seen;                 /* its bytes written, as last heard */
     pthread_t th;
@@ -255,10 +262,17 @@ typedef struct dpart {
     ck_err err;
 } dpart;
 
+static void part_free(dpart *p)
+{
+    kd_preq_free(&p->q);
+    free(p->idx);
+    p->idx = NULL;
+}
+
 static void parts_free(dpart *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        kd_preq_free(&p[i].q);
+        part_free(&p[i]);
     free(p);
 }
 
@@ -275,8 +289,9 @@ static bool named(char (*ids)[CK_COPY_ID_MAX], size_t n, const char *id)
  * peer's copy of the same save, the peer's own copy first (the node whose part the file
  * is: its write is its own disk's read), then a replica, never a copy held by one of
  * the nx daemons in lost (their part failed); one PART per copy (a peer writes the part
- * of its own copy and that of a replica it keeps one after the other). -ENODATA naming
- * a file none holds. */
+ * of its own copy and that of a replica it keeps one after the other). A file kept from
+ * a failed attempt is placed nowhere: it is carried. -ENODATA naming a file none
+ * holds. */
 static int place(kd_drain_ctx *d, dsrc *s, char (*lost)[CK_COPY_ID_MAX], size_t nx,
                  dpart **out, size_t *np, ck_err *err)
 {
@@ -287,16 +302,19 @@ static int place(kd_drain_ctx *d, dsrc *s, char (*lost)[CK_COPY_ID_MAX], size_t 
     if (r < 0)
         return r;
     dpart *p = calloc(t.n ? t.n : 1, sizeof *p);
-    for (size_t i = 0; p && i < t.n; i++)
+    for (size_t i = 0; p && i < t.n; i++) {
         p[i].q.files = calloc(s->n ? s->n : 1, sizeof *p[i].q.files);
-    for (size_t i = 0; p && i < t.n; i++)
-        if (!p[i].q.files)
+        p[i].idx = calloc(s->n ? s->n : 1, sizeof *p[i].idx);
+        if (!p[i].q.files || !p[i].idx)
             r = ck_err_set(err, -ENOMEM, "out of memory");
+    }
     if (!p)
         r = ck_err_set(err, -ENOMEM, "out of memory");
     for (uint32_t f = 0; r == 0 && f < s->n; f++) {
         const char *file = s->files[f].name;
         int best = -1, score = 0;
+        if (s->kept[f])
+            continue;
         for (size_t i = 0; i < t.n && !s->dir[f][0]; i++) {
             const kd_tcopy *c = &t.v[i];
             if (strcmp(c->c.name, d->name) || c->c.time_ns != s->time ||
@@ -319,6 +337,7 @@ static int place(kd_drain_ctx *d, dsrc *s, char (*lost)[CK_COPY_ID_MAX], size_t 
             break;
         }
         dpart *q = &p[best];
+        q->idx[q->q.n] = f;
         q->q.files[q->q.n++] = s->files[f];
         snprintf(q->q.source, sizeof q->q.source, "%s", t.v[best].c.source);
         snprintf(q->addr, sizeof q->addr, "%s", t.peers[t.v[best].peer].addr);
@@ -343,7 +362,7 @@ static int place(kd_drain_ctx *d, dsrc *s, char (*lost)[CK_COPY_ID_MAX], size_t 
     *out = p;
     *np = n;
     for (size_t i = n; i < ncopies; i++)
-        kd_preq_free(&p[i].q);
+        part_free(&p[i]);
     return 0;
 }
 
@@ -375,6 +394,9 @@ static void *part_run(void *arg)
     /* One part failed: the attempt has, and the others need not finish. */
     if (p->r < 0 && p->r != -ECANCELED)
         atomic_store(p->abandon, true);
+    if (p->r == 0)
+        kd_log_to(p->d->o.log, p->d->o.log_arg, "drain of %s: ckptd %s wrote its part (%u "
+                  "data file(s))", p->d->name, p->holder, p->q.n);
     return NULL;
 }
 
@@ -397,11 +419,15 @@ static int manifest_sha(const char *dir, uint8_t out[CK_SHA256_LEN], ck_err *err
 
 /* One attempt in parts: this node streams the manifest and the files its tier holds
  * into the durable copy, the peers of parts[0, np) write theirs into its pending
- * directory meanwhile, and it commits them all. *begun: the copy was begun (a -EBUSY
- * before is NAME's lock); *failed: the part whose failure failed the attempt, else np. */
-static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np,
-                         const uint8_t sha[CK_SHA256_LEN], uint8_t *buf, bool *begun,
-                         size_t *failed, ck_err *err)
+ * directory meanwhile, and it commits them all. *prev: the failed attempt before this
+ * one, or NULL; its kept files are carried into this one, and it is freed. *begun: the
+ * copy was begun (a -EBUSY before is NAME's lock); *failed: the part whose failure
+ * failed the attempt, else np. When that part failed and the rest of the attempt did
+ * not, the attempt is left in *prev (its directory and NAME's lock), the files written
+ * whole in it marked kept, for the next. */
+static int attempt_parts(kd_drain_ctx *d, dsrc *s, dpart *parts, size_t np,
+                         const uint8_t sha[CK_SHA256_LEN], uint8_t *buf, ck__copy_in **prev,
+                         bool *begun, size_t *failed, ck_err *err)
 {
     ck_file *own = calloc(s->n ? s->n : 1, sizeof *own);
     ck_file *joined = calloc(s->n ? s->n : 1, sizeof *joined);
@@ -414,7 +440,7 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
     for (uint32_t f = 0; f < s->n; f++) {
-        if (s->dir[f][0]) {
+        if (s->dir[f][0] && !s->kept[f]) {
             dir[n_own] = s->dir[f];
             own[n_own++] = s->files[f];
         } else {
@@ -424,7 +450,8 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
     ck__copy_in_opts co = { .root = d->o.durable, .name = d->name, .source = d->o.id,
                             .manifest_size = s->msize, .manifest_sha256 = sha,
                             .files = own, .n_files = n_own, .joined = joined,
-                            .n_joined = n_joined, .log = d->o.log, .log_arg = d->o.log_arg };
+                            .n_joined = n_joined, .log = d->o.log, .log_arg = d->o.log_arg,
+                            .again = *prev };
     ck__copy_in *c = NULL;
     bool read_bad = false;
     _Atomic bool abandon = false;
@@ -432,6 +459,13 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
     d->done = 0;
     int r = ck__copy_in_begin(&co, &c, err);
     *begun = r == 0;
+    for (uint32_t f = 0; r == 0 && f < s->n; f++)
+        if (s->kept[f]) {
+            r = ck__copy_in_carry(c, *prev, s->files[f].name, err);
+            d->done += s->files[f].size;
+        }
+    ck__copy_in_free(*prev);
+    *prev = NULL;
     /* The manifest first: the parts' writers find it in the directory they join. */
     if (r == 0)
         r = stream(d, c, s->mdir, CK_MANIFEST, s->msize, buf, &read_bad, err);
@@ -448,6 +482,8 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
         if ((r = -pthread_create(&p->th, NULL, part_run, p)) < 0)
             ck_err_set(err, r, "drain of %s: starting a part: %s", d->name, strerror(-r));
     }
+    /* A part that fails does not stop this stream: what it writes whole is carried into
+     * the attempt that gives the failed part to another holder. */
     for (uint32_t f = 0; r == 0 && f < n_own; f++)
         r = stream(d, c, dir[f], own[f].name, own[f].size, buf, &read_bad, err);
     /* Every part ends (written, failed, given up with this attempt, or its peer silent
@@ -473,8 +509,20 @@ static int attempt_parts(kd_drain_ctx *d, const dsrc *s, dpart *parts, size_t np
         if (parts[i].r < 0)
             r = ck_err_set(err, parts[i].r, "the part of ckptd %s: %s", parts[i].holder,
                            ck_err_msg(&parts[i].err));
-    if (r == 0)
+    if (r == 0) {
         r = ck__copy_in_commit(c, err);
+    } else if (*failed < np) {
+        /* Only the failed part's files and those of parts given up with it are left to
+         * write: the others are whole in c's directory, each block checked by its
+         * writer. */
+        for (uint32_t f = 0; f < s->n; f++)
+            s->kept[f] = s->kept[f] || s->dir[f][0];
+        for (size_t i = 0; i < started; i++)
+            for (uint32_t k = 0; parts[i].r == 0 && k < parts[i].q.n; k++)
+                s->kept[parts[i].idx[k]] = true;
+        *prev = c;
+        c = NULL;
+    }
     ck__copy_in_free(c);
     free(own);
     free(joined);
@@ -510,13 +558,15 @@ static bool replaceable(int r)
 /* The drain in parts: no node reads another's part, or stores it on the way. A part
  * that fails is given, in a new attempt, to the other live nodes that hold its files
  * (a node lost mid-drain leaves its part to its replicas' holders), each failed holder
- * left out in turn, so at most one attempt per peer. 0 committed, 1 the durable root
- * held it already; -EEXIST another save of the name is there; else why it could not
- * be drained so (the caller drains it alone). */
+ * left out in turn, so at most one attempt per peer; what the failed attempt wrote
+ * whole is carried into the new one, not written again (decision 0199). 0 committed,
+ * 1 the durable root held it already; -EEXIST another save of the name is there; else
+ * why it could not be drained so (the caller drains it alone). */
 static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
 {
     dsrc s = { 0 };
     dpart *parts = NULL;
+    ck__copy_in *prev = NULL;      /* the failed attempt, whose kept files are carried */
     size_t np = 0, nlost = 0;
     char (*lost)[CK_COPY_ID_MAX] = NULL;
     uint8_t sha[CK_SHA256_LEN], *buf = NULL;
@@ -538,7 +588,7 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     while (r == 0) {
         ck_err why = { 0 };
         size_t failed = np;
-        if ((r = attempt_parts(d, &s, parts, np, sha, buf, &begun, &failed, &why)) == 0)
+        if ((r = attempt_parts(d, &s, parts, np, sha, buf, &prev, &begun, &failed, &why)) == 0)
             break;
         if (r == -EEXIST) {
             r = durable_has(d, s.time, err);
@@ -551,16 +601,23 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
         ck_err_set(err, r, "%s", ck_err_msg(&why));
         if (failed == np || !replaceable(r) || (d->stop && d->stop(d->stop_arg)))
             break;
-        /* The failed part's files from the other holders, in a new attempt: the
-         * failed one's pending directory is gone, with what any writer put there. */
+        uint32_t nkept = 0;
+        uint64_t bkept = 0;
+        for (uint32_t f = 0; f < s.n; f++)
+            if (s.kept[f])
+                nkept++, bkept += s.files[f].size;
+        /* The failed part's files from the other holders, in a new attempt: a new
+         * pending directory, which a writer of the failed one that still runs never
+         * touches, the files written whole carried into it and the old one removed. */
         void *more = realloc(lost, (nlost + 1) * sizeof *lost);
         if (!more)
             break;
         lost = more;
         snprintf(lost[nlost++], CK_COPY_ID_MAX, "%s", parts[failed].holder);
         kd_log_to(d->o.log, d->o.log_arg, "drain of %s: ckptd %s's part failed; its data "
-                  "files are asked of the other nodes that hold them", d->name,
-                  parts[failed].holder);
+                  "files are asked of the other nodes that hold them, and the %u written "
+                  "whole (%llu bytes) are carried into the new attempt", d->name,
+                  parts[failed].holder, nkept, (unsigned long long)bkept);
         parts_free(parts, np);
         parts = NULL;
         np = 0;
@@ -572,6 +629,7 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
         say_parts(d, parts, np);
     }
 out:
+    ck__copy_in_free(prev);
     free(buf);
     free(lost);
     parts_free(parts, np);

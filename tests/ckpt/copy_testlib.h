@@ -63,6 +63,61 @@ static inline bool ct_committed(const char *root)
     return access(p, F_OK) == 0;
 }
 
+/* Where data file f's bytes start in the stream. */
+static inline uint64_t ct_file_at(const ct_stream *s, uint32_t f)
+{
+    uint64_t at = s->msize;
+    for (uint32_t i = 0; i < f; i++)
+        at += s->files[i].size;
+    return at;
+}
+
+/* A writer ("n1") that joins the copy of "src" in root's pending directory token and
+ * writes data file f: the manifest (man: its bytes, sha: declared), then the file's
+ * bytes from the stream (flip: a byte of it to flip, or -1), then its commit. */
+static inline int ct_join(const ct_stream *s, const char *root, const char *token, uint32_t f,
+                          const uint8_t *man, const uint8_t *sha, int64_t flip, ck_err *err)
+{
+    ck__copy_in_opts o = { .root = root, .name = "src", .source = "n1",
+                           .manifest_size = s->msize, .manifest_sha256 = sha,
+                           .files = s->files + f, .n_files = 1, .join = token };
+    ck__copy_in *c;
+    *err = (ck_err){ 0 };
+    int r = ck__copy_in_begin(&o, &c, err);
+    uint8_t *data = malloc(s->files[f].size);
+    REQUIRE(data, "out of memory");
+    memcpy(data, s->bytes + ct_file_at(s, f), s->files[f].size);
+    if (flip >= 0)
+        data[flip] ^= 0x20;
+    if (r == 0)
+        r = ck__copy_in_write(c, man, s->msize, err);
+    for (uint64_t at = 0; r == 0 && at < s->files[f].size; at += 100003) {
+        uint64_t left = s->files[f].size - at;
+        r = ck__copy_in_write(c, data + at, left < 100003 ? (size_t)left : 100003, err);
+    }
+    if (r == 0)
+        r = ck__copy_in_commit(c, err);
+    ck__copy_in_free(c);
+    free(data);
+    return r;
+}
+
+/* Whether root's pending directory of "src" with token holds file. */
+static inline bool ct_pending_has(const char *root, const char *token, const char *file)
+{
+    char p[PATH_MAX * 2];
+    snprintf(p, sizeof p, "%s/.pending/src.%s/%s", root, token, file);
+    return access(p, F_OK) == 0;
+}
+
+/* DIR/NAME, made, into out. */
+static inline char *ct_mkroot(const char *dir, const char *name, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%s", dir, name);
+    REQUIRE(mkdir(out, 0755) == 0, "mkdir %s", out);
+    return out;
+}
+
 static inline void ct_stream_free(ct_stream *s)
 {
     free(s->bytes);

@@ -14,15 +14,6 @@
 
 static const uint64_t seed = 29;
 
-/* Where data file f's bytes start in the stream. */
-static uint64_t file_at(const ct_stream *s, uint32_t f)
-{
-    uint64_t at = s->msize;
-    for (uint32_t i = 0; i < f; i++)
-        at += s->files[i].size;
-    return at;
-}
-
 /* The committer of a copy in root: it streams file 0, files 1 and 2 are joined. Begun
  * with its manifest written, so that joiners can join. */
 static ck__copy_in *committer(const ct_stream *s, const char *root)
@@ -43,54 +34,11 @@ static ck__copy_in *committer(const ct_stream *s, const char *root)
 static int commit(const ct_stream *s, ck__copy_in *c, ck_err *err)
 {
     *err = (ck_err){ 0 };
-    int r = ck__copy_in_write(c, s->bytes + file_at(s, 0), s->files[0].size, err);
+    int r = ck__copy_in_write(c, s->bytes + ct_file_at(s, 0), s->files[0].size, err);
     if (r == 0)
         r = ck__copy_in_commit(c, err);
     ck__copy_in_free(c);
     return r;
-}
-
-/* A joiner of token writing data file f: the manifest (man: its bytes, sha: declared),
- * then the file's bytes from data (flip: a byte of it to flip, or -1). */
-static int join(const ct_stream *s, const char *root, const char *token, uint32_t f,
-                const uint8_t *man, const uint8_t *sha, int64_t flip, ck_err *err)
-{
-    ck__copy_in_opts o = { .root = root, .name = "src", .source = "n1",
-                           .manifest_size = s->msize, .manifest_sha256 = sha,
-                           .files = s->files + f, .n_files = 1, .join = token };
-    ck__copy_in *c;
-    *err = (ck_err){ 0 };
-    int r = ck__copy_in_begin(&o, &c, err);
-    uint8_t *data = malloc(s->files[f].size);
-    REQUIRE(data, "out of memory");
-    memcpy(data, s->bytes + file_at(s, f), s->files[f].size);
-    if (flip >= 0)
-        data[flip] ^= 0x20;
-    if (r == 0)
-        r = ck__copy_in_write(c, man, s->msize, err);
-    for (uint64_t at = 0; r == 0 && at < s->files[f].size; at += 100003) {
-        uint64_t left = s->files[f].size - at;
-        r = ck__copy_in_write(c, data + at, left < 100003 ? (size_t)left : 100003, err);
-    }
-    if (r == 0)
-        r = ck__copy_in_commit(c, err);
-    ck__copy_in_free(c);
-    free(data);
-    return r;
-}
-
-static bool exists(const char *root, const char *token, const char *file)
-{
-    char p[PATH_MAX * 2];
-    snprintf(p, sizeof p, "%s/.pending/src.%s/%s", root, token, file);
-    return access(p, F_OK) == 0;
-}
-
-static char *mkroot(const char *dir, const char *name, char *out, size_t len)
-{
-    snprintf(out, len, "%s/%s", dir, name);
-    REQUIRE(mkdir(out, 0755) == 0, "mkdir %s", out);
-    return out;
 }
 
 int main(void)
@@ -102,26 +50,26 @@ int main(void)
     ck_err err = { 0 };
 
     /* Three writers, one checkpoint. */
-    ck__copy_in *c = committer(&s, mkroot(dir, "ok", dst, sizeof dst));
+    ck__copy_in *c = committer(&s, ct_mkroot(dir, "ok", dst, sizeof dst));
     snprintf(tok, sizeof tok, "%s", ck__copy_in_token(c));
     for (uint32_t f = 2; f >= 1; f--)
-        CHECK(join(&s, dst, tok, f, s.bytes, s.sha, -1, &err) == 0, "joiner of %s: %s",
+        CHECK(ct_join(&s, dst, tok, f, s.bytes, s.sha, -1, &err) == 0, "joiner of %s: %s",
               s.files[f].name, ck_err_msg(&err));
     CHECK(commit(&s, c, &err) == 0, "the committer: %s", ck_err_msg(&err));
     CHECK(ct_committed(dst) && tl_verify_deep(dst, "src", seed) == 0,
           "the copy of three writers does not verify as saved");
 
     /* A flipped byte in a joiner's file. */
-    c = committer(&s, mkroot(dir, "flipped", dst, sizeof dst));
+    c = committer(&s, ct_mkroot(dir, "flipped", dst, sizeof dst));
     snprintf(tok, sizeof tok, "%s", ck__copy_in_token(c));
     char want[CK_FILE_NAME_MAX + 64];
     snprintf(want, sizeof want, "data file %s, block 1 ", s.files[1].name);
-    int r = join(&s, dst, tok, 1, s.bytes, s.sha, CT_BLOCK + 5, &err);
+    int r = ct_join(&s, dst, tok, 1, s.bytes, s.sha, CT_BLOCK + 5, &err);
     CHECK(r == -EBADMSG && strstr(ck_err_msg(&err), want),
           "a flipped byte: want -EBADMSG naming '%s'; got %d: %s", want, r, ck_err_msg(&err));
-    CHECK(!exists(dst, tok, s.files[1].name), "the failed joiner left %s behind",
+    CHECK(!ct_pending_has(dst, tok, s.files[1].name), "the failed joiner left %s behind",
           s.files[1].name);
-    CHECK(join(&s, dst, tok, 2, s.bytes, s.sha, -1, &err) == 0, "joiner of %s: %s",
+    CHECK(ct_join(&s, dst, tok, 2, s.bytes, s.sha, -1, &err) == 0, "joiner of %s: %s",
           s.files[2].name, ck_err_msg(&err));
     r = commit(&s, c, &err);
     CHECK(r == -ENOENT && strstr(ck_err_msg(&err), s.files[1].name) &&
@@ -132,32 +80,34 @@ int main(void)
 
     /* Another checkpoint's manifest: the joiner's stream and declaration agree, the
      * directory's manifest does not. */
-    c = committer(&s, mkroot(dir, "other", dst, sizeof dst));
+    c = committer(&s, ct_mkroot(dir, "other", dst, sizeof dst));
     snprintf(tok, sizeof tok, "%s", ck__copy_in_token(c));
     uint8_t *man = malloc(s.msize), sha[CK_SHA256_LEN];
     REQUIRE(man, "out of memory");
     memcpy(man, s.bytes, s.msize);
     man[s.msize - 1] ^= 0x01;
     REQUIRE(ck__sha256(man, s.msize, sha) == 0, "sha256");
-    r = join(&s, dst, tok, 1, man, sha, -1, &err);
+    r = ct_join(&s, dst, tok, 1, man, sha, -1, &err);
     CHECK(r == -EBADMSG && strstr(ck_err_msg(&err), "not the manifest of the copy this writer "
                                   "joins"),
           "another manifest: want -EBADMSG; got %d: %s", r, ck_err_msg(&err));
-    CHECK(!exists(dst, tok, s.files[1].name), "a joiner of another manifest wrote %s",
+    CHECK(!ct_pending_has(dst, tok, s.files[1].name), "a joiner of another manifest wrote %s",
           s.files[1].name);
     free(man);
 
     /* A file that is there already: refused, and kept. */
     snprintf(want, sizeof want, "%s", s.files[0].name);
-    CHECK(ck__copy_in_write(c, s.bytes + file_at(&s, 0), s.files[0].size, &err) == 0,
+    CHECK(ck__copy_in_write(c, s.bytes + ct_file_at(&s, 0), s.files[0].size, &err) == 0,
           "committer's file: %s", ck_err_msg(&err));
-    r = join(&s, dst, tok, 0, s.bytes, s.sha, -1, &err);
+    r = ct_join(&s, dst, tok, 0, s.bytes, s.sha, -1, &err);
     CHECK(r == -EEXIST && strstr(ck_err_msg(&err), want), "a file there already: want "
           "-EEXIST naming %s; got %d: %s", want, r, ck_err_msg(&err));
-    CHECK(exists(dst, tok, want), "a joiner refused at %s removed the committer's file", want);
+    CHECK(ct_pending_has(dst, tok, want), "a joiner refused at %s removed the committer's file",
+          want);
 
     /* A joined file planted as a link. */
-    CHECK(join(&s, dst, tok, 1, s.bytes, s.sha, -1, &err) == 0, "joiner: %s", ck_err_msg(&err));
+    CHECK(ct_join(&s, dst, tok, 1, s.bytes, s.sha, -1, &err) == 0, "joiner: %s",
+          ck_err_msg(&err));
     char link[PATH_MAX * 2];
     snprintf(link, sizeof link, "%s/.pending/src.%s/%s", dst, tok, s.files[2].name);
     REQUIRE(symlink("/etc/passwd", link) == 0, "symlink %s", link);
@@ -172,7 +122,7 @@ int main(void)
     /* Tokens that name no pending directory of a copy. */
     const char *tokens[3] = { "000000000000", "../../../tmp", "0123456789ab-removed" };
     for (int i = 0; i < 3; i++) {
-        r = join(&s, dst, tokens[i], 1, s.bytes, s.sha, -1, &err);
+        r = ct_join(&s, dst, tokens[i], 1, s.bytes, s.sha, -1, &err);
         CHECK(r == (i ? -EINVAL : -ENOENT) && strstr(ck_err_msg(&err), i ? tokens[i] : "this "
                                                      "writer joins"),
               "token '%s': got %d: %s", tokens[i], r, ck_err_msg(&err));

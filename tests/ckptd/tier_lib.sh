@@ -11,6 +11,7 @@
 SHARED=$WORK/durable
 TRUTH=$WORK/truth
 TIER_ARGS=()                       # more ckptd options for every node of the cluster
+declare -A NODE_ARGS=()            # NODE_ARGS[nI]: more for node nI alone, after them
 
 # put FROM TO: FROM's own copy of step-12 kept by TO as a replica.
 put() {
@@ -30,7 +31,8 @@ cluster() {
         expect 0 "n$i's own part of step-12"
     done
     for i in 0 1 2 3; do
-        daemon "n$i" --peer-timeout 5 "${TIER_ARGS[@]}"
+        # shellcheck disable=SC2086  # NODE_ARGS holds whole words
+        daemon "n$i" --peer-timeout 5 "${TIER_ARGS[@]}" ${NODE_ARGS[n$i]:-}
     done
     put n0 n1
     put n1 n0

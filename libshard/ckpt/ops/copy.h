@@ -61,6 +61,13 @@ typedef struct ck__copy_in_opts {
      * every block checked. Its commit fsyncs them and commits nothing; its free
      * without a commit removes what it created, and only that. */
     const char *join;
+    /* A committer's new attempt at a copy whose attempt `again` (begun, not committed,
+     * not yet freed) failed: a drain whose part failed (decision 0199). Begin takes
+     * over again's save lock rather than taking it, and makes a new pending directory
+     * with a new token, so that a writer of the failed attempt that still runs can
+     * touch only the old one. Files again's writers finished are carried over by
+     * ck__copy_in_carry; freeing again then removes its directory and drops no lock. */
+    ck__copy_in *again;
 } ck__copy_in_opts;
 
 /* Checks what is declared (names of files, each once; sizes; the manifest no larger
@@ -79,6 +86,12 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
  * ck__copy_in_write returned for it (the manifest is then open). Independent of the
  * other checkers and of the writer: no lock is taken. */
 int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err);
+/* Carries data file NAME from the pending directory of opts.again into c's, by a hard
+ * link (its bytes are not written again): a file that again's stream wrote whole, or
+ * that a joiner of again's said it wrote, each block checked as it was written. It
+ * must be one of c's joined files, not yet in c's directory, and is checked at c's
+ * commit as they are (there, a regular file of its size, fsynced). */
+int ck__copy_in_carry(ck__copy_in *c, const ck__copy_in *again, const char *name, ck_err *err);
 /* The token of c's pending directory (ROOT/.pending/NAME.TOKEN), for its joiners. */
 const char *ck__copy_in_token(const ck__copy_in *c);
 /* Bytes of the stream still expected. */

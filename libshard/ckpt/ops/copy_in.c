@@ -24,7 +24,10 @@
  * (opts.join) streams its own files into the committer's directory through the same
  * write and check paths, but writes no manifest (it checks the one there against the
  * SHA-256 it was given), takes no lock, and at its end fsyncs rather than commits, or
- * removes the files it made. The committer's rename stays the only commit.
+ * removes the files it made. The committer's rename stays the only commit. When a
+ * writer fails, the committer may begin the copy again under the lock it holds, in a
+ * new directory, carrying over by hard link the files that were written whole
+ * (opts.again, ck__copy_in_carry; decision 0199).
  */
 #include "ops/copy.h"
 
@@ -118,6 +121,10 @@ static int check_declared(const ck__copy_in_opts *o, const ck_file *files, uint3
                           "declares its manifest's SHA-256 and no joined files", o->name);
     /* A token ck__name_token makes: never another kind of directory of the name (a
      * meeting's, a removal's). */
+    if (o->again && (o->join || o->again->join || o->again->lock < 0 || o->again->committed ||
+                     strcmp(o->again->root, o->root) || strcmp(o->again->name, o->name)))
+        return ck_err_set(err, -EINVAL, "copy of %s: a new attempt follows a committer's "
+                          "attempt at the same copy that holds its lock", o->name);
     if (o->join && !ck__token_ok(o->join))
         return ck_err_set(err, -EINVAL, "copy of %s: '%.32s' is no pending directory's token "
                           "(12 hex digits)", o->name, o->join);
@@ -210,10 +217,18 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
                               c->pending, c->name, ck__why(c->dirfd));
         return 0;
     }
-    /* A copy is no job's save: its lock names none. */
-    if ((r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, NULL,
-                                c->pending, &c->lock, err)) < 0)
+    if (o->again) {
+        /* The failed attempt's lock, held all along: no other writer of NAME came
+         * between the attempts, and none committed it. */
+        c->lock = o->again->lock;
+        o->again->lock = -1;
+        if ((r = ck__pending_fresh(c->e, c->rootfd, c->root, c->name, c->pending, err)) < 0)
+            return r;
+    } else if ((r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, NULL,
+                                       c->pending, &c->lock, err)) < 0) {
+        /* A copy is no job's save: its lock names none. */
         return r;
+    }
     snprintf(c->token, sizeof c->token, "%s", strrchr(c->pending, '/') + 1 + strlen(c->name) + 1);
     if ((c->dirfd = ck__openat(c->rootfd, ck__rel(c->root, c->pending), O_RDONLY | O_DIRECTORY,
                                0)) < 0)
@@ -463,6 +478,22 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
     /* Without the caller's checkers the writer checks what it wrote: the manifest, if
      * these bytes ended it, is open by now. */
     return r == 0 && c->own ? ck__copy_in_check(c, 0, buf, all, err) : r;
+}
+
+int ck__copy_in_carry(ck__copy_in *c, const ck__copy_in *again, const char *name, ck_err *err)
+{
+    bool joined = false;
+    for (uint32_t i = c->n; i < c->n + c->nj && !joined; i++)
+        joined = !strcmp(c->files[i].name, name);
+    if (!joined || c->join || again->dirfd < 0)
+        return ck_err_set(err, -EINVAL, "copy of %s: %.64s is no file of this attempt's "
+                          "that another writer makes", c->name, name);
+    /* No AT_SYMLINK_FOLLOW: a link planted in the old directory is carried as the link,
+     * which the commit refuses (joined_here), never followed. */
+    if (linkat(again->dirfd, name, c->dirfd, name, 0) < 0)
+        return ck_err_set(err, -errno, "%s/%s, carried into %s: %s", again->pending, name,
+                          c->pending, strerror(errno));
+    return 0;
 }
 
 const char *ck__copy_in_token(const ck__copy_in *c)

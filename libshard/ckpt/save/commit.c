@@ -99,6 +99,16 @@ int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *n
         }
         return 0;
     }
+    if ((r = ck__pending_fresh(e, rootfd, root, name, out, err)) < 0)
+        ck__pending_unlock(rootfd, name, lock);
+    return r;
+}
+
+int ck__pending_fresh(ck_engine *e, int rootfd, const char *root, const char *name, char *out,
+                      ck_err *err)
+{
+    char rel[PATH_MAX];
+    int r = 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t tag = (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20;
@@ -118,7 +128,6 @@ int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *n
         if (r != -ENAMETOOLONG)
             ck_err_set(err, r, "%s: mkdir: %s", out, ck__why(r));
         out[0] = '\0';
-        ck__pending_unlock(rootfd, name, lock);
     }
     return r;
 }

@@ -27,6 +27,10 @@
 int ck__pending_create(ck_engine *e, int rootfd, const char *root, const char *name,
                        const char *token, bool own, const char *job, char *out, int *lock,
                        ck_err *err);
+/* The fresh-token step of ck__pending_create alone, for a writer that holds NAME's
+ * lock already: a new attempt at a copy (ops/copy_in.c, opts.again). */
+int ck__pending_fresh(ck_engine *e, int rootfd, const char *root, const char *name, char *out,
+                      ck_err *err);
 /* Lets go of the save's lock (see format/owner.h): once the directory is committed or
  * removed, or left as debris that recovery may now remove. No-op when *lock < 0. */
 void ck__pending_unlock(int rootfd, const char *name, int *lock);
