@@ -25,7 +25,7 @@ static void usage(FILE *f)
 "       ckptctl peer inventory PEER [--id ID] [--timeout SECS]\n"
 "       ckptctl peer put PEER --id ID --from LOCAL NAME [--timeout SECS]\n"
 "       ckptctl peer get PEER --into DIR NAME (--all | FILE...) [--source ID]\n"
-"                        [--id ID] [--timeout SECS]\n"
+"                        [--id ID] [--timeout SECS] [--checkers N]\n"
 "\n"
 "status lists the saves in flight in a running ckptd: ranks joined, staged and\n"
 "durable, bytes staged and written, write MB/s, connected clients. The socket\n"
@@ -62,6 +62,8 @@ static void usage(FILE *f)
 "             checked, committed by rename\n"
 "  --id ID    this side's daemon id (default: ckptctl)\n"
 "  --timeout SECS  the longest the peer may stay silent (default 30)\n"
+"  --checkers N    get: threads that check the blocks beside the one writing them\n"
+"             (0-8, as ckptd's --peer-checkers; default one per CPU but one)\n"
 "Exit status: 0 ok, 1 the transfer failed, 2 usage error, no daemon, or no answer in\n"
 "time.\n");
 }
@@ -84,6 +86,18 @@ static bool seconds(const char *s, double *out)
     if (!s || !*s || errno || *end || !(v > 0) || v > 86400)
         return false;
     *out = v;
+    return true;
+}
+
+/* A count of 0 to max, digits only. */
+static bool count(const char *s, unsigned max, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = s && *s >= '0' && *s <= '9' ? strtoul(s, &end, 10) : ULONG_MAX;
+    if (v > max || errno || *end)
+        return false;
+    *out = (unsigned)v;
     return true;
 }
 
@@ -176,6 +190,7 @@ static int peer_main(int argc, char **argv)
     const char *keyfile = getenv("CKPTD_PEER_KEY");
     char found[KD_PEER_ADDR_MAX];
     double timeout = 30;
+    unsigned checkers = kd_peer_checkers_default();
     kd_preq ask = { 0 };
     uint64_t moved = 0;
     const char **files = calloc((size_t)argc, sizeof *files);
@@ -193,6 +208,7 @@ static int peer_main(int argc, char **argv)
         else if (!strcmp(a, "--id") && v) id = v;
         else if (!strcmp(a, "--source") && v) snprintf(ask.source, sizeof ask.source, "%s", v);
         else if (!strcmp(a, "--timeout") && v) bad = !seconds(v, &timeout);
+        else if (!strcmp(a, "--checkers") && v) bad = !count(v, KD_PEER_CHECKERS, &checkers);
         else if (!strcmp(a, "--all")) ask.all = true, opt = false;
         else if (a[0] == '-') bad = 1;
         else if (!name) name = a, opt = false;
@@ -221,6 +237,7 @@ static int peer_main(int argc, char **argv)
         addr = found;
     kd_peer_call call = { .addr = addr, .id = id, .key = &key,
                           .timeout = (unsigned)(timeout + 0.999),
+                          .checkers = checkers,
                           .progress = on_progress, .arg = &moved };
     if (r == 0 && !put && !get) {
         kd_peer_copy *v;

@@ -96,6 +96,7 @@ typedef struct kd_opts {
     unsigned keep_durable;     /* --keep-durable: of each run in the root; 0: all */
     unsigned replicas, jump;   /* tiered saves' cliques (--replicas F, --jump J) */
     const char *peer_key;      /* --peer-key; NULL: DIR/.ckptd.key (kd_peer_key.c) */
+    unsigned peer_checkers;    /* --peer-checkers: threads hashing a received stream */
 } kd_opts;
 
 /* The job's peer key (kd_peer_key.c): who holds it may speak to a peer service. */
@@ -340,7 +341,7 @@ void kd_retain_run(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 5
+#define KD_PEER_VERSION 6
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
 /* After AUTH every message but DATA ends in a seal of this many bytes: HMAC-SHA256 under
@@ -353,14 +354,20 @@ void kd_retain_run(kd_server *s);
 #define KD_PEER_REQ_MAX (1u << 20)          /* payload the service takes from a client */
 #define KD_PEER_CHUNK (1u << 20)            /* the bytes a sender puts in one DATA */
 #define KD_PEER_CHUNK_MAX (4u << 20)        /* the most a receiver takes in one DATA */
-#define KD_PEER_WINDOW (8u << 20)           /* stream bytes sent and not yet acknowledged */
+/* Stream bytes sent and not yet acknowledged: the window, which the receiver states
+ * (PUT_READY, GET) as one block of the default 4 MiB for each thread that checks them,
+ * at least two blocks (kd_peer_window; peer protocol 6, decision 0200). A window
+ * outside these bounds is refused. */
+#define KD_PEER_WINDOW_MIN (8u << 20)
+#define KD_PEER_WINDOW_MAX (32u << 20)
 #define KD_PEER_DATA_ALIGN 4096u            /* a received DATA's buffer */
-#define KD_PEER_BUFS_KEEP (KD_PEER_WINDOW / KD_PEER_CHUNK + 2) /* idle chunk buffers kept */
+#define KD_PEER_BUFS_KEEP (KD_PEER_WINDOW_MAX / KD_PEER_CHUNK + 2) /* idle chunk buffers kept */
 #define KD_PEER_HELD_MAX 64u                /* DATA held ahead of the receiver's cursor */
-/* Threads of a receiver that check the blocks of the stream, beside the one that writes
- * it: one per block the window holds (two 4 MiB blocks in 8 MiB), at most one per CPU,
- * none on one CPU (the writer checks) (decision 0190). */
-#define KD_PEER_CHECKERS 2u
+/* The most threads of a receiver that check the blocks of the stream, beside the one
+ * that writes it: one per block the window holds (decisions 0190, 0200). ckptd's
+ * --peer-checkers; by default one per CPU but the writer's, none on one CPU (the writer
+ * checks). */
+#define KD_PEER_CHECKERS 8u
 #define KD_PEER_CONNS_MAX 32u               /* connections the service keeps */
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
 #define KD_PEER_PORT 7471                   /* --peer-listen without a port */
@@ -427,6 +434,7 @@ typedef struct kd_preq {
     uint8_t manifest_sha256[CK_SHA256_LEN];   /* a stream's, a PART's: what its manifest
                                                * must hash to */
     char token[CK_TOKEN_MAX];      /* a PART's: the durable copy's pending directory */
+    uint32_t window;               /* a GET's: the window of its requester, which receives */
     bool all;
     uint32_t n;
     ck_file *files;
@@ -449,6 +457,7 @@ typedef struct kd_peer_opts {
     const kd_peer_key *key;        /* a caller proves it holds it before anything else */
     unsigned timeout;              /* s a peer may stay silent before its transfer fails */
     uint64_t drain_rate;           /* bytes/s a PART reads at (--drain-rate); 0: unpaced */
+    unsigned checkers;             /* threads that check a PUT's blocks (--peer-checkers) */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
 } kd_peer_opts;
@@ -460,6 +469,8 @@ typedef struct kd_peer_call {
     const char *id;                /* this side's daemon id, in HELLO */
     const kd_peer_key *key;        /* the job's: each side proves it holds it */
     unsigned timeout;
+    unsigned checkers;             /* a GET's threads that check its blocks beside its
+                                    * writer (0: the writer checks) */
     /* A busy refusal fails the call at once (-EBUSY), for a caller with another peer
      * to ask first; else it is made again within timeout. */
     bool busy_fails;
@@ -520,6 +531,7 @@ typedef struct kd_tiers_opts {
     const char *id;                /* this daemon's */
     const kd_peer_key *key;        /* the job's peer key, for every call to a peer */
     unsigned timeout;              /* s a peer may stay silent (--peer-timeout) */
+    unsigned checkers;             /* each fetch's (kd_peer_call's; --peer-checkers) */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
     /* bytes of each fetch from a peer taken so far (kd_peer_call's); may be NULL */
@@ -699,6 +711,9 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
                   kd_preq *q, kd_xsend **out, ck_err *err);
 /* Sends DATA while the window allows; 1 once every byte is acknowledged. */
 int kd_xsend_pump(kd_xsend *x, struct kd_pconn *c, ck_err *err);
+/* The window the receiver stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX):
+ * nothing is sent before it is set. */
+void kd_xsend_window(kd_xsend *x, uint32_t window);
 /* An ACK: how much the receiver took. */
 int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err);
 /* Bytes acknowledged (and the stream's, in total). */
@@ -706,10 +721,17 @@ uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total);
 bool kd_xsend_all_sent(const kd_xsend *x);
 void kd_xsend_free(kd_xsend *x);
 /* Receiving into ROOT/q->name, a copy of q->source, through a writer thread of its own
- * that wakes u (kd_ucx_signal) whenever it took a message. */
-int kd_xrecv_open(const char *root, const kd_preq *q, struct kd_ucx *u,
+ * that wakes u (kd_ucx_signal) whenever it took a message, and checkers (at most
+ * KD_PEER_CHECKERS; 0: the writer checks) threads that check its blocks. */
+int kd_xrecv_open(const char *root, const kd_preq *q, struct kd_ucx *u, unsigned checkers,
                   void (*log)(void *arg, const char *msg), void *log_arg, kd_xrecv **out,
                   ck_err *err);
+/* --peer-checkers's default: one per CPU but the writer's, at most KD_PEER_CHECKERS. */
+unsigned kd_peer_checkers_default(void);
+/* The window of a receiver with that many checkers: what it states to its sender. */
+uint32_t kd_peer_window(unsigned checkers);
+/* The window x states (PUT_READY): kd_peer_window of its checkers. */
+uint32_t kd_xrecv_window(const kd_xrecv *x);
 /* Takes a DATA (m is x's, whatever happens): held until what comes before it came,
  * then queued for the writer. -EPROTO for one outside the window or overlapping. */
 int kd_xrecv_data(kd_xrecv *x, struct kd_pmsg *m, ck_err *err);
@@ -890,6 +912,9 @@ void kd_pw_stream(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err);
 void kd_pw_ask(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err);
+/* PUT_READY: the receiver's window. */
+void kd_pw_window(ck__wbuf *w, uint32_t window);
+int kd_pw_get_window(const kd_pmsg *m, uint32_t *window, ck_err *err);
 /* PART: name, source, time_ns, manifest_sha256, token, files (names). */
 void kd_pw_part(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_part(const kd_pmsg *m, kd_preq *q, ck_err *err);

@@ -820,7 +820,8 @@ int kd_drain_start(kd_server *s, ck_err *err)
     k->o = (kd_tiers_opts){ .local = s->local_root, .durable = s->root, .id = s->o.id,
                             .key = &s->peer_key,
                             .fetching = &s->fetching,
-                            .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s };
+                            .timeout = s->o.peer_timeout, .checkers = s->o.peer_checkers,
+                            .log = kd_log_cb, .log_arg = s };
     ck__name_engine(s->o.id, CK_ENGINE_DRAIN, k->file, sizeof k->file);
     ck__name_engine(s->o.id, CK_ENGINE_DRAINS, k->pub, sizeof k->pub);
     pthread_mutex_init(&k->mu, NULL);

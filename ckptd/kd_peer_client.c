@@ -63,13 +63,16 @@ static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_er
     *out = NULL;
     for (;;) {
         int w = x ? kd_xrecv_poll(x, k->pc, err) : 0;
-        if (w < 0 || w == 1)
+        if (w < 0)
             return w;
-        if (w == 2) {
+        /* The last bytes too: the stream is all written once they are. */
+        if (w > 0) {
             uint64_t total, done = kd_xrecv_done(x, &total);
             progress(k->c, done, total);
             last = kd_now();
         }
+        if (w == 1)
+            return w;
         kd_pmsg *m = kd_pconn_next(k->pc);
         if (m && m->version != KD_PEER_VERSION) {
             int r = ck_err_set(err, -EPROTONOSUPPORT, "peer %s speaks ckptd peer protocol "
@@ -130,7 +133,7 @@ static int call_open(call *k, const kd_peer_call *c, ck_err *err)
     if (r < 0)
         return r;
     /* Replies up to a message, and a window of a GET's DATA with it. */
-    kd_pconn_set_budget(k->pc, KD_PEER_MSG_MAX + KD_PEER_WINDOW + KD_PEER_CHUNK_MAX);
+    kd_pconn_set_budget(k->pc, KD_PEER_MSG_MAX + KD_PEER_WINDOW_MAX + KD_PEER_CHUNK_MAX);
     /* Each side proves that it holds the job's peer key before anything is asked. */
     ck__wbuf w = { 0 };
     kd_phello me, them;
@@ -250,8 +253,13 @@ static int put_once(const kd_peer_call *c, const char *root, const char *name, c
             r = failed(&k, r, err);
     }
     bool streaming = false;
+    uint32_t window;
     if (r == 0 && (r = expect(&k, KD_P_PUT_READY, &m, err)) == 0) {
+        r = kd_pw_get_window(m, &window, err);
         kd_pmsg_free(m);
+    }
+    if (r == 0) {
+        kd_xsend_window(x, window);
         streaming = true;
         r = stream_out(&k, x, name, err);
     }
@@ -327,14 +335,17 @@ static int get_once(const kd_peer_call *c, const kd_preq *ask, const char *into,
     }
     int r = call_open(&k, c, err);
     if (r == 0) {
+        /* The window of the receiver opened below, with the same checkers. */
+        kd_preq stated = *ask;
+        stated.window = kd_peer_window(c->checkers);
         ck__wbuf w = { 0 };
-        kd_pw_ask(&w, ask);
+        kd_pw_ask(&w, &stated);
         if ((r = kd_pconn_send_w(k.pc, KD_P_GET, &w)) < 0)
             r = failed(&k, r, err);
     }
     if (r == 0 && (r = expect(&k, KD_P_GET_OK, &m, err)) == 0 &&
         (r = kd_pw_get_stream(m, &q, err)) == 0 && (r = check_offer(&k, ask, &q, err)) == 0)
-        r = kd_xrecv_open(into, &q, k.u, NULL, NULL, &x, err);
+        r = kd_xrecv_open(into, &q, k.u, c->checkers, NULL, NULL, &x, err);
     kd_pmsg_free(m);
     if (r == 0 && (r = stream_in(&k, x, err)) == 0)
         r = kd_xrecv_commit(x, err);

@@ -47,6 +47,7 @@ typedef struct sconn {
     uint64_t part_said;           /* its bytes the caller was last told of */
     char name[CK_NAME_MAX];       /* of that transfer */
     char src[CK_COPY_ID_MAX];     /* the source of the PUT's copy */
+    uint32_t window;              /* of that transfer: its receiver's */
     bool drop;
 } sconn;
 
@@ -57,6 +58,7 @@ struct kd_peers {
     kd_peer_key key;
     unsigned timeout;
     uint64_t drain_rate;          /* a PART's pace: --drain-rate */
+    unsigned checkers;            /* a PUT's receiver's checker threads */
     void (*log)(void *arg, const char *msg);
     void *log_arg;
     kd_ucx *u;
@@ -226,7 +228,7 @@ static void on_put(struct kd_peers *p, sconn *c, kd_pmsg *m)
         return;
     }
     if ((r = kd_inv_replica_root(p->local, q.source, root, &err)) == 0)
-        r = kd_xrecv_open(root, &q, p->u, p->log, p->log_arg, &c->rx, &err);
+        r = kd_xrecv_open(root, &q, p->u, p->checkers, p->log, p->log_arg, &c->rx, &err);
     if (r < 0) {
         say(p, "peer %s (ckptd %s): PUT of %s refused: %s", kd_pconn_peer(c->pc), who(c),
             q.name, ck_err_msg(&err));
@@ -239,8 +241,11 @@ static void on_put(struct kd_peers *p, sconn *c, kd_pmsg *m)
     snprintf(c->src, sizeof c->src, "%s", q.source);
     kd_preq_free(&q);
     /* Room for a window of DATA ahead of what the copy took, and a request. */
-    kd_pconn_set_budget(c->pc, KD_PEER_WINDOW + KD_PEER_CHUNK_MAX + KD_PEER_REQ_MAX);
-    kd_pconn_send(c->pc, KD_P_PUT_READY, 0, NULL, 0);
+    c->window = kd_xrecv_window(c->rx);
+    kd_pconn_set_budget(c->pc, c->window + KD_PEER_CHUNK_MAX + KD_PEER_REQ_MAX);
+    ck__wbuf w = { 0 };
+    kd_pw_window(&w, c->window);
+    kd_pconn_send_w(c->pc, KD_P_PUT_READY, &w);
 }
 
 /* A PUT's receiving failed (r, err): nothing of it is kept, the sender is told. */
@@ -276,9 +281,9 @@ static void put_poll(struct kd_peers *p, sconn *c, double now)
     if (r == 2)
         c->last = now;
     if (r == 1 && (r = kd_xrecv_commit(c->rx, &err)) == 0) {
-        say(p, "peer %s (ckptd %s): replica %s of ckptd %s committed (%llu bytes)",
-            kd_pconn_peer(c->pc), who(c), c->name, c->src,
-            (unsigned long long)kd_xrecv_done(c->rx, &total));
+        say(p, "peer %s (ckptd %s): replica %s of ckptd %s committed (%llu bytes, window %u "
+            "MiB)", kd_pconn_peer(c->pc), who(c), c->name, c->src,
+            (unsigned long long)kd_xrecv_done(c->rx, &total), c->window >> 20);
         ck__wbuf w = { 0 };
         kd_pw_name(&w, c->name);
         kd_pconn_send_w(c->pc, KD_P_COMMITTED, &w);
@@ -316,6 +321,7 @@ static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
     }
     p->xfers++;
     snprintf(c->name, sizeof c->name, "%s", ask.name);
+    kd_xsend_window(c->tx, c->window = ask.window);
     kd_preq_free(&ask);
     ck__wbuf w = { 0 };
     kd_pw_stream(&w, &q);
@@ -504,8 +510,9 @@ static void serve(struct kd_peers *p, sconn *c, double now)
     if (!c->drop && c->tx && (r = kd_xsend_pump(c->tx, c->pc, &err)) != 0) {
         uint64_t total, done = kd_xsend_done(c->tx, &total);
         if (r > 0) {
-            say(p, "peer %s (ckptd %s): GET of %s: sent %llu bytes", kd_pconn_peer(c->pc),
-                who(c), c->name, (unsigned long long)done);
+            say(p, "peer %s (ckptd %s): GET of %s: sent %llu bytes (window %u MiB)",
+                kd_pconn_peer(c->pc), who(c), c->name, (unsigned long long)done,
+                c->window >> 20);
         } else {
             say(p, "peer %s (ckptd %s): GET of %s failed: %s", kd_pconn_peer(c->pc), who(c),
                 c->name, ck_err_msg(&err));
@@ -669,6 +676,7 @@ int kd_peers_start(const kd_peer_opts *o, struct kd_peers **out, ck_err *err)
     p->key = *o->key;
     p->timeout = o->timeout;
     p->drain_rate = o->drain_rate;
+    p->checkers = o->checkers;
     p->log = o->log;
     p->log_arg = o->log_arg;
     p->ep_fd = -1;

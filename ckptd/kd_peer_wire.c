@@ -224,6 +224,34 @@ void kd_pw_ask(ck__wbuf *w, const kd_preq *q)
     ck__put_u64(w, q->time_ns);
     ck__put_u8(w, q->all);
     put_names(w, q->files, q->all ? 0 : q->n);
+    ck__put_u32(w, q->window);
+}
+
+/* A window a receiver states: one its sender may keep in flight. */
+static int get_window(const kd_pmsg *m, ck__rbuf *r, uint32_t *window, ck_err *err)
+{
+    *window = ck__get_u32(r);
+    if (r->bad)
+        return bad(m, "its window missing", err);
+    if (*window < KD_PEER_WINDOW_MIN || *window > KD_PEER_WINDOW_MAX)
+        return ck_err_set(err, -EBADMSG, "a %s message states a window of %u bytes (%u to %u)",
+                          kd_pw_type_name(m->type), *window, KD_PEER_WINDOW_MIN,
+                          KD_PEER_WINDOW_MAX);
+    return 0;
+}
+
+void kd_pw_window(ck__wbuf *w, uint32_t window)
+{
+    ck__put_u32(w, window);
+}
+
+int kd_pw_get_window(const kd_pmsg *m, uint32_t *window, ck_err *err)
+{
+    ck__rbuf r = ck__rbuf_make(m->data, m->len);
+    int rc = get_window(m, &r, window, err);
+    if (rc == 0 && !ck__rbuf_done(&r))
+        return bad(m, "bytes left over after its window", err);
+    return rc;
 }
 
 int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err)
@@ -241,6 +269,8 @@ int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err)
         return rc;
     if (q->all && q->n)
         return bad(m, "both 'all' and a list of files", err);
+    if ((rc = get_window(m, &r, &q->window, err)) < 0)
+        return rc;
     if (!ck__rbuf_done(&r))
         return bad(m, "bytes missing or left over after the files it names", err);
     return 0;

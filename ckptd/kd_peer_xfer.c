@@ -3,8 +3,8 @@
  *
  * The sender reads the copy (ops/copy.h, ck__copy_out_chunk) in chunks of at most
  * KD_PEER_CHUNK, none across the end of a file, and sends each as a DATA carrying its
- * stream offset, never more than KD_PEER_WINDOW bytes
- * ahead of what the receiver acknowledged. The receiver takes DATA in any order within
+ * stream offset, never more than the receiver's window ahead of what the receiver
+ * acknowledged (the receiver states it: a block per checker thread, decision 0200). The receiver takes DATA in any order within
  * that window (UCX may complete a rendezvous out of order), holds what came early,
  * writes what is in order into the new copy (ck__copy_in: every block checked against
  * the manifest as it completes) and acknowledges it. So each side holds at most a
@@ -26,6 +26,7 @@ _Static_assert(KD_PEER_DATA_ALIGN % CK_COPY_OUT_ALIGN == 0,
 struct kd_xsend {
     ck__copy_out *out;
     uint64_t sent, acked;
+    uint32_t window;               /* the receiver's; 0 until it said it */
     kd_bufs *bufs;                 /* the chunks' buffers, aligned for O_DIRECT reads */
 };
 
@@ -37,11 +38,12 @@ struct kd_xsend {
  * and beside their write. A message is done, and acknowledged, once written and taken
  * by every checker, in stream order. So the connection's thread keeps receiving while
  * blocks are hashed and written, and the messages held, queued and being checked are
- * at most a window: nothing is taken past the last ACK plus KD_PEER_WINDOW. */
+ * at most a window: nothing is taken past the last ACK plus the window. */
 struct kd_xrecv {
     ck__copy_in *in;
     kd_ucx *u;                     /* woken when the writer took a message */
     uint64_t total;
+    uint32_t window;               /* what it stated: kd_peer_window(nchk) */
     uint64_t cursor;               /* the connection's: stream bytes queued */
     uint64_t acked;                /* the connection's: the last ACK sent */
     kd_pmsg *held;                 /* the connection's: early DATA, by offset */
@@ -90,7 +92,7 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     kd_xsend *x = calloc(1, sizeof *x);
     const char **names = ask && !ask->all && ask->n ? malloc(ask->n * sizeof *names) : NULL;
     if (x)
-        x->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_WINDOW / KD_PEER_CHUNK + 1);
+        x->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_WINDOW_MAX / KD_PEER_CHUNK + 1);
     if (!x || !x->bufs || (ask && !ask->all && ask->n && !names)) {
         if (x)
             kd_bufs_drop(x->bufs);
@@ -132,7 +134,7 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
     for (;;) {
         /* Never past the window, and in whole alignment units (a file's chunks stay
          * aligned for O_DIRECT; there are bytes in flight until room is made). */
-        uint64_t room = x->acked + KD_PEER_WINDOW - x->sent;
+        uint64_t room = x->acked + x->window - x->sent;
         size_t n = room < KD_PEER_CHUNK ? (size_t)room : KD_PEER_CHUNK;
         n -= n % CK_COPY_OUT_ALIGN;
         if (x->sent == total || (!n && room < total - x->sent))
@@ -161,6 +163,11 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
         x->sent += got;
     }
     return x->acked == total;
+}
+
+void kd_xsend_window(kd_xsend *x, uint32_t window)
+{
+    x->window = window;
 }
 
 int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err)
@@ -294,15 +301,21 @@ static void writer_stop(kd_xrecv *x)
     x->started = 0;
 }
 
-/* Checkers beside the writer: one per CPU but the writer's, at most KD_PEER_CHECKERS. */
-static unsigned checkers(void)
+uint32_t kd_peer_window(unsigned checkers)
+{
+    uint64_t w = (uint64_t)checkers * CK_BLOCK_SIZE_DEFAULT;
+    return w < KD_PEER_WINDOW_MIN ? KD_PEER_WINDOW_MIN
+           : w > KD_PEER_WINDOW_MAX ? KD_PEER_WINDOW_MAX : (uint32_t)w;
+}
+
+unsigned kd_peer_checkers_default(void)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     return cpus <= 1 ? 0 : cpus - 1 < (long)KD_PEER_CHECKERS ? (unsigned)(cpus - 1)
                                                               : KD_PEER_CHECKERS;
 }
 
-int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
+int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u, unsigned checkers,
                   void (*log)(void *arg, const char *msg), void *log_arg, kd_xrecv **out,
                   ck_err *err)
 {
@@ -311,7 +324,8 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u,
     if (!x)
         return ck_err_set(err, -ENOMEM, "out of memory");
     x->u = u;
-    x->nchk = checkers();
+    x->nchk = checkers < KD_PEER_CHECKERS ? checkers : KD_PEER_CHECKERS;
+    x->window = kd_peer_window(x->nchk);
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv, NULL);
     pthread_cond_init(&x->chk_cv, NULL);
@@ -361,12 +375,12 @@ static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
     uint64_t off = m->arg;
     if (m->len == 0 || off < x->cursor || off > x->total || m->len > x->total - off ||
-        off + m->len > x->acked + KD_PEER_WINDOW)
+        off + m->len > x->acked + x->window)
         return ck_err_set(err, -EPROTO, "a DATA of %zu bytes at stream offset %llu, outside "
                           "[%llu, %llu) (the bytes not yet taken, within the window, of a "
                           "stream of %llu)", m->len, (unsigned long long)off,
                           (unsigned long long)x->cursor,
-                          (unsigned long long)(x->acked + KD_PEER_WINDOW),
+                          (unsigned long long)(x->acked + x->window),
                           (unsigned long long)x->total);
     if (x->nheld >= KD_PEER_HELD_MAX)
         return ck_err_set(err, -EPROTO, "more than %u DATA ahead of the stream's offset %llu",
@@ -440,6 +454,11 @@ int kd_xrecv_poll(kd_xrecv *x, kd_pconn *c, ck_err *err)
         return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
     }
     return done == x->total ? 1 : 2;
+}
+
+uint32_t kd_xrecv_window(const kd_xrecv *x)
+{
+    return x->window;
 }
 
 uint64_t kd_xrecv_done(const kd_xrecv *x, uint64_t *total)

@@ -247,8 +247,8 @@ int kd_restore_start(kd_server *s, ck_err *err)
     k->s = s;
     k->o = (kd_tiers_opts){ .local = s->local_root[0] ? s->local_root : NULL,
                             .durable = s->root, .id = s->o.id, .key = &s->peer_key,
-                            .timeout = s->o.peer_timeout, .log = kd_log_cb, .log_arg = s,
-                            .fetching = &s->fetching };
+                            .timeout = s->o.peer_timeout, .checkers = s->o.peer_checkers,
+                            .log = kd_log_cb, .log_arg = s, .fetching = &s->fetching };
     pthread_mutex_init(&k->mu, NULL);
     pthread_cond_init(&k->cv, NULL);
     k->retain = true;                  /* a retention pass at start */

@@ -58,6 +58,9 @@ static void usage(FILE *f)
 "                       address (default port %d; 0: any free one), published in\n"
 "                       DIR/.ckptd.ID.peer (docs/PROTOCOL.md, \"Peer protocol\")\n"
 "  --peer-timeout SECS  a peer silent this long in a transfer fails it (default 30)\n"
+"  --peer-checkers N    threads that check the SHA-256 of a replica or fetch as it\n"
+"                       arrives, beside the one writing it (0-%u; default one per CPU\n"
+"                       but one: %u here; 0: the writer checks)\n"
 "  --peer-key FILE      with --local-root: the job's peer key, which every daemon of\n"
 "                       the job holds and proves in each peer connection (default\n"
 "                       $CKPTD_PEER_KEY, else DIR/.ckptd.key, made by the first\n"
@@ -88,7 +91,8 @@ static void usage(FILE *f)
 "  -h, --help           this text\n"
 "\n"
 "Exit status: 0 stopped by SIGTERM; 1 could not start, failed, or a second SIGTERM;\n"
-"2 usage; 3 another ckptd of this id serves DIR (or the socket).\n", KD_PEER_PORT);
+"2 usage; 3 another ckptd of this id serves DIR (or the socket).\n", KD_PEER_PORT,
+            KD_PEER_CHECKERS, kd_peer_checkers_default());
 }
 
 static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -142,7 +146,7 @@ static int parse(int argc, char **argv, kd_opts *o)
     enum { O_ROOT = 256, O_SOCKET, O_STAGING, O_DEPTH, O_WRITERS, O_HT, O_FG, O_LOG, O_FAULT,
            O_DRAIN, O_PLAN, O_RANK, O_ID, O_PART_TIMEOUT, O_DEAD_AFTER, O_LOCAL, O_PEER,
            O_PEER_TIMEOUT, O_DRAIN_EVERY, O_DRAIN_RATE, O_KEEP_LOCAL, O_KEEP_DURABLE,
-           O_REPLICAS, O_JUMP, O_PEER_KEY };
+           O_REPLICAS, O_JUMP, O_PEER_KEY, O_PEER_CHECKERS };
     static const struct option lo[] = {
         { "root", 1, 0, O_ROOT }, { "socket", 1, 0, O_SOCKET }, { "staging", 1, 0, O_STAGING },
         { "io-depth", 1, 0, O_DEPTH }, { "writers", 1, 0, O_WRITERS },
@@ -155,6 +159,7 @@ static int parse(int argc, char **argv, kd_opts *o)
         { "part-timeout", 1, 0, O_PART_TIMEOUT }, { "dead-after", 1, 0, O_DEAD_AFTER },
         { "local-root", 1, 0, O_LOCAL }, { "peer-listen", 1, 0, O_PEER },
         { "peer-timeout", 1, 0, O_PEER_TIMEOUT }, { "peer-key", 1, 0, O_PEER_KEY },
+        { "peer-checkers", 1, 0, O_PEER_CHECKERS },
         { "replicas", 1, 0, O_REPLICAS }, { "jump", 1, 0, O_JUMP },
         { "drain-every", 1, 0, O_DRAIN_EVERY }, { "drain-rate", 1, 0, O_DRAIN_RATE },
         { "keep-local", 1, 0, O_KEEP_LOCAL }, { "keep-durable", 1, 0, O_KEEP_DURABLE },
@@ -162,7 +167,8 @@ static int parse(int argc, char **argv, kd_opts *o)
     };
     *o = (kd_opts){ .staging = 4ull << 30, .io_depth = 32, .writers = 4, .drain_timeout = 30,
                  .plan_memory = 1ull << 30, .rank_timeout = 300, .part_timeout = 600,
-                 .dead_after = 10, .peer_timeout = 30, .replicas = 1, .jump = 1 };
+                 .dead_after = 10, .peer_timeout = 30, .replicas = 1, .jump = 1,
+                 .peer_checkers = kd_peer_checkers_default() };
     default_id(o->id, sizeof o->id);
     ck_err err = { 0 };
     int c, r = 0;
@@ -200,6 +206,9 @@ static int parse(int argc, char **argv, kd_opts *o)
         case O_PEER_KEY: o->peer_key = optarg; break;
         case O_PEER_TIMEOUT:
             r = number("--peer-timeout", optarg, 1, 3600, &o->peer_timeout);
+            break;
+        case O_PEER_CHECKERS:
+            r = number("--peer-checkers", optarg, 0, KD_PEER_CHECKERS, &o->peer_checkers);
             break;
         case O_DRAIN_EVERY:
             r = number("--drain-every", optarg, 0, 1000000, &o->drain_every);
@@ -365,7 +374,7 @@ static int peers_start(kd_server *s, ck_err *err)
                         .id = s->o.id, .durable_root = s->root, .instance = s->instance,
                         .key = &s->peer_key,
                         .timeout = s->o.peer_timeout, .drain_rate = s->o.drain_rate,
-                        .log = kd_log_cb, .log_arg = s };
+                        .checkers = s->o.peer_checkers, .log = kd_log_cb, .log_arg = s };
     return kd_peers_start(&po, &s->peers, err);
 }
 

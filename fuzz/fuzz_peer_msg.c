@@ -2,10 +2,11 @@
  * file's reader (libshard/ckpt/format/copy.c) on any bytes.
  *
  * The input's first byte picks what decodes the rest: a HELLO, a stream declaration
- * (PUT, GET_OK), an ask (GET), an ERROR, a name (COMMITTED), an INVENTORY_OK, a copy
- * file read against a manifest of four data files (rank-00000.dat to rank-00003.dat),
- * a HELLO_OK, an AUTH or a PART. What decodes is used as a caller would (names, sizes, listed files)
- * and freed; what does not must be refused with an error, never read past its bytes.
+ * (PUT, GET_OK), an ask (GET), an ERROR, a name (COMMITTED) or a window (PUT_READY), an
+ * INVENTORY_OK, a copy file read against a manifest of four data files (rank-00000.dat
+ * to rank-00003.dat), a HELLO_OK, an AUTH or a PART. What decodes is used as a caller
+ * would (names, sizes, listed files) and freed; what does not must be refused with an
+ * error, never read past its bytes.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -53,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kd_phello h;
     uint8_t proof[KD_PEER_PROOF_LEN];
     kd_preq q;
+    uint32_t window;
     kd_peer_copy *v;
     size_t n;
     switch (data[0] % 10) {
@@ -80,9 +82,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kd_pw_get_error(&m, "fuzz", NULL);
         break;
     case 4:
-        m.type = KD_P_COMMITTED;
-        if (kd_pw_get_name(&m, name, NULL) == 0)
+        /* A name (COMMITTED) or, for an odd tens digit, a window (PUT_READY). */
+        m.type = data[0] / 10 % 2 ? KD_P_PUT_READY : KD_P_COMMITTED;
+        if (m.type == KD_P_COMMITTED && kd_pw_get_name(&m, name, NULL) == 0)
             sink += strlen(name);
+        if (m.type == KD_P_PUT_READY && kd_pw_get_window(&m, &window, NULL) == 0)
+            sink += window;
         break;
     case 5:
         m.type = KD_P_INVENTORY_OK;

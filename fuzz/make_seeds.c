@@ -381,11 +381,12 @@ static void peer_seeds(void)
     selected("peer_msg", "put", 1, &w);
     w.len = 0;
     kd_preq ask = { .name = "step-100", .time_ns = 1700000000000000000ull, .n = 1,
-                    .files = &files[1] };
+                    .files = &files[1], .window = KD_PEER_WINDOW_MIN };
     kd_pw_ask(&w, &ask);
     selected("peer_msg", "get", 2, &w);
     w.len = 0;
-    ask = (kd_preq){ .name = "step-100", .source = "nodeB", .all = true };
+    ask = (kd_preq){ .name = "step-100", .source = "nodeB", .all = true,
+                     .window = KD_PEER_WINDOW_MAX };
     kd_pw_ask(&w, &ask);
     selected("peer_msg", "get_all", 2, &w);
     w.len = 0;
@@ -393,6 +394,9 @@ static void peer_seeds(void)
                      .files = files, .token = "0123456789ab", .manifest_sha256 = { 7, 7 } };
     kd_pw_part(&w, &ask);
     selected("peer_msg", "part", 9, &w);
+    w.len = 0;
+    kd_pw_window(&w, KD_PEER_WINDOW_MIN);
+    selected("peer_msg", "put_ready", 14, &w);
     w.len = 0;
     kd_pw_error(&w, "step-100", -EBADMSG, "copy of step-100: data file rank-00002.dat, block "
                 "1: its SHA-256 is not the manifest's");

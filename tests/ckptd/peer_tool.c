@@ -94,7 +94,7 @@ static int connect_to(const char *addr, conn *c)
         fprintf(stderr, "peer_tool: %s\n", ck_err_msg(&err));
         return -1;
     }
-    kd_pconn_set_budget(c->pc, KD_PEER_MSG_MAX + KD_PEER_WINDOW + KD_PEER_CHUNK_MAX);
+    kd_pconn_set_budget(c->pc, KD_PEER_MSG_MAX + KD_PEER_WINDOW_MAX + KD_PEER_CHUNK_MAX);
     return 0;
 }
 
@@ -591,7 +591,8 @@ static int hostile(const char *addr, const char *cs)
             if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "put-other-manifest")) {
                 send_raw(&c, KD_P_DATA, 0, junk, 4096);
             } else if (!strcmp(cs, "data-past-window")) {
-                send_raw(&c, KD_P_DATA, KD_PEER_WINDOW + 4096, junk, 16);
+                /* The daemons of the tests state the least window (--peer-checkers 1). */
+                send_raw(&c, KD_P_DATA, KD_PEER_WINDOW_MIN + 4096, junk, 16);
             } else if (!strcmp(cs, "data-past-end")) {
                 send_raw(&c, KD_P_DATA, 4000, junk, 200);
             } else if (!strcmp(cs, "data-overlap")) {
@@ -609,13 +610,13 @@ static int hostile(const char *addr, const char *cs)
         void *b = calloc(1, 2u << 20);
         kd_pconn_send(c.pc, KD_P_PUT, 0, b, 2u << 20);
     } else if (!strcmp(cs, "get-dotdot-name")) {
-        kd_preq q = { .all = true };
+        kd_preq q = { .all = true, .window = KD_PEER_WINDOW_MIN };
         snprintf(q.name, sizeof q.name, "..");
         kd_pw_ask(&w, &q);
         kd_pconn_send_w(c.pc, KD_P_GET, &w);
     } else if (!strcmp(cs, "get-dotdot-file")) {
         ck_file f = { .name = "../manifest.mdb" };
-        kd_preq q = { .n = 1, .files = &f };
+        kd_preq q = { .n = 1, .files = &f, .window = KD_PEER_WINDOW_MIN };
         snprintf(q.name, sizeof q.name, "x");
         kd_pw_ask(&w, &q);
         kd_pconn_send_w(c.pc, KD_P_GET, &w);
@@ -627,8 +628,14 @@ static int hostile(const char *addr, const char *cs)
         ck__put_u32(&w, 1);
         ck__put_str(&w, "rank-00000.dat");
         kd_pconn_send_w(c.pc, KD_P_GET, &w);
+    } else if (!strcmp(cs, "get-window-zero") || !strcmp(cs, "get-window-huge")) {
+        /* A window the sender would have to hold: none, or 1 GiB. */
+        kd_preq q = { .all = true, .window = cs[11] == 'z' ? 0 : 1u << 30 };
+        snprintf(q.name, sizeof q.name, "x");
+        kd_pw_ask(&w, &q);
+        kd_pconn_send_w(c.pc, KD_P_GET, &w);
     } else if (!strcmp(cs, "get-missing")) {
-        kd_preq q = { .all = true };
+        kd_preq q = { .all = true, .window = KD_PEER_WINDOW_MIN };
         snprintf(q.name, sizeof q.name, "no-such-checkpoint");
         kd_pw_ask(&w, &q);
         kd_pconn_send_w(c.pc, KD_P_GET, &w);
@@ -719,6 +726,7 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
         if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
             (r = kd_inv_find(f->local, f->id, &ask, root, sizeof root, source, &err)) == 0 &&
             (r = kd_xsend_open(root, ask.name, source, &ask, &q, &fc->tx, &err)) == 0) {
+            kd_xsend_window(fc->tx, ask.window);
             if (f->how == FAKE_SLOW && q.n > 0) {
                 printf("answering a GET of %u data file(s) in %.1f s\n", q.n, f->slow);
                 usleep((useconds_t)(f->slow * 1e6));
@@ -824,7 +832,7 @@ int main(int argc, char **argv)
         victim = (pid_t)atoi(argv[5]);
         action = argv[6];
         kd_peer_call c = { .addr = argv[2], .id = "peer-tool", .key = &key, .timeout = timeout(),
-                           .progress = after_first };
+                           .checkers = kd_peer_checkers_default(), .progress = after_first };
         kd_preq ask = { .all = argc > 7 && !strcmp(argv[7], "--all") };
         snprintf(ask.name, sizeof ask.name, "%s", argv[4]);
         ask.n = ask.all || argc <= 7 ? 0 : (uint32_t)(argc - 7);

@@ -2,7 +2,7 @@
 # Hostile peers (issue 31; docs/PROTOCOL.md, "Peer protocol", "Checks and limits"): a
 # message that is not the protocol, of another version, out of order, oversized, or
 # naming a path (`..`, `/`, a NUL, a leading dot; a PART's token that is no pending
-# directory's) is refused with an ERROR that says
+# directory's), or stating a window a sender cannot or should not hold, is refused with an ERROR that says
 # why, logged with the peer's address, and its connection closed; a request the
 # service cannot grant (a planted link as a replica root, a missing copy) gets an
 # ERROR naming it. A caller that does not prove that it holds the job's peer key (no
@@ -30,8 +30,9 @@ case_() {
     said "$want" "case $name"
 }
 case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
-case_ other-version "answer: service: ckptd B speaks peer protocol version 5; this peer sent version 6"
-logged B "refused: ckptd B speaks peer protocol version 5; this peer sent version 6" \
+V=6                               # the peer protocol of this build (PROTOCOL.md)
+case_ other-version "answer: service: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))"
+logged B "refused: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))" \
     "the version refusal"
 case_ before-hello "refused: .*a INVENTORY \(type 2\) before HELLO"
 case_ second-hello "refused: .*a second HELLO"
@@ -81,6 +82,8 @@ case_ get-dotdot-name "refused: .*names checkpoint '\.\.'"
 case_ get-dotdot-file "refused: .*names data file '\.\./manifest\.mdb'"
 case_ get-all-and-files "refused: .*both 'all' and a list of files"
 case_ get-missing "refused: .*no copy of no-such-checkpoint here"
+case_ get-window-zero "refused: .*a GET message states a window of 0 bytes \(8388608 to 33554432\)"
+case_ get-window-huge "refused: .*a GET message states a window of 1073741824 bytes \(8388608 to 33554432\)"
 case_ part-dotdot-token "refused: .*names token '\.\./\.\./\.\./\.\./etc', which is not a pending directory's"
 case_ part-meet-token "refused: .*a PART message with a time, manifest digest or token cut short or too long"
 case_ part-no-time "refused: .*a PART message with no commit time"
@@ -88,17 +91,17 @@ case_ part-no-files "refused: .*a PART message with no data file to write"
 case_ part-missing "refused: .*no copy of no-such-checkpoint here"
 
 # A service of another version, for this build's client: refused naming both.
-"$PEER_TOOL" serve-version 127.0.0.1:0 6 10 >"$WORK/fake.out" 2>&1 &
+"$PEER_TOOL" serve-version 127.0.0.1:0 $((V + 1)) 10 >"$WORK/fake.out" 2>&1 &
 fake=$!
 for _ in $(seq 100); do
     grep -q "^serving" "$WORK/fake.out" && break
     sleep 0.05
 done
-fake_addr=$(sed -n 's/^serving as version 6 at //p' "$WORK/fake.out")
-[ -n "$fake_addr" ] || fail "the fake service of version 6 did not start: $(cat "$WORK/fake.out")"
+fake_addr=$(sed -n "s/^serving as version $((V + 1)) at //p" "$WORK/fake.out")
+[ -n "$fake_addr" ] || fail "the fake service of version $((V + 1)) did not start: $(cat "$WORK/fake.out")"
 run "$CKPTCTL" peer inventory --addr "$fake_addr" --timeout 5
 expect 1 "a client of this build and a service of another version"
-said "speaks ckptd peer protocol version 6, this build version 5" "the client's refusal"
+said "speaks ckptd peer protocol version $((V + 1)), this build version $V" "the client's refusal"
 kill "$fake"
 wait "$fake" 2>/dev/null
 

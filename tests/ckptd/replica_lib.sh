@@ -73,7 +73,7 @@ daemon() {
     rm -f "$root/.ckptd.$id.peer"
     "${WRAP[@]}" "$CKPTD" --root "$root" --id "$id" --local-root "$WORK/$id.local" \
         --peer-listen "${LISTEN:-127.0.0.1}:0" --foreground --log "$WORK/$id.log" \
-        --staging 64MiB ${SHARED:+--socket "$WORK/$id.sock"} "$@" &
+        --staging 64MiB ${SHARED:+--socket "$WORK/$id.sock"} --peer-checkers 1 "$@" &
     PID[$id]=$!
     for _ in $(seq 400); do
         [ -s "$root/.ckptd.$id.peer" ] && return 0
