@@ -255,7 +255,9 @@ static int put_once(const kd_peer_call *c, const char *root, const char *name, c
     bool streaming = false;
     uint32_t window;
     if (r == 0 && (r = expect(&k, KD_P_PUT_READY, &m, err)) == 0) {
-        r = kd_pw_get_window(m, &window, err);
+        ck_err why = { 0 };
+        if ((r = kd_pw_get_window(m, &window, &why)) < 0)
+            ck_err_set(err, r, "peer %s: %s", c->addr, ck_err_msg(&why));
         kd_pmsg_free(m);
     }
     if (r == 0) {

@@ -92,8 +92,9 @@ static void drop_kept(const char *root)
 }
 
 enum { UNKNOWN_MAJOR, RANDOM_HEADER, NOT_LMDB, FIFO, LINK_OUT, LOCK_LINK, NKINDS };
-static const char *const kinds[] = { "a record of major version 99", "random bytes in a "
-                                     "record's header", "a file that is not LMDB", "a FIFO",
+static const char *const kinds[] = { "a record of major version 99",
+                                     "random bytes in a record's header",
+                                     "a file that is not LMDB", "a FIFO",
                                      "a link to a file outside the root",
                                      "a lock file that is a link outside the root" };
 

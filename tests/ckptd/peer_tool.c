@@ -25,6 +25,9 @@
  *   peer_tool serve-lying DURABLE ID LOCAL
  *       the same service, serving whole and sealed, but its GET_OK declares a manifest
  *       SHA-256 that is not that of the manifest it sends.
+ *   peer_tool serve-greedy DURABLE ID LOCAL
+ *       the same service, but it answers a PUT with a PUT_READY that states a window
+ *       of 1 GiB, more than a sender may be made to hold.
  *   peer_tool hostile ADDR CASE
  *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
  *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
@@ -680,6 +683,7 @@ typedef enum fake_how {
     FAKE_SLOW,                     /* answers a GET of data files slow seconds late */
     FAKE_UNSEALED,                 /* seals nothing after AUTH */
     FAKE_LYING,                    /* declares a manifest SHA-256 that is not its manifest's */
+    FAKE_GREEDY,                   /* states a window of 1 GiB to a PUT */
 } fake_how;
 
 typedef struct fake {
@@ -741,6 +745,9 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
         }
         kd_preq_free(&ask);
         kd_preq_free(&q);
+    } else if (m->type == KD_P_PUT && f->how == FAKE_GREEDY) {
+        kd_pw_window(&w, 1u << 30);
+        kd_pconn_send_w(fc->pc, KD_P_PUT_READY, &w);
     } else if (m->type == KD_P_PART) {
         /* A fake writes no part of a drain: the drain falls back to fetching (decision
          * 0197), which is what the fakes are for. */
@@ -817,7 +824,8 @@ int main(int argc, char **argv)
     static const char *const fakes[] = { [FAKE_DYING] = "serve-dying",
                                          [FAKE_SLOW] = "serve-slow",
                                          [FAKE_UNSEALED] = "serve-unsealed",
-                                         [FAKE_LYING] = "serve-lying" };
+                                         [FAKE_LYING] = "serve-lying",
+                                         [FAKE_GREEDY] = "serve-greedy" };
     for (unsigned how = 0; argc >= 5 && how < sizeof fakes / sizeof *fakes; how++)
         if (!strcmp(argv[1], fakes[how]) && (how != FAKE_SLOW || argc >= 6))
             return serve_fake(argv[2], &(fake){ .id = argv[3], .local = argv[4], .how = how,

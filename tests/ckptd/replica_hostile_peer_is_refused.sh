@@ -117,11 +117,12 @@ said "ckptd B does not prove that it holds this job's peer key \($WORK/other\.ke
 
 # Services that hold the key but whose word after AUTH cannot be trusted, for this
 # build's client: replies without their seal (what someone on the path who does not
-# hold the key would put in their place), and a GET_OK whose manifest is not the one
-# it declares. Each is refused, and nothing of the GET is kept.
+# hold the key would put in their place), a GET_OK whose manifest is not the one it
+# declares, and a PUT_READY that states a window of 1 GiB. Each is refused, and
+# nothing of the GET is kept.
 synth "$WORK/fake.local" f1
 mkdir -p "$WORK/fake.durable" "$WORK/into"
-for how in unsealed lying; do
+for how in unsealed lying greedy; do
     "$PEER_TOOL" serve-$how "$WORK/fake.durable" "F$how" "$WORK/fake.local" \
         >"$WORK/fake-$how.out" 2>&1 &
     PID[fake$how]=$!
@@ -142,7 +143,12 @@ said "copy of f1: its manifest's SHA-256 is not the one declared with it" \
     "the caller's refusal of another manifest"
 [ ! -e "$WORK/into/f1" ] || fail "the GET of another manifest left a copy"
 no_pending "$WORK/into"
-for how in unsealed lying; do
+run "$CKPTCTL" peer put --to Fgreedy --root "$WORK/fake.durable" --id A --from "$WORK/fake.local" \
+    f1 --timeout 5
+expect 1 "a PUT_READY that states a window of 1 GiB"
+said "peer [0-9.:]+: a PUT_READY message states a window of 1073741824 bytes \(8388608 to 33554432\)" \
+    "the caller's refusal of the window"
+for how in unsealed lying greedy; do
     kill "${PID[fake$how]}"
     wait "${PID[fake$how]}" 2>/dev/null
     unset "PID[fake$how]"

@@ -149,9 +149,12 @@ static bool same_file(const char *a, const char *b)
 {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
     bool same = fa && fb;
-    int ca, cb;
-    while (same && ((ca = fgetc(fa)) != EOF) | ((cb = fgetc(fb)) != EOF))
+    while (same) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca == EOF && cb == EOF)
+            break;
         same = ca == cb;
+    }
     if (fa)
         fclose(fa);
     if (fb)
