@@ -20,8 +20,9 @@
  * tier lacks it, the manifest and the files streamed in the manifest's order. There a
  * local copy whose byte flipped on disk fails its block, and that file is fetched from
  * a peer's copy instead (once), the drain started over; a file no copy can give fails
- * the drain, naming it. Reads of local copies and what is fetched are paced by a token bucket at
- * the drain's rate, on each node, so the drain leaves the local disks to the saves.
+ * the drain, naming it. Reads of local copies and what is fetched are paced by a token
+ * bucket at the drain's rate, on each node, so the drain leaves the local disks to the
+ * saves.
  */
 #include <fcntl.h>
 #include <pthread.h>

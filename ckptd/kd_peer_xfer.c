@@ -4,12 +4,13 @@
  * The sender reads the copy (ops/copy.h, ck__copy_out_chunk) in chunks of at most
  * KD_PEER_CHUNK, none across the end of a file, and sends each as a DATA carrying its
  * stream offset, never more than the receiver's window ahead of what the receiver
- * acknowledged (the receiver states it: a block per checker thread, decision 0200). The receiver takes DATA in any order within
- * that window (UCX may complete a rendezvous out of order), holds what came early,
- * writes what is in order into the new copy (ck__copy_in: every block checked against
- * the manifest as it completes) and acknowledges it. So each side holds at most a
- * window of the stream in memory, whatever the size of the copy, and a sender that
- * runs ahead of the window, overlaps, or goes past the end is refused.
+ * acknowledged (the receiver states it: a block per checker thread, decision 0200).
+ * The receiver takes DATA in any order within that window (UCX may complete a
+ * rendezvous out of order), holds what came early, writes what is in order into the
+ * new copy (ck__copy_in: every block checked against the manifest as it completes)
+ * and acknowledges it. So each side holds at most a window of the stream in memory,
+ * whatever the size of the copy, and a sender that runs ahead of the window,
+ * overlaps, or goes past the end is refused.
  */
 #include <pthread.h>
 #include <stdlib.h>

@@ -592,7 +592,8 @@ static int from_peers(const kd_tiers_opts *o, const kd_tview *t, const group *g,
         ask.time_ns = g->time;
         kd_peer_call call = { .addr = t->peers[c->peer].addr, .id = o->id, .key = o->key,
                               .timeout = o->timeout, .checkers = o->checkers,
-                              .busy_fails = !patient, .progress = o->progress, .arg = o->progress_arg };
+                              .busy_fails = !patient, .progress = o->progress,
+                              .arg = o->progress_arg };
         /* The root is empty until the GET's copy begins: retention must not take it
          * for one left empty meanwhile. */
         if (o->fetching)

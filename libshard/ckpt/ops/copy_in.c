@@ -222,13 +222,14 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
          * between the attempts, and none committed it. */
         c->lock = o->again->lock;
         o->again->lock = -1;
-        if ((r = ck__pending_fresh(c->e, c->rootfd, c->root, c->name, c->pending, err)) < 0)
-            return r;
-    } else if ((r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, NULL,
-                                       c->pending, &c->lock, err)) < 0) {
+        r = ck__pending_fresh(c->e, c->rootfd, c->root, c->name, c->pending, err);
+    } else {
         /* A copy is no job's save: its lock names none. */
-        return r;
+        r = ck__pending_create(c->e, c->rootfd, c->root, c->name, NULL, true, NULL, c->pending,
+                               &c->lock, err);
     }
+    if (r < 0)
+        return r;
     snprintf(c->token, sizeof c->token, "%s", strrchr(c->pending, '/') + 1 + strlen(c->name) + 1);
     if ((c->dirfd = ck__openat(c->rootfd, ck__rel(c->root, c->pending), O_RDONLY | O_DIRECTORY,
                                0)) < 0)
