@@ -8,7 +8,8 @@
 #   3. the receiver killed mid-PUT: its pending copy is debris; restarting it removes it;
 #   4. a GET's sender (the service) killed mid-GET: the requester fails at once;
 #   5. a GET's sender stopped: the requester fails after its own timeout.
-# The copy is bigger than a window (8 MiB) and a chunk, so "mid-transfer" is certain.
+# The copy is bigger than a window (8 MiB: replica_lib.sh's daemons state the least)
+# and a chunk, so "mid-transfer" is certain.
 # No wall-clock time is asserted: the messages say which bound ended the wait, and the
 # test's own timeouts catch a wait that has none.
 . "$(dirname "$0")/replica_lib.sh"

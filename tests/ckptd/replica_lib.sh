@@ -62,7 +62,9 @@ synth() {
 # peer service on $LISTEN (127.0.0.1), any port, run through ${WRAP[@]} (a host of
 # netns_lib.sh: netns_on HOST); waits for its published address. With SHARED set, the
 # durable root is SHARED for every daemon (one root, as on a cluster), and daemon ID's
-# socket WORK/ID.sock.
+# socket WORK/ID.sock. Each states the least window (--peer-checkers 1: 8 MiB, as on
+# CI's two cores), so that "longer than a window" holds on a machine of any size; a
+# later --peer-checkers in the options wins.
 WRAP=()
 durable_of() { echo "${SHARED:-$WORK/$1.durable}"; }
 daemon() {
