@@ -549,11 +549,17 @@ static void say_parts(const kd_drain_ctx *d, const dpart *parts, size_t np)
                   "(%s)", d->name, said);
 }
 
-/* Whether a part that failed with code r may be given to another holder: not when
- * the durable root refuses writes, which it does to every writer. */
+/* Whether a write into the durable root failed because the root refuses writes (full,
+ * over quota, read-only): it does so to every writer, whichever node. */
+static bool durable_refuses(int r)
+{
+    return r == -ENOSPC || r == -EDQUOT || r == -EROFS;
+}
+
+/* Whether a part that failed with code r may be given to another holder. */
 static bool replaceable(int r)
 {
-    return r != -ENOSPC && r != -EDQUOT && r != -EROFS && r != -ECANCELED;
+    return !durable_refuses(r) && r != -ECANCELED;
 }
 
 /* The drain in parts: no node reads another's part, or stores it on the way. A part
@@ -644,7 +650,9 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
 {
     ck_err not_parts = { 0 };
     int r = in_parts(d, step, &not_parts);
-    if (r >= 0 || r == -EEXIST || r == -ECANCELED) {
+    /* A durable root that refuses writes refuses one node's drain too: fetching what
+     * this tier lacks would only fill its local disk for nothing. */
+    if (r >= 0 || r == -EEXIST || r == -ECANCELED || durable_refuses(r)) {
         if (r < 0)
             *err = not_parts;
         return r;

@@ -4,10 +4,11 @@
 # 20 MiB: step-8 takes 12 of them, so step-12's 12 MiB cannot fit.
 #   - n0's drain of step-12 fails with ENOSPC: ckptctl drain and the log say so; the
 #     durable root holds nothing of step-12 (no checkpoint, no pending directory) and
-#     step-8 is intact; the daemon goes on: a replica is still taken into its local
-#     tier, and its status answers;
+#     step-8 is intact; n0 does not then drain alone, fetching the files its tier
+#     lacks into its local disk for a root that takes nothing; the daemon goes on: a
+#     replica is still taken into its local tier, and its status answers;
 #   - the durable root behind a read-only bind mount: the drain fails saying so,
-#     nothing there;
+#     nothing there, and again nothing is fetched;
 #   - writable again, with room: the same drain commits a complete copy.
 # Needs root (mount); skipped without it.
 . "$(dirname "$0")/replica_lib.sh"
@@ -24,6 +25,10 @@ logged n0 "drain of step-12 failed: .*No space left on device.*the durable root 
     "the log says it"
 [ ! -e "$SHARED/step-12" ] || fail "a failed drain left $SHARED/step-12"
 no_pending "$SHARED"
+if grep -q "drains it alone" "$WORK/n0.log"; then
+    fail "n0 drained alone into a full durable root: $(grep "drains it alone" "$WORK/n0.log")"
+fi
+fetched_nothing n0
 run "$CKPT_VERIFY" "$SHARED" --deep
 expect 0 "ckpt-verify of the full durable root"
 said "^step-8: ok" "step-8 intact"
@@ -39,6 +44,8 @@ mount --bind "$SHARED" "$SHARED" && mount -o remount,bind,ro "$SHARED" ||
 drain n0 step-12
 said "^step-12: failed: .*Read-only file system" "the drain says the durable tier is read-only"
 [ ! -e "$SHARED/step-12" ] || fail "a failed drain left $SHARED/step-12"
+grep -q "drains it alone" "$WORK/n0.log" && fail "n0 drained alone into a read-only durable root"
+fetched_nothing n0
 umount -l "$SHARED" || fail "unmounting the read-only bind mount"
 
 mount -o remount,size=40m "$SHARED" || fail "growing $SHARED"
