@@ -253,7 +253,7 @@ static bool lock_wait(const kd_drain_ctx *d, double until)
  * copy's, or a replica's. */
 typedef struct dpart {
     kd_drain_ctx *d;
-    _Atomic bool *abandon;         /* the attempt failed here: the part is given up */
+    _Atomic bool *abandon;         /* the attempt cannot be saved: the part is given up */
     kd_preq q;                     /* name, time, the manifest's SHA-256, token, files */
     uint32_t *idx;                 /* idx[i]: the drain's index of q.files[i] */
     char addr[KD_PEER_ADDR_MAX], holder[CK_COPY_ID_MAX];
@@ -377,8 +377,23 @@ static void part_progress(void *arg, uint64_t done, uint64_t total)
     p->seen = done;
 }
 
-/* A part is given up once the attempt failed here or the daemon stops: its connection
- * closes, and the peer removes what it wrote. */
+/* Whether a write into the durable root failed because the root refuses writes (full,
+ * over quota, read-only): it does so to every writer, whichever node. */
+static bool durable_refuses(int r)
+{
+    return r == -ENOSPC || r == -EDQUOT || r == -EROFS;
+}
+
+/* Whether a part that failed with code r may be given to another holder. */
+static bool replaceable(int r)
+{
+    return !durable_refuses(r) && r != -ECANCELED;
+}
+
+/* A part is given up once the attempt cannot be saved (the committer's own stream
+ * failed, or the durable root refuses writes) or the daemon stops: its connection
+ * closes, and the peer removes what it wrote. A part is not given up because another
+ * failed: what it writes whole is carried into the next attempt (decision 0199). */
 static bool part_stop(void *arg)
 {
     dpart *p = arg;
@@ -392,8 +407,8 @@ static void *part_run(void *arg)
                           .timeout = p->d->o.timeout, .progress = part_progress, .arg = p,
                           .stop = part_stop, .stop_arg = p };
     p->r = kd_peer_part(&call, &p->q, &p->err);
-    /* One part failed: the attempt has, and the others need not finish. */
-    if (p->r < 0 && p->r != -ECANCELED)
+    /* The durable root refuses every writer: the others need not finish. */
+    if (durable_refuses(p->r))
         atomic_store(p->abandon, true);
     if (p->r == 0)
         kd_log_to(p->d->o.log, p->d->o.log_arg, "drain of %s: ckptd %s wrote its part (%u "
@@ -498,7 +513,8 @@ static int attempt_parts(kd_drain_ctx *d, dsrc *s, dpart *parts, size_t np,
                       "file(s)) failed: %s", d->name, parts[i].holder, parts[i].q.n,
                       ck_err_msg(&parts[i].err));
     }
-    /* The first failure is the attempt's: a part given up was given up for it. */
+    /* The first failed part is the one given to other holders; a part given up was
+     * given up for the attempt. */
     *failed = np;
     for (size_t i = 0; r == 0 && i < started; i++)
         if (parts[i].r < 0 && parts[i].r != -ECANCELED) {
@@ -547,19 +563,6 @@ static void say_parts(const kd_drain_ctx *d, const dpart *parts, size_t np)
         kd_log_to(d->o.log, d->o.log_arg, "drain of %s: in parts: the data files of this "
                   "node's tier from here, the others written by the nodes that hold them "
                   "(%s)", d->name, said);
-}
-
-/* Whether a write into the durable root failed because the root refuses writes (full,
- * over quota, read-only): it does so to every writer, whichever node. */
-static bool durable_refuses(int r)
-{
-    return r == -ENOSPC || r == -EDQUOT || r == -EROFS;
-}
-
-/* Whether a part that failed with code r may be given to another holder. */
-static bool replaceable(int r)
-{
-    return !durable_refuses(r) && r != -ECANCELED;
 }
 
 /* The drain in parts: no node reads another's part, or stores it on the way. A part

@@ -2,11 +2,11 @@
 # A node lost while it writes its part of a drain (decisions 0197-0199), on
 # tier_lib.sh's cluster (step-12 only in the local tiers, each node's part with a
 # replica on its clique peer), drains paced at 2 MiB/s so that the parts take seconds,
-# n2's at 512 KiB/s so that it is still writing when n3's part is done:
+# n2's at 512 KiB/s and n3's at 1 MiB/s:
 #   - n0 drains step-12 in parts: n2 and n3 each write their own file into the durable
 #     copy's pending directory, n0 streams its own and n1's (its replica);
-#   - n3 writes its part; then n2 dies (SIGKILL) while it writes: its part fails at
-#     n0, naming n2, and nothing of that attempt is committed;
+#   - n2 dies (SIGKILL) while it writes, and n3 is still writing: n2's part fails at
+#     n0, naming n2; n3's part is not given up for it, and ends written;
 #   - n0 gives n2's file to the node that holds its replica, n3, in a new attempt in
 #     parts, and carries the three files written whole (n0's, n1's, n3's) into it
 #     rather than having them written again: n3 writes n2's file and not its own again,
@@ -17,13 +17,20 @@
 
 TIER_ARGS=(--drain-rate 2MiB)
 NODE_ARGS[n2]="--drain-rate 512KiB"
+NODE_ARGS[n3]="--drain-rate 1MiB"
 cluster
 ask_drain n0 step-12
 wait_log n2 "PART of step-12: writing 1 data file\(s\) of the copy in $WORK/n2\.local into $SHARED/\.pending/step-12\.[0-9a-f]{12}" \
     "n2 writes its own part" 10
-wait_log n0 "drain of step-12: ckptd n3 wrote its part \(1 data file\(s\)\)" \
-    "n3's part written, as n0 heard it" 10
+wait_log n3 "PART of step-12: writing 1 data file\(s\) of the copy in $WORK/n3\.local into" \
+    "n3 writes its own part" 10
 crash n2
+# n3's 3 MiB at 1 MiB/s: still being written as n2 dies.
+if grep -q "PART of step-12: written" "$WORK/n3.log"; then
+    fail "n3's part was written before n2 was lost: the case of a part still running is not tested"
+fi
+wait_log n0 "drain of step-12: ckptd n3 wrote its part \(1 data file\(s\)\)" \
+    "n3's part, not given up when n2's failed, written" 15
 drained n0 step-12
 said "^step-12: done, 12615680 of 12615680 bytes$" "the drain, after n2 was lost"
 logged n0 "drain of step-12: in parts: .*ckptd n2 1" "the drain in parts"
