@@ -529,9 +529,8 @@ static int attempt_parts(kd_drain_ctx *d, dsrc *s, dpart *parts, size_t np,
     if (r == 0) {
         r = ck__copy_in_commit(c, err);
     } else if (*failed < np) {
-        /* Only the failed part's files and those of parts given up with it are left to
-         * write: the others are whole in c's directory, each block checked by its
-         * writer. */
+        /* Only the files of the parts that failed are left to write: the others are
+         * whole in c's directory, each block checked by its writer. */
         for (uint32_t f = 0; f < s->n; f++)
             s->kept[f] = s->kept[f] || s->dir[f][0];
         for (size_t i = 0; i < started; i++)
