@@ -89,18 +89,6 @@ static bool seconds(const char *s, double *out)
     return true;
 }
 
-/* A count of 0 to max, digits only. */
-static bool count(const char *s, unsigned max, unsigned *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = s && *s >= '0' && *s <= '9' ? strtoul(s, &end, 10) : ULONG_MAX;
-    if (v > max || errno || *end)
-        return false;
-    *out = (unsigned)v;
-    return true;
-}
-
 /* A copy's line: its name and step first where named. */
 static void print_copy(const kd_peer_copy *c, bool named)
 {
@@ -208,7 +196,8 @@ static int peer_main(int argc, char **argv)
         else if (!strcmp(a, "--id") && v) id = v;
         else if (!strcmp(a, "--source") && v) snprintf(ask.source, sizeof ask.source, "%s", v);
         else if (!strcmp(a, "--timeout") && v) bad = !seconds(v, &timeout);
-        else if (!strcmp(a, "--checkers") && v) bad = !count(v, KD_PEER_CHECKERS, &checkers);
+        else if (!strcmp(a, "--checkers") && v)
+            bad = !kd_decimal(v, 0, KD_PEER_CHECKERS, &checkers);
         else if (!strcmp(a, "--all")) ask.all = true, opt = false;
         else if (a[0] == '-') bad = 1;
         else if (!name) name = a, opt = false;

@@ -49,6 +49,7 @@
  *   kd_peer_wire.c   the peer messages: encoding, and decoding with every field checked
  *   kd_reply.c    finding a client by id, sending replies
  *   kd_log.c      the log
+ *   kd_parse.c    decimal counts of command lines and addresses
  * The declarations below follow the same order.
  */
 #ifndef KD_H
@@ -713,7 +714,8 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
 int kd_xsend_pump(kd_xsend *x, struct kd_pconn *c, ck_err *err);
 /* The window the receiver stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX):
  * nothing is sent before it is set. */
-void kd_xsend_window(kd_xsend *x, uint32_t window);
+void kd_xsend_set_window(kd_xsend *x, uint32_t window);
+uint32_t kd_xsend_window(const kd_xsend *x);
 /* An ACK: how much the receiver took. */
 int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err);
 /* Bytes acknowledged (and the stream's, in total). */
@@ -960,5 +962,10 @@ double kd_now(void);
  * are handed a callback rather than the server; nothing when log is NULL. */
 void kd_log_to(void (*log)(void *arg, const char *msg), void *arg, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* kd_parse.c */
+/* Whether s is a decimal count in lo..hi: digits only (no sign, space or empty string),
+ * stored in *out when it is. */
+bool kd_decimal(const char *s, unsigned lo, unsigned hi, unsigned *out);
 
 #endif

@@ -50,9 +50,8 @@ int kd_addr_parse(const char *s, unsigned default_port, struct sockaddr_storage 
     } else {
         snprintf(host, sizeof host, "%s", s);
     }
-    char *end;
-    unsigned long p = strtoul(port, &end, 10);
-    if (!port[0] || *end || p > 65535)
+    unsigned p;
+    if (!kd_decimal(port, 0, 65535, &p))
         return ck_err_set(err, -EINVAL, "peer address '%s': port '%s' is not 0 to 65535", s,
                           port);
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,

@@ -261,7 +261,7 @@ static int put_once(const kd_peer_call *c, const char *root, const char *name, c
         kd_pmsg_free(m);
     }
     if (r == 0) {
-        kd_xsend_window(x, window);
+        kd_xsend_set_window(x, window);
         streaming = true;
         r = stream_out(&k, x, name, err);
     }

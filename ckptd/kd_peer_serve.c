@@ -47,7 +47,6 @@ typedef struct sconn {
     uint64_t part_said;           /* its bytes the caller was last told of */
     char name[CK_NAME_MAX];       /* of that transfer */
     char src[CK_COPY_ID_MAX];     /* the source of the PUT's copy */
-    uint32_t window;              /* of that transfer: its receiver's */
     bool drop;
 } sconn;
 
@@ -241,10 +240,10 @@ static void on_put(struct kd_peers *p, sconn *c, kd_pmsg *m)
     snprintf(c->src, sizeof c->src, "%s", q.source);
     kd_preq_free(&q);
     /* Room for a window of DATA ahead of what the copy took, and a request. */
-    c->window = kd_xrecv_window(c->rx);
-    kd_pconn_set_budget(c->pc, c->window + KD_PEER_CHUNK_MAX + KD_PEER_REQ_MAX);
+    uint32_t window = kd_xrecv_window(c->rx);
+    kd_pconn_set_budget(c->pc, window + KD_PEER_CHUNK_MAX + KD_PEER_REQ_MAX);
     ck__wbuf w = { 0 };
-    kd_pw_window(&w, c->window);
+    kd_pw_window(&w, window);
     kd_pconn_send_w(c->pc, KD_P_PUT_READY, &w);
 }
 
@@ -283,7 +282,7 @@ static void put_poll(struct kd_peers *p, sconn *c, double now)
     if (r == 1 && (r = kd_xrecv_commit(c->rx, &err)) == 0) {
         say(p, "peer %s (ckptd %s): replica %s of ckptd %s committed (%llu bytes, window %u "
             "MiB)", kd_pconn_peer(c->pc), who(c), c->name, c->src,
-            (unsigned long long)kd_xrecv_done(c->rx, &total), c->window >> 20);
+            (unsigned long long)kd_xrecv_done(c->rx, &total), kd_xrecv_window(c->rx) >> 20);
         ck__wbuf w = { 0 };
         kd_pw_name(&w, c->name);
         kd_pconn_send_w(c->pc, KD_P_COMMITTED, &w);
@@ -321,7 +320,7 @@ static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
     }
     p->xfers++;
     snprintf(c->name, sizeof c->name, "%s", ask.name);
-    kd_xsend_window(c->tx, c->window = ask.window);
+    kd_xsend_set_window(c->tx, ask.window);
     kd_preq_free(&ask);
     ck__wbuf w = { 0 };
     kd_pw_stream(&w, &q);
@@ -512,7 +511,7 @@ static void serve(struct kd_peers *p, sconn *c, double now)
         if (r > 0) {
             say(p, "peer %s (ckptd %s): GET of %s: sent %llu bytes (window %u MiB)",
                 kd_pconn_peer(c->pc), who(c), c->name, (unsigned long long)done,
-                c->window >> 20);
+                kd_xsend_window(c->tx) >> 20);
         } else {
             say(p, "peer %s (ckptd %s): GET of %s failed: %s", kd_pconn_peer(c->pc), who(c),
                 c->name, ck_err_msg(&err));

@@ -166,9 +166,14 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
     return x->acked == total;
 }
 
-void kd_xsend_window(kd_xsend *x, uint32_t window)
+void kd_xsend_set_window(kd_xsend *x, uint32_t window)
 {
     x->window = window;
+}
+
+uint32_t kd_xsend_window(const kd_xsend *x)
+{
+    return x->window;
 }
 
 int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err)

@@ -97,15 +97,10 @@ static void usage(FILE *f)
 
 static int number(const char *opt, const char *s, unsigned lo, unsigned hi, unsigned *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || *end || !*s || s[0] == '-' || v < lo || v > hi) {
-        fprintf(stderr, "ckptd: %s %s: not a number in %u..%u\n", opt, s, lo, hi);
-        return -EINVAL;
-    }
-    *out = (unsigned)v;
-    return 0;
+    if (kd_decimal(s, lo, hi, out))
+        return 0;
+    fprintf(stderr, "ckptd: %s %s: not a number in %u..%u\n", opt, s, lo, hi);
+    return -EINVAL;
 }
 
 /* The host name, made a daemon id: each other byte becomes '_'. */

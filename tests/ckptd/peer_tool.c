@@ -730,7 +730,7 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
         if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
             (r = kd_inv_find(f->local, f->id, &ask, root, sizeof root, source, &err)) == 0 &&
             (r = kd_xsend_open(root, ask.name, source, &ask, &q, &fc->tx, &err)) == 0) {
-            kd_xsend_window(fc->tx, ask.window);
+            kd_xsend_set_window(fc->tx, ask.window);
             if (f->how == FAKE_SLOW && q.n > 0) {
                 printf("answering a GET of %u data file(s) in %.1f s\n", q.n, f->slow);
                 usleep((useconds_t)(f->slow * 1e6));

@@ -87,10 +87,11 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
  * other checkers and of the writer: no lock is taken. */
 int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err);
 /* Carries data file NAME from the pending directory of opts.again into c's, by a hard
- * link (its bytes are not written again): a file that again's stream wrote whole, or
- * that a joiner of again's said it wrote, each block checked as it was written. It
- * must be one of c's joined files, not yet in c's directory, and is checked at c's
- * commit as they are (there, a regular file of its size, fsynced). */
+ * link through c's engine (its bytes are not written again): a file that again's
+ * stream wrote whole, or that a joiner of again's said it wrote, each block checked as
+ * it was written. It must be one of c's joined files, not yet in c's directory, and a
+ * regular file there (a planted link is -ELOOP, never followed); it is checked at c's
+ * commit as they are (a regular file of its size, fsynced). */
 int ck__copy_in_carry(ck__copy_in *c, const ck__copy_in *again, const char *name, ck_err *err);
 /* The token of c's pending directory (ROOT/.pending/NAME.TOKEN), for its joiners. */
 const char *ck__copy_in_token(const ck__copy_in *c);

@@ -65,6 +65,7 @@ struct ck__copy_in {
     uint32_t n, nj;
     uint32_t made;                 /* a joiner's: files[0, made) are the ones it created */
     uint32_t *ids;                 /* declared file i is the manifest's file ids[i] */
+    uint32_t *jby;                 /* the joined files by name, once one is carried */
     uint32_t item;                 /* 0: the manifest; i + 1: declared file i */
     uint64_t off;                  /* bytes of the item taken (hashed, and written or buffered) */
     int fd;                        /* the item being written */
@@ -483,18 +484,18 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
 
 int ck__copy_in_carry(ck__copy_in *c, const ck__copy_in *again, const char *name, ck_err *err)
 {
-    bool joined = false;
-    for (uint32_t i = c->n; i < c->n + c->nj && !joined; i++)
-        joined = !strcmp(c->files[i].name, name);
-    if (!joined || c->join || again->dirfd < 0)
+    /* The joined files by name, sorted once: a drain carries up to every file of a
+     * world. */
+    if (!c->join && c->nj && !c->jby && !(c->jby = ck__files_by_name(c->files + c->n, c->nj)))
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    if (c->join || again->dirfd < 0 || ck__file_find(c->files + c->n, c->jby, c->nj, name) < 0)
         return ck_err_set(err, -EINVAL, "copy of %s: %.64s is no file of this attempt's "
                           "that another writer makes", c->name, name);
-    /* No AT_SYMLINK_FOLLOW: a link planted in the old directory is carried as the link,
-     * which the commit refuses (joined_here), never followed. */
-    if (linkat(again->dirfd, name, c->dirfd, name, 0) < 0)
-        return ck_err_set(err, -errno, "%s/%s, carried into %s: %s", again->pending, name,
-                          c->pending, strerror(errno));
-    return 0;
+    /* Through the engine, as every other step of the copy: the link of a regular file
+     * only, never following a link planted in the old directory (-ELOOP). */
+    int r = c->e->ops->link(c->e, again->dirfd, name, c->dirfd, name);
+    return r < 0 ? ck_err_set(err, r, "%s/%s, carried into %s: %s", again->pending, name,
+                              c->pending, ck__why(r)) : 0;
 }
 
 const char *ck__copy_in_token(const ck__copy_in *c)
@@ -674,6 +675,7 @@ void ck__copy_in_free(ck__copy_in *c)
     free(c->at);
     free(c->buf);
     free(c->ids);
+    free(c->jby);
     free(c->files);
     free(c);
 }
