@@ -8,7 +8,8 @@
 #   - a byte flipped in B's replica, in block 3 of a file (a block that one of the 8
 #     checkers other than the first takes): the GET fails naming the file and the
 #     block, and leaves nothing;
-#   - a checker count past 8 is a usage error, for ckptd and for ckptctl.
+#   - a checker count past 8, signed, spaced or empty is a usage error, for ckptd and
+#     for ckptctl.
 . "$(dirname "$0")/replica_lib.sh"
 
 synth "$WORK/src" c1 --bytes 96MiB --block-size 4MiB
@@ -50,12 +51,16 @@ said "data file rank-00002.dat, block 3 " "the failure names the file and the bl
 [ ! -e "$WORK/D.local/c1" ] || fail "the failed GET committed c1"
 no_pending "$WORK/D.local"
 
-run "$CKPTCTL" peer get --to B --root "$WORK/B.durable" --into "$WORK/D.local" c1 --all \
-    --checkers 9
-expect 2 "ckptctl --checkers 9"
-run "$CKPTD" --root "$WORK/E.durable" --peer-checkers 9
-expect 2 "ckptd --peer-checkers 9"
-said "--peer-checkers 9: not a number in 0\.\.8" "ckptd's refusal"
+# Past 8, and what strtoul alone would take (a sign, a leading space, nothing): one rule
+# for both programs (kd_parse.c).
+for v in 9 +4 " 4" ""; do
+    run "$CKPTCTL" peer get --to B --root "$WORK/B.durable" --into "$WORK/D.local" c1 --all \
+        --checkers "$v"
+    expect 2 "ckptctl --checkers '$v'"
+    run "$CKPTD" --root "$WORK/E.durable" --peer-checkers "$v"
+    expect 2 "ckptd --peer-checkers '$v'"
+    said "--peer-checkers ${v//+/\\+}: not a number in 0\.\.8" "ckptd's refusal of '$v'"
+done
 
 stop A
 stop B
