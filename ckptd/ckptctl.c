@@ -23,7 +23,7 @@ static void usage(FILE *f)
 "       ckptctl drain (--socket PATH | --root DIR) [NAME [--offer]]\n"
 "                     [--daemon-timeout SECS]\n"
 "       ckptctl peer inventory PEER [--id ID] [--timeout SECS]\n"
-"       ckptctl peer put PEER --id ID --from LOCAL NAME [--timeout SECS]\n"
+"       ckptctl peer put PEER[,PEER...] --id ID --from LOCAL NAME [--timeout SECS]\n"
 "       ckptctl peer get PEER --into DIR NAME (--all | FILE...) [--source ID]\n"
 "                        [--id ID] [--timeout SECS] [--checkers N]\n"
 "\n"
@@ -55,7 +55,8 @@ static void usage(FILE *f)
 "  inventory  the copies the node holds: its own and its replicas of others'\n"
 "  put        sends the copy LOCAL/NAME (the data files it holds) to be kept as a\n"
 "             replica of its source (a partial copy's own, else --id); returns once\n"
-"             the peer committed it, every block checked on arrival\n"
+"             the peer committed it, every block checked on arrival. Several peers\n"
+"             (--to B,C or --addr A1,A2) are sent to at once, the copy read once\n"
 "  get        fetches NAME's manifest and data files (--all: every file of its\n"
 "             fullest copy there; none: the manifest alone) from a copy the peer\n"
 "             holds (of --source when given) into the copy DIR/NAME, every block\n"
@@ -170,7 +171,64 @@ static void on_progress(void *arg, uint64_t done, uint64_t total)
     (void)total;
 }
 
-/* ckptctl peer VERB ...: one call to a peer service. */
+/* Why a peer call's error makes exit status 2 rather than 1: no daemon to talk to, or
+ * none that answers, as status says it. */
+static bool unreachable(int r)
+{
+    return r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET || r == -EADDRNOTAVAIL;
+}
+
+/* peer put to each peer of the comma-separated list (daemon ids in root with ids, else
+ * addresses), the copy FROM/NAME read once for all (kd_peer_put_fan). */
+static int put_main(const char *list, bool ids, const char *root, const kd_peer_call *proto,
+                    const char *from, const char *name)
+{
+    typedef struct one {
+        char addr[KD_PEER_ADDR_MAX];
+        kd_peer_call c;
+        uint64_t moved;
+    } one;
+    char *s = strdup(list);
+    one *v = calloc(KD_REPLICAS_MAX, sizeof *v);
+    kd_peer_put_to *to = calloc(KD_REPLICAS_MAX, sizeof *to);
+    ck_err err = { 0 };
+    uint32_t n = 0;
+    int r = s && v && to ? 0 : ck_err_set(&err, -ENOMEM, "out of memory");
+    char *save = NULL;
+    for (char *t = r == 0 ? strtok_r(s, ",", &save) : NULL; r == 0 && t;
+         t = strtok_r(NULL, ",", &save)) {
+        uint64_t instance;
+        if (n == KD_REPLICAS_MAX - 1)
+            r = ck_err_set(&err, -E2BIG, "more than %u peers", KD_REPLICAS_MAX - 1);
+        else if (ids)
+            r = kd_addr_lookup(root, t, v[n].addr, sizeof v[n].addr, &instance, &err);
+        else
+            snprintf(v[n].addr, sizeof v[n].addr, "%s", t);
+        v[n].c = *proto;
+        v[n].c.addr = v[n].addr;
+        v[n].c.arg = &v[n].moved;
+        to[n].c = &v[n].c;
+        n += r == 0;
+    }
+    if (r == 0 && !n)
+        r = ck_err_set(&err, -EINVAL, "no peer named in '%s'", list);
+    if (r == 0)
+        r = kd_peer_put_fan(to, n, from, name);
+    for (uint32_t i = 0; i < n && err.code == 0; i++)
+        if (to[i].r == 0)
+            printf("%s: committed as a replica at peer %s (%llu bytes sent)\n", name, v[i].addr,
+                   (unsigned long long)v[i].moved);
+        else
+            fprintf(stderr, "ckptctl: peer put: %s\n", ck_err_msg(&to[i].err));
+    if (err.code)
+        fprintf(stderr, "ckptctl: peer put: %s\n", ck_err_msg(&err));
+    free(s);
+    free(v);
+    free(to);
+    return r == 0 ? 0 : unreachable(r) ? 2 : 1;
+}
+
+/* ckptctl peer VERB ...: one call to a peer service (a put: one or several). */
 static int peer_main(int argc, char **argv)
 {
     const char *verb = argc > 1 ? argv[1] : "", *addr = NULL, *to = NULL, *root = NULL;
@@ -221,6 +279,12 @@ static int peer_main(int argc, char **argv)
                        "$CKPTD_PEER_KEY), or its durable root with --root");
     else
         r = kd_peer_key_load(keyfile, root, false, &key, &err);
+    if (r == 0 && put) {
+        free(files);
+        kd_peer_call proto = { .id = id, .key = &key, .timeout = (unsigned)(timeout + 0.999),
+                               .progress = on_progress };
+        return put_main(addr ? addr : to, !addr, root, &proto, from, name);
+    }
     if (r == 0 && !addr &&
         (r = kd_addr_lookup(root, to, found, sizeof found, &instance, &err)) == 0)
         addr = found;
@@ -237,10 +301,6 @@ static int peer_main(int argc, char **argv)
                 print_copy(&v[i], true);
             kd_peer_copies_free(v, n);
         }
-    } else if (r == 0 && put) {
-        if ((r = kd_peer_put(&call, from, name, &err)) == 0)
-            printf("%s: committed as a replica at peer %s (%llu bytes sent)\n", name, addr,
-                   (unsigned long long)moved);
     } else if (r == 0) {
         snprintf(ask.name, sizeof ask.name, "%s", name);
         ask.n = nfiles;
@@ -257,10 +317,7 @@ static int peer_main(int argc, char **argv)
     free(files);
     if (r < 0)
         fprintf(stderr, "ckptctl: peer %s: %s\n", verb, ck_err_msg(&err));
-    /* No daemon to talk to, or none that answers: as status says it. */
-    bool unreachable = !addr || r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
-                       r == -EADDRNOTAVAIL;
-    return r == 0 ? 0 : unreachable ? 2 : 1;
+    return r == 0 ? 0 : !addr || unreachable(r) ? 2 : 1;
 }
 
 int main(int argc, char **argv)

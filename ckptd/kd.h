@@ -69,6 +69,7 @@
 
 #define KD_MAX_FDS 8          /* descriptors a client may have in flight unconsumed */
 #define KD_MAX_SHARDS (1u << 24) /* shard records per save (docs/PROTOCOL.md) */
+#define KD_REPLICAS_MAX 64u   /* --replicas: copies of a node's part, its own included */
 
 typedef struct kd_opts {
     const char *root;
@@ -690,6 +691,20 @@ int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_e
  * returns once the peer committed it. Its source is the copy's (a partial copy's
  * file says it), else c->id. */
 int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err);
+/* One peer of a PUT to several: its call, and how its PUT ended. */
+typedef struct kd_peer_put_to {
+    const kd_peer_call *c;
+    int r;                         /* 0: it committed the replica; else the error in err */
+    ck_err err;
+    double secs;                   /* from its PUT to its end */
+} kd_peer_put_to;
+/* kd_peer_put to n peers (at most KD_REPLICAS_MAX - 1) at once, on this thread: the
+ * copy is read once, each chunk sent to every peer still in (decision 0201), so the
+ * stream moves at its slowest peer's pace; a peer that fails (a refusal, its death,
+ * its silence) ends alone, and one silent while it holds the others back is given up
+ * at half its call's timeout. Peers that were busy are asked again together, within
+ * the first call's timeout. The first error of to[] (each says its own), or 0. */
+int kd_peer_put_fan(kd_peer_put_to *to, uint32_t n, const char *root, const char *name);
 /* Fetches NAME's manifest and data files (all of some copy's, or those named) from
  * the copy of source ("" or NULL: any) the peer holds, into the copy INTO/NAME,
  * checked block by block and committed by rename. */
@@ -710,16 +725,23 @@ struct kd_pmsg;
  * partial copy's own, else source. */
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
                   kd_preq *q, kd_xsend **out, ck_err *err);
-/* Sends DATA while the window allows; 1 once every byte is acknowledged. */
-int kd_xsend_pump(kd_xsend *x, struct kd_pconn *c, ck_err *err);
-/* The window the receiver stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX):
- * nothing is sent before it is set. */
-void kd_xsend_set_window(kd_xsend *x, uint32_t window);
-uint32_t kd_xsend_window(const kd_xsend *x);
-/* An ACK: how much the receiver took. */
-int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err);
-/* Bytes acknowledged (and the stream's, in total). */
-uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total);
+/* A receiver of the stream on c, a lane (its index, or -ENOMEM), with the window it
+ * stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX). Every lane is added before
+ * the first pump: each chunk is read once and sent on every lane still in. */
+int kd_xsend_to(kd_xsend *x, struct kd_pconn *c, uint32_t window);
+/* Sends DATA while every lane's window allows; 1 once every lane still in acknowledged
+ * every byte. A lane whose send fails is given up (its connection says why); < 0 when
+ * the copy cannot be read, or no lane is left. */
+int kd_xsend_pump(kd_xsend *x, ck_err *err);
+/* Gives a lane up: it is sent nothing more, and holds the others back no more. */
+void kd_xsend_drop(kd_xsend *x, int lane);
+uint32_t kd_xsend_window(const kd_xsend *x, int lane);
+/* An ACK on a lane: how much its receiver took. */
+int kd_xsend_ack(kd_xsend *x, int lane, uint64_t taken, ck_err *err);
+/* Bytes a lane's receiver acknowledged (and the stream's, in total). */
+uint64_t kd_xsend_done(const kd_xsend *x, int lane, uint64_t *total);
+/* Bytes sent (on every lane still in). */
+uint64_t kd_xsend_sent(const kd_xsend *x);
 bool kd_xsend_all_sent(const kd_xsend *x);
 void kd_xsend_free(kd_xsend *x);
 /* Receiving into ROOT/q->name, a copy of q->source, through a writer thread of its own

@@ -15,6 +15,7 @@
  * call's timeout in all (the peer is speaking meanwhile); unless the caller, which has
  * other holders to ask, wants the refusal at once (busy_fails).
  */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +54,43 @@ static int given_up(const kd_peer_call *c, ck_err *err)
     return ck_err_set(err, -ECANCELED, "the call to peer %s was given up", c->addr);
 }
 
-/* The next message, within the timeout: one of the peer's version, an ERROR made an
- * error. what says what is awaited. With x, a stream being received, its writer's
- * progress is acknowledged meanwhile (and counts as the peer's: it awaits the ACKs),
- * and 1 with no message says the stream is all written. */
+/* A message that came whole, without waiting (*out NULL: none yet): one of the peer's
+ * version; an ERROR or ABORT is made an error, as is a connection that failed. */
+static int take(call *k, kd_pmsg **out, ck_err *err)
+{
+    kd_pmsg *m = kd_pconn_next(k->pc);
+    *out = NULL;
+    if (m && m->version != KD_PEER_VERSION) {
+        int r = ck_err_set(err, -EPROTONOSUPPORT, "peer %s speaks ckptd peer protocol "
+                           "version %u, this build version %d", k->c->addr, m->version,
+                           KD_PEER_VERSION);
+        kd_pmsg_free(m);
+        return r;
+    }
+    if (m && (m->type == KD_P_ERROR || m->type == KD_P_ABORT)) {
+        char peer[KD_PEER_ADDR_MAX + CK_COPY_ID_MAX + 16];
+        snprintf(peer, sizeof peer, "peer %s%s%s%s", k->c->addr,
+                 k->peer_id[0] ? " (ckptd " : "", k->peer_id, k->peer_id[0] ? ")" : "");
+        int r = kd_pw_get_error(m, peer, err);
+        kd_pmsg_free(m);
+        return r;
+    }
+    *out = m;
+    return m || !kd_pconn_failed(k->pc, NULL) ? 0 : failed(k, -ECONNRESET, err);
+}
+
+/* A peer that said nothing for secs while this call waited for what. */
+static int silent(call *k, unsigned secs, const char *what, ck_err *err)
+{
+    return ck_err_set(err, -ETIMEDOUT, "peer %s%s%s%s said nothing for %u s while this call "
+                      "waited for %s", k->c->addr, k->peer_id[0] ? " (ckptd " : "", k->peer_id,
+                      k->peer_id[0] ? ")" : "", secs, what);
+}
+
+/* The next message, within the timeout (take). what says what is awaited. With x, a
+ * stream being received, its writer's progress is acknowledged meanwhile (and counts
+ * as the peer's: it awaits the ACKs), and 1 with no message says the stream is all
+ * written. */
 static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_err *err)
 {
     double last = kd_now();
@@ -73,35 +107,13 @@ static int wait_msg(call *k, const char *what, kd_xrecv *x, kd_pmsg **out, ck_er
         }
         if (w == 1)
             return w;
-        kd_pmsg *m = kd_pconn_next(k->pc);
-        if (m && m->version != KD_PEER_VERSION) {
-            int r = ck_err_set(err, -EPROTONOSUPPORT, "peer %s speaks ckptd peer protocol "
-                               "version %u, this build version %d", k->c->addr, m->version,
-                               KD_PEER_VERSION);
-            kd_pmsg_free(m);
+        int r = take(k, out, err);
+        if (r < 0 || *out)
             return r;
-        }
-        if (m && (m->type == KD_P_ERROR || m->type == KD_P_ABORT)) {
-            char peer[KD_PEER_ADDR_MAX + CK_COPY_ID_MAX + 16];
-            snprintf(peer, sizeof peer, "peer %s%s%s%s", k->c->addr,
-                     k->peer_id[0] ? " (ckptd " : "", k->peer_id, k->peer_id[0] ? ")" : "");
-            int r = kd_pw_get_error(m, peer, err);
-            kd_pmsg_free(m);
-            return r;
-        }
-        if (m) {
-            *out = m;
-            return 0;
-        }
-        if (kd_pconn_failed(k->pc, NULL))
-            return failed(k, -ECONNRESET, err);
         if (k->c->stop && k->c->stop(k->c->stop_arg))
             return given_up(k->c, err);
         if (kd_now() - last > k->c->timeout)
-            return ck_err_set(err, -ETIMEDOUT, "peer %s%s%s%s said nothing for %u s while "
-                              "this call waited for %s", k->c->addr,
-                              k->peer_id[0] ? " (ckptd " : "", k->peer_id,
-                              k->peer_id[0] ? ")" : "", k->c->timeout, what);
+            return silent(k, k->c->timeout, what, err);
         kd_ucx_wait(k->u, 100);
     }
 }
@@ -184,33 +196,6 @@ int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_e
     return r;
 }
 
-/* Sends the stream under the peer's acks, then awaits its COMMITTED. */
-static int stream_out(call *k, kd_xsend *x, const char *name, ck_err *err)
-{
-    kd_pmsg *m;
-    uint64_t total;
-    int r;
-    while ((r = kd_xsend_pump(x, k->pc, err)) == 0) {
-        if ((r = expect(k, KD_P_ACK, &m, err)) < 0)
-            return r;
-        r = kd_xsend_ack(x, m->arg, err);
-        kd_pmsg_free(m);
-        if (r < 0)
-            return r;
-        progress(k->c, kd_xsend_done(x, &total), total);
-    }
-    if (r < 0)
-        return r;
-    char got[CK_NAME_MAX];
-    if ((r = expect(k, KD_P_COMMITTED, &m, err)) < 0)
-        return r;
-    r = kd_pw_get_name(m, got, err);
-    kd_pmsg_free(m);
-    if (r == 0 && strcmp(got, name))
-        r = ck_err_set(err, -EPROTO, "peer %s committed %s, not %s", k->c->addr, got, name);
-    return r;
-}
-
 /* After a busy peer's refusal of a call begun at t0: whether to make it again (within
  * the call's timeout), having paused *ms, which grows; the refusal's message is then
  * dropped. The pause ends early when the caller stops the call: *r is then -ECANCELED,
@@ -235,49 +220,6 @@ static bool again(const kd_peer_call *c, double t0, unsigned *ms, int *r, ck_err
     }
     *err = (ck_err){ 0 };
     return true;
-}
-
-static int put_once(const kd_peer_call *c, const char *root, const char *name, ck_err *err)
-{
-    call k = { .c = c };
-    kd_preq q;
-    kd_xsend *x;
-    kd_pmsg *m;
-    int r = kd_xsend_open(root, name, c->id, NULL, &q, &x, err);
-    if (r < 0)
-        return r;
-    if ((r = call_open(&k, c, err)) == 0) {
-        ck__wbuf w = { 0 };
-        kd_pw_stream(&w, &q);
-        if ((r = kd_pconn_send_w(k.pc, KD_P_PUT, &w)) < 0)
-            r = failed(&k, r, err);
-    }
-    bool streaming = false;
-    uint32_t window;
-    if (r == 0 && (r = expect(&k, KD_P_PUT_READY, &m, err)) == 0) {
-        ck_err why = { 0 };
-        if ((r = kd_pw_get_window(m, &window, &why)) < 0)
-            ck_err_set(err, r, "peer %s: %s", c->addr, ck_err_msg(&why));
-        kd_pmsg_free(m);
-    }
-    if (r == 0) {
-        kd_xsend_set_window(x, window);
-        streaming = true;
-        r = stream_out(&k, x, name, err);
-    }
-    /* A PUT refused before its stream (busy, a replica there already) has nothing to
-     * give up. */
-    bool aborted = streaming && r < 0 && r != -ETIMEDOUT && !kd_pconn_failed(k.pc, NULL);
-    if (aborted) {
-        /* The peer may be mid-stream: it drops the copy rather than wait it out. */
-        ck__wbuf w = { 0 };
-        kd_pw_abort(&w, r, ck_err_msg(err));
-        kd_pconn_send_w(k.pc, KD_P_ABORT, &w);
-    }
-    kd_preq_free(&q);
-    kd_xsend_free(x);
-    call_close(&k, r == 0 || aborted);
-    return r;
 }
 
 /* What GET_OK says is coming must be what was asked: the name, and the files named. */
@@ -307,13 +249,252 @@ static int stream_in(call *k, kd_xrecv *x, ck_err *err)
     return r < 0 ? r : 0;
 }
 
-int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err)
+/* ---- PUT: a copy to one peer or to several, read once (decision 0201) ---- */
+
+/* One peer of a PUT being made: a lane of the stream once it said PUT_READY. */
+typedef struct lane {
+    call k;
+    kd_peer_put_to *to;
+    kd_peer_call c;                /* to->c, as its PUT is opened */
+    int at;                        /* its lane (kd_xsend_to) */
+    bool began;                    /* it took the stream */
+    bool streaming;                /* and it has not ended */
+    double t0, last;               /* kd_now() of its PUT, and when it last spoke */
+} lane;
+
+/* PUT, then PUT_READY: the peer takes the stream, on a lane of x. With others already
+ * waiting for the stream (first false), the peer has half its timeout to take it: the
+ * waiting peers' services give a PUT up after their whole timeout without DATA. */
+static int lane_open(lane *l, bool first, const kd_preq *q, kd_xsend *x, ck_err *err)
 {
+    call *k = &l->k;
+    kd_pmsg *m;
+    uint32_t window = 0;
+    l->t0 = kd_now();
+    l->c = *l->to->c;
+    if (!first && l->c.timeout > 1)
+        l->c.timeout /= 2;
+    int r = call_open(k, &l->c, err);
+    if (r == 0) {
+        ck__wbuf w = { 0 };
+        kd_pw_stream(&w, q);
+        if ((r = kd_pconn_send_w(k->pc, KD_P_PUT, &w)) < 0)
+            r = failed(k, r, err);
+    }
+    if (r == 0 && (r = expect(k, KD_P_PUT_READY, &m, err)) == 0) {
+        ck_err why = { 0 };
+        if ((r = kd_pw_get_window(m, &window, &why)) < 0)
+            ck_err_set(err, r, "peer %s: %s", l->to->c->addr, ck_err_msg(&why));
+        kd_pmsg_free(m);
+    }
+    if (r == 0 && (l->at = kd_xsend_to(x, k->pc, window)) < 0)
+        r = ck_err_set(err, l->at, "out of memory");
+    l->began = l->streaming = r == 0;
+    l->last = kd_now();
+    return r;
+}
+
+/* Lane l's PUT ended: r 0, its peer committed the replica; else r, said in err. */
+static void lane_end(lane *l, kd_xsend *x, int r, const ck_err *err)
+{
+    if (l->streaming)
+        kd_xsend_drop(x, l->at);
+    l->streaming = false;
+    l->to->r = r;
+    l->to->err = r < 0 ? *err : (ck_err){ 0 };
+    l->to->secs = kd_now() - l->t0;
+}
+
+/* What lane l's peer said since the last look (*heard: anything): ACKs, and once it
+ * took every byte, COMMITTED. 1 once it committed, 0 while it goes on, < 0 failed. */
+static int lane_poll(lane *l, kd_xsend *x, const char *name, bool *heard, ck_err *err)
+{
+    kd_pmsg *m;
+    int r;
+    kd_ucx_progress(l->k.u);
+    while ((r = take(&l->k, &m, err)) == 0 && m) {
+        uint64_t total, acked = kd_xsend_done(x, l->at, &total);
+        l->last = kd_now();
+        *heard = true;
+        if (m->type == KD_P_ACK && acked < total) {
+            if ((r = kd_xsend_ack(x, l->at, m->arg, err)) == 0)
+                progress(l->to->c, kd_xsend_done(x, l->at, &total), total);
+        } else if (m->type == KD_P_COMMITTED && acked == total) {
+            char got[CK_NAME_MAX];
+            if ((r = kd_pw_get_name(m, got, err)) == 0)
+                r = strcmp(got, name) ? ck_err_set(err, -EPROTO, "peer %s committed %s, not %s",
+                                                   l->to->c->addr, got, name) : 1;
+        } else {
+            r = ck_err_set(err, -EPROTO, "peer %s answered %s where %s was due", l->to->c->addr,
+                           kd_pw_type_name(m->type),
+                           kd_pw_type_name(acked < total ? KD_P_ACK : KD_P_COMMITTED));
+        }
+        kd_pmsg_free(m);
+        if (r != 0)
+            return r;
+    }
+    return r;
+}
+
+/* Whether lane l waits on its peer (bytes not acknowledged, or its COMMITTED), and
+ * whether it is starved (it took all it was sent, and another's window holds the
+ * rest back). */
+static bool owed(const lane *l, const kd_xsend *x)
+{
+    uint64_t total, acked = kd_xsend_done(x, l->at, &total);
+    return acked < kd_xsend_sent(x) || acked == total;
+}
+
+static bool starved(const lane *l, const kd_xsend *x)
+{
+    uint64_t total, acked = kd_xsend_done(x, l->at, &total);
+    return acked == kd_xsend_sent(x) && acked < total;
+}
+
+/* Until a streaming lane's worker has something, ms at most. */
+static void lanes_wait(lane *v, uint32_t n, int ms)
+{
+    struct pollfd pf[KD_REPLICAS_MAX];
+    nfds_t k = 0;
+    for (uint32_t i = 0; i < n && k < KD_REPLICAS_MAX; i++) {
+        if (!v[i].streaming)
+            continue;
+        if (!kd_ucx_arm(v[i].k.u))
+            return;                /* it has events: look again now */
+        pf[k++] = (struct pollfd){ .fd = kd_ucx_fd(v[i].k.u), .events = POLLIN };
+    }
+    poll(pf, k, ms);
+}
+
+/* One attempt at PUTs of ROOT/NAME to the n peers of to, each lane's end in its to. */
+static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const char *name)
+{
+    kd_preq q;
+    kd_xsend *x;
+    ck_err e = { 0 };
+    lane *v = NULL;
+    int r = kd_xsend_open(root, name, to[0]->c->id, NULL, &q, &x, &e);
+    if (r == 0 && !(v = calloc(n, sizeof *v))) {
+        kd_preq_free(&q);
+        kd_xsend_free(x);
+        r = ck_err_set(&e, -ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; r < 0 && i < n; i++) {
+        to[i]->r = r;
+        to[i]->err = e;
+    }
+    if (r < 0)
+        return;
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        v[i].to = to[i];
+        if ((r = lane_open(&v[i], live == 0, &q, x, &e)) < 0)
+            lane_end(&v[i], x, r, &e);
+        live += r == 0;
+    }
+    while (live) {
+        /* What every window allows goes out, each chunk read once for every lane. */
+        if ((r = kd_xsend_pump(x, &e)) < 0) {
+            for (uint32_t i = 0; i < n; i++) {
+                ck_err le = e;
+                if (v[i].streaming)
+                    lane_end(&v[i], x, kd_pconn_failed(v[i].k.pc, NULL)
+                                       ? failed(&v[i].k, r, &le) : r, &le);
+            }
+            break;
+        }
+        bool any_starved = false, heard = false;
+        for (uint32_t i = 0; i < n; i++)
+            any_starved |= v[i].streaming && starved(&v[i], x);
+        for (uint32_t i = 0; i < n; i++) {
+            lane *l = &v[i];
+            const kd_peer_call *c = l->to->c;
+            if (!l->streaming)
+                continue;
+            r = lane_poll(l, x, name, &heard, &e);
+            if (r == 0 && c->stop && c->stop(c->stop_arg))
+                r = given_up(c, &e);
+            double now = kd_now();
+            if (r == 0 && !owed(l, x))
+                l->last = now;
+            /* A lane that holds a starved one back is given up at half the timeout: the
+             * starved one's peer, awaiting DATA, gives its PUT up at the whole. */
+            unsigned limit = any_starved && !starved(l, x) && c->timeout > 1 ? c->timeout / 2
+                                                                               : c->timeout;
+            if (r == 0 && now - l->last > limit) {
+                uint64_t total, acked = kd_xsend_done(x, l->at, &total);
+                r = silent(&l->k, limit, acked < total ? "an ACK" : "COMMITTED", &e);
+            }
+            if (r != 0) {
+                lane_end(l, x, r > 0 ? 0 : r, &e);
+                live--;
+            }
+        }
+        if (live && !heard)
+            lanes_wait(v, n, 100);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        lane *l = &v[i];
+        /* A peer mid-stream drops the copy rather than wait it out; one that went
+         * silent or whose connection failed is closed at once. */
+        bool aborted = l->began && l->to->r < 0 && l->to->r != -ETIMEDOUT &&
+                       !kd_pconn_failed(l->k.pc, NULL);
+        if (aborted) {
+            ck__wbuf w = { 0 };
+            kd_pw_abort(&w, l->to->r, ck_err_msg(&l->to->err));
+            kd_pconn_send_w(l->k.pc, KD_P_ABORT, &w);
+        }
+        call_close(&l->k, l->to->r == 0 || aborted);
+    }
+    kd_preq_free(&q);
+    kd_xsend_free(x);
+    free(v);
+}
+
+int kd_peer_put_fan(kd_peer_put_to *to, uint32_t n, const char *root, const char *name)
+{
+    kd_peer_put_to **ask = malloc((n ? n : 1) * sizeof *ask);
+    for (uint32_t i = 0; i < n; i++)
+        to[i].r = ask ? 0 : ck_err_set(&to[i].err, -ENOMEM, "out of memory");
+    if (!ask)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        ask[i] = &to[i];
+    /* Peers that were busy are asked again, together, within the call's timeout. */
     double t0 = kd_now();
     unsigned ms = 0;
-    int r;
-    while ((r = put_once(c, root, name, err)) == -EBUSY && again(c, t0, &ms, &r, err))
-        ;
+    for (uint32_t k = n; k;) {
+        put_once(ask, k, root, name);
+        uint32_t busy = 0;
+        for (uint32_t i = 0; i < k; i++)
+            if (ask[i]->r == -EBUSY)
+                ask[busy++] = ask[i];
+        int r = -EBUSY;
+        ck_err e = { 0 };
+        if (busy && again(ask[0]->c, t0, &ms, &r, &e)) {
+            k = busy;
+            continue;
+        }
+        /* Out of time they stay busy; stopped by the caller, they are given up. */
+        for (uint32_t i = 0; r != -EBUSY && i < busy; i++) {
+            ask[i]->r = r;
+            ask[i]->err = e;
+        }
+        k = 0;
+    }
+    free(ask);
+    for (uint32_t i = 0; i < n; i++)
+        if (to[i].r < 0)
+            return to[i].r;
+    return 0;
+}
+
+int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err)
+{
+    kd_peer_put_to to = { .c = c };
+    int r = kd_peer_put_fan(&to, 1, root, name);
+    if (r < 0)
+        *err = to.err;
     return r;
 }
 

@@ -311,6 +311,9 @@ static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
     r = kd_inv_find(p->local, p->id, &ask, root, sizeof root, source, &err);
     if (r == 0)
         r = kd_xsend_open(root, ask.name, source, &ask, &q, &c->tx, &err);
+    /* The requester is the stream's one lane: lane 0. */
+    if (r == 0 && (r = kd_xsend_to(c->tx, c->pc, ask.window)) < 0)
+        ck_err_set(&err, r, "out of memory");
     if (r < 0) {
         say(p, "peer %s (ckptd %s): GET of %s refused: %s", kd_pconn_peer(c->pc), who(c),
             ask.name, ck_err_msg(&err));
@@ -320,7 +323,6 @@ static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
     }
     p->xfers++;
     snprintf(c->name, sizeof c->name, "%s", ask.name);
-    kd_xsend_set_window(c->tx, ask.window);
     kd_preq_free(&ask);
     ck__wbuf w = { 0 };
     kd_pw_stream(&w, &q);
@@ -412,7 +414,7 @@ static void on_ack(struct kd_peers *p, sconn *c, kd_pmsg *m)
         refuse(p, c, -EPROTO, !c->tx ? "an ACK outside a GET" : "an ACK with a payload");
         return;
     }
-    if (kd_xsend_ack(c->tx, m->arg, &err) < 0)
+    if (kd_xsend_ack(c->tx, 0, m->arg, &err) < 0)
         refuse(p, c, -EPROTO, ck_err_msg(&err));
 }
 
@@ -492,7 +494,7 @@ static void serve(struct kd_peers *p, sconn *c, double now)
         uint64_t total = 0;
         bool all_sent = c->tx && kd_xsend_all_sent(c->tx);
         if (all_sent)
-            kd_xsend_done(c->tx, &total);
+            kd_xsend_done(c->tx, 0, &total);
         const char *what = end_transfer(p, c);
         if (all_sent)
             say(p, "peer %s (ckptd %s): GET of %s: hung up with all %llu bytes sent",
@@ -506,12 +508,12 @@ static void serve(struct kd_peers *p, sconn *c, double now)
         put_poll(p, c, now);
     if (!c->drop && c->part)
         part_poll(p, c, now);
-    if (!c->drop && c->tx && (r = kd_xsend_pump(c->tx, c->pc, &err)) != 0) {
-        uint64_t total, done = kd_xsend_done(c->tx, &total);
+    if (!c->drop && c->tx && (r = kd_xsend_pump(c->tx, &err)) != 0) {
+        uint64_t total, done = kd_xsend_done(c->tx, 0, &total);
         if (r > 0) {
             say(p, "peer %s (ckptd %s): GET of %s: sent %llu bytes (window %u MiB)",
                 kd_pconn_peer(c->pc), who(c), c->name, (unsigned long long)done,
-                kd_xsend_window(c->tx) >> 20);
+                kd_xsend_window(c->tx, 0) >> 20);
         } else {
             say(p, "peer %s (ckptd %s): GET of %s failed: %s", kd_pconn_peer(c->pc), who(c),
                 c->name, ck_err_msg(&err));

@@ -5,6 +5,10 @@
  * KD_PEER_CHUNK, none across the end of a file, and sends each as a DATA carrying its
  * stream offset, never more than the receiver's window ahead of what the receiver
  * acknowledged (the receiver states it: a block per checker thread, decision 0200).
+ * A stream may have several receivers, its lanes (a PUT to every peer of a clique,
+ * decision 0201): each chunk is read once and sent on every lane still in, so the
+ * stream moves at the pace of its slowest receiver, and a lane given up holds nothing
+ * back.
  * The receiver takes DATA in any order within that window (UCX may complete a
  * rendezvous out of order), holds what came early, writes what is in order into the
  * new copy (ck__copy_in: every block checked against the manifest as it completes)
@@ -13,6 +17,7 @@
  * overlaps, or goes past the end is refused.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,12 +29,39 @@
 _Static_assert(KD_PEER_DATA_ALIGN % CK_COPY_OUT_ALIGN == 0,
                "the chunk buffers are aligned for the sender's O_DIRECT reads");
 
+/* One receiver of a stream. */
+typedef struct xlane {
+    struct kd_pconn *c;
+    uint64_t acked;
+    uint32_t window;               /* the one it stated */
+    bool gone;                     /* given up: it is sent nothing more */
+} xlane;
+
 struct kd_xsend {
     ck__copy_out *out;
-    uint64_t sent, acked;
-    uint32_t window;               /* the receiver's; 0 until it said it */
+    uint64_t sent;
     kd_bufs *bufs;                 /* the chunks' buffers, aligned for O_DIRECT reads */
+    xlane *lane;
+    uint32_t n;
 };
+
+/* A chunk in flight on several lanes: its buffer goes back once every send of it is
+ * done (the sends' completions run on the threads that progress their connections). */
+typedef struct xchunk {
+    kd_bufs *bufs;
+    void *buf;
+    atomic_uint refs;
+} xchunk;
+
+static void chunk_sent(void *ctx, void *payload)
+{
+    xchunk *k = ctx;
+    (void)payload;
+    if (atomic_fetch_sub(&k->refs, 1) == 1) {
+        kd_bufs_put(k->bufs, k->buf);
+        free(k);
+    }
+}
 
 /* The receiver: the connection's thread takes DATA, puts what is in order on a queue,
  * and sends the ACKs; a writer thread of the transfer's own takes the queue, writing
@@ -129,13 +161,38 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     return 0;
 }
 
-int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
+/* The end of what every lane's window allows, and whether any lane is still in. */
+static bool lanes_end(const kd_xsend *x, uint64_t *end)
 {
-    uint64_t total = x->out->total;
+    bool any = false;
+    *end = UINT64_MAX;
+    for (uint32_t i = 0; i < x->n; i++)
+        if (!x->lane[i].gone) {
+            any = true;
+            uint64_t e = x->lane[i].acked + x->lane[i].window;
+            *end = e < *end ? e : *end;
+        }
+    return any;
+}
+
+int kd_xsend_pump(kd_xsend *x, ck_err *err)
+{
+    uint64_t total = x->out->total, end;
     for (;;) {
-        /* Never past the window, and in whole alignment units (a file's chunks stay
+        if (!lanes_end(x, &end)) {
+            /* Say why the first lane whose connection failed did (one lane: its peer). */
+            for (uint32_t i = 0; i < x->n; i++) {
+                const char *why;
+                int f = kd_pconn_failed(x->lane[i].c, &why);
+                if (f)
+                    return ck_err_set(err, f, "peer %s: %s", kd_pconn_peer(x->lane[i].c), why);
+            }
+            return ck_err_set(err, -ECANCELED, "%s: every receiver of its stream was given up",
+                              x->out->info.name);
+        }
+        /* Never past a window, and in whole alignment units (a file's chunks stay
          * aligned for O_DIRECT; there are bytes in flight until room is made). */
-        uint64_t room = x->acked + x->window - x->sent;
+        uint64_t room = end > x->sent ? end - x->sent : 0;
         size_t n = room < KD_PEER_CHUNK ? (size_t)room : KD_PEER_CHUNK;
         n -= n % CK_COPY_OUT_ALIGN;
         if (x->sent == total || (!n && room < total - x->sent))
@@ -143,9 +200,12 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
         if (!n)
             n = (size_t)room;
         size_t got;
-        void *buf = kd_bufs_get(x->bufs);
-        if (!buf)
+        xchunk *k = malloc(sizeof *k);
+        void *buf = k ? kd_bufs_get(x->bufs) : NULL;
+        if (!buf) {
+            free(k);
             return ck_err_set(err, -ENOMEM, "out of memory");
+        }
         /* A chunk ends where a file ends, so that the next file's reads stay aligned. */
         int r = ck__copy_out_chunk(x->out, buf, n, &got, err);
         if (r == 0 && !got)
@@ -153,44 +213,68 @@ int kd_xsend_pump(kd_xsend *x, kd_pconn *c, ck_err *err)
                            (unsigned long long)(total - x->sent));
         if (r < 0) {
             kd_bufs_put(x->bufs, buf);
+            free(k);
             return r;
         }
-        if ((r = kd_pconn_send_buf(c, KD_P_DATA, x->sent, buf, got, kd_bufs_put,
-                                   x->bufs)) < 0) {
-            const char *why;
-            kd_pconn_failed(c, &why);
-            return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
-        }
+        unsigned live = 0;
+        for (uint32_t i = 0; i < x->n; i++)
+            live += !x->lane[i].gone;
+        *k = (xchunk){ .bufs = x->bufs, .buf = buf };
+        atomic_init(&k->refs, live);
+        /* A lane whose send fails is gone; its connection says why. */
+        for (uint32_t i = 0; i < x->n; i++)
+            if (!x->lane[i].gone && kd_pconn_send_buf(x->lane[i].c, KD_P_DATA, x->sent, buf, got,
+                                                      chunk_sent, k) < 0)
+                x->lane[i].gone = true;
         x->sent += got;
     }
-    return x->acked == total;
+    for (uint32_t i = 0; i < x->n; i++)
+        if (!x->lane[i].gone && x->lane[i].acked != total)
+            return 0;
+    return 1;
 }
 
-void kd_xsend_set_window(kd_xsend *x, uint32_t window)
+int kd_xsend_to(kd_xsend *x, struct kd_pconn *c, uint32_t window)
 {
-    x->window = window;
+    xlane *l = realloc(x->lane, (x->n + 1) * sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    x->lane = l;
+    l[x->n] = (xlane){ .c = c, .window = window };
+    return (int)x->n++;
 }
 
-uint32_t kd_xsend_window(const kd_xsend *x)
+void kd_xsend_drop(kd_xsend *x, int lane)
 {
-    return x->window;
+    x->lane[lane].gone = true;
 }
 
-int kd_xsend_ack(kd_xsend *x, uint64_t taken, ck_err *err)
+uint32_t kd_xsend_window(const kd_xsend *x, int lane)
 {
-    if (taken < x->acked || taken > x->sent)
+    return x->lane[lane].window;
+}
+
+int kd_xsend_ack(kd_xsend *x, int lane, uint64_t taken, ck_err *err)
+{
+    xlane *l = &x->lane[lane];
+    if (taken < l->acked || taken > x->sent)
         return ck_err_set(err, -EPROTO, "the peer acknowledged %llu bytes of the stream of %s; "
                           "%llu were sent and %llu acknowledged before",
                           (unsigned long long)taken, x->out->info.name,
-                          (unsigned long long)x->sent, (unsigned long long)x->acked);
-    x->acked = taken;
+                          (unsigned long long)x->sent, (unsigned long long)l->acked);
+    l->acked = taken;
     return 0;
 }
 
-uint64_t kd_xsend_done(const kd_xsend *x, uint64_t *total)
+uint64_t kd_xsend_done(const kd_xsend *x, int lane, uint64_t *total)
 {
     *total = x->out->total;
-    return x->acked;
+    return x->lane[lane].acked;
+}
+
+uint64_t kd_xsend_sent(const kd_xsend *x)
+{
+    return x->sent;
 }
 
 bool kd_xsend_all_sent(const kd_xsend *x)
@@ -203,6 +287,7 @@ void kd_xsend_free(kd_xsend *x)
     if (x) {
         ck__copy_out_close(x->out);
         kd_bufs_drop(x->bufs);
+        free(x->lane);
         free(x);
     }
 }

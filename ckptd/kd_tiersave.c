@@ -1,83 +1,74 @@
 /* kd_tiersave.c - the daemon's side of tiered saves (issue 31; docs/decisions/0174 and
  * 0175): the saver (async/saver_tier.c) commits each node's copy in its local tier and
  * calls kd_tiersave_replicate, on one of its worker threads, to send that copy to all
- * the other members of the node's clique at once over the peer service (kd_peer_put:
- * the peer checks every block's SHA-256 as it arrives and commits under
- * LOCAL/.replicas/ID/);
+ * the other members of the node's clique at once over the peer service, read once for
+ * all of them (kd_peer_put_fan: each peer checks every block's SHA-256 as it arrives
+ * and commits under LOCAL/.replicas/ID/);
  * kd_tiersave_settled hears where a save ended up once its levels are final: a
  * replicated save is offered to the drain to the durable tier (kd_drain.c), and
  * retention counts the new copies (kd_retain.c); kd_tiersave_durable drains a save that
  * asked for level durable at once, its engine waiting to hear how that ends (decision
  * 0176). */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kd.h"
 
-/* One peer's replica: its PUT, on a thread of its own (kd_peer_put owns what it uses). */
-typedef struct put_job {
-    kd_server *s;
-    const char *name, *peer;
-    int r;
-    double secs;
+/* A peer of the clique: where it listens, and the call made to it. */
+typedef struct clique_peer {
     char addr[KD_PEER_ADDR_MAX];
-    ck_err err;
-    pthread_t th;
-    bool apart;                    /* runs on th (else on the caller's thread) */
-} put_job;
-
-static void *put_one(void *arg)
-{
-    put_job *j = arg;
-    uint64_t instance;
-    ck_err why = { 0 };
-    int r = kd_addr_lookup(j->s->root, j->peer, j->addr, sizeof j->addr, &instance, &why);
-    if (r < 0) {
-        j->r = ck_err_set(&j->err, r, "replica of %s for ckptd %s: its peer address: %s",
-                          j->name, j->peer, ck_err_msg(&why));
-        return NULL;
-    }
-    kd_peer_call c = { .addr = j->addr, .id = j->s->o.id, .key = &j->s->peer_key,
-                       .timeout = j->s->o.peer_timeout };
-    double t0 = kd_now();
-    if ((r = kd_peer_put(&c, j->s->local_root, j->name, &why)) < 0)
-        j->r = ck_err_set(&j->err, r, "replica of %s at ckptd %s: %s", j->name, j->peer,
-                          ck_err_msg(&why));
-    j->secs = kd_now() - t0;
-    return NULL;
-}
+    kd_peer_call c;
+    const char *id;
+} clique_peer;
 
 int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
                           ck_err *err)
 {
     kd_server *s = arg;
-    put_job *jobs = calloc(n ? n : 1, sizeof *jobs);
-    if (!jobs)
+    clique_peer *p = calloc(n ? n : 1, sizeof *p);
+    kd_peer_put_to *to = calloc(n ? n : 1, sizeof *to);
+    if (!p || !to) {
+        free(p);
+        free(to);
         return ck_err_set(err, -ENOMEM, "replica of %s: out of memory", name);
-    /* The F-1 peers of a clique are sent to at once: the replicated level then costs the
-     * slowest transfer, not their sum. The first runs here, and so does one whose thread
-     * cannot be made. */
-    for (uint32_t i = 0; i < n; i++) {
-        jobs[i] = (put_job){ .s = s, .name = name, .peer = peers[i] };
-        jobs[i].apart = i > 0 && pthread_create(&jobs[i].th, NULL, put_one, &jobs[i]) == 0;
     }
-    for (uint32_t i = 0; i < n; i++)
-        if (!jobs[i].apart)
-            put_one(&jobs[i]);
     int r = 0;
+    uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (jobs[i].apart)
-            pthread_join(jobs[i].th, NULL);
-        if (jobs[i].r < 0 && r == 0)
-            r = ck_err_set(err, jobs[i].r, "%s", ck_err_msg(&jobs[i].err));
-        else if (jobs[i].r == 0)
-            kd_log(s, "checkpoint %s: replica committed by ckptd %s at %s, %.3f s", name,
-                   peers[i], jobs[i].addr, jobs[i].secs);
+        uint64_t instance;
+        ck_err why = { 0 };
+        int a = kd_addr_lookup(s->root, peers[i], p[k].addr, sizeof p[k].addr, &instance, &why);
+        if (a < 0) {
+            if (r == 0)
+                r = ck_err_set(err, a, "replica of %s for ckptd %s: its peer address: %s", name,
+                               peers[i], ck_err_msg(&why));
+            continue;
+        }
+        p[k].id = peers[i];
+        p[k].c = (kd_peer_call){ .addr = p[k].addr, .id = s->o.id, .key = &s->peer_key,
+                                 .timeout = s->o.peer_timeout };
+        to[k].c = &p[k].c;
+        k++;
     }
-    free(jobs);
+    /* The F-1 peers of a clique are sent to at once, from one read of the copy
+     * (decision 0201): the replicated level costs the slowest transfer, not their sum,
+     * and the local disk reads the copy once whatever F. */
+    if (k > 1)
+        kd_log(s, "checkpoint %s: its copy is read once for %u peers", name, k);
+    if (k)
+        kd_peer_put_fan(to, k, s->local_root, name);
+    for (uint32_t i = 0; i < k; i++) {
+        if (to[i].r < 0 && r == 0)
+            r = ck_err_set(err, to[i].r, "replica of %s at ckptd %s: %s", name, p[i].id,
+                           ck_err_msg(&to[i].err));
+        else if (to[i].r == 0)
+            kd_log(s, "checkpoint %s: replica committed by ckptd %s at %s, %.3f s", name,
+                   p[i].id, p[i].addr, to[i].secs);
+    }
+    free(p);
+    free(to);
     return r;
 }
 

@@ -219,7 +219,7 @@ static int parse(int argc, char **argv, kd_opts *o)
             r = number("--keep-durable", optarg, 0, 1u << 20, &o->keep_durable);
             break;
         case O_REPLICAS:
-            r = number("--replicas", optarg, 1, 64, &o->replicas);
+            r = number("--replicas", optarg, 1, KD_REPLICAS_MAX, &o->replicas);
             break;
         case O_JUMP:
             r = number("--jump", optarg, 1, 4096, &o->jump);

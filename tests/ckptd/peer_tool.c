@@ -28,6 +28,10 @@
  *   peer_tool serve-greedy DURABLE ID LOCAL
  *       the same service, but it answers a PUT with a PUT_READY that states a window
  *       of 1 GiB, more than a sender may be made to hold.
+ *   peer_tool serve-mute DURABLE ID LOCAL
+ *       the same service, but it answers a PUT with a PUT_READY of the least window,
+ *       then takes its DATA and never acknowledges any: a peer that goes silent
+ *       mid-stream while its connection stays up.
  *   peer_tool hostile ADDR CASE
  *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
  *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
@@ -684,6 +688,7 @@ typedef enum fake_how {
     FAKE_UNSEALED,                 /* seals nothing after AUTH */
     FAKE_LYING,                    /* declares a manifest SHA-256 that is not its manifest's */
     FAKE_GREEDY,                   /* states a window of 1 GiB to a PUT */
+    FAKE_MUTE,                     /* takes a PUT's DATA and acknowledges none */
 } fake_how;
 
 typedef struct fake {
@@ -729,8 +734,8 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
     } else if (m->type == KD_P_GET && !fc->tx) {
         if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
             (r = kd_inv_find(f->local, f->id, &ask, root, sizeof root, source, &err)) == 0 &&
-            (r = kd_xsend_open(root, ask.name, source, &ask, &q, &fc->tx, &err)) == 0) {
-            kd_xsend_set_window(fc->tx, ask.window);
+            (r = kd_xsend_open(root, ask.name, source, &ask, &q, &fc->tx, &err)) == 0 &&
+            (r = kd_xsend_to(fc->tx, fc->pc, ask.window)) == 0) {
             if (f->how == FAKE_SLOW && q.n > 0) {
                 printf("answering a GET of %u data file(s) in %.1f s\n", q.n, f->slow);
                 usleep((useconds_t)(f->slow * 1e6));
@@ -741,13 +746,20 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
             kd_pconn_send_w(fc->pc, KD_P_GET_OK, &w);
             kd_pconn_set_budget(fc->pc, KD_PEER_MSG_MAX);
             fc->files = q.n > 0;
-            r = kd_xsend_pump(fc->tx, fc->pc, &err);
+            r = kd_xsend_pump(fc->tx, &err);
         }
         kd_preq_free(&ask);
         kd_preq_free(&q);
     } else if (m->type == KD_P_PUT && f->how == FAKE_GREEDY) {
         kd_pw_window(&w, 1u << 30);
         kd_pconn_send_w(fc->pc, KD_P_PUT_READY, &w);
+    } else if (m->type == KD_P_PUT && f->how == FAKE_MUTE) {
+        /* Room for the window it states, as the real service makes: its DATA arrives,
+         * and is dropped unanswered. */
+        kd_pconn_set_budget(fc->pc, KD_PEER_WINDOW_MIN + KD_PEER_CHUNK_MAX + KD_PEER_REQ_MAX);
+        kd_pw_window(&w, KD_PEER_WINDOW_MIN);
+        kd_pconn_send_w(fc->pc, KD_P_PUT_READY, &w);
+        printf("taking a PUT, acknowledging nothing\n");
     } else if (m->type == KD_P_PART) {
         /* A fake writes no part of a drain: the drain falls back to fetching (decision
          * 0197), which is what the fakes are for. */
@@ -757,8 +769,8 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
         printf("dying at the first ACK of a GET, %llu bytes taken\n", (unsigned long long)m->arg);
         _exit(9);
     } else if (m->type == KD_P_ACK && fc->tx) {
-        if ((r = kd_xsend_ack(fc->tx, m->arg, &err)) == 0 &&
-            (r = kd_xsend_pump(fc->tx, fc->pc, &err)) == 1)
+        if ((r = kd_xsend_ack(fc->tx, 0, m->arg, &err)) == 0 &&
+            (r = kd_xsend_pump(fc->tx, &err)) == 1)
             r = 0;
     }
     if (r < 0)
@@ -825,7 +837,8 @@ int main(int argc, char **argv)
                                          [FAKE_SLOW] = "serve-slow",
                                          [FAKE_UNSEALED] = "serve-unsealed",
                                          [FAKE_LYING] = "serve-lying",
-                                         [FAKE_GREEDY] = "serve-greedy" };
+                                         [FAKE_GREEDY] = "serve-greedy",
+                                         [FAKE_MUTE] = "serve-mute" };
     for (unsigned how = 0; argc >= 5 && how < sizeof fakes / sizeof *fakes; how++)
         if (!strcmp(argv[1], fakes[how]) && (how != FAKE_SLOW || argc >= 6))
             return serve_fake(argv[2], &(fake){ .id = argv[3], .local = argv[4], .how = how,

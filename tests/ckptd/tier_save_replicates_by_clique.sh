@@ -11,7 +11,8 @@
 #     and its rank's file, NAME/copy naming it (ckpt-verify says partial, not corrupt);
 #   - each node's copy is kept as a replica by exactly the other members of its clique,
 #     here the node J = 2 apart, on another host: the holder's log names the PUT's
-#     sender by the address of the sender's host (the bytes crossed the bridge);
+#     sender by the address of the sender's host (the bytes crossed the bridge); with
+#     F = 3 the sender read its copy once for both peers;
 #   - nothing of step-7 is in the durable root (the tiers' level is not durable);
 #   - rank r restored through its node's daemon (tier_load) equals the data saved.
 # Skipped (77) where network namespaces cannot be made.
@@ -69,6 +70,9 @@ for i in $nodes; do
             [ ! -e "$rep" ] || fail "n$p keeps a replica of n$i's part, outside n$i's clique ($peers)"
         fi
     done
+    # Sent to its clique from one read of the copy (decision 0201).
+    [ "$F" -le 2 ] || logged "n$i" "checkpoint step-7: its copy is read once for $((F - 1)) peers" \
+        "n$i's copy read once for its $((F - 1)) peers"
     for p in $peers; do
         logged "n$p" "peer ${NETNS_ADDRS[i]//./\\.}:[0-9]+ \(ckptd n$i\): replica step-7 of ckptd n$i committed" \
             "n$i's part sent from host $i to n$p on host $p"
