@@ -57,6 +57,7 @@ static void usage(FILE *f)
 "             replica of its source (a partial copy's own, else --id); returns once\n"
 "             the peer committed it, every block checked on arrival. Several peers\n"
 "             (--to B,C or --addr A1,A2) are sent to at once, the copy read once\n"
+"             for all of them\n"
 "  get        fetches NAME's manifest and data files (--all: every file of its\n"
 "             fullest copy there; none: the manifest alone) from a copy the peer\n"
 "             holds (of --source when given) into the copy DIR/NAME, every block\n"
@@ -193,6 +194,7 @@ static int put_main(const char *list, bool ids, const char *root, const kd_peer_
     kd_peer_put_to *to = calloc(KD_REPLICAS_MAX, sizeof *to);
     ck_err err = { 0 };
     uint32_t n = 0;
+    bool unknown = false;          /* a daemon id whose address is not to be had */
     int r = s && v && to ? 0 : ck_err_set(&err, -ENOMEM, "out of memory");
     char *save = NULL;
     for (char *t = r == 0 ? strtok_r(s, ",", &save) : NULL; r == 0 && t;
@@ -201,7 +203,8 @@ static int put_main(const char *list, bool ids, const char *root, const kd_peer_
         if (n == KD_REPLICAS_MAX - 1)
             r = ck_err_set(&err, -E2BIG, "more than %u peers", KD_REPLICAS_MAX - 1);
         else if (ids)
-            r = kd_addr_lookup(root, t, v[n].addr, sizeof v[n].addr, &instance, &err);
+            unknown = (r = kd_addr_lookup(root, t, v[n].addr, sizeof v[n].addr, &instance,
+                                          &err)) < 0;
         else
             snprintf(v[n].addr, sizeof v[n].addr, "%s", t);
         v[n].c = *proto;
@@ -225,7 +228,7 @@ static int put_main(const char *list, bool ids, const char *root, const kd_peer_
     free(s);
     free(v);
     free(to);
-    return r == 0 ? 0 : unreachable(r) ? 2 : 1;
+    return r == 0 ? 0 : unknown || unreachable(r) ? 2 : 1;
 }
 
 /* ckptctl peer VERB ...: one call to a peer service (a put: one or several). */

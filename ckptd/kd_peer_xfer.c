@@ -219,7 +219,8 @@ int kd_xsend_pump(kd_xsend *x, ck_err *err)
         unsigned live = 0;
         for (uint32_t i = 0; i < x->n; i++)
             live += !x->lane[i].gone;
-        *k = (xchunk){ .bufs = x->bufs, .buf = buf };
+        k->bufs = x->bufs;
+        k->buf = buf;
         atomic_init(&k->refs, live);
         /* A lane whose send fails is gone; its connection says why. */
         for (uint32_t i = 0; i < x->n; i++)

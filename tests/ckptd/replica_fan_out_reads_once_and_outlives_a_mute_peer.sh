@@ -6,6 +6,8 @@
 #      (getrusage of the child) for the two peers stay under 1.5x the copy, where the
 #      one PUT read at least the copy (checked where this machine counts reads; a
 #      tmpfs counts none, and the test says so);
+#      A put that names a daemon with no published address (--to B,Z) sends nothing,
+#      exits 2 and names Z;
 #   2. c4 to B and to a fake peer M that takes the stream and never acknowledges any
 #      of it (peer_tool serve-mute), with --timeout 4: M holds B's lane back, so M is
 #      given up at half the timeout (2 s), named; B's replica still commits and
@@ -56,6 +58,12 @@ if [ "$one" -ge "$size" ]; then
 else
     echo "this file system counts no block reads ($one bytes for one PUT): not checked here"
 fi
+
+# A daemon id with no published address fails the whole put before anything is sent.
+run "$CKPTCTL" peer put --to B,Z --root "$(durable_of B)" --id A --from "$WORK/A.local" c3
+expect 2 "a PUT to B and to a daemon that published no address"
+said "ckptctl: peer put: .*\bZ\b" "the error names Z"
+[ ! -e "$WORK/B.local/.replicas/A/c3" ] || fail "B took c3 though the put named an unknown peer"
 
 echo "--- 2. a mute peer is given up, and the other's replica commits"
 mkdir -p "$(durable_of M)" "$WORK/M.local"
