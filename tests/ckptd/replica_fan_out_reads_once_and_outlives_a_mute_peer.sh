@@ -49,12 +49,14 @@ for p in B C; do
     run "$CKPT_VERIFY" "$WORK/$p.local/.replicas/A" c2 --deep
     expect 0 "$p's replica of c2"
     for f in "$WORK"/A.local/c2/*.dat; do
-        cmp -s "$f" "$WORK/$p.local/.replicas/A/c2/${f##*/}" || fail "$p's ${f##*/} differs from A's"
+        cmp -s "$f" "$WORK/$p.local/.replicas/A/c2/${f##*/}" ||
+            fail "$p's ${f##*/} differs from A's"
     done
 done
 echo "block reads: one PUT $one bytes, a PUT to two peers $fan bytes, the copy $size bytes"
 if [ "$one" -ge "$size" ]; then
-    [ "$fan" -lt $((size * 3 / 2)) ] || fail "a PUT to two peers read $fan bytes of a $size-byte copy"
+    [ "$fan" -lt $((size * 3 / 2)) ] ||
+        fail "a PUT to two peers read $fan bytes of a $size-byte copy"
 else
     echo "this file system counts no block reads ($one bytes for one PUT): not checked here"
 fi
@@ -70,7 +72,8 @@ mkdir -p "$(durable_of M)" "$WORK/M.local"
 "$PEER_TOOL" serve-mute "$(durable_of M)" M "$WORK/M.local" >"$WORK/M.out" 2>&1 &
 PID[M]=$!
 for _ in $(seq 100); do [ -s "$(durable_of M)/.ckptd.M.peer" ] && break; sleep 0.05; done
-[ -s "$(durable_of M)/.ckptd.M.peer" ] || fail "the mute peer did not publish its address: $(cat "$WORK/M.out")"
+[ -s "$(durable_of M)/.ckptd.M.peer" ] ||
+    fail "the mute peer did not publish its address: $(cat "$WORK/M.out")"
 put "$(addr B),$(addr M)" c4 --timeout 4
 expect 2 "a PUT whose one peer never answered"
 said "c4: committed as a replica at peer $(addr B)" "B's replica, whatever M did"
