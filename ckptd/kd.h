@@ -370,6 +370,10 @@ void kd_retain_run(kd_server *s);
  * --peer-checkers; by default one per CPU but the writer's, none on one CPU (the writer
  * checks). */
 #define KD_PEER_CHECKERS 8u
+/* A sender's read-ahead (decision 0202): KD_PEER_READERS chunks read at once, at most
+ * KD_PEER_AHEAD chunks read past what was sent. */
+#define KD_PEER_READERS 4u
+#define KD_PEER_AHEAD 8u
 #define KD_PEER_CONNS_MAX 32u               /* connections the service keeps */
 #define KD_PEER_XFERS_MAX 4u                /* PUTs and GETs it serves at once */
 #define KD_PEER_PORT 7471                   /* --peer-listen without a port */
@@ -725,13 +729,17 @@ struct kd_pmsg;
  * partial copy's own, else source. */
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
                   kd_preq *q, kd_xsend **out, ck_err *err);
-/* A receiver of the stream on c, a lane (its index, or -ENOMEM), with the window it
- * stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX). Every lane is added before
- * the first pump: each chunk is read once and sent on every lane still in. */
-int kd_xsend_to(kd_xsend *x, struct kd_pconn *c, uint32_t window);
-/* Sends DATA while every lane's window allows; 1 once every lane still in acknowledged
- * every byte. A lane whose send fails is given up (its connection says why); < 0 when
- * the copy cannot be read, or no lane is left. */
+/* A receiver of the stream on c, whose worker is u, a lane (its index, or -ENOMEM),
+ * with the window it stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX). Every
+ * lane is added before the first pump (-EINVAL after): each chunk is read once and sent
+ * on every lane still in. The stream's readers signal every lane's u when the next
+ * chunk is read, so the thread that pumps waits on its workers alone; u stays valid
+ * until kd_xsend_free. */
+int kd_xsend_to(kd_xsend *x, struct kd_pconn *c, struct kd_ucx *u, uint32_t window);
+/* Sends DATA of what the readers read while every lane's window allows (never waiting
+ * for a read); 1 once every lane still in acknowledged every byte. A lane whose send
+ * fails is given up (its connection says why); < 0 when the copy cannot be read, or no
+ * lane is left. */
 int kd_xsend_pump(kd_xsend *x, ck_err *err);
 /* Gives a lane up: it is sent nothing more, and holds the others back no more. */
 void kd_xsend_drop(kd_xsend *x, int lane);

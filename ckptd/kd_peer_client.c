@@ -287,7 +287,7 @@ static int lane_open(lane *l, bool first, const kd_preq *q, kd_xsend *x, ck_err 
             ck_err_set(err, r, "peer %s: %s", l->to->c->addr, ck_err_msg(&why));
         kd_pmsg_free(m);
     }
-    if (r == 0 && (l->at = kd_xsend_to(x, k->pc, window)) < 0)
+    if (r == 0 && (l->at = kd_xsend_to(x, k->pc, k->u, window)) < 0)
         r = ck_err_set(err, l->at, "out of memory");
     l->began = l->streaming = r == 0;
     l->last = kd_now();
@@ -433,6 +433,8 @@ static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const ch
         if (live && !heard)
             lanes_wait(v, n, 100);
     }
+    /* The stream's readers end before the lanes' workers they wake. */
+    kd_xsend_free(x);
     for (uint32_t i = 0; i < n; i++) {
         lane *l = &v[i];
         /* A peer mid-stream drops the copy rather than wait it out; one that went
@@ -447,7 +449,6 @@ static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const ch
         call_close(&l->k, l->to->r == 0 || aborted);
     }
     kd_preq_free(&q);
-    kd_xsend_free(x);
     free(v);
 }
 

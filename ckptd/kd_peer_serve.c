@@ -7,8 +7,12 @@
  * and PART (a copy's files written into the durable copy a drain's committer began,
  * kd_drain_part.c, on a thread of its own, one at a time, paced at --drain-rate).
  *
- * The daemon's event loop never waits on it: the thread does its transfers' file I/O
- * and its own polling, and the loop only starts and stops it. Peers are other nodes:
+ * The daemon's event loop never waits on it: the thread does its own polling, and the
+ * loop only starts and stops it. Nor does the thread move its transfers' data to or
+ * from the disk: a PUT's copy is written by the transfer's writer and checkers, a
+ * GET's read ahead by the stream's readers (kd_peer_xfer.c), a PART by its own thread;
+ * what stays on it is a copy's opening and its commit (a few small files, the fsyncs
+ * and the rename). Peers are other nodes:
  * a message that is not the protocol, of another version, out of order, or naming
  * what it may not is refused with ERROR, logged with the peer's address, and its
  * connection closed; nothing it sends can make the service write outside LOCAL (names
@@ -312,7 +316,7 @@ static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
     if (r == 0)
         r = kd_xsend_open(root, ask.name, source, &ask, &q, &c->tx, &err);
     /* The requester is the stream's one lane: lane 0. */
-    if (r == 0 && (r = kd_xsend_to(c->tx, c->pc, ask.window)) < 0)
+    if (r == 0 && (r = kd_xsend_to(c->tx, c->pc, p->u, ask.window)) < 0)
         ck_err_set(&err, r, "out of memory");
     if (r < 0) {
         say(p, "peer %s (ckptd %s): GET of %s refused: %s", kd_pconn_peer(c->pc), who(c),

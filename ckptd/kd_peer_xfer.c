@@ -1,10 +1,14 @@
 /* kd_peer_xfer.c - a copy's stream over a peer connection, both ways (docs/PROTOCOL.md,
  * "Peer protocol", "A transfer").
  *
- * The sender reads the copy (ops/copy.h, ck__copy_out_chunk) in chunks of at most
- * KD_PEER_CHUNK, none across the end of a file, and sends each as a DATA carrying its
- * stream offset, never more than the receiver's window ahead of what the receiver
- * acknowledged (the receiver states it: a block per checker thread, decision 0200).
+ * The sender cuts the copy (ops/copy.h, ck__copy_out_cut) in chunks of at most
+ * KD_PEER_CHUNK, none across the end of a file, which reader threads of the stream's
+ * own read ahead of the sends, KD_PEER_READERS at once and at most KD_PEER_AHEAD chunks
+ * past what was sent (decision 0202): a disk gives its speed only to several reads at
+ * once, and the thread that sends (a peer service's, which serves every connection)
+ * never waits on one. Each chunk goes out as a DATA carrying its stream offset, in
+ * order, never more than the receiver's window ahead of what the receiver acknowledged
+ * (the receiver states it: a block per checker thread, decision 0200).
  * A stream may have several receivers, its lanes (a PUT to every peer of a clique,
  * decision 0201): each chunk is read once and sent on every lane still in, so the
  * stream moves at the pace of its slowest receiver, and a lane given up holds nothing
@@ -32,10 +36,20 @@ _Static_assert(KD_PEER_DATA_ALIGN % CK_COPY_OUT_ALIGN == 0,
 /* One receiver of a stream. */
 typedef struct xlane {
     struct kd_pconn *c;
+    kd_ucx *u;                     /* its connection's worker: woken when a chunk is read */
     uint64_t acked;
     uint32_t window;               /* the one it stated */
     bool gone;                     /* given up: it is sent nothing more */
 } xlane;
+
+/* A chunk read ahead: a slot of the ring between the readers and the sends. */
+typedef struct xread {
+    void *buf;
+    size_t len;
+    bool done;                     /* read, or failed (r) */
+    int r;
+    ck_err err;
+} xread;
 
 struct kd_xsend {
     ck__copy_out *out;
@@ -43,6 +57,14 @@ struct kd_xsend {
     kd_bufs *bufs;                 /* the chunks' buffers, aligned for O_DIRECT reads */
     xlane *lane;
     uint32_t n;
+    pthread_t rd[KD_PEER_READERS];
+    unsigned nrd;                  /* readers started (at the first pump) */
+    pthread_mutex_t mu;            /* guards what follows, and the cutting of out */
+    pthread_cond_t cv;             /* a reader waits for room in the ring */
+    xread ring[KD_PEER_AHEAD];     /* chunk i is ring[i % KD_PEER_AHEAD] */
+    uint64_t head, tail;           /* the next chunk to send; the next to cut */
+    bool cut_all;                  /* every chunk was cut (or a cut failed) */
+    bool stop;
 };
 
 /* A chunk in flight on several lanes: its buffer goes back once every send of it is
@@ -125,7 +147,7 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     kd_xsend *x = calloc(1, sizeof *x);
     const char **names = ask && !ask->all && ask->n ? malloc(ask->n * sizeof *names) : NULL;
     if (x)
-        x->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_WINDOW_MAX / KD_PEER_CHUNK + 1);
+        x->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_BUFS_KEEP + KD_PEER_AHEAD);
     if (!x || !x->bufs || (ask && !ask->all && ask->n && !names)) {
         if (x)
             kd_bufs_drop(x->bufs);
@@ -133,6 +155,8 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
         free(names);
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
     for (uint32_t i = 0; names && i < ask->n; i++)
         names[i] = ask->files[i].name;
     /* A GET of no files asks for the manifest alone. */
@@ -141,8 +165,7 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
                               ask && !ask->all ? ask->n : 0, &x->out, err);
     free(names);
     if (r < 0) {
-        kd_bufs_drop(x->bufs);
-        free(x);
+        kd_xsend_free(x);
         return r;
     }
     snprintf(q->name, sizeof q->name, "%s", name);
@@ -161,25 +184,93 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     return 0;
 }
 
-/* The end of what every lane's window allows, and whether any lane is still in. */
-static bool lanes_end(const kd_xsend *x, uint64_t *end)
+/* Under mu: every lane's connection hears that the chunk at the head is read (the
+ * thread that sends waits on their workers). */
+static void wake_lanes(const kd_xsend *x)
 {
-    bool any = false;
+    for (uint32_t i = 0; i < x->n; i++)
+        kd_ucx_signal(x->lane[i].u);
+}
+
+/* A reader: cuts the next chunk (in stream order, under mu), reads it without the
+ * lock, and puts it in its slot, while the ring has room and the stream has chunks. */
+static void *reader(void *arg)
+{
+    kd_xsend *x = arg;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        while (!x->stop && !x->cut_all && x->tail - x->head >= KD_PEER_AHEAD)
+            pthread_cond_wait(&x->cv, &x->mu);
+        if (x->stop || x->cut_all)
+            break;
+        xread *s = &x->ring[x->tail % KD_PEER_AHEAD];
+        ck__copy_cut k;
+        ck_err e = { 0 };
+        int r = ck__copy_out_cut(x->out, KD_PEER_CHUNK, &k, &e);
+        if (r == 0 && !k.len) {
+            x->cut_all = true;
+            break;
+        }
+        *s = (xread){ .r = r, .err = e, .done = r < 0 };
+        uint64_t me = x->tail++;
+        if (r < 0) {
+            /* The copy cannot be read on: the pump says so when it reaches this slot. */
+            x->cut_all = true;
+            if (me == x->head)
+                wake_lanes(x);
+            break;
+        }
+        pthread_mutex_unlock(&x->mu);
+        void *buf = kd_bufs_get(x->bufs);
+        if (buf) {
+            r = ck__copy_cut_read(x->out, &k, buf, &e);
+        } else {
+            ck__copy_cut_drop(&k);
+            r = ck_err_set(&e, -ENOMEM, "%s: out of memory", x->out->info.name);
+        }
+        if (r < 0 && buf) {
+            kd_bufs_put(x->bufs, buf);
+            buf = NULL;
+        }
+        pthread_mutex_lock(&x->mu);
+        *s = (xread){ .buf = buf, .len = k.len, .done = true, .r = r, .err = e };
+        if (me == x->head)
+            wake_lanes(x);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+/* The readers, once every lane is in (they wake the lanes' workers). */
+static int readers_start(kd_xsend *x, ck_err *err)
+{
+    while (x->nrd < KD_PEER_READERS && pthread_create(&x->rd[x->nrd], NULL, reader, x) == 0)
+        x->nrd++;
+    return x->nrd ? 0 : ck_err_set(err, -EAGAIN, "%s: no thread to read it", x->out->info.name);
+}
+
+/* The end of what every lane's window allows, and the lanes still in. */
+static unsigned lanes_end(const kd_xsend *x, uint64_t *end)
+{
+    unsigned live = 0;
     *end = UINT64_MAX;
     for (uint32_t i = 0; i < x->n; i++)
         if (!x->lane[i].gone) {
-            any = true;
+            live++;
             uint64_t e = x->lane[i].acked + x->lane[i].window;
             *end = e < *end ? e : *end;
         }
-    return any;
+    return live;
 }
 
 int kd_xsend_pump(kd_xsend *x, ck_err *err)
 {
     uint64_t total = x->out->total, end;
+    if (!x->nrd && x->sent < total && readers_start(x, err) < 0)
+        return err->code;
     for (;;) {
-        if (!lanes_end(x, &end)) {
+        unsigned live = lanes_end(x, &end);
+        if (!live) {
             /* Say why the first lane whose connection failed did (one lane: its peer). */
             for (uint32_t i = 0; i < x->n; i++) {
                 const char *why;
@@ -190,44 +281,41 @@ int kd_xsend_pump(kd_xsend *x, ck_err *err)
             return ck_err_set(err, -ECANCELED, "%s: every receiver of its stream was given up",
                               x->out->info.name);
         }
-        /* Never past a window, and in whole alignment units (a file's chunks stay
-         * aligned for O_DIRECT; there are bytes in flight until room is made). */
-        uint64_t room = end > x->sent ? end - x->sent : 0;
-        size_t n = room < KD_PEER_CHUNK ? (size_t)room : KD_PEER_CHUNK;
-        n -= n % CK_COPY_OUT_ALIGN;
-        if (x->sent == total || (!n && room < total - x->sent))
+        if (x->sent == total)
             break;
-        if (!n)
-            n = (size_t)room;
-        size_t got;
+        /* The next chunk in stream order, once it is read and every window has room
+         * for it whole (a window, 8 MiB at least, always takes a chunk once what was
+         * sent is acknowledged). */
+        pthread_mutex_lock(&x->mu);
+        xread s = x->head < x->tail ? x->ring[x->head % KD_PEER_AHEAD] : (xread){ 0 };
+        bool go = s.done && s.r == 0 && x->sent + s.len <= end;
+        if (go) {
+            x->ring[x->head % KD_PEER_AHEAD] = (xread){ 0 };
+            x->head++;
+            pthread_cond_signal(&x->cv);
+        }
+        pthread_mutex_unlock(&x->mu);
+        if (s.done && s.r < 0) {
+            *err = s.err;
+            return s.r;
+        }
+        if (!go)
+            break;
         xchunk *k = malloc(sizeof *k);
-        void *buf = k ? kd_bufs_get(x->bufs) : NULL;
-        if (!buf) {
-            free(k);
+        if (!k) {
+            kd_bufs_put(x->bufs, s.buf);
             return ck_err_set(err, -ENOMEM, "out of memory");
         }
-        /* A chunk ends where a file ends, so that the next file's reads stay aligned. */
-        int r = ck__copy_out_chunk(x->out, buf, n, &got, err);
-        if (r == 0 && !got)
-            r = ck_err_set(err, -EIO, "%s: the copy ended %llu bytes early", x->out->info.name,
-                           (unsigned long long)(total - x->sent));
-        if (r < 0) {
-            kd_bufs_put(x->bufs, buf);
-            free(k);
-            return r;
-        }
-        unsigned live = 0;
-        for (uint32_t i = 0; i < x->n; i++)
-            live += !x->lane[i].gone;
         k->bufs = x->bufs;
-        k->buf = buf;
+        k->buf = s.buf;
         atomic_init(&k->refs, live);
-        /* A lane whose send fails is gone; its connection says why. */
+        /* A lane whose send fails is gone; its connection says why (the chunk's count
+         * was taken for it: its send's release, or this, gives it back). */
         for (uint32_t i = 0; i < x->n; i++)
-            if (!x->lane[i].gone && kd_pconn_send_buf(x->lane[i].c, KD_P_DATA, x->sent, buf, got,
-                                                      chunk_sent, k) < 0)
+            if (!x->lane[i].gone && kd_pconn_send_buf(x->lane[i].c, KD_P_DATA, x->sent, s.buf,
+                                                      s.len, chunk_sent, k) < 0)
                 x->lane[i].gone = true;
-        x->sent += got;
+        x->sent += s.len;
     }
     for (uint32_t i = 0; i < x->n; i++)
         if (!x->lane[i].gone && x->lane[i].acked != total)
@@ -235,13 +323,15 @@ int kd_xsend_pump(kd_xsend *x, ck_err *err)
     return 1;
 }
 
-int kd_xsend_to(kd_xsend *x, struct kd_pconn *c, uint32_t window)
+int kd_xsend_to(kd_xsend *x, struct kd_pconn *c, kd_ucx *u, uint32_t window)
 {
+    if (x->nrd)
+        return -EINVAL;            /* the readers read the lanes without a lock */
     xlane *l = realloc(x->lane, (x->n + 1) * sizeof *l);
     if (!l)
         return -ENOMEM;
     x->lane = l;
-    l[x->n] = (xlane){ .c = c, .window = window };
+    l[x->n] = (xlane){ .c = c, .u = u, .window = window };
     return (int)x->n++;
 }
 
@@ -285,12 +375,23 @@ bool kd_xsend_all_sent(const kd_xsend *x)
 
 void kd_xsend_free(kd_xsend *x)
 {
-    if (x) {
-        ck__copy_out_close(x->out);
-        kd_bufs_drop(x->bufs);
-        free(x->lane);
-        free(x);
-    }
+    if (!x)
+        return;
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    for (unsigned i = 0; i < x->nrd; i++)
+        pthread_join(x->rd[i], NULL);
+    for (uint64_t i = x->head; i < x->tail; i++)
+        if (x->ring[i % KD_PEER_AHEAD].buf)
+            kd_bufs_put(x->bufs, x->ring[i % KD_PEER_AHEAD].buf);
+    ck__copy_out_close(x->out);
+    kd_bufs_drop(x->bufs);
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv);
+    free(x->lane);
+    free(x);
 }
 
 /* The writer: each message of the queue into the copy, in order, until stopped. After

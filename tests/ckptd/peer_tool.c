@@ -700,6 +700,7 @@ typedef struct fake {
 /* One connection of a fake service. */
 typedef struct fake_conn {
     kd_pconn *pc;
+    kd_ucx *u;                     /* the service's worker, which the GET's readers wake */
     kd_xsend *tx;
     bool files;                    /* its GET asked for data files */
     kd_phello caller, me;
@@ -735,7 +736,7 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
         if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
             (r = kd_inv_find(f->local, f->id, &ask, root, sizeof root, source, &err)) == 0 &&
             (r = kd_xsend_open(root, ask.name, source, &ask, &q, &fc->tx, &err)) == 0 &&
-            (r = kd_xsend_to(fc->tx, fc->pc, ask.window)) == 0) {
+            (r = kd_xsend_to(fc->tx, fc->pc, fc->u, ask.window)) == 0) {
             if (f->how == FAKE_SLOW && q.n > 0) {
                 printf("answering a GET of %u data file(s) in %.1f s\n", q.n, f->slow);
                 usleep((useconds_t)(f->slow * 1e6));
@@ -769,9 +770,7 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
         printf("dying at the first ACK of a GET, %llu bytes taken\n", (unsigned long long)m->arg);
         _exit(9);
     } else if (m->type == KD_P_ACK && fc->tx) {
-        if ((r = kd_xsend_ack(fc->tx, 0, m->arg, &err)) == 0 &&
-            (r = kd_xsend_pump(fc->tx, &err)) == 1)
-            r = 0;
+        r = kd_xsend_ack(fc->tx, 0, m->arg, &err);
     }
     if (r < 0)
         printf("error: %s\n", ck_err_msg(&err));
@@ -805,11 +804,21 @@ static int serve_fake(const char *durable, const fake *f)
                 kd_xsend_free(fc->tx);
                 *fc = (fake_conn){ 0 };
             }
-            if (!fc->pc && (fc->pc = kd_ucx_accepted(u)))
+            if (!fc->pc && (fc->pc = kd_ucx_accepted(u))) {
+                fc->u = u;
                 kd_pconn_set_budget(fc->pc, KD_PEER_REQ_MAX + KD_PEER_HDR);
+            }
             for (kd_pmsg *m; fc->pc && (m = kd_pconn_next(fc->pc));) {
                 fake_answer(f, fc, m);
                 kd_pmsg_free(m);
+            }
+            /* What the stream's readers read goes out as windows allow, as the real
+             * service sends it (they wake u). */
+            ck_err e = { 0 };
+            if (fc->tx && kd_xsend_pump(fc->tx, &e) < 0) {
+                printf("error: %s\n", ck_err_msg(&e));
+                kd_xsend_free(fc->tx);
+                fc->tx = NULL;
             }
         }
     }

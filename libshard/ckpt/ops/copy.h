@@ -134,6 +134,23 @@ int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_er
  * CK_COPY_OUT_ALIGN, a data file's bytes are read with O_DIRECT (not through the page
  * cache) where its file system takes it. */
 int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err);
+/* The next piece of the stream, cut ahead of its read so that several pieces can be
+ * read at once (a peer sender's read-ahead): at most max bytes of one item (the
+ * manifest or a data file), never past its end, with a descriptor of its own. */
+typedef struct ck__copy_cut {
+    int fd;                        /* -1 at the stream's end (len 0) */
+    uint32_t item;                 /* 0: the manifest; i + 1: data file i */
+    uint64_t off;
+    size_t len;
+    bool direct;                   /* fd's file is O_DIRECT */
+} ck__copy_cut;
+/* k->len 0 at the stream's end. Cuts are taken in stream order, one at a time (the
+ * caller serializes them); each is then read (or dropped) on its own, from any thread. */
+int ck__copy_out_cut(ck__copy_out *c, size_t max, ck__copy_cut *k, ck_err *err);
+/* Reads k into buf (k->len bytes; with O_DIRECT when buf, k's offset and length are
+ * aligned to CK_COPY_OUT_ALIGN), and drops k. */
+int ck__copy_cut_read(const ck__copy_out *c, ck__copy_cut *k, void *buf, ck_err *err);
+void ck__copy_cut_drop(ck__copy_cut *k);
 void ck__copy_out_close(ck__copy_out *c);
 
 /* ---- the same save elsewhere ---- */

@@ -158,12 +158,12 @@ int ck__copy_out_open(const char *root, const char *name, const char *const *nam
     return 0;
 }
 
-int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
+int ck__copy_out_cut(ck__copy_out *c, size_t max, ck__copy_cut *k, ck_err *err)
 {
     struct ck__copy_out_state *st = c->st;
-    *got = 0;
+    *k = (ck__copy_cut){ .fd = -1 };
     for (;;) {
-        if (st->item > c->n_files || !len)
+        if (st->item > c->n_files || !max)
             return 0;
         uint64_t size = st->item ? c->files[st->item - 1].size : c->manifest_size;
         if (st->off < size)
@@ -177,31 +177,62 @@ int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_e
             return r;
     }
     uint64_t size = st->item ? c->files[st->item - 1].size : c->manifest_size;
-    size_t want = len < size - st->off ? len : (size_t)(size - st->off);
-    /* O_DIRECT takes aligned buffers, offsets and lengths: data files are multiples of
-     * the alignment, so a buffer of the caller's that is aligned stays aligned. */
-    bool direct = st->direct && (uintptr_t)buf % CK_COPY_OUT_ALIGN == 0 &&
-                  want % CK_COPY_OUT_ALIGN == 0 && st->off % CK_COPY_OUT_ALIGN == 0;
-    if (st->direct && !direct) {
-        int fl = fcntl(st->fd, F_GETFL);
-        st->direct = !(fl >= 0 && fcntl(st->fd, F_SETFL, fl & ~O_DIRECT) == 0);
-        if (st->direct)
-            return ck_err_set(err, -errno, "%s/%s: %s", st->ck->dir,
-                              c->files[st->item - 1].name, strerror(errno));
-    }
-    while (*got < want) {
-        ssize_t k = pread(st->fd, (uint8_t *)buf + *got, want - *got, (off_t)st->off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            const char *name = st->item ? c->files[st->item - 1].name : CK_MANIFEST;
-            return ck_err_set(err, k < 0 ? -errno : -EBADMSG, "%s/%s: %s", st->ck->dir, name,
-                              k < 0 ? strerror(errno) : "cut short while read");
-        }
-        st->off += (uint64_t)k;
-        *got += (size_t)k;
-    }
+    /* Its own descriptor of the item's open file (one offset-free description, so
+     * several cuts of a file can be read at once; pread moves no offset). */
+    k->fd = fcntl(st->fd, F_DUPFD_CLOEXEC, 0);
+    if (k->fd < 0)
+        return ck_err_set(err, -errno, "%s/%s: %s", st->ck->dir,
+                          st->item ? c->files[st->item - 1].name : CK_MANIFEST, strerror(errno));
+    k->item = st->item;
+    k->off = st->off;
+    k->len = max < size - st->off ? max : (size_t)(size - st->off);
+    k->direct = st->direct;
+    st->off += k->len;
     return 0;
+}
+
+int ck__copy_cut_read(const ck__copy_out *c, ck__copy_cut *k, void *buf, ck_err *err)
+{
+    const char *name = k->item ? c->files[k->item - 1].name : CK_MANIFEST;
+    int r = 0;
+    /* O_DIRECT takes aligned buffers, offsets and lengths: data files are multiples of
+     * the alignment, so a buffer of the caller's that is aligned stays aligned. One
+     * that is not turns the flag off on the file's description, for every cut of it. */
+    if (k->direct && ((uintptr_t)buf % CK_COPY_OUT_ALIGN || k->len % CK_COPY_OUT_ALIGN ||
+                      k->off % CK_COPY_OUT_ALIGN)) {
+        int fl = fcntl(k->fd, F_GETFL);
+        if (fl < 0 || fcntl(k->fd, F_SETFL, fl & ~O_DIRECT) < 0)
+            r = ck_err_set(err, -errno, "%s/%s: %s", c->st->ck->dir, name, strerror(errno));
+    }
+    for (size_t got = 0; r == 0 && got < k->len;) {
+        ssize_t n = pread(k->fd, (uint8_t *)buf + got, k->len - got, (off_t)(k->off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            r = ck_err_set(err, n < 0 ? -errno : -EBADMSG, "%s/%s: %s", c->st->ck->dir, name,
+                           n < 0 ? strerror(errno) : "cut short while read");
+        else
+            got += (size_t)n;
+    }
+    ck__copy_cut_drop(k);
+    return r;
+}
+
+void ck__copy_cut_drop(ck__copy_cut *k)
+{
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = -1;
+}
+
+int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
+{
+    ck__copy_cut k;
+    int r = ck__copy_out_cut(c, len, &k, err);
+    if (r == 0 && k.len)
+        r = ck__copy_cut_read(c, &k, buf, err);
+    *got = r == 0 ? k.len : 0;
+    return r;
 }
 
 int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
