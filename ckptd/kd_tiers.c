@@ -207,9 +207,11 @@ static int ask_peers(const kd_tiers_opts *o, const char *only, kd_tview *t, ck_e
         size_t k = t->npeers - b < ASK_AT_ONCE ? t->npeers - b : ASK_AT_ONCE;
         for (size_t i = 0; i < k; i++) {
             a[i] = (inv_ask){ .o = o, .p = &t->peers[b + i] };
-            if (a[i].p->r == 0)
+            /* Read before the thread starts: it writes p->r. */
+            bool ask = a[i].p->r == 0;
+            if (ask)
                 started[i] = pthread_create(&th[i], NULL, ask_one, &a[i]) == 0;
-            if (a[i].p->r == 0 && !started[i])
+            if (ask && !started[i])
                 ask_one(&a[i]);           /* no thread to be had: ask it here */
         }
         for (size_t i = 0; i < k; i++) {
