@@ -510,7 +510,12 @@ static int synth_world(const opts *o, ck_decl *decl, const ck_mesh *mesh,
             fflush(stdout);
             _exit(j->rc < 0 ? tool_exit_code(j->rc) : EXIT_OK);
         }
-        if (j->rc < 0 || (j->rc = pthread_create(&th[r], NULL, rank_thread, j) ? -EAGAIN : 0)) {
+        /* j->rc is the thread's once it runs: a thread that fails at once must not
+         * have its error overwritten here. */
+        bool started = j->rc == 0 && pthread_create(&th[r], NULL, rank_thread, j) == 0;
+        if (!started) {
+            if (j->rc == 0)
+                j->rc = ck_err_set(&j->err, -EAGAIN, "no thread to be had for it");
             tool_error(prog, "rank %llu: %s", (unsigned long long)r, ck_err_msg(&j->err));
             rc = EXIT_USAGE;
             world = r + (j->rc == -EAGAIN);

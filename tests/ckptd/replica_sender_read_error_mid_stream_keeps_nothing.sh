@@ -5,8 +5,10 @@
 #   1. a GET from ckptd A, whose copy's second data file was cut short after it was
 #      committed: ckptctl fails naming the file and both sizes; nothing of c1 is in
 #      INTO; A's log says the GET failed;
-#   2. a PUT of that copy to B and C at once (one read for both, decision 0201): each
-#      peer is told, neither keeps a replica or a pending copy;
+#   2. a PUT of that copy to B and C at once (one read for both, decision 0201): the
+#      sender's error names the file; each peer ends the PUT (told why by ABORT, or
+#      seeing the connection go when the sender's exit is first) and keeps neither a
+#      replica nor a pending copy;
 #   3. the same copy made whole again: the GET and the PUT both commit, and each copy
 #      deep-verifies (the failures left nothing behind that stands in the way).
 # The first data file (32 MiB) is larger than a window (8 MiB) plus the read-ahead
@@ -39,9 +41,13 @@ logged A "GET of c1 failed: .*rank-00002.dat: 4194304 bytes" "A's log says the G
 echo "--- 2. a PUT to two peers from that copy"
 run "$CKPTCTL" peer put --addr "$(addr B),$(addr C)" --id A --from "$WORK/A.local" c1
 expect 1 "PUT of a copy whose second file is cut short"
+said "peer put: .*rank-00002.dat: 4194304 bytes, its manifest records $size" \
+    "the sender's error names the file"
 for p in B C; do
-    wait_log "$p" "PUT of c1 given up by its sender .*rank-00002.dat: 4194304 bytes.*nothing of it is kept" \
-        "$p is told why"
+    # Told why (ABORT), or, when the sender's exit beats its ABORT there, the
+    # connection gone: either way the PUT ends and nothing of it stays.
+    wait_log "$p" "PUT of c1 (given up by its sender .*rank-00002.dat: 4194304 bytes|failed: ).*nothing of it is kept" \
+        "$p ends the PUT"
     [ ! -e "$WORK/$p.local/.replicas/A/c1" ] || fail "$p kept a replica of a broken stream"
     no_pending "$WORK/$p.local/.replicas/A"
 done
