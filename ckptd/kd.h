@@ -615,6 +615,9 @@ void kd_drain_pace(kd_drain_bucket *b, uint64_t n);
 /* The bytes a paced drain reads at once: a tenth of a second of b's rate (4 KiB to
  * 1 MiB, a multiple of 4 KiB). */
 size_t kd_drain_chunk(const kd_drain_bucket *b);
+/* A buffer of len bytes that a drain reads its copy into with O_DIRECT (aligned to
+ * CK_COPY_OUT_ALIGN); free(). NULL: out of memory. */
+uint8_t *kd_drain_buf(size_t len);
 typedef struct kd_dpart_opts {
     const char *root;              /* the local root of this node's copy: ROOT/NAME */
     const char *durable;           /* the durable root the drain's copy is committed in */

@@ -37,7 +37,9 @@
 #include "kd.h"
 
 #include "ck/ckpt.h"
+#include "ck/engine.h"
 #include "format/layout.h"
+#include "io/engine.h"
 #include "io/rootfs.h"
 #include "ops/copy.h"
 
@@ -160,37 +162,106 @@ static int sources(const kd_drain_ctx *d, dsrc *s, bool fetch, ck_err *err)
     return r;
 }
 
-/* Streams len bytes of the file at dir/rel into c, paced; *read_bad tells a failure of
- * the source (a read error, a short file) from one of the durable side. */
+/* The chunks of a file a drain's own stream holds at once: the one it checks and
+ * writes, and the next, which the disk reads meanwhile. */
+#define STREAM_AHEAD 2u
+
+/* Waits for the reads of q in flight; *flying counts them. A read that came back short
+ * is not asked again: what it read is not used. */
+static void stream_settle(ck_engine *e, ck_ioq *q, unsigned *flying)
+{
+    ck_io_done done[STREAM_AHEAD];
+    while (*flying) {
+        int n = e->ops->ioq_reap(q, done, STREAM_AHEAD, 1);
+        if (n <= 0)
+            break;
+        *flying -= (unsigned)n;
+    }
+}
+
+/* Streams len bytes of the file at dir/rel into c, paced. The file is read past the
+ * page cache, as a part's writer and a peer's sender read it (decision 0203), through
+ * the engine's queue, a chunk ahead: the disk reads the next while this thread checks
+ * and writes one, which the page cache's read-ahead did before. buf holds STREAM_AHEAD
+ * chunks of kd_drain_chunk(NULL); *read_bad tells a failure of the source (a read
+ * error, a short file) from one of the durable side. */
 static int stream(kd_drain_ctx *d, ck__copy_in *c, const char *dir, const char *rel,
                   uint64_t len, uint8_t *buf, bool *read_bad, ck_err *err)
 {
+    char what[PATH_MAX + CK_NAME_MAX];
+    snprintf(what, sizeof what, "%s/%s", dir, rel);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int fd = dfd < 0 ? -errno : ck__openat_reg(dfd, rel, O_RDONLY, 0);
     if (dfd >= 0)
         close(dfd);
     if (fd < 0) {
         *read_bad = true;
-        return ck_err_set(err, fd, "%s/%s: %s", dir, rel, ck__why(fd));
+        return ck_err_set(err, fd, "%s: %s", what, ck__why(fd));
     }
+    ck_engine *e = ck_engine_default();
+    ck_ioq *q = NULL;
+    ck_io io[STREAM_AHEAD];
+    bool ready[STREAM_AHEAD] = { false };
+    bool direct = ck__direct_on(fd);
     size_t chunk = kd_drain_chunk(d->bucket);
-    int r = 0;
+    uint64_t asked = 0;
+    unsigned flying = 0;
+    int r = e->ops->ioq_open(e, STREAM_AHEAD, NULL, 0, &q);
+    if (r < 0) {
+        q = NULL;
+        ck_err_set(err, r, "%s: a queue to read it: %s", what, strerror(-r));
+    }
     for (uint64_t off = 0; r == 0 && off < len;) {
-        size_t want = len - off < chunk ? (size_t)(len - off) : chunk;
-        ssize_t k = pread(fd, buf, want, (off_t)off);
-        if (k <= 0) {
+        /* Every chunk from off on that a buffer is free for is asked for. */
+        while (asked < len && asked - off < STREAM_AHEAD * (uint64_t)chunk) {
+            unsigned k = (unsigned)(asked / chunk % STREAM_AHEAD);
+            size_t want = len - asked < chunk ? (size_t)(len - asked) : chunk;
+            io[k] = (ck_io){ .fd = fd, .buf_index = -1, .buf = buf + (size_t)k * chunk,
+                             .len = (uint32_t)want, .off = asked, .user = k };
+            ready[k] = false;
+            if ((r = ck__direct_fit(fd, &direct, io[k].buf, want, asked)) < 0 ||
+                (r = e->ops->ioq_submit(q, &io[k], 1)) < 0) {
+                ck_err_set(err, r, "%s: reading it at byte %llu: %s", what,
+                           (unsigned long long)asked, strerror(-r));
+                break;
+            }
+            flying++;
+            asked += want;
+        }
+        unsigned k = (unsigned)(off / chunk % STREAM_AHEAD);
+        while (r == 0 && !ready[k]) {
+            ck_io_done done[STREAM_AHEAD];
+            int n = e->ops->ioq_reap(q, done, STREAM_AHEAD, 1);
+            if (n < 0)
+                r = ck_err_set(err, n, "%s: waiting for its reads: %s", what, strerror(-n));
+            for (int i = 0; i < n; i++) {
+                unsigned u = (unsigned)done[i].user;
+                /* 0: a short read, the rest asked for again (still flying). */
+                int got = r == 0 ? ck__ioq_complete(e, q, &io[u], done[i].res, what, err) : -1;
+                if (got != 0)
+                    flying--;
+                if (got < 0 && r == 0)
+                    r = got;
+                ready[u] = got == 1;
+            }
+        }
+        if (r < 0) {
             *read_bad = true;
-            r = ck_err_set(err, k < 0 ? -errno : -EIO, "%s/%s: %s at byte %llu", dir, rel,
-                           k < 0 ? strerror(errno) : "the file ends", (unsigned long long)off);
             break;
         }
-        kd_drain_pace(d->bucket, (uint64_t)k);
-        if ((r = ck__copy_in_write(c, buf, (size_t)k, err)) < 0)
+        size_t want = len - off < chunk ? (size_t)(len - off) : chunk;
+        kd_drain_pace(d->bucket, want);
+        if ((r = ck__copy_in_write(c, buf + (size_t)k * chunk, want, err)) < 0)
             break;
-        off += (uint64_t)k;
-        d->done += (uint64_t)k;
+        off += want;
+        d->done += want;
         if (d->stop && d->stop(d->stop_arg))
             r = ck_err_set(err, -ECANCELED, "the daemon is stopping");
+    }
+    /* Nothing reads into buf once this returns. */
+    if (q) {
+        stream_settle(e, q, &flying);
+        e->ops->ioq_close(q);
     }
     close(fd);
     return r;
@@ -588,7 +659,7 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
         r = place(d, &s, NULL, 0, &parts, &np, err);
     if (r == 0)
         r = manifest_sha(s.mdir, sha, err);
-    if (r == 0 && !(buf = malloc(kd_drain_chunk(NULL))))
+    if (r == 0 && !(buf = kd_drain_buf(STREAM_AHEAD * kd_drain_chunk(NULL))))
         r = ck_err_set(err, -ENOMEM, "out of memory");
     if (r == 0)
         say_parts(d, parts, np);
@@ -667,8 +738,8 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     d->o.progress_arg = d;
     d->fetched_seen = 0;
     r = sources(d, &s, true, err);
-    /* The largest chunk: an unpaced drain's. */
-    uint8_t *buf = r == 0 ? malloc(kd_drain_chunk(NULL)) : NULL;
+    /* The largest chunks: an unpaced drain's. */
+    uint8_t *buf = r == 0 ? kd_drain_buf(STREAM_AHEAD * kd_drain_chunk(NULL)) : NULL;
     if (r == 0 && !buf)
         r = ck_err_set(err, -ENOMEM, "out of memory");
     *step = s.step;

@@ -56,6 +56,12 @@ size_t kd_drain_chunk(const kd_drain_bucket *b)
     return (size_t)(c & ~(uint64_t)4095);
 }
 
+uint8_t *kd_drain_buf(size_t len)
+{
+    void *p;
+    return posix_memalign(&p, CK_COPY_OUT_ALIGN, len) == 0 ? p : NULL;
+}
+
 int kd_drain_part(const kd_dpart_opts *o, _Atomic uint64_t *done, ck_err *err)
 {
     const kd_preq *q = o->q;
@@ -80,10 +86,8 @@ int kd_drain_part(const kd_dpart_opts *o, _Atomic uint64_t *done, ck_err *err)
                                 .n_files = out->n_files, .join = q->token };
         r = ck__copy_in_begin(&co, &in, err);
     }
-    if (r == 0 && posix_memalign((void **)&buf, CK_COPY_OUT_ALIGN, chunk) != 0) {
-        buf = NULL;
+    if (r == 0 && !(buf = kd_drain_buf(chunk)))
         r = ck_err_set(err, -ENOMEM, "out of memory");
-    }
     uint64_t at = 0;
     for (size_t got = 1; r == 0 && got;) {
         if ((r = ck__copy_out_chunk(out, buf, chunk, &got, err)) < 0 || !got)

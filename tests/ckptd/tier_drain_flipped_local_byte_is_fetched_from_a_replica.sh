@@ -4,9 +4,11 @@
 #   - a byte of rank-00000.dat flips in n0's own copy and in n1's replica of it: n0's
 #     drain fails naming the file and block, and the durable root holds nothing of
 #     step-12 (no checkpoint, no pending directory); step-8 stays intact;
-#   - n1's replica mended, the drain again: n0's block fails its hash as it is read,
-#     the file is fetched from n1's replica (checked on arrival), and the durable copy
-#     is complete and equal to what was saved.
+#   - n1's replica mended, and n0's replica of n1's part, rank-00001.dat, cut short to
+#     1 MiB, the drain again: n0's block fails its hash as it is read, its read of the
+#     short file meets the file's end (named, with the offset), both files are fetched
+#     from the other copies (checked on arrival), and the durable copy is complete and
+#     equal to what was saved.
 . "$(dirname "$0")/replica_lib.sh"
 . "$(dirname "$0")/tier_lib.sh"
 
@@ -31,12 +33,17 @@ said "^step-8: ok" "step-8 intact"
 
 cp "$TRUTH/step-12/rank-00000.dat" "$WORK/n1.local/.replicas/n0/step-12/rank-00000.dat" ||
     fail "mending n1's replica"
+truncate -s 1M "$WORK/n0.local/.replicas/n1/step-12/rank-00001.dat" || fail "cutting a file short"
 drain n0 step-12
-said "^step-12: done, 12615680 of 12615680 bytes$" "the drain with one good copy"
+said "^step-12: done, 12615680 of 12615680 bytes$" "the drain with one good copy of each"
 logged n0 "drain of step-12: the copy at $WORK/n0.local/step-12 is bad \(.*block 1 .*\); fetching rank-00000.dat from a peer" \
     "the bad local block, said"
 logged n0 "FETCH of step-12: 1 data file\(s\) from the copy of ckptd n0 at ckptd n1" \
     "the file from n1's replica"
+logged n0 "drain of step-12: the copy at $WORK/n0.local/.replicas/n1/step-12 is bad \($WORK/n0.local/.replicas/n1/step-12/rank-00001.dat: file ends before offset 1048576.*\); fetching rank-00001.dat from a peer" \
+    "the file cut short, said"
+logged n0 "FETCH of step-12: 1 data file\(s\) from the copy of ckptd n1 at ckptd n1" \
+    "the file from n1's own copy"
 same_as_truth step-12
 no_pending "$SHARED"
 stop_cluster

@@ -129,6 +129,15 @@ int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_er
 /* The alignment of a buffer (and of len) that lets ck__copy_out_chunk read data files
  * with O_DIRECT. */
 #define CK_COPY_OUT_ALIGN 4096u
+/* Sets O_DIRECT on fd where its file system takes it; whether it did. A copy's data
+ * files were written with O_DIRECT, so their bytes are not in the page cache, and a
+ * buffered read of them pays for filling it: a copy into the cache and another out,
+ * the pages charged and reclaimed (docs/decisions/0186 and 0203). */
+bool ck__direct_on(int fd);
+/* Before an I/O of len bytes at off into buf: *direct says fd's file description is
+ * O_DIRECT; a buffer, offset or length not aligned to CK_COPY_OUT_ALIGN turns the flag
+ * off, for every descriptor of that description, and *direct with it. 0 or -errno. */
+int ck__direct_fit(int fd, bool *direct, const void *buf, size_t len, uint64_t off);
 /* The next bytes of the stream into buf, at most len, never past the end of a file:
  * *got < len at each file's end, 0 at the stream's end. With buf and len aligned to
  * CK_COPY_OUT_ALIGN, a data file's bytes are read with O_DIRECT (not through the page

@@ -88,8 +88,7 @@ static int open_item(ck__copy_out *c, ck_err *err)
                           (unsigned long long)c->files[st->item - 1].size);
     /* Set after the open, which checked the file is a regular one reached without
      * links; a file system that refuses the flag is read through the cache. */
-    int fl = fcntl(st->fd, F_GETFL);
-    st->direct = fl >= 0 && fcntl(st->fd, F_SETFL, fl | O_DIRECT) == 0;
+    st->direct = ck__direct_on(st->fd);
     return 0;
 }
 
@@ -191,31 +190,53 @@ int ck__copy_out_cut(ck__copy_out *c, size_t max, ck__copy_cut *k, ck_err *err)
     return 0;
 }
 
-int ck__copy_cut_read(const ck__copy_out *c, ck__copy_cut *k, void *buf, ck_err *err)
+/* Reads len bytes of fd at off into buf, whole (EINTR and short reads go on). 0,
+ * -errno, or -EBADMSG where the file ends first. */
+static int pread_whole(int fd, bool *direct, void *buf, size_t len, uint64_t off)
 {
-    const char *name = k->item ? c->files[k->item - 1].name : CK_MANIFEST;
-    int r = 0;
-    /* O_DIRECT takes aligned buffers, offsets and lengths: data files are multiples of
-     * the alignment, so a buffer of the caller's that is aligned stays aligned. One
-     * that is not turns the flag off on the file's description, for every cut of it. */
-    if (k->direct && ((uintptr_t)buf % CK_COPY_OUT_ALIGN || k->len % CK_COPY_OUT_ALIGN ||
-                      k->off % CK_COPY_OUT_ALIGN)) {
-        int fl = fcntl(k->fd, F_GETFL);
-        if (fl < 0 || fcntl(k->fd, F_SETFL, fl & ~O_DIRECT) < 0)
-            r = ck_err_set(err, -errno, "%s/%s: %s", c->st->ck->dir, name, strerror(errno));
-    }
-    for (size_t got = 0; r == 0 && got < k->len;) {
-        ssize_t n = pread(k->fd, (uint8_t *)buf + got, k->len - got, (off_t)(k->off + got));
+    int r = ck__direct_fit(fd, direct, buf, len, off);
+    if (r < 0)
+        return r;
+    for (size_t got = 0; got < len;) {
+        ssize_t n = pread(fd, (uint8_t *)buf + got, len - got, (off_t)(off + got));
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            r = ck_err_set(err, n < 0 ? -errno : -EBADMSG, "%s/%s: %s", c->st->ck->dir, name,
-                           n < 0 ? strerror(errno) : "cut short while read");
-        else
-            got += (size_t)n;
+            return n < 0 ? -errno : -EBADMSG;
+        got += (size_t)n;
     }
+    return 0;
+}
+
+int ck__copy_cut_read(const ck__copy_out *c, ck__copy_cut *k, void *buf, ck_err *err)
+{
+    int r = pread_whole(k->fd, &k->direct, buf, k->len, k->off);
+    if (r < 0)
+        ck_err_set(err, r, "%s/%s: %s", c->st->ck->dir,
+                   k->item ? c->files[k->item - 1].name : CK_MANIFEST,
+                   r == -EBADMSG ? "cut short while read" : strerror(-r));
     ck__copy_cut_drop(k);
     return r;
+}
+
+bool ck__direct_on(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
+}
+
+int ck__direct_fit(int fd, bool *direct, const void *buf, size_t len, uint64_t off)
+{
+    /* Data files are multiples of the alignment, so an aligned buffer stays aligned
+     * through a file; the manifest's last piece is not, and is read through the cache. */
+    if (*direct && ((uintptr_t)buf % CK_COPY_OUT_ALIGN || len % CK_COPY_OUT_ALIGN ||
+                    off % CK_COPY_OUT_ALIGN)) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) < 0)
+            return -errno;
+        *direct = false;
+    }
+    return 0;
 }
 
 void ck__copy_cut_drop(ck__copy_cut *k)
