@@ -35,7 +35,9 @@
  * kd_peer_ucx.c includes it; the daemon's event loop never waits on a peer.
  *   kd_peer_serve.c  the service's thread: connections, requests, timeouts
  *   kd_drain_part.c  a node's part of a drain (PART): its files into the durable copy a
- *                    drain's committer began; the drains' pacing
+ *                    drain's committer began
+ *   kd_drain_pipe.c  how a drain's writer moves its files: read ahead, written,
+ *                    checked on a thread of their own, paced
  *   kd_tiers.c       where the copies are (the local tier, live peers, the durable
  *                    root), which checkpoint can be restored, fetching the nearest
  *   kd_peer_client.c INVENTORY, PUT and GET, synchronous, from any thread but the loop
@@ -608,16 +610,42 @@ typedef struct kd_drain_bucket {
     double t;                      /* kd_now() when what was taken is paid for */
 } kd_drain_bucket;
 
-/* kd_drain_part.c: a node's part of a drain (decision 0197) */
+/* kd_drain_pipe.c: a drain writer's files read ahead, written and checked at once
+ * (decision 0203); the drains' pacing */
 /* Takes n bytes of b's rate: sleeps until they are paid for. b NULL or rate 0:
  * unpaced. */
 void kd_drain_pace(kd_drain_bucket *b, uint64_t n);
 /* The bytes a paced drain reads at once: a tenth of a second of b's rate (4 KiB to
  * 1 MiB, a multiple of 4 KiB). */
 size_t kd_drain_chunk(const kd_drain_bucket *b);
-/* A buffer of len bytes that a drain reads its copy into with O_DIRECT (aligned to
- * CK_COPY_OUT_ALIGN); free(). NULL: out of memory. */
-uint8_t *kd_drain_buf(size_t len);
+struct ck__copy_in;                /* ops/copy.h */
+typedef struct kd_dpipe kd_dpipe;
+/* A file for the pipe: len bytes of fd from its start. */
+typedef struct kd_dpipe_file_in {
+    int fd;                        /* the caller's, open for reading */
+    bool direct;                   /* fd's file description is O_DIRECT */
+    uint64_t len;
+    const char *what;              /* its path, for messages */
+    uint32_t tag;                  /* the caller's name for it, given back with an error */
+    void (*wrote)(void *arg, size_t n);   /* n more of its bytes written; may be NULL */
+    bool (*stop)(void *arg);       /* true: give up (-ECANCELED); may be NULL */
+    void *arg;
+} kd_dpipe_file_in;
+/* A pipe into c, which was begun with one checker (opts.checkers = 1): the pipe's
+ * checker thread checks every chunk once it is written. */
+int kd_dpipe_open(struct ck__copy_in *c, kd_drain_bucket *bucket, kd_dpipe **out,
+                  ck_err *err);
+/* Moves f into c after what the pipe moved before, paced. On an error *bad is the tag
+ * of the file whose read failed or whose block the checker found bad (untouched for a
+ * failure of the durable side), and c is only to be freed. */
+int kd_dpipe_file(kd_dpipe *p, const kd_dpipe_file_in *f, uint32_t *bad, ck_err *err);
+/* Waits until every chunk written is checked: 0, or the checker's error (*bad). */
+int kd_dpipe_end(kd_dpipe *p, uint32_t *bad, ck_err *err);
+/* Stops the checker (what it has not checked stays unchecked: unless kd_dpipe_end said
+ * 0, the copy is to be given up), waits for the reads in flight, frees p. */
+void kd_dpipe_free(kd_dpipe *p);
+
+/* kd_drain_part.c: a node's part of a drain (decision 0197) */
 typedef struct kd_dpart_opts {
     const char *root;              /* the local root of this node's copy: ROOT/NAME */
     const char *durable;           /* the durable root the drain's copy is committed in */

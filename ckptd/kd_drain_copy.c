@@ -6,7 +6,9 @@
  * the commit protocol of every copy, so the durable checkpoint is made by the same
  * pending directory, save lock, fsyncs, structure check and one rename as any other,
  * and nothing of a drain that fails or whose daemon dies is visible there; every block
- * is checked against the manifest's SHA-256 as its last byte is written.
+ * is checked against the manifest's SHA-256 once it is written: this daemon's stream and
+ * each part go through a drain pipe (kd_drain_pipe.c, decision 0203), which reads ahead
+ * past the page cache and checks on a thread of its own.
  *
  * In parts first (decision 0197): this daemon, the committer, streams the manifest and
  * the data files its own tier holds (its partial copy, the replicas it keeps), and each
@@ -37,9 +39,7 @@
 #include "kd.h"
 
 #include "ck/ckpt.h"
-#include "ck/engine.h"
 #include "format/layout.h"
-#include "io/engine.h"
 #include "io/rootfs.h"
 #include "ops/copy.h"
 
@@ -162,31 +162,26 @@ static int sources(const kd_drain_ctx *d, dsrc *s, bool fetch, ck_err *err)
     return r;
 }
 
-/* The chunks of a file a drain's own stream holds at once: the one it checks and
- * writes, and the next, which the disk reads meanwhile. */
-#define STREAM_AHEAD 2u
+/* The tag of the manifest in a drain's own stream: no data file to fetch again. */
+#define STREAM_MANIFEST UINT32_MAX
 
-/* Waits for the reads of q in flight; *flying counts them. A read that came back short
- * is not asked again: what it read is not used. */
-static void stream_settle(ck_engine *e, ck_ioq *q, unsigned *flying)
+static void stream_wrote(void *arg, size_t n)
 {
-    ck_io_done done[STREAM_AHEAD];
-    while (*flying) {
-        int n = e->ops->ioq_reap(q, done, STREAM_AHEAD, 1);
-        if (n <= 0)
-            break;
-        *flying -= (unsigned)n;
-    }
+    kd_drain_ctx *d = arg;
+    d->done += n;
 }
 
-/* Streams len bytes of the file at dir/rel into c, paced. The file is read past the
- * page cache, as a part's writer and a peer's sender read it (decision 0203), through
- * the engine's queue, a chunk ahead: the disk reads the next while this thread checks
- * and writes one, which the page cache's read-ahead did before. buf holds STREAM_AHEAD
- * chunks of kd_drain_chunk(NULL); *read_bad tells a failure of the source (a read
- * error, a short file) from one of the durable side. */
-static int stream(kd_drain_ctx *d, ck__copy_in *c, const char *dir, const char *rel,
-                  uint64_t len, uint8_t *buf, bool *read_bad, ck_err *err)
+static bool stream_stop(void *arg)
+{
+    kd_drain_ctx *d = arg;
+    return d->stop && d->stop(d->stop_arg);
+}
+
+/* Streams len bytes of the file at dir/rel into the drain's copy through p (paced,
+ * read ahead past the page cache, checked on the pipe's checker: decision 0203); *bad
+ * gets the tag of a file whose read or block failed, from this one or before. */
+static int stream(kd_drain_ctx *d, kd_dpipe *p, const char *dir, const char *rel,
+                  uint64_t len, uint32_t tag, uint32_t *bad, ck_err *err)
 {
     char what[PATH_MAX + CK_NAME_MAX];
     snprintf(what, sizeof what, "%s/%s", dir, rel);
@@ -195,97 +190,41 @@ static int stream(kd_drain_ctx *d, ck__copy_in *c, const char *dir, const char *
     if (dfd >= 0)
         close(dfd);
     if (fd < 0) {
-        *read_bad = true;
+        *bad = tag;
         return ck_err_set(err, fd, "%s: %s", what, ck__why(fd));
     }
-    ck_engine *e = ck_engine_default();
-    ck_ioq *q = NULL;
-    ck_io io[STREAM_AHEAD];
-    bool ready[STREAM_AHEAD] = { false };
-    bool direct = ck__direct_on(fd);
-    size_t chunk = kd_drain_chunk(d->bucket);
-    uint64_t asked = 0;
-    unsigned flying = 0;
-    int r = e->ops->ioq_open(e, STREAM_AHEAD, NULL, 0, &q);
-    if (r < 0) {
-        q = NULL;
-        ck_err_set(err, r, "%s: a queue to read it: %s", what, strerror(-r));
-    }
-    for (uint64_t off = 0; r == 0 && off < len;) {
-        /* Every chunk from off on that a buffer is free for is asked for. */
-        while (asked < len && asked - off < STREAM_AHEAD * (uint64_t)chunk) {
-            unsigned k = (unsigned)(asked / chunk % STREAM_AHEAD);
-            size_t want = len - asked < chunk ? (size_t)(len - asked) : chunk;
-            io[k] = (ck_io){ .fd = fd, .buf_index = -1, .buf = buf + (size_t)k * chunk,
-                             .len = (uint32_t)want, .off = asked, .user = k };
-            ready[k] = false;
-            if ((r = ck__direct_fit(fd, &direct, io[k].buf, want, asked)) < 0 ||
-                (r = e->ops->ioq_submit(q, &io[k], 1)) < 0) {
-                ck_err_set(err, r, "%s: reading it at byte %llu: %s", what,
-                           (unsigned long long)asked, strerror(-r));
-                break;
-            }
-            flying++;
-            asked += want;
-        }
-        unsigned k = (unsigned)(off / chunk % STREAM_AHEAD);
-        while (r == 0 && !ready[k]) {
-            ck_io_done done[STREAM_AHEAD];
-            int n = e->ops->ioq_reap(q, done, STREAM_AHEAD, 1);
-            if (n < 0)
-                r = ck_err_set(err, n, "%s: waiting for its reads: %s", what, strerror(-n));
-            for (int i = 0; i < n; i++) {
-                unsigned u = (unsigned)done[i].user;
-                /* 0: a short read, the rest asked for again (still flying). */
-                int got = r == 0 ? ck__ioq_complete(e, q, &io[u], done[i].res, what, err) : -1;
-                if (got != 0)
-                    flying--;
-                if (got < 0 && r == 0)
-                    r = got;
-                ready[u] = got == 1;
-            }
-        }
-        if (r < 0) {
-            *read_bad = true;
-            break;
-        }
-        size_t want = len - off < chunk ? (size_t)(len - off) : chunk;
-        kd_drain_pace(d->bucket, want);
-        if ((r = ck__copy_in_write(c, buf + (size_t)k * chunk, want, err)) < 0)
-            break;
-        off += want;
-        d->done += want;
-        if (d->stop && d->stop(d->stop_arg))
-            r = ck_err_set(err, -ECANCELED, "the daemon is stopping");
-    }
-    /* Nothing reads into buf once this returns. */
-    if (q) {
-        stream_settle(e, q, &flying);
-        e->ops->ioq_close(q);
-    }
+    kd_dpipe_file_in f = { .fd = fd, .direct = ck__direct_on(fd), .len = len, .what = what,
+                           .tag = tag, .wrote = stream_wrote, .stop = stream_stop, .arg = d };
+    /* A read still in flight on fd after an error keeps its file open itself. */
+    int r = kd_dpipe_file(p, &f, bad, err);
     close(fd);
     return r;
 }
 
 /* One attempt at the durable copy; *bad gets the data file whose source failed (its
  * read, or a block's hash), else -1. */
-static int attempt(kd_drain_ctx *d, const dsrc *s, uint8_t *buf, int64_t *bad, ck_err *err)
+static int attempt(kd_drain_ctx *d, const dsrc *s, int64_t *bad, ck_err *err)
 {
     ck__copy_in_opts co = { .root = d->o.durable, .name = d->name, .source = d->o.id,
                             .manifest_size = s->msize, .files = s->files, .n_files = s->n,
-                            .log = d->o.log, .log_arg = d->o.log_arg };
+                            .checkers = 1, .log = d->o.log, .log_arg = d->o.log_arg };
     ck__copy_in *c;
-    bool read_bad = false;
+    kd_dpipe *p = NULL;
+    uint32_t badf = STREAM_MANIFEST;
     *bad = -1;
     d->done = 0;
     int r = ck__copy_in_begin(&co, &c, err);
+    if (r < 0)
+        return r;
+    r = kd_dpipe_open(c, d->bucket, &p, err);
     if (r == 0)
-        r = stream(d, c, s->mdir, CK_MANIFEST, s->msize, buf, &read_bad, err);
-    for (uint32_t f = 0; r == 0 && f < s->n; f++) {
-        r = stream(d, c, s->dir[f], s->files[f].name, s->files[f].size, buf, &read_bad, err);
-        if (r < 0 && (read_bad || r == -EBADMSG))
-            *bad = f;
-    }
+        r = stream(d, p, s->mdir, CK_MANIFEST, s->msize, STREAM_MANIFEST, &badf, err);
+    for (uint32_t f = 0; r == 0 && f < s->n; f++)
+        r = stream(d, p, s->dir[f], s->files[f].name, s->files[f].size, f, &badf, err);
+    if (r == 0)
+        r = kd_dpipe_end(p, &badf, err);
+    kd_dpipe_free(p);
+    *bad = r < 0 && badf != STREAM_MANIFEST ? (int64_t)badf : -1;
     if (r == 0)
         r = ck__copy_in_commit(c, err);
     ck__copy_in_free(c);
@@ -513,7 +452,7 @@ static int manifest_sha(const char *dir, uint8_t out[CK_SHA256_LEN], ck_err *err
  * not, the attempt is left in *prev (its directory and NAME's lock), the files written
  * whole in it marked kept, for the next. */
 static int attempt_parts(kd_drain_ctx *d, dsrc *s, dpart *parts, size_t np,
-                         const uint8_t sha[CK_SHA256_LEN], uint8_t *buf, ck__copy_in **prev,
+                         const uint8_t sha[CK_SHA256_LEN], ck__copy_in **prev,
                          bool *begun, size_t *failed, ck_err *err)
 {
     ck_file *own = calloc(s->n ? s->n : 1, sizeof *own);
@@ -537,10 +476,11 @@ static int attempt_parts(kd_drain_ctx *d, dsrc *s, dpart *parts, size_t np,
     ck__copy_in_opts co = { .root = d->o.durable, .name = d->name, .source = d->o.id,
                             .manifest_size = s->msize, .manifest_sha256 = sha,
                             .files = own, .n_files = n_own, .joined = joined,
-                            .n_joined = n_joined, .log = d->o.log, .log_arg = d->o.log_arg,
-                            .again = *prev };
+                            .n_joined = n_joined, .checkers = 1, .log = d->o.log,
+                            .log_arg = d->o.log_arg, .again = *prev };
     ck__copy_in *c = NULL;
-    bool read_bad = false;
+    kd_dpipe *pipe = NULL;
+    uint32_t badf = STREAM_MANIFEST;
     _Atomic bool abandon = false;
     size_t started = 0;
     d->done = 0;
@@ -553,9 +493,11 @@ static int attempt_parts(kd_drain_ctx *d, dsrc *s, dpart *parts, size_t np,
         }
     ck__copy_in_free(*prev);
     *prev = NULL;
+    if (r == 0)
+        r = kd_dpipe_open(c, d->bucket, &pipe, err);
     /* The manifest first: the parts' writers find it in the directory they join. */
     if (r == 0)
-        r = stream(d, c, s->mdir, CK_MANIFEST, s->msize, buf, &read_bad, err);
+        r = stream(d, pipe, s->mdir, CK_MANIFEST, s->msize, STREAM_MANIFEST, &badf, err);
     for (; r == 0 && started < np; started++) {
         dpart *p = &parts[started];
         p->d = d;
@@ -572,7 +514,11 @@ static int attempt_parts(kd_drain_ctx *d, dsrc *s, dpart *parts, size_t np,
     /* A part that fails does not stop this stream: what it writes whole is carried into
      * the attempt that gives the failed part to another holder. */
     for (uint32_t f = 0; r == 0 && f < n_own; f++)
-        r = stream(d, c, dir[f], own[f].name, own[f].size, buf, &read_bad, err);
+        r = stream(d, pipe, dir[f], own[f].name, own[f].size, f, &badf, err);
+    /* Written whole means checked too: what is kept for a new attempt. */
+    if (r == 0)
+        r = kd_dpipe_end(pipe, &badf, err);
+    kd_dpipe_free(pipe);
     /* Every part ends (written, failed, given up with this attempt, or its peer silent
      * for the timeout) before the copy is committed or removed. */
     if (r < 0)
@@ -649,7 +595,7 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     ck__copy_in *prev = NULL;      /* the failed attempt, whose kept files are carried */
     size_t np = 0, nlost = 0;
     char (*lost)[CK_COPY_ID_MAX] = NULL;
-    uint8_t sha[CK_SHA256_LEN], *buf = NULL;
+    uint8_t sha[CK_SHA256_LEN];
     int r = sources(d, &s, false, err);
     *step = s.step;
     d->total = s.total;
@@ -659,8 +605,6 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
         r = place(d, &s, NULL, 0, &parts, &np, err);
     if (r == 0)
         r = manifest_sha(s.mdir, sha, err);
-    if (r == 0 && !(buf = kd_drain_buf(STREAM_AHEAD * kd_drain_chunk(NULL))))
-        r = ck_err_set(err, -ENOMEM, "out of memory");
     if (r == 0)
         say_parts(d, parts, np);
     double lock_until = kd_now() + d->o.timeout;
@@ -668,7 +612,7 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     while (r == 0) {
         ck_err why = { 0 };
         size_t failed = np;
-        if ((r = attempt_parts(d, &s, parts, np, sha, buf, &prev, &begun, &failed, &why)) == 0)
+        if ((r = attempt_parts(d, &s, parts, np, sha, &prev, &begun, &failed, &why)) == 0)
             break;
         if (r == -EEXIST) {
             r = durable_has(d, s.time, err);
@@ -710,7 +654,6 @@ static int in_parts(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     }
 out:
     ck__copy_in_free(prev);
-    free(buf);
     free(lost);
     parts_free(parts, np);
     dsrc_free(&s);
@@ -738,10 +681,6 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     d->o.progress_arg = d;
     d->fetched_seen = 0;
     r = sources(d, &s, true, err);
-    /* The largest chunks: an unpaced drain's. */
-    uint8_t *buf = r == 0 ? kd_drain_buf(STREAM_AHEAD * kd_drain_chunk(NULL)) : NULL;
-    if (r == 0 && !buf)
-        r = ck_err_set(err, -ENOMEM, "out of memory");
     *step = s.step;
     d->total = s.total;
     if (r == 0 && (r = durable_has(d, s.time, err)) == 1)
@@ -750,7 +689,7 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
     while (r == 0) {
         int64_t bad;
         ck_err why = { 0 };
-        if ((r = attempt(d, &s, buf, &bad, &why)) == 0)
+        if ((r = attempt(d, &s, &bad, &why)) == 0)
             break;
         if (r == -EEXIST) {
             r = durable_has(d, s.time, err);
@@ -780,7 +719,6 @@ int kd_drain_copy(kd_drain_ctx *d, uint64_t *step, ck_err *err)
         s.refetched[bad] = true;
     }
 out:
-    free(buf);
     dsrc_free(&s);
     return r;
 }

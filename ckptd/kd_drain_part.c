@@ -26,40 +26,23 @@
 
 #include "ops/copy.h"
 
-#define DRAIN_CHUNK (1u << 20)     /* bytes read and written at once */
-#define DRAIN_CREDIT 0.1           /* s of the rate a paced drain may catch up */
+/* What the pipe tells a part as it goes. */
+typedef struct part_go {
+    const kd_dpart_opts *o;
+    _Atomic uint64_t *done;
+} part_go;
 
-void kd_drain_pace(kd_drain_bucket *b, uint64_t n)
+/* The data files' bytes: the manifest is the committer's to count. */
+static void part_wrote(void *arg, size_t n)
 {
-    if (!b || !b->rate)
-        return;
-    double now = kd_now();
-    /* Time spent reading and writing counts, up to one chunk's worth (a tenth of a
-     * second); idle time beyond earns nothing: no burst after a pause. */
-    if (b->t < now - DRAIN_CREDIT)
-        b->t = now - DRAIN_CREDIT;
-    b->t += (double)n / (double)b->rate;
-    double wait = b->t - now;
-    if (wait > 0) {
-        struct timespec ts = { .tv_sec = (time_t)wait,
-                               .tv_nsec = (long)((wait - (double)(time_t)wait) * 1e9) };
-        nanosleep(&ts, NULL);
-    }
+    part_go *g = arg;
+    atomic_fetch_add(g->done, n);
 }
 
-size_t kd_drain_chunk(const kd_drain_bucket *b)
+static bool part_given_up(void *arg)
 {
-    /* At most a tenth of a second of the rate, so that pacing is smooth and a stop is
-     * seen soon. */
-    uint64_t c = b && b->rate ? b->rate / 10 : DRAIN_CHUNK;
-    c = c < 4096 ? 4096 : c > DRAIN_CHUNK ? DRAIN_CHUNK : c;
-    return (size_t)(c & ~(uint64_t)4095);
-}
-
-uint8_t *kd_drain_buf(size_t len)
-{
-    void *p;
-    return posix_memalign(&p, CK_COPY_OUT_ALIGN, len) == 0 ? p : NULL;
+    part_go *g = arg;
+    return g->o->stop && g->o->stop(g->o->stop_arg);
 }
 
 int kd_drain_part(const kd_dpart_opts *o, _Atomic uint64_t *done, ck_err *err)
@@ -72,8 +55,7 @@ int kd_drain_part(const kd_dpart_opts *o, _Atomic uint64_t *done, ck_err *err)
         names[i] = q->files[i].name;
     ck__copy_out *out = NULL;
     ck__copy_in *in = NULL;
-    uint8_t *buf = NULL;
-    size_t chunk = kd_drain_chunk(o->bucket);
+    kd_dpipe *p = NULL;
     int r = ck__copy_out_open(o->root, q->name, names, q->n, &out, err);
     free(names);
     if (r == 0 && out->info.time_ns != q->time_ns)
@@ -83,30 +65,34 @@ int kd_drain_part(const kd_dpart_opts *o, _Atomic uint64_t *done, ck_err *err)
         ck__copy_in_opts co = { .root = o->durable, .name = q->name, .source = o->id,
                                 .manifest_size = out->manifest_size,
                                 .manifest_sha256 = q->manifest_sha256, .files = out->files,
-                                .n_files = out->n_files, .join = q->token };
+                                .n_files = out->n_files, .checkers = 1, .join = q->token };
         r = ck__copy_in_begin(&co, &in, err);
     }
-    if (r == 0 && !(buf = kd_drain_buf(chunk)))
-        r = ck_err_set(err, -ENOMEM, "out of memory");
-    uint64_t at = 0;
-    for (size_t got = 1; r == 0 && got;) {
-        if ((r = ck__copy_out_chunk(out, buf, chunk, &got, err)) < 0 || !got)
+    if (r == 0)
+        r = kd_dpipe_open(in, o->bucket, &p, err);
+    /* The copy's stream, an item (the manifest, then each file) at a time: each cut
+     * whole, on a descriptor of its own. */
+    part_go g = { .o = o, .done = done };
+    uint32_t bad;
+    for (ck__copy_cut k; r == 0;) {
+        if ((r = ck__copy_out_cut(out, SIZE_MAX, &k, err)) < 0 || !k.len)
             break;
-        kd_drain_pace(o->bucket, got);
-        if ((r = ck__copy_in_write(in, buf, got, err)) < 0)
-            break;
-        /* The data files' bytes: the manifest is the committer's to count. */
-        at += got;
-        if (at > out->manifest_size)
-            atomic_fetch_add(done, at - out->manifest_size < got ? at - out->manifest_size : got);
-        if (o->stop && o->stop(o->stop_arg))
-            r = ck_err_set(err, -ECANCELED, "the daemon is stopping");
+        char what[PATH_MAX + 2 * CK_NAME_MAX];
+        snprintf(what, sizeof what, "%s/%s/%s", o->root, q->name,
+                 k.item ? out->files[k.item - 1].name : CK_MANIFEST);
+        kd_dpipe_file_in f = { .fd = k.fd, .direct = k.direct, .len = k.len, .what = what,
+                               .tag = k.item, .wrote = k.item ? part_wrote : NULL,
+                               .stop = part_given_up, .arg = &g };
+        r = kd_dpipe_file(p, &f, &bad, err);
+        ck__copy_cut_drop(&k);
     }
+    if (r == 0)
+        r = kd_dpipe_end(p, &bad, err);
+    kd_dpipe_free(p);
     if (r == 0)
         r = ck__copy_in_commit(in, err);
     ck__copy_in_free(in);
     ck__copy_out_close(out);
-    free(buf);
     return r;
 }
 

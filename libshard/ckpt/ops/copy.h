@@ -124,10 +124,11 @@ typedef struct ck__copy_out {
  * -ENODATA for a file the copy does not hold, naming it. */
 int ck__copy_out_open(const char *root, const char *name, const char *const *names,
                       uint32_t n, ck__copy_out **out, ck_err *err);
-/* The next bytes of the stream into buf: *got == len but at its end. */
+/* The next bytes of the stream into buf: *got == len but at its end. With buf and len
+ * aligned to CK_COPY_OUT_ALIGN, a data file's bytes are read with O_DIRECT (not through
+ * the page cache) where its file system takes it. */
 int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err);
-/* The alignment of a buffer (and of len) that lets ck__copy_out_chunk read data files
- * with O_DIRECT. */
+/* The alignment of a buffer, an offset and a length that O_DIRECT takes. */
 #define CK_COPY_OUT_ALIGN 4096u
 /* Sets O_DIRECT on fd where its file system takes it; whether it did. A copy's data
  * files were written with O_DIRECT, so their bytes are not in the page cache, and a
@@ -138,11 +139,6 @@ bool ck__direct_on(int fd);
  * O_DIRECT; a buffer, offset or length not aligned to CK_COPY_OUT_ALIGN turns the flag
  * off, for every descriptor of that description, and *direct with it. 0 or -errno. */
 int ck__direct_fit(int fd, bool *direct, const void *buf, size_t len, uint64_t off);
-/* The next bytes of the stream into buf, at most len, never past the end of a file:
- * *got < len at each file's end, 0 at the stream's end. With buf and len aligned to
- * CK_COPY_OUT_ALIGN, a data file's bytes are read with O_DIRECT (not through the page
- * cache) where its file system takes it. */
-int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err);
 /* The next piece of the stream, cut ahead of its read so that several pieces can be
  * read at once (a peer sender's read-ahead): at most max bytes of one item (the
  * manifest or a data file), never past its end, with a descriptor of its own. */

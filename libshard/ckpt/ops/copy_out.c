@@ -4,7 +4,7 @@
  * fails there, naming the block.
  *
  * Data files are read with O_DIRECT where the file system takes it and the caller's
- * buffer allows it (ck__copy_out_chunk): a copy was written with O_DIRECT, so its bytes
+ * buffer allows it (ck__copy_out_read, ck__copy_cut_read): a copy was written with O_DIRECT, so its bytes
  * are not in the page cache, and a buffered read pays for filling it (a copy into the
  * cache, another out, the pages charged and reclaimed) - half of a peer sender's CPU
  * time, which on a node that saves, replicates and serves at once is time taken from
@@ -246,7 +246,9 @@ void ck__copy_cut_drop(ck__copy_cut *k)
     k->fd = -1;
 }
 
-int ck__copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
+/* The next bytes of the stream into buf, at most len, never past the end of a file:
+ * *got < len at each file's end, 0 at the stream's end. */
+static int copy_out_chunk(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_err *err)
 {
     ck__copy_cut k;
     int r = ck__copy_out_cut(c, len, &k, err);
@@ -262,7 +264,7 @@ int ck__copy_out_read(ck__copy_out *c, void *buf, size_t len, size_t *got, ck_er
     *got = 0;
     while (*got < len) {
         size_t k;
-        int r = ck__copy_out_chunk(c, p + *got, len - *got, &k, err);
+        int r = copy_out_chunk(c, p + *got, len - *got, &k, err);
         if (r < 0)
             return r;
         if (!k)
