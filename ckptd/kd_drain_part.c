@@ -4,23 +4,25 @@
  *
  * The node that drains a checkpoint (its committer) makes the durable copy's pending
  * directory and its manifest, and asks each node that holds the files it lacks to
- * write them (PART, kd_peer_serve.c). The node streams its copy (ck__copy_out) into that directory as a
- * writer that joins it (ck__copy_in with opts.join): the directory must hold the
- * manifest the committer declared, every file is created there and never over one that
- * exists, and every block is checked against that manifest as it is written; then the
- * files are fsynced and the committer commits them with its own. A part that fails or
- * is given up leaves nothing of its own in the directory. So a drain's bytes cross no
- * network on their way from the node that holds them to the durable tier beyond the
- * durable tier's own, and no node needs room for another node's part.
+ * write them (PART, kd_peer_serve.c). The node streams its copy (ck__copy_out) into
+ * that directory as a writer that joins it (ck__copy_in with opts.join): the directory
+ * must hold the manifest the committer declared, every file is created there and never
+ * over one that exists, and every block is checked against that manifest once it is
+ * written; then the files are fsynced and the committer commits them with its own. A
+ * part that fails or is given up leaves nothing of its own in the directory. So a
+ * drain's bytes cross no network on their way from the node that holds them to the
+ * durable tier beyond the durable tier's own, and no node needs room for another
+ * node's part.
  *
- * Reads are paced by the node's --drain-rate (a token bucket, also the drain's own), so
- * a part leaves the local disk to the saves as a drain does.
+ * The files go through the drain's pipe (kd_drain_pipe.c, decision 0203): read ahead
+ * past the page cache, paced by the node's --drain-rate (a token bucket, also the
+ * drain's own, so a part leaves the local disk to the saves as a drain does), and
+ * checked on a thread of their own.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kd.h"
 

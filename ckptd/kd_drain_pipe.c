@@ -199,8 +199,9 @@ int kd_dpipe_file(kd_dpipe *p, const kd_dpipe_file_in *f, uint32_t *bad, ck_err 
             unsigned k = (unsigned)(s % KD_PIPE_SLOTS);
             uint64_t off = asked * p->chunk;
             size_t want = f->len - off < p->chunk ? (size_t)(f->len - off) : p->chunk;
-            p->io[k] = (ck_io){ .fd = f->fd, .buf_index = -1, .buf = p->buf + (size_t)k * p->chunk,
-                                .len = (uint32_t)want, .off = off, .user = k };
+            p->io[k] = (ck_io){ .fd = f->fd, .buf_index = -1,
+                                .buf = p->buf + (size_t)k * p->chunk, .len = (uint32_t)want,
+                                .off = off, .user = k };
             p->ready[k] = false;
             p->len[k] = want;
             p->tag[k] = f->tag;

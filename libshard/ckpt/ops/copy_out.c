@@ -4,8 +4,9 @@
  * fails there, naming the block.
  *
  * Data files are read with O_DIRECT where the file system takes it and the caller's
- * buffer allows it (ck__copy_out_read, ck__copy_cut_read): a copy was written with O_DIRECT, so its bytes
- * are not in the page cache, and a buffered read pays for filling it (a copy into the
+ * buffer allows it (ck__copy_out_read, ck__copy_cut_read; ck__direct_on, which the
+ * drain's reads use too): a copy was written with O_DIRECT, so its bytes are not in
+ * the page cache, and a buffered read pays for filling it (a copy into the
  * cache, another out, the pages charged and reclaimed) - half of a peer sender's CPU
  * time, which on a node that saves, replicates and serves at once is time taken from
  * the others (docs/decisions/0186-peer-transfer-pipeline.md).
