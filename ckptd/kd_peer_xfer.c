@@ -241,10 +241,16 @@ static void *reader(void *arg)
     return NULL;
 }
 
-/* The readers, once every lane is in (they wake the lanes' workers). */
+/* The readers, once every lane is in (they wake the lanes' workers): at most one a
+ * chunk of the stream, so that a GET of the manifest alone starts one. */
 static int readers_start(kd_xsend *x, ck_err *err)
 {
-    while (x->nrd < KD_PEER_READERS && pthread_create(&x->rd[x->nrd], NULL, reader, x) == 0)
+    const ck__copy_out *o = x->out;
+    uint64_t chunks = (o->manifest_size + KD_PEER_CHUNK - 1) / KD_PEER_CHUNK;
+    for (uint32_t i = 0; chunks < KD_PEER_READERS && i < o->n_files; i++)
+        chunks += (o->files[i].size + KD_PEER_CHUNK - 1) / KD_PEER_CHUNK;
+    unsigned want = chunks < KD_PEER_READERS ? (unsigned)chunks : KD_PEER_READERS;
+    while (x->nrd < want && pthread_create(&x->rd[x->nrd], NULL, reader, x) == 0)
         x->nrd++;
     return x->nrd ? 0 : ck_err_set(err, -EAGAIN, "%s: no thread to read it", x->out->info.name);
 }
