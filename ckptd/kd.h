@@ -345,13 +345,13 @@ void kd_retain_run(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 6
+#define KD_PEER_VERSION 7
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
 /* After AUTH every message but DATA ends in a seal of this many bytes: HMAC-SHA256 under
  * the connection's session key (kd_peer_key.c; decision 0196). DATA needs none: every
- * byte of a stream is checked against the manifest, whose SHA-256 the sealed PUT or
- * GET_OK declares. */
+ * byte of a stream is checked against the manifest, whose SHA-256 the sealed GET_OK or
+ * MANIFEST declares. */
 #define KD_PEER_SEAL_LEN 32
 #define KD_PEER_AM_ID 1                     /* the UCX active message id of every message */
 #define KD_PEER_MSG_MAX (16u << 20)         /* payload of a message but DATA */
@@ -385,9 +385,11 @@ enum kd_peer_type {
     /* the side that connects -> the service */
     KD_P_HELLO = 1,        /* str id, u64 instance, 32 bytes nonce */
     KD_P_INVENTORY = 2,    /* empty */
-    KD_P_PUT = 3,          /* a stream: str name, str source, u64 manifest bytes, 32 bytes
-                            * the manifest's SHA-256, u32 n, n x (str file, u64 size);
-                            * then DATA after PUT_READY */
+    KD_P_PUT = 3,          /* a stream: str name, str source, u64 manifest bytes (0: it
+                            * comes last), 32 bytes the manifest's SHA-256 (zeros), u32
+                            * block size, u32 n, n x (str file, u64 size); then DATA after
+                            * PUT_READY, the data files first, MANIFEST before the
+                            * manifest's bytes */
     KD_P_GET = 4,          /* str name, str source ("": any copy), u64 time (0: any), u8
                             * all, u32 n, n x str file (all: every file of the copy; n is
                             * then 0) */
@@ -396,6 +398,8 @@ enum kd_peer_type {
                             * drain's manifest's SHA-256, str token, u32 n, n x str file:
                             * write these files of this node's copy into the durable
                             * copy's pending directory .pending/NAME.TOKEN */
+    KD_P_MANIFEST = 7,     /* in a PUT, once, before the manifest's bytes: u64 its bytes,
+                            * 32 bytes its SHA-256 */
     /* either way, in a transfer */
     KD_P_DATA = 16,        /* arg: stream offset; the bytes */
     KD_P_ACK = 17,         /* arg: stream bytes the receiver took (written and checked) */
@@ -438,9 +442,10 @@ typedef struct kd_preq {
     char name[CK_NAME_MAX];
     char source[CK_COPY_ID_MAX];
     uint64_t time_ns;              /* GET: a copy of the save committed then; 0: any */
-    uint64_t manifest_size;
+    uint64_t manifest_size;        /* a stream's; a PUT's: 0 (its manifest comes last) */
     uint8_t manifest_sha256[CK_SHA256_LEN];   /* a stream's, a PART's: what its manifest
                                                * must hash to */
+    uint32_t block_size;           /* a stream's: its data files' blocks */
     char token[CK_TOKEN_MAX];      /* a PART's: the durable copy's pending directory */
     uint32_t window;               /* a GET's: the window of its requester, which receives */
     bool all;
@@ -757,9 +762,10 @@ struct kd_pconn;
 struct kd_pmsg;
 /* Sending: the stream of copy ROOT/NAME (the files ask names, all it holds when ask is
  * NULL or ask->all); q gets what is sent (kd_preq_free), its source the copy's: a
- * partial copy's own, else source. */
+ * partial copy's own, else source. A PUT's (put): the data files, then the manifest,
+ * which each lane is declared MANIFEST before its first byte; q declares none. */
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
-                  kd_preq *q, kd_xsend **out, ck_err *err);
+                  bool put, kd_preq *q, kd_xsend **out, ck_err *err);
 /* A receiver of the stream on c, whose worker is u, a lane (its index, or -ENOMEM),
  * with the window it stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX). Every
  * lane is added before the first pump (-EINVAL after): each chunk is read once and sent
@@ -795,6 +801,10 @@ unsigned kd_peer_checkers_default(void);
 uint32_t kd_peer_window(unsigned checkers);
 /* The window x states (PUT_READY): kd_peer_window of its checkers. */
 uint32_t kd_xrecv_window(const kd_xrecv *x);
+/* A PUT's MANIFEST: its manifest's size and SHA-256, which extend the stream (the
+ * writer declares them to the copy before it writes the manifest's first byte).
+ * -EPROTO for a second, or in a stream whose manifest came first. */
+int kd_xrecv_manifest(kd_xrecv *x, uint64_t size, const uint8_t *sha256, ck_err *err);
 /* Takes a DATA (m is x's, whatever happens): held until what comes before it came,
  * then queued for the writer. -EPROTO for one outside the window or overlapping. */
 int kd_xrecv_data(kd_xrecv *x, struct kd_pmsg *m, ck_err *err);
@@ -970,9 +980,14 @@ void kd_pw_hello(ck__wbuf *w, const kd_phello *h, bool ok);
 int kd_pw_get_hello(const kd_pmsg *m, kd_phello *h, ck_err *err);
 void kd_pw_auth(ck__wbuf *w, const uint8_t proof[KD_PEER_PROOF_LEN]);
 int kd_pw_get_auth(const kd_pmsg *m, uint8_t proof[KD_PEER_PROOF_LEN], ck_err *err);
-/* PUT and GET_OK (stream) and GET (ask). */
+/* PUT and GET_OK (stream) and GET (ask). A PUT's manifest comes last (manifest_size
+ * 0), a GET_OK's first: the other is refused. */
 void kd_pw_stream(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err);
+/* MANIFEST: a PUT's manifest's size and SHA-256. */
+void kd_pw_manifest(ck__wbuf *w, uint64_t size, const uint8_t sha256[CK_SHA256_LEN]);
+int kd_pw_get_manifest(const kd_pmsg *m, uint64_t *size, uint8_t sha256[CK_SHA256_LEN],
+                       ck_err *err);
 void kd_pw_ask(ck__wbuf *w, const kd_preq *q);
 int kd_pw_get_ask(const kd_pmsg *m, kd_preq *q, ck_err *err);
 /* PUT_READY: the receiver's window. */

@@ -373,7 +373,7 @@ static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const ch
     kd_xsend *x;
     ck_err e = { 0 };
     lane *v = NULL;
-    int r = kd_xsend_open(root, name, to[0]->c->id, NULL, &q, &x, &e);
+    int r = kd_xsend_open(root, name, to[0]->c->id, NULL, true, &q, &x, &e);
     if (r == 0 && !(v = calloc(n, sizeof *v))) {
         kd_preq_free(&q);
         kd_xsend_free(x);

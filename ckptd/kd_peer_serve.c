@@ -274,6 +274,23 @@ static void on_data(struct kd_peers *p, sconn *c, kd_pmsg *m)
         put_failed(p, c, r, &err);
 }
 
+/* A PUT's manifest, which comes after its data files: its size and SHA-256. */
+static void on_manifest(struct kd_peers *p, sconn *c, kd_pmsg *m)
+{
+    ck_err err = { 0 };
+    uint64_t size;
+    uint8_t sha[CK_SHA256_LEN];
+    if (!c->rx) {
+        refuse(p, c, -EPROTO, "a MANIFEST outside a PUT");
+        return;
+    }
+    int r = kd_pw_get_manifest(m, &size, sha, &err);
+    if (r == 0)
+        r = kd_xrecv_manifest(c->rx, size, sha, &err);
+    if (r < 0)
+        put_failed(p, c, r, &err);
+}
+
 /* What a PUT's writer did: ACKed; once the stream is all written, the copy committed.
  * The writer's progress counts as the peer's: it waits for the ACKs. */
 static void put_poll(struct kd_peers *p, sconn *c, double now)
@@ -314,7 +331,7 @@ static void on_get(struct kd_peers *p, sconn *c, kd_pmsg *m)
     }
     r = kd_inv_find(p->local, p->id, &ask, root, sizeof root, source, &err);
     if (r == 0)
-        r = kd_xsend_open(root, ask.name, source, &ask, &q, &c->tx, &err);
+        r = kd_xsend_open(root, ask.name, source, &ask, false, &q, &c->tx, &err);
     /* The requester is the stream's one lane: lane 0. */
     if (r == 0 && (r = kd_xsend_to(c->tx, c->pc, p->u, ask.window)) < 0)
         ck_err_set(&err, r, "out of memory");
@@ -461,6 +478,8 @@ static void dispatch(struct kd_peers *p, sconn *c, kd_pmsg *m)
         on_inventory(p, c, m);
     } else if (m->type == KD_P_PUT) {
         on_put(p, c, m);
+    } else if (m->type == KD_P_MANIFEST) {
+        on_manifest(p, c, m);
     } else if (m->type == KD_P_GET) {
         on_get(p, c, m);
     } else if (m->type == KD_P_PART) {

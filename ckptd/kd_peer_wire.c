@@ -24,6 +24,7 @@ const char *kd_pw_type_name(unsigned type)
     case KD_P_HELLO: return "HELLO";
     case KD_P_AUTH: return "AUTH";
     case KD_P_PART: return "PART";
+    case KD_P_MANIFEST: return "MANIFEST";
     case KD_P_INVENTORY: return "INVENTORY";
     case KD_P_PUT: return "PUT";
     case KD_P_GET: return "GET";
@@ -177,11 +178,45 @@ static void get_sha(ck__rbuf *r, kd_preq *q)
         memcpy(q->manifest_sha256, sha, sizeof q->manifest_sha256);
 }
 
+/* A manifest's size as m declares it: 1 byte to CK_COPY_MANIFEST_MAX; a PUT's 0, as
+ * its manifest comes last (declared by MANIFEST). */
+static int manifest_size_ok(const kd_pmsg *m, uint64_t size, bool last, ck_err *err)
+{
+    if (last && size)
+        return ck_err_set(err, -EBADMSG, "a %s message declares a manifest of %llu bytes: a "
+                          "PUT's manifest comes last, declared by MANIFEST (peer protocol 7)",
+                          kd_pw_type_name(m->type), (unsigned long long)size);
+    if (!last && (size == 0 || size > CK_COPY_MANIFEST_MAX))
+        return ck_err_set(err, -EBADMSG, "a %s message declares a manifest of %llu bytes (1 to "
+                          "%llu)", kd_pw_type_name(m->type), (unsigned long long)size,
+                          (unsigned long long)CK_COPY_MANIFEST_MAX);
+    return 0;
+}
+
+void kd_pw_manifest(ck__wbuf *w, uint64_t size, const uint8_t sha256[CK_SHA256_LEN])
+{
+    ck__put_u64(w, size);
+    ck__put_bytes(w, sha256, CK_SHA256_LEN);
+}
+
+int kd_pw_get_manifest(const kd_pmsg *m, uint64_t *size, uint8_t sha256[CK_SHA256_LEN],
+                       ck_err *err)
+{
+    ck__rbuf r = ck__rbuf_make(m->data, m->len);
+    *size = ck__get_u64(&r);
+    const void *sha = ck__get_bytes(&r, CK_SHA256_LEN);
+    if (!sha || r.bad || !ck__rbuf_done(&r))
+        return bad(m, "bytes missing or left over after its size and SHA-256", err);
+    memcpy(sha256, sha, CK_SHA256_LEN);
+    return manifest_size_ok(m, *size, false, err);
+}
+
 void kd_pw_stream(ck__wbuf *w, const kd_preq *q)
 {
     put_head(w, q);
     ck__put_u64(w, q->manifest_size);
     ck__put_bytes(w, q->manifest_sha256, sizeof q->manifest_sha256);
+    ck__put_u32(w, q->block_size);
     ck__put_u32(w, q->n);
     for (uint32_t i = 0; i < q->n; i++) {
         ck__put_str(w, q->files[i].name);
@@ -196,12 +231,15 @@ int kd_pw_get_stream(const kd_pmsg *m, kd_preq *q, ck_err *err)
     if (rc < 0)
         return rc;
     q->manifest_size = ck__get_u64(&r);
-    if (!r.bad && (q->manifest_size == 0 || q->manifest_size > CK_COPY_MANIFEST_MAX))
-        return ck_err_set(err, -EBADMSG, "a %s message declares a manifest of %llu bytes (1 to "
-                          "%llu)", kd_pw_type_name(m->type),
-                          (unsigned long long)q->manifest_size,
-                          (unsigned long long)CK_COPY_MANIFEST_MAX);
+    if ((rc = manifest_size_ok(m, q->manifest_size, m->type == KD_P_PUT, err)) < 0)
+        return rc;
     get_sha(&r, q);
+    q->block_size = ck__get_u32(&r);
+    if (!r.bad && (q->block_size < CK_ALIGN || q->block_size > CK_COPY_BLOCK_MAX ||
+                   (q->block_size & (q->block_size - 1))))
+        return ck_err_set(err, -EBADMSG, "a %s message declares blocks of %u bytes (a power of "
+                          "two, 4096 to %u)", kd_pw_type_name(m->type), q->block_size,
+                          CK_COPY_BLOCK_MAX);
     if ((rc = get_count(m, &r, q, 2 + 1 + 8, err)) < 0)
         return rc;
     for (uint32_t i = 0; i < q->n; i++) {

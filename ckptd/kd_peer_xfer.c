@@ -9,6 +9,10 @@
  * never waits on one. Each chunk goes out as a DATA carrying its stream offset, in
  * order, never more than the receiver's window ahead of what the receiver acknowledged
  * (the receiver states it: a block per checker thread, decision 0200).
+ * A PUT's stream carries the data files first and the manifest last (peer protocol 7,
+ * decision 0204): before the manifest's first byte each lane is sent MANIFEST, its size
+ * and SHA-256, and its receiver, which hashed every block as it came, compares them
+ * with the manifest's at the commit.
  * A stream may have several receivers, its lanes (a PUT to every peer of a clique,
  * decision 0201): each chunk is read once and sent on every lane still in, so the
  * stream moves at the pace of its slowest receiver, and a lane given up holds nothing
@@ -65,6 +69,8 @@ struct kd_xsend {
     uint64_t head, tail;           /* the next chunk to send; the next to cut */
     bool cut_all;                  /* every chunk was cut (or a cut failed) */
     bool stop;
+    bool put;                      /* the manifest comes last, declared by MANIFEST */
+    bool declared;                 /* MANIFEST went out on every lane */
 };
 
 /* A chunk in flight on several lanes: its buffer goes back once every send of it is
@@ -111,6 +117,11 @@ struct kd_xrecv {
     kd_pmsg *w_head, *w_tail;      /* written, in order, for the checkers */
     uint64_t at[KD_PEER_CHECKERS]; /* stream bytes each checker took */
     uint64_t done;                 /* stream bytes written and checked */
+    bool mlast;                    /* a PUT's: the manifest comes last */
+    bool mdecl;                    /* the connection's: its MANIFEST came */
+    bool mpend;                    /* declared, not yet to the copy (the writer's to do) */
+    uint64_t msize;
+    uint8_t msha[CK_SHA256_LEN];
     bool stop;
     int failed;                    /* the first error of a writer or checker, in ferr */
     ck_err ferr;
@@ -140,7 +151,7 @@ static void fail(kd_xrecv *x, int r, const ck_err *e)
 }
 
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
-                  kd_preq *q, kd_xsend **out, ck_err *err)
+                  bool put, kd_preq *q, kd_xsend **out, ck_err *err)
 {
     *out = NULL;
     memset(q, 0, sizeof *q);
@@ -171,8 +182,14 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
     snprintf(q->name, sizeof q->name, "%s", name);
     const ck_copy *cp = &x->out->copy;
     snprintf(q->source, sizeof q->source, "%s", cp->partial ? cp->source : source);
-    q->manifest_size = x->out->manifest_size;
-    memcpy(q->manifest_sha256, x->out->manifest_sha256, sizeof q->manifest_sha256);
+    q->block_size = x->out->info.block_size;
+    x->put = put;
+    if (put) {
+        ck__copy_out_manifest_last(x->out);
+    } else {
+        q->manifest_size = x->out->manifest_size;
+        memcpy(q->manifest_sha256, x->out->manifest_sha256, sizeof q->manifest_sha256);
+    }
     q->n = x->out->n_files;
     q->files = malloc((q->n ? q->n : 1) * sizeof *q->files);
     if (!q->files) {
@@ -289,6 +306,19 @@ int kd_xsend_pump(kd_xsend *x, ck_err *err)
         }
         if (x->sent == total)
             break;
+        /* A PUT's manifest, last: declared on every lane before its first byte. */
+        if (x->put && !x->declared && x->sent == total - x->out->manifest_size) {
+            for (uint32_t i = 0; i < x->n; i++) {
+                ck__wbuf w = { 0 };
+                if (x->lane[i].gone)
+                    continue;
+                kd_pw_manifest(&w, x->out->manifest_size, x->out->manifest_sha256);
+                if (kd_pconn_send_w(x->lane[i].c, KD_P_MANIFEST, &w) < 0)
+                    x->lane[i].gone = true;
+            }
+            x->declared = true;
+            continue;
+        }
         /* The next chunk in stream order, once it is read and every window has room
          * for it whole (a window, 8 MiB at least, always takes a chunk once what was
          * sent is acknowledged). */
@@ -416,9 +446,15 @@ static void *writer(void *arg)
         if (!x->q_head)
             x->q_tail = NULL;
         bool failed = x->failed;   /* a checker's, maybe: read under the lock */
+        bool declare = x->mpend;
+        x->mpend = false;
         pthread_mutex_unlock(&x->mu);
         ck_err e = { 0 };
-        int r = failed ? 0 : ck__copy_in_write(x->in, m->data, m->len, &e);
+        /* A manifest that comes last is declared to the copy on this thread, before any
+         * of its bytes (they are taken only once MANIFEST came). */
+        int r = failed || !declare ? 0 : ck__copy_in_manifest(x->in, x->msize, x->msha, &e);
+        if (r == 0 && !failed)
+            r = ck__copy_in_write(x->in, m->data, m->len, &e);
         pthread_mutex_lock(&x->mu);
         if (r < 0)
             fail(x, r, &e);
@@ -529,6 +565,8 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u, unsigned checke
     pthread_cond_init(&x->cv, NULL);
     pthread_cond_init(&x->chk_cv, NULL);
     x->total = q->manifest_size;
+    x->mlast = q->manifest_size == 0;
+    x->mdecl = !x->mlast;
     for (uint32_t i = 0; i < q->n; i++) {
         if (q->files[i].size > UINT64_MAX - x->total) {
             kd_xrecv_free(x);
@@ -539,8 +577,9 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u, unsigned checke
     }
     ck__copy_in_opts o = { .root = root, .name = q->name, .source = q->source,
                            .manifest_size = q->manifest_size,
-                           .manifest_sha256 = q->manifest_sha256, .files = q->files,
-                           .n_files = q->n, .log = log, .log_arg = log_arg,
+                           .manifest_sha256 = x->mlast ? NULL : q->manifest_sha256,
+                           .manifest_last = x->mlast, .block_size = x->mlast ? q->block_size : 0,
+                           .files = q->files, .n_files = q->n, .log = log, .log_arg = log_arg,
                            .checkers = x->nchk };
     int r = ck__copy_in_begin(&o, &x->in, err);
     if (r == 0 && (r = -pthread_create(&x->th, NULL, writer, x)) < 0)
@@ -601,6 +640,24 @@ static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
     return 0;
 }
 
+int kd_xrecv_manifest(kd_xrecv *x, uint64_t size, const uint8_t *sha256, ck_err *err)
+{
+    if (x->mdecl)
+        return ck_err_set(err, -EPROTO, "a MANIFEST in a stream whose manifest %s",
+                          x->mlast ? "was declared already" : "came first");
+    if (size > UINT64_MAX - x->total)
+        return ck_err_set(err, -EPROTO, "a MANIFEST of %llu bytes: the stream would be more "
+                          "than 2^64 bytes", (unsigned long long)size);
+    x->total += size;
+    x->mdecl = true;
+    pthread_mutex_lock(&x->mu);
+    x->msize = size;
+    memcpy(x->msha, sha256, sizeof x->msha);
+    x->mpend = true;
+    pthread_mutex_unlock(&x->mu);
+    return 0;
+}
+
 int kd_xrecv_data(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
     int r = hold(x, m, err);
@@ -644,15 +701,17 @@ int kd_xrecv_poll(kd_xrecv *x, kd_pconn *c, ck_err *err)
     pthread_mutex_unlock(&x->mu);
     if (r < 0)
         return r;
+    /* Whole once the manifest, coming last, was declared too. */
+    bool whole = done == x->total && x->mdecl;
     if (done == x->acked)
-        return done == x->total;
+        return whole;
     x->acked = done;
     if ((r = kd_pconn_send(c, KD_P_ACK, done, NULL, 0)) < 0) {
         const char *why;
         kd_pconn_failed(c, &why);
         return ck_err_set(err, r, "peer %s: %s", kd_pconn_peer(c), why);
     }
-    return done == x->total ? 1 : 2;
+    return whole ? 1 : 2;
 }
 
 uint32_t kd_xrecv_window(const kd_xrecv *x)

@@ -270,25 +270,34 @@ static void send_raw(conn *c, uint16_t type, uint64_t arg, const void *p, size_t
     kd_pconn_send(c->pc, type, arg, b, n);
 }
 
-/* A PUT of NAME from SOURCE declaring a manifest of msize bytes (whose SHA-256 is that
- * of msize bytes of fill) and one file. */
-static void put_decl(conn *c, const char *name, const char *source, uint64_t msize,
-                     const char *file, uint64_t fsize, uint8_t fill)
+/* A PUT of NAME from SOURCE of one file (none when file is NULL) in blocks of bs bytes,
+ * its manifest to come last. */
+static void put_decl(conn *c, const char *name, const char *source, const char *file,
+                     uint64_t fsize, uint32_t bs)
 {
     ck_file f = { .size = fsize };
-    snprintf(f.name, sizeof f.name, "%s", file);
-    kd_preq q = { .manifest_size = msize, .n = file ? 1 : 0, .files = &f };
-    uint8_t *m = msize <= 4096 ? malloc(msize) : NULL;
-    if (m) {
-        memset(m, fill, msize);
-        ck__sha256(m, msize, q.manifest_sha256);
-        free(m);
-    }
+    snprintf(f.name, sizeof f.name, "%s", file ? file : "");
+    kd_preq q = { .block_size = bs, .n = file ? 1 : 0, .files = &f };
     snprintf(q.name, sizeof q.name, "%s", name);
     snprintf(q.source, sizeof q.source, "%s", source);
     ck__wbuf w = { 0 };
     kd_pw_stream(&w, &q);
     kd_pconn_send_w(c->pc, KD_P_PUT, &w);
+}
+
+/* A PUT's MANIFEST: msize bytes, whose SHA-256 is that of msize bytes of fill. */
+static void put_manifest(conn *c, uint64_t msize, uint8_t fill)
+{
+    uint8_t sha[CK_SHA256_LEN] = { 0 };
+    uint8_t *m = msize <= 4096 ? malloc(msize) : NULL;
+    if (m) {
+        memset(m, fill, msize);
+        ck__sha256(m, msize, sha);
+        free(m);
+    }
+    ck__wbuf w = { 0 };
+    kd_pw_manifest(&w, msize, sha);
+    kd_pconn_send_w(c->pc, KD_P_MANIFEST, &w);
 }
 
 /* A PUT of x whose count says count files and whose list holds the n given, 4096
@@ -299,8 +308,9 @@ static void put_lying(conn *c, uint32_t count, const char *const *files, unsigne
     static const uint8_t sha[CK_SHA256_LEN];
     ck__put_str(&w, "x");
     ck__put_str(&w, "hostile");
-    ck__put_u64(&w, 4096);
+    ck__put_u64(&w, 0);
     ck__put_bytes(&w, sha, sizeof sha);
+    ck__put_u32(&w, CK_BLOCK_SIZE_DEFAULT);
     ck__put_u32(&w, count);
     for (unsigned i = 0; i < n; i++) {
         ck__put_str(&w, files[i]);
@@ -545,11 +555,11 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "inventory-payload")) {
         send_raw(&c, KD_P_INVENTORY, 0, "xx", 2);
     } else if (!strcmp(cs, "put-dotdot-name")) {
-        put_decl(&c, "../escape", "hostile", 4096, "rank-00000.dat", 4096, 0x5a);
+        put_decl(&c, "../escape", "hostile", "rank-00000.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-slash-name")) {
-        put_decl(&c, "a/b", "hostile", 4096, "rank-00000.dat", 4096, 0x5a);
+        put_decl(&c, "a/b", "hostile", "rank-00000.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-dot-name")) {
-        put_decl(&c, ".pending", "hostile", 4096, "rank-00000.dat", 4096, 0x5a);
+        put_decl(&c, ".pending", "hostile", "rank-00000.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-nul-name") || !strcmp(cs, "put-long-name")) {
         char name[300];
         memset(name, 'n', sizeof name - 1);
@@ -563,21 +573,39 @@ static int hostile(const char *addr, const char *cs)
         ck__put_u32(&w, 0);
         kd_pconn_send_w(c.pc, KD_P_PUT, &w);
     } else if (!strcmp(cs, "put-dotdot-source")) {
-        put_decl(&c, "x", "..", 4096, "rank-00000.dat", 4096, 0x5a);
+        put_decl(&c, "x", "..", "rank-00000.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-slash-source")) {
-        put_decl(&c, "x", "a/b", 4096, "rank-00000.dat", 4096, 0x5a);
+        put_decl(&c, "x", "a/b", "rank-00000.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-link-source")) {
-        put_decl(&c, "x", "planted", 4096, "rank-00000.dat", 4096, 0x5a);
+        put_decl(&c, "x", "planted", "rank-00000.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-dotdot-file")) {
-        put_decl(&c, "x", "hostile", 4096, "../../../escape.dat", 4096, 0x5a);
+        put_decl(&c, "x", "hostile", "../../../escape.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-slash-file")) {
-        put_decl(&c, "x", "hostile", 4096, "a/b.dat", 4096, 0x5a);
+        put_decl(&c, "x", "hostile", "a/b.dat", 4096, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-unaligned-size")) {
-        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", 4095, 0x5a);
+        put_decl(&c, "x", "hostile", "rank-00000.dat", 4095, CK_BLOCK_SIZE_DEFAULT);
     } else if (!strcmp(cs, "put-absurd-size")) {
-        put_decl(&c, "x", "hostile", 4096, "rank-00000.dat", UINT64_C(1) << 63, 0x5a);
-    } else if (!strcmp(cs, "put-absurd-manifest")) {
-        put_decl(&c, "x", "hostile", UINT64_C(1) << 40, NULL, 0, 0x5a);
+        put_decl(&c, "x", "hostile", "rank-00000.dat", UINT64_C(1) << 63, CK_BLOCK_SIZE_DEFAULT);
+    } else if (!strcmp(cs, "put-odd-block-size")) {
+        put_decl(&c, "x", "hostile", "rank-00000.dat", 4096, 5000);
+    } else if (!strcmp(cs, "put-declares-manifest")) {
+        /* A PUT of protocol 6's form: its manifest first. */
+        ck_file f = { .name = "rank-00000.dat", .size = 4096 };
+        kd_preq q = { .manifest_size = 4096, .block_size = CK_BLOCK_SIZE_DEFAULT, .n = 1,
+                      .files = &f };
+        snprintf(q.name, sizeof q.name, "x");
+        snprintf(q.source, sizeof q.source, "hostile");
+        kd_pw_stream(&w, &q);
+        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
+    } else if (!strcmp(cs, "manifest-outside-put")) {
+        put_manifest(&c, 4096, 0x5a);
+    } else if (!strcmp(cs, "put-absurd-manifest") || !strcmp(cs, "put-manifest-twice")) {
+        put_decl(&c, "hostile-put", "hostile", NULL, 0, CK_BLOCK_SIZE_DEFAULT);
+        if (answer(&c, KD_P_PUT_READY) == 1) {
+            put_manifest(&c, !strcmp(cs, "put-absurd-manifest") ? UINT64_C(1) << 40 : 4096, 0x5a);
+            if (!strcmp(cs, "put-manifest-twice"))
+                put_manifest(&c, 4096, 0x5a);
+        }
     } else if (!strcmp(cs, "put-more-files")) {
         static const char *const one[] = { "rank-00000.dat" };
         put_lying(&c, 1000, one, 1);
@@ -589,17 +617,23 @@ static int hostile(const char *addr, const char *cs)
         put_lying(&c, 2, twice, 2);
     } else if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "put-other-manifest") ||
                !strcmp(cs, "data-past-window") || !strcmp(cs, "data-past-end") ||
-               !strcmp(cs, "data-overlap") || !strcmp(cs, "data-too-big")) {
-        /* put-other-manifest: the manifest sent is not the one the PUT declared. */
-        put_decl(&c, "hostile-put", "hostile", 4096, NULL, 0,
-                 !strcmp(cs, "put-other-manifest") ? 0x5b : 0x5a);
+               !strcmp(cs, "data-overlap") || !strcmp(cs, "data-too-big") ||
+               !strcmp(cs, "data-before-manifest")) {
+        /* A PUT of no data file, whose manifest (4096 bytes) is declared at once;
+         * put-other-manifest: the manifest sent is not the one MANIFEST declared;
+         * data-before-manifest: its bytes come, undeclared. */
+        put_decl(&c, "hostile-put", "hostile", NULL, 0, CK_BLOCK_SIZE_DEFAULT);
         if (answer(&c, KD_P_PUT_READY) == 1) {
+            if (strcmp(cs, "data-before-manifest"))
+                put_manifest(&c, 4096, !strcmp(cs, "put-other-manifest") ? 0x5b : 0x5a);
             memset(junk, 0x5a, sizeof junk);
             if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "put-other-manifest")) {
                 send_raw(&c, KD_P_DATA, 0, junk, 4096);
             } else if (!strcmp(cs, "data-past-window")) {
                 /* The daemons of the tests state the least window (--peer-checkers 1). */
                 send_raw(&c, KD_P_DATA, KD_PEER_WINDOW_MIN + 4096, junk, 16);
+            } else if (!strcmp(cs, "data-before-manifest")) {
+                send_raw(&c, KD_P_DATA, 0, junk, 4096);
             } else if (!strcmp(cs, "data-past-end")) {
                 send_raw(&c, KD_P_DATA, 4000, junk, 200);
             } else if (!strcmp(cs, "data-overlap")) {
@@ -735,7 +769,7 @@ static int fake_answer(const fake *f, fake_conn *fc, kd_pmsg *m)
     } else if (m->type == KD_P_GET && !fc->tx) {
         if ((r = kd_pw_get_ask(m, &ask, &err)) == 0 &&
             (r = kd_inv_find(f->local, f->id, &ask, root, sizeof root, source, &err)) == 0 &&
-            (r = kd_xsend_open(root, ask.name, source, &ask, &q, &fc->tx, &err)) == 0 &&
+            (r = kd_xsend_open(root, ask.name, source, &ask, false, &q, &fc->tx, &err)) == 0 &&
             (r = kd_xsend_to(fc->tx, fc->pc, fc->u, ask.window)) == 0) {
             if (f->how == FAKE_SLOW && q.n > 0) {
                 printf("answering a GET of %u data file(s) in %.1f s\n", q.n, f->slow);

@@ -10,7 +10,8 @@
 # anything it asks is taken; a service that does not prove it is refused by the caller.
 # After AUTH every message but DATA is sealed: one without its seal, with a seal
 # changed, of the other direction, or played again is refused both ways, and so is a
-# stream whose manifest is not the one its PUT or GET_OK declared.
+# stream whose manifest is not the one its MANIFEST or GET_OK declared, or that a PUT
+# sends before its MANIFEST.
 # Through all of it the daemon lives, nothing is written outside its roots, and nothing
 # is committed. Versions fail cleanly both ways, naming both.
 . "$(dirname "$0")/replica_lib.sh"
@@ -30,7 +31,7 @@ case_() {
     said "$want" "case $name"
 }
 case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
-V=6                               # the peer protocol of this build (PROTOCOL.md)
+V=7                               # the peer protocol of this build (PROTOCOL.md)
 case_ other-version "answer: service: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))"
 logged B "refused: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))" \
     "the version refusal"
@@ -66,6 +67,11 @@ case_ put-slash-file "refused: .*names data file 'a/b\.dat'"
 case_ put-unaligned-size "refused: .*rank-00000\.dat of 4095 bytes"
 case_ put-absurd-size "refused: .*rank-00000\.dat of 9223372036854775808 bytes"
 case_ put-absurd-manifest "refused: .*a manifest of 1099511627776 bytes"
+case_ put-declares-manifest "refused: .*a PUT message declares a manifest of 4096 bytes: a PUT's manifest comes last"
+case_ put-odd-block-size "refused: .*a PUT message declares blocks of 5000 bytes \(a power of two"
+case_ manifest-outside-put "refused: .*a MANIFEST outside a PUT"
+case_ put-manifest-twice "refused: .*a MANIFEST in a stream whose manifest was declared already"
+case_ data-before-manifest "refused: .*a DATA of 4096 bytes at stream offset 0, outside"
 case_ put-more-files "refused: .*a file count larger than its bytes can hold"
 case_ put-files-beyond-count "refused: .*left over after the files it declares"
 case_ put-twice-file "refused: .*rank-00000\.dat is declared twice"

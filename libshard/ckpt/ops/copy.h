@@ -3,7 +3,8 @@
  *
  * The stream of a copy of NAME is its manifest (the file, byte for byte), then the data
  * files it carries, whole, in the order declared: what ckptd's peer service sends
- * between nodes. The sender reads it from a committed copy (ck__copy_out); the receiver
+ * between nodes; or those data files first and the manifest last (a PUT's: its sender
+ * may send a node's files before the save's manifest exists, decision 0204). The sender reads it from a committed copy (ck__copy_out); the receiver
  * writes it into a new copy (ck__copy_in) through the commit protocol: a pending
  * directory under the save's lock, every block of every data file checked against the
  * manifest's SHA-256 as it arrives (the manifest is the truth: a block that differs
@@ -26,6 +27,8 @@
 
 /* The largest manifest a copy takes: the largest a reader opens. */
 #define CK_COPY_MANIFEST_MAX CK__MANIFEST_MAX
+/* The largest block size a copy whose manifest comes last declares. */
+#define CK_COPY_BLOCK_MAX (1u << 30)
 
 /* ---- receiving ---- */
 
@@ -39,6 +42,14 @@ typedef struct ck__copy_in_opts {
     /* What the manifest's bytes must hash to (SHA-256), as its sender declared it; NULL:
      * the manifest is taken as it comes (its own checks still hold). */
     const uint8_t *manifest_sha256;
+    /* The manifest comes after the data files (manifest_size 0 and manifest_sha256 NULL
+     * here; ck__copy_in_manifest declares them before its first byte): each data block,
+     * cut at block_size (a power of two, 4096 to CK_COPY_BLOCK_MAX, the checkpoint's
+     * own), is hashed as it arrives, its SHA-256 kept (32 bytes a block), and the
+     * hashes are compared with the manifest's at the commit. Neither joins nor is
+     * joined, nor follows another attempt. */
+    bool manifest_last;
+    uint32_t block_size;
     const ck_file *files;          /* the data files that follow (name, size), in order */
     uint32_t n_files;
     void (*log)(void *arg, const char *msg);   /* warnings after the commit; may be NULL */
@@ -80,6 +91,9 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
  * by the call that wrote its last byte. An error fails the copy: ck__copy_in_free is
  * all that is left to call. */
 int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
+/* A manifest that comes last: its size and SHA-256, declared once, on the thread that
+ * writes, before its first byte is written. */
+int ck__copy_in_manifest(ck__copy_in *c, uint64_t size, const uint8_t *sha256, ck_err *err);
 /* Checker k (< opts.checkers) takes the stream's next len bytes: each data block of its
  * share is checked against the manifest's SHA-256 as its last byte comes. Every checker
  * takes the whole stream, in order, on a thread of its own, and each message only once
@@ -124,6 +138,10 @@ typedef struct ck__copy_out {
  * -ENODATA for a file the copy does not hold, naming it. */
 int ck__copy_out_open(const char *root, const char *name, const char *const *names,
                       uint32_t n, ck__copy_out **out, ck_err *err);
+/* Before the stream's first byte is taken: the stream is the data files, then the
+ * manifest (a PUT's order, for a receiver that takes the manifest last:
+ * ck__copy_in_opts.manifest_last). */
+void ck__copy_out_manifest_last(ck__copy_out *c);
 /* The next bytes of the stream into buf: *got == len but at its end. With buf and len
  * aligned to CK_COPY_OUT_ALIGN, a data file's bytes are read with O_DIRECT (not through
  * the page cache) where its file system takes it. */

@@ -1,11 +1,14 @@
 /* copy_in.c - writing a copy of a checkpoint from its stream, every block checked on
  * arrival, committed by rename (see ops/copy.h).
  *
- * The manifest arrives first and is the truth for what follows: the declared data files
- * must be its files with its sizes, and each block of each file must have the SHA-256
- * it records. So a copy is checked as it is written, against the manifest's hashes read
+ * The manifest is the truth for the rest: the declared data files must be its files
+ * with its sizes, and each block of each file must have the SHA-256 it records. When it
+ * arrives first, a copy is checked as it is written, against the manifest's hashes read
  * once when it is whole (32 bytes a block), and never needs a second pass over its
- * bytes. One check path serves both ways of receiving: K checkers on the caller's
+ * bytes. When it arrives last (a PUT, whose sender sends a node's files before its
+ * save's manifest exists; decision 0204), each block's SHA-256 is kept as it arrives
+ * (32 bytes a block, cut at the block size declared) and compared with the manifest's
+ * at the commit: the same hashes, taken once, compared later. One check path serves both ways of receiving: K checkers on the caller's
  * threads (ck__copy_in_check), or, without them, one checker that ck__copy_in_write
  * runs itself on the bytes it wrote.
  *
@@ -66,6 +69,10 @@ struct ck__copy_in {
     uint32_t made;                 /* a joiner's: files[0, made) are the ones it created */
     uint32_t *ids;                 /* declared file i is the manifest's file ids[i] */
     uint32_t *jby;                 /* the joined files by name, once one is carried */
+    bool mlast;                    /* the manifest comes after the data files */
+    bool mdecl;                    /* its size is known: declared at begin, or since */
+    uint32_t bs;                   /* the block size the data files are hashed by */
+    uint32_t seq;                  /* the item being written, in stream order (item_at) */
     uint32_t item;                 /* 0: the manifest; i + 1: declared file i */
     uint64_t off;                  /* bytes of the item taken (hashed, and written or buffered) */
     int fd;                        /* the item being written */
@@ -81,7 +88,8 @@ struct ck__copy_in {
     bool own;
     struct ck__copy_check *chk;
     uint8_t (*want)[CK_HASH_LEN];
-    uint64_t *at;
+    uint64_t *at, nblocks;
+    uint8_t (*got)[CK_HASH_LEN];   /* manifest last: each block's as it was checked */
     bool committed;
     void (*log)(void *arg, const char *msg);
     void *log_arg;
@@ -91,8 +99,8 @@ struct ck__copy_in {
 #define COPY_ALIGN 4096u
 
 typedef struct ck__copy_check {
-    uint32_t item;                 /* as ck__copy_in's, for this checker */
-    uint64_t off, left;
+    uint32_t seq;                  /* as ck__copy_in's, for this checker */
+    uint64_t off, left;            /* left: data bytes still to take */
     EVP_MD_CTX *md;
 } ck__copy_check;
 
@@ -106,6 +114,30 @@ static const char *item_name(const ck__copy_in *c, uint32_t item)
     return item == 0 ? CK_MANIFEST : c->files[item - 1].name;
 }
 
+/* The item at place seq of the stream. */
+static uint32_t item_at(const ck__copy_in *c, uint32_t seq)
+{
+    return !c->mlast ? seq : seq < c->n ? seq + 1 : 0;
+}
+
+/* Where each declared file's blocks begin among all of them (bs a block), and their
+ * count: never more hashes than the largest manifest can hold. */
+static int block_index(ck__copy_in *c, uint32_t bs, ck_err *err)
+{
+    uint64_t n = 0;
+    if (!(c->at = malloc((c->n ? c->n : 1) * sizeof *c->at)))
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    for (uint32_t i = 0; i < c->n; i++) {
+        c->at[i] = n;
+        n += (c->files[i].size + bs - 1) / bs;
+        if (n > CK_COPY_MANIFEST_MAX / CK_HASH_LEN)
+            return ck_err_set(err, -EBADMSG, "copy of %s: more blocks of %u bytes than a "
+                              "manifest can hold the hashes of", c->name, bs);
+    }
+    c->nblocks = n;
+    return 0;
+}
+
 /* files[0, n): the streamed files and the joined ones, each once. */
 static int check_declared(const ck__copy_in_opts *o, const ck_file *files, uint32_t n,
                           ck_err *err)
@@ -113,7 +145,16 @@ static int check_declared(const ck__copy_in_opts *o, const ck_file *files, uint3
     int r = ck_name_check("checkpoint", o->name, err);
     if (r < 0 || (r = ck__copy_source_check(o->source, err)) < 0)
         return r;
-    if (o->manifest_size == 0 || o->manifest_size > CK_COPY_MANIFEST_MAX)
+    if (o->manifest_last &&
+        (o->manifest_size || o->manifest_sha256 || o->join || o->n_joined || o->again ||
+         o->block_size < CK_ALIGN || o->block_size > CK_COPY_BLOCK_MAX ||
+         (o->block_size & (o->block_size - 1))))
+        return ck_err_set(err, -EINVAL, "copy of %s: a copy whose manifest comes last declares "
+                          "a block size (a power of two, 4096 to %u; this one %u), and neither "
+                          "its manifest, nor joined files, nor another attempt", o->name,
+                          CK_COPY_BLOCK_MAX, o->block_size);
+    if (!o->manifest_last &&
+        (o->manifest_size == 0 || o->manifest_size > CK_COPY_MANIFEST_MAX))
         return ck_err_set(err, -EINVAL, "copy of %s: a manifest of %llu bytes (1 to %llu)",
                           o->name, (unsigned long long)o->manifest_size,
                           (unsigned long long)CK_COPY_MANIFEST_MAX);
@@ -149,6 +190,8 @@ static int check_declared(const ck__copy_in_opts *o, const ck_file *files, uint3
     return r;
 }
 
+static int open_seq(ck__copy_in *c, ck_err *err);
+
 int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
 {
     *out = NULL;
@@ -182,9 +225,14 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     c->n = o->n_files;
     c->nj = o->n_joined;
     c->join = o->join != NULL;
+    c->mlast = o->manifest_last;
+    c->mdecl = !c->mlast;
+    c->bs = o->block_size;
     c->manifest_size = c->left = o->manifest_size;
+    uint64_t data = 0;
     for (uint32_t i = 0; i < c->n; i++)
-        c->left += c->files[i].size;
+        data += c->files[i].size;
+    c->left += data;
     c->log = o->log;
     c->log_arg = o->log_arg;
     *out = c;
@@ -198,11 +246,19 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     if (!(c->chk = calloc(c->nchk, sizeof *c->chk)))
         return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
     for (unsigned k = 0; k < c->nchk; k++) {
-        c->chk[k].left = c->left;
+        c->chk[k].left = data;
         if (!(c->chk[k].md = EVP_MD_CTX_new()) ||
             EVP_DigestInit_ex(c->chk[k].md, EVP_sha256(), NULL) != 1)
             return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
     }
+    /* The hashes of the blocks to come, kept until the manifest: 32 bytes a block,
+     * reserved, and touched only as the blocks arrive. */
+    if (c->mlast && (r = block_index(c, c->bs, err)) == 0 &&
+        !(c->got = calloc(c->nblocks ? c->nblocks : 1, sizeof *c->got)))
+        r = ck_err_set(err, -ENOMEM, "copy of %s: out of memory for %llu blocks' hashes",
+                       c->name, (unsigned long long)c->nblocks);
+    if (r < 0)
+        return r;
     if ((c->rootfd = ck__root_open_engine(c->e, c->root, err)) < 0)
         return c->rootfd;
     if (c->join) {
@@ -235,9 +291,24 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     if ((c->dirfd = ck__openat(c->rootfd, ck__rel(c->root, c->pending), O_RDONLY | O_DIRECTORY,
                                0)) < 0)
         return ck_err_set(err, c->dirfd, "%s: %s", c->pending, ck__why(c->dirfd));
-    c->fd = ck__openat(c->dirfd, CK_MANIFEST, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (c->fd < 0)
-        return ck_err_set(err, c->fd, "%s/%s: %s", c->pending, CK_MANIFEST, ck__why(c->fd));
+    return open_seq(c, err);
+}
+
+int ck__copy_in_manifest(ck__copy_in *c, uint64_t size, const uint8_t *sha256, ck_err *err)
+{
+    if (!c->mlast || c->mdecl)
+        return ck_err_set(err, -EPROTO, "copy of %s: its manifest is declared %s", c->name,
+                          c->mlast ? "twice" : "with its stream, first");
+    if (size == 0 || size > CK_COPY_MANIFEST_MAX)
+        return ck_err_set(err, -EBADMSG, "copy of %s: a manifest of %llu bytes (1 to %llu)",
+                          c->name, (unsigned long long)size,
+                          (unsigned long long)CK_COPY_MANIFEST_MAX);
+    memcpy(c->mf_want, sha256, sizeof c->mf_want);
+    if (!(c->mf = EVP_MD_CTX_new()) || EVP_DigestInit_ex(c->mf, EVP_sha256(), NULL) != 1)
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    c->manifest_size = size;
+    c->left += size;
+    c->mdecl = true;
     return 0;
 }
 
@@ -246,17 +317,10 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
  * bounds). */
 static int load_wants(ck__copy_in *c, ck_err *err)
 {
-    uint32_t bs = ck_get_info(c->ck)->block_size;
-    uint64_t n = 0;
-    if (!(c->at = malloc((c->n ? c->n : 1) * sizeof *c->at)))
-        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
-    for (uint32_t i = 0; i < c->n; i++) {
-        c->at[i] = n;
-        n += (c->files[i].size + bs - 1) / bs;
-    }
-    if (n > CK_COPY_MANIFEST_MAX / CK_HASH_LEN)
-        return ck_err_set(err, -EBADMSG, "copy of %s: %llu blocks, more hashes than its "
-                          "manifest can hold", c->name, (unsigned long long)n);
+    int rc = c->at ? 0 : block_index(c, c->bs, err);
+    uint64_t n = c->nblocks;
+    if (rc < 0)
+        return rc;
     if (!(c->want = malloc((n ? n : 1) * sizeof *c->want)))
         return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
     for (uint32_t i = 0; i < c->n; i++)
@@ -315,6 +379,11 @@ static int manifest_done(ck__copy_in *c, ck_err *err)
     if (!in->hashed)
         return ck_err_set(err, -EINVAL, "copy of %s: it has no block hashes (saved with "
                           "--no-hash), so no copy of it can be checked", c->name);
+    /* The blocks hashed before it came were cut at the size declared. */
+    if (c->mlast && in->block_size != c->bs)
+        return ck_err_set(err, -EBADMSG, "copy of %s: its data came in blocks of %u bytes; its "
+                          "manifest's are of %u", c->name, c->bs, in->block_size);
+    c->bs = in->block_size;
     c->ids = malloc((c->n + c->nj ? c->n + c->nj : 1) * sizeof *c->ids);
     uint32_t *idx = ck__files_by_name(c->ck->files, in->n_files);
     if (!c->ids || !idx) {
@@ -432,11 +501,26 @@ static int next_item(ck__copy_in *c, ck_err *err)
         return ck_err_set(err, r, "%s/%s: %s", c->pending, name, strerror(-r));
     if (c->item == 0 && (r = manifest_done(c, err)) < 0)
         return r;
-    if (++c->item > c->n)
+    if (++c->seq > c->n)
         return 0;
-    name = item_name(c, c->item);
+    return open_seq(c, err);
+}
+
+static int open_seq(ck__copy_in *c, ck_err *err)
+{
+    c->item = item_at(c, c->seq);
     c->off = c->wpos = 0;
     c->fill = 0;
+    c->direct = false;
+    const char *name = item_name(c, c->item);
+    if (c->item == 0) {
+        /* A joiner keeps no manifest of its own: the directory has its committer's. */
+        if (c->join)
+            return 0;
+        c->fd = ck__openat(c->dirfd, CK_MANIFEST, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        return c->fd < 0 ? ck_err_set(err, c->fd, "%s/%s: %s", c->pending, name,
+                                      ck__why(c->fd)) : 0;
+    }
     if (open_item(c, name) < 0)
         return ck_err_set(err, c->fd, "%s/%s: %s", c->pending, name, ck__why(c->fd));
     /* Room for the whole file now: a full disk fails here, not half way through. */
@@ -447,11 +531,13 @@ static int next_item(ck__copy_in *c, ck_err *err)
     return 0;
 }
 
-/* Moves past every item whose bytes are all written (empty files included). */
+/* Moves past every item whose bytes are all written (empty files included); a
+ * manifest that comes last is waited for until its size is declared. */
 static int settle(ck__copy_in *c, ck_err *err)
 {
     int r = 0;
-    while (r == 0 && c->item <= c->n && c->off == item_size(c, c->item))
+    while (r == 0 && c->seq <= c->n && (c->item || c->mdecl) &&
+           c->off == item_size(c, c->item))
         r = next_item(c, err);
     return r;
 }
@@ -508,46 +594,63 @@ uint64_t ck__copy_in_left(const ck__copy_in *c)
     return c->left;
 }
 
+/* Block b of declared file i does not hash to the manifest's. */
+static int block_bad(const ck__copy_in *c, uint32_t i, uint64_t b, ck_err *err)
+{
+    uint64_t end = (b + 1) * c->bs < c->files[i].size ? (b + 1) * c->bs : c->files[i].size;
+    return ck_err_set(err, -EBADMSG, "copy of %s: data file %s, block %llu (bytes %llu-%llu): "
+                      "its SHA-256 is not the manifest's", c->name, c->files[i].name,
+                      (unsigned long long)b, (unsigned long long)(b * c->bs),
+                      (unsigned long long)end);
+}
+
 int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err)
 {
     ck__copy_check *h = &c->chk[k];
     const uint8_t *p = buf;
-    if (len > h->left)
-        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
-                          len - (size_t)h->left);
-    h->left -= len;
-    uint32_t bs = c->ck ? ck_get_info(c->ck)->block_size : 0;
     while (len) {
-        /* The manifest's bytes, and files ended: nothing to hash. */
-        uint64_t room = item_size(c, h->item) - h->off;
+        /* A manifest that comes last: the writer took its bytes and checks them (its
+         * size is the writer's to know). */
+        if (h->seq > c->n || (c->mlast && h->seq == c->n))
+            return c->mlast ? 0 : ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than "
+                                             "declared", c->name, len);
+        uint32_t item = item_at(c, h->seq), bs = c->bs;
+        uint64_t room = item_size(c, item) - h->off;
         if (!room) {
-            h->item++;
+            h->seq++;
             h->off = 0;
             continue;
         }
         size_t take = len < room ? len : (size_t)room;
-        if (h->item && take > bs - h->off % bs)
+        /* A manifest that comes first: nothing to hash. */
+        if (item == 0) {
+            h->off += take;
+            p += take;
+            len -= take;
+            continue;
+        }
+        if (take > bs - h->off % bs)
             take = (size_t)(bs - h->off % bs);
-        uint64_t block = h->item ? h->off / bs : 0;
-        bool mine = h->item && block % c->nchk == k;
+        uint64_t block = h->off / bs;
+        bool mine = block % c->nchk == k;
         if (mine && EVP_DigestUpdate(h->md, p, take) != 1)
             return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
         h->off += take;
+        h->left -= take;
         p += take;
         len -= take;
-        if (!mine || (h->off % bs && h->off != item_size(c, h->item)))
+        if (!mine || (h->off % bs && h->off != item_size(c, item)))
             continue;
-        const ck_file *f = &c->files[h->item - 1];
         uint8_t got[EVP_MAX_MD_SIZE];
         unsigned n = 0;
         if (EVP_DigestFinal_ex(h->md, got, &n) != 1 || n != CK_HASH_LEN ||
             EVP_DigestInit_ex(h->md, EVP_sha256(), NULL) != 1)
             return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
-        if (memcmp(got, c->want[c->at[h->item - 1] + block], CK_HASH_LEN) != 0)
-            return ck_err_set(err, -EBADMSG, "copy of %s: data file %s, block %llu (bytes "
-                              "%llu-%llu): its SHA-256 is not the manifest's", c->name,
-                              f->name, (unsigned long long)block,
-                              (unsigned long long)(block * bs), (unsigned long long)h->off);
+        /* Each block is one checker's: its slot is written by that checker alone. */
+        if (c->mlast)
+            memcpy(c->got[c->at[item - 1] + block], got, CK_HASH_LEN);
+        else if (memcmp(got, c->want[c->at[item - 1] + block], CK_HASH_LEN) != 0)
+            return block_bad(c, item - 1, block, err);
     }
     return 0;
 }
@@ -592,6 +695,8 @@ int ck__copy_in_commit(ck__copy_in *c, ck_err *err)
     if (c->left)
         return ck_err_set(err, -EPROTO, "copy of %s: %llu bytes of it never arrived", c->name,
                           (unsigned long long)c->left);
+    if (!c->mdecl)
+        return ck_err_set(err, -EPROTO, "copy of %s: its manifest never came", c->name);
     int r = settle(c, err);
     if (r < 0)
         return r;
@@ -601,6 +706,11 @@ int ck__copy_in_commit(ck__copy_in *c, ck_err *err)
             return ck_err_set(err, -EPROTO, "copy of %s: checker %u of %u has %llu bytes of "
                               "it still to check", c->name, k, c->nchk,
                               (unsigned long long)c->chk[k].left);
+    /* A manifest that came last: each block's hash, taken as it arrived, against it. */
+    for (uint32_t i = 0; c->mlast && i < c->n; i++)
+        for (uint64_t b = c->at[i]; b < (i + 1 < c->n ? c->at[i + 1] : c->nblocks); b++)
+            if (CRYPTO_memcmp(c->got[b], c->want[b], CK_HASH_LEN) != 0)
+                return block_bad(c, i, b - c->at[i], err);
     if (c->join) {
         /* Its files are fsynced; their names in the directory are made durable here,
          * as the committer may be on another node of a shared file system. */
@@ -672,6 +782,7 @@ void ck__copy_in_free(ck__copy_in *c)
     EVP_MD_CTX_free(c->mf);
     free(c->chk);
     free(c->want);
+    free(c->got);
     free(c->at);
     free(c->buf);
     free(c->ids);

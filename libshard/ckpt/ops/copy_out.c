@@ -1,5 +1,5 @@
 /* copy_out.c - reading a committed copy as its stream: the manifest file, then the data
- * files asked for, whole (see ops/copy.h). Nothing is checked against the hashes
+ * files asked for, whole, or those files and the manifest last (see ops/copy.h). Nothing is checked against the hashes
  * here: the receiver checks every block, and a copy whose bytes went bad on this disk
  * fails there, naming the block.
  *
@@ -31,11 +31,19 @@
 
 struct ck__copy_out_state {
     ck_ckpt *ck;
-    uint32_t item;                 /* 0: the manifest; i + 1: file i */
+    bool mlast;                    /* the manifest comes after the data files */
+    uint32_t seq;                  /* the item being cut, in stream order (item_at) */
     uint64_t off;
-    int fd;
-    bool direct;                   /* fd is O_DIRECT (a data file, where the fs takes it) */
+    int mfd;                       /* the manifest's, open from the start: it is hashed then */
+    int fd;                        /* the data file being cut */
+    bool direct;                   /* fd is O_DIRECT (where its file system takes it) */
 };
+
+/* The item at place seq of the stream (0: the manifest; i + 1: file i). */
+static uint32_t item_at(const ck__copy_out *c, uint32_t seq)
+{
+    return !c->st->mlast ? seq : seq < c->n_files ? seq + 1 : 0;
+}
 
 /* The SHA-256 of the manifest's bytes, which the stream's declaration carries: a read
  * of the file ahead of the stream's (a manifest is small beside its data files). */
@@ -48,7 +56,7 @@ static int hash_manifest(ck__copy_out *c, ck_err *err)
     int r = buf && md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
     for (uint64_t off = 0; r == 0 && off < c->manifest_size;) {
         size_t want = c->manifest_size - off < cap ? (size_t)(c->manifest_size - off) : cap;
-        ssize_t got = pread(st->fd, buf, want, (off_t)off);
+        ssize_t got = pread(st->mfd, buf, want, (off_t)off);
         if (got <= 0)
             r = got < 0 ? -errno : -EBADMSG;      /* cut short under the reader: torn */
         else if (EVP_DigestUpdate(md, buf, (size_t)got) != 1)
@@ -66,30 +74,32 @@ static int hash_manifest(ck__copy_out *c, ck_err *err)
                                                  : strerror(-r));
 }
 
-/* Opens item (0: the manifest) and checks it is the size it should be. */
-static int open_item(ck__copy_out *c, ck_err *err)
+/* Opens item (0: the manifest, into st->mfd; else a data file, into st->fd) and checks
+ * it is the size it should be. */
+static int open_item(ck__copy_out *c, uint32_t item, ck_err *err)
 {
     struct ck__copy_out_state *st = c->st;
-    const char *name = st->item ? c->files[st->item - 1].name : CK_MANIFEST;
-    st->fd = ck__openat_reg(st->ck->dirfd, name, O_RDONLY, 0);
-    if (st->fd < 0)
-        return ck_err_set(err, st->fd == -ENOENT || st->fd == -ELOOP || st->fd == CK_ENOTREG
-                          ? -EBADMSG : st->fd, "%s/%s: %s", st->ck->dir, name,
-                          st->fd == -ENOENT ? "missing" : ck__why(st->fd));
+    const char *name = item ? c->files[item - 1].name : CK_MANIFEST;
+    int fd = ck__openat_reg(st->ck->dirfd, name, O_RDONLY, 0);
+    if (fd < 0)
+        return ck_err_set(err, fd == -ENOENT || fd == -ELOOP || fd == CK_ENOTREG
+                          ? -EBADMSG : fd, "%s/%s: %s", st->ck->dir, name,
+                          fd == -ENOENT ? "missing" : ck__why(fd));
+    *(item ? &st->fd : &st->mfd) = fd;
     struct stat s;
-    if (fstat(st->fd, &s) < 0)
+    if (fstat(fd, &s) < 0)
         return ck_err_set(err, -errno, "%s/%s: %s", st->ck->dir, name, strerror(errno));
-    if (st->item == 0) {
+    if (item == 0) {
         c->manifest_size = (uint64_t)s.st_size;
         return hash_manifest(c, err);
     }
-    if ((uint64_t)s.st_size != c->files[st->item - 1].size)
+    if ((uint64_t)s.st_size != c->files[item - 1].size)
         return ck_err_set(err, -EBADMSG, "%s/%s: %llu bytes, its manifest records %llu",
                           st->ck->dir, name, (unsigned long long)s.st_size,
-                          (unsigned long long)c->files[st->item - 1].size);
+                          (unsigned long long)c->files[item - 1].size);
     /* Set after the open, which checked the file is a regular one reached without
      * links; a file system that refuses the flag is read through the cache. */
-    st->direct = ck__direct_on(st->fd);
+    st->direct = ck__direct_on(fd);
     return 0;
 }
 
@@ -138,7 +148,7 @@ int ck__copy_out_open(const char *root, const char *name, const char *const *nam
         free(c);
         return ck_err_set(err, -ENOMEM, "%s/%s: out of memory", root, name);
     }
-    c->st->fd = -1;
+    c->st->fd = c->st->mfd = -1;
     int r = ck_open(root, name, &c->st->ck, err);
     if (r == 0) {
         c->info = *ck_get_info(c->st->ck);
@@ -146,7 +156,7 @@ int ck__copy_out_open(const char *root, const char *name, const char *const *nam
         r = pick_files(c, names, n, err);
     }
     if (r == 0)
-        r = open_item(c, err);
+        r = open_item(c, 0, err);
     c->total = c->manifest_size;
     for (uint32_t i = 0; r == 0 && i < c->n_files; i++)
         c->total += c->files[i].size;
@@ -158,35 +168,45 @@ int ck__copy_out_open(const char *root, const char *name, const char *const *nam
     return 0;
 }
 
+void ck__copy_out_manifest_last(ck__copy_out *c)
+{
+    c->st->mlast = true;
+}
+
 int ck__copy_out_cut(ck__copy_out *c, size_t max, ck__copy_cut *k, ck_err *err)
 {
     struct ck__copy_out_state *st = c->st;
     *k = (ck__copy_cut){ .fd = -1 };
+    uint32_t item;
+    uint64_t size;
     for (;;) {
-        if (st->item > c->n_files || !max)
+        if (st->seq > c->n_files || !max)
             return 0;
-        uint64_t size = st->item ? c->files[st->item - 1].size : c->manifest_size;
-        if (st->off < size)
-            break;
-        close(st->fd);
-        st->fd = -1;
-        st->off = 0;
-        st->direct = false;
-        int r = ++st->item <= c->n_files ? open_item(c, err) : 0;
+        item = item_at(c, st->seq);
+        size = item ? c->files[item - 1].size : c->manifest_size;
+        int r = item && st->fd < 0 ? open_item(c, item, err) : 0;
         if (r < 0)
             return r;
+        if (st->off < size)
+            break;
+        if (item) {
+            close(st->fd);
+            st->fd = -1;
+        }
+        st->seq++;
+        st->off = 0;
+        st->direct = false;
     }
-    uint64_t size = st->item ? c->files[st->item - 1].size : c->manifest_size;
     /* Its own descriptor of the item's open file (one offset-free description, so
      * several cuts of a file can be read at once; pread moves no offset). */
-    k->fd = fcntl(st->fd, F_DUPFD_CLOEXEC, 0);
+    k->fd = fcntl(item ? st->fd : st->mfd, F_DUPFD_CLOEXEC, 0);
     if (k->fd < 0)
         return ck_err_set(err, -errno, "%s/%s: %s", st->ck->dir,
-                          st->item ? c->files[st->item - 1].name : CK_MANIFEST, strerror(errno));
-    k->item = st->item;
+                          item ? c->files[item - 1].name : CK_MANIFEST, strerror(errno));
+    k->item = item;
     k->off = st->off;
     k->len = max < size - st->off ? max : (size_t)(size - st->off);
-    k->direct = st->direct;
+    k->direct = item && st->direct;
     st->off += k->len;
     return 0;
 }
@@ -282,6 +302,8 @@ void ck__copy_out_close(ck__copy_out *c)
     if (c->st) {
         if (c->st->fd >= 0)
             close(c->st->fd);
+        if (c->st->mfd >= 0)
+            close(c->st->mfd);
         ck_close(c->st->ck);
         free(c->st);
     }
