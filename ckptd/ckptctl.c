@@ -184,50 +184,29 @@ static bool unreachable(int r)
 static int put_main(const char *list, bool ids, const char *root, const kd_peer_call *proto,
                     const char *from, const char *name)
 {
-    typedef struct one {
-        char addr[KD_PEER_ADDR_MAX];
-        kd_peer_call c;
-        uint64_t moved;
-    } one;
     char *s = strdup(list);
-    one *v = calloc(KD_REPLICAS_MAX, sizeof *v);
-    kd_peer_put_to *to = calloc(KD_REPLICAS_MAX, sizeof *to);
+    kd_fan f = { 0 };
     ck_err err = { 0 };
-    uint32_t n = 0;
     bool unknown = false;          /* a daemon id whose address is not to be had */
-    int r = s && v && to ? 0 : ck_err_set(&err, -ENOMEM, "out of memory");
+    int r = s ? kd_fan_open(&f, &err) : ck_err_set(&err, -ENOMEM, "out of memory");
     char *save = NULL;
     for (char *t = r == 0 ? strtok_r(s, ",", &save) : NULL; r == 0 && t;
-         t = strtok_r(NULL, ",", &save)) {
-        uint64_t instance;
-        if (n == KD_REPLICAS_MAX - 1)
-            r = ck_err_set(&err, -E2BIG, "more than %u peers", KD_REPLICAS_MAX - 1);
-        else if (ids)
-            unknown = (r = kd_addr_lookup(root, t, v[n].addr, sizeof v[n].addr, &instance,
-                                          &err)) < 0;
-        else
-            snprintf(v[n].addr, sizeof v[n].addr, "%s", t);
-        v[n].c = *proto;
-        v[n].c.addr = v[n].addr;
-        v[n].c.arg = &v[n].moved;
-        to[n].c = &v[n].c;
-        n += r == 0;
-    }
-    if (r == 0 && !n)
+         t = strtok_r(NULL, ",", &save))
+        unknown = (r = kd_fan_add(&f, root, t, ids, proto, &err)) < 0 && r != -E2BIG;
+    if (r == 0 && !f.n)
         r = ck_err_set(&err, -EINVAL, "no peer named in '%s'", list);
     if (r == 0)
-        r = kd_peer_put_fan(to, n, from, name);
-    for (uint32_t i = 0; i < n && err.code == 0; i++)
-        if (to[i].r == 0)
-            printf("%s: committed as a replica at peer %s (%llu bytes sent)\n", name, v[i].addr,
-                   (unsigned long long)v[i].moved);
+        r = kd_peer_put_fan(f.to, f.n, from, name);
+    for (uint32_t i = 0; i < f.n && err.code == 0; i++)
+        if (f.to[i].r == 0)
+            printf("%s: committed as a replica at peer %s (%llu bytes sent)\n", name,
+                   f.p[i].addr, (unsigned long long)f.p[i].moved);
         else
-            fprintf(stderr, "ckptctl: peer put: %s\n", ck_err_msg(&to[i].err));
+            fprintf(stderr, "ckptctl: peer put: %s\n", ck_err_msg(&f.to[i].err));
     if (err.code)
         fprintf(stderr, "ckptctl: peer put: %s\n", ck_err_msg(&err));
     free(s);
-    free(v);
-    free(to);
+    kd_fan_free(&f);
     return r == 0 ? 0 : unknown || unreachable(r) ? 2 : 1;
 }
 

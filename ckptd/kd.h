@@ -21,6 +21,7 @@
  *   kd_staging.c  mapping staging memfds, the staging budget, the admission queue
  *   kd_tiersave.c tiered saves: a node's copy sent to its clique (the saver's
  *                 replicate hook, over kd_peer_client.c), where each save settled
+ *   kd_early.c    a node's part sent to its clique as it is written (decision 0204)
  *   kd_drain.c    the drainer thread: the drains asked for (kd_drain_offer, below the
  *                 save path that calls it), the policy, the drains owed, the drains
  *                 another node makes, stood by for
@@ -42,6 +43,8 @@
  *                    root), which checkpoint can be restored, fetching the nearest
  *   kd_peer_client.c INVENTORY, PUT and GET, synchronous, from any thread but the loop
  *   kd_peer_xfer.c   a copy's stream both ways: chunks under acks; the receiver's writer
+ *   kd_peer_grow.c   a node's files as they are written, then their manifest: the source
+ *                    of a PUT begun beside the local write
  *   kd_peer_inv.c    the copies a local tier holds, and finding one to send
  *   kd_peer_ucx.c    UCX: the worker, the listener, endpoints, whole messages
  *   kd_peer_bufs.c   the transfers' chunk buffers, used again
@@ -239,6 +242,11 @@ typedef struct kd_server {
     struct kd_restorer *restorer; /* RESOLVE, FETCH and TIERS (kd_restore.c); NULL: none */
     struct kd_drainer *drainer;   /* drains to the durable tier (kd_drain.c); NULL: none */
     struct kd_retain *retain;  /* retention's pins and runs (kd_retain.c) */
+    /* Saves whose part goes to its clique as it is written (kd_early.c), and the lock
+     * of that list, which the saver's writers and the early PUTs' threads take. */
+    struct kd_early *early;
+    pthread_mutex_t early_mu;
+    bool stopping_early;
 } kd_server;
 
 /* kd_server.c */
@@ -725,6 +733,19 @@ void kd_tiersave_settled(kd_server *s, const kd_event *e);
  * why it cannot. */
 void kd_tiersave_durable(kd_server *s, const kd_event *e);
 
+/* kd_early.c: replication beside the local write (decision 0204). The saver's landed
+ * and replicate_begin hooks (arg: the server); kd_early_finish, at the commit: 1 when
+ * an early PUT of name was begun, done[i] saying whether peers[i] committed its replica
+ * through it (0: none was, done all false); kd_early_cancel when the save failed;
+ * kd_early_stop at the end, after the saver. */
+void kd_early_landed(void *arg, const char *name, const char *file, uint64_t bytes);
+void kd_early_begin(void *arg, const char *name, const char *dir, const char *const *peers,
+                    uint32_t n, const ck_file *files, uint32_t nfiles, uint32_t block_size);
+int kd_early_finish(kd_server *s, const char *name, const char *const *peers, uint32_t n,
+                    bool *done);
+void kd_early_cancel(kd_server *s, const char *name);
+void kd_early_stop(kd_server *s);
+
 /* kd_peer_client.c */
 int kd_peer_inventory(const kd_peer_call *c, kd_peer_copy **out, size_t *n, ck_err *err);
 /* Sends the copy ROOT/NAME (every data file it holds) to be kept as a replica;
@@ -745,6 +766,31 @@ typedef struct kd_peer_put_to {
  * at half its call's timeout. Peers that were busy are asked again together, within
  * the first call's timeout. The first error of to[] (each says its own), or 0. */
 int kd_peer_put_fan(kd_peer_put_to *to, uint32_t n, const char *root, const char *name);
+struct kd_xsend;
+/* The same with a stream the caller made (kd_xsend_open_grow, declared by q) and frees
+ * after (its readers stopped): once, a busy peer failing with -EBUSY. */
+int kd_peer_put_stream(kd_peer_put_to *to, uint32_t n, struct kd_xsend *x, const kd_preq *q,
+                       const char *name);
+/* The peers of such a PUT, as ckptd's replication and ckptctl name them: each one's
+ * address (given, or looked up in the durable root by daemon id) and its call, a copy
+ * of proto whose arg is the peer's own moved (its progress counts there). */
+typedef struct kd_fan_peer {
+    char addr[KD_PEER_ADDR_MAX];
+    const char *name;              /* as the caller named it: an id or an address */
+    kd_peer_call c;
+    uint64_t moved;
+} kd_fan_peer;
+typedef struct kd_fan {
+    uint32_t n;
+    kd_fan_peer *p;                /* KD_REPLICAS_MAX - 1 of them: they never move */
+    kd_peer_put_to *to;            /* to[i] is p[i]'s */
+} kd_fan;
+int kd_fan_open(kd_fan *f, ck_err *err);
+/* Adds peer NAME (a daemon id looked up in root when by_id, else an address): -E2BIG
+ * past KD_REPLICAS_MAX - 1 peers, a lookup's error (f unchanged) naming the peer. */
+int kd_fan_add(kd_fan *f, const char *root, const char *name, bool by_id,
+               const kd_peer_call *proto, ck_err *err);
+void kd_fan_free(kd_fan *f);
 /* Fetches NAME's manifest and data files (all of some copy's, or those named) from
  * the copy of source ("" or NULL: any) the peer holds, into the copy INTO/NAME,
  * checked block by block and committed by rename. */
@@ -753,6 +799,25 @@ int kd_peer_get(const kd_peer_call *c, const kd_preq *ask, const char *into, ck_
  * the durable copy's pending directory q->token (PART; kd_drain_part); returns once it
  * says they are written, checked and fsynced. c->progress hears the bytes written. */
 int kd_peer_part(const kd_peer_call *c, const kd_preq *q, ck_err *err);
+
+/* kd_peer_grow.c: a node's data files as its save writes them, then its committed
+ * copy's manifest (a kd_xsend's source; the caller serializes all but the reads). */
+struct ck__copy_cut;
+struct ck__copy_out;
+typedef struct kd_grow kd_grow;
+int kd_grow_open(const char *root, const char *dir, const char *name, const ck_file *files,
+                 uint32_t n, kd_grow **out, ck_err *err);
+void kd_grow_landed(kd_grow *g, uint32_t f, uint64_t bytes);
+/* The next piece (ck__copy_out_cut's): 1; 0 at the end; -EAGAIN: not written yet. */
+int kd_grow_cut(kd_grow *g, size_t max, struct ck__copy_cut *k, ck_err *err);
+int kd_grow_read(const kd_grow *g, struct ck__copy_cut *k, void *buf, ck_err *err);
+/* The committed copy's manifest alone, once its data files are checked to be the ones
+ * declared (-ESTALE); then attached (under the caller's lock) as the stream's end. */
+int kd_grow_manifest(const kd_grow *g, struct ck__copy_out **out, ck_err *err);
+void kd_grow_attach(kd_grow *g, struct ck__copy_out *manifest);
+bool kd_grow_attached(const kd_grow *g, uint64_t *size, uint8_t sha256[CK_SHA256_LEN]);
+uint64_t kd_grow_data_bytes(const kd_grow *g);
+void kd_grow_free(kd_grow *g);
 
 /* kd_peer_xfer.c */
 struct kd_ucx;
@@ -766,6 +831,19 @@ struct kd_pmsg;
  * which each lane is declared MANIFEST before its first byte; q declares none. */
 int kd_xsend_open(const char *root, const char *name, const char *source, const kd_preq *ask,
                   bool put, kd_preq *q, kd_xsend **out, ck_err *err);
+/* A PUT's stream begun beside the local write (decision 0204): the data files (n, in
+ * dir, the save's pending directory beneath the local root ROOT) as they are written,
+ * a piece read only once kd_xsend_grow says its bytes landed; then, once kd_xsend_finish
+ * attached the committed copy ROOT/NAME's manifest, the manifest. q declares the files
+ * and the block size. */
+int kd_xsend_open_grow(const char *root, const char *dir, const char *name,
+                       const char *source, const ck_file *files, uint32_t n,
+                       uint32_t block_size, kd_preq *q, kd_xsend **out, ck_err *err);
+/* File f of a grown stream has bytes from its start written (any thread). */
+void kd_xsend_grow(kd_xsend *x, uint32_t f, uint64_t bytes);
+/* The copy is committed: its data files must be the ones declared (-ESTALE, naming the
+ * first that differs), and its manifest ends the stream (any thread). */
+int kd_xsend_finish(kd_xsend *x, ck_err *err);
 /* A receiver of the stream on c, whose worker is u, a lane (its index, or -ENOMEM),
  * with the window it stated (checked by the wire: KD_PEER_WINDOW_MIN to _MAX). Every
  * lane is added before the first pump (-EINVAL after): each chunk is read once and sent
@@ -784,10 +862,12 @@ uint32_t kd_xsend_window(const kd_xsend *x, int lane);
 /* An ACK on a lane: how much its receiver took. */
 int kd_xsend_ack(kd_xsend *x, int lane, uint64_t taken, ck_err *err);
 /* Bytes a lane's receiver acknowledged (and the stream's, in total). */
-uint64_t kd_xsend_done(const kd_xsend *x, int lane, uint64_t *total);
+uint64_t kd_xsend_done(kd_xsend *x, int lane, uint64_t *total);
 /* Bytes sent (on every lane still in). */
 uint64_t kd_xsend_sent(const kd_xsend *x);
-bool kd_xsend_all_sent(const kd_xsend *x);
+bool kd_xsend_all_sent(kd_xsend *x);
+/* Stops and joins the readers (they wake the lanes' workers: before those close). */
+void kd_xsend_stop(kd_xsend *x);
 void kd_xsend_free(kd_xsend *x);
 /* Receiving into ROOT/q->name, a copy of q->source, through a writer thread of its own
  * that wakes u (kd_ucx_signal) whenever it took a message, and checkers (at most

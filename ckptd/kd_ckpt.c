@@ -497,6 +497,7 @@ void kd_ckpt_events(kd_server *s)
         } else if (k) {
             if (e->kind == CK_SAVER_FAILED) {
                 kd_log(s, "checkpoint %s failed: %s", k->name, e->msg);
+                kd_early_cancel(s, k->name);
                 remember_failed(s, k);
             } else if (e->kind == CK_SAVER_COMMITTED) {
                 kd_retain_after_commit(s, k->name);

@@ -339,13 +339,13 @@ static int lane_poll(lane *l, kd_xsend *x, const char *name, bool *heard, ck_err
 /* Whether lane l waits on its peer (bytes not acknowledged, or its COMMITTED), and
  * whether it is starved (it took all it was sent, and another's window holds the
  * rest back). */
-static bool owed(const lane *l, const kd_xsend *x)
+static bool owed(const lane *l, kd_xsend *x)
 {
     uint64_t total, acked = kd_xsend_done(x, l->at, &total);
     return acked < kd_xsend_sent(x) || acked == total;
 }
 
-static bool starved(const lane *l, const kd_xsend *x)
+static bool starved(const lane *l, kd_xsend *x)
 {
     uint64_t total, acked = kd_xsend_done(x, l->at, &total);
     return acked == kd_xsend_sent(x) && acked < total;
@@ -366,29 +366,22 @@ static void lanes_wait(lane *v, uint32_t n, int ms)
     poll(pf, k, ms);
 }
 
-/* One attempt at PUTs of ROOT/NAME to the n peers of to, each lane's end in its to. */
-static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const char *name)
+/* PUTs of the stream x, declared by q, to the n peers of to, each lane's end in its
+ * to; x's readers stopped at the end. */
+static void put_stream(kd_peer_put_to **to, uint32_t n, kd_xsend *x, const kd_preq *q,
+                       const char *name)
 {
-    kd_preq q;
-    kd_xsend *x;
     ck_err e = { 0 };
-    lane *v = NULL;
-    int r = kd_xsend_open(root, name, to[0]->c->id, NULL, true, &q, &x, &e);
-    if (r == 0 && !(v = calloc(n, sizeof *v))) {
-        kd_preq_free(&q);
-        kd_xsend_free(x);
-        r = ck_err_set(&e, -ENOMEM, "out of memory");
-    }
-    for (uint32_t i = 0; r < 0 && i < n; i++) {
-        to[i]->r = r;
-        to[i]->err = e;
-    }
-    if (r < 0)
+    int r = 0;
+    lane *v = calloc(n, sizeof *v);
+    for (uint32_t i = 0; !v && i < n; i++)
+        to[i]->r = ck_err_set(&to[i]->err, -ENOMEM, "out of memory");
+    if (!v)
         return;
     uint32_t live = 0;
     for (uint32_t i = 0; i < n; i++) {
         v[i].to = to[i];
-        if ((r = lane_open(&v[i], live == 0, &q, x, &e)) < 0)
+        if ((r = lane_open(&v[i], live == 0, q, x, &e)) < 0)
             lane_end(&v[i], x, r, &e);
         live += r == 0;
     }
@@ -434,7 +427,7 @@ static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const ch
             lanes_wait(v, n, 100);
     }
     /* The stream's readers end before the lanes' workers they wake. */
-    kd_xsend_free(x);
+    kd_xsend_stop(x);
     for (uint32_t i = 0; i < n; i++) {
         lane *l = &v[i];
         /* A peer mid-stream drops the copy rather than wait it out; one that went
@@ -448,19 +441,64 @@ static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const ch
         }
         call_close(&l->k, l->to->r == 0 || aborted);
     }
-    kd_preq_free(&q);
     free(v);
+}
+
+/* One attempt at PUTs of ROOT/NAME to the n peers of to, each lane's end in its to. */
+static void put_once(kd_peer_put_to **to, uint32_t n, const char *root, const char *name)
+{
+    kd_preq q;
+    kd_xsend *x;
+    ck_err e = { 0 };
+    int r = kd_xsend_open(root, name, to[0]->c->id, NULL, true, &q, &x, &e);
+    for (uint32_t i = 0; r < 0 && i < n; i++) {
+        to[i]->r = r;
+        to[i]->err = e;
+    }
+    if (r < 0)
+        return;
+    put_stream(to, n, x, &q, name);
+    kd_xsend_free(x);
+    kd_preq_free(&q);
+}
+
+/* The peers of to[0, n) to ask, each one's outcome cleared; NULL (each told) when out of
+ * memory. */
+static kd_peer_put_to **asking(kd_peer_put_to *to, uint32_t n)
+{
+    kd_peer_put_to **ask = malloc((n ? n : 1) * sizeof *ask);
+    for (uint32_t i = 0; i < n; i++) {
+        to[i].r = ask ? 0 : ck_err_set(&to[i].err, -ENOMEM, "out of memory");
+        if (ask)
+            ask[i] = &to[i];
+    }
+    return ask;
+}
+
+static int first_error(const kd_peer_put_to *to, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (to[i].r < 0)
+            return to[i].r;
+    return 0;
+}
+
+int kd_peer_put_stream(kd_peer_put_to *to, uint32_t n, kd_xsend *x, const kd_preq *q,
+                       const char *name)
+{
+    kd_peer_put_to **all = asking(to, n);
+    if (!all)
+        return -ENOMEM;
+    put_stream(all, n, x, q, name);
+    free(all);
+    return first_error(to, n);
 }
 
 int kd_peer_put_fan(kd_peer_put_to *to, uint32_t n, const char *root, const char *name)
 {
-    kd_peer_put_to **ask = malloc((n ? n : 1) * sizeof *ask);
-    for (uint32_t i = 0; i < n; i++)
-        to[i].r = ask ? 0 : ck_err_set(&to[i].err, -ENOMEM, "out of memory");
+    kd_peer_put_to **ask = asking(to, n);
     if (!ask)
         return -ENOMEM;
-    for (uint32_t i = 0; i < n; i++)
-        ask[i] = &to[i];
     /* Peers that were busy are asked again, together, within the call's timeout. */
     double t0 = kd_now();
     unsigned ms = 0;
@@ -484,10 +522,46 @@ int kd_peer_put_fan(kd_peer_put_to *to, uint32_t n, const char *root, const char
         k = 0;
     }
     free(ask);
-    for (uint32_t i = 0; i < n; i++)
-        if (to[i].r < 0)
-            return to[i].r;
+    return first_error(to, n);
+}
+
+int kd_fan_open(kd_fan *f, ck_err *err)
+{
+    *f = (kd_fan){ .p = calloc(KD_REPLICAS_MAX - 1, sizeof *f->p),
+                   .to = calloc(KD_REPLICAS_MAX - 1, sizeof *f->to) };
+    if (f->p && f->to)
+        return 0;
+    kd_fan_free(f);
+    return ck_err_set(err, -ENOMEM, "out of memory");
+}
+
+int kd_fan_add(kd_fan *f, const char *root, const char *name, bool by_id,
+               const kd_peer_call *proto, ck_err *err)
+{
+    if (f->n == KD_REPLICAS_MAX - 1)
+        return ck_err_set(err, -E2BIG, "more than %u peers", KD_REPLICAS_MAX - 1);
+    kd_fan_peer *p = &f->p[f->n];
+    uint64_t instance;
+    int r = by_id ? kd_addr_lookup(root, name, p->addr, sizeof p->addr, &instance, err) : 0;
+    if (r < 0)
+        return r;
+    if (!by_id)
+        snprintf(p->addr, sizeof p->addr, "%s", name);
+    p->name = name;
+    p->moved = 0;
+    p->c = *proto;
+    p->c.addr = p->addr;
+    p->c.arg = &p->moved;
+    f->to[f->n] = (kd_peer_put_to){ .c = &p->c };
+    f->n++;
     return 0;
+}
+
+void kd_fan_free(kd_fan *f)
+{
+    free(f->p);
+    free(f->to);
+    *f = (kd_fan){ 0 };
 }
 
 int kd_peer_put(const kd_peer_call *c, const char *root, const char *name, ck_err *err)

@@ -12,7 +12,9 @@
  * A PUT's stream carries the data files first and the manifest last (peer protocol 7,
  * decision 0204): before the manifest's first byte each lane is sent MANIFEST, its size
  * and SHA-256, and its receiver, which hashed every block as it came, compares them
- * with the manifest's at the commit.
+ * with the manifest's at the commit. A PUT begun beside the local write reads a node's
+ * files as they are written (kd_peer_grow.c): its readers wait for bytes to land, and
+ * its end, the manifest, is known only once the copy is committed (kd_xsend_finish).
  * A stream may have several receivers, its lanes (a PUT to every peer of a clique,
  * decision 0201): each chunk is read once and sent on every lane still in, so the
  * stream moves at the pace of its slowest receiver, and a lane given up holds nothing
@@ -56,8 +58,14 @@ typedef struct xread {
 } xread;
 
 struct kd_xsend {
-    ck__copy_out *out;
-    uint64_t sent;
+    ck__copy_out *out;             /* a committed copy's stream; or */
+    kd_grow *g;                    /* files being written, then their copy's manifest */
+    char name[CK_NAME_MAX];
+    uint64_t data;                 /* the data files' bytes, which the manifest follows */
+    uint64_t total;                /* under mu: the stream's, UINT64_MAX until known */
+    uint64_t msize;                /* under mu: the manifest's, once known */
+    uint8_t msha[CK_SHA256_LEN];
+    _Atomic uint64_t sent;         /* the pump's; read by others too (kd_xsend_sent) */
     kd_bufs *bufs;                 /* the chunks' buffers, aligned for O_DIRECT reads */
     xlane *lane;
     uint32_t n;
@@ -197,8 +205,81 @@ int kd_xsend_open(const char *root, const char *name, const char *source, const 
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
     memcpy(q->files, x->out->files, q->n * sizeof *q->files);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->total = x->out->total;
+    x->msize = x->out->manifest_size;
+    memcpy(x->msha, x->out->manifest_sha256, sizeof x->msha);
+    x->data = x->total - x->msize;
     *out = x;
     return 0;
+}
+
+int kd_xsend_open_grow(const char *root, const char *dir, const char *name,
+                       const char *source, const ck_file *files, uint32_t n,
+                       uint32_t block_size, kd_preq *q, kd_xsend **out, ck_err *err)
+{
+    *out = NULL;
+    memset(q, 0, sizeof *q);
+    kd_xsend *x = calloc(1, sizeof *x);
+    if (x)
+        x->bufs = kd_bufs_new(KD_PEER_CHUNK, KD_PEER_BUFS_KEEP + KD_PEER_AHEAD);
+    if (!x || !x->bufs || !(q->files = malloc((n ? n : 1) * sizeof *q->files))) {
+        if (x)
+            kd_bufs_drop(x->bufs);
+        free(x);
+        return ck_err_set(err, -ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    x->put = true;
+    int r = kd_grow_open(root, dir, name, files, n, &x->g, err);
+    if (r < 0) {
+        kd_xsend_free(x);
+        return r;
+    }
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->data = kd_grow_data_bytes(x->g);
+    x->total = UINT64_MAX;
+    snprintf(q->name, sizeof q->name, "%s", name);
+    snprintf(q->source, sizeof q->source, "%s", source);
+    q->block_size = block_size;
+    q->n = n;
+    memcpy(q->files, files, n * sizeof *files);
+    *out = x;
+    return 0;
+}
+
+void kd_xsend_grow(kd_xsend *x, uint32_t f, uint64_t bytes)
+{
+    pthread_mutex_lock(&x->mu);
+    kd_grow_landed(x->g, f, bytes);
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+int kd_xsend_finish(kd_xsend *x, ck_err *err)
+{
+    ck__copy_out *m;
+    int r = kd_grow_manifest(x->g, &m, err);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&x->mu);
+    kd_grow_attach(x->g, m);
+    kd_grow_attached(x->g, &x->msize, x->msha);
+    x->total = x->data + x->msize;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    return 0;
+}
+
+/* Under mu: the next piece of the stream, 1; 0 at its end; -EAGAIN when the piece that
+ * comes next is not written yet. */
+static int cut(kd_xsend *x, ck__copy_cut *k, ck_err *e)
+{
+    if (x->g)
+        return kd_grow_cut(x->g, KD_PEER_CHUNK, k, e);
+    int r = ck__copy_out_cut(x->out, KD_PEER_CHUNK, k, e);
+    return r < 0 ? r : k->len > 0;
 }
 
 /* Under mu: every lane's connection hears that the chunk at the head is read (the
@@ -223,8 +304,13 @@ static void *reader(void *arg)
         xread *s = &x->ring[x->tail % KD_PEER_AHEAD];
         ck__copy_cut k;
         ck_err e = { 0 };
-        int r = ck__copy_out_cut(x->out, KD_PEER_CHUNK, &k, &e);
-        if (r == 0 && !k.len) {
+        int r = cut(x, &k, &e);
+        if (r == -EAGAIN) {
+            /* Not written yet: the writer's progress, the manifest, or a stop wakes it. */
+            pthread_cond_wait(&x->cv, &x->mu);
+            continue;
+        }
+        if (r == 0) {
             x->cut_all = true;
             break;
         }
@@ -240,10 +326,10 @@ static void *reader(void *arg)
         pthread_mutex_unlock(&x->mu);
         void *buf = kd_bufs_get(x->bufs);
         if (buf) {
-            r = ck__copy_cut_read(x->out, &k, buf, &e);
+            r = x->g ? kd_grow_read(x->g, &k, buf, &e) : ck__copy_cut_read(x->out, &k, buf, &e);
         } else {
             ck__copy_cut_drop(&k);
-            r = ck_err_set(&e, -ENOMEM, "%s: out of memory", x->out->info.name);
+            r = ck_err_set(&e, -ENOMEM, "%s: out of memory", x->name);
         }
         if (r < 0 && buf) {
             kd_bufs_put(x->bufs, buf);
@@ -263,13 +349,16 @@ static void *reader(void *arg)
 static int readers_start(kd_xsend *x, ck_err *err)
 {
     const ck__copy_out *o = x->out;
-    uint64_t chunks = (o->manifest_size + KD_PEER_CHUNK - 1) / KD_PEER_CHUNK;
-    for (uint32_t i = 0; chunks < KD_PEER_READERS && i < o->n_files; i++)
-        chunks += (o->files[i].size + KD_PEER_CHUNK - 1) / KD_PEER_CHUNK;
+    uint64_t chunks = KD_PEER_READERS;
+    if (o) {
+        chunks = (o->manifest_size + KD_PEER_CHUNK - 1) / KD_PEER_CHUNK;
+        for (uint32_t i = 0; chunks < KD_PEER_READERS && i < o->n_files; i++)
+            chunks += (o->files[i].size + KD_PEER_CHUNK - 1) / KD_PEER_CHUNK;
+    }
     unsigned want = chunks < KD_PEER_READERS ? (unsigned)chunks : KD_PEER_READERS;
     while (x->nrd < want && pthread_create(&x->rd[x->nrd], NULL, reader, x) == 0)
         x->nrd++;
-    return x->nrd ? 0 : ck_err_set(err, -EAGAIN, "%s: no thread to read it", x->out->info.name);
+    return x->nrd ? 0 : ck_err_set(err, -EAGAIN, "%s: no thread to read it", x->name);
 }
 
 /* The end of what every lane's window allows, and the lanes still in. */
@@ -288,7 +377,10 @@ static unsigned lanes_end(const kd_xsend *x, uint64_t *end)
 
 int kd_xsend_pump(kd_xsend *x, ck_err *err)
 {
-    uint64_t total = x->out->total, end;
+    uint64_t end;
+    pthread_mutex_lock(&x->mu);
+    uint64_t total = x->total, msize = x->msize;
+    pthread_mutex_unlock(&x->mu);
     if (!x->nrd && x->sent < total && readers_start(x, err) < 0)
         return err->code;
     for (;;) {
@@ -302,17 +394,18 @@ int kd_xsend_pump(kd_xsend *x, ck_err *err)
                     return ck_err_set(err, f, "peer %s: %s", kd_pconn_peer(x->lane[i].c), why);
             }
             return ck_err_set(err, -ECANCELED, "%s: every receiver of its stream was given up",
-                              x->out->info.name);
+                              x->name);
         }
         if (x->sent == total)
             break;
-        /* A PUT's manifest, last: declared on every lane before its first byte. */
-        if (x->put && !x->declared && x->sent == total - x->out->manifest_size) {
+        /* A PUT's manifest, last: declared on every lane before its first byte, once it
+         * is known. */
+        if (x->put && !x->declared && x->sent == x->data && total != UINT64_MAX) {
             for (uint32_t i = 0; i < x->n; i++) {
                 ck__wbuf w = { 0 };
                 if (x->lane[i].gone)
                     continue;
-                kd_pw_manifest(&w, x->out->manifest_size, x->out->manifest_sha256);
+                kd_pw_manifest(&w, msize, x->msha);
                 if (kd_pconn_send_w(x->lane[i].c, KD_P_MANIFEST, &w) < 0)
                     x->lane[i].gone = true;
             }
@@ -387,15 +480,17 @@ int kd_xsend_ack(kd_xsend *x, int lane, uint64_t taken, ck_err *err)
     if (taken < l->acked || taken > x->sent)
         return ck_err_set(err, -EPROTO, "the peer acknowledged %llu bytes of the stream of %s; "
                           "%llu were sent and %llu acknowledged before",
-                          (unsigned long long)taken, x->out->info.name,
+                          (unsigned long long)taken, x->name,
                           (unsigned long long)x->sent, (unsigned long long)l->acked);
     l->acked = taken;
     return 0;
 }
 
-uint64_t kd_xsend_done(const kd_xsend *x, int lane, uint64_t *total)
+uint64_t kd_xsend_done(kd_xsend *x, int lane, uint64_t *total)
 {
-    *total = x->out->total;
+    pthread_mutex_lock(&x->mu);
+    *total = x->total;
+    pthread_mutex_unlock(&x->mu);
     return x->lane[lane].acked;
 }
 
@@ -404,25 +499,35 @@ uint64_t kd_xsend_sent(const kd_xsend *x)
     return x->sent;
 }
 
-bool kd_xsend_all_sent(const kd_xsend *x)
+bool kd_xsend_all_sent(kd_xsend *x)
 {
-    return x->sent == x->out->total;
+    pthread_mutex_lock(&x->mu);
+    bool all = x->sent == x->total;
+    pthread_mutex_unlock(&x->mu);
+    return all;
 }
 
-void kd_xsend_free(kd_xsend *x)
+void kd_xsend_stop(kd_xsend *x)
 {
-    if (!x)
-        return;
     pthread_mutex_lock(&x->mu);
     x->stop = true;
     pthread_cond_broadcast(&x->cv);
     pthread_mutex_unlock(&x->mu);
     for (unsigned i = 0; i < x->nrd; i++)
         pthread_join(x->rd[i], NULL);
+    x->nrd = 0;
+}
+
+void kd_xsend_free(kd_xsend *x)
+{
+    if (!x)
+        return;
+    kd_xsend_stop(x);
     for (uint64_t i = x->head; i < x->tail; i++)
         if (x->ring[i % KD_PEER_AHEAD].buf)
             kd_bufs_put(x->bufs, x->ring[i % KD_PEER_AHEAD].buf);
     ck__copy_out_close(x->out);
+    kd_grow_free(x->g);
     kd_bufs_drop(x->bufs);
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->cv);

@@ -136,6 +136,12 @@ int kd_server_engine(kd_server *s, ck_err *err)
                          .local_root = s->local_root[0] ? s->local_root : NULL,
                          .replicas = s->o.replicas, .jump = s->o.jump,
                          .replicate = kd_tiersave_replicate };
+    /* With peers to send to, a node's part goes out as it is written (decision 0204). */
+    pthread_mutex_init(&s->early_mu, NULL);
+    if (s->local_root[0] && s->o.replicas > 1) {
+        so.replicate_begin = kd_early_begin;
+        so.landed = kd_early_landed;
+    }
     if ((r = ck__saver_new(&so, &s->saver, err)) < 0 || (r = kd_plan_start(s, err)) < 0)
         return r;
     kd_log(s, "daemon %s serving %s on %s (staging %llu bytes, plan memory %llu bytes, %u "

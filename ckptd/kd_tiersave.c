@@ -16,59 +16,49 @@
 
 #include "kd.h"
 
-/* A peer of the clique: where it listens, and the call made to it. */
-typedef struct clique_peer {
-    char addr[KD_PEER_ADDR_MAX];
-    kd_peer_call c;
-    const char *id;
-} clique_peer;
-
 int kd_tiersave_replicate(void *arg, const char *name, const char *const *peers, uint32_t n,
                           ck_err *err)
 {
     kd_server *s = arg;
-    clique_peer *p = calloc(n ? n : 1, sizeof *p);
-    kd_peer_put_to *to = calloc(n ? n : 1, sizeof *to);
-    if (!p || !to) {
-        free(p);
-        free(to);
-        return ck_err_set(err, -ENOMEM, "replica of %s: out of memory", name);
+    kd_fan f;
+    bool *done = calloc(n ? n : 1, sizeof *done);
+    int r = done ? kd_fan_open(&f, err) : ck_err_set(err, -ENOMEM, "out of memory");
+    if (r < 0) {
+        free(done);
+        return r;
     }
-    int r = 0;
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t instance;
-        ck_err why = { 0 };
-        int a = kd_addr_lookup(s->root, peers[i], p[k].addr, sizeof p[k].addr, &instance, &why);
-        if (a < 0) {
-            if (r == 0)
-                r = ck_err_set(err, a, "replica of %s for ckptd %s: its peer address: %s", name,
-                               peers[i], ck_err_msg(&why));
-            continue;
-        }
-        p[k].id = peers[i];
-        p[k].c = (kd_peer_call){ .addr = p[k].addr, .id = s->o.id, .key = &s->peer_key,
+    /* The peers that committed a replica begun beside the local write are done; the
+     * others are sent the copy now (decision 0204). */
+    kd_early_finish(s, name, peers, n, done);
+    const kd_peer_call proto = { .id = s->o.id, .key = &s->peer_key,
                                  .timeout = s->o.peer_timeout };
-        to[k].c = &p[k].c;
-        k++;
+    /* A peer whose address is not to be had fails its replica; the others go on. */
+    for (uint32_t i = 0; i < n; i++) {
+        ck_err why = { 0 };
+        if (done[i])
+            continue;
+        int a = kd_fan_add(&f, s->root, peers[i], true, &proto, &why);
+        if (a < 0 && r == 0)
+            r = ck_err_set(err, a, "replica of %s for ckptd %s: its peer address: %s", name,
+                           peers[i], ck_err_msg(&why));
     }
     /* The F-1 peers of a clique are sent to at once, from one read of the copy
      * (decision 0201): the replicated level costs the slowest transfer, not their sum,
      * and the local disk reads the copy once whatever F. */
-    if (k > 1)
-        kd_log(s, "checkpoint %s: its copy is read once for %u peers", name, k);
-    if (k)
-        kd_peer_put_fan(to, k, s->local_root, name);
-    for (uint32_t i = 0; i < k; i++) {
-        if (to[i].r < 0 && r == 0)
-            r = ck_err_set(err, to[i].r, "replica of %s at ckptd %s: %s", name, p[i].id,
-                           ck_err_msg(&to[i].err));
-        else if (to[i].r == 0)
+    if (f.n > 1)
+        kd_log(s, "checkpoint %s: its copy is read once for %u peers", name, f.n);
+    if (f.n)
+        kd_peer_put_fan(f.to, f.n, s->local_root, name);
+    for (uint32_t i = 0; i < f.n; i++) {
+        if (f.to[i].r < 0 && r == 0)
+            r = ck_err_set(err, f.to[i].r, "replica of %s at ckptd %s: %s", name, f.p[i].name,
+                           ck_err_msg(&f.to[i].err));
+        else if (f.to[i].r == 0)
             kd_log(s, "checkpoint %s: replica committed by ckptd %s at %s, %.3f s", name,
-                   p[i].id, p[i].addr, to[i].secs);
+                   f.p[i].name, f.p[i].addr, f.to[i].secs);
     }
-    free(p);
-    free(to);
+    kd_fan_free(&f);
+    free(done);
     return r;
 }
 

@@ -421,6 +421,7 @@ int main(int argc, char **argv)
     kd_peers_stop(s.peers);
     kd_plan_stop(&s);
     ck__saver_free(s.saver);
+    kd_early_stop(&s);
     ck_engine_destroy(s.o.engine);
     kd_log(&s, "exit %d", r < 0 ? 1 : 0);
     if (s.log)

@@ -14,7 +14,10 @@
 #     sender by the address of the sender's host (the bytes crossed the bridge); with
 #     F = 3 the sender read its copy once for both peers;
 #   - nothing of step-7 is in the durable root (the tiers' level is not durable);
-#   - rank r restored through its node's daemon (tier_load) equals the data saved.
+#   - rank r restored through its node's daemon (tier_load) equals the data saved;
+#   - the parts went to their cliques as they were written, the manifest after the
+#     commit (decision 0204), on at least one node (all, unless a node's joins came
+#     late); a save at level local (step-9) is replicated after its commit only.
 # Skipped (77) where network namespaces cannot be made.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/replica_lib.sh"
@@ -77,6 +80,33 @@ for i in $nodes; do
         logged "n$p" "peer ${NETNS_ADDRS[i]//./\\.}:[0-9]+ \(ckptd n$i\): replica step-7 of ckptd n$i committed" \
             "n$i's part sent from host $i to n$p on host $p"
     done
+done
+# Sent beside the local write (decision 0204; its ranks wait for level replicated):
+# every node's join is read within a poll
+# of the meeting, long before the parts are written and committed, so the nodes' parts
+# go to their cliques as they are written, and the commit ends each stream with the
+# manifest. Counted, not required of each node: a node whose joins came late sends
+# after its commit, as before, and its replica is the same.
+early=0
+for i in $nodes; do
+    grep -qE "checkpoint step-7: replica committed by ckptd n[0-9]+ at .*, begun beside the local write" \
+        "$WORK/n$i.log" && early=$((early + 1))
+    grep -E "step-7: (its|[0-9]+ bytes of it|replica)" "$WORK/n$i.log" | sed "s/^/  n$i| /"
+done
+[ "$early" -ge 1 ] || fail "no node's part went to its clique as it was written"
+# What went as it was written was what was written: no block a receiver checked
+# differed (a fall back after the commit would hide it).
+! grep -h "is not the manifest's" "$WORK"/n*.log || fail "a block sent as it was written differed"
+echo "$early of $N nodes sent their part beside the local write"
+# A save whose ranks ask for level local alone is replicated after its commit: its
+# replication takes nothing from its write (decision 0204).
+run "$CKPT_SYNTH" "$SHARED" --name step-9 --mesh "$N" --placements 'S(0)' --tensors 3 \
+    --bytes 12MiB --step 9 --seed 9 --world "$N" --daemon "$socks" --level local
+expect 0 "the save at level local"
+for i in $nodes; do
+    wait_log "n$i" "checkpoint step-9: final level replicated" "n$i's step-9 replicated"
+    ! grep -q "checkpoint step-9: its 1 data file(s) here go" "$WORK/n$i.log" ||
+        fail "n$i sent step-9 (level local) as it was written"
 done
 for r in $nodes; do
     run "$TIER_LOAD" "$WORK/n$r.sock" "$SHARED" "$TRUTH" step-7 --rank "$r"

@@ -8,8 +8,8 @@ cd "${1:-$(dirname "$0")/../..}/ckptd"
 
 # Top to bottom, as kd.h lists them.
 layers=(main.c kd_server.c kd_recover.c kd_proto.c kd_status.c kd_restore.c kd_ckpt.c kd_plan.c
-        kd_staging.c kd_tiersave.c kd_drain.c kd_drain_copy.c kd_retain.c kd_peer_serve.c kd_drain_part.c kd_drain_pipe.c kd_tiers.c
-        kd_peer_client.c kd_peer_xfer.c kd_peer_inv.c
+        kd_staging.c kd_tiersave.c kd_early.c kd_drain.c kd_drain_copy.c kd_retain.c kd_peer_serve.c kd_drain_part.c kd_drain_pipe.c kd_tiers.c
+        kd_peer_client.c kd_peer_xfer.c kd_peer_grow.c kd_peer_inv.c
         kd_peer_ucx.c kd_peer_bufs.c kd_peer_addr.c kd_peer_key.c kd_peer_wire.c kd_reply.c
         kd_log.c kd_parse.c)
 listed=$(printf '%s\n' "${layers[@]}" | sort)

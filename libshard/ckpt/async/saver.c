@@ -290,6 +290,14 @@ static uint8_t asked_level(const ck__saver *sv, const ck__begin *b)
     return b->level ? b->level : sv->o.local_root ? CK_LEVEL_LOCAL : CK_LEVEL_DURABLE;
 }
 
+/* A writer's landed bytes of one of c's files (without the engine's lock: c outlives
+ * its writes, and its name and these fields never change). */
+static void file_landed(void *arg, const char *file, uint64_t bytes)
+{
+    const sv_ckpt *c = arg;
+    c->landed(c->landed_arg, c->name, file, bytes);
+}
+
 /* Called and returns with the lock held, which it lets go while planning: the first
  * part's declaration is sealed here (ckptd's planner thread, for a declaration it
  * decoded) unless it was already (a client's, planned once for all its saves). */
@@ -332,6 +340,16 @@ static int begin_save(ck__saver *sv, const ck__begin *b, sv_ckpt **out, ck_err *
         r = ck_save_begin(&c->s, ck__sv_data_root(sv), b->name, b->step, b->decl, &so, err);
     if (r == 0)
         ck__save_job(c->s, c->job_hex);
+    /* A tiered save of several engines whose ranks wait for its replicas may be
+     * replicated as it is written: the writers say what landed (decision 0204). One
+     * that asks for local alone is not: its replication follows its commit, and takes
+     * nothing from its write. */
+    if (r == 0 && sv->o.landed && sv->o.local_root && c->nodes > 1 && sv->o.replicas > 1 &&
+        c->level >= CK_LEVEL_REPLICATED) {
+        c->landed = sv->o.landed;
+        c->landed_arg = sv->o.arg;
+        ck__save_on_landed(c->s, file_landed, c);
+    }
     if (r == 0)
         r = c->role->open(sv, c, err);
     if (r < 0 && c->s) {

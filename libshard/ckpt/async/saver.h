@@ -109,6 +109,20 @@ typedef struct ck__saver_opts {
     uint32_t replicas, jump;
     int (*replicate)(void *arg, const char *name, const char *const *peers, uint32_t n,
                      ck_err *err);
+    /* Replication beside the local write (decision 0204). Of a tiered save of several
+     * engines whose ranks ask for level replicated or durable, landed tells, by data file name, the bytes of each of this engine's files
+     * whose writes have landed, as they grow (on the writers' threads, without the
+     * engine's lock). Once the clique is known from the meeting's joins (the engines
+     * in the order of the rank each joined with) and this engine serves its share of
+     * the ranks (world / nodes of them), replicate_begin (under the lock: it must not
+     * block) names the peers and this engine's data files (in rank order, written in
+     * dir, its pending directory) so that they can be sent as they land; replicate,
+     * at the commit, is called as ever and finishes or replaces what began. Whoever
+     * begins keeps what landed before. NULL: replication at the commit only. */
+    void (*replicate_begin)(void *arg, const char *name, const char *dir,
+                            const char *const *peers, uint32_t n, const ck_file *files,
+                            uint32_t nfiles, uint32_t block_size);
+    void (*landed)(void *arg, const char *name, const char *file, uint64_t bytes);
 } ck__saver_opts;
 
 /* The clique rule (docs/decisions/0174-clique-rule.md): of n nodes ordered by the

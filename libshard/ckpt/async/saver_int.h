@@ -175,6 +175,10 @@ struct sv_ckpt {
     uint32_t nclique;
     char (*order)[CK_NODE_ID_MAX]; /* every engine of the save, in the tier file's order */
     uint32_t norder;
+    uint64_t join_rank;            /* member: the rank its join names (coordinator: 0) */
+    bool early;                    /* replicate_begin was weighed: once, whatever came of it */
+    void (*landed)(void *arg, const char *name, const char *file, uint64_t bytes);
+    void *landed_arg;              /* opts.landed and arg, for the writers' threads */
     /* Level durable: the drain asked (CK_SAVER_DRAIN), its outcome when this engine's
      * daemon drained it (ck__saver_drained), and whether drain.ID holds that outcome. */
     bool drain_asked, drain_known, drain_put;
@@ -262,6 +266,10 @@ int ck__sv_tier_check(const ck__saver *sv, const ck__begin *b, ck_err *err);
 void ck__sv_tier_commit(ck__saver *sv, sv_ckpt *c);
 /* JOB_REPLICATE: sends this engine's copy to its clique and records the outcome. */
 void ck__sv_tier_replicate(ck__saver *sv, sv_ckpt *c);
+/* A collecting save's round (decision 0204): once every other engine's join is read
+ * and this engine serves its share of the ranks, the early clique and this engine's
+ * files go to opts.replicate_begin, once. */
+void ck__sv_tier_early(ck__saver *sv, sv_ckpt *c);
 /* A member's round, once its records are out: true when the coordinator's tier file
  * is there and this engine's commit is queued. */
 bool ck__sv_tier_member(ck__saver *sv, sv_ckpt *c);

@@ -82,6 +82,20 @@ static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
     return 0;
 }
 
+/* A collecting save of a tiered engine that replicates beside the write: a member
+ * reads the joins until it knows every engine (the coordinator reads them each round
+ * anyway), then weighs the early clique (ck__sv_tier_early). */
+static void early(ck__saver *sv, sv_ckpt *c)
+{
+    if (c->early || !sv->o.replicate_begin || !sv->o.local_root || c->role->waits)
+        return;
+    scan x = { .sv = sv, .c = c };
+    if (!c->role->coordinates && c->npeers + 1 < c->nodes &&
+        ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x, &x.err) < 0)
+        return;
+    ck__sv_tier_early(sv, c);
+}
+
 void ck__sv_settle_watch(ck__saver *sv, sv_ckpt *c, double t)
 {
     if (c->nodes < 2 || !c->meet[0] || t < c->next_watch)
@@ -400,6 +414,7 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         c->ino = st.st_ino;
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
         c->role = &ck__sv_member;
+        c->join_rank = any;
         if (!peer_add(c, plan.coord, plan.instance, 0))
             r = ck_err_set(&err, -ENOMEM, "out of memory");
     }
@@ -604,6 +619,8 @@ void *ck__sv_meet_thread(void *arg)
              * address, since reading its name could read freed memory. */
             if (sv->list != before || !ck__sv_listed(sv, c) || c->state != state)
                 break;
+            if (state == C_COLLECTING)
+                early(sv, c);
         }
         report_stuck(sv, t);
         for (grave **gp = &sv->graves; *gp;) {

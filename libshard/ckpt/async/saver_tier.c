@@ -234,6 +234,69 @@ static int clique_of(ck__saver *sv, sv_ckpt *c, const tier *t, ck_err *err)
     return r;
 }
 
+/* ---- replication beside the local write (decision 0204) ---- */
+
+typedef struct early_node {
+    uint64_t rank;
+    const char *id;
+} early_node;
+
+static int by_rank(const void *a, const void *b)
+{
+    uint64_t x = ((const early_node *)a)->rank, y = ((const early_node *)b)->rank;
+    return x < y ? -1 : x > y;
+}
+
+void ck__sv_tier_early(ck__saver *sv, sv_ckpt *c)
+{
+    /* Weighed while the save collects, until every join is in and this engine's ranks
+     * are: the share a uniform job gives each node. A job whose nodes serve unequal
+     * shares replicates at the commit. */
+    if (c->early || !sv->o.replicate_begin || c->nodes < 2 || factor(sv) < 2 ||
+        c->level < CK_LEVEL_REPLICATED ||
+        c->state != C_COLLECTING || c->role->waits || !c->meet[0] || c->world % c->nodes ||
+        c->joined != c->world / c->nodes || c->npeers + 1 != c->nodes)
+        return;
+    for (unsigned i = 0; i < c->npeers; i++)
+        if (c->peers[i].rank == UINT64_MAX)
+            return;
+    c->early = true;
+    uint32_t n = c->nodes, self = 0, k = 0, nf = 0;
+    early_node *v = calloc(n, sizeof *v);
+    uint32_t *idx = calloc(factor(sv), sizeof *idx);
+    const char **peers = calloc(factor(sv), sizeof *peers);
+    ck_file *files = calloc(c->joined, sizeof *files);
+    int r = v && idx && peers && files ? 0 : -ENOMEM;
+    for (uint32_t i = 0; r == 0 && i < n; i++)
+        v[i] = i == 0 ? (early_node){ .rank = c->role->coordinates ? 0 : c->join_rank,
+                                      .id = sv->o.node_id }
+                      : (early_node){ .rank = c->peers[i - 1].rank, .id = c->peers[i - 1].id };
+    if (r == 0)
+        qsort(v, n, sizeof *v, by_rank);
+    while (r == 0 && strcmp(v[self].id, sv->o.node_id))
+        self++;
+    ck_err err = { 0 };
+    if (r == 0)
+        r = ck__clique(self, n, factor(sv), jump(sv), idx, &err);
+    for (uint32_t m = 0; r == 0 && m + 1 < factor(sv); m++)
+        peers[k++] = v[idx[m]].id;
+    /* This engine's ranks: not those adopted from the others' part records. */
+    for (uint64_t q = 0; r == 0 && q < c->world && nf < c->joined; q++)
+        if (c->parts[q].state != P_NONE && c->parts[q].state != P_REMOTE &&
+            ck__save_rank_file(c->s, q, &files[nf]))
+            nf++;
+    if (r == 0 && nf) {
+        sv->o.replicate_begin(sv->o.arg, c->name, ck__save_dir(c->s), peers, k, files, nf,
+                              ck__save_block_size(c->s));
+        ck__sv_log(sv, "checkpoint %s: its %u data file(s) here go to %u peer(s) of its clique "
+                   "as they are written", c->name, nf, k);
+    }
+    free(v);
+    free(idx);
+    free(peers);
+    free(files);
+}
+
 /* Commits this engine's copy: the coordinator's from its own manifest, which it then
  * publishes, a member's from the published one. Runs without the engine's lock. */
 static int commit_copy(ck__saver *sv, sv_ckpt *c, ck_save *s, const bool *mine, bool coord,

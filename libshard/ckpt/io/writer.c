@@ -46,6 +46,8 @@ typedef struct slot {
 typedef struct wfile_state {
     int fd;
     uint64_t blocks_left;      /* submitted or not, not yet landed */
+    uint8_t *landed;           /* with opts.landed: a bit per block that landed */
+    uint64_t prefix;           /* with opts.landed: the blocks from the start all landed */
     bool submitted;            /* every block submitted */
     uint32_t cursor;           /* first src that may still overlap the next block */
 } wfile_state;
@@ -129,12 +131,29 @@ static void finish_file(wstate *w, uint32_t f)
     close_file(w, f);
 }
 
+/* Block b of file f landed: its prefix of landed blocks grows when b was its end (the
+ * writes of a queue land in any order). */
+static void prefix_grow(wstate *w, uint32_t f, uint64_t b)
+{
+    wfile_state *fs = &w->fs[f];
+    uint64_t n = (w->files[f].size + w->block - 1) / w->block, was = fs->prefix;
+    fs->landed[b / 8] |= (uint8_t)(1u << (b % 8));
+    while (fs->prefix < n && fs->landed[fs->prefix / 8] & (1u << (fs->prefix % 8)))
+        fs->prefix++;
+    if (fs->prefix != was) {
+        uint64_t bytes = fs->prefix * w->block;
+        w->o->landed(w->o->landed_arg, f, bytes < w->files[f].size ? bytes : w->files[f].size);
+    }
+}
+
 static void block_landed(wstate *w, slot *s)
 {
     wfile_state *fs = &w->fs[s->file];
     w->done += s->len;
     if (w->o->progress)
         w->o->progress(w->o->cb_arg, w->done, w->total);
+    if (fs->landed && w->err_code == 0)
+        prefix_grow(w, s->file, s->b0 / w->block);
     if (--fs->blocks_left == 0 && fs->submitted)
         finish_file(w, s->file);
 }
@@ -520,6 +539,10 @@ int ck__write_files(const ck__writer_opts *o, ck__wfile *files, uint32_t n, ck__
             break;
         uint64_t nblocks = (files[f].size + w.block - 1) / w.block;
         w.fs[f].blocks_left = nblocks;
+        if (o->landed && !(w.fs[f].landed = calloc(nblocks / 8 + 1, 1))) {
+            r = ck_err_set(err, -ENOMEM, "%s: out of memory", files[f].path);
+            break;
+        }
         for (uint64_t b = 0; b < nblocks && w.err_code == 0; b++)
             submit_block(&w, f, b * w.block);
         w.fs[f].submitted = true;
@@ -536,11 +559,13 @@ int ck__write_files(const ck__writer_opts *o, ck__wfile *files, uint32_t n, ck__
             busy = busy_locked(&w.slots[i]);
         pthread_mutex_unlock(&w.mu);
     }
-    for (uint32_t f = 0; w.fs && f < n; f++)
+    for (uint32_t f = 0; w.fs && f < n; f++) {
         if (w.fs[f].fd >= 0) {
             w.e->ops->close(w.e, w.fs[f].fd);
             w.fs[f].fd = -1;
         }
+        free(w.fs[f].landed);
+    }
     if (w.q)
         w.e->ops->ioq_close(w.q);
     for (unsigned i = 0; w.slots && i < w.nslots; i++)

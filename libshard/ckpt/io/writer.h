@@ -54,6 +54,12 @@ typedef struct ck__writer_opts {
     void (*log)(void *arg, const char *msg);
     void (*progress)(void *arg, uint64_t done, uint64_t total);
     void *cb_arg;
+    /* Each time the bytes of file f (an index into the files written) from its start
+     * whose writes have all landed grow: what a reader may read of it already (a
+     * replication beside the write, decision 0204). Called on the thread that writes,
+     * the last time with the file's size, before its fsync; may be NULL. */
+    void (*landed)(void *arg, uint32_t f, uint64_t bytes);
+    void *landed_arg;
 } ck__writer_opts;
 
 typedef struct ck__writer_stats {

@@ -71,6 +71,8 @@ struct ck_save {
     const void **image;            /* per file: the whole file in memory, or NULL */
     bool *written;                 /* per file: durable */
     ck__hashpool *pool;
+    void (*landed)(void *arg, const char *file, uint64_t bytes);
+    void *landed_arg;
     pthread_mutex_t mu;            /* stats and written[], for concurrent rank writes */
     ck_save_stats st;
     layout L;
@@ -355,6 +357,32 @@ static int rank_file(const ck_save *s, uint64_t rank, uint32_t *f, ck_err *err)
     return 1;
 }
 
+void ck__save_on_landed(ck_save *s, void (*fn)(void *arg, const char *file, uint64_t bytes),
+                        void *arg)
+{
+    s->landed = fn;
+    s->landed_arg = arg;
+}
+
+int ck__save_rank_file(const ck_save *s, uint64_t rank, ck_file *out)
+{
+    uint32_t f = 0;
+    int r = rank_file(s, rank, &f, NULL);
+    if (r > 0)
+        *out = s->L.F.files[f];
+    return r > 0;
+}
+
+const char *ck__save_dir(const ck_save *s)
+{
+    return s->pending;
+}
+
+uint32_t ck__save_block_size(const ck_save *s)
+{
+    return s->block;
+}
+
 uint64_t ck__save_rank_bytes(const ck_save *s, uint64_t rank)
 {
     return ck__plan_file_size(s->plan, rank);
@@ -460,6 +488,18 @@ static int bind_sources(ck_save *s, uint32_t f, ck_err *err)
     return 0;
 }
 
+/* The writer's landed bytes of its file k, told by the file's name. */
+typedef struct landing {
+    ck_save *s;
+    const uint32_t *ids;
+} landing;
+
+static void file_landed(void *arg, uint32_t k, uint64_t bytes)
+{
+    const landing *l = arg;
+    l->s->landed(l->s->landed_arg, l->s->L.F.files[l->ids[k]].name, bytes);
+}
+
 /* Writes the listed files, durable when it returns 0. */
 static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
 {
@@ -478,6 +518,11 @@ static int write_files(ck_save *s, const uint32_t *ids, uint32_t n, ck_err *err)
                               .fill_threadsafe = s->o.fill_threadsafe, .block_size = s->block,
                               .io_size = s->o.io_size, .mem_limit = s->o.mem_limit,
                               .log = s->o.log, .progress = s->o.progress, .cb_arg = s->o.cb_arg };
+        landing l = { .s = s, .ids = ids };
+        if (s->landed) {
+            wo.landed = file_landed;
+            wo.landed_arg = &l;
+        }
         r = ck__write_files(&wo, wf, n, &ws, err);
     }
     free(wf);

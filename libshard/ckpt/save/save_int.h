@@ -49,6 +49,19 @@ int ck__save_fill_rank(const ck_save *s, uint64_t rank, void *image, ck_err *err
 int ck__save_rank_sources(ck_save *s, uint64_t rank, const ck__shard_src *src, uint32_t nsrc,
                          ck_err *err);
 int ck__save_write_rank(ck_save *s, uint64_t rank, ck_err *err);
+/* Hears, by file name, the bytes of each data file from its start whose writes have
+ * landed, as they grow (ck__writer_opts.landed, on the writing thread): what a
+ * replication beside the write reads (decision 0204). Before the first write. */
+void ck__save_on_landed(ck_save *s, void (*fn)(void *arg, const char *file, uint64_t bytes),
+                        void *arg);
+/* The data file of rank (its name and size): 1, or 0 when the rank writes none. After
+ * ck__save_prepare. */
+int ck__save_rank_file(const ck_save *s, uint64_t rank, ck_file *out);
+/* The directory the data files are written in, ROOT/.pending/NAME.TOKEN, once
+ * prepared (or shared, or joined). */
+const char *ck__save_dir(const ck_save *s);
+/* The block size its data files are hashed by, once prepared. */
+uint32_t ck__save_block_size(const ck_save *s);
 
 /* ---- one save, many engines: part records ----
  * How the engines that share a save meet (async/saver.c, save/meet.h): every engine
