@@ -383,7 +383,11 @@ static int manifest_done(ck__copy_in *c, ck_err *err)
     if (c->mlast && in->block_size != c->bs)
         return ck_err_set(err, -EBADMSG, "copy of %s: its data came in blocks of %u bytes; its "
                           "manifest's are of %u", c->name, c->bs, in->block_size);
-    c->bs = in->block_size;
+    /* A manifest that comes first says it, before any checker reads it (the writer
+     * hands them the bytes after); one that comes last found it as declared, while the
+     * checkers may still be at work: it is not written again. */
+    if (!c->mlast)
+        c->bs = in->block_size;
     c->ids = malloc((c->n + c->nj ? c->n + c->nj : 1) * sizeof *c->ids);
     uint32_t *idx = ck__files_by_name(c->ck->files, in->n_files);
     if (!c->ids || !idx) {
