@@ -3,7 +3,9 @@
  * calls kd_tiersave_replicate, on one of its worker threads, to send that copy to all
  * the other members of the node's clique at once over the peer service, read once for
  * all of them (kd_peer_put_fan: each peer checks every block's SHA-256 as it arrives
- * and commits under LOCAL/.replicas/ID/);
+ * and commits under LOCAL/.replicas/ID/), save the peers that committed their replica
+ * through the PUT begun beside the local write (kd_early.c, decision 0204), which it
+ * finishes first;
  * kd_tiersave_settled hears where a save ended up once its levels are final: a
  * replicated save is offered to the drain to the durable tier (kd_drain.c), and
  * retention counts the new copies (kd_retain.c); kd_tiersave_durable drains a save that
