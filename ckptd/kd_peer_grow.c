@@ -133,16 +133,7 @@ int kd_grow_read(const kd_grow *g, ck__copy_cut *k, void *buf, ck_err *err)
     if (k->item == 0)
         return ck__copy_cut_read(g->mout, k, buf, err);
     const char *file = g->files[k->item - 1].name;
-    int r = ck__direct_fit(k->fd, &k->direct, buf, k->len, k->off);
-    for (size_t got = 0; r == 0 && got < k->len;) {
-        ssize_t m = pread(k->fd, (uint8_t *)buf + got, k->len - got, (off_t)(k->off + got));
-        if (m < 0 && errno == EINTR)
-            continue;
-        if (m <= 0)
-            r = m < 0 ? -errno : -EBADMSG;
-        else
-            got += (size_t)m;
-    }
+    int r = ck__copy_pread(k->fd, &k->direct, buf, k->len, k->off);
     ck__copy_cut_drop(k);
     return r < 0 ? ck_err_set(err, r, "%s/%s (being written): %s", g->root, file,
                               r == -EBADMSG ? "shorter than what was written" : strerror(-r))

@@ -157,6 +157,10 @@ bool ck__direct_on(int fd);
  * O_DIRECT; a buffer, offset or length not aligned to CK_COPY_OUT_ALIGN turns the flag
  * off, for every descriptor of that description, and *direct with it. 0 or -errno. */
 int ck__direct_fit(int fd, bool *direct, const void *buf, size_t len, uint64_t off);
+/* Reads len bytes of fd at off into buf, whole (EINTR and short reads go on), with
+ * O_DIRECT where ck__direct_fit lets it. 0, -errno, or -EBADMSG where the file ends
+ * first. */
+int ck__copy_pread(int fd, bool *direct, void *buf, size_t len, uint64_t off);
 /* The next piece of the stream, cut ahead of its read so that several pieces can be
  * read at once (a peer sender's read-ahead): at most max bytes of one item (the
  * manifest or a data file), never past its end, with a descriptor of its own. */

@@ -211,9 +211,7 @@ int ck__copy_out_cut(ck__copy_out *c, size_t max, ck__copy_cut *k, ck_err *err)
     return 0;
 }
 
-/* Reads len bytes of fd at off into buf, whole (EINTR and short reads go on). 0,
- * -errno, or -EBADMSG where the file ends first. */
-static int pread_whole(int fd, bool *direct, void *buf, size_t len, uint64_t off)
+int ck__copy_pread(int fd, bool *direct, void *buf, size_t len, uint64_t off)
 {
     int r = ck__direct_fit(fd, direct, buf, len, off);
     if (r < 0)
@@ -231,7 +229,7 @@ static int pread_whole(int fd, bool *direct, void *buf, size_t len, uint64_t off
 
 int ck__copy_cut_read(const ck__copy_out *c, ck__copy_cut *k, void *buf, ck_err *err)
 {
-    int r = pread_whole(k->fd, &k->direct, buf, k->len, k->off);
+    int r = ck__copy_pread(k->fd, &k->direct, buf, k->len, k->off);
     if (r < 0)
         ck_err_set(err, r, "%s/%s: %s", c->st->ck->dir,
                    k->item ? c->files[k->item - 1].name : CK_MANIFEST,
