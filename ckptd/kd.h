@@ -353,7 +353,7 @@ void kd_retain_run(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 7
+#define KD_PEER_VERSION 8
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
 /* After AUTH every message but DATA ends in a seal of this many bytes: HMAC-SHA256 under
@@ -408,6 +408,8 @@ enum kd_peer_type {
                             * copy's pending directory .pending/NAME.TOKEN */
     KD_P_MANIFEST = 7,     /* in a PUT, once, before the manifest's bytes: u64 its bytes,
                             * 32 bytes its SHA-256 */
+    KD_P_WAITING = 8,      /* empty, in a PUT before MANIFEST: the sender has nothing to
+                            * send yet (its files are being written, its copy committed) */
     /* either way, in a transfer */
     KD_P_DATA = 16,        /* arg: stream offset; the bytes */
     KD_P_ACK = 17,         /* arg: stream bytes the receiver took (written and checked) */
@@ -477,6 +479,7 @@ typedef struct kd_peer_opts {
     uint64_t instance;
     const kd_peer_key *key;        /* a caller proves it holds it before anything else */
     unsigned timeout;              /* s a peer may stay silent before its transfer fails */
+    unsigned wait;                 /* s a PUT may say WAITING with no DATA (--part-timeout) */
     uint64_t drain_rate;           /* bytes/s a PART reads at (--drain-rate); 0: unpaced */
     unsigned checkers;             /* threads that check a PUT's blocks (--peer-checkers) */
     void (*log)(void *arg, const char *msg);
@@ -866,6 +869,9 @@ uint64_t kd_xsend_done(kd_xsend *x, int lane, uint64_t *total);
 /* Bytes sent (on every lane still in). */
 uint64_t kd_xsend_sent(const kd_xsend *x);
 bool kd_xsend_all_sent(kd_xsend *x);
+/* A stream growing as its files are written that sent all it could: it waits for its
+ * source (more bytes landed, or the commit's manifest), not for a receiver. */
+bool kd_xsend_waits(kd_xsend *x);
 /* Stops and joins the readers (they wake the lanes' workers: before those close). */
 void kd_xsend_stop(kd_xsend *x);
 void kd_xsend_free(kd_xsend *x);
@@ -885,6 +891,10 @@ uint32_t kd_xrecv_window(const kd_xrecv *x);
  * writer declares them to the copy before it writes the manifest's first byte).
  * -EPROTO for a second, or in a stream whose manifest came first. */
 int kd_xrecv_manifest(kd_xrecv *x, uint64_t size, const uint8_t *sha256, ck_err *err);
+/* A PUT's WAITING, counted: -EPROTO after its MANIFEST (the stream's end is known). */
+int kd_xrecv_waiting(kd_xrecv *x, ck_err *err);
+/* The WAITING it took. */
+unsigned kd_xrecv_waitings(const kd_xrecv *x);
 /* Takes a DATA (m is x's, whatever happens): held until what comes before it came,
  * then queued for the writer. -EPROTO for one outside the window or overlapping. */
 int kd_xrecv_data(kd_xrecv *x, struct kd_pmsg *m, ck_err *err);

@@ -260,6 +260,8 @@ typedef struct lane {
     bool began;                    /* it took the stream */
     bool streaming;                /* and it has not ended */
     double t0, last;               /* kd_now() of its PUT, and when it last spoke */
+    double said;                   /* when it was last sent DATA or WAITING */
+    uint64_t said_sent;            /* the stream's bytes sent then */
 } lane;
 
 /* PUT, then PUT_READY: the peer takes the stream, on a lane of x. With others already
@@ -290,7 +292,7 @@ static int lane_open(lane *l, bool first, const kd_preq *q, kd_xsend *x, ck_err 
     if (r == 0 && (l->at = kd_xsend_to(x, k->pc, k->u, window)) < 0)
         r = ck_err_set(err, l->at, "out of memory");
     l->began = l->streaming = r == 0;
-    l->last = kd_now();
+    l->last = l->said = kd_now();
     return r;
 }
 
@@ -351,6 +353,25 @@ static bool starved(const lane *l, kd_xsend *x)
     return acked == kd_xsend_sent(x) && acked < total;
 }
 
+/* A lane whose peer took all it was sent, while the stream waits for its source (its
+ * files being written, its copy committed: kd_xsend_waits), says WAITING a third of the
+ * timeout after it was last sent anything: the peer's service would give the PUT up at
+ * its --peer-timeout (peer protocol 8). A lane held back by another's window says
+ * nothing: that wait is bounded by the other's timeout (put_stream). */
+static int lane_keep(lane *l, kd_xsend *x, double now, ck_err *err)
+{
+    uint64_t sent = kd_xsend_sent(x);
+    if (sent != l->said_sent) {
+        l->said_sent = sent;
+        l->said = now;
+    }
+    if (now - l->said < l->to->c->timeout / 3.0 || !starved(l, x) || !kd_xsend_waits(x))
+        return 0;
+    l->said = now;
+    int r = kd_pconn_send(l->k.pc, KD_P_WAITING, 0, NULL, 0);
+    return r < 0 ? failed(&l->k, r, err) : 0;
+}
+
 /* Until a streaming lane's worker has something, ms at most. */
 static void lanes_wait(lane *v, uint32_t n, int ms)
 {
@@ -408,6 +429,8 @@ static void put_stream(kd_peer_put_to **to, uint32_t n, kd_xsend *x, const kd_pr
             if (r == 0 && c->stop && c->stop(c->stop_arg))
                 r = given_up(c, &e);
             double now = kd_now();
+            if (r == 0)
+                r = lane_keep(l, x, now, &e);
             if (r == 0 && !owed(l, x))
                 l->last = now;
             /* A lane that holds a starved one back is given up at half the timeout: the

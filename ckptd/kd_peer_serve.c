@@ -46,6 +46,7 @@ typedef struct sconn {
     kd_phello caller, me;         /* the HELLO and the HELLO_OK: their nonces */
     double last;                  /* kd_now() of its last message */
     kd_xrecv *rx;                 /* a PUT being received */
+    double waiting;               /* kd_now() of its first WAITING since DATA; 0: none */
     kd_xsend *tx;                 /* a GET being sent */
     kd_dpart *part;               /* a PART being written */
     uint64_t part_said;           /* its bytes the caller was last told of */
@@ -60,6 +61,7 @@ struct kd_peers {
     uint64_t instance;
     kd_peer_key key;
     unsigned timeout;
+    unsigned wait;                /* s a PUT may wait with WAITING and no DATA */
     uint64_t drain_rate;          /* a PART's pace: --drain-rate */
     unsigned checkers;            /* a PUT's receiver's checker threads */
     void (*log)(void *arg, const char *msg);
@@ -269,9 +271,28 @@ static void on_data(struct kd_peers *p, sconn *c, kd_pmsg *m)
         refuse(p, c, -EPROTO, "a DATA outside a PUT");
         return;
     }
+    c->waiting = 0;
     int r = kd_xrecv_data(c->rx, m, &err);
     if (r < 0)
         put_failed(p, c, r, &err);
+}
+
+/* A PUT's sender has nothing to send yet: its files are being written, or its copy
+ * committed (decision 0204). The PUT stays open, for at most --part-timeout from the
+ * first WAITING after DATA (serve): the longest a save of the job waits for its parts,
+ * past which the sender's save is lost anyway. */
+static void on_waiting(struct kd_peers *p, sconn *c, kd_pmsg *m)
+{
+    ck_err err = { 0 };
+    if (!c->rx || m->len) {
+        refuse(p, c, -EPROTO, !c->rx ? "a WAITING outside a PUT" : "a WAITING with a payload");
+        return;
+    }
+    int r = kd_xrecv_waiting(c->rx, &err);
+    if (r < 0)
+        refuse(p, c, r, ck_err_msg(&err));
+    else if (!c->waiting)
+        c->waiting = kd_now();
 }
 
 /* A PUT's manifest, which comes after its data files: its size and SHA-256. */
@@ -301,9 +322,14 @@ static void put_poll(struct kd_peers *p, sconn *c, double now)
     if (r == 2)
         c->last = now;
     if (r == 1 && (r = kd_xrecv_commit(c->rx, &err)) == 0) {
+        char waited[64] = "";
+        unsigned nw = kd_xrecv_waitings(c->rx);
+        if (nw)
+            snprintf(waited, sizeof waited, "; its sender said WAITING %u time(s)", nw);
         say(p, "peer %s (ckptd %s): replica %s of ckptd %s committed (%llu bytes, window %u "
-            "MiB)", kd_pconn_peer(c->pc), who(c), c->name, c->src,
-            (unsigned long long)kd_xrecv_done(c->rx, &total), kd_xrecv_window(c->rx) >> 20);
+            "MiB%s)", kd_pconn_peer(c->pc), who(c), c->name, c->src,
+            (unsigned long long)kd_xrecv_done(c->rx, &total), kd_xrecv_window(c->rx) >> 20,
+            waited);
         ck__wbuf w = { 0 };
         kd_pw_name(&w, c->name);
         kd_pconn_send_w(c->pc, KD_P_COMMITTED, &w);
@@ -480,6 +506,8 @@ static void dispatch(struct kd_peers *p, sconn *c, kd_pmsg *m)
         on_put(p, c, m);
     } else if (m->type == KD_P_MANIFEST) {
         on_manifest(p, c, m);
+    } else if (m->type == KD_P_WAITING) {
+        on_waiting(p, c, m);
     } else if (m->type == KD_P_GET) {
         on_get(p, c, m);
     } else if (m->type == KD_P_PART) {
@@ -529,6 +557,11 @@ static void serve(struct kd_peers *p, sconn *c, double now)
     }
     if (!c->drop && c->rx)
         put_poll(p, c, now);
+    if (!c->drop && c->rx && c->waiting && now - c->waiting > p->wait) {
+        ck_err_set(&err, -ETIMEDOUT, "its sender said WAITING for %u s (--part-timeout) and "
+                   "sent nothing more", p->wait);
+        put_failed(p, c, err.code, &err);
+    }
     if (!c->drop && c->part)
         part_poll(p, c, now);
     if (!c->drop && c->tx && (r = kd_xsend_pump(c->tx, &err)) != 0) {
@@ -699,6 +732,7 @@ int kd_peers_start(const kd_peer_opts *o, struct kd_peers **out, ck_err *err)
     p->instance = o->instance;
     p->key = *o->key;
     p->timeout = o->timeout;
+    p->wait = o->wait;
     p->drain_rate = o->drain_rate;
     p->checkers = o->checkers;
     p->log = o->log;

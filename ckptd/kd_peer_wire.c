@@ -25,6 +25,7 @@ const char *kd_pw_type_name(unsigned type)
     case KD_P_AUTH: return "AUTH";
     case KD_P_PART: return "PART";
     case KD_P_MANIFEST: return "MANIFEST";
+    case KD_P_WAITING: return "WAITING";
     case KD_P_INVENTORY: return "INVENTORY";
     case KD_P_PUT: return "PUT";
     case KD_P_GET: return "GET";

@@ -127,6 +127,7 @@ struct kd_xrecv {
     uint64_t done;                 /* stream bytes written and checked */
     bool mlast;                    /* a PUT's: the manifest comes last */
     bool mdecl;                    /* the connection's: its MANIFEST came */
+    unsigned waitings;             /* the connection's: the WAITING its sender said */
     bool mpend;                    /* declared, not yet to the copy (the writer's to do) */
     uint64_t msize;
     uint8_t msha[CK_SHA256_LEN];
@@ -507,6 +508,14 @@ bool kd_xsend_all_sent(kd_xsend *x)
     return all;
 }
 
+bool kd_xsend_waits(kd_xsend *x)
+{
+    pthread_mutex_lock(&x->mu);
+    bool waits = x->g && !x->declared && x->head == x->tail;
+    pthread_mutex_unlock(&x->mu);
+    return waits;
+}
+
 void kd_xsend_stop(kd_xsend *x)
 {
     pthread_mutex_lock(&x->mu);
@@ -761,6 +770,20 @@ int kd_xrecv_manifest(kd_xrecv *x, uint64_t size, const uint8_t *sha256, ck_err 
     x->mpend = true;
     pthread_mutex_unlock(&x->mu);
     return 0;
+}
+
+int kd_xrecv_waiting(kd_xrecv *x, ck_err *err)
+{
+    if (x->mdecl)
+        return ck_err_set(err, -EPROTO, "a WAITING in a stream whose manifest %s",
+                          x->mlast ? "was declared already" : "came first");
+    x->waitings++;
+    return 0;
+}
+
+unsigned kd_xrecv_waitings(const kd_xrecv *x)
+{
+    return x->waitings;
 }
 
 int kd_xrecv_data(kd_xrecv *x, kd_pmsg *m, ck_err *err)

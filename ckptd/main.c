@@ -47,7 +47,8 @@ static void usage(FILE *f)
 "  --id ID              this daemon among those serving DIR ([A-Za-z0-9._-], default:\n"
 "                       the host name); one ckptd per id and root\n"
 "  --part-timeout SECS  how long a save served by several daemons waits for the\n"
-"                       parts of the others (default 600)\n"
+"                       parts of the others (default 600), and the peer service a\n"
+"                       replica whose sender says it waits for its save\n"
 "  --dead-after SECS    another daemon whose heartbeat (DIR/.ckptd.ID.beat) stands\n"
 "                       still this long is dead, and its saves fail (default 10)\n"
 "  --local-root DIR     this node's local tier: its own copies (DIR/NAME) and the\n"
@@ -85,8 +86,9 @@ static void usage(FILE *f)
 "  --foreground         do not detach\n"
 "  --log FILE           log here (default: stderr in the foreground, else DIR/.ckptd.log)\n"
 #ifdef KD_TEST_HOOKS
-"  --inject-fault SPEC  (ckptd-test only) fail an I/O operation, e.g. eio@17,\n"
-"                       enospc@3, short@0, fsync@0 (counted over the daemon's life)\n"
+"  --inject-fault SPEC  (ckptd-test only) fail or slow an I/O operation, e.g.\n"
+"                       eio@17, enospc@3, short@0, fsync@0, slow@0 (counted over the\n"
+"                       daemon's life)\n"
 #endif
 "  -h, --help           this text\n"
 "\n"
@@ -368,7 +370,8 @@ static int peers_start(kd_server *s, ck_err *err)
     kd_peer_opts po = { .local_root = s->local_root, .listen = s->o.peer_listen,
                         .id = s->o.id, .durable_root = s->root, .instance = s->instance,
                         .key = &s->peer_key,
-                        .timeout = s->o.peer_timeout, .drain_rate = s->o.drain_rate,
+                        .timeout = s->o.peer_timeout, .wait = s->o.part_timeout,
+                        .drain_rate = s->o.drain_rate,
                         .checkers = s->o.peer_checkers, .log = kd_log_cb, .log_arg = s };
     return kd_peers_start(&po, &s->peers, err);
 }

@@ -105,11 +105,11 @@ static int connect_to(const char *addr, conn *c)
     return 0;
 }
 
-/* The service's answer: 0 for an ERROR or a closed connection (printed), 1 for a
- * message of type want or anything else (printed), 2 for no answer in time. */
-static int answer(conn *c, uint16_t want)
+/* The service's answer within secs: 0 for an ERROR or a closed connection (printed), 1
+ * for a message of type want or anything else (printed), 2 for none. */
+static int answer_in(conn *c, uint16_t want, double secs)
 {
-    double end = kd_now() + timeout();
+    double end = kd_now() + secs;
     while (kd_now() < end) {
         kd_pmsg *m = kd_pconn_next(c->pc);
         const char *why;
@@ -135,8 +135,16 @@ static int answer(conn *c, uint16_t want)
         }
         kd_ucx_wait(c->u, 50);
     }
-    printf("no answer within %u s\n", timeout());
     return 2;
+}
+
+/* The same within the tool's timeout, and said when none came. */
+static int answer(conn *c, uint16_t want)
+{
+    int r = answer_in(c, want, timeout());
+    if (r == 2)
+        printf("no answer within %u s\n", timeout());
+    return r;
 }
 
 static void send_raw(conn *c, uint16_t type, uint64_t arg, const void *p, size_t n);
@@ -641,6 +649,30 @@ static int hostile(const char *addr, const char *cs)
                 send_raw(&c, KD_P_DATA, 150, junk, 100);
             } else {
                 send_raw(&c, KD_P_DATA, 0, junk, sizeof junk);
+            }
+        }
+    } else if (!strcmp(cs, "waiting-outside-put")) {
+        kd_pconn_send(c.pc, KD_P_WAITING, 0, NULL, 0);
+    } else if (!strcmp(cs, "waiting-with-payload") || !strcmp(cs, "waiting-after-manifest") ||
+               !strcmp(cs, "waiting-forever")) {
+        /* A PUT of no data file whose sender says WAITING: with a payload; once its
+         * MANIFEST declared the stream's end; or only ever, every half second, never
+         * sending the stream (the service gives it up at its bound). */
+        put_decl(&c, "hostile-put", "hostile", NULL, 0, CK_BLOCK_SIZE_DEFAULT);
+        if (answer(&c, KD_P_PUT_READY) == 1) {
+            if (!strcmp(cs, "waiting-with-payload")) {
+                send_raw(&c, KD_P_WAITING, 0, "xx", 2);
+            } else if (!strcmp(cs, "waiting-after-manifest")) {
+                put_manifest(&c, 4096, 0x5a);
+                kd_pconn_send(c.pc, KD_P_WAITING, 0, NULL, 0);
+            } else {
+                for (unsigned i = 0; i < 6 * timeout(); i++) {
+                    kd_pconn_send(c.pc, KD_P_WAITING, 0, NULL, 0);
+                    if ((r = answer_in(&c, 0xffff, 0.5)) != 2)
+                        break;
+                }
+                if (r == 2)
+                    printf("no answer within %u s\n", 3 * timeout());
             }
         }
     } else if (!strcmp(cs, "data-outside-put")) {

@@ -10,12 +10,7 @@
 # hear it, with why; neither node holds a replica of the save, committed or pending;
 # and the name saved again replicates whole.
 . "$(dirname "$0")/replica_lib.sh"
-SHARED=$WORK/durable
-mkdir -p "$SHARED"
-opts=(--replicas 2 --peer-timeout 20 --part-timeout 30 --dead-after 2 --staging 160MiB)
-socks=$WORK/n0.sock,$WORK/n1.sock
-daemon n0 "${opts[@]}"
-daemon n1 "${opts[@]}"
+pair --replicas 2 --peer-timeout 20 --part-timeout 30 --dead-after 2 --staging 160MiB
 
 "$CKPT_SYNTH" "$SHARED" --name c --mesh 2 --tensors 3 --bytes 128MiB --world 2 \
     --daemon "$socks" --level replicated >"$WORK/save.out" 2>&1 &

@@ -11,12 +11,14 @@
 # After AUTH every message but DATA is sealed: one without its seal, with a seal
 # changed, of the other direction, or played again is refused both ways, and so is a
 # stream whose manifest is not the one its MANIFEST or GET_OK declared, or that a PUT
-# sends before its MANIFEST.
+# sends before its MANIFEST. A WAITING outside a PUT, with a payload, or after the
+# PUT's MANIFEST is refused, and a PUT whose sender only ever says WAITING is given up
+# at the service's --part-timeout.
 # Through all of it the daemon lives, nothing is written outside its roots, and nothing
 # is committed. Versions fail cleanly both ways, naming both.
 . "$(dirname "$0")/replica_lib.sh"
 
-daemon B --peer-timeout 5
+daemon B --peer-timeout 5 --part-timeout 2
 mkdir -p "$WORK/outside" "$WORK/B.local/.replicas"
 chmod 700 "$WORK/B.local/.replicas"
 ln -s "$WORK/outside" "$WORK/B.local/.replicas/planted"
@@ -31,7 +33,7 @@ case_() {
     said "$want" "case $name"
 }
 case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
-V=7                               # the peer protocol of this build (PROTOCOL.md)
+V=8                               # the peer protocol of this build (PROTOCOL.md)
 case_ other-version "answer: service: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))"
 logged B "refused: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))" \
     "the version refusal"
@@ -72,6 +74,13 @@ case_ put-odd-block-size "refused: .*a PUT message declares blocks of 5000 bytes
 case_ manifest-outside-put "refused: .*a MANIFEST outside a PUT"
 case_ put-manifest-twice "refused: .*a MANIFEST in a stream whose manifest was declared already"
 case_ data-before-manifest "refused: .*a DATA of 4096 bytes at stream offset 0, outside"
+case_ waiting-outside-put "refused: .*a WAITING outside a PUT"
+case_ waiting-with-payload "refused: .*a WAITING with a payload"
+case_ waiting-after-manifest "refused: .*a WAITING in a stream whose manifest was declared already"
+# A sender that only ever says WAITING keeps its PUT for --part-timeout (2 s here), no
+# longer, though it is never silent.
+case_ waiting-forever "refused: .*its sender said WAITING for 2 s \(--part-timeout\) and sent nothing more"
+logged B "PUT of hostile-put failed: its sender said WAITING for 2 s" "the PUT that only waited"
 case_ put-more-files "refused: .*a file count larger than its bytes can hold"
 case_ put-files-beyond-count "refused: .*left over after the files it declares"
 case_ put-twice-file "refused: .*rank-00000\.dat is declared twice"

@@ -86,6 +86,19 @@ daemon() {
     fail "ckptd $id did not publish its peer address"
 }
 
+# pair OPTS...: two nodes of one job, daemons n0 and n1 with OPTS on one durable root
+# SHARED (WORK/durable), and socks, their sockets in the ranks' order (ckpt-synth
+# --daemon). N1_CKPTD, when set, runs n1 in place of ckptd (the test build), with the
+# options N1_OPTS (an array) after OPTS.
+N1_OPTS=()
+pair() {
+    SHARED=$WORK/durable
+    mkdir -p "$SHARED"
+    socks=$WORK/n0.sock,$WORK/n1.sock
+    daemon n0 "$@"
+    CKPTD=${N1_CKPTD:-$CKPTD} daemon n1 "$@" "${N1_OPTS[@]}"
+}
+
 # netns_hosts_up: makes the hosts of tests/launch/netns_lib.sh (sourced; NETNS_N of
 # them, default 2; they go at exit, with the daemons; each host's device is up, and
 # WORK/on-HOST runs a command there as the same process, for WRAP) and keeps UCX on

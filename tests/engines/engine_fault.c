@@ -1,8 +1,8 @@
 /* engine_fault.c - an engine that wraps another and injects one fault.
  *
  * Operations are numbered from 0 in the order they reach the engine. At operation
- * `at` the fault strikes: an error, a short write, a failed fsync, or a crash after
- * which nothing reaches the disk any more. The crash test runs a save once to count
+ * `at` the fault strikes: an error, a short write, a failed fsync, a slow one, or a
+ * crash after which nothing reaches the disk any more. The crash test runs a save once to count
  * its operations, then once per index with a crash there, and checks after each
  * that every earlier checkpoint is intact and nothing partial is visible.
  */
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct fault_engine {
     ck_engine base;
@@ -34,7 +35,7 @@ struct ck_ioq {
     size_t capfake;
 };
 
-enum verdict { PASS, FAIL, SHORTEN };
+enum verdict { PASS, FAIL, SHORTEN, SLOW };
 
 /* Counts one operation and decides its fate. *err gets the error for FAIL. A short
  * write needs 8 KiB or more, so that half of it stays 4 KiB-aligned for O_DIRECT. */
@@ -66,11 +67,18 @@ static enum verdict judge(fault_engine *fe, bool is_write, uint32_t write_len, b
             if (is_fsync)
                 v = FAIL, *err = -EIO, fe->fired = true;
             break;
+        case CK_FAULT_SLOW:
+            if (is_fsync)
+                v = SLOW, fe->fired = true;
+            break;
         case CK_FAULT_NONE:
             break;
         }
     }
     pthread_mutex_unlock(&fe->mu);
+    /* Slept outside the lock: the engine's other operations go on meanwhile. */
+    if (v == SLOW)
+        sleep(CK_FAULT_SLOW_S);
     return v;
 }
 
@@ -268,7 +276,7 @@ int ck_fault_parse(const char *s, ck_fault *out)
 {
     static const struct { const char *name; ck_fault_kind kind; } kinds[] = {
         { "eio", CK_FAULT_EIO }, { "enospc", CK_FAULT_ENOSPC }, { "short", CK_FAULT_SHORT },
-        { "fsync", CK_FAULT_FSYNC }, { "crash", CK_FAULT_CRASH },
+        { "fsync", CK_FAULT_FSYNC }, { "crash", CK_FAULT_CRASH }, { "slow", CK_FAULT_SLOW },
     };
     const char *at = strchr(s, '@');
     if (!at || at[1] == '\0')

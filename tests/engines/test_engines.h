@@ -21,14 +21,18 @@ typedef enum ck_fault_kind {
     CK_FAULT_FSYNC,    /* the first fsync at or after N fails with -EIO */
     CK_FAULT_CRASH,    /* operation N and all after it do nothing and fail (-ECANCELED):
                           the process "died" and left the disk as it was */
+    CK_FAULT_SLOW,     /* the first fsync at or after N takes CK_FAULT_SLOW_S longer, then
+                          succeeds: a disk slow to flush, which holds its save back */
 } ck_fault_kind;
+
+#define CK_FAULT_SLOW_S 5
 
 typedef struct ck_fault {
     ck_fault_kind kind;
     uint64_t at;       /* 0-based operation index */
 } ck_fault;
 
-/* Parses "eio@17", "enospc@3", "short@0", "fsync@0", "crash@42". */
+/* Parses "eio@17", "enospc@3", "short@0", "fsync@0", "crash@42", "slow@0". */
 int ck_fault_parse(const char *s, ck_fault *out);
 
 /* Wraps inner. Every call counts as one operation, each data I/O in a queue
