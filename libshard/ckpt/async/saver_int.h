@@ -65,6 +65,8 @@ typedef struct peer {
     char id[CK_NODE_ID_MAX];
     uint64_t instance, counter;
     uint64_t rank;                 /* the first rank it serves, from its join; or none */
+    uint64_t least;                /* the least rank it serves, from its share record (the
+                                    * coordinator's: 0); or none */
     uint64_t first;                /* coordinator: the least rank of its part records */
     double changed;                /* CLOCK_MONOTONIC, this host's: when it last beat */
     const char *dead;              /* settling: why it is taken for dead (sticky), or NULL */
@@ -175,7 +177,7 @@ struct sv_ckpt {
     uint32_t nclique;
     char (*order)[CK_NODE_ID_MAX]; /* every engine of the save, in the tier file's order */
     uint32_t norder;
-    uint64_t join_rank;            /* member: the rank its join names (coordinator: 0) */
+    bool shared;                   /* member: its share.ID is written */
     bool early;                    /* replicate_begin was weighed: once, whatever came of it */
     void (*landed)(void *arg, const char *name, const char *file, uint64_t bytes);
     void *landed_arg;              /* opts.landed and arg, for the writers' threads */
@@ -266,9 +268,13 @@ int ck__sv_tier_check(const ck__saver *sv, const ck__begin *b, ck_err *err);
 void ck__sv_tier_commit(ck__saver *sv, sv_ckpt *c);
 /* JOB_REPLICATE: sends this engine's copy to its clique and records the outcome. */
 void ck__sv_tier_replicate(ck__saver *sv, sv_ckpt *c);
-/* A collecting save's round (decision 0204): once every other engine's join is read
- * and this engine serves its share of the ranks, the early clique and this engine's
- * files go to opts.replicate_begin, once. */
+/* Whether a collecting save replicates beside its write once its clique is known
+ * (decision 0204): tiered, of several engines, its ranks wait for level replicated or
+ * more, and this engine's share of them (world / nodes) has all begun. */
+bool ck__sv_tier_early_ready(const ck__saver *sv, const sv_ckpt *c);
+/* A collecting save's round: a ready member writes its share.ID once; once every
+ * engine's least rank is known (the others' share records, the coordinator's 0), the
+ * early clique and this engine's files go to opts.replicate_begin, once. */
 void ck__sv_tier_early(ck__saver *sv, sv_ckpt *c);
 /* A member's round, once its records are out: true when the coordinator's tier file
  * is there and this engine's commit is queued. */

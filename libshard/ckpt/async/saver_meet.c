@@ -45,8 +45,9 @@ static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t ra
         return NULL;
     c->peers = n;
     q = &n[c->npeers++];
-    *q = (peer){ .instance = instance, .rank = rank, .first = UINT64_MAX,
-                 .changed = ck__sv_now() };
+    /* A join of rank 0 is the coordinator's, whose least rank that is. */
+    *q = (peer){ .instance = instance, .rank = rank, .least = rank == 0 ? 0 : UINT64_MAX,
+                 .first = UINT64_MAX, .changed = ck__sv_now() };
     snprintf(q->id, sizeof q->id, "%s", id);
     return q;
 }
@@ -82,9 +83,23 @@ static int on_join(void *arg, const char *file, const uint8_t *buf, size_t len)
     return 0;
 }
 
+static int on_share(void *arg, const char *file, const uint8_t *buf, size_t len)
+{
+    scan *x = arg;
+    uint64_t inst, least;
+    char id[CK_NODE_ID_MAX];
+    ck__meet_file_of(file, id);
+    peer *q = strcmp(id, x->sv->o.node_id) ? ck__sv_peer(x->c, id) : NULL;
+    if (q && ck__meet_join_decode(buf, len, &inst, &least) == 0)
+        q->least = least;
+    return 0;
+}
+
 /* A collecting save of a tiered engine that replicates beside the write: a member
  * reads the joins until it knows every engine (the coordinator reads them each round
- * anyway), then weighs the early clique (ck__sv_tier_early). */
+ * anyway); then, once this engine's own ranks are all in (ck__sv_tier_early says its
+ * least), every engine reads the others' share records until it knows each one's
+ * least rank, and weighs the early clique. */
 static void early(ck__saver *sv, sv_ckpt *c)
 {
     if (c->early || !sv->o.replicate_begin || !sv->o.local_root || c->role->waits)
@@ -92,6 +107,12 @@ static void early(ck__saver *sv, sv_ckpt *c)
     scan x = { .sv = sv, .c = c };
     if (!c->role->coordinates && c->npeers + 1 < c->nodes &&
         ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x, &x.err) < 0)
+        return;
+    bool known = c->npeers + 1 == c->nodes;
+    for (unsigned i = 0; known && i < c->npeers; i++)
+        known = c->peers[i].least != UINT64_MAX;
+    if (!known && ck__sv_tier_early_ready(sv, c) && c->npeers + 1 == c->nodes &&
+        ck__meet_each(sv->root, c->meet, CK_MEET_SHARE, on_share, &x, &x.err) < 0)
         return;
     ck__sv_tier_early(sv, c);
 }
@@ -414,12 +435,12 @@ static void tick_find(ck__saver *sv, sv_ckpt *c, double t)
         c->ino = st.st_ino;
         ck__meet_dir(sv->root, c->name, c->token, c->meet);
         c->role = &ck__sv_member;
-        c->join_rank = any;
         if (!peer_add(c, plan.coord, plan.instance, 0))
             r = ck_err_set(&err, -ENOMEM, "out of memory");
     }
     if (r >= 0)
-        r = ck__meet_join(sv->root, c->meet, sv->o.node_id, sv->o.instance, any, &err);
+        r = ck__meet_join(sv->root, c->meet, CK_MEET_JOIN, sv->o.node_id, sv->o.instance, any,
+                          &err);
     if (r >= 0)
         r = ck__sv_resolve(sv, c, &err);
     if (r < 0) {

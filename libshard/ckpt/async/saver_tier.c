@@ -247,18 +247,46 @@ static int by_rank(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+bool ck__sv_tier_early_ready(const ck__saver *sv, const sv_ckpt *c)
+{
+    /* The share a uniform job gives each node: a job whose nodes serve unequal shares
+     * replicates at the commit. */
+    return sv->o.replicate_begin && c->nodes > 1 && factor(sv) > 1 &&
+           c->level >= CK_LEVEL_REPLICATED && c->state == C_COLLECTING && !c->role->waits &&
+           c->meet[0] && c->world % c->nodes == 0 && c->joined == c->world / c->nodes;
+}
+
+/* This engine's least rank: of its own ranks, not those adopted from part records. */
+static uint64_t least_own(const sv_ckpt *c)
+{
+    for (uint64_t q = 0; q < c->world; q++)
+        if (c->parts[q].state != P_NONE && c->parts[q].state != P_REMOTE)
+            return q;
+    return UINT64_MAX;
+}
+
 void ck__sv_tier_early(ck__saver *sv, sv_ckpt *c)
 {
-    /* Weighed while the save collects, until every join is in and this engine's ranks
-     * are: the share a uniform job gives each node. A job whose nodes serve unequal
-     * shares replicates at the commit. */
-    if (c->early || !sv->o.replicate_begin || c->nodes < 2 || factor(sv) < 2 ||
-        c->level < CK_LEVEL_REPLICATED ||
-        c->state != C_COLLECTING || c->role->waits || !c->meet[0] || c->world % c->nodes ||
-        c->joined != c->world / c->nodes || c->npeers + 1 != c->nodes)
+    if (c->early || !ck__sv_tier_early_ready(sv, c))
+        return;
+    /* The nodes' order is the order of their least ranks (decision 0174), which a join
+     * does not say (it names the rank that came first): a member says its least once
+     * all its ranks are in, and the clique waits for every member's. */
+    if (!c->role->coordinates && !c->shared) {
+        ck_err err = { 0 };
+        c->shared = true;
+        if (ck__meet_join(sv->root, c->meet, CK_MEET_SHARE, sv->o.node_id, sv->o.instance,
+                          least_own(c), &err) < 0) {
+            ck__sv_log(sv, "checkpoint %s: its replicas go after the commit: %s", c->name,
+                       ck_err_msg(&err));
+            c->early = true;
+            return;
+        }
+    }
+    if (c->npeers + 1 != c->nodes)
         return;
     for (unsigned i = 0; i < c->npeers; i++)
-        if (c->peers[i].rank == UINT64_MAX)
+        if (c->peers[i].least == UINT64_MAX)
             return;
     c->early = true;
     uint32_t n = c->nodes, self = 0, k = 0, nf = 0;
@@ -268,9 +296,8 @@ void ck__sv_tier_early(ck__saver *sv, sv_ckpt *c)
     ck_file *files = calloc(c->joined, sizeof *files);
     int r = v && idx && peers && files ? 0 : -ENOMEM;
     for (uint32_t i = 0; r == 0 && i < n; i++)
-        v[i] = i == 0 ? (early_node){ .rank = c->role->coordinates ? 0 : c->join_rank,
-                                      .id = sv->o.node_id }
-                      : (early_node){ .rank = c->peers[i - 1].rank, .id = c->peers[i - 1].id };
+        v[i] = i == 0 ? (early_node){ .rank = least_own(c), .id = sv->o.node_id }
+                      : (early_node){ .rank = c->peers[i - 1].least, .id = c->peers[i - 1].id };
     if (r == 0)
         qsort(v, n, sizeof *v, by_rank);
     while (r == 0 && strcmp(v[self].id, sv->o.node_id))

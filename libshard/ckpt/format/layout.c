@@ -84,6 +84,7 @@ static const char *const meet_prefix[] = {
     [CK_MEET_PLAN] = "plan", [CK_MEET_JOIN] = "join.", [CK_MEET_PART] = "part.",
     [CK_MEET_FAILED] = "failed.", [CK_MEET_TIER] = "tier", [CK_MEET_COPY] = "copy.",
     [CK_MEET_REPL] = "repl.", [CK_MEET_DRAIN] = "drain.", [CK_MEET_SETTLED] = "settled.",
+    [CK_MEET_SHARE] = "share.",
 };
 
 const char *ck__meet_prefix(ck__meet_file kind)

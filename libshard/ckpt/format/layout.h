@@ -91,6 +91,7 @@ typedef enum ck__meet_file {
     CK_MEET_REPL,              /* repl.ID: how that engine's replication ended */
     CK_MEET_DRAIN,             /* drain.ID: how the drain of a save asked durable ended */
     CK_MEET_SETTLED,           /* settled.ID: that member read the save's last records */
+    CK_MEET_SHARE,             /* share.ID: the least rank of that member, all its ranks in */
     CK_MEET_OTHER,             /* no file a meeting holds */
 } ck__meet_file;
 /* A meeting's file of that kind, for engine id (and seq, for CK_MEET_PART). */

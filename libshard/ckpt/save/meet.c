@@ -301,11 +301,11 @@ int ck__meet_each_open(const char *root, const char *name,
 
 /* ---- join and failed records ---- */
 
-int ck__meet_join(const char *root, const char *dir, const char *id, uint64_t instance,
-                  uint64_t rank, ck_err *err)
+int ck__meet_join(const char *root, const char *dir, ck__meet_file kind, const char *id,
+                  uint64_t instance, uint64_t rank, ck_err *err)
 {
     char name[CK_NODE_ID_MAX + 8], buf[96];
-    ck__name_meet_file(CK_MEET_JOIN, id, 0, name, sizeof name);
+    ck__name_meet_file(kind, id, 0, name, sizeof name);
     int n = snprintf(buf, sizeof buf, "instance %" PRIu64 "\nrank %" PRIu64 "\n", instance,
                      rank);
     return ck__meet_put(root, dir, name, buf, (size_t)n, false, err);

@@ -11,6 +11,7 @@
  *     join.ID                            a daemon taking part, with its instance
  *     part.ID.SEQ                        part records of durable ranks, and their blobs
  *     failed.ID                          why daemon ID gave the save up
+ *     share.ID                           the least rank of a member, all its ranks in
  *     tier, copy.ID, repl.ID, drain.ID,  a tiered save's (docs/FORMAT.md, "Local copies
  *     settled.ID                         of a save")
  *
@@ -77,11 +78,14 @@ void ck__meet_drop(const char *root, const char *dir, const char *file);
 /* Removes the meeting's files and the meeting itself (best effort). */
 void ck__meet_remove(const char *root, const char *dir);
 
-/* join.ID and failed.ID: small text records. A join names the rank that brought the
- * engine to the save (the first it serves), so that a part that never arrives can be
- * told by the engine that was to write it; UINT64_MAX when the record has none. */
-int ck__meet_join(const char *root, const char *dir, const char *id, uint64_t instance,
-                  uint64_t rank, ck_err *err);
+/* join.ID, share.ID and failed.ID: small text records. A join (kind CK_MEET_JOIN)
+ * names the rank that brought the engine to the save (the first it serves), so that a
+ * part that never arrives can be told by the engine that was to write it; UINT64_MAX
+ * when the record has none. A share (CK_MEET_SHARE), in the same form, names the least
+ * rank of a member whose world / nodes ranks have all begun: the nodes' order, known
+ * before the commit (a tiered save's early clique, decision 0204). */
+int ck__meet_join(const char *root, const char *dir, ck__meet_file kind, const char *id,
+                  uint64_t instance, uint64_t rank, ck_err *err);
 int ck__meet_join_decode(const uint8_t *buf, size_t len, uint64_t *instance, uint64_t *rank);
 int ck__meet_fail(const char *root, const char *dir, const char *id, int code, const char *msg,
                   ck_err *err);
