@@ -3,8 +3,9 @@
 # local tiers (N=4 unless set), one on each of N network-namespace hosts joined by a
 # bridge (tests/launch/netns_lib.sh), one durable root, --replicas F --jump J (F=2 J=2
 # unless set: each node's copy goes to the node two apart, every replica crosses the
-# bridge; N=3 F=3 J=1: each node's copy goes to both others at once). N ranks, one
-# per node, save MiB each through ckpt-synth --world N (hashing on), and the time from
+# bridge; N=3 F=3 J=1: each node's copy goes to both others at once). N x RPN ranks,
+# RPN per node (1 unless set; consecutive ranks on a node), save MiB per node through
+# ckpt-synth --world N x RPN (hashing on), and the time from
 # the start of the save to every rank's COMMITTED is taken at level local, replicated
 # and durable (drained to the durable root as the save's last step, decision 0176), best
 # of RUNS. Beside them, in the same run:
@@ -23,12 +24,12 @@
 # from the drain's ask to its commit in n0's log. Needs F=2 J=2 on 4 nodes (n1's file
 # then has its replica on n3, and n0 holds none of it).
 # Root only (network namespaces); UCX on TCP (UCX_TLS=tcp), as on a cluster's network.
-#   [N= F= J=] [BEHIND=S RATE=] [LOST=R] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
+#   [N= F= J= RPN=] [BEHIND=S RATE=] [LOST=R] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
 set -uo pipefail
 b=$(realpath "${1:-build}")
 mib=${2:-256}
 runs=${3:-3}
-N=${N:-4} F=${F:-2} J=${J:-2}
+N=${N:-4} F=${F:-2} J=${J:-2} RPN=${RPN:-1}
 nodes=$(seq 0 $((N - 1)))
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tiered-save.XXXXXX")
 pids=()
@@ -83,8 +84,9 @@ socks=${socks%,}
 save() {
     local t0 t1
     t0=$(date +%s.%N)
-    "$b/tools/ckpt-synth" "$work/durable" --name "$1" --mesh "$N" --tensors 4 \
-        --bytes "$((mib * N))MiB" --world "$N" --daemon "$socks" --level "$2" >"$work/out" 2>&1 ||
+    "$b/tools/ckpt-synth" "$work/durable" --name "$1" --mesh "$((N * RPN))" --tensors 4 \
+        --bytes "$((mib * N))MiB" --world "$((N * RPN))" --daemon "$socks" --level "$2" \
+        >"$work/out" 2>&1 ||
         { cat "$work/out" >&2; exit 1; }
     t1=$(date +%s.%N)
     grep -q "committed at level $2\$" "$work/out" || { cat "$work/out" >&2; exit 1; }
@@ -182,8 +184,8 @@ link=$(for r in $(seq "$runs"); do
 done | best)
 gb() { echo "$1 / $2 / 1000" | bc -l; }
 total=$((mib * N))
-printf 'tiered-save: %d nodes on %d netns hosts, %d MiB per node (%d MiB a save), F=%d J=%d, best of %d\n' \
-    "$N" "$N" "$mib" "$total" "$F" "$J" "$runs"
+printf 'tiered-save: %d nodes on %d netns hosts, %d rank(s) and %d MiB per node (%d MiB a save), F=%d J=%d, best of %d\n' \
+    "$N" "$N" "$RPN" "$mib" "$total" "$F" "$J" "$runs"
 printf '%-28s %10s %10s %14s\n' "" "seconds" "GB/s" "stall s (best)"
 stall() { sort -g "$work/stall.$1" | head -1; }
 for level in durable local replicated tiered; do

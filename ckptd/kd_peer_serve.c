@@ -110,6 +110,7 @@ static const char *end_transfer(struct kd_peers *p, sconn *c)
     kd_xsend_free(c->tx);
     kd_dpart_free(c->part);
     c->rx = NULL;
+    c->waiting = 0;
     c->tx = NULL;
     c->part = NULL;
     kd_pconn_set_budget(c->pc, KD_PEER_REQ_MAX + KD_PEER_HDR);

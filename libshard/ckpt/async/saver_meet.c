@@ -38,6 +38,8 @@ static peer *peer_add(sv_ckpt *c, const char *id, uint64_t instance, uint64_t ra
             q->instance = instance;
         if (q->rank == UINT64_MAX)
             q->rank = rank;
+        if (rank == 0)
+            q->least = 0;
         return q;
     }
     peer *n = realloc(c->peers, (c->npeers + 1) * sizeof *n);
@@ -97,9 +99,9 @@ static int on_share(void *arg, const char *file, const uint8_t *buf, size_t len)
 
 /* A collecting save of a tiered engine that replicates beside the write: a member
  * reads the joins until it knows every engine (the coordinator reads them each round
- * anyway); then, once this engine's own ranks are all in (ck__sv_tier_early says its
- * least), every engine reads the others' share records until it knows each one's
- * least rank, and weighs the early clique. */
+ * anyway); then, once this engine's own ranks are all in (a member writes its
+ * share.ID then, in ck__sv_tier_early), every engine reads the others' share records
+ * until it knows each one's least rank, and weighs the early clique. */
 static void early(ck__saver *sv, sv_ckpt *c)
 {
     if (c->early || !sv->o.replicate_begin || !sv->o.local_root || c->role->waits)
