@@ -28,8 +28,16 @@ data=/usr/share/common-licenses/GPL-3
 [ -r "$data" ] || { echo "skip: no corpus at $data (Debian's base-files)"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tier-node-lost.XXXXXX")
 declare -A pid
+# Each daemon gets SIGTERM, and 30 s to exit before SIGKILL: a test that failed ends
+# with what it said, not at meson's timeout behind a daemon that does not stop.
 cleanup() {
-    for p in "${pid[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    local p
+    for p in "${pid[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pid[@]}"; do
+        for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT
