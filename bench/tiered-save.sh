@@ -199,7 +199,7 @@ printf '%-28s %10.3f %10.2f\n' "raw O_DIRECT write, $N files" "$raw" "$(gb $((to
 printf '%-28s %10.3f %10.2f\n' "link: 1 TCP stream, 0->1" "$link" "$(gb $((mib * 1048576 / 1000000)) "$link")"
 printf 'replicated / local: %.2fx (goal 1.2x); durable / local: %.2fx\n' \
     "$(echo "${T[replicated]} / ${T[local]}" | bc -l)" "$(echo "${T[tiered]} / ${T[local]}" | bc -l)"
-grep -h "replicated to\|copy committed" "$work"/n*.log | grep "replicated-$runs\b\|replicated-$runs:" | sed 's/^/  log| /'
+grep -hE "replicated to|copy committed|as they are written|begun beside|after the commit|had gone" "$work"/n*.log | grep "replicated-$runs\b\|replicated-$runs:" | sed 's/^/  log| /'
 
 [ "${BEHIND:-0}" -gt 0 ] || exit 0
 # Drains that fall behind: the same saves without drains, then with them.
