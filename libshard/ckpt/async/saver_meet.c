@@ -110,10 +110,7 @@ static void early(ck__saver *sv, sv_ckpt *c)
     if (!c->role->coordinates && c->npeers + 1 < c->nodes &&
         ck__meet_each(sv->root, c->meet, CK_MEET_JOIN, on_join, &x, &x.err) < 0)
         return;
-    bool known = c->npeers + 1 == c->nodes;
-    for (unsigned i = 0; known && i < c->npeers; i++)
-        known = c->peers[i].least != UINT64_MAX;
-    if (!known && ck__sv_tier_early_ready(sv, c) && c->npeers + 1 == c->nodes &&
+    if (ck__sv_tier_early_ready(sv, c) && c->npeers + 1 == c->nodes &&
         ck__meet_each(sv->root, c->meet, CK_MEET_SHARE, on_share, &x, &x.err) < 0)
         return;
     ck__sv_tier_early(sv, c);
