@@ -496,7 +496,7 @@ void kd_ckpt_events(kd_server *s)
                 release(s, p);
         } else if (k) {
             if (e->kind == CK_SAVER_FAILED) {
-                kd_log(s, "checkpoint %s failed: %s", k->name, e->msg);
+                /* the saver has logged it ("checkpoint NAME failed: ...") */
                 kd_early_cancel(s, k->name);
                 remember_failed(s, k);
             } else if (e->kind == CK_SAVER_COMMITTED) {

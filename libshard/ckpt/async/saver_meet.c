@@ -263,6 +263,9 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
     bool watch = t >= c->next_watch;
     if (watch)
         c->next_watch = t + sv->beat_every;
+    /* A dead member fails a save still incomplete, whichever parts are missing: its
+     * parts come in batches (part.ID.SEQ), none of which says it was its last, and a
+     * member of a tiered save commits its own copy. */
     for (unsigned i = 0; i < c->npeers && !complete && watch; i++) {
         const char *why = peer_dead(sv, &c->peers[i], t);
         if (!why)
@@ -271,7 +274,8 @@ static void tick_coord(ck__saver *sv, sv_ckpt *c, double t)
         missing(c, miss, sizeof miss);
         ck__name_engine(c->peers[i].id, CK_ENGINE_BEAT, beat, sizeof beat);
         snprintf(msg, sizeof msg, "checkpoint %s: engine %s %s (heartbeat %s/%s, --dead-after "
-                 "%u s); the parts of ranks %s cannot arrive", c->name, c->peers[i].id, why,
+                 "%u s); the save cannot complete without it (the parts of ranks %s have not "
+                 "arrived)", c->name, c->peers[i].id, why,
                  sv->root, beat, sv->o.dead_after, miss);
         ck__sv_fail(sv, c, -EHOSTDOWN, msg);
         return;
