@@ -46,8 +46,9 @@ typedef struct ck__copy_in_opts {
      * here; ck__copy_in_manifest declares them before its first byte): each data block,
      * cut at block_size (a power of two, 4096 to CK_COPY_BLOCK_MAX, the checkpoint's
      * own), is hashed as it arrives, its SHA-256 kept (32 bytes a block), and the
-     * hashes are compared with the manifest's at the commit. Neither joins nor is
-     * joined, nor follows another attempt. */
+     * hashes are compared with the manifest's at the commit. Its data files may come in
+     * any order (ck__copy_in_write_at). Neither joins nor is joined, nor follows
+     * another attempt. */
     bool manifest_last;
     uint32_t block_size;
     const ck_file *files;          /* the data files that follow (name, size), in order */
@@ -91,6 +92,18 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
  * by the call that wrote its last byte. An error fails the copy: ck__copy_in_free is
  * all that is left to call. */
 int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
+/* The same, of len bytes at stream offset at. A copy whose manifest comes first takes
+ * its stream in order (at is where the bytes taken end). One whose manifest comes last
+ * (a PUT's, decision 0206) takes its data files in any order, each file's bytes in
+ * order (with O_DIRECT while the pieces are aligned, as a peer's are): a file is begun
+ * (created) at its first bytes and ended (fsynced, closed) at its last, at most
+ * CK_COPY_BEGUN_MAX begun and not ended at once; then the manifest, in order, once
+ * declared. Bytes out of that order fail the copy (-EPROTO). */
+int ck__copy_in_write_at(ck__copy_in *c, uint64_t at, const void *buf, size_t len,
+                         ck_err *err);
+/* The data files a copy whose manifest comes last has begun and not ended, at most:
+ * the descriptors it holds open. */
+#define CK_COPY_BEGUN_MAX 32u
 /* A manifest that comes last: its size and SHA-256, declared once, on the thread that
  * writes, before its first byte is written. */
 int ck__copy_in_manifest(ck__copy_in *c, uint64_t size, const uint8_t *sha256, ck_err *err);
@@ -100,6 +113,10 @@ int ck__copy_in_manifest(ck__copy_in *c, uint64_t size, const uint8_t *sha256, c
  * ck__copy_in_write returned for it (the manifest is then open). Independent of the
  * other checkers and of the writer: no lock is taken. */
 int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err);
+/* The same, of the bytes that ck__copy_in_write_at took at stream offset at: each
+ * checker takes them in the order the writer did. */
+int ck__copy_in_check_at(ck__copy_in *c, unsigned k, uint64_t at, const void *buf, size_t len,
+                         ck_err *err);
 /* Carries data file NAME from the pending directory of opts.again into c's, by a hard
  * link through c's engine (its bytes are not written again): a file that again's
  * stream wrote whole, or that a joiner of again's said it wrote, each block checked as

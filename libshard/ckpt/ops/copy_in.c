@@ -8,7 +8,10 @@
  * bytes. When it arrives last (a PUT, whose sender sends a node's files before its
  * save's manifest exists; decision 0204), each block's SHA-256 is kept as it arrives
  * (32 bytes a block, cut at the block size declared) and compared with the manifest's
- * at the commit: the same hashes, taken once, compared later. One check path serves both ways of receiving: K checkers on the caller's
+ * at the commit: the same hashes, taken once, compared later. Such a copy takes its data
+ * files in any order, each file's bytes in order (a PUT follows every file as it lands,
+ * decision 0206): each file has its own place and descriptor while it is written, and
+ * each checker its own place and hash in it. One check path serves both ways of receiving: K checkers on the caller's
  * threads (ck__copy_in_check), or, without them, one checker that ck__copy_in_write
  * runs itself on the bytes it wrote.
  *
@@ -61,6 +64,7 @@ struct ck__copy_in {
     ck_engine *e;
     int rootfd, lock, dirfd;       /* dirfd: the pending directory */
     uint64_t manifest_size, left;
+    uint64_t data;                 /* the declared data files' bytes */
     EVP_MD_CTX *mf;                /* the manifest's bytes, hashed as they come; NULL:
                                     * no SHA-256 was declared for them */
     uint8_t mf_want[CK_SHA256_LEN];
@@ -90,6 +94,13 @@ struct ck__copy_in {
     uint8_t (*want)[CK_HASH_LEN];
     uint64_t *at, nblocks;
     uint8_t (*got)[CK_HASH_LEN];   /* manifest last: each block's as it was checked */
+    /* A manifest that comes last: the data files in any order. base[i]: where file i
+     * begins in the stream (base[n]: the data's end); fw[i]: where its writing is;
+     * fck[k * n + i]: where checker k is in it. */
+    uint64_t *base;
+    struct ck__copy_fw *fw;
+    struct ck__copy_fck *fck;
+    uint32_t begun, ended;         /* data files begun and not ended; ended */
     bool committed;
     void (*log)(void *arg, const char *msg);
     void *log_arg;
@@ -101,8 +112,20 @@ struct ck__copy_in {
 typedef struct ck__copy_check {
     uint32_t seq;                  /* as ck__copy_in's, for this checker */
     uint64_t off, left;            /* left: data bytes still to take */
+    uint64_t pos;                  /* stream bytes taken, in stream order */
     EVP_MD_CTX *md;
 } ck__copy_check;
+
+typedef struct ck__copy_fw {
+    int fd;                        /* -1: not begun, or ended */
+    bool direct;
+    uint64_t off;                  /* bytes taken */
+} ck__copy_fw;
+
+typedef struct ck__copy_fck {
+    uint64_t off;                  /* bytes taken */
+    EVP_MD_CTX *md;                /* the block under way, while the file is */
+} ck__copy_fck;
 
 static uint64_t item_size(const ck__copy_in *c, uint32_t item)
 {
@@ -191,6 +214,7 @@ static int check_declared(const ck__copy_in_opts *o, const ck_file *files, uint3
 }
 
 static int open_seq(ck__copy_in *c, ck_err *err);
+static int begin_any(ck__copy_in *c, ck_err *err);
 
 int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
 {
@@ -233,6 +257,7 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     for (uint32_t i = 0; i < c->n; i++)
         data += c->files[i].size;
     c->left += data;
+    c->data = data;
     c->log = o->log;
     c->log_arg = o->log_arg;
     *out = c;
@@ -291,7 +316,7 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     if ((c->dirfd = ck__openat(c->rootfd, ck__rel(c->root, c->pending), O_RDONLY | O_DIRECTORY,
                                0)) < 0)
         return ck_err_set(err, c->dirfd, "%s: %s", c->pending, ck__why(c->dirfd));
-    return open_seq(c, err);
+    return c->mlast ? begin_any(c, err) : open_seq(c, err);
 }
 
 int ck__copy_in_manifest(ck__copy_in *c, uint64_t size, const uint8_t *sha256, ck_err *err)
@@ -411,19 +436,26 @@ static int manifest_done(ck__copy_in *c, ck_err *err)
     return r == 0 ? load_wants(c, err) : r;
 }
 
-/* Writes len bytes at offset at, whole. */
-static int write_all(ck__copy_in *c, const uint8_t *p, size_t len, uint64_t at, ck_err *err)
+/* Writes len bytes at offset at of fd, file NAME of the pending directory, whole. */
+static int put_all(const ck__copy_in *c, int fd, const char *name, const uint8_t *p, size_t len,
+                   uint64_t at, ck_err *err)
 {
     for (size_t done = 0; done < len;) {
-        ssize_t k = pwrite(c->fd, p + done, len - done, (off_t)(at + done));
+        ssize_t k = pwrite(fd, p + done, len - done, (off_t)(at + done));
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return ck_err_set(err, k < 0 ? -errno : -EIO, "%s/%s: %s", c->pending,
-                              item_name(c, c->item), k < 0 ? strerror(errno) : "no progress");
+            return ck_err_set(err, k < 0 ? -errno : -EIO, "%s/%s: %s", c->pending, name,
+                              k < 0 ? strerror(errno) : "no progress");
         done += (size_t)k;
     }
     return 0;
+}
+
+/* The same, of the item being written in stream order. */
+static int write_all(ck__copy_in *c, const uint8_t *p, size_t len, uint64_t at, ck_err *err)
+{
+    return put_all(c, c->fd, item_name(c, c->item), p, len, at, err);
 }
 
 /* The buffer written at its file offset; at the item's end (last) padded to the
@@ -546,13 +578,9 @@ static int settle(ck__copy_in *c, ck_err *err)
     return r;
 }
 
-int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
+/* The items in stream order, len bytes of them. */
+static int seq_write(ck__copy_in *c, const uint8_t *p, size_t len, ck_err *err)
 {
-    const uint8_t *p = buf;
-    size_t all = len;
-    if (len > c->left)
-        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
-                          len - (size_t)c->left);
     int r = settle(c, err);
     while (r == 0 && len) {
         uint64_t room = item_size(c, c->item) - c->off;
@@ -567,9 +595,159 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
         p += take;
         len -= take;
     }
+    return r;
+}
+
+/* A copy whose data files come in any order: its files' places, and its empty files
+ * made at once (no bytes will begin them). The manifest, last, is opened at its first
+ * byte, in stream order (seq n). */
+static int begin_any(ck__copy_in *c, ck_err *err)
+{
+    uint32_t n = c->n;
+    c->base = malloc((n + 1) * sizeof *c->base);
+    c->fw = malloc((n ? n : 1) * sizeof *c->fw);
+    c->fck = calloc(n ? (size_t)n * c->nchk : 1, sizeof *c->fck);
+    if (!c->base || !c->fw || !c->fck)
+        return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    c->base[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        c->base[i + 1] = c->base[i] + c->files[i].size;
+        c->fw[i] = (ck__copy_fw){ .fd = -1 };
+        if (c->files[i].size)
+            continue;
+        bool direct;
+        int fd = ck__engine_open_data(c->e, c->dirfd, c->files[i].name,
+                                      O_WRONLY | O_CREAT | O_EXCL, 0644, &direct);
+        int r = fd < 0 ? fd : fsync(fd) < 0 ? -errno : 0;
+        if (fd >= 0)
+            close(fd);
+        if (r < 0)
+            return ck_err_set(err, r, "%s/%s: %s", c->pending, c->files[i].name, ck__why(r));
+        c->ended++;
+    }
+    c->seq = n;
+    c->item = 0;
+    return 0;
+}
+
+/* The data file that holds stream offset at (< base[n]): the last whose base is at or
+ * before it (an empty file's base is the next one's). */
+static uint32_t file_of(const ck__copy_in *c, uint64_t at)
+{
+    uint32_t lo = 0, hi = c->n - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        if (c->base[mid] <= at)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* len bytes of data file f at off, where its writing is (the file begun at its first
+ * bytes, ended at its last), straight from the caller's buffer: with O_DIRECT while
+ * the buffer and the pieces are aligned (a peer's DATA are), through the page cache
+ * from the first that is not (ck__direct_fit). */
+static int file_write(ck__copy_in *c, uint32_t f, uint64_t off, const uint8_t *p, size_t len,
+                      ck_err *err)
+{
+    ck__copy_fw *w = &c->fw[f];
+    const ck_file *fl = &c->files[f];
+    if (off != w->off)
+        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes at offset %llu of data file %s, "
+                          "where %llu of it were taken (each file's bytes come in order)",
+                          c->name, len, (unsigned long long)off, fl->name,
+                          (unsigned long long)w->off);
+    if (w->fd < 0) {
+        if (c->begun == CK_COPY_BEGUN_MAX)
+            return ck_err_set(err, -EPROTO, "copy of %s: data file %s begun while %u others "
+                              "are (at most %u at once)", c->name, fl->name, c->begun,
+                              CK_COPY_BEGUN_MAX);
+        w->fd = ck__engine_open_data(c->e, c->dirfd, fl->name, O_WRONLY | O_CREAT | O_EXCL,
+                                     0644, &w->direct);
+        if (w->fd < 0) {
+            int r = w->fd;
+            w->fd = -1;
+            return ck_err_set(err, r, "%s/%s: %s", c->pending, fl->name, ck__why(r));
+        }
+        c->begun++;
+        /* Room for the whole file now: a full disk fails here, not half way through. */
+        if (fallocate(w->fd, 0, 0, (off_t)fl->size) < 0 && errno != EOPNOTSUPP)
+            return ck_err_set(err, -errno, "%s/%s: fallocate %llu bytes: %s", c->pending,
+                              fl->name, (unsigned long long)fl->size, strerror(errno));
+    }
+    int r = ck__direct_fit(w->fd, &w->direct, p, len, off);
+    if (r < 0)
+        return ck_err_set(err, r, "%s/%s: %s", c->pending, fl->name, strerror(-r));
+    if ((r = put_all(c, w->fd, fl->name, p, len, off, err)) < 0)
+        return r;
+    w->off += len;
+    c->left -= len;
+    if (w->off < fl->size)
+        return 0;
+    r = fsync(w->fd) < 0 ? -errno : 0;
+    if (close(w->fd) < 0 && r == 0)
+        r = -errno;
+    w->fd = -1;
+    c->begun--;
+    c->ended++;
+    return r < 0 ? ck_err_set(err, r, "%s/%s: %s", c->pending, fl->name, strerror(-r)) : 0;
+}
+
+/* The stream's bytes taken, in stream order (data files in any order: all of them, then
+ * the manifest's). */
+static uint64_t taken(const ck__copy_in *c)
+{
+    return c->data + c->manifest_size - c->left;
+}
+
+int ck__copy_in_write_at(ck__copy_in *c, uint64_t at, const void *buf, size_t len,
+                         ck_err *err)
+{
+    const uint8_t *p = buf;
+    uint64_t total = c->data + c->manifest_size;
+    if (len > c->left)
+        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
+                          len - (size_t)c->left);
+    if (at > total || len > total - at)
+        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes at stream offset %llu, past its "
+                          "%llu bytes", c->name, len, (unsigned long long)at,
+                          (unsigned long long)total);
+    int r = 0;
+    if (!c->mlast && at != taken(c))
+        r = ck_err_set(err, -EPROTO, "copy of %s: bytes at stream offset %llu, where %llu were "
+                       "taken (they come in order)", c->name, (unsigned long long)at,
+                       (unsigned long long)taken(c));
+    else if (!c->mlast)
+        r = seq_write(c, p, len, err);
+    for (uint64_t o = at, end = at + len; c->mlast && r == 0 && o < end;) {
+        size_t k = (size_t)(end - o);
+        if (o < c->data) {
+            uint32_t f = file_of(c, o);
+            k = c->base[f + 1] - o < k ? (size_t)(c->base[f + 1] - o) : k;
+            r = file_write(c, f, o - c->base[f], p + (o - at), k, err);
+        } else if (!c->mdecl || c->ended < c->n || o != taken(c)) {
+            r = ck_err_set(err, -EPROTO, "copy of %s: bytes of its manifest at stream offset "
+                           "%llu, %s", c->name, (unsigned long long)o,
+                           !c->mdecl ? "before it was declared"
+                           : c->ended < c->n ? "before every data file ended"
+                                             : "not where its bytes taken end");
+        } else {
+            r = c->fd < 0 ? open_seq(c, err) : 0;
+            if (r == 0)
+                r = seq_write(c, p + (o - at), k, err);
+        }
+        o += k;
+    }
     /* Without the caller's checkers the writer checks what it wrote: the manifest, if
      * these bytes ended it, is open by now. */
-    return r == 0 && c->own ? ck__copy_in_check(c, 0, buf, all, err) : r;
+    return r == 0 && c->own ? ck__copy_in_check_at(c, 0, at, buf, len, err) : r;
+}
+
+int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err)
+{
+    return ck__copy_in_write_at(c, taken(c), buf, len, err);
 }
 
 int ck__copy_in_carry(ck__copy_in *c, const ck__copy_in *again, const char *name, ck_err *err)
@@ -608,17 +786,52 @@ static int block_bad(const ck__copy_in *c, uint32_t i, uint64_t b, ck_err *err)
                       (unsigned long long)end);
 }
 
-int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err)
+/* Checker k takes len bytes of data file f at *off (len at most what is left of it),
+ * hashing into md the blocks of its share (index k modulo the checkers): each block's
+ * SHA-256 is compared with the manifest's as its last byte comes, or, when the manifest
+ * comes last, kept for the commit. */
+static int hash_file(ck__copy_in *c, unsigned k, EVP_MD_CTX *md, uint32_t f, uint64_t *off,
+                     const uint8_t *p, size_t len, ck_err *err)
+{
+    uint32_t bs = c->bs;
+    uint64_t size = c->files[f].size;
+    while (len) {
+        size_t take = len;
+        if (take > bs - *off % bs)
+            take = (size_t)(bs - *off % bs);
+        uint64_t block = *off / bs;
+        bool mine = block % c->nchk == k;
+        if (mine && EVP_DigestUpdate(md, p, take) != 1)
+            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
+        *off += take;
+        c->chk[k].left -= take;
+        p += take;
+        len -= take;
+        if (!mine || (*off % bs && *off != size))
+            continue;
+        uint8_t got[EVP_MAX_MD_SIZE];
+        unsigned n = 0;
+        if (EVP_DigestFinal_ex(md, got, &n) != 1 || n != CK_HASH_LEN ||
+            EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)
+            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
+        /* Each block is one checker's: its slot is written by that checker alone. */
+        if (c->mlast)
+            memcpy(c->got[c->at[f] + block], got, CK_HASH_LEN);
+        else if (memcmp(got, c->want[c->at[f] + block], CK_HASH_LEN) != 0)
+            return block_bad(c, f, block, err);
+    }
+    return 0;
+}
+
+/* Checker k, in stream order: the manifest first (nothing to hash), then the files. */
+static int seq_check(ck__copy_in *c, unsigned k, const uint8_t *p, size_t len, ck_err *err)
 {
     ck__copy_check *h = &c->chk[k];
-    const uint8_t *p = buf;
     while (len) {
-        /* A manifest that comes last: the writer took its bytes and checks them (its
-         * size is the writer's to know). */
-        if (h->seq > c->n || (c->mlast && h->seq == c->n))
-            return c->mlast ? 0 : ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than "
-                                             "declared", c->name, len);
-        uint32_t item = item_at(c, h->seq), bs = c->bs;
+        if (h->seq > c->n)
+            return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
+                              len);
+        uint32_t item = item_at(c, h->seq);
         uint64_t room = item_size(c, item) - h->off;
         if (!room) {
             h->seq++;
@@ -626,37 +839,63 @@ int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, c
             continue;
         }
         size_t take = len < room ? len : (size_t)room;
-        /* A manifest that comes first: nothing to hash. */
-        if (item == 0) {
+        int r = item ? hash_file(c, k, h->md, item - 1, &h->off, p, take, err) : 0;
+        if (r < 0)
+            return r;
+        if (!item)
             h->off += take;
-            p += take;
-            len -= take;
-            continue;
-        }
-        if (take > bs - h->off % bs)
-            take = (size_t)(bs - h->off % bs);
-        uint64_t block = h->off / bs;
-        bool mine = block % c->nchk == k;
-        if (mine && EVP_DigestUpdate(h->md, p, take) != 1)
-            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
-        h->off += take;
-        h->left -= take;
         p += take;
         len -= take;
-        if (!mine || (h->off % bs && h->off != item_size(c, item)))
-            continue;
-        uint8_t got[EVP_MAX_MD_SIZE];
-        unsigned n = 0;
-        if (EVP_DigestFinal_ex(h->md, got, &n) != 1 || n != CK_HASH_LEN ||
-            EVP_DigestInit_ex(h->md, EVP_sha256(), NULL) != 1)
-            return ck_err_set(err, -ENOMEM, "copy of %s: SHA-256 failed", c->name);
-        /* Each block is one checker's: its slot is written by that checker alone. */
-        if (c->mlast)
-            memcpy(c->got[c->at[item - 1] + block], got, CK_HASH_LEN);
-        else if (memcmp(got, c->want[c->at[item - 1] + block], CK_HASH_LEN) != 0)
-            return block_bad(c, item - 1, block, err);
     }
     return 0;
+}
+
+int ck__copy_in_check_at(ck__copy_in *c, unsigned k, uint64_t at, const void *buf, size_t len,
+                         ck_err *err)
+{
+    ck__copy_check *h = &c->chk[k];
+    const uint8_t *p = buf;
+    if (!c->mlast) {
+        if (at != h->pos)
+            return ck_err_set(err, -EPROTO, "copy of %s: checker %u: bytes at stream offset "
+                              "%llu, where it took %llu (they come in order)", c->name, k,
+                              (unsigned long long)at, (unsigned long long)h->pos);
+        h->pos += len;
+        return seq_check(c, k, p, len, err);
+    }
+    h->pos += len;
+    /* Data files in any order, each in order, as the writer took them; the manifest's
+     * bytes are its writer's to check. */
+    while (len && at < c->data) {
+        uint32_t f = file_of(c, at);
+        ck__copy_fck *q = &c->fck[(size_t)k * c->n + f];
+        uint64_t off = at - c->base[f], room = c->files[f].size - off;
+        size_t take = len < room ? len : (size_t)room;
+        if (off != q->off)
+            return ck_err_set(err, -EPROTO, "copy of %s: checker %u: bytes at offset %llu of "
+                              "data file %s, where it took %llu", c->name, k,
+                              (unsigned long long)off, c->files[f].name,
+                              (unsigned long long)q->off);
+        if (!q->md && (!(q->md = EVP_MD_CTX_new()) ||
+                       EVP_DigestInit_ex(q->md, EVP_sha256(), NULL) != 1))
+            return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+        int r = hash_file(c, k, q->md, f, &q->off, p, take, err);
+        if (r < 0)
+            return r;
+        if (q->off == c->files[f].size) {
+            EVP_MD_CTX_free(q->md);
+            q->md = NULL;
+        }
+        at += take;
+        p += take;
+        len -= take;
+    }
+    return 0;
+}
+
+int ck__copy_in_check(ck__copy_in *c, unsigned k, const void *buf, size_t len, ck_err *err)
+{
+    return ck__copy_in_check_at(c, k, c->chk[k].pos, buf, len, err);
 }
 
 typedef struct first_problem {
@@ -783,6 +1022,14 @@ void ck__copy_in_free(ck__copy_in *c)
     ck_close(c->ck);
     for (unsigned k = 0; k < c->nchk; k++)
         EVP_MD_CTX_free(c->chk[k].md);
+    for (size_t i = 0; c->fck && i < (size_t)c->n * c->nchk; i++)
+        EVP_MD_CTX_free(c->fck[i].md);
+    for (uint32_t i = 0; c->fw && i < c->n; i++)
+        if (c->fw[i].fd >= 0)
+            close(c->fw[i].fd);
+    free(c->fck);
+    free(c->fw);
+    free(c->base);
     EVP_MD_CTX_free(c->mf);
     free(c->chk);
     free(c->want);
