@@ -353,7 +353,7 @@ void kd_retain_run(kd_server *s);
 /* Peer protocol (docs/PROTOCOL.md, "Peer protocol"). Every message is one UCX active
  * message: a 16-byte header (u32 magic "CKP1", u16 version, u16 type, u64 arg: a
  * DATA's stream offset, an ACK's bytes taken, else 0) and a payload. */
-#define KD_PEER_VERSION 8
+#define KD_PEER_VERSION 9
 #define KD_PEER_MAGIC 0x31504b43u           /* "CKP1" */
 #define KD_PEER_HDR 16
 /* After AUTH every message but DATA ends in a seal of this many bytes: HMAC-SHA256 under
@@ -811,8 +811,12 @@ typedef struct kd_grow kd_grow;
 int kd_grow_open(const char *root, const char *dir, const char *name, const ck_file *files,
                  uint32_t n, kd_grow **out, ck_err *err);
 void kd_grow_landed(kd_grow *g, uint32_t f, uint64_t bytes);
-/* The next piece (ck__copy_out_cut's): 1; 0 at the end; -EAGAIN: not written yet. */
-int kd_grow_cut(kd_grow *g, size_t max, struct ck__copy_cut *k, ck_err *err);
+/* The next piece (ck__copy_out_cut's) and its stream offset (*at): 1; 0 at the end;
+ * -EAGAIN: nothing written yet that was not cut. A piece of whichever data file has
+ * the most landed bytes not yet cut (files in any order, each in order: decision
+ * 0206), at most CK_COPY_BEGUN_MAX of them begun and not cut whole at once, each piece
+ * a multiple of 4096 bytes; the manifest once every file was cut whole. */
+int kd_grow_cut(kd_grow *g, size_t max, struct ck__copy_cut *k, uint64_t *at, ck_err *err);
 int kd_grow_read(const kd_grow *g, struct ck__copy_cut *k, void *buf, ck_err *err);
 /* The committed copy's manifest alone, once its data files are checked to be the ones
  * declared (-ESTALE); then attached (under the caller's lock) as the stream's end. */

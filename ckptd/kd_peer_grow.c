@@ -4,7 +4,10 @@
  *
  * The saver says, file by file, how many bytes from its start have landed
  * (kd_grow_landed); a piece is cut only from those, so what is read is what was
- * written. The files live in the save's pending directory until the local commit
+ * written. The writers write several of a node's files at once, so pieces are cut
+ * from whichever file has the most landed and not yet cut (peer protocol 9, decision
+ * 0206): the stream follows every file as it lands rather than the first at a
+ * fraction of the write's pace. The files live in the save's pending directory until the local commit
  * renames it to ROOT/NAME: each is opened once it has bytes, from where it is then,
  * and its descriptor outlives the rename. Once the copy is committed, kd_grow_manifest
  * opens it, checks that its data files are the ones this stream declared (the
@@ -31,10 +34,12 @@ struct kd_grow {
     ck_file *files;
     uint32_t n;
     uint64_t *landed;              /* per file: bytes from its start written */
+    uint64_t *cut;                 /* per file: bytes from its start cut */
+    uint64_t *base;                /* per file: where it begins in the stream */
     int *fd;
     bool *direct;
-    uint32_t f;                    /* the next piece: file f at off */
-    uint64_t off;
+    uint32_t begun;                /* files cut in part */
+    uint32_t whole;                /* files cut whole (empty ones from the start) */
     ck__copy_out *mout;            /* once attached: the committed copy's manifest alone */
 };
 
@@ -47,16 +52,21 @@ int kd_grow_open(const char *root, const char *dir, const char *name, const ck_f
         g->rootfd = -1;
         g->files = malloc((n ? n : 1) * sizeof *g->files);
         g->landed = calloc(n ? n : 1, sizeof *g->landed);
+        g->cut = calloc(n ? n : 1, sizeof *g->cut);
+        g->base = malloc((n ? n : 1) * sizeof *g->base);
         g->fd = malloc((n ? n : 1) * sizeof *g->fd);
         g->direct = calloc(n ? n : 1, sizeof *g->direct);
     }
-    if (!g || !g->files || !g->landed || !g->fd || !g->direct) {
+    if (!g || !g->files || !g->landed || !g->cut || !g->base || !g->fd || !g->direct) {
         kd_grow_free(g);
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
     g->n = n;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint64_t i = 0, at = 0; i < n; at += files[i++].size) {
         g->fd[i] = -1;
+        g->base[i] = at;
+        g->whole += !files[i].size;
+    }
     memcpy(g->files, files, n * sizeof *files);
     snprintf(g->root, sizeof g->root, "%s", root);
     snprintf(g->name, sizeof g->name, "%s", name);
@@ -97,34 +107,58 @@ static int open_file(kd_grow *g, uint32_t f, ck_err *err)
     return 0;
 }
 
-int kd_grow_cut(kd_grow *g, size_t max, ck__copy_cut *k, ck_err *err)
+/* The file to cut next: the one with the most landed and not yet cut (rounded down
+ * to 4096 bytes short of its end, so that the receiver's O_DIRECT writes stay
+ * aligned), a file not yet begun only while fewer than CK_COPY_BEGUN_MAX are; its
+ * bytes ready into *avail. UINT32_MAX: none has any. */
+static uint32_t pick(const kd_grow *g, uint64_t *avail)
+{
+    uint32_t best = UINT32_MAX;
+    *avail = 0;
+    for (uint32_t f = 0; f < g->n; f++) {
+        uint64_t a = g->landed[f] - g->cut[f];
+        if (g->landed[f] < g->files[f].size)
+            a -= a % CK_COPY_OUT_ALIGN;
+        if (a > *avail && (g->cut[f] || g->begun < CK_COPY_BEGUN_MAX)) {
+            best = f;
+            *avail = a;
+        }
+    }
+    return best;
+}
+
+int kd_grow_cut(kd_grow *g, size_t max, ck__copy_cut *k, uint64_t *at, ck_err *err)
 {
     *k = (ck__copy_cut){ .fd = -1 };
-    while (g->f < g->n && g->off == g->files[g->f].size) {
-        g->f++;
-        g->off = 0;
-    }
-    if (g->f == g->n) {
+    if (g->whole == g->n) {
         if (!g->mout)
             return -EAGAIN;
         int r = ck__copy_out_cut(g->mout, max, k, err);
+        *at = kd_grow_data_bytes(g) + k->off;
         return r < 0 ? r : k->len > 0;
     }
-    uint64_t avail = g->landed[g->f] - g->off;
-    if (!avail)
+    uint64_t avail;
+    uint32_t f = pick(g, &avail);
+    if (f == UINT32_MAX)
         return -EAGAIN;
-    int r = g->fd[g->f] < 0 ? open_file(g, g->f, err) : 0;
+    int r = g->fd[f] < 0 ? open_file(g, f, err) : 0;
     if (r < 0)
         return r;
     /* Its own descriptor, as a copy's cut has: the reads run at once. */
-    if ((k->fd = fcntl(g->fd[g->f], F_DUPFD_CLOEXEC, 0)) < 0)
-        return ck_err_set(err, -errno, "%s/%s: %s", g->root, g->files[g->f].name,
+    if ((k->fd = fcntl(g->fd[f], F_DUPFD_CLOEXEC, 0)) < 0)
+        return ck_err_set(err, -errno, "%s/%s: %s", g->root, g->files[f].name,
                           strerror(errno));
-    k->item = g->f + 1;
-    k->off = g->off;
+    k->item = f + 1;
+    k->off = g->cut[f];
     k->len = avail < max ? (size_t)avail : max;
-    k->direct = g->direct[g->f];
-    g->off += k->len;
+    k->direct = g->direct[f];
+    *at = g->base[f] + k->off;
+    g->begun += !g->cut[f];
+    g->cut[f] += k->len;
+    if (g->cut[f] == g->files[f].size) {
+        g->begun--;
+        g->whole++;
+    }
     return 1;
 }
 
@@ -200,6 +234,8 @@ void kd_grow_free(kd_grow *g)
     ck__copy_out_close(g->mout);
     free(g->files);
     free(g->landed);
+    free(g->cut);
+    free(g->base);
     free(g->fd);
     free(g->direct);
     free(g);

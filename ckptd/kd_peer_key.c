@@ -197,9 +197,9 @@ static void proof(const kd_peer_key *key, const char *label, const kd_phello *ca
         memset(out, 0, KD_PEER_PROOF_LEN);     /* matches no proof a holder sends */
 }
 
-#define CALLER_LABEL "ckptd peer 8 caller"
-#define SERVICE_LABEL "ckptd peer 8 service"
-#define SESSION_LABEL "ckptd peer 8 session"
+#define CALLER_LABEL "ckptd peer 9 caller"
+#define SERVICE_LABEL "ckptd peer 9 service"
+#define SESSION_LABEL "ckptd peer 9 session"
 
 int kd_peer_greet(const char *id, kd_phello *me, ck__wbuf *w, ck_err *err)
 {

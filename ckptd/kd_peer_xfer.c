@@ -7,22 +7,24 @@
  * past what was sent (decision 0202): a disk gives its speed only to several reads at
  * once, and the thread that sends (a peer service's, which serves every connection)
  * never waits on one. Each chunk goes out as a DATA carrying its stream offset, in
- * order, never more than the receiver's window ahead of what the receiver acknowledged
- * (the receiver states it: a block per checker thread, decision 0200).
+ * the order cut, and never more bytes past what the receiver acknowledged than its
+ * window (the receiver states it: a block per checker thread, decision 0200).
  * A PUT's stream carries the data files first and the manifest last (peer protocol 7,
  * decision 0204): before the manifest's first byte each lane is sent MANIFEST, its size
  * and SHA-256, and its receiver, which hashed every block as it came, compares them
  * with the manifest's at the commit. A PUT begun beside the local write reads a node's
- * files as they are written (kd_peer_grow.c): its readers wait for bytes to land, and
- * its end, the manifest, is known only once the copy is committed (kd_xsend_finish).
+ * files as they are written (kd_peer_grow.c): its readers wait for bytes to land, cut
+ * from whichever file landed most (each file in order, the files in any order: peer
+ * protocol 9, decision 0206), and its end, the manifest, is known only once the copy
+ * is committed (kd_xsend_finish).
  * A stream may have several receivers, its lanes (a PUT to every peer of a clique,
  * decision 0201): each chunk is read once and sent on every lane still in, so the
  * stream moves at the pace of its slowest receiver, and a lane given up holds nothing
  * back.
  * The receiver takes DATA in any order within that window (UCX may complete a
- * rendezvous out of order), holds what came early, writes what is in order into the
- * new copy (ck__copy_in: every block checked against the manifest as it completes)
- * and acknowledges it. So each side holds at most a window of the stream in memory,
+ * rendezvous out of order), holds what came early, writes what is in order (a GET's
+ * stream, a PUT's files each, then its manifest) into the new copy (ck__copy_in: every
+ * block checked as it completes) and acknowledges the bytes done. So each side holds at most a window of the stream in memory,
  * whatever the size of the copy, and a sender that runs ahead of the window,
  * overlaps, or goes past the end is refused.
  */
@@ -52,6 +54,7 @@ typedef struct xlane {
 typedef struct xread {
     void *buf;
     size_t len;
+    uint64_t at;                   /* its stream offset, DATA's argument */
     bool done;                     /* read, or failed (r) */
     int r;
     ck_err err;
@@ -75,6 +78,7 @@ struct kd_xsend {
     pthread_cond_t cv;             /* a reader waits for room in the ring */
     xread ring[KD_PEER_AHEAD];     /* chunk i is ring[i % KD_PEER_AHEAD] */
     uint64_t head, tail;           /* the next chunk to send; the next to cut */
+    uint64_t cut_at;               /* a copy's stream (cut in order): where the next cut is */
     bool cut_all;                  /* every chunk was cut (or a cut failed) */
     bool stop;
     bool put;                      /* the manifest comes last, declared by MANIFEST */
@@ -101,20 +105,33 @@ static void chunk_sent(void *ctx, void *payload)
 
 /* The receiver: the connection's thread takes DATA, puts what is in order on a queue,
  * and sends the ACKs; a writer thread of the transfer's own takes the queue, writing
- * each message into the copy (ck__copy_in_write), and checker threads take each message
- * the writer wrote, checker k hashing the blocks whose index is k modulo their number
- * (ck__copy_in_check; decision 0190): the blocks the window holds are hashed at once,
- * and beside their write. A message is done, and acknowledged, once written and taken
- * by every checker, in stream order. So the connection's thread keeps receiving while
- * blocks are hashed and written, and the messages held, queued and being checked are
- * at most a window: nothing is taken past the last ACK plus the window. */
+ * each message into the copy (ck__copy_in_write_at), and checker threads take each
+ * message the writer wrote, in its order, checker k hashing the blocks whose index is k
+ * modulo their number (ck__copy_in_check_at; decision 0190): the blocks the window
+ * holds are hashed at once, and beside their write. In order means the stream's order
+ * for a GET; for a PUT, each data file's own, files in any order (so that a PUT begun
+ * beside the write follows every file as it lands, decision 0206), then the manifest
+ * once every file is whole. A message is done once written and taken by every
+ * checker, in the writer's order, and an ACK says how many bytes are done. So the
+ * connection's thread keeps receiving while blocks are hashed and written, and the
+ * messages held, queued and being checked are at most a window: no more bytes are
+ * taken in than the last ACK plus the window. */
 struct kd_xrecv {
     ck__copy_in *in;
     kd_ucx *u;                     /* woken when the writer took a message */
     uint64_t total;
     uint32_t window;               /* what it stated: kd_peer_window(nchk) */
-    uint64_t cursor;               /* the connection's: stream bytes queued */
+    uint64_t cursor;               /* the connection's: the offset of the next byte to
+                                    * queue, of the stream (a GET) or of its manifest (a
+                                    * PUT) */
+    uint64_t got;                  /* the connection's: bytes taken in (held or queued) */
     uint64_t acked;                /* the connection's: the last ACK sent */
+    /* A PUT's data files come in any order, each in order (decision 0206): base[i] is
+     * where file i begins in the stream (base[nf] the data's end), next[i] the offset of
+     * its next byte to queue; nfdone of them are whole. The connection's. */
+    uint64_t *base, *next;
+    uint32_t nf, nfdone;
+    uint32_t fbegun;               /* files queued in part: at most CK_COPY_BEGUN_MAX */
     kd_pmsg *held;                 /* the connection's: early DATA, by offset */
     unsigned nheld;
     pthread_t th, chk_th[KD_PEER_CHECKERS];
@@ -123,7 +140,7 @@ struct kd_xrecv {
     pthread_cond_t cv, chk_cv;
     kd_pmsg *q_head, *q_tail;      /* in order, for the writer */
     kd_pmsg *w_head, *w_tail;      /* written, in order, for the checkers */
-    uint64_t at[KD_PEER_CHECKERS]; /* stream bytes each checker took */
+    uint64_t at[KD_PEER_CHECKERS]; /* bytes each checker took, in the writer's order */
     uint64_t done;                 /* stream bytes written and checked */
     bool mlast;                    /* a PUT's: the manifest comes last */
     bool mdecl;                    /* the connection's: its MANIFEST came */
@@ -273,13 +290,15 @@ int kd_xsend_finish(kd_xsend *x, ck_err *err)
     return 0;
 }
 
-/* Under mu: the next piece of the stream, 1; 0 at its end; -EAGAIN when the piece that
- * comes next is not written yet. */
-static int cut(kd_xsend *x, ck__copy_cut *k, ck_err *e)
+/* Under mu: the next piece of the stream and its stream offset, 1; 0 at its end;
+ * -EAGAIN when nothing more is written yet. */
+static int cut(kd_xsend *x, ck__copy_cut *k, uint64_t *at, ck_err *e)
 {
     if (x->g)
-        return kd_grow_cut(x->g, KD_PEER_CHUNK, k, e);
+        return kd_grow_cut(x->g, KD_PEER_CHUNK, k, at, e);
     int r = ck__copy_out_cut(x->out, KD_PEER_CHUNK, k, e);
+    *at = x->cut_at;
+    x->cut_at += r < 0 ? 0 : k->len;
     return r < 0 ? r : k->len > 0;
 }
 
@@ -291,8 +310,9 @@ static void wake_lanes(const kd_xsend *x)
         kd_ucx_signal(x->lane[i].u);
 }
 
-/* A reader: cuts the next chunk (in stream order, under mu), reads it without the
- * lock, and puts it in its slot, while the ring has room and the stream has chunks. */
+/* A reader: cuts the next chunk (under mu: a copy's in stream order, a growing PUT's
+ * from whichever file landed most), reads it without the lock, and puts it in its
+ * slot, while the ring has room and the stream has chunks. */
 static void *reader(void *arg)
 {
     kd_xsend *x = arg;
@@ -305,7 +325,8 @@ static void *reader(void *arg)
         xread *s = &x->ring[x->tail % KD_PEER_AHEAD];
         ck__copy_cut k;
         ck_err e = { 0 };
-        int r = cut(x, &k, &e);
+        uint64_t at = 0;
+        int r = cut(x, &k, &at, &e);
         if (r == -EAGAIN) {
             /* Not written yet: the writer's progress, the manifest, or a stop wakes it. */
             pthread_cond_wait(&x->cv, &x->mu);
@@ -337,7 +358,7 @@ static void *reader(void *arg)
             buf = NULL;
         }
         pthread_mutex_lock(&x->mu);
-        *s = (xread){ .buf = buf, .len = k.len, .done = true, .r = r, .err = e };
+        *s = (xread){ .buf = buf, .len = k.len, .at = at, .done = true, .r = r, .err = e };
         if (me == x->head)
             wake_lanes(x);
     }
@@ -442,7 +463,7 @@ int kd_xsend_pump(kd_xsend *x, ck_err *err)
         /* A lane whose send fails is gone; its connection says why (the chunk's count
          * was taken for it: its send's release, or this, gives it back). */
         for (uint32_t i = 0; i < x->n; i++)
-            if (!x->lane[i].gone && kd_pconn_send_buf(x->lane[i].c, KD_P_DATA, x->sent, s.buf,
+            if (!x->lane[i].gone && kd_pconn_send_buf(x->lane[i].c, KD_P_DATA, s.at, s.buf,
                                                       s.len, chunk_sent, k) < 0)
                 x->lane[i].gone = true;
         x->sent += s.len;
@@ -568,7 +589,7 @@ static void *writer(void *arg)
          * of its bytes (they are taken only once MANIFEST came). */
         int r = failed || !declare ? 0 : ck__copy_in_manifest(x->in, x->msize, x->msha, &e);
         if (r == 0 && !failed)
-            r = ck__copy_in_write(x->in, m->data, m->len, &e);
+            r = ck__copy_in_write_at(x->in, m->arg, m->data, m->len, &e);
         pthread_mutex_lock(&x->mu);
         if (r < 0)
             fail(x, r, &e);
@@ -597,7 +618,7 @@ typedef struct checker_arg {
     unsigned k;
 } checker_arg;
 
-/* Checker k: each written message in turn, found by its stream offset (the list is at
+/* Checker k: each written message in turn, found by the bytes it took (the list is at
  * most a window long), hashed without the lock; the message stays until every checker
  * took it. */
 static void *checker(void *arg)
@@ -609,8 +630,8 @@ static void *checker(void *arg)
     pthread_mutex_lock(&x->mu);
     for (;;) {
         kd_pmsg *m = x->w_head;
-        while (m && m->arg != x->at[k])
-            m = m->next;
+        for (uint64_t pos = x->done; m && pos != x->at[k]; m = m->next)
+            pos += m->len;
         if (x->stop || x->failed) {
             break;
         } else if (!m) {
@@ -619,7 +640,7 @@ static void *checker(void *arg)
         }
         pthread_mutex_unlock(&x->mu);
         ck_err e = { 0 };
-        int r = ck__copy_in_check(x->in, k, m->data, m->len, &e);
+        int r = ck__copy_in_check_at(x->in, k, m->arg, m->data, m->len, &e);
         pthread_mutex_lock(&x->mu);
         if (r < 0) {
             fail(x, r, &e);
@@ -689,6 +710,22 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u, unsigned checke
         }
         x->total += q->files[i].size;
     }
+    if (x->mlast) {
+        x->base = malloc((q->n + 1) * sizeof *x->base);
+        x->next = malloc((q->n ? q->n : 1) * sizeof *x->next);
+        if (!x->base || !x->next) {
+            kd_xrecv_free(x);
+            return ck_err_set(err, -ENOMEM, "out of memory");
+        }
+        x->base[0] = 0;
+        for (uint32_t i = 0; i < q->n; i++) {
+            x->next[i] = x->base[i];
+            x->base[i + 1] = x->base[i] + q->files[i].size;
+            x->nfdone += !q->files[i].size;
+        }
+        x->nf = q->n;
+        x->cursor = x->total;      /* the manifest's first byte, once declared */
+    }
     ck__copy_in_opts o = { .root = root, .name = q->name, .source = q->source,
                            .manifest_size = q->manifest_size,
                            .manifest_sha256 = x->mlast ? NULL : q->manifest_sha256,
@@ -721,36 +758,66 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u, unsigned checke
     return 0;
 }
 
-/* Holds m by offset: it lies in the window the sender was given (past the last ACK),
- * past what was queued, and overlaps nothing held. */
+/* The run of the stream that offset off (< total) lies in, and the offset of its next
+ * byte to queue: a GET's whole stream; a PUT's data file (*file), or its manifest. */
+static uint64_t *run_of(kd_xrecv *x, uint64_t off, uint64_t *end, uint32_t *file)
+{
+    *file = UINT32_MAX;
+    *end = x->total;
+    if (!x->mlast || off >= x->base[x->nf])
+        return &x->cursor;
+    *file = ck__copy_file_at(x->base, x->nf, off);
+    *end = x->base[*file + 1];
+    return &x->next[*file];
+}
+
+/* Holds m by offset: it lies in the stream, in one run and past what was queued of
+ * it, takes no more bytes in than the window allows past the last ACK, and overlaps
+ * nothing held. */
 static int hold(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
-    uint64_t off = m->arg;
-    if (m->len == 0 || off < x->cursor || off > x->total || m->len > x->total - off ||
-        off + m->len > x->acked + x->window)
+    uint64_t off = m->arg, end;
+    uint32_t f;
+    if (m->len == 0 || off >= x->total || m->len > x->total - off)
         return ck_err_set(err, -EPROTO, "a DATA of %zu bytes at stream offset %llu, outside "
-                          "[%llu, %llu) (the bytes not yet taken, within the window, of a "
-                          "stream of %llu)", m->len, (unsigned long long)off,
-                          (unsigned long long)x->cursor,
-                          (unsigned long long)(x->acked + x->window),
-                          (unsigned long long)x->total);
-    if (x->nheld >= KD_PEER_HELD_MAX)
-        return ck_err_set(err, -EPROTO, "more than %u DATA ahead of the stream's offset %llu",
-                          KD_PEER_HELD_MAX, (unsigned long long)x->cursor);
-    kd_pmsg *prev = NULL, *next = x->held;
-    while (next && next->arg < off) {
-        prev = next;
-        next = next->next;
+                          "the stream's %llu bytes%s", m->len, (unsigned long long)off,
+                          (unsigned long long)x->total,
+                          x->mdecl ? "" : " (its manifest not declared yet)");
+    const uint64_t *next = run_of(x, off, &end, &f);
+    if (off < *next || m->len > end - off) {
+        char run[48] = "the stream";
+        if (f != UINT32_MAX)
+            snprintf(run, sizeof run, "data file %u of the PUT", f);
+        else if (x->mlast)
+            snprintf(run, sizeof run, "the manifest");
+        return ck_err_set(err, -EPROTO, "a DATA of %zu bytes at stream offset %llu, outside "
+                          "[%llu, %llu) (the bytes of %s not yet taken)", m->len,
+                          (unsigned long long)off, (unsigned long long)*next,
+                          (unsigned long long)end, run);
     }
-    if ((next && off + m->len > next->arg) || (prev && prev->arg + prev->len > off))
+    if (x->got + m->len > x->acked + x->window)
+        return ck_err_set(err, -EPROTO, "a DATA of %zu bytes at stream offset %llu, past the "
+                          "window (%llu bytes taken in, %llu acknowledged, a window of %u)",
+                          m->len, (unsigned long long)off, (unsigned long long)x->got,
+                          (unsigned long long)x->acked, x->window);
+    if (x->nheld >= KD_PEER_HELD_MAX)
+        return ck_err_set(err, -EPROTO, "more than %u DATA held, none of them next in its "
+                          "file", KD_PEER_HELD_MAX);
+    kd_pmsg *prev = NULL, *next_h = x->held;
+    while (next_h && next_h->arg < off) {
+        prev = next_h;
+        next_h = next_h->next;
+    }
+    if ((next_h && off + m->len > next_h->arg) || (prev && prev->arg + prev->len > off))
         return ck_err_set(err, -EPROTO, "a DATA at stream offset %llu overlaps one that came "
                           "before", (unsigned long long)off);
-    m->next = next;
+    m->next = next_h;
     if (prev)
         prev->next = m;
     else
         x->held = m;
     x->nheld++;
+    x->got += m->len;
     return 0;
 }
 
@@ -793,18 +860,41 @@ int kd_xrecv_data(kd_xrecv *x, kd_pmsg *m, ck_err *err)
         kd_pmsg_free(m);
         return r;
     }
+    /* What is next in its run goes to the writer: a file's first piece while fewer
+     * than CK_COPY_BEGUN_MAX files are queued in part (the copy's bound: a sender
+     * begins no more, but the last piece of a file it finished may come after the
+     * first of the next), and the manifest's once every file is whole. Passes over the
+     * held (by offset) until none moves. */
     kd_pmsg *first = NULL, *last = NULL;
-    while (x->held && x->held->arg == x->cursor) {
-        kd_pmsg *h = x->held;
-        x->held = h->next;
-        x->nheld--;
-        h->next = NULL;
-        if (last)
-            last->next = h;
-        else
-            first = h;
-        last = h;
-        x->cursor += h->len;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (kd_pmsg **pp = &x->held; *pp;) {
+            kd_pmsg *h = *pp;
+            uint64_t end;
+            uint32_t f;
+            uint64_t *next = run_of(x, h->arg, &end, &f);
+            bool begins = f != UINT32_MAX && *next == x->base[f];
+            if (h->arg != *next || (begins && x->fbegun == CK_COPY_BEGUN_MAX) ||
+                (x->mlast && f == UINT32_MAX && x->nfdone < x->nf)) {
+                pp = &h->next;
+                continue;
+            }
+            *pp = h->next;
+            x->nheld--;
+            h->next = NULL;
+            if (last)
+                last->next = h;
+            else
+                first = h;
+            last = h;
+            *next += h->len;
+            x->fbegun += begins;
+            if (f != UINT32_MAX && *next == end) {
+                x->fbegun--;
+                x->nfdone++;
+            }
+            moved = true;
+        }
     }
     if (first) {
         pthread_mutex_lock(&x->mu);
@@ -876,5 +966,7 @@ void kd_xrecv_free(kd_xrecv *x)
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->cv);
     pthread_cond_destroy(&x->chk_cv);
+    free(x->base);
+    free(x->next);
     free(x);
 }

@@ -623,8 +623,30 @@ static int hostile(const char *addr, const char *cs)
     } else if (!strcmp(cs, "put-twice-file")) {
         static const char *const twice[] = { "rank-00000.dat", "rank-00000.dat" };
         put_lying(&c, 2, twice, 2);
+    } else if (!strcmp(cs, "data-past-window") || !strcmp(cs, "data-across-files")) {
+        /* data-past-window: a PUT of one file of 16 MiB whose first MiB never comes, so
+         * nothing is acknowledged, and whose next nine do: past the least window (the
+         * daemons of the tests state it, --peer-checkers 1). data-across-files: a PUT of
+         * two files of 4096 bytes, and one DATA of both (peer protocol 9: each file's
+         * bytes are its own run). */
+        bool win = !strcmp(cs, "data-past-window");
+        ck_file f[2] = { { .name = "rank-00000.dat", .size = win ? 16u << 20 : 4096 },
+                         { .name = "rank-00001.dat", .size = 4096 } };
+        kd_preq q = { .block_size = CK_BLOCK_SIZE_DEFAULT, .n = win ? 1 : 2, .files = f };
+        snprintf(q.name, sizeof q.name, "hostile-put");
+        snprintf(q.source, sizeof q.source, "hostile");
+        kd_pw_stream(&w, &q);
+        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
+        if (answer(&c, KD_P_PUT_READY) == 1) {
+            static uint8_t mib[1u << 20];
+            memset(mib, 0x5a, sizeof mib);
+            for (uint64_t i = 1; win && i <= KD_PEER_WINDOW_MIN / sizeof mib + 1; i++)
+                send_raw(&c, KD_P_DATA, i * sizeof mib, mib, sizeof mib);
+            if (!win)
+                send_raw(&c, KD_P_DATA, 0, mib, 8192);
+        }
     } else if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "put-other-manifest") ||
-               !strcmp(cs, "data-past-window") || !strcmp(cs, "data-past-end") ||
+               !strcmp(cs, "data-past-end") ||
                !strcmp(cs, "data-overlap") || !strcmp(cs, "data-too-big") ||
                !strcmp(cs, "data-before-manifest")) {
         /* A PUT of no data file, whose manifest (4096 bytes) is declared at once;
@@ -637,9 +659,6 @@ static int hostile(const char *addr, const char *cs)
             memset(junk, 0x5a, sizeof junk);
             if (!strcmp(cs, "put-garbage-manifest") || !strcmp(cs, "put-other-manifest")) {
                 send_raw(&c, KD_P_DATA, 0, junk, 4096);
-            } else if (!strcmp(cs, "data-past-window")) {
-                /* The daemons of the tests state the least window (--peer-checkers 1). */
-                send_raw(&c, KD_P_DATA, KD_PEER_WINDOW_MIN + 4096, junk, 16);
             } else if (!strcmp(cs, "data-before-manifest")) {
                 send_raw(&c, KD_P_DATA, 0, junk, 4096);
             } else if (!strcmp(cs, "data-past-end")) {

@@ -33,7 +33,7 @@ case_() {
     said "$want" "case $name"
 }
 case_ short-header "answer: service: a message that is not of the ckptd peer protocol"
-V=8                               # the peer protocol of this build (PROTOCOL.md)
+V=9                               # the peer protocol of this build (PROTOCOL.md)
 case_ other-version "answer: service: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))"
 logged B "refused: ckptd B speaks peer protocol version $V; this peer sent version $((V + 1))" \
     "the version refusal"
@@ -86,7 +86,8 @@ case_ put-files-beyond-count "refused: .*left over after the files it declares"
 case_ put-twice-file "refused: .*rank-00000\.dat is declared twice"
 case_ put-garbage-manifest "refused: .*manifest\.mdb: not an LMDB file"
 case_ put-other-manifest "refused: .*copy of hostile-put: its manifest's SHA-256 is not the one declared with it"
-case_ data-past-window "refused: .*a DATA of 16 bytes at stream offset 8392704, outside"
+case_ data-past-window "refused: .*a DATA of 1048576 bytes at stream offset 9437184, past the window \(8388608 bytes taken in, 0 acknowledged, a window of 8388608\)"
+case_ data-across-files "refused: .*a DATA of 8192 bytes at stream offset 0, outside \[0, 4096\) \(the bytes of data file 0 of the PUT not yet taken\)"
 case_ data-past-end "refused: .*a DATA of 200 bytes at stream offset 4000, outside"
 case_ data-overlap "refused: .*overlaps one that came before"
 case_ data-too-big "refused: .*a DATA message of 4198400 bytes"

@@ -101,6 +101,9 @@ int ck__copy_in_write(ck__copy_in *c, const void *buf, size_t len, ck_err *err);
  * declared. Bytes out of that order fail the copy (-EPROTO). */
 int ck__copy_in_write_at(ck__copy_in *c, uint64_t at, const void *buf, size_t len,
                          ck_err *err);
+/* The data file (of n, base[i] where file i begins in the stream, base[n] the data's
+ * end) that holds stream offset at < base[n]. */
+uint32_t ck__copy_file_at(const uint64_t *base, uint32_t n, uint64_t at);
 /* The data files a copy whose manifest comes last has begun and not ended, at most:
  * the descriptors it holds open. */
 #define CK_COPY_BEGUN_MAX 32u

@@ -630,19 +630,23 @@ static int begin_any(ck__copy_in *c, ck_err *err)
     return 0;
 }
 
-/* The data file that holds stream offset at (< base[n]): the last whose base is at or
- * before it (an empty file's base is the next one's). */
-static uint32_t file_of(const ck__copy_in *c, uint64_t at)
+uint32_t ck__copy_file_at(const uint64_t *base, uint32_t n, uint64_t at)
 {
-    uint32_t lo = 0, hi = c->n - 1;
+    /* The last whose base is at or before it: an empty file's base is the next one's. */
+    uint32_t lo = 0, hi = n - 1;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        if (c->base[mid] <= at)
+        if (base[mid] <= at)
             lo = mid;
         else
             hi = mid - 1;
     }
     return lo;
+}
+
+static uint32_t file_of(const ck__copy_in *c, uint64_t at)
+{
+    return ck__copy_file_at(c->base, c->n, at);
 }
 
 /* len bytes of data file f at off, where its writing is (the file begun at its first
