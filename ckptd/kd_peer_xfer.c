@@ -24,9 +24,9 @@
  * The receiver takes DATA in any order within that window (UCX may complete a
  * rendezvous out of order), holds what came early, writes what is in order (a GET's
  * stream, a PUT's files each, then its manifest) into the new copy (ck__copy_in: every
- * block checked as it completes) and acknowledges the bytes done. So each side holds at most a window of the stream in memory,
- * whatever the size of the copy, and a sender that runs ahead of the window,
- * overlaps, or goes past the end is refused.
+ * block checked as it completes) and acknowledges the bytes done. So each side holds at
+ * most a window of the stream in memory, whatever the size of the copy, and a sender
+ * that runs ahead of the window, overlaps, or goes past the end is refused.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -141,7 +141,7 @@ struct kd_xrecv {
     kd_pmsg *q_head, *q_tail;      /* in order, for the writer */
     kd_pmsg *w_head, *w_tail;      /* written, in order, for the checkers */
     uint64_t at[KD_PEER_CHECKERS]; /* bytes each checker took, in the writer's order */
-    uint64_t done;                 /* stream bytes written and checked */
+    uint64_t done;                 /* bytes written and checked, in the writer's order */
     bool mlast;                    /* a PUT's: the manifest comes last */
     bool mdecl;                    /* the connection's: its MANIFEST came */
     unsigned waitings;             /* the connection's: the WAITING its sender said */
