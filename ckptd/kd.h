@@ -899,6 +899,10 @@ int kd_xrecv_manifest(kd_xrecv *x, uint64_t size, const uint8_t *sha256, ck_err 
 int kd_xrecv_waiting(kd_xrecv *x, ck_err *err);
 /* The WAITING it took. */
 unsigned kd_xrecv_waitings(const kd_xrecv *x);
+/* A PUT's: how many times the writer was handed a piece of another data file than the
+ * piece before while that one was not yet whole (0: its files came one after the
+ * other). */
+unsigned kd_xrecv_switches(const kd_xrecv *x);
 /* Takes a DATA (m is x's, whatever happens): held until what comes before it came,
  * then queued for the writer. -EPROTO for one outside the window or overlapping. */
 int kd_xrecv_data(kd_xrecv *x, struct kd_pmsg *m, ck_err *err);

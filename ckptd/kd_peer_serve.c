@@ -323,10 +323,14 @@ static void put_poll(struct kd_peers *p, sconn *c, double now)
     if (r == 2)
         c->last = now;
     if (r == 1 && (r = kd_xrecv_commit(c->rx, &err)) == 0) {
-        char waited[64] = "";
-        unsigned nw = kd_xrecv_waitings(c->rx);
+        char waited[128] = "";
+        unsigned nw = kd_xrecv_waitings(c->rx), ns = kd_xrecv_switches(c->rx);
+        size_t k = 0;
+        if (ns)
+            k = (size_t)snprintf(waited, sizeof waited, "; its data files came interleaved, "
+                                 "%u time(s) from a file not yet whole to another", ns);
         if (nw)
-            snprintf(waited, sizeof waited, "; its sender said WAITING %u time(s)", nw);
+            snprintf(waited + k, sizeof waited - k, "; its sender said WAITING %u time(s)", nw);
         say(p, "peer %s (ckptd %s): replica %s of ckptd %s committed (%llu bytes, window %u "
             "MiB%s)", kd_pconn_peer(c->pc), who(c), c->name, c->src,
             (unsigned long long)kd_xrecv_done(c->rx, &total), kd_xrecv_window(c->rx) >> 20,

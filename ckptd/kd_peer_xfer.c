@@ -132,6 +132,9 @@ struct kd_xrecv {
     uint64_t *base, *next;
     uint32_t nf, nfdone;
     uint32_t fbegun;               /* files queued in part: at most CK_COPY_BEGUN_MAX */
+    uint32_t last_f;               /* the file of the last piece queued (UINT32_MAX: none) */
+    unsigned switches;             /* pieces queued of another file than the one before,
+                                    * that one not yet whole */
     kd_pmsg *held;                 /* the connection's: early DATA, by offset */
     unsigned nheld;
     pthread_t th, chk_th[KD_PEER_CHECKERS];
@@ -724,6 +727,7 @@ int kd_xrecv_open(const char *root, const kd_preq *q, kd_ucx *u, unsigned checke
             x->nfdone += !q->files[i].size;
         }
         x->nf = q->n;
+        x->last_f = UINT32_MAX;
         x->cursor = x->total;      /* the manifest's first byte, once declared */
     }
     ck__copy_in_opts o = { .root = root, .name = q->name, .source = q->source,
@@ -853,6 +857,11 @@ unsigned kd_xrecv_waitings(const kd_xrecv *x)
     return x->waitings;
 }
 
+unsigned kd_xrecv_switches(const kd_xrecv *x)
+{
+    return x->switches;
+}
+
 int kd_xrecv_data(kd_xrecv *x, kd_pmsg *m, ck_err *err)
 {
     int r = hold(x, m, err);
@@ -889,6 +898,11 @@ int kd_xrecv_data(kd_xrecv *x, kd_pmsg *m, ck_err *err)
             last = h;
             *next += h->len;
             x->fbegun += begins;
+            if (f != UINT32_MAX) {
+                uint32_t l = x->last_f;
+                x->switches += l != UINT32_MAX && f != l && x->next[l] < x->base[l + 1];
+                x->last_f = f;
+            }
             if (f != UINT32_MAX && *next == end) {
                 x->fbegun--;
                 x->nfdone++;
