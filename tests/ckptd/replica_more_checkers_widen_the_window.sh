@@ -21,7 +21,7 @@ daemon B --peer-checkers 8
 
 run "$CKPTCTL" peer put --to B --root "$WORK/B.durable" --id A --from "$WORK/A.local" c1
 expect 0 "PUT of c1 to B"
-logged B "replica c1 of ckptd A committed \([0-9]+ bytes, window 32 MiB\)" \
+logged B "replica c1 of ckptd A committed \([0-9]+ bytes, window 32 MiB[;)]" \
     "B's window with 8 checkers"
 run "$CKPT_VERIFY" "$WORK/B.local/.replicas/A" c1 --deep
 expect 0 "B's replica of c1"
