@@ -270,10 +270,11 @@ int ck__copy_in_begin(const ck__copy_in_opts *o, ck__copy_in **out, ck_err *err)
     c->nchk = c->own ? 1 : o->checkers;
     if (!(c->chk = calloc(c->nchk, sizeof *c->chk)))
         return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
+    /* A copy whose manifest comes last hashes into a context per file (begin_any). */
     for (unsigned k = 0; k < c->nchk; k++) {
         c->chk[k].left = data;
-        if (!(c->chk[k].md = EVP_MD_CTX_new()) ||
-            EVP_DigestInit_ex(c->chk[k].md, EVP_sha256(), NULL) != 1)
+        if (!c->mlast && (!(c->chk[k].md = EVP_MD_CTX_new()) ||
+                          EVP_DigestInit_ex(c->chk[k].md, EVP_sha256(), NULL) != 1))
             return ck_err_set(err, -ENOMEM, "copy of %s: out of memory", c->name);
     }
     /* The hashes of the blocks to come, kept until the manifest: 32 bytes a block,
@@ -706,26 +707,12 @@ static uint64_t taken(const ck__copy_in *c)
     return c->data + c->manifest_size - c->left;
 }
 
-int ck__copy_in_write_at(ck__copy_in *c, uint64_t at, const void *buf, size_t len,
-                         ck_err *err)
+/* A copy whose manifest comes last: len bytes at stream offset at, each data file's at
+ * its own place, the manifest's once every file ended, in order. */
+static int any_write(ck__copy_in *c, uint64_t at, const uint8_t *p, size_t len, ck_err *err)
 {
-    const uint8_t *p = buf;
-    uint64_t total = c->data + c->manifest_size;
-    if (len > c->left)
-        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
-                          len - (size_t)c->left);
-    if (at > total || len > total - at)
-        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes at stream offset %llu, past its "
-                          "%llu bytes", c->name, len, (unsigned long long)at,
-                          (unsigned long long)total);
     int r = 0;
-    if (!c->mlast && at != taken(c))
-        r = ck_err_set(err, -EPROTO, "copy of %s: bytes at stream offset %llu, where %llu were "
-                       "taken (they come in order)", c->name, (unsigned long long)at,
-                       (unsigned long long)taken(c));
-    else if (!c->mlast)
-        r = seq_write(c, p, len, err);
-    for (uint64_t o = at, end = at + len; c->mlast && r == 0 && o < end;) {
+    for (uint64_t o = at, end = at + len; r == 0 && o < end;) {
         size_t k = (size_t)(end - o);
         if (o < c->data) {
             uint32_t f = file_of(c, o);
@@ -744,6 +731,25 @@ int ck__copy_in_write_at(ck__copy_in *c, uint64_t at, const void *buf, size_t le
         }
         o += k;
     }
+    return r;
+}
+
+int ck__copy_in_write_at(ck__copy_in *c, uint64_t at, const void *buf, size_t len,
+                         ck_err *err)
+{
+    uint64_t total = c->data + c->manifest_size;
+    if (len > c->left)
+        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes more than declared", c->name,
+                          len - (size_t)c->left);
+    if (at > total || len > total - at)
+        return ck_err_set(err, -EPROTO, "copy of %s: %zu bytes at stream offset %llu, past its "
+                          "%llu bytes", c->name, len, (unsigned long long)at,
+                          (unsigned long long)total);
+    if (!c->mlast && at != taken(c))
+        return ck_err_set(err, -EPROTO, "copy of %s: bytes at stream offset %llu, where %llu "
+                          "were taken (they come in order)", c->name, (unsigned long long)at,
+                          (unsigned long long)taken(c));
+    int r = c->mlast ? any_write(c, at, buf, len, err) : seq_write(c, buf, len, err);
     /* Without the caller's checkers the writer checks what it wrote: the manifest, if
      * these bytes ended it, is open by now. */
     return r == 0 && c->own ? ck__copy_in_check_at(c, 0, at, buf, len, err) : r;
