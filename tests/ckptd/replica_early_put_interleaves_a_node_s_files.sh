@@ -20,21 +20,13 @@ expect 0 "the save of c"
 for r in 0 1 2 3 4 5 6 7; do
     said "rank $r: .*committed at level replicated$" "rank $r's level"
 done
+early_pair 4 "its data files came interleaved, [1-9][0-9]* time\(s\) from a file not yet whole" \
+    "the node's four files came interleaved"
 for pair in "0 1" "1 0"; do
     set -- $pair
-    src=n$1 dst=n$2
-    grep -E "checkpoint c: |replica c " "$WORK/$src.log" "$WORK/$dst.log" | sed 's/^/  /'
-    logged "$src" "checkpoint c: its 4 data file\(s\) here go to 1 peer\(s\) of its clique" \
-        "$src sends its part as it is written"
-    logged "$src" "checkpoint c: replica committed by ckptd $dst at .*, begun beside the local write" \
-        "$src's replica at $dst came from the stream begun beside the write"
-    logged "$dst" "replica c of ckptd $src committed \(.*; its data files came interleaved, [1-9][0-9]* time\(s\) from a file not yet whole" \
-        "$src's four files came to $dst interleaved"
-    run "$CKPT_VERIFY" "$WORK/$dst.local/.replicas/$src" c --deep
-    expect 0 "$src's replica at $dst deep-verifies"
-    for f in "$WORK/$src.local/c/"rank-*.dat; do
-        cmp -s "$f" "$WORK/$dst.local/.replicas/$src/c/${f##*/}" ||
-            fail "${f##*/} of $src's replica at $dst differs from $src's"
+    for f in "$WORK/n$1.local/c/"rank-*.dat; do
+        cmp -s "$f" "$WORK/n$2.local/.replicas/n$1/c/${f##*/}" ||
+            fail "${f##*/} of n$1's replica at n$2 differs from n$1's"
     done
 done
 ! grep -h "its replicas go after the commit\|goes after the commit" "$WORK"/n*.log ||

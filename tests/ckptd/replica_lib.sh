@@ -99,6 +99,25 @@ pair() {
     CKPTD=${N1_CKPTD:-$CKPTD} daemon n1 "$@" "${N1_OPTS[@]}"
 }
 
+# early_pair NFILES RX WHAT: for each way of a pair (n0's part at n1, n1's at n0) of
+# checkpoint c: the sender sent its NFILES data files as they were written, its
+# replica at the other came from that stream, the receiver's commit line says RX
+# (somewhere after its opening parenthesis: WHAT), and the replica deep-verifies.
+early_pair() {
+    local s src dst
+    for s in 0 1; do
+        src=n$s dst=n$((1 - s))
+        grep -E "checkpoint c: |replica c " "$WORK/$src.log" "$WORK/$dst.log" | sed 's/^/  /'
+        logged "$src" "checkpoint c: its $1 data file\(s\) here go to 1 peer\(s\) of its clique" \
+            "$src sends its part as it is written"
+        logged "$src" "checkpoint c: replica committed by ckptd $dst at .*, begun beside the local write" \
+            "$src's replica at $dst came from the stream begun beside the write"
+        logged "$dst" "replica c of ckptd $src committed \(.*; $2" "$3 ($src's part at $dst)"
+        run "$CKPT_VERIFY" "$WORK/$dst.local/.replicas/$src" c --deep
+        expect 0 "$src's replica at $dst deep-verifies"
+    done
+}
+
 # netns_hosts_up: makes the hosts of tests/launch/netns_lib.sh (sourced; NETNS_N of
 # them, default 2; they go at exit, with the daemons; each host's device is up, and
 # WORK/on-HOST runs a command there as the same process, for WRAP) and keeps UCX on
