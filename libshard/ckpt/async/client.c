@@ -692,11 +692,16 @@ int ck_client_commit(ck_client_save *sv, ck_err *err)
         atomic_compare_exchange_strong(&sv->lazy_commit, &running, CK__LAZY_COMMIT_ASKED))
         return 0;
     settle_copier(sv->cl);
+    /* The engine's threads move the state once the part is submitted: read under the
+     * lock. */
+    int r = 0;
+    lock(sv->cl);
     if (sv->state == CK_CLIENT_BUILDING)
-        return ck_err_set(err, -EINVAL, "checkpoint %s: commit before the submit", sv->b.name);
-    if (sv->state == CK_CLIENT_FAILED)     /* as the embedded engine answers */
-        return ck_err_set(err, sv->code, "%s", sv->msg);
-    return sv->cl->t->commit(sv, err);
+        r = ck_err_set(err, -EINVAL, "checkpoint %s: commit before the submit", sv->b.name);
+    else if (sv->state == CK_CLIENT_FAILED)     /* as the embedded engine answers */
+        r = ck_err_set(err, sv->code, "%s", sv->msg);
+    unlock(sv->cl);
+    return r < 0 ? r : sv->cl->t->commit(sv, err);
 }
 
 int ck_client_poll(ck_client_save *sv, ck_client_state *state, ck_err *err)
@@ -718,7 +723,10 @@ int ck_client_wait(ck_client_save *sv, ck_client_state state, ck_err *err)
     settle_copier(cl);
     if (lazy && sv->lazy_rc < 0)
         return ck_err_set(err, sv->lazy_rc, "%s", ck_err_msg(&sv->lazy_err));
-    if (sv->state == CK_CLIENT_BUILDING)
+    lock(cl);
+    bool unsubmitted = sv->state == CK_CLIENT_BUILDING;    /* the engine's threads move it */
+    unlock(cl);
+    if (unsubmitted)
         return ck_err_set(err, -EINVAL, "checkpoint %s: a wait before the submit", sv->b.name);
     if (state >= CK_CLIENT_COMMITTED)
         ck__client_wait_for(cl, save_done, sv, cl->commit_timeout, "the commit");
