@@ -240,22 +240,33 @@ void ck_client_level(ck_client_save *sv, ck_level level)
     sv->b.level = (uint8_t)level;
 }
 
+/* The engine's threads move a submitted save's state, its level and its note: every
+ * read of them is under the client's lock. */
 ck_level ck_client_level_reached(const ck_client_save *sv, char *why, size_t cap)
 {
+    lock(sv->cl);
     bool done = sv->state == CK_CLIENT_COMMITTED;
+    ck_level level = done ? (ck_level)sv->reached : CK_LEVEL_DEFAULT;
     if (why && cap)
         snprintf(why, cap, "%s", done ? sv->note : "");
-    return done ? (ck_level)sv->reached : CK_LEVEL_DEFAULT;
+    unlock(sv->cl);
+    return level;
 }
 
+/* 0 while the part is still being built, before its submit. sv->copying is the
+ * caller's own; the slot and the state are read under the lock, since a submitted
+ * save's copier takes the slot and the engine's threads move the state. */
 static int building(const ck_client_save *sv, ck_err *err)
 {
+    int r = 0;
+    lock(sv->cl);
     if (sv->state == CK_CLIENT_FAILED)
-        return ck_err_set(err, sv->code, "%s", sv->msg);
-    if (sv->state != CK_CLIENT_BUILDING || sv->slot >= 0 || sv->copying)
-        return ck_err_set(err, -EINVAL, "checkpoint %s, rank %llu: it was submitted already",
-                          sv->b.name, (unsigned long long)sv->b.rank);
-    return 0;
+        r = ck_err_set(err, sv->code, "%s", sv->msg);
+    else if (sv->copying || sv->state != CK_CLIENT_BUILDING || sv->slot >= 0)
+        r = ck_err_set(err, -EINVAL, "checkpoint %s, rank %llu: it was submitted already",
+                       sv->b.name, (unsigned long long)sv->b.rank);
+    unlock(sv->cl);
+    return r;
 }
 
 /* The index of tensor (placed, or a box list when boxes) in the declaration. */
