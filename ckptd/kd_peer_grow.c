@@ -36,6 +36,7 @@ struct kd_grow {
     uint64_t *landed;              /* per file: bytes from its start written */
     uint64_t *cut;                 /* per file: bytes from its start cut */
     uint64_t *base;                /* per file: where it begins in the stream */
+    uint64_t data;                 /* the data files' bytes: where the manifest begins */
     int *fd;
     bool *direct;
     uint32_t begun;                /* files cut in part */
@@ -62,9 +63,9 @@ int kd_grow_open(const char *root, const char *dir, const char *name, const ck_f
         return ck_err_set(err, -ENOMEM, "out of memory");
     }
     g->n = n;
-    for (uint64_t i = 0, at = 0; i < n; at += files[i++].size) {
+    for (uint64_t i = 0; i < n; g->data += files[i++].size) {
         g->fd[i] = -1;
-        g->base[i] = at;
+        g->base[i] = g->data;
         g->whole += !files[i].size;
     }
     memcpy(g->files, files, n * sizeof *files);
@@ -134,7 +135,7 @@ int kd_grow_cut(kd_grow *g, size_t max, ck__copy_cut *k, uint64_t *at, ck_err *e
         if (!g->mout)
             return -EAGAIN;
         int r = ck__copy_out_cut(g->mout, max, k, err);
-        *at = kd_grow_data_bytes(g) + k->off;
+        *at = g->data + k->off;
         return r < 0 ? r : k->len > 0;
     }
     uint64_t avail;
@@ -216,10 +217,7 @@ bool kd_grow_attached(const kd_grow *g, uint64_t *size, uint8_t sha256[CK_SHA256
 
 uint64_t kd_grow_data_bytes(const kd_grow *g)
 {
-    uint64_t n = 0;
-    for (uint32_t i = 0; i < g->n; i++)
-        n += g->files[i].size;
-    return n;
+    return g->data;
 }
 
 void kd_grow_free(kd_grow *g)
