@@ -32,6 +32,11 @@
  *       the same service, but it answers a PUT with a PUT_READY of the least window,
  *       then takes its DATA and never acknowledges any: a peer that goes silent
  *       mid-stream while its connection stays up.
+ *   peer_tool put-spread ADDR FROM NAME
+ *       a PUT of FROM/NAME that begins every data file at once (4096 bytes of each in
+ *       turn, then the rest of each, then the manifest): more files in part than a
+ *       copy holds open, which the service holds back (exit 0 once COMMITTED, 1 when
+ *       refused).
  *   peer_tool hostile ADDR CASE
  *       one exchange that breaks the protocol (CASE: see cases[] below) and what came
  *       back; exit 0 when the service refused it (an ERROR, or the connection closed),
@@ -50,6 +55,7 @@
 #include "kd.h"
 
 #include "format/owner.h"
+#include "ops/copy.h"
 
 static pid_t victim;
 static kd_peer_key key;            /* the job's, as its daemons hold it */
@@ -766,6 +772,136 @@ static int hostile(const char *addr, const char *cs)
     return r;
 }
 
+/* ---- a PUT that begins every file at once ---- */
+
+/* The service's next message within the tool's timeout; NULL (said) when none came
+ * or the connection closed. An ERROR is said as a refusal. */
+static kd_pmsg *spread_next(conn *c)
+{
+    const char *why = "no answer";
+    for (double end = kd_now() + timeout(); kd_now() < end; kd_ucx_wait(c->u, 50)) {
+        kd_pmsg *m = kd_pconn_next(c->pc);
+        if (m && m->type == KD_P_ERROR) {
+            ck_err err = { 0 };
+            kd_pw_get_error(m, "service", &err);
+            printf("refused: %s\n", ck_err_msg(&err));
+        }
+        if (m || kd_pconn_failed(c->pc, &why))
+            return m;
+    }
+    printf("closed or silent: %s\n", why);
+    return NULL;
+}
+
+/* One DATA of a put_spread, sent once the window takes it (the service's ACKs
+ * followed). -1: go on; 1: the service refused, or said something else (said). */
+static int spread_send(conn *c, const uint8_t *stream, uint64_t off, uint64_t len,
+                       uint64_t *sent, uint64_t *acked, uint32_t window)
+{
+    while (*sent + len > *acked + window) {
+        kd_pmsg *m = spread_next(c);
+        if (!m || m->type != KD_P_ACK) {
+            if (m && m->type != KD_P_ERROR)
+                printf("unexpected: a %s\n", kd_pw_type_name(m->type));
+            kd_pmsg_free(m);
+            return 1;
+        }
+        *acked = m->arg;
+        kd_pmsg_free(m);
+    }
+    send_raw(c, KD_P_DATA, off, stream + off, (size_t)len);
+    *sent += len;
+    return -1;
+}
+
+/* PUT of FROM/NAME whose DATA begin every data file at once, as protocol 9 allows: the
+ * first 4096 bytes of each file in turn, then the rest of each, then the manifest. The
+ * service hands on a file's first piece while fewer than 32 files are in part and
+ * holds the others' (at most 64 DATA held): the stream of a node of more ranks than
+ * that, written at once. Exit 0 once the service says COMMITTED, 1 when it refused. */
+static int put_spread(const char *addr, const char *from, const char *name)
+{
+    ck_err err = { 0 };
+    ck__copy_out *co = NULL;
+    uint8_t *stream = NULL;
+    size_t got = 0;
+    if (ck__copy_out_open(from, name, NULL, 0, &co, &err) < 0)
+        return printf("error: %s\n", ck_err_msg(&err)), 2;
+    ck__copy_out_manifest_last(co);
+    if (co->total > (64u << 20) || !(stream = malloc(co->total ? co->total : 1)) ||
+        ck__copy_out_read(co, stream, co->total, &got, &err) < 0 || got != co->total) {
+        printf("error: %s/%s: %s\n", from, name, err.code ? ck_err_msg(&err) :
+               "more than 64 MiB, or out of memory");
+        free(stream);
+        ck__copy_out_close(co);
+        return 2;
+    }
+    conn c;
+    bool up = connect_to(addr, &c) == 0;
+    int r = up && hello(&c) == 0 ? -1 : 2;
+    kd_preq q = { .block_size = co->info.block_size, .n = co->n_files, .files = co->files };
+    snprintf(q.name, sizeof q.name, "%s", name);
+    snprintf(q.source, sizeof q.source, "peer-tool");
+    uint32_t window = 0;
+    if (r < 0) {
+        ck__wbuf w = { 0 };
+        kd_pw_stream(&w, &q);
+        kd_pconn_send_w(c.pc, KD_P_PUT, &w);
+        kd_pmsg *m = spread_next(&c);
+        if (m && m->type != KD_P_PUT_READY && m->type != KD_P_ERROR)
+            printf("unexpected: a %s\n", kd_pw_type_name(m->type));
+        else if (m && m->type == KD_P_PUT_READY && kd_pw_get_window(m, &window, &err) < 0)
+            printf("error: %s\n", ck_err_msg(&err));
+        if (!m || m->type != KD_P_PUT_READY || err.code)
+            r = 1;
+        kd_pmsg_free(m);
+    }
+    /* The files in the stream's order; at[i]: where file i begins in it. */
+    uint64_t sent = 0, acked = 0, data = co->total - co->manifest_size;
+    uint64_t *at = calloc(co->n_files + 1, sizeof *at);
+    if (!at)
+        r = 2;
+    for (uint32_t i = 0; at && i < co->n_files; i++)
+        at[i + 1] = at[i] + co->files[i].size;
+    const uint64_t piece = 1u << 20;
+    for (uint32_t i = 0; r < 0 && i < co->n_files; i++)
+        if (co->files[i].size)
+            r = spread_send(&c, stream, at[i], co->files[i].size < 4096 ? co->files[i].size
+                                                                         : 4096,
+                            &sent, &acked, window);
+    for (uint32_t i = 0; i < co->n_files; i++)
+        for (uint64_t o = at[i] + 4096; r < 0 && o < at[i + 1]; o += piece)
+            r = spread_send(&c, stream, o, at[i + 1] - o < piece ? at[i + 1] - o : piece, &sent,
+                            &acked, window);
+    if (r < 0) {
+        ck__wbuf w = { 0 };
+        kd_pw_manifest(&w, co->manifest_size, co->manifest_sha256);
+        kd_pconn_send_w(c.pc, KD_P_MANIFEST, &w);
+    }
+    for (uint64_t o = data; r < 0 && o < co->total; o += piece)
+        r = spread_send(&c, stream, o, co->total - o < piece ? co->total - o : piece, &sent,
+                        &acked, window);
+    /* The ACKs the service still owes, then its COMMITTED. */
+    while (r < 0) {
+        kd_pmsg *m = spread_next(&c);
+        if (m && m->type == KD_P_COMMITTED)
+            printf("ok committed %s: %u data files begun at once\n", name, co->n_files);
+        else if (m && m->type != KD_P_ACK && m->type != KD_P_ERROR)
+            printf("unexpected: a %s\n", kd_pw_type_name(m->type));
+        if (!m || m->type != KD_P_ACK)
+            r = m && m->type == KD_P_COMMITTED ? 0 : 1;
+        kd_pmsg_free(m);
+    }
+    if (up) {
+        kd_pconn_close(c.pc, KD_CLOSE_NOW);
+        kd_ucx_close(c.u);
+    }
+    free(at);
+    free(stream);
+    ck__copy_out_close(co);
+    return r;
+}
+
 /* A fake service (serve-*): how it departs from the real one. */
 typedef enum fake_how {
     FAKE_DYING,                    /* dies at the first ACK of a GET of data files */
@@ -923,6 +1059,8 @@ int main(int argc, char **argv)
         printf("error: %s\n", ck_err_msg(&err));
         return 2;
     }
+    if (argc >= 5 && !strcmp(argv[1], "put-spread"))
+        return put_spread(argv[2], argv[3], argv[4]);
     if (argc >= 4 && !strcmp(argv[1], "hostile"))
         return hostile(argv[2], argv[3]);
     if (argc >= 5 && !strcmp(argv[1], "serve-version"))
