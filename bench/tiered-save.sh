@@ -23,8 +23,18 @@
 # loses n1 (SIGKILL) as soon as n1 writes its part (in parts, decision 0197); each time
 # from the drain's ask to its commit in n0's log. Needs F=2 J=2 on 4 nodes (n1's file
 # then has its replica on n3, and n0 holds none of it).
+# With SLOW=BPS, each node's local save writes slower than the link (decision 0206's
+# case): its local tier is an ext4 file system on a loop device of its own, written by
+# its ckptd (and by the raw write beside it) in a blkio cgroup whose
+# blkio.throttle.write_bps_device limits that device to BPS bytes/s (cgroup v1, as
+# Debian 12 mounts it here; io.max "MAJ:MIN wbps=BPS" under cgroup v2). The replicas a
+# node takes in are not throttled: its .replicas is a directory of the machine's disk
+# bind-mounted there, so a receiver has room for them beside its own save (a disk with
+# headroom, whose save is paced by something else: the staging copies, the hashing).
+# With SLOW_SHARED=1 as well, the replicas share the throttled disk with the node's own
+# save (a disk that is the bound: each node's disk then writes F times its part).
 # Root only (network namespaces); UCX on TCP (UCX_TLS=tcp), as on a cluster's network.
-#   [N= F= J= RPN=] [BEHIND=S RATE=] [LOST=R] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
+#   [N= F= J= RPN=] [SLOW=BPS] [BEHIND=S RATE=] [LOST=R] bench/tiered-save.sh [BUILDDIR] [MiB per node] [RUNS]
 set -uo pipefail
 b=$(realpath "${1:-build}")
 mib=${2:-256}
@@ -34,9 +44,17 @@ nodes=$(seq 0 $((N - 1)))
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tiered-save.XXXXXX")
 pids=()
 . "$(dirname "$0")/../tests/launch/netns_lib.sh"
+loops=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     netns_cleanup
+    local i
+    for i in $nodes; do
+        mountpoint -q "$work/n$i.local/.replicas" && umount "$work/n$i.local/.replicas"
+        mountpoint -q "$work/n$i.local" && umount "$work/n$i.local"
+        rmdir "/sys/fs/cgroup/blkio/tiered-save-n$i" 2>/dev/null
+    done
+    for l in "${loops[@]}"; do losetup -d "$l"; done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -44,6 +62,24 @@ NETNS_N=$N
 netns_setup "$work" || exit $?
 export UCX_TLS=tcp
 mkdir -p "$work/durable"
+# slowed CMD... &: CMD, in node $i's throttled cgroup when SLOW is set. Only ever run
+# in the background: the subshell & makes becomes CMD (exec), so that $! is CMD's pid.
+slowed() { exec "$@"; }
+if [ -n "${SLOW:-}" ]; then
+    for i in $nodes; do
+        truncate -s 64G "$work/n$i.img" && mkfs.ext4 -q -F "$work/n$i.img" &&
+            loops+=("$(losetup -f --show "$work/n$i.img")") &&
+            mkdir -p "$work/n$i.local" "$work/n$i.rep" &&
+            mount "${loops[i]}" "$work/n$i.local" && mkdir -m 700 "$work/n$i.local/.replicas" &&
+            { [ -n "${SLOW_SHARED:-}" ] || mount --bind "$work/n$i.rep" "$work/n$i.local/.replicas"; } &&
+            mkdir -p "/sys/fs/cgroup/blkio/tiered-save-n$i" &&
+            echo "$(lsblk -dno MAJ:MIN "${loops[i]}" | tr -d ' ') $SLOW" \
+                >"/sys/fs/cgroup/blkio/tiered-save-n$i/blkio.throttle.write_bps_device" ||
+            { echo "tiered-save: SLOW: setting up node $i's throttled local tier failed" >&2; exit 1; }
+    done
+    slowed() { exec sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' \
+                  "/sys/fs/cgroup/blkio/tiered-save-n$i" "$@"; }
+fi
 # daemons tiered|plain: N ckptd, with local tiers and replicas or (plain) today's.
 daemons() {
     local i addr
@@ -56,7 +92,7 @@ daemons() {
         local tiers=(--local-root "$work/n$i.local" --peer-listen "$addr:0" --replicas "$F" --jump "$J")
         [ "$1" = behind ] && tiers+=(--drain-every 1 --drain-rate "${RATE:-16MiB}" --keep-local 2)
         [ "$1" = plain ] && tiers=()
-        "$work/on-${NETNS_HOSTS[$i]}" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
+        slowed "$work/on-${NETNS_HOSTS[$i]}" "$b/ckptd/ckptd" --root "$work/durable" --id "n$i" "${tiers[@]}" \
             --socket "$work/n$i.sock" --staging "$((mib * 3 / 2 + 64))MiB" --foreground \
             --log "$work/n$i.log" --part-timeout 120 --peer-timeout 30 &
         pids+=($!)
@@ -152,8 +188,8 @@ T[tiered]=$(for r in $(seq "$runs"); do save "tiered-$r" durable tiered; done | 
 raw=$(for r in $(seq "$runs"); do
     t0=$(date +%s.%N)
     for i in $nodes; do
-        dd if=/dev/zero of="$work/n$i.local/raw" bs=1M count="$mib" oflag=direct conv=fsync \
-            status=none &
+        slowed dd if=/dev/zero of="$work/n$i.local/raw" bs=1M count="$mib" oflag=direct \
+            conv=fsync status=none &
     done
     wait
     t1=$(date +%s.%N)
@@ -186,6 +222,8 @@ gb() { echo "$1 / $2 / 1000" | bc -l; }
 total=$((mib * N))
 printf 'tiered-save: %d nodes on %d netns hosts, %d rank(s) and %d MiB per node (%d MiB a save), F=%d J=%d, best of %d\n' \
     "$N" "$N" "$RPN" "$mib" "$total" "$F" "$J" "$runs"
+[ -z "${SLOW:-}" ] || printf 'each local tier written at most %s bytes/s (SLOW; %s)\n' "$SLOW" \
+    "$([ -n "${SLOW_SHARED:-}" ] && echo "replicas on the same disk" || echo "replicas not throttled")"
 printf '%-28s %10s %10s %14s\n' "" "seconds" "GB/s" "stall s (best)"
 stall() { sort -g "$work/stall.$1" | head -1; }
 for level in durable local replicated tiered; do
