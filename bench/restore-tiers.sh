@@ -3,10 +3,14 @@
 # bandwidth and the raw reads (docs/BENCHMARKS.md, "Issue 31: restore"). Run by hand, as
 # root, from the source tree after scripts/build:
 #
-#   bench/restore-tiers.sh [BUILD [SIZE [RATE]]]
+#   [LINK=BPS] bench/restore-tiers.sh [BUILD [SIZE [RATE]]]
 #
 # BUILD: the build directory (default build); SIZE: the checkpoint's bytes (default 2GiB,
 # two ranks, half each); RATE: the durable tier's read limit in bytes/s (default 200000000).
+# LINK: the link's bandwidth in bytes/s, both ways (a tbf qdisc on each host's device:
+# tc qdisc ... tbf rate BPSbps), for a link slower than this machine's cores can hash
+# and its disk can write, as a cluster's is against its nodes' (default: the veth as it
+# is, which on two vCPUs is faster than one core's SHA-256).
 #
 # Two hosts: network namespaces joined by a veth pair (tests/launch/netns_lib.sh, through
 # tests/ckptd/replica_lib.sh, which the restore tests use), a ckptd on each with a local
@@ -79,6 +83,13 @@ cp -a "$TRUTH/step-8" "$SHARED/step-8" || fail "copying step-8 into the durable 
 run "$CKPT_INSPECT" "$SHARED" --rebuild-catalog
 expect 0 "the durable tier's catalog"
 two_hosts 30
+if [ -n "${LINK:-}" ]; then
+    for h in "$A" "$B"; do
+        dev=$(ip -n "$h" -o link show | awk -F': ' '$2 !~ /^lo/ { sub(/@.*/, "", $2); print $2; exit }')
+        ip netns exec "$h" tc qdisc add dev "$dev" root tbf rate "${LINK}bps" burst 4mb \
+            latency 100ms || fail "shaping $dev on $h to $LINK B/s"
+    done
+fi
 
 echo "== node n1 lost with its disk; n1' restores rank 1"
 LISTEN=${NETNS_ADDRS[1]} lose n1 30
@@ -138,7 +149,7 @@ stop n0
 stop n1
 echo
 echo "== Issue 31: restore of rank 1 ($(numfmt --to=iec "$link_bytes")) after the loss of its node"
-echo "from the replica (veth, UCX over TCP): $from_replica"
+echo "from the replica (veth${LINK:+ shaped to $LINK B/s}, UCX over TCP): $from_replica"
 echo "from the durable tier (throttled to $RATE B/s): $from_durable"
 echo "raw: link $link; local read $local_read; throttled durable read $durable_read;"
 echo "     local write then fsync $local_write; local write O_DIRECT $local_direct;"
