@@ -548,13 +548,17 @@ static void serve(struct kd_peers *p, sconn *c, double now)
          * up as its GET's last bytes went out may have taken them all (its final ACK
          * can be lost to the close): whether it kept them is its to say. */
         uint64_t total = 0;
+        uint32_t window = 0;
         bool all_sent = c->tx && kd_xsend_all_sent(c->tx);
-        if (all_sent)
+        if (all_sent) {
             kd_xsend_done(c->tx, 0, &total);
+            window = kd_xsend_window(c->tx, 0);
+        }
         const char *what = end_transfer(p, c);
         if (all_sent)
-            say(p, "peer %s (ckptd %s): GET of %s: hung up with all %llu bytes sent",
-                kd_pconn_peer(c->pc), who(c), c->name, (unsigned long long)total);
+            say(p, "peer %s (ckptd %s): GET of %s: hung up with all %llu bytes sent (window %u "
+                "MiB)", kd_pconn_peer(c->pc), who(c), c->name, (unsigned long long)total,
+                window >> 20);
         else if (what)
             say(p, "peer %s (ckptd %s): %s of %s failed: %s; nothing of it is kept",
                 kd_pconn_peer(c->pc), who(c), what, c->name, why);
