@@ -869,7 +869,7 @@ static int put_spread(const char *addr, const char *from, const char *name)
             r = spread_send(&c, stream, at[i], co->files[i].size < 4096 ? co->files[i].size
                                                                          : 4096,
                             &sent, &acked, window);
-    for (uint32_t i = 0; i < co->n_files; i++)
+    for (uint32_t i = 0; r < 0 && i < co->n_files; i++)
         for (uint64_t o = at[i] + 4096; r < 0 && o < at[i + 1]; o += piece)
             r = spread_send(&c, stream, o, at[i + 1] - o < piece ? at[i + 1] - o : piece, &sent,
                             &acked, window);
