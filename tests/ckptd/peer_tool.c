@@ -111,37 +111,40 @@ static int connect_to(const char *addr, conn *c)
     return 0;
 }
 
-/* The service's answer within secs: 0 for an ERROR or a closed connection (printed), 1
- * for a message of type want or anything else (printed), 2 for none. */
-static int answer_in(conn *c, uint16_t want, double secs)
+/* The service's next message within secs, an ERROR said as a refusal; NULL when none
+ * came, or when the connection closed (*closed, and why said). */
+static kd_pmsg *next_in(conn *c, double secs, bool *closed)
 {
-    double end = kd_now() + secs;
-    while (kd_now() < end) {
+    const char *why;
+    *closed = false;
+    for (double end = kd_now() + secs; kd_now() < end; kd_ucx_wait(c->u, 50)) {
         kd_pmsg *m = kd_pconn_next(c->pc);
-        const char *why;
         if (m && m->type == KD_P_ERROR) {
             ck_err err = { 0 };
             kd_pw_get_error(m, "service", &err);
             printf("refused: %s\n", ck_err_msg(&err));
-            kd_pmsg_free(m);
-            return 0;
         }
-        if (m && m->type == want) {
-            kd_pmsg_free(m);
-            return 1;
-        }
-        if (m) {
-            printf("unexpected: a %s\n", kd_pw_type_name(m->type));
-            kd_pmsg_free(m);
-            return 1;
-        }
-        if (kd_pconn_failed(c->pc, &why)) {
+        if (m)
+            return m;
+        if ((*closed = kd_pconn_failed(c->pc, &why))) {
             printf("closed: %s\n", why);
-            return 0;
+            return NULL;
         }
-        kd_ucx_wait(c->u, 50);
     }
-    return 2;
+    return NULL;
+}
+
+/* The service's answer within secs: 0 for an ERROR or a closed connection (printed), 1
+ * for a message of type want or anything else (printed), 2 for none. */
+static int answer_in(conn *c, uint16_t want, double secs)
+{
+    bool closed;
+    kd_pmsg *m = next_in(c, secs, &closed);
+    int r = !m ? (closed ? 0 : 2) : m->type == KD_P_ERROR ? 0 : 1;
+    if (m && m->type != want && m->type != KD_P_ERROR)
+        printf("unexpected: a %s\n", kd_pw_type_name(m->type));
+    kd_pmsg_free(m);
+    return r;
 }
 
 /* The same within the tool's timeout, and said when none came. */
@@ -778,19 +781,11 @@ static int hostile(const char *addr, const char *cs)
  * or the connection closed. An ERROR is said as a refusal. */
 static kd_pmsg *spread_next(conn *c)
 {
-    const char *why = "no answer";
-    for (double end = kd_now() + timeout(); kd_now() < end; kd_ucx_wait(c->u, 50)) {
-        kd_pmsg *m = kd_pconn_next(c->pc);
-        if (m && m->type == KD_P_ERROR) {
-            ck_err err = { 0 };
-            kd_pw_get_error(m, "service", &err);
-            printf("refused: %s\n", ck_err_msg(&err));
-        }
-        if (m || kd_pconn_failed(c->pc, &why))
-            return m;
-    }
-    printf("closed or silent: %s\n", why);
-    return NULL;
+    bool closed;
+    kd_pmsg *m = next_in(c, timeout(), &closed);
+    if (!m && !closed)
+        printf("no answer within %u s\n", timeout());
+    return m;
 }
 
 /* One DATA of a put_spread, sent once the window takes it (the service's ACKs
